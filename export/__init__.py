@@ -1,0 +1,1 @@
+"""SavedModel / TFLite export of trained policies; imported as `sit_keras.export`."""

@@ -1,0 +1,91 @@
+"""Global GSA: graph symmetric attention over the patch grid with a class token (SiT paper Fig. 3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+import tf_keras
+
+from sit_keras.layers.gsa_block import GraphSymmetricAttentionBlock
+
+
+@tf_keras.saving.register_keras_serializable(package="sit_keras")
+class GlobalGSA(tf_keras.layers.Layer):
+    """GSA blocks over all patches of a ``(h, w)`` grid plus a class token.
+
+    Symmetry: for a grid permutation ``g`` kept by the blocks (D4 elements of
+    ``symmetry`` on a square grid; rotations only with ``triangles > 0``) the
+    class token is invariant and the patches are equivariant:
+    ``token(g x) = token(x)``, ``patches(g x) = g patches(x)``
+    (Proposition 3.1).
+
+    Args:
+      grid_shape: ``(h, w)`` of the patch grid.
+      num_heads: attention heads.
+      num_layers: number of GSA blocks.
+      **kwargs: further ``GraphSymmetricAttentionBlock`` arguments
+        (``symmetry``, ``triangles``, ``graph_qkv``, ``graph_kernel_size``,
+        ``graph_dropout``, ``mlp_dim``, ...) and ``name`` / ``dtype``.
+
+    Call arguments:
+      patches: ``(B, h, w, D)``.
+      training: Python boolean.
+
+    Returns:
+      ``(token, patches)``: ``(B, D)`` and ``(B, h, w, D)``, after a final LayerNorm.
+    """
+
+    def __init__(self, grid_shape: tuple[int, int], num_heads: int = 4, num_layers: int = 2, **kwargs: Any):
+        layer_kwargs = {k: kwargs.pop(k) for k in ("name", "dtype", "trainable") if k in kwargs}
+        super().__init__(**layer_kwargs)
+        self.grid_shape = tuple(int(d) for d in grid_shape)
+        self.num_heads = int(num_heads)
+        self.num_layers = int(num_layers)
+        if self.num_layers < 1:
+            raise ValueError(f"GlobalGSA needs num_layers >= 1. Received: num_layers={num_layers}")
+        self.block_kwargs = dict(kwargs)
+        self.blocks = [
+            GraphSymmetricAttentionBlock(
+                grid_shape=self.grid_shape,
+                num_heads=self.num_heads,
+                class_token=True,
+                dtype=self.dtype_policy,
+                name=f"block_{i}",
+                **kwargs,
+            )
+            for i in range(self.num_layers)
+        ]
+        self.norm = tf_keras.layers.LayerNormalization(epsilon=1e-6, dtype=self.dtype_policy, name="norm")
+
+    def build(self, input_shape: tf.TensorShape) -> None:
+        input_shape = tf.TensorShape(input_shape)
+        h, w = self.grid_shape
+        if input_shape.rank != 4 or tuple(input_shape[1:3]) != (h, w) or input_shape[-1] is None:
+            raise ValueError(f"GlobalGSA expects patches (B, {h}, {w}, D). Received: shape={input_shape}")
+        self.dim = int(input_shape[-1])
+        self.class_token = self.add_weight(
+            "class_token", (self.dim,), initializer=tf_keras.initializers.RandomNormal(stddev=0.02)
+        )
+        tokens = tf.TensorShape([None, 1 + h * w, self.dim])
+        for block in self.blocks:
+            block.build(tokens)
+        self.norm.build(tokens)
+        super().build(input_shape)
+
+    def call(self, patches: tf.Tensor, training: bool | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+        h, w = self.grid_shape
+        flat = tf.reshape(patches, [-1, h * w, self.dim])
+        token = tf.tile(tf.cast(self.class_token, flat.dtype)[None, None, :], [tf.shape(flat)[0], 1, 1])
+        tokens = tf.concat([token, flat], axis=1)
+        for block in self.blocks:
+            tokens = block(tokens, training=training)
+        tokens = self.norm(tokens)
+        return tokens[:, 0], tf.reshape(tokens[:, 1:], [-1, h, w, self.dim])
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(
+            grid_shape=list(self.grid_shape), num_heads=self.num_heads, num_layers=self.num_layers, **self.block_kwargs
+        )
+        return config

@@ -1,0 +1,117 @@
+"""Depth-wise convolution with graph-symmetric kernels (SiT paper Listing 4, Table 2, appendix F.5)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+import tf_keras
+
+from sit_keras import graphs
+from sit_keras.layers.graph_weights import NearIdentity
+
+
+@tf_keras.saving.register_keras_serializable(package="sit_keras")
+class GraphConv2D(tf_keras.layers.Layer):
+    """A depth-wise convolution whose kernel shares weights like a graph matrix.
+
+    The kernel entry at offset ``(dy, dx)`` from the kernel centre is the
+    weight of that offset's class in ``sit_keras.graphs.kernel_indices``, so
+    a ``"rotation"`` kernel is unchanged by every element of D4 and the
+    convolution commutes with them on square maps (with ``"same"`` padding,
+    or ``"valid"`` padding whose windows tile the map). It serves as
+
+    - the SiT stem: "one initial conv. layer with shared graph weights and a
+      subsequent max. pooling layer" (Table 2 caption, appendix F.5), and
+    - the graph matrix ``G @ x`` in convolution form (Listing 4).
+
+    Args:
+      kernel_size: side of the square kernel; odd for ``padding="same"``.
+      symmetry: a name from ``sit_keras.graphs.SYMMETRIES``.
+      strides: stride of the convolution.
+      padding: ``"same"`` or ``"valid"``.
+      depth_multiplier: output channels per input channel.
+      use_bias: add a bias per output channel.
+      graph_init_stddev: noise of the near-identity initial kernel.
+      seed: seed of the initial noise.
+      **kwargs: ``tf_keras.layers.Layer`` arguments.
+
+    Call arguments:
+      inputs: ``(B, H, W, C)``.
+
+    Returns:
+      ``(B, H', W', C * depth_multiplier)``.
+    """
+
+    def __init__(
+        self,
+        kernel_size: int,
+        symmetry: str = "rotation",
+        strides: int = 1,
+        padding: str = "same",
+        depth_multiplier: int = 1,
+        use_bias: bool = True,
+        graph_init_stddev: float = 0.1,
+        seed: int | None = None,
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        self.kernel_size = int(kernel_size)
+        self.symmetry = graphs.resolve_symmetry(symmetry)
+        if padding not in ("same", "valid"):
+            raise ValueError(f"padding must be 'same' or 'valid'. Received: padding={padding!r}")
+        if padding == "same" and self.kernel_size % 2 == 0:
+            raise ValueError(f"A 'same' graph convolution needs an odd kernel_size. Received: {kernel_size}")
+        self.strides = int(strides)
+        self.padding = padding
+        self.depth_multiplier = int(depth_multiplier)
+        self.use_bias = bool(use_bias)
+        self.graph_init_stddev = float(graph_init_stddev)
+        self.seed = seed
+        self._kernel_index, self._num_classes = graphs.kernel_indices(self.kernel_size, self.symmetry)
+
+    def build(self, input_shape: tf.TensorShape) -> None:
+        input_shape = tf.TensorShape(input_shape)
+        if input_shape.rank != 4 or input_shape[-1] is None:
+            raise ValueError(f"GraphConv2D expects maps (B, H, W, C). Received: shape={input_shape}")
+        channels = int(input_shape[-1])
+        self.in_channels = channels
+        centre = self.kernel_size // 2
+        # Start near "the centre pixel only" (odd kernels) or "the mean of the window" (even).
+        if self.kernel_size % 2:
+            rows, value = [int(self._kernel_index[centre, centre])], 1.0
+        else:
+            rows, value = range(self._num_classes), 1.0 / self.kernel_size**2
+        self.graph_weights = self.add_weight(
+            "graph_weights",
+            (self._num_classes, channels * self.depth_multiplier),
+            initializer=NearIdentity(rows, value, self.graph_init_stddev, self.seed),
+        )
+        if self.use_bias:
+            self.bias = self.add_weight("bias", (channels * self.depth_multiplier,), initializer="zeros")
+        super().build(input_shape)
+
+    def kernel(self) -> tf.Tensor:
+        """The ``(k, k, C, depth_multiplier)`` depth-wise kernel built from the shared weights."""
+        k = self.kernel_size
+        kernel = tf.gather(self.graph_weights, self._kernel_index)  # (k, k, C * m)
+        return tf.reshape(kernel, [k, k, self.in_channels, self.depth_multiplier])
+
+    def call(self, inputs: tf.Tensor) -> tf.Tensor:
+        stride = [1, self.strides, self.strides, 1]
+        out = tf.nn.depthwise_conv2d(inputs, self.kernel(), strides=stride, padding=self.padding.upper())
+        return out + self.bias if self.use_bias else out
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(
+            kernel_size=self.kernel_size,
+            symmetry=self.symmetry,
+            strides=self.strides,
+            padding=self.padding,
+            depth_multiplier=self.depth_multiplier,
+            use_bias=self.use_bias,
+            graph_init_stddev=self.graph_init_stddev,
+            seed=self.seed,
+        )
+        return config

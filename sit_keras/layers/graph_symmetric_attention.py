@@ -1,0 +1,396 @@
+"""Graph Symmetric Attention (GSA), SiT paper eq. 3-8 and 11-15, Listings 1-4."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from sit_keras import graphs
+from sit_keras.layers.graph_weights import NearIdentity, graph_symmetric_dropout, with_zero_row
+
+GRAPH_FORMS = ("auto", "dense", "conv")
+
+
+def _as_grid(grid_shape: int | Sequence[int]) -> tuple[int, int]:
+    if isinstance(grid_shape, (int, np.integer)):
+        return (1, int(grid_shape))  # a sequence (appendix A.1)
+    h, w = graphs._check_grid(tuple(grid_shape))
+    return h, w
+
+
+@tf_keras.saving.register_keras_serializable(package="sit_keras")
+class GraphSymmetricAttention(tf_keras.layers.Layer):
+    """Multi-head attention whose graph matrices keep a chosen grid symmetry.
+
+    Implements the GSA module of the SiT paper (Weissenbacher et al., ICML
+    2024) over ``P = H * W`` grid tokens, optionally preceded by one class
+    token that belongs to no grid vertex:
+
+    - eq. 3 / eq. 11: ``softmax(Gamma / sqrt(d)) (G_v V)`` with
+      ``Gamma = symmetric((G_q Q [G_k K]^T) (.) G)``; ``G_q, G_k, G_v`` act per
+      feature (``graph_qkv``), ``G`` per head by Hadamard product
+      (``score_graph``), ``symmetric(M) = M + M^T`` (``symmetrize``);
+    - eq. 5 / eq. 12: ``sigma(G_qk (Q K^T) + G_b)`` replaces ``Q K^T``
+      (``score_mixing``, ``score_activation`` is sigma);
+    - eq. 6: a second softmax of the anti-symmetrised scores is added to the
+      attention weights (``antisymmetric``);
+    - eq. 4 / 7 / 8: ``triangles`` consecutive sums over directed triangles
+      (``sit_keras.graphs.triangle_indices``), which keep rotations and break
+      flips (1 for SiT, 2 for SiT*).
+
+    Every graph matrix draws its entries from a table of shared weights
+    indexed by ``sit_keras.graphs`` (Listing 2); the class token's row and
+    column are left out of ``G_q, G_k, G_v`` (Listing 1) and of ``G``,
+    ``G_qk``, ``G_b`` and the triangle sums (Listing 3).
+
+    Symmetry: for every permutation ``g`` of the grid that keeps the graph
+    classes of ``symmetry`` (see ``sit_keras.graphs``) and, with
+    ``triangles > 0``, is a rotation, the layer is equivariant on the grid
+    tokens, ``f(g x) = g f(x)``, and the class token's output is invariant.
+    With ``triangles > 0`` reflections are *not* symmetries.
+
+    ``G_q, G_k, G_v`` have a dense form (``P x P x F`` einsum, Listing 1) and
+    a depth-wise convolution form (Listing 4, appendix F.5); both use the
+    same weights and compute the same function. ``graph_kernel_size`` limits
+    the reach of these graphs (``None``: every vertex reaches every other).
+
+    Args:
+      grid_shape: ``(H, W)`` of the grid, or an int ``L`` for a sequence (a
+        ``(1, L)`` grid; use ``symmetry="shift"`` or ``"shift_flip"``).
+      num_heads: number of heads; must divide the feature size ``D``.
+      symmetry: graph symmetry, see ``sit_keras.graphs.SYMMETRIES``.
+      graph_qkv: which of ``"q"``, ``"k"``, ``"v"`` get a per-feature graph
+        matrix, e.g. ``"qkv"`` (default, the paper's main variant), ``"v"``
+        or ``""``.
+      graph_kernel_size: odd reach of ``G_q, G_k, G_v``; ``None`` for full.
+      graph_form: ``"dense"``, ``"conv"`` or ``"auto"`` (the cheaper one).
+      score_graph: multiply the scores by a per-head graph matrix ``G`` (eq. 3).
+      score_mixing: eq. 5 / 12 ``sigma(G_qk S + G_b)`` on the scores.
+      score_activation: sigma of eq. 12, any Keras activation name.
+      symmetrize: add the transpose to the scores (eq. 3, footnote 1).
+      antisymmetric: add the softmax of the anti-symmetrised scores (eq. 6).
+      triangles: number of consecutive triangle sums (eq. 4 / 8), 0, 1 or 2.
+      class_token: the first token is a class token outside the grid.
+      graph_dropout: rate of graph-symmetric dropout (section 4).
+      graph_init_stddev: noise added to the near-identity graph initialisation.
+      kernel_initializer: initialiser of the query / key / value projection.
+      seed: seed of the graph weight initialisers.
+      **kwargs: ``tf_keras.layers.Layer`` arguments (``name``, ``dtype``).
+
+    Call arguments:
+      tokens: ``(B, T, D)`` with ``T = P + 1`` (class token first) or ``T = P``.
+      training: Python boolean; enables graph-symmetric dropout.
+
+    Returns:
+      ``(B, T, D)``.
+
+    >>> import sit_keras
+    >>> from sit_keras.layers import GraphSymmetricAttention
+    >>> layer = GraphSymmetricAttention((3, 3), num_heads=2, triangles=1)
+    >>> layer(tf.zeros((4, 10, 8))).shape
+    TensorShape([4, 10, 8])
+    """
+
+    def __init__(
+        self,
+        grid_shape: int | Sequence[int],
+        num_heads: int,
+        symmetry: str = "rotation",
+        graph_qkv: str = "qkv",
+        graph_kernel_size: int | None = None,
+        graph_form: str = "auto",
+        score_graph: bool = False,
+        score_mixing: bool = False,
+        score_activation: str = "linear",
+        symmetrize: bool = True,
+        antisymmetric: bool = False,
+        triangles: int = 0,
+        class_token: bool = True,
+        graph_dropout: float = 0.0,
+        graph_init_stddev: float = 0.1,
+        kernel_initializer: Any = "glorot_uniform",
+        seed: int | None = None,
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        self.grid_shape = _as_grid(grid_shape)
+        self.symmetry = graphs.resolve_symmetry(symmetry)
+        self.num_heads = int(num_heads)
+        if self.num_heads < 1:
+            raise ValueError(f"num_heads must be positive. Received: num_heads={num_heads}")
+        if set(graph_qkv) - set("qkv") or len(set(graph_qkv)) != len(graph_qkv):
+            raise ValueError(f"graph_qkv must use each of 'q', 'k', 'v' at most once. Received: {graph_qkv!r}")
+        self.graph_qkv = "".join(c for c in "qkv" if c in graph_qkv)
+        if graph_form not in GRAPH_FORMS:
+            raise ValueError(f"graph_form must be one of {GRAPH_FORMS}. Received: {graph_form!r}")
+        if triangles not in (0, 1, 2):
+            raise ValueError(f"triangles must be 0, 1 or 2. Received: triangles={triangles}")
+        if not 0.0 <= graph_dropout < 1.0:
+            raise ValueError(f"graph_dropout must be in [0, 1). Received: graph_dropout={graph_dropout}")
+        self.graph_kernel_size = graphs.full_kernel_size(self.grid_shape) if graph_kernel_size is None else int(
+            graph_kernel_size
+        )
+        # Validates the kernel size against the grid and the symmetry.
+        self._graph_index, self._num_graph_classes = graphs.grid_indices(
+            self.grid_shape, self.symmetry, self.graph_kernel_size
+        )
+        self._kernel_index, _ = graphs.kernel_indices(self.graph_kernel_size, self.symmetry)
+        self.graph_form = graph_form
+        self.score_graph = bool(score_graph)
+        self.score_mixing = bool(score_mixing)
+        self.score_activation = score_activation
+        self._sigma = tf_keras.activations.get(score_activation)
+        self.symmetrize = bool(symmetrize)
+        self.antisymmetric = bool(antisymmetric)
+        self.triangles = int(triangles)
+        self.class_token = bool(class_token)
+        self.graph_dropout = float(graph_dropout)
+        self.graph_init_stddev = float(graph_init_stddev)
+        self.kernel_initializer = tf_keras.initializers.get(kernel_initializer)
+        self.seed = seed
+
+    # -- construction ---------------------------------------------------------
+    @property
+    def num_grid_tokens(self) -> int:
+        return self.grid_shape[0] * self.grid_shape[1]
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_grid_tokens + int(self.class_token)
+
+    def _self_class(self) -> int:
+        centre = self.graph_kernel_size // 2
+        return int(self._kernel_index[centre, centre])
+
+    def _graph_initializer(self, base_rows: Sequence[int], base_value: float, offset: int) -> NearIdentity:
+        # Each table gets its own seed so that no two start with the same noise.
+        seed = None if self.seed is None else self.seed + offset
+        return NearIdentity(base_rows, base_value, self.graph_init_stddev, seed)
+
+    def build(self, input_shape: tf.TensorShape) -> None:
+        input_shape = tf.TensorShape(input_shape)
+        if input_shape.rank != 3 or input_shape[-1] is None:
+            raise ValueError(f"GraphSymmetricAttention expects tokens (B, T, D). Received: shape={input_shape}")
+        self._check_tokens(input_shape)
+        dim = int(input_shape[-1])
+        if dim % self.num_heads:
+            raise ValueError(
+                f"The feature size D must be a multiple of num_heads. Received: D={dim}, num_heads={self.num_heads}"
+            )
+        self.dim = dim
+        self.head_dim = dim // self.num_heads
+        self.qkv_kernel = self.add_weight("qkv_kernel", (dim, 3 * dim), initializer=self.kernel_initializer)
+        self.qkv_bias = self.add_weight("qkv_bias", (3 * dim,), initializer="zeros")
+        n, heads = self._num_graph_classes, self.num_heads
+        if self.graph_qkv:
+            channels = dim * len(self.graph_qkv)
+            self.qkv_graph = self.add_weight(
+                "qkv_graph", (n, channels), initializer=self._graph_initializer([self._self_class()], 1.0, 0)
+            )
+        if self.score_graph:
+            self.score_graph_weights = self.add_weight(
+                "score_graph", (n, heads), initializer=self._graph_initializer(range(n), 1.0, 1)
+            )
+        if self.score_mixing:
+            self.score_mixing_weights = self.add_weight(
+                "score_mixing", (n, heads), initializer=self._graph_initializer([self._self_class()], 1.0, 2)
+            )
+            self.score_bias_weights = self.add_weight(
+                "score_bias", (n, heads), initializer=self._graph_initializer([], 0.0, 3)
+            )
+        self.triangle_weights = []
+        if self.triangles:
+            self._build_triangle_indices()
+            primary = [graphs.TRIANGLE_SELF, graphs.TRIANGLE_OPEN, graphs.TRIANGLE_RIGHT]
+            for t in range(self.triangles):
+                self.triangle_weights.append(
+                    self.add_weight(
+                        f"triangle_{t}",
+                        (self._num_angle_classes, heads),
+                        initializer=self._graph_initializer(primary, 1.0, 4 + t),
+                    )
+                )
+        super().build(input_shape)
+
+    def _check_tokens(self, shape: tf.TensorShape) -> None:
+        tokens = shape[1]
+        if tokens is not None and tokens != self.num_tokens:
+            h, w = self.grid_shape
+            token = " + 1 class token" if self.class_token else ""
+            raise ValueError(
+                f"{self.name} expects (B, {self.num_tokens}, D) tokens: {h}x{w} grid tokens{token}. "
+                f"Received: shape={shape}"
+            )
+
+    def _build_triangle_indices(self) -> None:
+        """Gather indices of eq. 8 over the full ``T x T`` score matrix, class token included."""
+        p, t, c = self.num_grid_tokens, self.num_tokens, int(self.class_token)
+        jk, ki = graphs.triangle_gather_indices(self.grid_shape)
+        _, angles, num_angles = graphs.triangle_indices(self.grid_shape)
+        zero = t * t  # index of an appended zero score
+
+        def to_full(grid_flat: np.ndarray) -> np.ndarray:
+            # Grid indices r * P + s into the T x T matrix, where grid token r is token r + c.
+            r, s = np.divmod(grid_flat, p)
+            return np.where(grid_flat == p * p, zero, (r + c) * t + (s + c))
+
+        full_jk = np.full((t, t), zero, dtype=np.int32)
+        full_ki = np.full((t, t), zero, dtype=np.int32)
+        # The class token's scores pass unchanged: weight 1 on S[i, j], nothing else.
+        one_class, zero_class = num_angles, num_angles + 1
+        full_angles = np.empty((t, t, 3), dtype=np.int32)
+        full_angles[...] = [one_class, zero_class, zero_class]
+        full_jk[c:, c:] = to_full(jk)
+        full_ki[c:, c:] = to_full(ki)
+        full_angles[c:, c:] = angles
+        self._triangle_jk = full_jk.reshape(-1)
+        self._triangle_ki = full_ki.reshape(-1)
+        self._triangle_angles = full_angles
+        self._num_angle_classes = num_angles
+
+    # -- the attention of eq. 3 ------------------------------------------------
+    def call(self, tokens: tf.Tensor, training: bool | None = None) -> tf.Tensor:
+        self._check_tokens(tokens.shape)
+        qkv = self.project_qkv(tokens)
+        if self.graph_qkv:
+            qkv = self._split_grid_apply(qkv, lambda grid: self.mix_qkv_grid(grid, training))
+        return self.attend(qkv, training=training)
+
+    def project_qkv(self, tokens: tf.Tensor) -> tf.Tensor:
+        """``[Q, K, V] = X [W_q, W_k, W_v] + b``: ``(B, T, D)`` -> ``(B, T, 3 D)``."""
+        return tf.einsum("btd,de->bte", tokens, self.qkv_kernel) + self.qkv_bias
+
+    def mix_qkv_grid(
+        self, qkv_grid: tf.Tensor, training: bool | None = None, map_shape: tuple[int, int] | None = None
+    ) -> tf.Tensor:
+        """Applies ``G_q, G_k, G_v`` to the grid tokens' ``(B, P, 3 D)`` projections (eq. 11).
+
+        ``map_shape``: apply the graphs by convolution to a map of this
+        ``(H, W)`` instead of the layer's grid (local GSA: the graph reaches
+        past the attention window).
+        """
+        parts = tf.split(qkv_grid, 3, axis=-1)
+        chosen = [parts["qkv".index(c)] for c in self.graph_qkv]
+        mixed = self.graph_mix(tf.concat(chosen, axis=-1), training=training, map_shape=map_shape)
+        mixed_parts = tf.split(mixed, len(self.graph_qkv), axis=-1)
+        for c, part in zip(self.graph_qkv, mixed_parts):
+            parts["qkv".index(c)] = part
+        return tf.concat(parts, axis=-1)
+
+    def graph_mix(
+        self, x: tf.Tensor, training: bool | None = None, map_shape: tuple[int, int] | None = None
+    ) -> tf.Tensor:
+        """``y[p] = sum_q G[p, q] x[q]`` per channel, dense or as a depth-wise convolution.
+
+        Args:
+          x: ``(B, P, F)`` grid features, ``F`` the channels of ``qkv_graph``.
+          training: enables graph-symmetric dropout.
+          map_shape: ``(H, W)`` of a map to convolve instead of the layer's grid.
+        """
+        weights = graph_symmetric_dropout(self.qkv_graph, self.graph_dropout, training)
+        if map_shape is not None or self._use_conv_form():
+            h, w = map_shape or self.grid_shape
+            kernel = tf.gather(weights, self._kernel_index)  # (k, k, F)
+            grid = tf.reshape(x, [-1, h, w, x.shape[-1]])
+            y = tf.nn.depthwise_conv2d(grid, kernel[..., None], strides=[1, 1, 1, 1], padding="SAME")
+            return tf.reshape(y, [-1, h * w, x.shape[-1]])
+        matrix = tf.gather(with_zero_row(weights), self._graph_index)  # (P, P, F)
+        return tf.einsum("pqf,bqf->bpf", matrix, x)
+
+    def _use_conv_form(self) -> bool:
+        if self.graph_form == "auto":
+            # Per channel the dense form costs P^2 and the convolution P k^2.
+            return self.graph_kernel_size**2 < self.num_grid_tokens
+        return self.graph_form == "conv"
+
+    def _split_grid_apply(self, x: tf.Tensor, fn) -> tf.Tensor:
+        if not self.class_token:
+            return fn(x)
+        return tf.concat([x[:, :1], fn(x[:, 1:])], axis=1)
+
+    def attend(self, qkv: tf.Tensor, training: bool | None = None) -> tf.Tensor:
+        """Scores, symmetrisation, triangles, softmax and values: ``(B, T, 3 D)`` -> ``(B, T, D)``."""
+        heads, head_dim = self.num_heads, self.head_dim
+        q, k, v = (tf.reshape(part, [-1, self.num_tokens, heads, head_dim]) for part in tf.split(qkv, 3, axis=-1))
+        # b = batch, h = head, i / j = query / key token, d = feature of a head.
+        scores = tf.einsum("bihd,bjhd->bhij", q, k)
+        if self.score_mixing:
+            scores = self._mix_scores(scores, training)
+        if self.score_graph:
+            scores = scores * self._score_matrix(self.score_graph_weights, 1.0, training)
+        attention = self._normalised(self._symmetrised(scores, +1.0), training)
+        if self.antisymmetric:
+            attention += self._normalised(self._symmetrised(scores, -1.0), training)
+        out = tf.einsum("bhij,bjhd->bihd", attention, v)
+        return tf.reshape(out, [-1, self.num_tokens, self.dim])
+
+    def _symmetrised(self, scores: tf.Tensor, sign: float) -> tf.Tensor:
+        if sign > 0 and not self.symmetrize:
+            return scores
+        return scores + sign * tf.transpose(scores, [0, 1, 3, 2])
+
+    def _normalised(self, scores: tf.Tensor, training: bool | None) -> tf.Tensor:
+        for weights in self.triangle_weights:
+            scores = self._triangle_sum(scores, weights, training)
+        scale = tf.cast(1.0 / math.sqrt(self.head_dim), scores.dtype)
+        return tf.nn.softmax(scores * scale, axis=-1)
+
+    def _score_matrix(self, weights: tf.Tensor, token_value: float, training: bool | None) -> tf.Tensor:
+        """A per-head ``(H, T, T)`` graph matrix; the class token's row and column hold ``token_value``."""
+        weights = graph_symmetric_dropout(weights, self.graph_dropout, training)
+        matrix = tf.transpose(tf.gather(with_zero_row(weights), self._graph_index), [2, 0, 1])
+        if not self.class_token:
+            return matrix
+        return tf.pad(matrix, [[0, 0], [1, 0], [1, 0]], constant_values=token_value)
+
+    def _mix_scores(self, scores: tf.Tensor, training: bool | None) -> tf.Tensor:
+        """eq. 12: ``sigma(sum_j G_qk[i, j] S[j, :] + G_b[i, :])`` on the grid rows."""
+        mixing = self._score_matrix(self.score_mixing_weights, 0.0, training)
+        if self.class_token:
+            # The class token's row passes unchanged: identity on it.
+            eye = tf.one_hot(0, self.num_tokens, dtype=mixing.dtype)
+            mixing = mixing + eye[:, None] * eye[None, :]
+        bias = self._score_matrix(self.score_bias_weights, 0.0, training)
+        return self._sigma(tf.einsum("hik,bhkj->bhij", mixing, scores) + bias)
+
+    def _triangle_sum(self, scores: tf.Tensor, weights: tf.Tensor, training: bool | None) -> tf.Tensor:
+        """eq. 8: ``Theta_j S[i, j] + Theta_k S[j, k] + Theta_i S[k, i]`` with ``k = T(i, j)``."""
+        t = self.num_tokens
+        weights = graph_symmetric_dropout(weights, self.graph_dropout, training)
+        table = tf.concat([weights, tf.ones_like(weights[:1]), tf.zeros_like(weights[:1])], axis=0)
+        theta = tf.transpose(tf.gather(table, self._triangle_angles), [3, 2, 0, 1])  # (H, 3, T, T)
+        flat = tf.reshape(scores, [-1, self.num_heads, t * t])
+        flat = tf.concat([flat, tf.zeros_like(flat[..., :1])], axis=-1)
+        s_jk = tf.reshape(tf.gather(flat, self._triangle_jk, axis=-1), [-1, self.num_heads, t, t])
+        s_ki = tf.reshape(tf.gather(flat, self._triangle_ki, axis=-1), [-1, self.num_heads, t, t])
+        return theta[:, 0] * scores + theta[:, 1] * s_jk + theta[:, 2] * s_ki
+
+    def compute_output_shape(self, input_shape: tf.TensorShape) -> tf.TensorShape:
+        return tf.TensorShape(input_shape)
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(
+            grid_shape=list(self.grid_shape),
+            num_heads=self.num_heads,
+            symmetry=self.symmetry,
+            graph_qkv=self.graph_qkv,
+            graph_kernel_size=self.graph_kernel_size,
+            graph_form=self.graph_form,
+            score_graph=self.score_graph,
+            score_mixing=self.score_mixing,
+            score_activation=self.score_activation,
+            symmetrize=self.symmetrize,
+            antisymmetric=self.antisymmetric,
+            triangles=self.triangles,
+            class_token=self.class_token,
+            graph_dropout=self.graph_dropout,
+            graph_init_stddev=self.graph_init_stddev,
+            kernel_initializer=tf_keras.initializers.serialize(self.kernel_initializer),
+            seed=self.seed,
+        )
+        return config

@@ -1,0 +1,306 @@
+"""The SiT family: SiT, SiT*, SeT, SieT and the dihedral SiT (SiT paper, section 4, Table 1-2, appendix F)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import tensorflow as tf
+import tf_keras
+
+from sit_keras import graphs
+from sit_keras.layers import GlobalGSA, GraphConv2D, LocalGSA
+from sit_keras.models.base import Encoder
+
+# What each variant promises (section 4, Table 1): triangle sums that keep
+# rotations and break flips, and which parts of the representation it uses.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "sit": {"triangles": 1, "invariant": True, "equivariant": False},
+    "sit_star": {"triangles": 2, "invariant": True, "equivariant": False},
+    "set": {"triangles": 1, "invariant": False, "equivariant": True},
+    "siet": {"triangles": 1, "invariant": True, "equivariant": True},
+    "sit_dihedral": {"triangles": 0, "invariant": True, "equivariant": False},
+}
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # Table 2 and appendix F.5 (Procgen, 64x64x3): graph conv + max-pool,
+    # 2 local GSA on 4x4-pixel windows, 2 global GSA on the 8x8 patch grid,
+    # embedding 64, hidden 64.
+    "procgen": {
+        "dim": 64,
+        "num_heads": 4,
+        "stem_kernel_size": 3,
+        "pool_size": 2,
+        "window": 4,
+        "window_stride": None,
+        "local_layers": 2,
+        "global_layers": 2,
+        "output_dim": 64,
+    },
+    # Appendix F.1 (MiniGrid, 14x14x3): a 5x5 window around every pixel,
+    # global attention over all 196 pixels, 8 heads, embedding 64; 1 local
+    # + 2 global layers is the SiT of Tables 4-5.
+    "minigrid": {
+        "dim": 64,
+        "num_heads": 8,
+        "stem_kernel_size": 0,
+        "pool_size": 1,
+        "window": 5,
+        "window_stride": 1,
+        "local_layers": 1,
+        "global_layers": 2,
+        "output_dim": 64,
+    },
+}
+
+
+@tf_keras.saving.register_keras_serializable(package="sit_keras")
+class SiTEncoder(Encoder):
+    """Symmetry-invariant (and -equivariant) transformer encoder.
+
+    ``images -> [GraphConv2D stem -> max-pool] -> LocalGSA -> GlobalGSA ->
+    head``, where the head reads the invariant class token (SiT, SiT*, the
+    dihedral SiT), the equivariant patch grid (SeT), or both (SieT); see
+    section 4 and Fig. 3 of the SiT paper.
+
+    Symmetry on a square input (``symmetry="rotation"``):
+
+    - ``"sit"`` / ``"sit_star"``: the output is invariant under the four
+      90-degree rotations and *not* under flips (one or two triangle sums,
+      eq. 4; SiT* is Table 1's "two consecutive sums over triangles").
+    - ``"set"``: the patch grid is equivariant, ``f(rot x) = rot f(x)``; the
+      head reads it in order, so the output tells orientations apart.
+    - ``"siet"``: an invariant and an equivariant part, each exact.
+    - ``"sit_dihedral"``: no triangle sum; invariant under all of D4.
+
+    Exactness needs the stem, pooling and windows to map the image grid to
+    itself: a square image whose side is a multiple of ``pool_size * window``
+    for tiling windows (``pool_size`` for sliding ones).
+
+    Args:
+      image_shape: ``(H, W, C)``.
+      output_dim: size of the hidden feature vector (Table 2 "hidden dim").
+      variant: one of ``VARIANTS``.
+      dim: token size of local and global GSA (Table 2 "channels").
+      num_heads: attention heads.
+      stem_kernel_size: odd kernel of the initial graph convolution, 0 for none.
+      pool_size: max-pooling after the stem, 1 for none.
+      window: local attention window in (pooled) pixels.
+      window_stride: ``window`` (tiling, default) or 1 (a window per pixel).
+      local_layers: local GSA blocks.
+      global_layers: global GSA blocks.
+      local_graph_kernel_size: reach of the first local block's graphs on the
+        pixel map (may exceed the window), ``None`` to cover the window.
+      global_graph_kernel_size: reach of the global graphs, ``None`` for all.
+      symmetry: graph symmetry of every GSA layer and of the stem.
+      triangles: triangle sums per GSA layer; ``None`` takes the variant's.
+      graph_qkv: which of q, k, v get graph matrices (eq. 11).
+      equivariant_dim: features per patch of the equivariant part.
+      graph_dropout: graph-symmetric dropout rate (section 4).
+      mlp_dim: MLP size inside GSA blocks, 0 for none (appendix F.1).
+      graph_init_stddev: noise of the near-identity graph initialisation.
+      seed: seed of the graph initialisers.
+      **kwargs: ``tf_keras.Model`` arguments (``name``, ``dtype``).
+
+    Call arguments:
+      images: ``(B, H, W, C)`` uint8 or float.
+      training: Python boolean (graph-symmetric dropout).
+
+    Returns:
+      ``(B, output_dim)``.
+
+    >>> import sit_keras
+    >>> from sit_keras.models import build_encoder
+    >>> encoder = build_encoder("sit", (64, 64, 3))
+    >>> encoder(tf.zeros((2, 64, 64, 3), tf.uint8)).shape
+    TensorShape([2, 64])
+    """
+
+    def __init__(
+        self,
+        image_shape: Sequence[int],
+        output_dim: int = 64,
+        variant: str = "sit",
+        dim: int = 64,
+        num_heads: int = 4,
+        stem_kernel_size: int = 3,
+        pool_size: int = 2,
+        window: int = 4,
+        window_stride: int | None = None,
+        local_layers: int = 2,
+        global_layers: int = 2,
+        local_graph_kernel_size: int | None = None,
+        global_graph_kernel_size: int | None = None,
+        symmetry: str = "rotation",
+        triangles: int | None = None,
+        graph_qkv: str = "qkv",
+        equivariant_dim: int = 4,
+        graph_dropout: float = 0.0,
+        mlp_dim: int = 0,
+        graph_init_stddev: float = 0.1,
+        seed: int | None = None,
+        **kwargs: Any,
+    ):
+        super().__init__(image_shape, output_dim, **kwargs)
+        if variant not in VARIANTS:
+            raise ValueError(f"Unknown SiT variant {variant!r}. Expected one of: {', '.join(VARIANTS)}.")
+        self.variant = variant
+        self.dim = int(dim)
+        self.num_heads = int(num_heads)
+        self.stem_kernel_size = int(stem_kernel_size)
+        self.pool_size = int(pool_size)
+        self.window = int(window)
+        self.window_stride = self.window if window_stride is None else int(window_stride)
+        self.local_layers = int(local_layers)
+        self.global_layers = int(global_layers)
+        self.local_graph_kernel_size = local_graph_kernel_size
+        self.global_graph_kernel_size = global_graph_kernel_size
+        self.symmetry = symmetry
+        self.triangles = VARIANTS[variant]["triangles"] if triangles is None else int(triangles)
+        self.graph_qkv = graph_qkv
+        self.equivariant_dim = int(equivariant_dim)
+        self.graph_dropout = float(graph_dropout)
+        self.mlp_dim = int(mlp_dim)
+        self.graph_init_stddev = float(graph_init_stddev)
+        self.seed = seed
+        self.uses_invariant = VARIANTS[variant]["invariant"]
+        self.uses_equivariant = VARIANTS[variant]["equivariant"]
+        self.patch_grid = self._patch_grid()
+
+        shared = {
+            "symmetry": symmetry,
+            "triangles": self.triangles,
+            "graph_qkv": graph_qkv,
+            "graph_dropout": self.graph_dropout,
+            "mlp_dim": self.mlp_dim,
+            "graph_init_stddev": self.graph_init_stddev,
+            "seed": seed,
+            "dtype": self.dtype_policy,
+        }
+        self.stem = None
+        if self.stem_kernel_size:
+            self.stem = GraphConv2D(
+                self.stem_kernel_size, symmetry=symmetry, seed=seed, dtype=self.dtype_policy, name="stem"
+            )
+        self.local_gsa = LocalGSA(
+            window=self.window,
+            stride=self.window_stride,
+            dim=self.dim,
+            num_heads=self.num_heads,
+            num_layers=self.local_layers,
+            graph_kernel_size=local_graph_kernel_size,
+            name="local_gsa",
+            **shared,
+        )
+        self.global_gsa = GlobalGSA(
+            self.patch_grid,
+            num_heads=self.num_heads,
+            num_layers=self.global_layers,
+            graph_kernel_size=global_graph_kernel_size,
+            name="global_gsa",
+            **shared,
+        )
+        self.equivariant_projection = None
+        if self.uses_equivariant:
+            # Acts on each patch alone, so the reduced grid stays equivariant.
+            self.equivariant_projection = tf_keras.layers.Dense(
+                self.equivariant_dim, dtype=self.dtype_policy, name="equivariant_projection"
+            )
+        self.head = tf_keras.layers.Dense(self.output_dim, activation="relu", dtype=self.dtype_policy, name="head")
+
+    def _patch_grid(self) -> tuple[int, int]:
+        """The global grid; a ``ValueError`` naming the valid sizes if the image does not fit."""
+        h, w, _ = self.image_shape
+        step = self.pool_size * (self.window if self.window_stride == self.window else 1)
+        if self.pool_size < 1 or h % self.pool_size or w % self.pool_size:
+            raise ValueError(self._size_message(step))
+        try:
+            windows = graphs.window_indices((h // self.pool_size, w // self.pool_size), self.window, self.window_stride)
+        except ValueError as error:
+            raise ValueError(f"{self._size_message(step)} ({error})") from None
+        return int(windows.shape[0]), int(windows.shape[1])
+
+    def _size_message(self, step: int) -> str:
+        h, w, c = self.image_shape
+        examples = ", ".join(str(step * n) for n in (max(1, 64 // step - 1), max(2, 64 // step), max(3, 64 // step + 1)))
+        return (
+            f"{self.variant} with pool_size={self.pool_size}, window={self.window} and "
+            f"window_stride={self.window_stride} needs images whose height and width are multiples of "
+            f"{step} (e.g. {examples}); square images keep the rotation symmetry. "
+            f"Received: image_shape=({h}, {w}, {c})"
+        )
+
+    # -- forward ---------------------------------------------------------------
+    def _features(self, images: tf.Tensor, training: bool | None) -> tuple[tf.Tensor, tf.Tensor]:
+        x = images
+        if self.stem is not None:
+            x = self.stem(x)
+        if self.pool_size > 1:
+            x = tf.nn.max_pool2d(x, self.pool_size, self.pool_size, "VALID")
+        token, patches = self.global_gsa(self.local_gsa(x, training=training), training=training)
+        return token, patches
+
+    def _parts(self, images: tf.Tensor, training: bool | None) -> dict[str, tf.Tensor]:
+        token, patches = self._features(images, training)
+        parts = {}
+        if self.uses_invariant:
+            parts["invariant"] = token
+        if self.uses_equivariant:
+            parts["equivariant"] = self.equivariant_projection(patches)
+        return parts
+
+    def encode(self, images: tf.Tensor, training: bool | None = None) -> tf.Tensor:
+        parts = self._parts(images, training)
+        pieces = []
+        if "invariant" in parts:
+            pieces.append(parts["invariant"])
+        if "equivariant" in parts:
+            h, w = self.patch_grid
+            pieces.append(tf.reshape(parts["equivariant"], [-1, h * w * self.equivariant_dim]))
+        return self.head(tf.concat(pieces, axis=-1) if len(pieces) > 1 else pieces[0])
+
+    def symmetry_parts(self, images: tf.Tensor, training: bool | None = None) -> dict[str, tf.Tensor]:
+        """``{"invariant": (B, dim)}`` and/or ``{"equivariant": (B, h, w, equivariant_dim)}``."""
+        return self._parts(self.preprocess(images), training)
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(
+            variant=self.variant,
+            dim=self.dim,
+            num_heads=self.num_heads,
+            stem_kernel_size=self.stem_kernel_size,
+            pool_size=self.pool_size,
+            window=self.window,
+            window_stride=self.window_stride,
+            local_layers=self.local_layers,
+            global_layers=self.global_layers,
+            local_graph_kernel_size=self.local_graph_kernel_size,
+            global_graph_kernel_size=self.global_graph_kernel_size,
+            symmetry=self.symmetry,
+            triangles=self.triangles,
+            graph_qkv=self.graph_qkv,
+            equivariant_dim=self.equivariant_dim,
+            graph_dropout=self.graph_dropout,
+            mlp_dim=self.mlp_dim,
+            graph_init_stddev=self.graph_init_stddev,
+            seed=self.seed,
+        )
+        return config
+
+
+def _builder(variant: str) -> Callable[..., SiTEncoder]:
+    def build(image_shape: Sequence[int], preset: str = "procgen", **overrides: Any) -> SiTEncoder:
+        if preset not in PRESETS:
+            raise ValueError(f"Unknown SiT preset {preset!r}. Expected one of: {', '.join(PRESETS)}.")
+        return SiTEncoder(image_shape, variant=variant, **{**PRESETS[preset], **overrides})
+
+    build.__name__ = f"build_{variant}"
+    build.__doc__ = f"Builds the {variant!r} encoder with a preset of ``PRESETS`` (default Procgen, Table 2)."
+    return build
+
+
+build_sit = _builder("sit")
+build_sit_star = _builder("sit_star")
+build_set = _builder("set")
+build_siet = _builder("siet")
+build_sit_dihedral = _builder("sit_dihedral")

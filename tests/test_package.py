@@ -1,0 +1,90 @@
+"""Packaging and Keras-selection checks for ``sit_keras``."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import tensorflow as tf
+
+import sit_keras
+
+# conftest.py has already imported sit_keras, so TensorFlow's tf.keras is Keras 2 here.
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    """The current environment without TF_USE_LEGACY_KERAS, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    env.update(extra)
+    return env
+
+
+def _run_python(code: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_tf_keras_is_keras_2_after_import():
+    assert sit_keras is not None
+    assert tf.keras.__name__.startswith("tf_keras"), tf.keras.__name__
+
+
+def test_importing_after_tensorflow_without_legacy_keras_fails(tmp_path):
+    result = _run_python("import tensorflow; import sit_keras", cwd=tmp_path, env=_clean_env())
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert "ImportError" in result.stderr, result.stderr
+    assert "TF_USE_LEGACY_KERAS" in result.stderr, result.stderr
+
+
+def test_importing_before_tensorflow_selects_tf_keras(tmp_path):
+    code = "import sit_keras, tensorflow as tf; print(tf.keras.__name__)"
+    result = _run_python(code, cwd=tmp_path, env=_clean_env())
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().startswith("tf_keras"), result.stdout
+
+
+def test_agents_and_export_are_subpackages_from_repo_folders():
+    import sit_keras.agents
+    import sit_keras.export
+
+    assert Path(sit_keras.agents.__file__).resolve().parent == REPO / "agents"
+    assert Path(sit_keras.export.__file__).resolve().parent == REPO / "export"
+
+
+def test_no_top_level_agents_or_export_module_from_this_project(tmp_path):
+    # Run from an empty folder, so that only the installed package (not the
+    # current directory or pytest's sys.path) decides what `agents` is.
+    code = (
+        "import importlib.util\n"
+        "for name in ('agents', 'export'):\n"
+        "    spec = importlib.util.find_spec(name)\n"
+        "    print(name, spec.origin if spec else None)\n"
+    )
+    result = _run_python(code, cwd=tmp_path, env=_clean_env())
+    assert result.returncode == 0, result.stderr
+    for line in result.stdout.splitlines():
+        name, origin = line.split(" ", 1)
+        if origin != "None":
+            assert not Path(origin).resolve().is_relative_to(REPO), f"top-level {name!r} from {origin}"
+    # In this process too, unless the repository itself is on sys.path (python -m pytest).
+    if not any(Path(p or ".").resolve() == REPO for p in sys.path):
+        spec = importlib.util.find_spec("agents")
+        assert spec is None or not Path(spec.origin or "").resolve().is_relative_to(REPO)
+
+
+def test_version_matches_installed_metadata():
+    assert sit_keras.__version__ == importlib.metadata.version("sit-keras")
