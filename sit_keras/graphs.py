@@ -57,7 +57,7 @@ neither class costs any symmetry.
 from __future__ import annotations
 
 import functools
-from typing import Hashable
+from collections.abc import Hashable
 
 import numpy as np
 
@@ -89,7 +89,7 @@ def _offset_key(dy2: int, dx2: int, symmetry: str) -> Hashable:
     return dy2 == 0 and dx2 == 0  # permutation: self-loops and all other edges
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def kernel_indices(kernel_size: int, symmetry: str) -> tuple[np.ndarray, int]:
     """Weight-class index of each offset of a ``k x k`` kernel (Listing 4).
 
@@ -104,8 +104,8 @@ def kernel_indices(kernel_size: int, symmetry: str) -> tuple[np.ndarray, int]:
     Returns:
       ``(indices, num_classes)``: ``indices`` is a read-only ``(k, k)`` int32
       array with values in ``[0, num_classes)``; classes are numbered by
-      their sorted keys, so the centre (for odd ``k``) is class 0 except for
-      ``"translation"``.
+      their sorted keys, so the centre (for odd ``k``) is class 0 for
+      ``"rotation"``, ``"flip_hv"`` and ``"permutation"``.
     """
     symmetry = resolve_symmetry(symmetry)
     if kernel_size < 1:
@@ -146,8 +146,10 @@ def grid_indices(
     return _grid_indices(_check_grid(grid_shape), resolve_symmetry(symmetry), kernel_size)
 
 
-@functools.lru_cache(maxsize=None)
-def _grid_indices(grid_shape: tuple[int, int], symmetry: str, kernel_size: int | None) -> tuple[np.ndarray, int]:
+@functools.cache
+def _grid_indices(
+    grid_shape: tuple[int, int], symmetry: str, kernel_size: int | None
+) -> tuple[np.ndarray, int]:
     h, w = grid_shape
     full = full_kernel_size((h, w))
     kernel_size = full if kernel_size is None else int(kernel_size)
@@ -165,13 +167,34 @@ def _grid_indices(grid_shape: tuple[int, int], symmetry: str, kernel_size: int |
     dx = cols[None, :] - cols[:, None]
     inside = (np.abs(dy) <= radius) & (np.abs(dx) <= radius)
     indices = np.where(
-        inside, kernel[np.clip(dy + radius, 0, kernel_size - 1), np.clip(dx + radius, 0, kernel_size - 1)], num_classes
+        inside,
+        kernel[np.clip(dy + radius, 0, kernel_size - 1), np.clip(dx + radius, 0, kernel_size - 1)],
+        num_classes,
     ).astype(np.int32)
     indices.setflags(write=False)
     return indices, num_classes
 
 
-def sequence_indices(length: int, symmetry: str = "shift", kernel_size: int | None = None) -> tuple[np.ndarray, int]:
+def compact_classes(grid_index: np.ndarray, kernel_index: np.ndarray, num_classes: int):
+    """Renumbers the classes that ``grid_index`` uses as ``0..m-1``; the others read zero.
+
+    A full-reach kernel is square, so on a ``(1, L)`` sequence or a
+    rectangular grid some of its classes link no pair of vertices. In the
+    kernel form those entries only ever meet zero padding, so dropping them
+    changes nothing and leaves no untrainable weights.
+
+    Returns:
+      ``(grid_index, kernel_index, m)`` with index ``m`` meaning zero.
+    """
+    used = np.unique(grid_index[grid_index < num_classes])
+    new_number = np.full(num_classes + 1, len(used), dtype=np.int32)
+    new_number[used] = np.arange(len(used), dtype=np.int32)
+    return new_number[grid_index], new_number[kernel_index], len(used)
+
+
+def sequence_indices(
+    length: int, symmetry: str = "shift", kernel_size: int | None = None
+) -> tuple[np.ndarray, int]:
     """Dense ``L x L`` indices for 1-D data (appendix A.1): ``"shift"`` or ``"shift_flip"``."""
     if symmetry not in SEQUENCE_SYMMETRIES:
         raise ValueError(f"1-D symmetry must be one of {sorted(SEQUENCE_SYMMETRIES)}. Received: {symmetry!r}")
@@ -209,7 +232,7 @@ def triangle_indices(grid_shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarra
     return _triangle_indices(_check_grid(grid_shape))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _triangle_indices(grid_shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, int]:
     h, w = grid_shape
     p = h * w
@@ -291,7 +314,7 @@ def window_indices(grid_shape: tuple[int, int], window: int, stride: int) -> np.
     return _window_indices(_check_grid(grid_shape), int(window), int(stride))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _window_indices(grid_shape: tuple[int, int], window: int, stride: int) -> np.ndarray:
     h, w = grid_shape
     if window < 1:
@@ -356,5 +379,7 @@ def _check_grid(grid_shape: tuple[int, int]) -> tuple[int, int]:
     except (TypeError, ValueError):
         raise ValueError(f"grid_shape must be (H, W). Received: grid_shape={grid_shape!r}") from None
     if h < 1 or w < 1:
-        raise ValueError(f"grid_shape must be (H, W) with positive sizes. Received: grid_shape={grid_shape!r}")
+        raise ValueError(
+            f"grid_shape must be (H, W) with positive sizes. Received: grid_shape={grid_shape!r}"
+        )
     return h, w

@@ -19,7 +19,7 @@ Images and patch grids are ``(B, H, W, C)``; the spatial axes are 1 and 2.
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import tensorflow as tf
@@ -61,7 +61,7 @@ def anti_transpose(x: tf.Tensor) -> tf.Tensor:
 
 
 def permute_grid(x: tf.Tensor, permutation: np.ndarray) -> tf.Tensor:
-    """Permutes the ``H * W`` positions of ``(B, H, W, C)``: output position ``p`` gets input ``permutation[p]``."""
+    """Permutes the ``H * W`` positions of ``(B, H, W, C)``: position ``p`` gets input ``permutation[p]``."""
     x = tf.convert_to_tensor(x)
     _, h, w, c = x.shape
     flat = tf.reshape(x, [-1, h * w, c])

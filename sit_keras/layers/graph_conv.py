@@ -9,6 +9,7 @@ import tf_keras
 
 from sit_keras import graphs
 from sit_keras.layers.graph_weights import NearIdentity
+from sit_keras.layers.indexing import expand_shared
 
 
 @tf_keras.saving.register_keras_serializable(package="sit_keras")
@@ -94,10 +95,14 @@ class GraphConv2D(tf_keras.layers.Layer):
     def kernel(self) -> tf.Tensor:
         """The ``(k, k, C, depth_multiplier)`` depth-wise kernel built from the shared weights."""
         k = self.kernel_size
-        kernel = tf.gather(self.graph_weights, self._kernel_index)  # (k, k, C * m)
+        kernel = expand_shared(self.graph_weights, self._kernel_index)  # (k, k, C * m)
         return tf.reshape(kernel, [k, k, self.in_channels, self.depth_multiplier])
 
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
+        if inputs.shape.rank != 4 or inputs.shape[-1] != self.in_channels:
+            raise ValueError(
+                f"{self.name} expects maps (B, H, W, {self.in_channels}). Received: {inputs.shape}"
+            )
         stride = [1, self.strides, self.strides, 1]
         out = tf.nn.depthwise_conv2d(inputs, self.kernel(), strides=stride, padding=self.padding.upper())
         return out + self.bias if self.use_bias else out

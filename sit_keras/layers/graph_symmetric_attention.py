@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 import tf_keras
 
 from sit_keras import graphs
-from sit_keras.layers.graph_weights import NearIdentity, graph_symmetric_dropout, with_zero_row
+from sit_keras.layers.graph_weights import NearIdentity, graph_symmetric_dropout
+from sit_keras.layers.indexing import ConstantGather, expand_shared
 
 GRAPH_FORMS = ("auto", "dense", "conv")
 
@@ -123,7 +125,9 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         if self.num_heads < 1:
             raise ValueError(f"num_heads must be positive. Received: num_heads={num_heads}")
         if set(graph_qkv) - set("qkv") or len(set(graph_qkv)) != len(graph_qkv):
-            raise ValueError(f"graph_qkv must use each of 'q', 'k', 'v' at most once. Received: {graph_qkv!r}")
+            raise ValueError(
+                f"graph_qkv must use each of 'q', 'k', 'v' at most once. Received: {graph_qkv!r}"
+            )
         self.graph_qkv = "".join(c for c in "qkv" if c in graph_qkv)
         if graph_form not in GRAPH_FORMS:
             raise ValueError(f"graph_form must be one of {GRAPH_FORMS}. Received: {graph_form!r}")
@@ -131,14 +135,17 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
             raise ValueError(f"triangles must be 0, 1 or 2. Received: triangles={triangles}")
         if not 0.0 <= graph_dropout < 1.0:
             raise ValueError(f"graph_dropout must be in [0, 1). Received: graph_dropout={graph_dropout}")
-        self.graph_kernel_size = graphs.full_kernel_size(self.grid_shape) if graph_kernel_size is None else int(
-            graph_kernel_size
-        )
+        self.graph_kernel_size = None if graph_kernel_size is None else int(graph_kernel_size)
+        # The kernel actually used: as given, or the full reach of the grid.
+        self._kernel_size = self.graph_kernel_size or graphs.full_kernel_size(self.grid_shape)
         # Validates the kernel size against the grid and the symmetry.
-        self._graph_index, self._num_graph_classes = graphs.grid_indices(
-            self.grid_shape, self.symmetry, self.graph_kernel_size
-        )
-        self._kernel_index, _ = graphs.kernel_indices(self.graph_kernel_size, self.symmetry)
+        grid_index, num_classes = graphs.grid_indices(self.grid_shape, self.symmetry, self._kernel_size)
+        kernel_index, _ = graphs.kernel_indices(self._kernel_size, self.symmetry)
+        if self.graph_kernel_size is None:
+            grid_index, kernel_index, num_classes = graphs.compact_classes(
+                grid_index, kernel_index, num_classes
+            )
+        self._graph_index, self._kernel_index, self._num_graph_classes = grid_index, kernel_index, num_classes
         self.graph_form = graph_form
         self.score_graph = bool(score_graph)
         self.score_mixing = bool(score_mixing)
@@ -163,7 +170,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         return self.num_grid_tokens + int(self.class_token)
 
     def _self_class(self) -> int:
-        centre = self.graph_kernel_size // 2
+        centre = self._kernel_size // 2
         return int(self._kernel_index[centre, centre])
 
     def _graph_initializer(self, base_rows: Sequence[int], base_value: float, offset: int) -> NearIdentity:
@@ -174,12 +181,15 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
     def build(self, input_shape: tf.TensorShape) -> None:
         input_shape = tf.TensorShape(input_shape)
         if input_shape.rank != 3 or input_shape[-1] is None:
-            raise ValueError(f"GraphSymmetricAttention expects tokens (B, T, D). Received: shape={input_shape}")
+            raise ValueError(
+                f"GraphSymmetricAttention expects tokens (B, T, D). Received: shape={input_shape}"
+            )
         self._check_tokens(input_shape)
         dim = int(input_shape[-1])
         if dim % self.num_heads:
             raise ValueError(
-                f"The feature size D must be a multiple of num_heads. Received: D={dim}, num_heads={self.num_heads}"
+                "The feature size D must be a multiple of num_heads. "
+                f"Received: D={dim}, num_heads={self.num_heads}"
             )
         self.dim = dim
         self.head_dim = dim // self.num_heads
@@ -217,13 +227,15 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         super().build(input_shape)
 
     def _check_tokens(self, shape: tf.TensorShape) -> None:
-        tokens = shape[1]
-        if tokens is not None and tokens != self.num_tokens:
+        tokens = shape[1] if shape.rank == 3 else None
+        dim = getattr(self, "dim", None)
+        wrong_dim = dim is not None and shape.rank == 3 and shape[-1] != dim
+        if shape.rank != 3 or wrong_dim or (tokens is not None and tokens != self.num_tokens):
             h, w = self.grid_shape
             token = " + 1 class token" if self.class_token else ""
             raise ValueError(
-                f"{self.name} expects (B, {self.num_tokens}, D) tokens: {h}x{w} grid tokens{token}. "
-                f"Received: shape={shape}"
+                f"{self.name} expects (B, {self.num_tokens}, {dim or 'D'}) tokens: "
+                f"{h}x{w} grid tokens{token}. Received: shape={shape}"
             )
 
     def _build_triangle_indices(self) -> None:
@@ -247,77 +259,92 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         full_jk[c:, c:] = to_full(jk)
         full_ki[c:, c:] = to_full(ki)
         full_angles[c:, c:] = angles
-        self._triangle_jk = full_jk.reshape(-1)
-        self._triangle_ki = full_ki.reshape(-1)
+        self._gather_jk = ConstantGather(full_jk, t * t + 1, axis=-1, zero_input=zero)
+        self._gather_ki = ConstantGather(full_ki, t * t + 1, axis=-1, zero_input=zero)
         self._triangle_angles = full_angles
         self._num_angle_classes = num_angles
 
     # -- the attention of eq. 3 ------------------------------------------------
-    def call(self, tokens: tf.Tensor, training: bool | None = None) -> tf.Tensor:
+    # Projections are kept channels-first, (3 D, B, T): the per-feature graph
+    # matrices are then one batched matmul over the channels, and the heads
+    # need a single transpose. On CPU this is several times faster than
+    # token-major einsums.
+    def call(self, tokens: tf.Tensor, training: bool | None = None, token_only: bool = False) -> tf.Tensor:
+        """See the class docstring; ``token_only=True`` returns only the class token, ``(B, 1, D)``."""
         self._check_tokens(tokens.shape)
         qkv = self.project_qkv(tokens)
         if self.graph_qkv:
             qkv = self._split_grid_apply(qkv, lambda grid: self.mix_qkv_grid(grid, training))
-        return self.attend(qkv, training=training)
+        return self.attend(qkv, training=training, token_only=token_only)
 
     def project_qkv(self, tokens: tf.Tensor) -> tf.Tensor:
-        """``[Q, K, V] = X [W_q, W_k, W_v] + b``: ``(B, T, D)`` -> ``(B, T, 3 D)``."""
-        return tf.einsum("btd,de->bte", tokens, self.qkv_kernel) + self.qkv_bias
+        """``[Q, K, V] = X [W_q, W_k, W_v] + b`` channels-first: ``(B, T, D)`` -> ``(3 D, B, T)``."""
+        channels_first = tf.transpose(tokens, [2, 0, 1])  # (D, B, T)
+        flat = tf.reshape(channels_first, [self.dim, -1])
+        qkv = tf.matmul(self.qkv_kernel, flat, transpose_a=True) + self.qkv_bias[:, None]
+        return tf.reshape(qkv, [3 * self.dim, -1, tf.shape(tokens)[1]])
 
     def mix_qkv_grid(
         self, qkv_grid: tf.Tensor, training: bool | None = None, map_shape: tuple[int, int] | None = None
     ) -> tf.Tensor:
-        """Applies ``G_q, G_k, G_v`` to the grid tokens' ``(B, P, 3 D)`` projections (eq. 11).
+        """Applies ``G_q, G_k, G_v`` to the grid tokens' ``(3 D, B, P)`` projections (eq. 11).
 
         ``map_shape``: apply the graphs by convolution to a map of this
         ``(H, W)`` instead of the layer's grid (local GSA: the graph reaches
         past the attention window).
         """
-        parts = tf.split(qkv_grid, 3, axis=-1)
+        parts = tf.split(qkv_grid, 3, axis=0)
         chosen = [parts["qkv".index(c)] for c in self.graph_qkv]
-        mixed = self.graph_mix(tf.concat(chosen, axis=-1), training=training, map_shape=map_shape)
-        mixed_parts = tf.split(mixed, len(self.graph_qkv), axis=-1)
-        for c, part in zip(self.graph_qkv, mixed_parts):
+        mixed = self.graph_mix(tf.concat(chosen, axis=0), training=training, map_shape=map_shape)
+        mixed_parts = tf.split(mixed, len(self.graph_qkv), axis=0)
+        for c, part in zip(self.graph_qkv, mixed_parts, strict=True):
             parts["qkv".index(c)] = part
-        return tf.concat(parts, axis=-1)
+        return tf.concat(parts, axis=0)
 
     def graph_mix(
         self, x: tf.Tensor, training: bool | None = None, map_shape: tuple[int, int] | None = None
     ) -> tf.Tensor:
-        """``y[p] = sum_q G[p, q] x[q]`` per channel, dense or as a depth-wise convolution.
+        """``y[f, b, p] = sum_q G[p, q, f] x[f, b, q]``, dense or as a depth-wise convolution.
 
         Args:
-          x: ``(B, P, F)`` grid features, ``F`` the channels of ``qkv_graph``.
+          x: ``(F, B, P)`` channels-first grid features, ``F`` the channels of ``qkv_graph``.
           training: enables graph-symmetric dropout.
           map_shape: ``(H, W)`` of a map to convolve instead of the layer's grid.
         """
         weights = graph_symmetric_dropout(self.qkv_graph, self.graph_dropout, training)
+        channels = x.shape[0]
         if map_shape is not None or self._use_conv_form():
             h, w = map_shape or self.grid_shape
-            kernel = tf.gather(weights, self._kernel_index)  # (k, k, F)
-            grid = tf.reshape(x, [-1, h, w, x.shape[-1]])
+            kernel = expand_shared(weights, self._kernel_index)  # (k, k, F)
+            grid = tf.reshape(tf.transpose(x, [1, 2, 0]), [-1, h, w, channels])
             y = tf.nn.depthwise_conv2d(grid, kernel[..., None], strides=[1, 1, 1, 1], padding="SAME")
-            return tf.reshape(y, [-1, h * w, x.shape[-1]])
-        matrix = tf.gather(with_zero_row(weights), self._graph_index)  # (P, P, F)
-        return tf.einsum("pqf,bqf->bpf", matrix, x)
+            return tf.transpose(tf.reshape(y, [-1, h * w, channels]), [2, 0, 1])
+        matrix_t = expand_shared(weights, self._graph_index.T)  # (Q, P, F): G transposed
+        return tf.matmul(x, tf.transpose(matrix_t, [2, 0, 1]))  # (F, B, Q) @ (F, Q, P)
 
     def _use_conv_form(self) -> bool:
         if self.graph_form == "auto":
             # Per channel the dense form costs P^2 and the convolution P k^2.
-            return self.graph_kernel_size**2 < self.num_grid_tokens
+            return self._kernel_size**2 < self.num_grid_tokens
         return self.graph_form == "conv"
 
     def _split_grid_apply(self, x: tf.Tensor, fn) -> tf.Tensor:
         if not self.class_token:
             return fn(x)
-        return tf.concat([x[:, :1], fn(x[:, 1:])], axis=1)
+        return tf.concat([x[..., :1], fn(x[..., 1:])], axis=-1)
 
-    def attend(self, qkv: tf.Tensor, training: bool | None = None) -> tf.Tensor:
-        """Scores, symmetrisation, triangles, softmax and values: ``(B, T, 3 D)`` -> ``(B, T, D)``."""
-        heads, head_dim = self.num_heads, self.head_dim
-        q, k, v = (tf.reshape(part, [-1, self.num_tokens, heads, head_dim]) for part in tf.split(qkv, 3, axis=-1))
-        # b = batch, h = head, i / j = query / key token, d = feature of a head.
-        scores = tf.einsum("bihd,bjhd->bhij", q, k)
+    def attend(self, qkv: tf.Tensor, training: bool | None = None, token_only: bool = False) -> tf.Tensor:
+        """Scores, symmetrisation, triangles, softmax and values: ``(3 D, B, T)`` -> ``(B, T, D)``.
+
+        ``token_only``: compute only the class token's row, ``(B, 1, D)``;
+        the triangle sums and ``G`` leave that row alone, so it is exact.
+        """
+        heads, head_dim, t = self.num_heads, self.head_dim, self.num_tokens
+        # (3, H, d, B, T) -> (3, B, H, d, T); b = batch, h = head, d = feature, i / j = tokens.
+        q, k, v = tf.unstack(tf.transpose(tf.reshape(qkv, [3, heads, head_dim, -1, t]), [0, 3, 1, 2, 4]))
+        if token_only:
+            return self._attend_token(q, k, v)
+        scores = tf.matmul(q, k, transpose_a=True)  # (B, H, T, T): q_i . k_j
         if self.score_mixing:
             scores = self._mix_scores(scores, training)
         if self.score_graph:
@@ -325,8 +352,21 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         attention = self._normalised(self._symmetrised(scores, +1.0), training)
         if self.antisymmetric:
             attention += self._normalised(self._symmetrised(scores, -1.0), training)
-        out = tf.einsum("bhij,bjhd->bihd", attention, v)
-        return tf.reshape(out, [-1, self.num_tokens, self.dim])
+        out = tf.matmul(attention, v, transpose_b=True)  # (B, H, T, d)
+        return tf.reshape(tf.transpose(out, [0, 2, 1, 3]), [-1, t, self.dim])
+
+    def _attend_token(self, q: tf.Tensor, k: tf.Tensor, v: tf.Tensor) -> tf.Tensor:
+        if not self.class_token or self.score_mixing:
+            raise ValueError("token_only needs class_token=True and score_mixing=False.")
+        row = tf.matmul(q[..., :1], k, transpose_a=True)  # (B, H, 1, T): q_0 . k_j
+        column = tf.transpose(tf.matmul(q, k[..., :1], transpose_a=True), [0, 1, 3, 2])  # q_j . k_0
+        scale = tf.cast(1.0 / math.sqrt(self.head_dim), row.dtype)
+        symmetric = row + column if self.symmetrize else row
+        attention = tf.nn.softmax(symmetric * scale, axis=-1)
+        if self.antisymmetric:
+            attention += tf.nn.softmax((row - column) * scale, axis=-1)
+        out = tf.matmul(attention, v, transpose_b=True)  # (B, H, 1, d)
+        return tf.reshape(tf.transpose(out, [0, 2, 1, 3]), [-1, 1, self.dim])
 
     def _symmetrised(self, scores: tf.Tensor, sign: float) -> tf.Tensor:
         if sign > 0 and not self.symmetrize:
@@ -342,7 +382,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
     def _score_matrix(self, weights: tf.Tensor, token_value: float, training: bool | None) -> tf.Tensor:
         """A per-head ``(H, T, T)`` graph matrix; the class token's row and column hold ``token_value``."""
         weights = graph_symmetric_dropout(weights, self.graph_dropout, training)
-        matrix = tf.transpose(tf.gather(with_zero_row(weights), self._graph_index), [2, 0, 1])
+        matrix = tf.transpose(expand_shared(weights, self._graph_index), [2, 0, 1])
         if not self.class_token:
             return matrix
         return tf.pad(matrix, [[0, 0], [1, 0], [1, 0]], constant_values=token_value)
@@ -361,12 +401,13 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         """eq. 8: ``Theta_j S[i, j] + Theta_k S[j, k] + Theta_i S[k, i]`` with ``k = T(i, j)``."""
         t = self.num_tokens
         weights = graph_symmetric_dropout(weights, self.graph_dropout, training)
-        table = tf.concat([weights, tf.ones_like(weights[:1]), tf.zeros_like(weights[:1])], axis=0)
-        theta = tf.transpose(tf.gather(table, self._triangle_angles), [3, 2, 0, 1])  # (H, 3, T, T)
+        # Row `num_angles` is a fixed 1 and index `num_angles + 1` reads 0: the class token's entries.
+        table = tf.concat([weights, tf.ones_like(weights[:1])], axis=0)
+        theta = tf.transpose(expand_shared(table, self._triangle_angles), [3, 2, 0, 1])  # (H, 3, T, T)
         flat = tf.reshape(scores, [-1, self.num_heads, t * t])
         flat = tf.concat([flat, tf.zeros_like(flat[..., :1])], axis=-1)
-        s_jk = tf.reshape(tf.gather(flat, self._triangle_jk, axis=-1), [-1, self.num_heads, t, t])
-        s_ki = tf.reshape(tf.gather(flat, self._triangle_ki, axis=-1), [-1, self.num_heads, t, t])
+        s_jk = tf.reshape(self._gather_jk(flat), [-1, self.num_heads, t, t])
+        s_ki = tf.reshape(self._gather_ki(flat), [-1, self.num_heads, t, t])
         return theta[:, 0] * scores + theta[:, 1] * s_jk + theta[:, 2] * s_ki
 
     def compute_output_shape(self, input_shape: tf.TensorShape) -> tf.TensorShape:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -20,7 +21,9 @@ class NearIdentity(tf_keras.initializers.Initializer):
     ("Explicit & Adaptive Symmetry Breaking", section 3).
     """
 
-    def __init__(self, base_rows: Sequence[int] = (), base_value: float = 1.0, stddev: float = 0.1, seed=None):
+    def __init__(
+        self, base_rows: Sequence[int] = (), base_value: float = 1.0, stddev: float = 0.1, seed=None
+    ):
         self.base_rows = [int(r) for r in base_rows]
         self.base_value = float(base_value)
         self.stddev = float(stddev)
@@ -34,7 +37,12 @@ class NearIdentity(tf_keras.initializers.Initializer):
         return tf.constant(base, dtype=dtype) + noise
 
     def get_config(self) -> dict[str, Any]:
-        return {"base_rows": self.base_rows, "base_value": self.base_value, "stddev": self.stddev, "seed": self.seed}
+        return {
+            "base_rows": self.base_rows,
+            "base_value": self.base_value,
+            "stddev": self.stddev,
+            "seed": self.seed,
+        }
 
 
 def graph_symmetric_dropout(weights: tf.Tensor, rate: float, training: bool | None) -> tf.Tensor:
@@ -50,8 +58,3 @@ def graph_symmetric_dropout(weights: tf.Tensor, rate: float, training: bool | No
     keep = 1.0 - rate
     mask = tf.cast(tf.random.uniform(tf.shape(weights)) < keep, weights.dtype)
     return weights * mask / tf.cast(keep, weights.dtype)
-
-
-def with_zero_row(weights: tf.Tensor) -> tf.Tensor:
-    """Appends a row of zeros: index ``num_classes`` then reads a zero entry."""
-    return tf.concat([weights, tf.zeros_like(weights[:1])], axis=0)

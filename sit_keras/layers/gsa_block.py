@@ -8,6 +8,7 @@ import tensorflow as tf
 import tf_keras
 
 from sit_keras.layers.graph_symmetric_attention import GraphSymmetricAttention
+from sit_keras.layers.sublayers import build_sublayer
 
 
 @tf_keras.saving.register_keras_serializable(package="sit_keras")
@@ -38,35 +39,44 @@ class GraphSymmetricAttentionBlock(tf_keras.layers.Layer):
         self.mlp_dim = int(mlp_dim)
         self.norm_epsilon = float(norm_epsilon)
         self.attention = GraphSymmetricAttention(dtype=self.dtype_policy, name="gsa", **kwargs)
-        self.norm = tf_keras.layers.LayerNormalization(epsilon=norm_epsilon, dtype=self.dtype_policy, name="norm")
+        self.norm = tf_keras.layers.LayerNormalization(
+            epsilon=norm_epsilon, dtype=self.dtype_policy, name="norm"
+        )
         # The MLP's output size is the token size, known in build().
-        self.mlp = None
+        self.mlp_layers: list[tf_keras.layers.Layer] = []
 
     def build(self, input_shape: tf.TensorShape) -> None:
         input_shape = tf.TensorShape(input_shape)
-        self.norm.build(input_shape)
-        self.attention.build(input_shape)
+        build_sublayer(self.norm, input_shape)
+        build_sublayer(self.attention, input_shape)
         if self.mlp_dim:
             dim = int(input_shape[-1])
-            self.mlp_norm = tf_keras.layers.LayerNormalization(
-                epsilon=self.norm_epsilon, dtype=self.dtype_policy, name="mlp_norm"
-            )
-            self.mlp = tf_keras.Sequential(
-                [
-                    tf_keras.layers.Dense(self.mlp_dim, activation="gelu", dtype=self.dtype_policy),
-                    tf_keras.layers.Dense(dim, dtype=self.dtype_policy),
-                ],
-                name="mlp",
-            )
-            self.mlp_norm.build(input_shape)
-            self.mlp.build(input_shape)
+            self.mlp_layers = [
+                tf_keras.layers.LayerNormalization(
+                    epsilon=self.norm_epsilon, dtype=self.dtype_policy, name="mlp_norm"
+                ),
+                tf_keras.layers.Dense(
+                    self.mlp_dim, activation="gelu", dtype=self.dtype_policy, name="mlp_hidden"
+                ),
+                tf_keras.layers.Dense(dim, dtype=self.dtype_policy, name="mlp_output"),
+            ]
+            shape = input_shape
+            for layer in self.mlp_layers:
+                build_sublayer(layer, shape)
+                shape = layer.compute_output_shape(shape)
         super().build(input_shape)
 
-    def call(self, tokens: tf.Tensor, training: bool | None = None) -> tf.Tensor:
-        tokens = tokens + self.attention(self.norm(tokens), training=training)
-        if self.mlp is not None:
-            tokens = tokens + self.mlp(self.mlp_norm(tokens), training=training)
-        return tokens
+    def call(self, tokens: tf.Tensor, training: bool | None = None, token_only: bool = False) -> tf.Tensor:
+        """``token_only=True``: update and return only the class token, ``(B, 1, D)``."""
+        update = self.attention(self.norm(tokens), training=training, token_only=token_only)
+        return self.feed_forward((tokens[:, :1] if token_only else tokens) + update)
+
+    def feed_forward(self, tokens: tf.Tensor) -> tf.Tensor:
+        """``x + MLP(LayerNorm(x))`` when the block has an MLP, else ``x``."""
+        update = tokens
+        for layer in self.mlp_layers:
+            update = layer(update)
+        return tokens + update if self.mlp_layers else tokens
 
     def compute_output_shape(self, input_shape: tf.TensorShape) -> tf.TensorShape:
         return tf.TensorShape(input_shape)

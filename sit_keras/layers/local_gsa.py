@@ -1,4 +1,4 @@
-"""Local GSA: graph symmetric attention inside windows of pixels (SiT paper Fig. 3, appendices B, F.1, F.5)."""
+"""Local GSA: graph symmetric attention inside windows of pixels (SiT paper Fig. 3, app. B, F.1, F.5)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import tf_keras
 
 from sit_keras import graphs
 from sit_keras.layers.gsa_block import GraphSymmetricAttentionBlock
+from sit_keras.layers.indexing import ConstantGather
+from sit_keras.layers.sublayers import build_sublayer
 
 
 @tf_keras.saving.register_keras_serializable(package="sit_keras")
@@ -22,11 +24,13 @@ class LocalGSA(tf_keras.layers.Layer):
     over the window's ``window x window`` grid. Only the class tokens move on
     (appendix B), forming a ``(H / stride, W / stride)`` map.
 
-    The first block's ``G_q, G_k, G_v`` are applied to the whole pixel map by
-    a depth-wise convolution of size ``graph_kernel_size`` before the
-    windows are cut, so the graph reaches past the window while attention
-    stays inside it (the "extended local attention window" of section 4.1
-    and appendix F.5).
+    The graphs ``G_q, G_k, G_v`` act inside each window by default. With
+    ``graph_kernel_size`` set, the first block's graphs act on the whole
+    pixel map instead, as a depth-wise convolution of that size, before the
+    windows are cut: the graph reaches past the window while attention stays
+    inside it (the "extended local attention window" of section 4.1 and
+    appendix F.5). It is exact too, but XLA compiles depth-wise
+    convolutions poorly on CPU (see ``benchmarks/encoders.py``).
 
     Symmetry: for a square map, any D4 element kept by ``symmetry`` (only
     rotations when ``triangles > 0``) maps windows to windows and transforms
@@ -40,8 +44,8 @@ class LocalGSA(tf_keras.layers.Layer):
       dim: token size ``D``.
       num_heads: attention heads.
       num_layers: GSA blocks applied inside the windows.
-      graph_kernel_size: odd reach of the first block's graphs on the pixel
-        map; ``None`` for the smallest odd size covering the window.
+      graph_kernel_size: odd reach of the first block's graphs on the whole
+        pixel map; ``None`` keeps every graph inside its window.
       **kwargs: further ``GraphSymmetricAttentionBlock`` arguments shared by
         all blocks (``symmetry``, ``triangles``, ``graph_qkv``,
         ``graph_dropout``, ``mlp_dim``, ...), and ``name`` / ``dtype``.
@@ -73,24 +77,27 @@ class LocalGSA(tf_keras.layers.Layer):
         self.num_layers = int(num_layers)
         if self.num_layers < 1:
             raise ValueError(f"LocalGSA needs num_layers >= 1. Received: num_layers={num_layers}")
-        self.graph_kernel_size = self.window + 1 - self.window % 2 if graph_kernel_size is None else int(
-            graph_kernel_size
-        )
+        self.graph_kernel_size = None if graph_kernel_size is None else int(graph_kernel_size)
         self.block_kwargs = dict(kwargs)
-        grid = (self.window, self.window)
         self.embed = tf_keras.layers.Dense(self.dim, dtype=self.dtype_policy, name="embed")
-        self.blocks = [
-            GraphSymmetricAttentionBlock(
-                grid_shape=grid,
-                num_heads=self.num_heads,
-                graph_kernel_size=self.graph_kernel_size if i == 0 else None,
-                class_token=True,
-                dtype=self.dtype_policy,
-                name=f"block_{i}",
-                **kwargs,
-            )
-            for i in range(self.num_layers)
-        ]
+        self.blocks = [self._make_block(i, kwargs) for i in range(self.num_layers)]
+
+    def _make_block(self, i: int, kwargs: dict[str, Any]) -> GraphSymmetricAttentionBlock:
+        block_kwargs = dict(kwargs)
+        if i == self.num_layers - 1:
+            # Only the class token's row of the last block is read; triangle
+            # sums and G leave that row unchanged (Listing 3), so they would
+            # be dead weights here.
+            block_kwargs.update(triangles=0, score_graph=False)
+        return GraphSymmetricAttentionBlock(
+            grid_shape=(self.window, self.window),
+            num_heads=self.num_heads,
+            graph_kernel_size=self.graph_kernel_size if i == 0 else None,
+            class_token=True,
+            dtype=self.dtype_policy,
+            name=f"block_{i}",
+            **block_kwargs,
+        )
 
     def build(self, input_shape: tf.TensorShape) -> None:
         input_shape = tf.TensorShape(input_shape)
@@ -100,13 +107,15 @@ class LocalGSA(tf_keras.layers.Layer):
         self.map_shape = (int(h), int(w))
         # Raises a ValueError naming the valid sizes when the windows do not fit.
         self._windows = graphs.window_indices(self.map_shape, self.window, self.stride)
-        self.embed.build(input_shape)
+        if self.stride == 1:
+            self._gather_windows = ConstantGather(self._windows, h * w + 1, axis=1, zero_input=h * w)
+        build_sublayer(self.embed, input_shape)
         self.class_token = self.add_weight(
             "class_token", (self.dim,), initializer=tf_keras.initializers.RandomNormal(stddev=0.02)
         )
         tokens = tf.TensorShape([None, 1 + self.window**2, self.dim])
         for block in self.blocks:
-            block.build(tokens)
+            build_sublayer(block, tokens)
         super().build(input_shape)
 
     @property
@@ -116,35 +125,59 @@ class LocalGSA(tf_keras.layers.Layer):
     def _cut_windows(self, pixel_map: tf.Tensor) -> tf.Tensor:
         """``(B, H, W, F)`` -> ``(B * N, window^2, F)``, zero outside the map."""
         h, w = self.map_shape
-        channels = pixel_map.shape[-1]
+        n_h, n_w = self.output_grid
+        size, channels = self.window, pixel_map.shape[-1]
+        if self.stride == size:  # tiling windows: a reshape, cheaper than a gather
+            blocks = tf.reshape(pixel_map, [-1, n_h, size, n_w, size, channels])
+            return tf.reshape(tf.transpose(blocks, [0, 1, 3, 2, 4, 5]), [-1, size * size, channels])
         flat = tf.reshape(pixel_map, [-1, h * w, channels])
         flat = tf.concat([flat, tf.zeros_like(flat[:, :1])], axis=1)
-        windows = tf.gather(flat, self._windows.reshape(-1), axis=1)
-        return tf.reshape(windows, [-1, self.window**2, channels])
+        return tf.reshape(self._gather_windows(flat), [-1, size * size, channels])
 
     def call(self, pixels: tf.Tensor, training: bool | None = None) -> tf.Tensor:
-        h, w = self.map_shape
+        expected = (*self.map_shape, self.embed.kernel.shape[0])
+        if tuple(pixels.shape[1:]) != expected:
+            raise ValueError(
+                f"{self.name} expects pixel maps (B, {', '.join(map(str, expected))}). "
+                f"Received: {pixels.shape}"
+            )
         x = self.embed(pixels)  # (B, H, W, D)
+        if self.graph_kernel_size is None:
+            tokens = self._with_class_tokens(self._cut_windows(x), x.dtype)
+            blocks = self.blocks
+        else:
+            tokens = self._first_block_on_map(x, training)
+            blocks = self.blocks[1:]
+        for block in blocks[:-1]:
+            tokens = block(tokens, training=training)
+        if blocks:
+            # Only the class token moves on: the last block computes its row alone.
+            tokens = blocks[-1](tokens, training=training, token_only=not blocks[-1].attention.score_mixing)
+        n_h, n_w = self.output_grid
+        return tf.reshape(tokens[:, 0], [-1, n_h, n_w, self.dim])
+
+    def _with_class_tokens(self, windows: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+        token = tf.cast(self.class_token, dtype)[None, None, :]
+        return tf.concat([tf.tile(token, [tf.shape(windows)[0], 1, 1]), windows], axis=1)
+
+    def _first_block_on_map(self, x: tf.Tensor, training: bool | None) -> tf.Tensor:
+        """The first block with its graphs applied to the whole map (extended window)."""
+        h, w = self.map_shape
         first = self.blocks[0]
         gsa = first.attention
         # First block: the graphs act on the whole map (a convolution), then
         # the windows are cut; the class token has no graph (Listing 1).
-        qkv = gsa.project_qkv(first.norm(tf.reshape(x, [-1, h * w, self.dim])))
+        qkv = gsa.project_qkv(first.norm(tf.reshape(x, [-1, h * w, self.dim])))  # (3 D, B, H W)
         if gsa.graph_qkv:
             qkv = gsa.mix_qkv_grid(qkv, training=training, map_shape=(h, w))
-        qkv = self._cut_windows(tf.reshape(qkv, [-1, h, w, 3 * self.dim]))
+        qkv_map = tf.reshape(tf.transpose(qkv, [1, 2, 0]), [-1, h, w, 3 * self.dim])
         token = tf.cast(self.class_token, x.dtype)
-        token_qkv = gsa.project_qkv(first.norm(token[None, None, :]))
-        num_windows = tf.shape(qkv)[0]
-        qkv = tf.concat([tf.tile(token_qkv, [num_windows, 1, 1]), qkv], axis=1)
-        tokens = tf.concat([tf.tile(token[None, None, :], [num_windows, 1, 1]), self._cut_windows(x)], axis=1)
-        tokens = tokens + gsa.attend(qkv, training=training)
-        if first.mlp is not None:
-            tokens = tokens + first.mlp(first.mlp_norm(tokens), training=training)
-        for block in self.blocks[1:]:
-            tokens = block(tokens, training=training)
-        n_h, n_w = self.output_grid
-        return tf.reshape(tokens[:, 0], [-1, n_h, n_w, self.dim])
+        token_qkv = tf.transpose(gsa.project_qkv(first.norm(token[None, None, :])), [1, 2, 0])  # (1, 1, 3 D)
+        windows = self._cut_windows(qkv_map)
+        windows = tf.concat([tf.tile(token_qkv, [tf.shape(windows)[0], 1, 1]), windows], axis=1)
+        tokens = self._with_class_tokens(self._cut_windows(x), x.dtype)
+        tokens = tokens + gsa.attend(tf.transpose(windows, [2, 0, 1]), training=training)
+        return first.feed_forward(tokens)
 
     def compute_output_shape(self, input_shape: tf.TensorShape) -> tf.TensorShape:
         input_shape = tf.TensorShape(input_shape)
@@ -163,4 +196,3 @@ class LocalGSA(tf_keras.layers.Layer):
             **self.block_kwargs,
         )
         return config
-

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import tensorflow as tf
 import tf_keras
@@ -33,8 +34,7 @@ class Encoder(tf_keras.Model):
         image_shape = tuple(int(d) for d in image_shape)
         if len(image_shape) != 3 or min(image_shape) < 1:
             raise ValueError(
-                "image_shape must be (H, W, C) with positive sizes. "
-                f"Received: image_shape={image_shape}"
+                f"image_shape must be (H, W, C) with positive sizes. Received: image_shape={image_shape}"
             )
         if output_dim < 1:
             raise ValueError(f"output_dim must be positive. Received: output_dim={output_dim}")
@@ -47,7 +47,7 @@ class Encoder(tf_keras.Model):
         images = tf.convert_to_tensor(images)
         shape = tuple(images.shape)
         if len(shape) != 4 or any(
-            got is not None and got != want for got, want in zip(shape[1:], self.image_shape)
+            got is not None and got != want for got, want in zip(shape[1:], self.image_shape, strict=False)
         ):
             h, w, c = self.image_shape
             raise ValueError(
@@ -86,5 +86,5 @@ class Encoder(tf_keras.Model):
         return config
 
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> "Encoder":
+    def from_config(cls, config: dict[str, Any]) -> Encoder:
         return cls(**config)

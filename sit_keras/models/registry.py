@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
+
+import tensorflow as tf
 
 from sit_keras.models.base import Encoder
 
@@ -43,5 +46,7 @@ def build_encoder(name: str, input_shape: Sequence[int], **overrides: Any) -> En
     module, attr = _FACTORIES[name]
     factory = getattr(importlib.import_module(module), attr)
     encoder = factory(image_shape=tuple(input_shape), **overrides)
-    encoder.build((None, *encoder.image_shape))
+    # A first call (rather than build()) also records the input signature
+    # that SavedModel export needs.
+    encoder(tf.zeros((1, *encoder.image_shape), tf.uint8))
     return encoder

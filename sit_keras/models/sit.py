@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import tensorflow as tf
 import tf_keras
@@ -195,6 +196,7 @@ class SiTEncoder(Encoder):
             self.patch_grid,
             num_heads=self.num_heads,
             num_layers=self.global_layers,
+            output_patches=self.uses_equivariant,
             graph_kernel_size=global_graph_kernel_size,
             name="global_gsa",
             **shared,
@@ -205,7 +207,9 @@ class SiTEncoder(Encoder):
             self.equivariant_projection = tf_keras.layers.Dense(
                 self.equivariant_dim, dtype=self.dtype_policy, name="equivariant_projection"
             )
-        self.head = tf_keras.layers.Dense(self.output_dim, activation="relu", dtype=self.dtype_policy, name="head")
+        self.head = tf_keras.layers.Dense(
+            self.output_dim, activation="relu", dtype=self.dtype_policy, name="head"
+        )
 
     def _patch_grid(self) -> tuple[int, int]:
         """The global grid; a ``ValueError`` naming the valid sizes if the image does not fit."""
@@ -214,14 +218,18 @@ class SiTEncoder(Encoder):
         if self.pool_size < 1 or h % self.pool_size or w % self.pool_size:
             raise ValueError(self._size_message(step))
         try:
-            windows = graphs.window_indices((h // self.pool_size, w // self.pool_size), self.window, self.window_stride)
+            windows = graphs.window_indices(
+                (h // self.pool_size, w // self.pool_size), self.window, self.window_stride
+            )
         except ValueError as error:
             raise ValueError(f"{self._size_message(step)} ({error})") from None
         return int(windows.shape[0]), int(windows.shape[1])
 
     def _size_message(self, step: int) -> str:
         h, w, c = self.image_shape
-        examples = ", ".join(str(step * n) for n in (max(1, 64 // step - 1), max(2, 64 // step), max(3, 64 // step + 1)))
+        examples = ", ".join(
+            str(step * n) for n in (max(1, 64 // step - 1), max(2, 64 // step), max(3, 64 // step + 1))
+        )
         return (
             f"{self.variant} with pool_size={self.pool_size}, window={self.window} and "
             f"window_stride={self.window_stride} needs images whose height and width are multiples of "

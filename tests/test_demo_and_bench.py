@@ -1,0 +1,86 @@
+"""Smoke tests of ``sit-demo`` (sit_keras.demo) and of benchmarks/encoders.py, at small sizes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from sit_keras import demo
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _load_benchmark() -> ModuleType:
+    # benchmarks/ is not a package: load the script as a module by its path.
+    spec = importlib.util.spec_from_file_location("encoders_benchmark", REPO / "benchmarks" / "encoders.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_demo_reports_the_promised_symmetries(tmp_path, capsys):
+    out = tmp_path / "demo.json"
+    status = demo.main(["--models", "sit,cnn", "--image-size", "16", "--batch", "2", "--json", str(out)])
+    printed = capsys.readouterr().out
+
+    assert status == 0, printed
+    report = json.loads(out.read_text())
+    assert report["all_ok"] is True
+    assert list(report["encoders"]) == ["sit", "cnn"]
+    sit, cnn = report["encoders"]["sit"], report["encoders"]["cnn"]
+    assert sit["promised"] == "C4 invariant, flips broken"
+    assert set(sit["checks"]) == {"output/rotations", "invariant/rotations"}
+    for check in sit["checks"].values():
+        assert check["holds"] and check["error"] <= report["settings"]["tolerance"]
+    assert sit["status"] == cnn["status"] == "ok"
+    # The baseline promises nothing, and its perturbed weights are not symmetric.
+    assert cnn["checks"] == {} and cnn["rotation_error"] > 1e-3
+    for record in (sit, cnn):
+        assert record["params"] > 0
+        assert record["forward_xla"]["median_ms"] > 0
+        assert record["train_step_xla"]["median_ms"] > 0
+    assert "| sit " in printed and "perturbed" in printed
+
+
+def test_demo_fails_when_a_promise_is_broken(tmp_path, monkeypatch):
+    # Promise rotation invariance for the CNN baseline: the demo must flag it.
+    monkeypatch.setitem(demo.PROMISES, "cnn", ("C4 invariant", (("output", "rotations"),)))
+    out = tmp_path / "demo.json"
+    status = demo.main(["--models", "cnn", "--image-size", "16", "--batch", "2", "--json", str(out)])
+    assert status == 1
+    report = json.loads(out.read_text())
+    assert report["all_ok"] is False and report["encoders"]["cnn"]["status"] == "FAIL"
+
+
+def test_demo_rejects_unknown_models():
+    with pytest.raises(SystemExit):
+        demo.main(["--models", "resnet"])
+
+
+def test_benchmark_quick_run_writes_positive_timings(tmp_path, capsys):
+    bench = _load_benchmark()
+    out = tmp_path / "encoders.json"
+    assert bench.main(["--quick", "--models", "cnn", "--repeats", "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+
+    report = json.loads(out.read_text())
+    assert set(report) >= {"settings", "environment", "matmul", "models", "ratios", "wall_time_s"}
+    assert {"tensorflow", "cpu_count", "threading", "date"} <= set(report["environment"])
+    matmul = report["matmul"]
+    assert len(matmul["runs_ms"]) >= 10 and min(matmul["runs_ms"]) > 0 and matmul["median_ms"] > 0
+
+    cnn = report["models"]["cnn"]
+    assert cnn["params"] > 0
+    assert set(cnn["timings"]) == {"forward_single", "forward_batch", "train_step"}
+    for by_mode in cnn["timings"].values():
+        assert set(by_mode) == {"graph", "xla"}
+        for timing in by_mode.values():
+            assert len(timing["runs_ms"]) == 2 and min(timing["runs_ms"]) > 0
+            assert timing["median_ms"] > 0 and timing["first_call_s"] > 0 and timing["matmul_times"] > 0
+    assert set(report["ratios"]["xla_over_graph"]["cnn"]) == set(cnn["timings"])
+    assert "train_step_over_vit" not in report["ratios"]  # no ViT in this run
+    assert "matmul-times" in printed and "| cnn " in printed
