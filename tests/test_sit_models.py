@@ -33,6 +33,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
+from train_step_checks import assert_jit_train_step_updates_every_weight
 
 from sit_keras import graphs, testing
 from sit_keras.models import build_encoder, sit
@@ -451,27 +452,7 @@ def test_hdf5_weights_round_trip(tmp_path: Path) -> None:
 
 
 def _check_jit_train_step(encoder: SiTEncoder, batch: int = 2) -> None:
-    optimizer = tf_keras.optimizers.Adam(learning_rate=1e-3)
-    # Slot variables are created up front: XLA cannot create variables.
-    optimizer.build(encoder.trainable_variables)
-
-    @tf.function(jit_compile=True)
-    def train_step(images: tf.Tensor, targets: tf.Tensor) -> list[tf.Tensor]:
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(tf.square(encoder(images, training=True) - targets))
-        gradients = tape.gradient(loss, encoder.trainable_variables)
-        optimizer.apply_gradients(zip(gradients, encoder.trainable_variables, strict=True))
-        return gradients
-
-    images = _images(batch, encoder.image_shape, "uint8")
-    targets = tf.random.uniform((batch, encoder.output_dim), dtype=encoder.compute_dtype)
-    before = [v.numpy() for v in encoder.trainable_variables]
-    gradients = train_step(images, targets)
-    assert len(gradients) == len(encoder.trainable_variables) > 0
-    for variable, gradient, old in zip(encoder.trainable_variables, gradients, before, strict=True):
-        assert gradient is not None, variable.name
-        assert np.any(tf.convert_to_tensor(gradient).numpy() != 0), f"zero gradient for {variable.name}"
-        assert np.any(variable.numpy() != old), f"{variable.name} was not updated"
+    assert_jit_train_step_updates_every_weight(encoder, _images(batch, encoder.image_shape, "uint8"))
 
 
 def test_jit_compiled_train_step_reaches_every_weight() -> None:

@@ -146,6 +146,17 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
                 grid_index, kernel_index, num_classes
             )
         self._graph_index, self._kernel_index, self._num_graph_classes = grid_index, kernel_index, num_classes
+        self.class_token = bool(class_token)
+        # The graph over all T tokens, for `_mix_all_tokens`: index n is a
+        # fixed 1 (the class token's self-loop), index n + 1 reads 0.
+        zero = num_classes + 1
+        grid_part = np.where(grid_index == num_classes, zero, grid_index)
+        offset = int(self.class_token)
+        full = np.full((grid_index.shape[0] + offset,) * 2, zero, dtype=np.int32)
+        full[offset:, offset:] = grid_part
+        if self.class_token:
+            full[0, 0] = num_classes
+        self._token_graph_index = full
         self.graph_form = graph_form
         self.score_graph = bool(score_graph)
         self.score_mixing = bool(score_mixing)
@@ -154,7 +165,6 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         self.symmetrize = bool(symmetrize)
         self.antisymmetric = bool(antisymmetric)
         self.triangles = int(triangles)
-        self.class_token = bool(class_token)
         self.graph_dropout = float(graph_dropout)
         self.graph_init_stddev = float(graph_init_stddev)
         self.kernel_initializer = tf_keras.initializers.get(kernel_initializer)
@@ -243,7 +253,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         p, t, c = self.num_grid_tokens, self.num_tokens, int(self.class_token)
         jk, ki = graphs.triangle_gather_indices(self.grid_shape)
         _, angles, num_angles = graphs.triangle_indices(self.grid_shape)
-        zero = t * t  # index of an appended zero score
+        zero = t * t  # marks a missing term while the tables are built
 
         def to_full(grid_flat: np.ndarray) -> np.ndarray:
             # Grid indices r * P + s into the T x T matrix, where grid token r is token r + c.
@@ -259,8 +269,15 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         full_jk[c:, c:] = to_full(jk)
         full_ki[c:, c:] = to_full(ki)
         full_angles[c:, c:] = angles
-        self._gather_jk = ConstantGather(full_jk, t * t + 1, axis=-1, zero_input=zero)
-        self._gather_ki = ConstantGather(full_ki, t * t + 1, axis=-1, zero_input=zero)
+        # A missing term reads the entry's own score with weight 0: exact, and
+        # no zero needs appending to the (large) score tensor.
+        own = np.arange(t * t, dtype=np.int32).reshape(t, t)
+        for term, index in ((1, full_jk), (2, full_ki)):
+            missing = index == zero
+            full_angles[..., term][missing] = zero_class
+            index[missing] = own[missing]
+        self._gather_jk = ConstantGather(full_jk, t * t, axis=-1)
+        self._gather_ki = ConstantGather(full_ki, t * t, axis=-1)
         self._triangle_angles = full_angles
         self._num_angle_classes = num_angles
 
@@ -273,9 +290,32 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         """See the class docstring; ``token_only=True`` returns only the class token, ``(B, 1, D)``."""
         self._check_tokens(tokens.shape)
         qkv = self.project_qkv(tokens)
-        if self.graph_qkv:
+        if self.graph_qkv and self._use_conv_form():
             qkv = self._split_grid_apply(qkv, lambda grid: self.mix_qkv_grid(grid, training))
+        elif self.graph_qkv:
+            qkv = self._mix_all_tokens(qkv, training)
         return self.attend(qkv, training=training, token_only=token_only)
+
+    def _mix_all_tokens(self, qkv: tf.Tensor, training: bool | None) -> tf.Tensor:
+        """The dense ``G_q, G_k, G_v`` as one ``(3 D, B, T) @ (3 D, T, T)`` matmul.
+
+        Same function as ``mix_qkv_grid`` on the grid tokens, but the class
+        token (an identity row and column) and any channel without a graph
+        (an identity matrix) ride along, which saves slicing and re-joining
+        the largest tensor of the layer.
+        """
+        weights = graph_symmetric_dropout(self.qkv_graph, self.graph_dropout, training)
+        # Columns for all 3 D channels; a channel without a graph reads the
+        # self-loop class only, i.e. the identity.
+        identity = tf.one_hot(
+            tf.fill([self.dim], self._self_class()), self._num_graph_classes, axis=0, dtype=weights.dtype
+        )
+        parts = tf.split(weights, len(self.graph_qkv), axis=1)
+        columns = [parts[self.graph_qkv.index(c)] if c in self.graph_qkv else identity for c in "qkv"]
+        table = tf.concat(columns, axis=1)
+        table = tf.concat([table, tf.ones_like(table[:1])], axis=0)
+        matrix_t = expand_shared(table, self._token_graph_index.T)  # (T, T, 3 D): G transposed
+        return tf.matmul(qkv, tf.transpose(matrix_t, [2, 0, 1]))
 
     def project_qkv(self, tokens: tf.Tensor) -> tf.Tensor:
         """``[Q, K, V] = X [W_q, W_k, W_v] + b`` channels-first: ``(B, T, D)`` -> ``(3 D, B, T)``."""
@@ -405,7 +445,6 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         table = tf.concat([weights, tf.ones_like(weights[:1])], axis=0)
         theta = tf.transpose(expand_shared(table, self._triangle_angles), [3, 2, 0, 1])  # (H, 3, T, T)
         flat = tf.reshape(scores, [-1, self.num_heads, t * t])
-        flat = tf.concat([flat, tf.zeros_like(flat[..., :1])], axis=-1)
         s_jk = tf.reshape(self._gather_jk(flat), [-1, self.num_heads, t, t])
         s_ki = tf.reshape(self._gather_ki(flat), [-1, self.num_heads, t, t])
         return theta[:, 0] * scores + theta[:, 1] * s_jk + theta[:, 2] * s_ki
