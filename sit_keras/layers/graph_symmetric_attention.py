@@ -55,7 +55,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
     tokens, ``f(g x) = g f(x)``, and the class token's output is invariant.
     With ``triangles > 0`` reflections are *not* symmetries.
 
-    ``G_q, G_k, G_v`` have a dense form (``P x P x F`` einsum, Listing 1) and
+    ``G_q, G_k, G_v`` have a dense form (a ``P x P`` matrix per feature, Listing 1) and
     a depth-wise convolution form (Listing 4, appendix F.5); both use the
     same weights and compute the same function. ``graph_kernel_size`` limits
     the reach of these graphs (``None``: every vertex reaches every other).
@@ -327,24 +327,24 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
     def mix_qkv_grid(
         self, qkv_grid: tf.Tensor, training: bool | None = None, map_shape: tuple[int, int] | None = None
     ) -> tf.Tensor:
-        """Applies ``G_q, G_k, G_v`` to the grid tokens' ``(3 D, B, P)`` projections (eq. 11).
+        """Applies ``G_q, G_k, G_v`` to the grid tokens' ``(3 D, B, P)`` projections by convolution (eq. 11).
 
-        ``map_shape``: apply the graphs by convolution to a map of this
-        ``(H, W)`` instead of the layer's grid (local GSA: the graph reaches
-        past the attention window).
+        ``map_shape``: convolve a map of this ``(H, W)`` instead of the
+        layer's grid (local GSA: the graph reaches past the attention window).
+        The dense form is ``_mix_all_tokens``; both compute the same function.
         """
         parts = tf.split(qkv_grid, 3, axis=0)
         chosen = [parts["qkv".index(c)] for c in self.graph_qkv]
-        mixed = self.graph_mix(tf.concat(chosen, axis=0), training=training, map_shape=map_shape)
+        mixed = self.graph_convolve(tf.concat(chosen, axis=0), training=training, map_shape=map_shape)
         mixed_parts = tf.split(mixed, len(self.graph_qkv), axis=0)
         for c, part in zip(self.graph_qkv, mixed_parts, strict=True):
             parts["qkv".index(c)] = part
         return tf.concat(parts, axis=0)
 
-    def graph_mix(
+    def graph_convolve(
         self, x: tf.Tensor, training: bool | None = None, map_shape: tuple[int, int] | None = None
     ) -> tf.Tensor:
-        """``y[f, b, p] = sum_q G[p, q, f] x[f, b, q]``, dense or as a depth-wise convolution.
+        """``y[f, b, p] = sum_q G[p, q, f] x[f, b, q]`` as a depth-wise convolution (Listing 4).
 
         Args:
           x: ``(F, B, P)`` channels-first grid features, ``F`` the channels of ``qkv_graph``.
@@ -353,14 +353,11 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         """
         weights = graph_symmetric_dropout(self.qkv_graph, self.graph_dropout, training)
         channels = x.shape[0]
-        if map_shape is not None or self._use_conv_form():
-            h, w = map_shape or self.grid_shape
-            kernel = expand_shared(weights, self._kernel_index)  # (k, k, F)
-            grid = tf.reshape(tf.transpose(x, [1, 2, 0]), [-1, h, w, channels])
-            y = tf.nn.depthwise_conv2d(grid, kernel[..., None], strides=[1, 1, 1, 1], padding="SAME")
-            return tf.transpose(tf.reshape(y, [-1, h * w, channels]), [2, 0, 1])
-        matrix_t = expand_shared(weights, self._graph_index.T)  # (Q, P, F): G transposed
-        return tf.matmul(x, tf.transpose(matrix_t, [2, 0, 1]))  # (F, B, Q) @ (F, Q, P)
+        h, w = map_shape or self.grid_shape
+        kernel = expand_shared(weights, self._kernel_index)  # (k, k, F)
+        grid = tf.reshape(tf.transpose(x, [1, 2, 0]), [-1, h, w, channels])
+        y = tf.nn.depthwise_conv2d(grid, kernel[..., None], strides=[1, 1, 1, 1], padding="SAME")
+        return tf.transpose(tf.reshape(y, [-1, h * w, channels]), [2, 0, 1])
 
     def _use_conv_form(self) -> bool:
         if self.graph_form == "auto":
