@@ -74,7 +74,14 @@ setup(
     python_requires=">=3.10,<3.12",
     install_requires=read_requirements("requirements.txt"),
     extras_require={"dev": read_requirements("requirements-dev.txt")},
-    entry_points={"console_scripts": ["sit-demo = sit_keras.demo:main"]},
+    entry_points={
+        "console_scripts": [
+            "sit-demo = sit_keras.demo:main",
+            "sit-train = sit_keras.agents.train:main",
+            "sit-eval = sit_keras.agents.evaluate:main",
+            "sit-train-supervised = sit_keras.supervised.train:main",
+        ]
+    },
     # configs/*.gin (top-level folder) is not packaged yet.
     include_package_data=False,
     zip_safe=False,

@@ -1,17 +1,21 @@
-"""Keras layers: graph symmetric attention and the blocks built from it."""
+"""Keras layers: graph symmetric attention, its blocks, and the permutation-invariant AttentionNeuron."""
 
+from sit_keras.layers.attention_neuron import AttentionNeuron
 from sit_keras.layers.global_gsa import GlobalGSA
 from sit_keras.layers.graph_conv import GraphConv2D
 from sit_keras.layers.graph_symmetric_attention import GraphSymmetricAttention
 from sit_keras.layers.graph_weights import NearIdentity
 from sit_keras.layers.gsa_block import GraphSymmetricAttentionBlock
 from sit_keras.layers.local_gsa import LocalGSA
+from sit_keras.layers.vision_attention_neuron import VisionAttentionNeuron
 
 __all__ = [
+    "AttentionNeuron",
     "GlobalGSA",
     "GraphConv2D",
     "GraphSymmetricAttention",
     "GraphSymmetricAttentionBlock",
     "LocalGSA",
     "NearIdentity",
+    "VisionAttentionNeuron",
 ]

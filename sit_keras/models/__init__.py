@@ -2,5 +2,6 @@
 
 from sit_keras.models.base import Encoder
 from sit_keras.models.registry import ENCODER_NAMES, build_encoder
+from sit_keras.models.sensor_encoder import SensorSetEncoder
 
-__all__ = ["ENCODER_NAMES", "Encoder", "build_encoder"]
+__all__ = ["ENCODER_NAMES", "Encoder", "SensorSetEncoder", "build_encoder"]

@@ -1,0 +1,437 @@
+"""PPO (+ DrAC) training of SiT-family policies with TF-Agents: ``sit-train``.
+
+    sit-train --root_dir runs/caveflyer_sit \\
+        --gin_file configs/procgen/caveflyer_sit.gin \\
+        --gin_bindings 'train_eval.total_env_steps = 1_000_000'
+
+One iteration: ``FixedLengthDriver`` runs the collect policy for
+``collect_steps_per_env + 1`` steps of ``num_envs`` environments into a
+``TFUniformReplayBuffer``; TF-Agents' ``PPOLearner`` computes GAE returns and
+advantages (``agent.preprocess_sequence``) and runs ``num_epochs`` epochs of
+``num_minibatches`` shuffled minibatches; the buffer is cleared. The last step
+of each environment only bootstraps the values (its own advantage is
+unknown), so ``collect_steps_per_env`` steps per environment are trained on.
+
+Outputs under ``root_dir``: ``train/`` (TensorBoard: losses against gradient
+steps), ``collect/`` (TensorBoard: returns, lengths, success, normalised
+score, steps/s and the hyper-parameters against environment steps),
+``checkpoints/`` (agent, optimizer, counters; a rerun resumes from the
+newest), ``policies/`` (TF-Agents SavedModels + weight checkpoints, for
+``sit-eval``) and ``config.gin`` (the operative configuration).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gin
+import numpy as np
+import tensorflow as tf
+import tf_keras
+from absl import app, flags, logging
+from tensorboard.plugins.hparams import api as hparams_api
+from tf_agents.environments import py_environment
+from tf_agents.metrics import py_metrics
+from tf_agents.policies import py_tf_eager_policy
+from tf_agents.replay_buffers import tf_uniform_replay_buffer
+from tf_agents.train import learner, ppo_learner, triggers
+from tf_agents.train.utils import spec_utils, train_utils
+from tf_agents.utils import common
+from tqdm import tqdm
+
+from sit_keras.agents import networks
+from sit_keras.agents.augmentation import make_augmentation
+from sit_keras.agents.collection import (
+    EpisodeSuccessMetric,
+    FixedLengthDriver,
+    NormalizedReturnMetric,
+    metric_results,
+)
+from sit_keras.agents.environments import load
+from sit_keras.agents.ppo_agent import DrACPPOAgent
+
+STRATEGIES = ("default", "mirrored")
+
+
+def make_strategy(name: str) -> tf.distribute.Strategy:
+    """``"default"`` (one device) or ``"mirrored"`` (``MirroredStrategy`` over the visible devices).
+
+    For several machines, build a ``tf.distribute.MultiWorkerMirroredStrategy``
+    (it reads ``TF_CONFIG``) and pass it to ``train_eval(strategy=...)``; see
+    the README.
+    """
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "mirrored":
+        return tf.distribute.MirroredStrategy()
+    raise ValueError(f"Unknown strategy {name!r}. Expected one of: {', '.join(STRATEGIES)}.")
+
+
+def _procgen_game(env_name: str) -> str | None:
+    family, _, game = env_name.partition(":")
+    return game if family == "procgen" else None
+
+
+def _write_hyperparameters(writer, hyperparameters: Mapping[str, Any]) -> None:
+    with writer.as_default():
+        hparams_api.hparams(
+            {k: v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in hyperparameters.items()}
+        )
+        tf.summary.text("config/operative_gin", gin.operative_config_str().replace("\n", "  \n"), step=0)
+
+
+@gin.configurable(denylist=["root_dir", "strategy"])
+def train_eval(
+    root_dir: str,
+    # Environment.
+    env_name: str = "procgen:caveflyer",
+    env_kwargs: Mapping[str, Any] | None = None,
+    num_envs: int = 64,
+    # Networks: any networks.NETWORK_ENCODERS name, with build_encoder arguments.
+    encoder: str = "sit",
+    encoder_kwargs: Mapping[str, Any] | None = None,
+    fc_layer_params: Sequence[int] = (),
+    # The critic's torso; None: the actor's. Only the actor is deployed, so a
+    # cheaper critic (e.g. "cnn") speeds up training without changing the policy's architecture.
+    value_encoder: str | None = None,
+    value_encoder_kwargs: Mapping[str, Any] | None = None,
+    # PPO. Defaults: Raileanu et al. 2021 (PPO + DrAC on Procgen), with the SiT
+    # paper's 96 minibatches and 2 epochs (section 5.2).
+    total_env_steps: int = 25_000_000,
+    collect_steps_per_env: int = 256,
+    learning_rate: float = 5e-4,
+    adam_epsilon: float = 1e-5,
+    discount: float = 0.999,
+    gae_lambda: float = 0.95,
+    entropy_coef: float = 0.01,
+    value_coef: float = 0.5,
+    clip_ratio: float = 0.2,
+    max_grad_norm: float = 0.5,
+    num_epochs: int = 2,
+    num_minibatches: int = 96,
+    normalize_rewards: bool = True,
+    # DrAC (Raileanu et al. 2021): regulariser coefficient and augmentation.
+    drac_coef: float = 0.1,
+    augmentation: str = "crop",
+    # Bookkeeping, in environment steps.
+    checkpoint_interval: int = 100_000,
+    policy_save_interval: int = 500_000,
+    seed: int = 0,
+    progress: bool = True,
+    strategy: tf.distribute.Strategy | None = None,
+) -> dict[str, float]:
+    """Trains a PPO (+ DrAC) agent; returns the last collect metrics and counters.
+
+    Args:
+      root_dir: output folder (see the module docstring); rerunning with the
+        same folder resumes from its newest checkpoint.
+      env_name, env_kwargs, num_envs: passed to ``environments.load``.
+      encoder, encoder_kwargs, fc_layer_params: the actor's torso, and the
+        value network's unless ``value_encoder`` is given (separate weights).
+      value_encoder, value_encoder_kwargs: the value network's encoder.
+      total_env_steps: stop once this many environment steps were collected.
+      collect_steps_per_env: ``T`` of PPO (steps per environment and iteration).
+      num_epochs, num_minibatches: passes over an iteration's data, and the
+        number of minibatches it is split into (``num_envs * T`` must divide).
+      drac_coef: 0 disables DrAC.
+      checkpoint_interval, policy_save_interval: in environment steps.
+      strategy: a ``tf.distribute.Strategy`` for the learner (default: none).
+
+    Raises:
+      ValueError: inconsistent sizes, unknown names (environment, encoder,
+        augmentation).
+    """
+    steps_per_iteration = num_envs * collect_steps_per_env
+    if num_minibatches < 1 or steps_per_iteration % num_minibatches:
+        raise ValueError(
+            f"num_envs * collect_steps_per_env = {steps_per_iteration} must be a multiple of "
+            f"num_minibatches = {num_minibatches}."
+        )
+    strategy = strategy or tf.distribute.get_strategy()
+    os.makedirs(root_dir, exist_ok=True)
+    tf.random.set_seed(seed)
+    np.random.seed(seed)
+    env = load(env_name, num_envs=num_envs, seed=seed, **dict(env_kwargs or {}))
+    observation_spec, action_spec, time_step_spec = spec_utils.get_tensor_specs(env)
+
+    with strategy.scope():
+        train_step = train_utils.create_train_step()
+        env_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="env_steps")
+        actor_net = networks.EncoderActorNetwork(
+            observation_spec, action_spec, encoder, encoder_kwargs, fc_layer_params
+        )
+        if value_encoder is None:
+            value_encoder, value_encoder_kwargs = encoder, encoder_kwargs
+        value_net = networks.EncoderValueNetwork(
+            observation_spec, value_encoder, value_encoder_kwargs, fc_layer_params
+        )
+        image_size = int(observation_spec.shape[0]) if observation_spec.shape.rank == 3 else 0
+        agent = DrACPPOAgent(
+            time_step_spec,
+            action_spec,
+            optimizer=tf_keras.optimizers.Adam(learning_rate=learning_rate, epsilon=adam_epsilon),
+            actor_net=actor_net,
+            value_net=value_net,
+            greedy_eval=False,
+            importance_ratio_clipping=clip_ratio,
+            lambda_value=gae_lambda,
+            discount_factor=discount,
+            entropy_regularization=entropy_coef,
+            value_pred_loss_coef=value_coef,
+            num_epochs=1,  # the learner repeats the data num_epochs times
+            use_gae=True,
+            use_td_lambda_return=True,
+            normalize_rewards=normalize_rewards,
+            normalize_observations=False,
+            gradient_clipping=max_grad_norm,
+            compute_value_and_advantage_in_train=False,
+            update_normalizers_in_train=False,
+            train_step_counter=train_step,
+            augmentation=make_augmentation(augmentation, image_size) if drac_coef > 0 else None,
+            drac_coef=drac_coef,
+        )
+        agent.initialize()
+
+    replay_buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(
+        agent.collect_data_spec, batch_size=num_envs, max_length=collect_steps_per_env + 1
+    )
+
+    def drop_bootstrap_step(trajectories):
+        return tf.nest.map_structure(lambda t: t[:, :-1], trajectories)
+
+    def experience_dataset():
+        def gather(_):
+            return drop_bootstrap_step(agent.preprocess_sequence(replay_buffer.gather_all())), ()
+
+        return tf.data.Dataset.range(1).map(gather)
+
+    def normalization_dataset():
+        return tf.data.Dataset.range(1).map(lambda _: (drop_bootstrap_step(replay_buffer.gather_all()), ()))
+
+    ppo_learner_ = ppo_learner.PPOLearner(
+        root_dir,
+        train_step,
+        agent,
+        experience_dataset_fn=experience_dataset,
+        normalization_dataset_fn=normalization_dataset,
+        num_samples=1,
+        num_epochs=num_epochs,
+        minibatch_size=steps_per_iteration // num_minibatches,
+        shuffle_buffer_size=steps_per_iteration,
+        # Checkpoints are ours (below): they also hold the environment-step
+        # counter, which the learner's do not.
+        checkpoint_interval=-1,
+        summary_interval=1,
+        strategy=strategy,
+    )
+    checkpointer = common.Checkpointer(
+        os.path.join(root_dir, "checkpoints"),
+        max_to_keep=3,
+        agent=agent,
+        train_step=train_step,
+        env_steps=env_steps,
+    )
+    checkpointer.initialize_or_restore().expect_partial()
+    start_steps = int(env_steps.numpy())
+    if start_steps:
+        print(f"Resumed from {checkpointer.manager.latest_checkpoint} at {start_steps} environment steps.")
+
+    policy_saver = triggers.PolicySavedModelTrigger(
+        os.path.join(root_dir, learner.POLICY_SAVED_MODEL_DIR),
+        agent,
+        train_step,
+        interval=1,
+        save_collect_policy=False,
+    )
+    return_metric = py_metrics.AverageReturnMetric(buffer_size=100, batch_size=num_envs)
+    success_metric = EpisodeSuccessMetric(buffer_size=100, batch_size=num_envs)
+    metrics = [
+        return_metric,
+        py_metrics.AverageEpisodeLengthMetric(buffer_size=100, batch_size=num_envs),
+        success_metric,
+    ]
+    game = _procgen_game(env_name)
+    if game:
+        metrics.append(NormalizedReturnMetric(return_metric, game))
+    driver = FixedLengthDriver(
+        env,
+        py_tf_eager_policy.PyTFEagerPolicy(
+            agent.collect_policy, use_tf_function=True, batch_time_steps=False
+        ),
+        observers=[replay_buffer.add_batch, *metrics],
+        num_batched_steps=collect_steps_per_env + 1,
+        info_observers=[success_metric.observe_info],
+    )
+    collect_writer = tf.summary.create_file_writer(os.path.join(root_dir, "collect"))
+    if start_steps == 0:
+        _write_hyperparameters(collect_writer, _hyperparameters(locals()))
+    _save_operative_config(root_dir)
+
+    results = _train_loop(
+        env,
+        driver,
+        replay_buffer,
+        ppo_learner_,
+        checkpointer,
+        policy_saver,
+        collect_writer,
+        metrics,
+        env_steps,
+        train_step,
+        total_env_steps,
+        steps_per_iteration,
+        checkpoint_interval,
+        policy_save_interval,
+        progress,
+    )
+    env.close()
+    return results
+
+
+def _train_loop(
+    env: py_environment.PyEnvironment,
+    driver,
+    replay_buffer,
+    ppo_learner_,
+    checkpointer,
+    policy_saver,
+    writer,
+    metrics,
+    env_steps,
+    train_step,
+    total_env_steps,
+    steps_per_iteration,
+    checkpoint_interval,
+    policy_save_interval,
+    progress,
+) -> dict[str, float]:
+    last_checkpoint = last_policy_save = int(env_steps.numpy())
+    bar = tqdm(
+        total=total_env_steps,
+        initial=last_checkpoint,
+        unit="step",
+        disable=not progress,
+        dynamic_ncols=True,
+        smoothing=0.3,
+    )
+    time_step = env.reset()
+    results: dict[str, float] = {}
+    while int(env_steps.numpy()) < total_env_steps:
+        start = time.perf_counter()
+        time_step, _ = driver.run(time_step)
+        collect_seconds = time.perf_counter() - start
+        ppo_learner_.run()
+        replay_buffer.clear()
+        seconds = time.perf_counter() - start
+        env_steps.assign_add(steps_per_iteration)
+        steps = int(env_steps.numpy())
+        results = metric_results(metrics)
+        speed = {"SPS": steps_per_iteration / seconds, "collect_fraction": collect_seconds / seconds}
+        with writer.as_default(step=steps):
+            for name, value in results.items():
+                tf.summary.scalar(f"Metrics/{name}", value)
+            for name, value in speed.items():
+                tf.summary.scalar(f"charts/{name}", value)
+        results.update(
+            env_steps=steps,
+            train_step=int(train_step.numpy()),
+            steps_per_second=speed["SPS"],
+            collect_fraction=speed["collect_fraction"],
+        )
+        bar.update(steps_per_iteration)
+        bar.set_postfix(ret=f"{results['AverageReturn']:.2f}", success=f"{results['SuccessRate']:.2f}")
+        if steps - last_checkpoint >= checkpoint_interval or steps >= total_env_steps:
+            checkpointer.save(train_step)
+            last_checkpoint = steps
+        if steps - last_policy_save >= policy_save_interval or steps >= total_env_steps:
+            policy_saver(int(train_step.numpy()), force_trigger=True)
+            last_policy_save = steps
+    bar.close()
+    writer.flush()
+    return results
+
+
+_HYPERPARAMETERS = (
+    "env_name",
+    "num_envs",
+    "encoder",
+    "total_env_steps",
+    "collect_steps_per_env",
+    "learning_rate",
+    "value_encoder",
+    "adam_epsilon",
+    "discount",
+    "gae_lambda",
+    "entropy_coef",
+    "value_coef",
+    "clip_ratio",
+    "max_grad_norm",
+    "num_epochs",
+    "num_minibatches",
+    "normalize_rewards",
+    "drac_coef",
+    "augmentation",
+    "seed",
+)
+
+
+def _hyperparameters(local_vars: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: local_vars[name] for name in _HYPERPARAMETERS}
+
+
+def _save_operative_config(root_dir: str) -> None:
+    with open(os.path.join(root_dir, "config.gin"), "w") as f:
+        f.write(gin.operative_config_str())
+
+
+_FLAGS = flags.FLAGS
+
+
+def _define_flags() -> None:
+    flags.DEFINE_string("root_dir", None, "Output folder; rerun with the same one to resume.")
+    flags.DEFINE_multi_string("gin_file", [], "Gin config files (configs/...).")
+    flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings, e.g. 'train_eval.num_envs = 8'.")
+    flags.DEFINE_enum("strategy", "default", list(STRATEGIES), "tf.distribute strategy of the learner.")
+
+
+def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str]) -> None:
+    """Parses gin files and bindings; a bad binding or file raises ``ValueError`` naming it."""
+    for path in gin_files:
+        if not os.path.exists(path):
+            raise ValueError(f"Gin file not found: {path!r}")
+        # `include 'x.gin'` inside a config is relative to that config's
+        # folder or its parent (configs/procgen/models/*.gin include ppo_drac.gin).
+        folder = os.path.dirname(os.path.abspath(path))
+        gin.add_config_file_search_path(folder)
+        gin.add_config_file_search_path(os.path.dirname(folder))
+    try:
+        gin.parse_config_files_and_bindings(gin_files, gin_bindings)
+    except (ValueError, KeyError, TypeError, SyntaxError) as error:
+        raise ValueError(
+            f"Bad gin configuration ({error}). Files: {list(gin_files)}, bindings: {list(gin_bindings)}"
+        ) from error
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of ``sit-train``."""
+    _define_flags()
+    flags.mark_flag_as_required("root_dir")
+    app.run(_main, argv=argv)
+
+
+def _main(argv: Sequence[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    # TF-Agents' savers log every file at INFO; the progress bar says what matters.
+    logging.set_verbosity(logging.WARNING)
+    parse_gin(_FLAGS.gin_file, _FLAGS.gin_bindings)
+    os.makedirs(_FLAGS.root_dir, exist_ok=True)
+    results = train_eval(_FLAGS.root_dir, strategy=make_strategy(_FLAGS.strategy))
+    print({k: round(v, 4) if isinstance(v, float) else v for k, v in results.items()})
+
+
+if __name__ == "__main__":
+    main()

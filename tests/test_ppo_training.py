@@ -1,0 +1,261 @@
+"""PPO (+ DrAC) training with TF-Agents: a short real run, its outputs, resume and errors."""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import gin
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from sit_keras.agents import evaluate, train
+from sit_keras.agents.augmentation import make_augmentation, random_crop
+from sit_keras.agents.ppo_agent import explained_variance
+
+# 4 environments x 16 steps per iteration, 2 iterations: seconds on a CPU.
+SHORT_RUN = {
+    "env_name": "minigrid:LavaGapS5",
+    "num_envs": 4,
+    "encoder": "cnn",
+    "encoder_kwargs": {"filters": (8,), "strides": 1, "output_dim": 16},
+    "total_env_steps": 128,
+    "collect_steps_per_env": 16,
+    "num_minibatches": 4,
+    "num_epochs": 2,
+    "discount": 0.99,
+    "drac_coef": 0.1,
+    "checkpoint_interval": 64,
+    "policy_save_interval": 64,
+    "progress": False,
+}
+
+
+def _tags(log_dir: str) -> set[str]:
+    tags = set()
+    for path in glob.glob(os.path.join(log_dir, "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            tags.update(value.tag for value in event.summary.value)
+    return tags
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    root_dir = str(tmp_path_factory.mktemp("ppo"))
+    gin.clear_config()
+    results = train.train_eval(root_dir, **SHORT_RUN)
+    return root_dir, results
+
+
+def test_short_run_collects_trains_and_logs(trained_run):
+    root_dir, results = trained_run
+    assert results["env_steps"] == 128
+    # 2 iterations x 2 epochs x 4 minibatches.
+    assert results["train_step"] == 16
+    assert 0.0 <= results["SuccessRate"] <= 1.0
+    train_tags = _tags(os.path.join(root_dir, "train"))
+    for tag in [
+        "losses/approx_kl",
+        "losses/clipfrac",
+        "losses/explained_variance",
+        "losses/drac_policy",
+        "losses/drac_value",
+    ]:
+        assert tag in train_tags, train_tags
+    collect_tags = _tags(os.path.join(root_dir, "collect"))
+    for tag in [
+        "Metrics/AverageReturn",
+        "Metrics/AverageEpisodeLength",
+        "Metrics/SuccessRate",
+        "charts/SPS",
+        "charts/collect_fraction",
+        "config/operative_gin",
+        "_hparams_/session_start_info",
+    ]:
+        assert tag in collect_tags, collect_tags
+    assert os.path.exists(os.path.join(root_dir, "config.gin"))
+    assert glob.glob(os.path.join(root_dir, "checkpoints", "ckpt-*.index"))
+    assert os.path.exists(os.path.join(root_dir, "policies", "greedy_policy", "saved_model.pb"))
+    assert glob.glob(os.path.join(root_dir, "policies", "checkpoints", "policy_checkpoint_*"))
+
+
+def test_rerun_resumes_the_counters(trained_run, tmp_path):
+    root_dir, _ = trained_run
+    gin.clear_config()
+    resumed = train.train_eval(root_dir, **{**SHORT_RUN, "total_env_steps": 192})
+    # One more iteration on top of the checkpointed two.
+    assert resumed["env_steps"] == 192
+    assert resumed["train_step"] == 24
+
+
+def test_saved_policy_evaluates_under_transforms(trained_run):
+    root_dir, _ = trained_run
+    policy = evaluate.load_policy(os.path.join(root_dir, "policies", "greedy_policy"))
+    results = evaluate.evaluate(policy, "minigrid:LavaGapS5", [None, "rot90"], num_episodes=6, num_envs=3)
+    assert set(results) == {"none", "rot90"}
+    for summary in results.values():
+        assert summary["num_episodes"] == 6
+        assert 0.0 <= summary["success_rate"] <= 1.0
+
+
+def test_run_episodes_keeps_a_quota_per_environment():
+    from tf_agents.policies import random_py_policy
+
+    from sit_keras.agents.environments import load
+
+    env = load("minigrid:LavaGapS5", num_envs=3, seed=5)
+    policy = random_py_policy.RandomPyPolicy(env.time_step_spec(), env.action_spec(), outer_dims=(3,))
+    episodes = evaluate.run_episodes(policy, env, 7)
+    assert len(episodes) == 7
+    assert sorted(np.bincount([e["env"] for e in episodes]).tolist()) == [2, 2, 3]
+    # LavaGap rewards are 0 (lava, time-out) or 1 - 0.9 t / T (goal).
+    for e in episodes:
+        assert e["success"] == (e["return"] > 0)
+
+
+def test_kill_mid_run_then_resume(tmp_path):
+    """A run killed after its first checkpoint resumes from it, counters included."""
+    root_dir = str(tmp_path / "killed")
+    args = [
+        sys.executable,
+        "-m",
+        "sit_keras.agents.train",
+        "--root_dir",
+        root_dir,
+        "--gin_bindings",
+        "train_eval.env_name = 'minigrid:LavaGapS5'",
+        "--gin_bindings",
+        "train_eval.num_envs = 2",
+        "--gin_bindings",
+        "train_eval.encoder = 'cnn'",
+        "--gin_bindings",
+        "train_eval.encoder_kwargs = {'filters': (4,), 'strides': 1, 'output_dim': 8}",
+        "--gin_bindings",
+        "train_eval.collect_steps_per_env = 8",
+        "--gin_bindings",
+        "train_eval.num_minibatches = 2",
+        "--gin_bindings",
+        "train_eval.drac_coef = 0.0",
+        "--gin_bindings",
+        "train_eval.checkpoint_interval = 16",
+        "--gin_bindings",
+        "train_eval.policy_save_interval = 100000",
+        "--gin_bindings",
+        "train_eval.progress = False",
+    ]
+    process = subprocess.Popen(
+        [*args, "--gin_bindings", "train_eval.total_env_steps = 100000"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.time() + 240
+        while (
+            time.time() < deadline
+            and len(glob.glob(os.path.join(root_dir, "checkpoints", "ckpt-*.index"))) < 2
+        ):
+            time.sleep(0.5)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    checkpoint = tf.train.latest_checkpoint(os.path.join(root_dir, "checkpoints"))
+    assert checkpoint, "no checkpoint written before the kill"
+    saved_steps = int(tf.train.load_variable(checkpoint, "env_steps/.ATTRIBUTES/VARIABLE_VALUE"))
+    assert saved_steps >= 32
+
+    resumed = subprocess.run(
+        [*args, "--gin_bindings", f"train_eval.total_env_steps = {saved_steps + 16}"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"at {saved_steps} environment steps" in resumed.stdout
+    assert f"'env_steps': {saved_steps + 16}" in resumed.stdout
+
+
+@pytest.mark.parametrize(
+    "bindings, match",
+    [
+        (["train_eval.not_an_argument = 1"], "Bad gin configuration"),
+        (["train_eval.num_envs = = 3"], "Bad gin configuration"),
+    ],
+)
+def test_bad_gin_bindings_are_clear(bindings, match):
+    gin.clear_config()
+    with pytest.raises(ValueError, match=match):
+        train.parse_gin([], bindings)
+    gin.clear_config()
+
+
+def test_missing_gin_file_is_clear():
+    with pytest.raises(ValueError, match="Gin file not found"):
+        train.parse_gin(["configs/no_such.gin"], [])
+
+
+def test_rl_configs_parse():
+    configs = sorted(
+        glob.glob("configs/procgen/**/*.gin", recursive=True) + glob.glob("configs/minigrid/*.gin")
+    )
+    assert len(configs) >= 30
+    for path in configs:
+        gin.clear_config()
+        train.parse_gin([path], [])
+    gin.clear_config()
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        ({"env_name": "minigrid:NoSuchTask"}, "NoSuchTask"),
+        ({"encoder": "resnet"}, "Unknown encoder 'resnet'"),
+        ({"num_minibatches": 3}, "must be a multiple of num_minibatches"),
+        ({"augmentation": "cutout"}, "Unknown augmentation 'cutout'"),
+    ],
+)
+def test_bad_settings_are_clear(tmp_path, overrides, match):
+    with pytest.raises(ValueError, match=match):
+        train.train_eval(str(tmp_path), **{**SHORT_RUN, **overrides})
+
+
+def test_random_crop_is_a_clamped_shift():
+    images = tf.constant(np.random.default_rng(0).integers(0, 256, (16, 9, 7, 3), dtype=np.uint8))
+    cropped = random_crop(images, padding=2, seed=3).numpy()
+    assert cropped.dtype == np.uint8 and cropped.shape == images.shape
+    source = images.numpy()
+    for image, out in zip(source, cropped, strict=True):
+        matches = [
+            (dy, dx)
+            for dy in range(-2, 3)
+            for dx in range(-2, 3)
+            if np.array_equal(
+                out,
+                image[np.clip(np.arange(9) + dy, 0, 8)][:, np.clip(np.arange(7) + dx, 0, 6)],
+            )
+        ]
+        assert matches, "crop is not a replicate-padded shift"
+    assert np.array_equal(random_crop(images, 0).numpy(), source)
+
+
+def test_augmentation_padding_follows_the_image_size():
+    images = tf.zeros((2, 14, 14, 3), tf.uint8)
+    assert make_augmentation("crop", 14)(images).shape == images.shape
+    with pytest.raises(ValueError, match="Unknown augmentation"):
+        make_augmentation("rotate", 14)
+    with pytest.raises(ValueError, match="padding must be >= 0"):
+        random_crop(images, -1)
+
+
+def test_explained_variance():
+    targets = tf.constant([1.0, 2.0, 3.0, 4.0])
+    weights = tf.ones(4)
+    assert float(explained_variance(targets, targets, weights)) == pytest.approx(1.0)
+    assert float(explained_variance(tf.fill([4], 2.5), targets, weights)) == pytest.approx(0.0)
+    # Masked samples do not count.
+    noisy = tf.constant([1.0, 2.0, 3.0, 100.0])
+    assert float(explained_variance(noisy, targets, tf.constant([1.0, 1.0, 1.0, 0.0]))) == pytest.approx(1.0)
