@@ -13,6 +13,7 @@ in the order ``PyDriver`` calls them.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
 import numpy as np
@@ -35,13 +36,24 @@ class FixedLengthDriver(py_driver.PyDriver):
             env, policy, observers, info_observers=list(info_observers), max_steps=num_batched_steps
         )
         self.num_batched_steps = int(num_batched_steps)
+        # Seconds spent in the policy and in the environment since the last
+        # reset_timings(); the rest of a run is observers (replay buffer, metrics).
+        self.policy_seconds = 0.0
+        self.env_seconds = 0.0
+
+    def reset_timings(self) -> None:
+        self.policy_seconds = self.env_seconds = 0.0
 
     def run(self, time_step, policy_state=()):
         # PyDriver.run's loop body, counted in batched steps. Batched
         # environments reset themselves, so the policy state is not reset here.
         for _ in range(self.num_batched_steps):
+            start = time.perf_counter()
             action_step = self.policy.action(time_step, policy_state)
+            acted = time.perf_counter()
             next_time_step = self.env.step(action_step.action)
+            self.policy_seconds += acted - start
+            self.env_seconds += time.perf_counter() - acted
             traj = trajectory_lib.from_transition(
                 time_step, action_step._replace(state=policy_state), next_time_step
             )

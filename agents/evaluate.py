@@ -24,6 +24,7 @@ from tf_agents.train import learner
 from tf_agents.trajectories import trajectory
 
 from sit_keras.agents.collection import EpisodeRecorder
+from sit_keras.agents.console import quiet_library_logs
 from sit_keras.agents.environments import load
 
 # A batch step of every environment counts once towards this limit, so a
@@ -182,6 +183,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 def _main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    quiet_library_logs()
     policy = load_policy(_FLAGS.policy_dir)
     transforms = [None if t == "none" else t for t in _FLAGS.transform]
     env_kwargs = parse_env_kwargs(_FLAGS.env_kwarg)

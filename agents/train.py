@@ -22,6 +22,7 @@ newest), ``policies/`` (TF-Agents SavedModels + weight checkpoints, for
 
 from __future__ import annotations
 
+import logging as std_logging
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -31,7 +32,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 import tf_keras
-from absl import app, flags, logging
+from absl import app, flags
 from tensorboard.plugins.hparams import api as hparams_api
 from tf_agents.environments import py_environment
 from tf_agents.metrics import py_metrics
@@ -50,6 +51,7 @@ from sit_keras.agents.collection import (
     NormalizedReturnMetric,
     metric_results,
 )
+from sit_keras.agents.console import quiet_library_logs
 from sit_keras.agents.environments import load
 from sit_keras.agents.ppo_agent import DrACPPOAgent
 
@@ -66,7 +68,9 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
     if name == "default":
         return tf.distribute.get_strategy()
     if name == "mirrored":
-        return tf.distribute.MirroredStrategy()
+        # Every GPU, or else every logical CPU (MirroredStrategy alone would take CPU:0 only).
+        devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
+        return tf.distribute.MirroredStrategy([device.name for device in devices])
     raise ValueError(f"Unknown strategy {name!r}. Expected one of: {', '.join(STRATEGIES)}.")
 
 
@@ -122,8 +126,8 @@ def train_eval(
     seed: int = 0,
     progress: bool = True,
     strategy: tf.distribute.Strategy | None = None,
-) -> dict[str, float]:
-    """Trains a PPO (+ DrAC) agent; returns the last collect metrics and counters.
+) -> dict[str, Any]:
+    """Trains a PPO (+ DrAC) agent; returns the last metrics, counters and speeds, and a ``history``.
 
     Args:
       root_dir: output folder (see the module docstring); rerunning with the
@@ -137,7 +141,9 @@ def train_eval(
       num_epochs, num_minibatches: passes over an iteration's data, and the
         number of minibatches it is split into (``num_envs * T`` must divide).
       drac_coef: 0 disables DrAC.
-      checkpoint_interval, policy_save_interval: in environment steps.
+      checkpoint_interval, policy_save_interval: in environment steps; the
+        policy is also exported at the end, unless ``policy_save_interval=0``
+        (no exports at all, e.g. for benchmarks).
       strategy: a ``tf.distribute.Strategy`` for the learner (default: none).
 
     Raises:
@@ -199,15 +205,19 @@ def train_eval(
         agent.collect_data_spec, batch_size=num_envs, max_length=collect_steps_per_env + 1
     )
 
+    # Plain TF code: no AutoGraph conversion needed (PPOLearner calls these in tf.data functions).
+    @tf.autograph.experimental.do_not_convert
     def drop_bootstrap_step(trajectories):
         return tf.nest.map_structure(lambda t: t[:, :-1], trajectories)
 
+    @tf.autograph.experimental.do_not_convert
     def experience_dataset():
         def gather(_):
             return drop_bootstrap_step(agent.preprocess_sequence(replay_buffer.gather_all())), ()
 
         return tf.data.Dataset.range(1).map(gather)
 
+    @tf.autograph.experimental.do_not_convert
     def normalization_dataset():
         return tf.data.Dataset.range(1).map(lambda _: (drop_bootstrap_step(replay_buffer.gather_all()), ()))
 
@@ -239,13 +249,7 @@ def train_eval(
     if start_steps:
         print(f"Resumed from {checkpointer.manager.latest_checkpoint} at {start_steps} environment steps.")
 
-    policy_saver = triggers.PolicySavedModelTrigger(
-        os.path.join(root_dir, learner.POLICY_SAVED_MODEL_DIR),
-        agent,
-        train_step,
-        interval=1,
-        save_collect_policy=False,
-    )
+    policy_saver = _PolicyExporter(os.path.join(root_dir, learner.POLICY_SAVED_MODEL_DIR), agent, train_step)
     return_metric = py_metrics.AverageReturnMetric(buffer_size=100, batch_size=num_envs)
     success_metric = EpisodeSuccessMetric(buffer_size=100, batch_size=num_envs)
     metrics = [
@@ -307,7 +311,7 @@ def _train_loop(
     checkpoint_interval,
     policy_save_interval,
     progress,
-) -> dict[str, float]:
+) -> dict[str, Any]:
     last_checkpoint = last_policy_save = int(env_steps.numpy())
     bar = tqdm(
         total=total_env_steps,
@@ -318,40 +322,79 @@ def _train_loop(
         smoothing=0.3,
     )
     time_step = env.reset()
-    results: dict[str, float] = {}
+    results: dict[str, Any] = {}
+    history: list[dict[str, float]] = []
     while int(env_steps.numpy()) < total_env_steps:
+        driver.reset_timings()
         start = time.perf_counter()
         time_step, _ = driver.run(time_step)
-        collect_seconds = time.perf_counter() - start
+        learn_start = time.perf_counter()
         ppo_learner_.run()
         replay_buffer.clear()
         seconds = time.perf_counter() - start
         env_steps.assign_add(steps_per_iteration)
         steps = int(env_steps.numpy())
+        speed = _speed(steps_per_iteration, seconds, time.perf_counter() - learn_start, driver)
         results = metric_results(metrics)
-        speed = {"SPS": steps_per_iteration / seconds, "collect_fraction": collect_seconds / seconds}
         with writer.as_default(step=steps):
             for name, value in results.items():
                 tf.summary.scalar(f"Metrics/{name}", value)
             for name, value in speed.items():
                 tf.summary.scalar(f"charts/{name}", value)
-        results.update(
-            env_steps=steps,
-            train_step=int(train_step.numpy()),
-            steps_per_second=speed["SPS"],
-            collect_fraction=speed["collect_fraction"],
+        history.append({"env_steps": steps, **speed})
+        results.update(env_steps=steps, train_step=int(train_step.numpy()), **speed)
+        bar.set_postfix(
+            ret=f"{results['AverageReturn']:.2f}", success=f"{results['SuccessRate']:.2f}", refresh=False
         )
         bar.update(steps_per_iteration)
-        bar.set_postfix(ret=f"{results['AverageReturn']:.2f}", success=f"{results['SuccessRate']:.2f}")
         if steps - last_checkpoint >= checkpoint_interval or steps >= total_env_steps:
             checkpointer.save(train_step)
             last_checkpoint = steps
-        if steps - last_policy_save >= policy_save_interval or steps >= total_env_steps:
-            policy_saver(int(train_step.numpy()), force_trigger=True)
+        if policy_save_interval and (
+            steps - last_policy_save >= policy_save_interval or steps >= total_env_steps
+        ):
+            policy_saver.save()
             last_policy_save = steps
     bar.close()
     writer.flush()
-    return results
+    return {**results, "history": history}
+
+
+class _PolicyExporter:
+    """TF-Agents' ``PolicySavedModelTrigger``, made on first use.
+
+    The trigger writes the SavedModels (greedy and stochastic policy) when it
+    is made, which takes a while for the larger encoders, and then a weight
+    checkpoint each time it fires.
+    """
+
+    def __init__(self, saved_model_dir: str, agent, train_step: tf.Variable):
+        self._args = (saved_model_dir, agent, train_step)
+        self._trigger = None
+
+    def save(self) -> None:
+        if self._trigger is None:
+            saved_model_dir, agent, train_step = self._args
+            self._trigger = triggers.PolicySavedModelTrigger(
+                saved_model_dir, agent, train_step, interval=1, save_collect_policy=False
+            )
+        self._trigger(int(self._args[2].numpy()), force_trigger=True)
+
+
+def _speed(steps: int, seconds: float, train_seconds: float, driver: FixedLengthDriver) -> dict[str, float]:
+    """Steps per second and the shares of an iteration's wall time.
+
+    ``train_fraction``: the learner (the model's train steps);
+    ``policy_fraction``: the policy's forward passes during collection;
+    ``env_fraction``: the environments; ``overhead_fraction``: the rest
+    (replay buffer, metrics, Python).
+    """
+    fractions = {
+        "train_fraction": train_seconds / seconds,
+        "policy_fraction": driver.policy_seconds / seconds,
+        "env_fraction": driver.env_seconds / seconds,
+    }
+    return {"SPS": steps / seconds, **fractions, "overhead_fraction": 1.0 - sum(fractions.values())}
 
 
 _HYPERPARAMETERS = (
@@ -397,6 +440,13 @@ def _define_flags() -> None:
     flags.DEFINE_enum("strategy", "default", list(STRATEGIES), "tf.distribute strategy of the learner.")
 
 
+class _DropGinSearchMisses(std_logging.Filter):
+    """Gin logs an error for each search path that does not hold an included file, found or not."""
+
+    def filter(self, record: std_logging.LogRecord) -> bool:
+        return record.msg != "Path not found: %s"
+
+
 def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str]) -> None:
     """Parses gin files and bindings; a bad binding or file raises ``ValueError`` naming it."""
     for path in gin_files:
@@ -407,12 +457,16 @@ def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str]) -> None:
         folder = os.path.dirname(os.path.abspath(path))
         gin.add_config_file_search_path(folder)
         gin.add_config_file_search_path(os.path.dirname(folder))
+    search_misses = _DropGinSearchMisses()
+    std_logging.getLogger().addFilter(search_misses)
     try:
         gin.parse_config_files_and_bindings(gin_files, gin_bindings)
     except (ValueError, KeyError, TypeError, SyntaxError) as error:
         raise ValueError(
             f"Bad gin configuration ({error}). Files: {list(gin_files)}, bindings: {list(gin_bindings)}"
         ) from error
+    finally:
+        std_logging.getLogger().removeFilter(search_misses)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -425,11 +479,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 def _main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    # TF-Agents' savers log every file at INFO; the progress bar says what matters.
-    logging.set_verbosity(logging.WARNING)
+    quiet_library_logs()
     parse_gin(_FLAGS.gin_file, _FLAGS.gin_bindings)
     os.makedirs(_FLAGS.root_dir, exist_ok=True)
     results = train_eval(_FLAGS.root_dir, strategy=make_strategy(_FLAGS.strategy))
+    results.pop("history")
     print({k: round(v, 4) if isinstance(v, float) else v for k, v in results.items()})
 
 

@@ -73,7 +73,8 @@ def test_short_run_collects_trains_and_logs(trained_run):
         "Metrics/AverageEpisodeLength",
         "Metrics/SuccessRate",
         "charts/SPS",
-        "charts/collect_fraction",
+        "charts/train_fraction",
+        "charts/env_fraction",
         "config/operative_gin",
         "_hparams_/session_start_info",
     ]:

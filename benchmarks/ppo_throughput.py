@@ -1,0 +1,146 @@
+"""PPO training throughput on Procgen: environment frames/s and where the wall time goes.
+
+For each encoder (default: SiT and the IMPALA-CNN of the SiT paper), one
+process runs ``sit_keras.agents.train.train_eval`` on ``procgen:<game>`` with
+64 environments and the paper's PPO + DrAC settings (``configs/procgen``),
+except a short rollout (``--steps_per_env``, default 16 instead of 256) so
+that an iteration takes seconds, for ``--iterations`` iterations. The first
+iteration (tracing) is dropped; the table shows medians over the others of:
+
+- frames/s: environment steps per second of wall time (collection + learning);
+- train: share of the wall time in the learner (the model's train steps);
+- policy: share in the policy's forward passes during collection;
+- env: share in the Procgen environments;
+- overhead: the rest (replay buffer, metrics, Python).
+
+"Model time" = train + policy; the target of issue 4 is at least 80%.
+The ratio SiT / IMPALA-CNN of frames/s is computed in the same run.
+
+Usage::
+
+    python benchmarks/ppo_throughput.py [--models sit,impala_cnn] [--game caveflyer]
+        [--iterations 4] [--steps_per_env 16] [--out benchmarks/results/ppo_throughput.json] [--quick]
+"""
+
+from __future__ import annotations
+
+import sit_keras  # noqa: F401  (selects Keras 2 before TensorFlow is imported)
+
+# isort: split
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import gin
+
+from sit_keras.agents import train
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "ppo_throughput.json"
+CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "procgen" / "models"
+FRACTIONS = ("train_fraction", "policy_fraction", "env_fraction", "overhead_fraction")
+
+
+def measure(model: str, game: str, num_envs: int, steps_per_env: int, iterations: int) -> dict[str, Any]:
+    """Runs ``iterations`` PPO iterations of ``configs/procgen/models/<model>.gin``; medians after the 1st."""
+    gin.clear_config()
+    train.parse_gin([str(CONFIGS / f"{model}.gin")], [])
+    num_minibatches = gin.query_parameter("train_eval.num_minibatches")
+    steps_per_iteration = num_envs * steps_per_env
+    # Keep the paper's number of minibatches where it divides the (shorter) rollout.
+    while steps_per_iteration % num_minibatches:
+        num_minibatches -= 1
+    with tempfile.TemporaryDirectory() as root_dir:
+        start = time.perf_counter()
+        results = train.train_eval(
+            root_dir,
+            env_name=f"procgen:{game}",
+            num_envs=num_envs,
+            collect_steps_per_env=steps_per_env,
+            num_minibatches=num_minibatches,
+            total_env_steps=iterations * steps_per_iteration,
+            checkpoint_interval=10**12,
+            policy_save_interval=0,
+            progress=False,
+        )
+        wall = time.perf_counter() - start
+    gin.clear_config()
+    timed = results["history"][1:] or results["history"]
+    summary = {"frames_per_second": statistics.median(h["SPS"] for h in timed)}
+    for name in FRACTIONS:
+        summary[name] = statistics.median(h[name] for h in timed)
+    summary["model_fraction"] = summary["train_fraction"] + summary["policy_fraction"]
+    return {
+        "model": model,
+        "num_minibatches": num_minibatches,
+        "summary": summary,
+        "iterations": results["history"],
+        "total_wall_s": wall,
+    }
+
+
+def format_table(runs: Sequence[dict[str, Any]]) -> str:
+    lines = [
+        "| model | frames/s | train | policy | env | overhead | model time |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for run in runs:
+        s = run["summary"]
+        lines.append(
+            f"| {run['model']} | {s['frames_per_second']:.0f} | {s['train_fraction']:.0%} | "
+            f"{s['policy_fraction']:.0%} | {s['env_fraction']:.0%} | {s['overhead_fraction']:.0%} | "
+            f"{s['model_fraction']:.0%} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default="sit,impala_cnn", help="configs/procgen/models/<name>.gin")
+    parser.add_argument("--game", default="caveflyer")
+    parser.add_argument("--num_envs", type=int, default=64)
+    parser.add_argument("--steps_per_env", type=int, default=16)
+    parser.add_argument("--iterations", type=int, default=4)
+    parser.add_argument("--out", default=str(DEFAULT_OUT))
+    parser.add_argument("--quick", action="store_true", help="smoke run: 4 envs x 4 steps, 2 iterations")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.num_envs, args.steps_per_env, args.iterations = 4, 4, 2
+
+    runs = []
+    for model in args.models.split(","):
+        print(f"== {model}", flush=True)
+        runs.append(measure(model, args.game, args.num_envs, args.steps_per_env, args.iterations))
+    table = format_table(runs)
+    print(table)
+    speeds = {run["model"]: run["summary"]["frames_per_second"] for run in runs}
+    ratios = {}
+    if "sit" in speeds and "impala_cnn" in speeds:
+        ratios["impala_cnn_over_sit_frames_per_second"] = speeds["impala_cnn"] / speeds["sit"]
+        print(f"IMPALA-CNN / SiT frames/s: {ratios['impala_cnn_over_sit_frames_per_second']:.1f}x")
+    report = {
+        "benchmark": "ppo_throughput",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "settings": {k: v for k, v in vars(args).items() if k != "out"},
+        "runs": runs,
+        "ratios": ratios,
+        "table": table,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=2)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
