@@ -78,11 +78,13 @@ def measure(model: str, game: str, num_envs: int, steps_per_env: int, iterations
     for name in FRACTIONS:
         summary[name] = statistics.median(h[name] for h in timed)
     summary["model_fraction"] = summary["train_fraction"] + summary["policy_fraction"]
+    last = {k: v for k, v in results.items() if k != "history"}
     return {
         "model": model,
         "num_minibatches": num_minibatches,
         "summary": summary,
         "iterations": results["history"],
+        "last": last,
         "total_wall_s": wall,
     }
 

@@ -33,7 +33,10 @@ SCRIPT = textwrap.dedent(
 
 def test_mirrored_strategy_trains_on_two_cpu_replicas(tmp_path):
     run = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tmp_path / "mirrored")], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", SCRIPT, str(tmp_path / "mirrored")],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads(run.stdout.strip().splitlines()[-1])
