@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import signal
 import subprocess
@@ -260,3 +261,27 @@ def test_explained_variance():
     # Masked samples do not count.
     noisy = tf.constant([1.0, 2.0, 3.0, 100.0])
     assert float(explained_variance(noisy, targets, tf.constant([1.0, 1.0, 1.0, 0.0]))) == pytest.approx(1.0)
+
+
+def test_sit_eval_cli_writes_json_and_gif(trained_run, tmp_path):
+    root_dir, _ = trained_run
+    output, gif = tmp_path / "eval.json", tmp_path / "episode.gif"
+    run = subprocess.run(
+        [
+            sys.executable, "-m", "sit_keras.agents.evaluate",
+            "--policy_dir", os.path.join(root_dir, "policies", "greedy_policy"),
+            "--env", "minigrid:LavaGapS5", "--transform", "none", "--transform", "flip_h",
+            "--num_episodes", "3", "--num_envs", "3", "--output", str(output), "--gif", str(gif),
+        ],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads(output.read_text())
+    assert set(report["results"]) == {"none", "flip_h"}
+    assert report["results"]["none"]["num_episodes"] == 3
+    assert gif.stat().st_size > 0
+
+
+def test_sit_eval_names_a_missing_policy(tmp_path):
+    with pytest.raises(FileNotFoundError, match="No saved policy"):
+        evaluate.load_policy(str(tmp_path))
