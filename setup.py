@@ -76,7 +76,8 @@ setup(
     extras_require={"dev": read_requirements("requirements-dev.txt")},
     entry_points={
         "console_scripts": [
-            "sit-demo = sit_keras.demo:main",
+            "sit-demo = sit_keras.agents.demo:main",
+            "sit-check-encoders = sit_keras.encoder_check:main",
             "sit-train = sit_keras.agents.train:main",
             "sit-eval = sit_keras.agents.evaluate:main",
             "sit-train-supervised = sit_keras.supervised.train:main",

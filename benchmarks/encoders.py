@@ -43,7 +43,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from sit_keras.demo import make_forward, make_train_step, time_calls
+from sit_keras.encoder_check import make_forward, make_train_step, time_calls
 from sit_keras.models import ENCODER_NAMES, build_encoder
 
 DEFAULT_MODELS = ("sit", "siet", "vit", "impala_cnn")

@@ -1,6 +1,6 @@
-"""``sit-demo``: builds every encoder and checks the symmetries it promises.
+"""``sit-check-encoders``: builds every encoder and checks the symmetries it promises.
 
-For each encoder (SiT paper, section 4 and Table 1) the demo
+For each encoder (SiT paper, section 4 and Table 1) the check
 
 1. builds it for ``(size, size, 3)`` images (the IMPALA CNN in the paper's
    reduced form, ``channels=(4, 8, 16)``, ``output_dim=64``; the others with
@@ -18,7 +18,7 @@ For each encoder (SiT paper, section 4 and Table 1) the demo
 
 Usage::
 
-    sit-demo [--models sit,vit] [--image-size 64] [--batch 8] [--json out.json]
+    sit-check-encoders [--models sit,vit] [--image-size 64] [--batch 8] [--json out.json]
              [--train-models sit] [--repeats 3] [--noise 0.05] [--tolerance 1e-4]
 
 On 2 CPU cores the default run (all encoders, 64x64, batch 8) took 63-83 s in
@@ -142,7 +142,7 @@ def time_calls(fn: Callable[[tf.Tensor], tf.Tensor], x: tf.Tensor, repeats: int,
     }
 
 
-# -- the demo -------------------------------------------------------------------
+# -- the check ------------------------------------------------------------------
 def perturb_weights(encoder: Encoder, stddev: float, seed: int) -> None:
     """Adds ``N(0, stddev^2)`` noise to every trainable weight, in place."""
     rng = np.random.default_rng(seed)
@@ -289,7 +289,7 @@ def _names(text: str) -> list[str]:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="sit-demo",
+        prog="sit-check-encoders",
         description="Build every encoder, perturb its weights, check its promised symmetries and time it.",
     )
     parser.add_argument(
@@ -321,7 +321,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Runs the demo; returns 0 if every promised symmetry holds, else 1."""
+    """Runs the check; returns 0 if every promised symmetry holds, else 1."""
     args = parse_args(argv)
     start = time.perf_counter()
     print(

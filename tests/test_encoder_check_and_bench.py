@@ -1,4 +1,4 @@
-"""Smoke tests of ``sit-demo`` (sit_keras.demo) and of benchmarks/encoders.py, at small sizes."""
+"""Smoke tests of ``sit-check-encoders`` (sit_keras.encoder_check) and benchmarks/encoders.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from types import ModuleType
 
 import pytest
 
-from sit_keras import demo
+from sit_keras import encoder_check
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,9 +22,11 @@ def _load_benchmark() -> ModuleType:
     return module
 
 
-def test_demo_reports_the_promised_symmetries(tmp_path, capsys):
-    out = tmp_path / "demo.json"
-    status = demo.main(["--models", "sit,cnn", "--image-size", "16", "--batch", "2", "--json", str(out)])
+def test_check_reports_the_promised_symmetries(tmp_path, capsys):
+    out = tmp_path / "check.json"
+    status = encoder_check.main(
+        ["--models", "sit,cnn", "--image-size", "16", "--batch", "2", "--json", str(out)]
+    )
     printed = capsys.readouterr().out
 
     assert status == 0, printed
@@ -46,19 +48,19 @@ def test_demo_reports_the_promised_symmetries(tmp_path, capsys):
     assert "| sit " in printed and "perturbed" in printed
 
 
-def test_demo_fails_when_a_promise_is_broken(tmp_path, monkeypatch):
-    # Promise rotation invariance for the CNN baseline: the demo must flag it.
-    monkeypatch.setitem(demo.PROMISES, "cnn", ("C4 invariant", (("output", "rotations"),)))
-    out = tmp_path / "demo.json"
-    status = demo.main(["--models", "cnn", "--image-size", "16", "--batch", "2", "--json", str(out)])
+def test_check_fails_when_a_promise_is_broken(tmp_path, monkeypatch):
+    # Promise rotation invariance for the CNN baseline: the check must flag it.
+    monkeypatch.setitem(encoder_check.PROMISES, "cnn", ("C4 invariant", (("output", "rotations"),)))
+    out = tmp_path / "check.json"
+    status = encoder_check.main(["--models", "cnn", "--image-size", "16", "--batch", "2", "--json", str(out)])
     assert status == 1
     report = json.loads(out.read_text())
     assert report["all_ok"] is False and report["encoders"]["cnn"]["status"] == "FAIL"
 
 
-def test_demo_rejects_unknown_models():
+def test_check_rejects_unknown_models():
     with pytest.raises(SystemExit):
-        demo.main(["--models", "resnet"])
+        encoder_check.main(["--models", "resnet"])
 
 
 def test_benchmark_quick_run_writes_positive_timings(tmp_path, capsys):
