@@ -23,15 +23,10 @@ See benchmarks/README.md for how to read the output.
 
 from __future__ import annotations
 
-import sit_keras  # Selects Keras 2 (tf_keras) behind tf.keras: must come before TensorFlow.
-
 # isort: split
 
 import argparse
-import datetime
-import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -43,6 +38,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from sit_keras.benchmarking import environment, write_report
 from sit_keras.encoder_check import make_forward, make_train_step, time_calls
 from sit_keras.models import ENCODER_NAMES, build_encoder
 
@@ -140,36 +136,6 @@ def ratios(models: dict[str, dict[str, Any]]) -> dict[str, Any]:
             for name, record in models.items()
         }
     return result
-
-
-def environment() -> dict[str, Any]:
-    try:
-        affinity = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        affinity = None
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "cpus_available": affinity,
-        "load_average_start": list(os.getloadavg()),
-        "sit_keras": sit_keras.__version__,
-        "tensorflow": tf.__version__,
-        "tf_keras": tf_keras.__version__,
-        "numpy": np.__version__,
-        # 0 means TensorFlow's default: one thread per available core.
-        "threading": {
-            "inter_op_parallelism_threads": tf.config.threading.get_inter_op_parallelism_threads(),
-            "intra_op_parallelism_threads": tf.config.threading.get_intra_op_parallelism_threads(),
-        },
-        "env": {
-            k: os.environ[k]
-            for k in ("TF_ENABLE_ONEDNN_OPTS", "TF_XLA_FLAGS", "OMP_NUM_THREADS")
-            if k in os.environ
-        },
-    }
 
 
 # -- printing --------------------------------------------------------------------
@@ -328,11 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"\nTotal wall time {report['wall_time_s']:.0f} s; "
         f"load average at the end {env['load_average_end'][0]:.2f}."
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=2)
-        f.write("\n")
-    print(f"Wrote {args.out}")
+    write_report(report, args.out)
     return 0
 
 

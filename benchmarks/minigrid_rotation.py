@@ -29,10 +29,7 @@ import sit_keras  # noqa: F401  (selects Keras 2 before TensorFlow is imported)
 # isort: split
 
 import argparse
-import datetime
-import json
 import os
-import platform
 import statistics
 import time
 from collections.abc import Sequence
@@ -42,6 +39,7 @@ from typing import Any
 import gin
 
 from sit_keras.agents import evaluate, train
+from sit_keras.benchmarking import environment, write_report
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "minigrid_rotation.json"
 CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "minigrid"
@@ -146,16 +144,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     report = {
         "benchmark": "minigrid_rotation",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "machine": environment(),
         "settings": {k: v for k, v in vars(args).items() if k != "out"},
         "runs": runs,
         "table": table,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=2)
-    print(f"wrote {args.out}")
+    write_report(report, args.out)
     return 0
 
 

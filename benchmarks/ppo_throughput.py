@@ -29,10 +29,6 @@ import sit_keras  # noqa: F401  (selects Keras 2 before TensorFlow is imported)
 # isort: split
 
 import argparse
-import datetime
-import json
-import os
-import platform
 import statistics
 import tempfile
 import time
@@ -43,6 +39,7 @@ from typing import Any
 import gin
 
 from sit_keras.agents import train
+from sit_keras.benchmarking import environment, write_report
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "ppo_throughput.json"
 CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "procgen" / "models"
@@ -130,17 +127,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"IMPALA-CNN / SiT frames/s: {ratios['impala_cnn_over_sit_frames_per_second']:.1f}x")
     report = {
         "benchmark": "ppo_throughput",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "machine": environment(),
         "settings": {k: v for k, v in vars(args).items() if k != "out"},
         "runs": runs,
         "ratios": ratios,
         "table": table,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=2)
-    print(f"wrote {args.out}")
+    write_report(report, args.out)
     return 0
 
 

@@ -47,7 +47,6 @@ import sit_keras  # noqa: F401  (selects Keras 2 behind tf.keras: must come befo
 
 import argparse
 import importlib.util
-import json
 import os
 import statistics
 import sys
@@ -61,6 +60,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from sit_keras.benchmarking import environment, write_report
 from sit_keras.encoder_check import time_calls
 from sit_keras.groups import GROUP_NAMES, get_group
 from sit_keras.layers.group_self_attention import GroupSelfAttention, LiftingSelfAttention
@@ -97,7 +97,6 @@ def _load_sibling(name: str) -> ModuleType:
 
 _encoders = _load_sibling("encoders")
 MatmulClock = _encoders.MatmulClock
-environment = _encoders.environment
 _table = _encoders._table
 
 
@@ -487,11 +486,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"\nTotal wall time {report['wall_time_s']:.0f} s (training {accuracy_s:.0f} s); "
         f"load average at the end {env['load_average_end'][0]:.2f}."
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=2)
-        f.write("\n")
-    print(f"Wrote {args.out}")
+    write_report(report, args.out)
     return 0
 
 

@@ -1,0 +1,56 @@
+"""Shared by the scripts in ``benchmarks/``: what the machine was, and the JSON report."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+import sit_keras
+
+
+def environment() -> dict[str, Any]:
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        affinity = None
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "cpus_available": affinity,
+        "load_average_start": list(os.getloadavg()),
+        "sit_keras": sit_keras.__version__,
+        "tensorflow": tf.__version__,
+        "tf_keras": tf_keras.__version__,
+        "numpy": np.__version__,
+        # 0 means TensorFlow's default: one thread per available core.
+        "threading": {
+            "inter_op_parallelism_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+            "intra_op_parallelism_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+        },
+        "env": {
+            k: os.environ[k]
+            for k in ("TF_ENABLE_ONEDNN_OPTS", "TF_XLA_FLAGS", "OMP_NUM_THREADS")
+            if k in os.environ
+        },
+    }
+
+
+def write_report(report: dict[str, Any], out: str | Path) -> None:
+    """Writes ``report`` as indented JSON to ``out`` (creating its folder) and says so."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2)
+        f.write("\n")
+    print(f"Wrote {out}")
