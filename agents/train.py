@@ -22,6 +22,7 @@ newest), ``policies/`` (TF-Agents SavedModels + weight checkpoints, for
 
 from __future__ import annotations
 
+import dataclasses
 import logging as std_logging
 import os
 import time
@@ -274,90 +275,15 @@ def train_eval(
         _write_hyperparameters(collect_writer, _hyperparameters(locals()))
     _save_operative_config(root_dir)
 
-    results = _train_loop(
-        env,
-        driver,
-        replay_buffer,
-        ppo_learner_,
-        checkpointer,
-        policy_saver,
-        collect_writer,
-        metrics,
-        env_steps,
-        train_step,
-        total_env_steps,
-        steps_per_iteration,
-        checkpoint_interval,
-        policy_save_interval,
-        progress,
+    loop = _TrainingLoop(
+        env, driver, replay_buffer, ppo_learner_, checkpointer, policy_saver, collect_writer, metrics,
+        env_steps, train_step,
+    )  # fmt: skip
+    results = loop.run(
+        total_env_steps, steps_per_iteration, checkpoint_interval, policy_save_interval, progress
     )
     env.close()
     return results
-
-
-def _train_loop(
-    env: py_environment.PyEnvironment,
-    driver,
-    replay_buffer,
-    ppo_learner_,
-    checkpointer,
-    policy_saver,
-    writer,
-    metrics,
-    env_steps,
-    train_step,
-    total_env_steps,
-    steps_per_iteration,
-    checkpoint_interval,
-    policy_save_interval,
-    progress,
-) -> dict[str, Any]:
-    last_checkpoint = last_policy_save = int(env_steps.numpy())
-    bar = tqdm(
-        total=total_env_steps,
-        initial=last_checkpoint,
-        unit="step",
-        disable=not progress,
-        dynamic_ncols=True,
-        smoothing=0.3,
-    )
-    time_step = env.reset()
-    results: dict[str, Any] = {}
-    history: list[dict[str, float]] = []
-    while int(env_steps.numpy()) < total_env_steps:
-        driver.reset_timings()
-        start = time.perf_counter()
-        time_step, _ = driver.run(time_step)
-        learn_start = time.perf_counter()
-        ppo_learner_.run()
-        replay_buffer.clear()
-        seconds = time.perf_counter() - start
-        env_steps.assign_add(steps_per_iteration)
-        steps = int(env_steps.numpy())
-        speed = _speed(steps_per_iteration, seconds, time.perf_counter() - learn_start, driver)
-        results = metric_results(metrics)
-        with writer.as_default(step=steps):
-            for name, value in results.items():
-                tf.summary.scalar(f"Metrics/{name}", value)
-            for name, value in speed.items():
-                tf.summary.scalar(f"charts/{name}", value)
-        history.append({"env_steps": steps, **speed})
-        results.update(env_steps=steps, train_step=int(train_step.numpy()), **speed)
-        bar.set_postfix(
-            ret=f"{results['AverageReturn']:.2f}", success=f"{results['SuccessRate']:.2f}", refresh=False
-        )
-        bar.update(steps_per_iteration)
-        if steps - last_checkpoint >= checkpoint_interval or steps >= total_env_steps:
-            checkpointer.save(train_step)
-            last_checkpoint = steps
-        if policy_save_interval and (
-            steps - last_policy_save >= policy_save_interval or steps >= total_env_steps
-        ):
-            policy_saver.save()
-            last_policy_save = steps
-    bar.close()
-    writer.flush()
-    return {**results, "history": history}
 
 
 class _PolicyExporter:
@@ -379,6 +305,68 @@ class _PolicyExporter:
                 saved_model_dir, agent, train_step, interval=1, save_collect_policy=False
             )
         self._trigger(int(self._args[2].numpy()), force_trigger=True)
+
+
+@dataclasses.dataclass
+class _TrainingLoop:
+    """The pieces one PPO iteration uses: collect, learn, clear, log, save."""
+
+    env: py_environment.PyEnvironment
+    driver: FixedLengthDriver
+    replay_buffer: tf_uniform_replay_buffer.TFUniformReplayBuffer
+    learner: ppo_learner.PPOLearner
+    checkpointer: common.Checkpointer
+    policy_exporter: _PolicyExporter
+    writer: Any
+    metrics: list
+    env_steps: tf.Variable
+    train_step: tf.Variable
+
+    def run(
+        self, total_env_steps: int, steps_per_iteration: int, checkpoint_interval: int,
+        policy_save_interval: int, progress: bool,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Iterates until ``total_env_steps``; returns the last results and the per-iteration ``history``."""
+        last_checkpoint = last_policy_save = int(self.env_steps.numpy())
+        bar = tqdm(total=total_env_steps, initial=last_checkpoint, unit="step", disable=not progress,
+                   dynamic_ncols=True, smoothing=0.3)  # fmt: skip
+        time_step = self.env.reset()
+        results: dict[str, Any] = {}
+        history: list[dict[str, float]] = []
+        while int(self.env_steps.numpy()) < total_env_steps:
+            self.driver.reset_timings()
+            start = time.perf_counter()
+            time_step, _ = self.driver.run(time_step)
+            learn_start = time.perf_counter()
+            self.learner.run()
+            self.replay_buffer.clear()
+            end = time.perf_counter()
+            steps = int(self.env_steps.assign_add(steps_per_iteration).numpy())
+            speed = _speed(steps_per_iteration, end - start, end - learn_start, self.driver)
+            results = metric_results(self.metrics)
+            self._write_summaries(steps, results, speed)
+            history.append({"env_steps": steps, **speed})
+            results.update(env_steps=steps, train_step=int(self.train_step.numpy()), **speed)
+            bar.set_postfix(ret=f"{results['AverageReturn']:.2f}", success=f"{results['SuccessRate']:.2f}",
+                            refresh=False)  # fmt: skip
+            bar.update(steps_per_iteration)
+            done = steps >= total_env_steps
+            if done or steps - last_checkpoint >= checkpoint_interval:
+                self.checkpointer.save(self.train_step)
+                last_checkpoint = steps
+            if policy_save_interval and (done or steps - last_policy_save >= policy_save_interval):
+                self.policy_exporter.save()
+                last_policy_save = steps
+        bar.close()
+        self.writer.flush()
+        return {**results, "history": history}
+
+    def _write_summaries(self, steps: int, results: dict[str, float], speed: dict[str, float]) -> None:
+        with self.writer.as_default(step=steps):
+            for name, value in results.items():
+                tf.summary.scalar(f"Metrics/{name}", value)
+            for name, value in speed.items():
+                tf.summary.scalar(f"charts/{name}", value)
 
 
 def _speed(steps: int, seconds: float, train_seconds: float, driver: FixedLengthDriver) -> dict[str, float]:
