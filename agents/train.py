@@ -56,22 +56,26 @@ from sit_keras.agents.console import quiet_library_logs
 from sit_keras.agents.environments import load
 from sit_keras.agents.ppo_agent import DrACPPOAgent
 
-STRATEGIES = ("default", "mirrored")
+STRATEGIES = ("default", "mirrored", "multi_worker")
 
 
 def make_strategy(name: str) -> tf.distribute.Strategy:
-    """``"default"`` (one device) or ``"mirrored"`` (``MirroredStrategy`` over the visible devices).
+    """The learner's ``tf.distribute`` strategy by name.
 
-    For several machines, build a ``tf.distribute.MultiWorkerMirroredStrategy``
-    (it reads ``TF_CONFIG``) and pass it to ``train_eval(strategy=...)``; see
-    the README.
+    ``"default"``: one device. ``"mirrored"``: ``MirroredStrategy`` over every
+    GPU, or else every logical CPU. ``"multi_worker"``:
+    ``MultiWorkerMirroredStrategy``, which reads the cluster from the
+    ``TF_CONFIG`` environment variable (see the README); without it, the one
+    local worker.
     """
     if name == "default":
         return tf.distribute.get_strategy()
     if name == "mirrored":
-        # Every GPU, or else every logical CPU (MirroredStrategy alone would take CPU:0 only).
+        # MirroredStrategy() alone would take CPU:0 only on a machine without GPUs.
         devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
         return tf.distribute.MirroredStrategy([device.name for device in devices])
+    if name == "multi_worker":
+        return tf.distribute.MultiWorkerMirroredStrategy()
     raise ValueError(f"Unknown strategy {name!r}. Expected one of: {', '.join(STRATEGIES)}.")
 
 

@@ -1,8 +1,10 @@
-"""PPO training under ``tf.distribute.MirroredStrategy`` on two logical CPU devices."""
+"""PPO training under ``tf.distribute`` strategies: mirrored on two logical CPUs, multi-worker."""
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -19,7 +21,7 @@ SCRIPT = textwrap.dedent(
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     from sit_keras.agents import train
 
-    strategy = train.make_strategy("mirrored")
+    strategy = train.make_strategy(sys.argv[2])
     results = train.train_eval(
         sys.argv[1], env_name="minigrid:LavaGapS5", num_envs=4, encoder="cnn",
         encoder_kwargs={"filters": (4,), "strides": 1, "output_dim": 8}, total_env_steps=64,
@@ -33,7 +35,7 @@ SCRIPT = textwrap.dedent(
 
 def test_mirrored_strategy_trains_on_two_cpu_replicas(tmp_path):
     run = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tmp_path / "mirrored")],
+        [sys.executable, "-c", SCRIPT, str(tmp_path / "mirrored"), "mirrored"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -44,3 +46,23 @@ def test_mirrored_strategy_trains_on_two_cpu_replicas(tmp_path):
     assert results["env_steps"] == 64
     # 2 epochs x 4 minibatches, split over the 2 replicas: 4 synchronous steps.
     assert results["train_step"] == 4
+
+
+def test_multi_worker_strategy_reads_tf_config(tmp_path):
+    """One worker, described by TF_CONFIG as a multi-machine job would be."""
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        port = probe.getsockname()[1]
+    tf_config = {"cluster": {"worker": [f"localhost:{port}"]}, "task": {"type": "worker", "index": 0}}
+    run = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp_path / "multi_worker"), "multi_worker"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TF_CONFIG": json.dumps(tf_config)},
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = json.loads(run.stdout.strip().splitlines()[-1])
+    assert results["replicas"] == 1
+    assert results["env_steps"] == 64
+    assert results["train_step"] == 8
