@@ -285,3 +285,53 @@ def test_sit_eval_cli_writes_json_and_gif(trained_run, tmp_path):
 def test_sit_eval_names_a_missing_policy(tmp_path):
     with pytest.raises(FileNotFoundError, match="No saved policy"):
         evaluate.load_policy(str(tmp_path))
+
+
+def _drac_agent(augmentation):
+    from tf_agents.specs import tensor_spec
+    from tf_agents.trajectories import time_step as ts
+
+    from sit_keras.agents import networks
+    from sit_keras.agents.ppo_agent import DrACPPOAgent
+
+    observation_spec = tensor_spec.BoundedTensorSpec((14, 14, 3), tf.uint8, 0, 255)
+    action_spec = tensor_spec.BoundedTensorSpec((), tf.int64, 0, 3)
+    kwargs = {"filters": (4,), "strides": 1, "output_dim": 8}
+    return DrACPPOAgent(
+        ts.time_step_spec(observation_spec),
+        action_spec,
+        optimizer=tf.keras.optimizers.Adam(1e-3),
+        actor_net=networks.EncoderActorNetwork(observation_spec, action_spec, "cnn", kwargs),
+        value_net=networks.EncoderValueNetwork(observation_spec, "cnn", kwargs),
+        augmentation=augmentation,
+        drac_coef=0.1,
+    )
+
+
+@pytest.mark.parametrize("augmentation, positive", [(tf.identity, False), (lambda x: 255 - x, True)])
+def test_drac_regularisers_vanish_exactly_without_augmentation(augmentation, positive):
+    from tf_agents.trajectories import time_step as ts
+
+    agent = _drac_agent(augmentation)
+    images = tf.constant(np.random.default_rng(0).integers(0, 256, (6, 1, 14, 14, 3), dtype=np.uint8))
+    time_steps = ts.TimeStep(
+        step_type=tf.ones((6, 1), tf.int32),
+        reward=tf.zeros((6, 1)),
+        discount=tf.ones((6, 1)),
+        observation=images,
+    )
+    current, _ = agent._actor_net(images, time_steps.step_type, (), training=False)
+    policy_reg, value_reg = agent._drac_regularisers(time_steps, current, tf.ones((6, 1)), training=False)
+    if positive:
+        assert float(policy_reg) > 0 and float(value_reg) > 0
+    else:
+        assert float(policy_reg) == pytest.approx(0.0, abs=1e-7) and float(value_reg) == 0.0
+
+
+def test_drac_needs_a_valid_setting():
+    with pytest.raises(ValueError, match="drac_coef must be >= 0"):
+        from sit_keras.agents.ppo_agent import DrACPPOAgent
+
+        DrACPPOAgent(None, None, drac_coef=-1.0)
+    with pytest.raises(ValueError, match="needs an augmentation"):
+        _drac_agent(None)
