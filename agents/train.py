@@ -112,6 +112,8 @@ def train_eval(
     total_env_steps: int = 25_000_000,
     collect_steps_per_env: int = 256,
     learning_rate: float = 5e-4,
+    # Linear decay of the learning rate to 0 at total_env_steps (PPO's "anneal_lr").
+    anneal_learning_rate: bool = False,
     adam_epsilon: float = 1e-5,
     discount: float = 0.999,
     gae_lambda: float = 0.95,
@@ -142,6 +144,9 @@ def train_eval(
         value network's unless ``value_encoder`` is given (separate weights).
       value_encoder, value_encoder_kwargs: the value network's encoder.
       total_env_steps: stop once this many environment steps were collected.
+      anneal_learning_rate: decay the learning rate linearly to 0 over the
+        run's gradient steps; the late updates of a nearly solved task then
+        cannot undo it.
       collect_steps_per_env: ``T`` of PPO (steps per environment and iteration).
       num_epochs, num_minibatches: passes over an iteration's data, and the
         number of minibatches it is split into (``num_envs * T`` must divide).
@@ -183,7 +188,16 @@ def train_eval(
         agent = DrACPPOAgent(
             time_step_spec,
             action_spec,
-            optimizer=tf_keras.optimizers.Adam(learning_rate=learning_rate, epsilon=adam_epsilon),
+            optimizer=tf_keras.optimizers.Adam(
+                learning_rate=_learning_rate(
+                    learning_rate,
+                    anneal_learning_rate,
+                    total_env_steps,
+                    steps_per_iteration,
+                    num_epochs * num_minibatches,
+                ),
+                epsilon=adam_epsilon,
+            ),  # fmt: skip
             actor_net=actor_net,
             value_net=value_net,
             greedy_eval=False,
@@ -373,6 +387,21 @@ class _TrainingLoop:
                 tf.summary.scalar(f"charts/{name}", value)
 
 
+def _learning_rate(
+    learning_rate: float,
+    anneal: bool,
+    total_env_steps: int,
+    steps_per_iteration: int,
+    updates_per_iteration: int,
+) -> float | tf_keras.optimizers.schedules.LearningRateSchedule:
+    if not anneal:
+        return learning_rate
+    iterations = -(-total_env_steps // steps_per_iteration)  # ceil
+    return tf_keras.optimizers.schedules.PolynomialDecay(
+        learning_rate, decay_steps=iterations * updates_per_iteration, end_learning_rate=0.0
+    )
+
+
 def _speed(steps: int, seconds: float, train_seconds: float, driver: FixedLengthDriver) -> dict[str, float]:
     """Steps per second and the shares of an iteration's wall time.
 
@@ -396,6 +425,7 @@ _HYPERPARAMETERS = (
     "total_env_steps",
     "collect_steps_per_env",
     "learning_rate",
+    "anneal_learning_rate",
     "value_encoder",
     "adam_epsilon",
     "discount",

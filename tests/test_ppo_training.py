@@ -335,3 +335,20 @@ def test_drac_needs_a_valid_setting():
         DrACPPOAgent(None, None, drac_coef=-1.0)
     with pytest.raises(ValueError, match="needs an augmentation"):
         _drac_agent(None)
+
+
+def test_annealed_learning_rate_decays_to_zero(tmp_path):
+    root_dir = str(tmp_path / "anneal")
+    gin.clear_config()
+    train.train_eval(root_dir, **{**SHORT_RUN, "drac_coef": 0.0, "anneal_learning_rate": True})
+    rates = {}
+    for path in glob.glob(os.path.join(root_dir, "train", "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.tag == "LearningRate/learning_rate":
+                    rates[event.step] = float(tf.make_ndarray(value.tensor))
+    steps = sorted(rates)
+    # 16 gradient steps from 5e-4 down to 0 (the rate is logged before each step).
+    assert rates[steps[0]] == pytest.approx(5e-4)
+    assert all(rates[a] > rates[b] for a, b in zip(steps, steps[1:]))
+    assert rates[steps[-1]] == pytest.approx(5e-4 / 16, rel=1e-5)
