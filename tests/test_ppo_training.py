@@ -350,5 +350,5 @@ def test_annealed_learning_rate_decays_to_zero(tmp_path):
     steps = sorted(rates)
     # 16 gradient steps from 5e-4 down to 0 (the rate is logged before each step).
     assert rates[steps[0]] == pytest.approx(5e-4)
-    assert all(rates[a] > rates[b] for a, b in zip(steps, steps[1:]))
+    assert all(rates[a] > rates[b] for a, b in zip(steps[:-1], steps[1:], strict=True))
     assert rates[steps[-1]] == pytest.approx(5e-4 / 16, rel=1e-5)
