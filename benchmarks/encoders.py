@@ -38,7 +38,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from sit_keras.benchmarking import environment, write_report
+from sit_keras.benchmarking import environment, name_list, write_report
 from sit_keras.encoder_check import make_forward, make_train_step, time_calls
 from sit_keras.models import ENCODER_NAMES, build_encoder
 
@@ -201,15 +201,7 @@ def format_report(report: dict[str, Any]) -> str:
 
 
 # -- main -------------------------------------------------------------------------
-def _names(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in ENCODER_NAMES]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown encoder(s) {', '.join(unknown) or '(none given)'}; "
-            f"expected some of: {', '.join(ENCODER_NAMES)}"
-        )
-    return names
+_names = name_list(ENCODER_NAMES, "encoder")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

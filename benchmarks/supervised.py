@@ -60,7 +60,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from sit_keras.benchmarking import environment, write_report
+from sit_keras.benchmarking import environment, name_list, write_report
 from sit_keras.encoder_check import time_calls
 from sit_keras.groups import GROUP_NAMES, get_group
 from sit_keras.layers.group_self_attention import GroupSelfAttention, LiftingSelfAttention
@@ -343,15 +343,7 @@ def format_report(report: dict[str, Any]) -> str:
 
 
 # -- main ---------------------------------------------------------------------------------
-def _models(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in MODEL_NAMES]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown model(s) {', '.join(unknown) or '(none given)'}; "
-            f"expected some of: {', '.join(MODEL_NAMES)}"
-        )
-    return names
+_models = name_list(MODEL_NAMES, "model")
 
 
 def _groups(text: str) -> list[str]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
 import platform
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,3 +56,19 @@ def write_report(report: dict[str, Any], out: str | Path) -> None:
         json.dump(report, f, indent=2)
         f.write("\n")
     print(f"Wrote {out}")
+
+
+def name_list(valid: Sequence[str], what: str) -> Callable[[str], list[str]]:
+    """An argparse ``type`` for a comma-separated, non-empty list of names from ``valid``."""
+
+    def parse(text: str) -> list[str]:
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        unknown = [n for n in names if n not in valid]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(
+                f"unknown {what}(s) {', '.join(unknown) or '(none given)'}; "
+                f"expected some of: {', '.join(valid)}"
+            )
+        return names
+
+    return parse
