@@ -26,6 +26,7 @@ from tf_agents.networks import utils as network_utils
 from tf_agents.specs import tensor_spec
 from tf_agents.utils import nest_utils
 
+from sit_keras.agents.policy_network import register_network
 from sit_keras.models import ENCODER_NAMES, build_encoder
 
 MLP_ENCODER = "mlp"
@@ -91,6 +92,7 @@ class _EncoderNetwork:
         return squash.unflatten(features), outer_rank
 
 
+@register_network
 class EncoderActorNetwork(_EncoderNetwork, network.DistributionNetwork):
     """Actor ``pi(a | s)`` on an encoder torso: categorical or normal projection.
 

@@ -44,7 +44,7 @@ from tf_agents.train.utils import spec_utils, train_utils
 from tf_agents.utils import common
 from tqdm import tqdm
 
-from sit_keras.agents import networks
+from sit_keras.agents import networks, policy_network
 from sit_keras.agents.augmentation import make_augmentation
 from sit_keras.agents.collection import (
     EpisodeSuccessMetric,
@@ -264,6 +264,17 @@ def train_eval(
         env_steps=env_steps,
     )
     checkpointer.initialize_or_restore().expect_partial()
+    policy_network.write_description(
+        root_dir,
+        agent="ppo",
+        network=actor_net,
+        network_kwargs={
+            "encoder": encoder, "encoder_kwargs": encoder_kwargs or {}, "fc_layer_params": fc_layer_params,
+        },  # fmt: skip
+        checkpoint_attribute="_actor_net",
+        env_name=env_name,
+        env_kwargs=env_kwargs,
+    )
     start_steps = int(env_steps.numpy())
     if start_steps:
         print(f"Resumed from {checkpointer.manager.latest_checkpoint} at {start_steps} environment steps.")
