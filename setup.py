@@ -81,6 +81,8 @@ setup(
             "sit-train = sit_keras.agents.train:main",
             "sit-eval = sit_keras.agents.evaluate:main",
             "sit-train-supervised = sit_keras.supervised.train:main",
+            "sit-export = sit_keras.export.cli:main",
+            "sit-distill = sit_keras.agents.distill:main",
         ]
     },
     # configs/*.gin (top-level folder) is not packaged yet.

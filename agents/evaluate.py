@@ -3,6 +3,10 @@
     sit-eval --policy_dir runs/sit/policies/greedy_policy \\
         --env minigrid:LavaCrossingS9N1 --transform none --transform rot90 \\
         --num_episodes 100 --output runs/sit/eval.json
+    sit-eval --tflite runs/sit/export/tflite/policy_int8.tflite --transform rot90
+
+``--tflite`` runs a ``sit-export`` model with ``export.runtime`` (in its
+training environment unless ``--env`` is given).
 
 For each transform (observations rotated, flipped or patch-shuffled by the
 environment wrapper), every environment of a batch runs a fixed quota of
@@ -152,7 +156,12 @@ _FLAGS = flags.FLAGS
 
 def _define_flags() -> None:
     flags.DEFINE_string("policy_dir", None, "A saved policy: <root_dir>/policies/greedy_policy.")
-    flags.DEFINE_string("env", None, "Environment name, e.g. minigrid:LavaCrossingS9N1 or procgen:caveflyer.")
+    flags.DEFINE_string("tflite", None, "Or a .tflite policy from sit-export (its metadata beside it).")
+    flags.DEFINE_string(
+        "env",
+        None,
+        "Environment name, e.g. minigrid:LavaCrossingS9N1 (default for --tflite: the training one).",
+    )
     flags.DEFINE_multi_string("transform", ["none"], "Observation transforms to evaluate (repeat the flag).")
     flags.DEFINE_multi_string("env_kwarg", [], "key=value passed to environments.load (e.g. split=test).")
     flags.DEFINE_integer("num_episodes", 100, "Episodes per transform.")
@@ -176,7 +185,7 @@ def parse_env_kwargs(items: Sequence[str]) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``sit-eval``."""
     _define_flags()
-    flags.mark_flags_as_required(["policy_dir", "env"])
+    flags.mark_flags_as_mutual_exclusive(["policy_dir", "tflite"], required=True)
     app.run(_main, argv=argv)
 
 
@@ -184,22 +193,30 @@ def _main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     quiet_library_logs()
-    policy = load_policy(_FLAGS.policy_dir)
+    env_name, env_kwargs = _FLAGS.env, parse_env_kwargs(_FLAGS.env_kwarg)
+    if _FLAGS.tflite:
+        from sit_keras.export.tflite_py_policy import TFLitePyPolicy
+
+        try:
+            policy = TFLitePyPolicy(_FLAGS.tflite)
+        except FileNotFoundError as error:
+            raise app.UsageError(str(error)) from error
+        environment = policy.metadata["environment"]
+        if env_name is None:
+            env_name, env_kwargs = environment["name"], {**environment["kwargs"], **env_kwargs}
+        source, default_output = _FLAGS.tflite, os.path.splitext(_FLAGS.tflite)[0]
+    else:
+        policy = load_policy(_FLAGS.policy_dir)
+        source = _FLAGS.policy_dir
+        default_output = os.path.join(os.path.dirname(os.path.dirname(os.path.normpath(source))), "eval")
+    if env_name is None:
+        raise app.UsageError("--env is required with --policy_dir.")
     transforms = [None if t == "none" else t for t in _FLAGS.transform]
-    env_kwargs = parse_env_kwargs(_FLAGS.env_kwarg)
     results = evaluate(
-        policy, _FLAGS.env, transforms, _FLAGS.num_episodes, _FLAGS.num_envs, _FLAGS.seed, env_kwargs
+        policy, env_name, transforms, _FLAGS.num_episodes, _FLAGS.num_envs, _FLAGS.seed, env_kwargs
     )
-    report = {
-        "policy_dir": _FLAGS.policy_dir,
-        "env": _FLAGS.env,
-        "env_kwargs": env_kwargs,
-        "results": results,
-    }
-    output = _FLAGS.output or os.path.join(
-        os.path.dirname(os.path.dirname(os.path.normpath(_FLAGS.policy_dir))),
-        f"eval_{_FLAGS.env.replace(':', '_').replace(',', '+')}.json",
-    )
+    report = {"policy": source, "env": env_name, "env_kwargs": env_kwargs, "results": results}
+    output = _FLAGS.output or f"{default_output}_{env_name.replace(':', '_').replace(',', '+')}.json"
     with open(output, "w") as f:
         json.dump(report, f, indent=2)
     for name, summary in results.items():
@@ -211,7 +228,7 @@ def _main(argv: Sequence[str]) -> None:
     print(f"wrote {output}")
     if _FLAGS.gif:
         frames: list[np.ndarray] = []
-        env = load(_FLAGS.env, num_envs=1, seed=_FLAGS.seed, **env_kwargs)
+        env = load(env_name, num_envs=1, seed=_FLAGS.seed, **env_kwargs)
         run_episodes(policy, env, 1, frames=frames)
         save_gif(frames, _FLAGS.gif)
         print(f"wrote {_FLAGS.gif}")

@@ -14,6 +14,7 @@ Network classes are looked up by name among those decorated with
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import os
 from collections.abc import Mapping
@@ -26,6 +27,9 @@ from tf_agents.specs import tensor_spec
 
 DESCRIPTION_FILE = "policy_network.json"
 CHECKPOINT_DIR = "checkpoints"
+
+# Modules whose networks can act; imported before a network is built by name.
+NETWORK_MODULES = ("sit_keras.agents.networks",)
 
 _NETWORKS: dict[str, type] = {}
 NetworkClass = TypeVar("NetworkClass", bound=type)
@@ -170,6 +174,8 @@ def read_description(root_dir: str) -> PolicyNetworkDescription:
 
 def build_network(description: PolicyNetworkDescription) -> network.Network:
     """A fresh (untrained, built) network of the described class."""
+    for module in NETWORK_MODULES:
+        importlib.import_module(module)
     if description.network_class not in _NETWORKS:
         raise ValueError(
             f"Unknown network class {description.network_class!r}; "

@@ -1,0 +1,98 @@
+"""Real rollouts of a trained policy: the representative data set of int8 models and the parity checks.
+
+The policy (in TensorFlow, greedy) acts in its training environment
+(``policy_network.json``); every step of every environment gives one example:
+the serving inputs at batch size 1 and TensorFlow's outputs for them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+from sit_keras.agents.environments import load
+from sit_keras.export.policy_model import OBSERVATION, SENSOR_MASK, TrainedPolicy
+from sit_keras.export.runtime import pad_sensors
+
+
+@dataclasses.dataclass
+class Example:
+    """One step of one environment: the serving inputs (batch axis 1) and TensorFlow's outputs."""
+
+    inputs: dict[str, np.ndarray]
+    outputs: dict[str, np.ndarray]
+
+
+def collect_examples(
+    policy: TrainedPolicy,
+    num_examples: int,
+    num_envs: int = 4,
+    seed: int = 20_000,
+    num_sensors: int | None = None,
+) -> list[Example]:
+    """``num_examples`` steps of the greedy policy in its training environment.
+
+    Seeds differ from training's (``seed`` onwards). Recurrent state is
+    carried and reset at episode starts; sensor sets are padded to
+    ``num_sensors`` rows (default: the observation's), padding masked out.
+    """
+    description = policy.description
+    env = load(description.env_name, num_envs=num_envs, seed=seed, **dict(description.env_kwargs))
+    outputs_fn = tf.function(policy.outputs, autograph=False)
+    examples: list[Example] = []
+    try:
+        time_step = env.reset()
+        initial = [t.numpy() for t in policy.initial_state(num_envs, num_sensors)]
+        state = initial
+        while len(examples) < num_examples:
+            state = _reset_rows(state, initial, np.asarray(time_step.step_type) == 0)
+            inputs = _inputs(policy, np.asarray(time_step.observation), state, num_sensors)
+            outputs = {k: v.numpy() for k, v in outputs_fn(**_call_arguments(policy, inputs)).items()}
+            for i in range(num_envs):
+                examples.append(
+                    Example(
+                        {k: v[i : i + 1] for k, v in inputs.items()},
+                        {k: v[i : i + 1] for k, v in outputs.items()},
+                    )
+                )
+            state = [outputs["next_" + name] for name in policy.state_names]
+            time_step = env.step(outputs["action"])
+    finally:
+        env.close()
+    return examples[:num_examples]
+
+
+def _reset_rows(state: list[np.ndarray], initial: list[np.ndarray], first: np.ndarray) -> list[np.ndarray]:
+    """The state with the rows of environments at a FIRST step set back to the initial state."""
+    rows = [first.reshape((-1,) + (1,) * (s.ndim - 1)) for s in state]
+    return [np.where(r, i, s) for r, s, i in zip(rows, state, initial, strict=True)]
+
+
+def _inputs(
+    policy: TrainedPolicy, observation: np.ndarray, state: list[np.ndarray], num_sensors: int | None
+) -> dict[str, np.ndarray]:
+    inputs: dict[str, np.ndarray] = {}
+    if policy.takes_sensor_set:
+        rows = num_sensors or observation.shape[1]
+        padded = [pad_sensors(o, rows) for o in observation]
+        inputs[OBSERVATION] = np.stack([p for p, _ in padded])
+        inputs[SENSOR_MASK] = np.stack([m for _, m in padded])
+    else:
+        inputs[OBSERVATION] = observation
+    inputs.update(zip(policy.state_names, state, strict=True))
+    return inputs
+
+
+def _call_arguments(policy: TrainedPolicy, inputs: dict[str, np.ndarray]) -> dict:
+    return {
+        "observation": tf.constant(inputs[OBSERVATION]),
+        "state": [tf.constant(inputs[name]) for name in policy.state_names],
+        "sensor_mask": tf.constant(inputs[SENSOR_MASK]) if SENSOR_MASK in inputs else None,
+    }
+
+
+def representative_data(examples: list[Example]):
+    """The ``representative_data`` callable of ``tflite.convert_function``: the examples' inputs."""
+    return lambda: (example.inputs for example in examples)

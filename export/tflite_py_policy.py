@@ -1,0 +1,50 @@
+"""A ``.tflite`` policy as a TF-Agents ``PyPolicy`` for batched environments (``sit-eval --tflite``)."""
+
+from __future__ import annotations
+
+import numpy as np
+from tf_agents.policies import py_policy
+from tf_agents.specs import tensor_spec
+from tf_agents.trajectories import policy_step
+from tf_agents.trajectories import time_step as ts
+
+from sit_keras.agents.policy_network import spec_from_json
+from sit_keras.export.runtime import TFLitePolicy
+
+
+class TFLitePyPolicy(py_policy.PyPolicy):
+    """Runs one ``TFLitePolicy`` per environment of a batch (the models have batch size 1).
+
+    Each environment's recurrent state lives in its ``TFLitePolicy`` and is
+    reset at the environment's FIRST steps, so the TF-Agents policy state is
+    empty.
+
+    Args:
+      model_path: a ``.tflite`` file written by ``sit-export`` (metadata beside it).
+      num_threads: interpreter threads per model.
+    """
+
+    def __init__(self, model_path: str, num_threads: int = 1):
+        self._model_path = model_path
+        self._num_threads = num_threads
+        self._models = [TFLitePolicy(model_path, num_threads=num_threads)]
+        metadata = self._models[0].metadata
+        observation_spec = tensor_spec.to_array_spec(spec_from_json(metadata["observation_spec"]))
+        action_spec = tensor_spec.to_array_spec(spec_from_json(metadata["action_spec"]))
+        super().__init__(ts.time_step_spec(observation_spec), action_spec)
+
+    @property
+    def metadata(self) -> dict:
+        return self._models[0].metadata
+
+    def _action(self, time_step: ts.TimeStep, policy_state=()) -> policy_step.PolicyStep:
+        observations = np.asarray(time_step.observation)
+        while len(self._models) < len(observations):
+            self._models.append(TFLitePolicy(self._model_path, num_threads=self._num_threads))
+        first = np.asarray(time_step.step_type) == ts.StepType.FIRST
+        actions = []
+        for model, observation, is_first in zip(self._models, observations, first, strict=False):
+            if is_first:
+                model.reset()
+            actions.append(model.action(observation))
+        return policy_step.PolicyStep(np.stack(actions).astype(self.action_spec.dtype), policy_state)
