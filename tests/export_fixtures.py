@@ -1,0 +1,62 @@
+"""Training folders for export tests without training: a network with perturbed weights, checkpointed
+in the agent's object layout (``agent/<attribute>``) with its ``policy_network.json``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+from tf_agents.train.utils import spec_utils
+
+from sit_keras.agents import policy_network
+from sit_keras.agents.environments import load
+
+
+def perturb(variables: list[tf.Variable], seed: int = 0, scale: float = 0.3) -> None:
+    """Adds noise to every weight, so that no symmetry or parity holds by accident of initialisation."""
+    rng = np.random.default_rng(seed)
+    for variable in variables:
+        noise = rng.normal(0.0, scale, variable.shape) * (np.std(variable.numpy()) + 0.05)
+        variable.assign_add(noise.astype(variable.dtype.as_numpy_dtype))
+
+
+def make_policy_folder(
+    root_dir: str,
+    network_class: type,
+    network_kwargs: Mapping[str, Any],
+    env_name: str,
+    env_kwargs: Mapping[str, Any] | None = None,
+    agent: str = "ppo",
+    attribute: str = "_actor_net",
+    extra: Mapping[str, Any] | None = None,
+    seed: int = 0,
+) -> Any:
+    """Writes a training folder whose policy is a ``network_class`` with perturbed weights; returns it."""
+    env = load(env_name, num_envs=1, seed=seed, **dict(env_kwargs or {}))
+    observation_spec, action_spec, _ = spec_utils.get_tensor_specs(env)
+    env.close()
+    net = network_class(observation_spec, action_spec, **network_kwargs)
+    net.create_variables()
+    perturb(net.variables, seed)
+    os.makedirs(root_dir, exist_ok=True)
+    policy_network.write_description(
+        root_dir,
+        agent=agent,
+        network=net,
+        network_kwargs=network_kwargs,
+        checkpoint_attribute=attribute,
+        env_name=env_name,
+        env_kwargs=env_kwargs,
+        extra=extra,
+    )
+    node: Any = net
+    for name in reversed(attribute.split(".")):
+        node = tf.train.Checkpoint(**{name: node})
+    tf.train.CheckpointManager(
+        tf.train.Checkpoint(agent=node), os.path.join(root_dir, "checkpoints"), 1
+    ).save()
+    return net

@@ -1,0 +1,289 @@
+"""sit-export: TFLite parity per encoder family and quantisation, the TF Serving contract, the runtime."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from export_fixtures import make_policy_folder
+from tensorflow_serving.apis import predict_pb2
+from tf_agents.policies import py_tf_eager_policy
+from tf_agents.trajectories import time_step as ts
+
+from sit_keras.agents import policy_network
+from sit_keras.agents.networks import EncoderActorNetwork
+from sit_keras.export import saved_model, serving_client, tflite
+from sit_keras.export.exporter import export_policy
+from sit_keras.export.policy_model import load_trained_policy
+from sit_keras.export.runtime import PolicyInputError, TFLitePolicy, pad_sensors
+
+SMALL_SIT = {"dim": 16, "num_heads": 2, "local_layers": 1, "global_layers": 1, "output_dim": 16}
+DEMO_SIT = {
+    "preset": "minigrid", "dim": 32, "num_heads": 4, "stem_kernel_size": 3, "pool_size": 2,
+    "window": 3, "local_layers": 1, "global_layers": 1, "output_dim": 32,
+}  # fmt: skip
+
+# Encoder family -> (actor network kwargs, environment). Weights are random and perturbed.
+FAMILIES = {
+    "sit": ({"encoder": "sit", "encoder_kwargs": DEMO_SIT}, "minigrid:LavaGapS5"),
+    "siet": ({"encoder": "siet", "encoder_kwargs": SMALL_SIT}, "procgen:coinrun"),
+    "sit_star": ({"encoder": "sit_star", "encoder_kwargs": SMALL_SIT}, "procgen:coinrun"),
+    "vit": (
+        {
+            "encoder": "vit",
+            "encoder_kwargs": {
+                "patch_size": 16,
+                "embed_dim": 16,
+                "num_layers": 1,
+                "num_heads": 2,
+                "mlp_dim": 32,
+                "output_dim": 16,
+            },
+        },
+        "procgen:coinrun",
+    ),  # fmt: skip
+    "impala_cnn": (
+        {"encoder": "impala_cnn", "encoder_kwargs": {"channels": (4, 8), "output_dim": 16}},
+        "procgen:coinrun",
+    ),  # fmt: skip
+    "cnn": ({"encoder": "cnn", "encoder_kwargs": {"filters": (8, 16), "strides": 1}}, "minigrid:LavaGapS5"),
+    "mlp": ({"encoder": "mlp", "encoder_kwargs": {"units": (32, 32)}}, "gymnasium:CartPole-v1"),
+}
+NUM_EXAMPLES = 64
+
+
+# SiT* shares SiT / SieT's layers; it runs with `-m large`.
+FAMILY_PARAMS = [pytest.param(f, marks=pytest.mark.large) if f == "sit_star" else f for f in sorted(FAMILIES)]
+
+
+def _export_family(family: str, tmp_path_factory, formats) -> tuple[str, str, dict]:
+    kwargs, env_name = FAMILIES[family]
+    root = str(tmp_path_factory.mktemp(f"train_{family}"))
+    make_policy_folder(root, EncoderActorNetwork, kwargs, env_name)
+    output = os.path.join(root, "export")
+    os.makedirs(output)
+    return root, output, export_policy(root, output, family, formats, num_examples=NUM_EXAMPLES)
+
+
+@pytest.fixture(scope="module", params=FAMILY_PARAMS)
+def exported(request, tmp_path_factory):
+    """Every family in every TFLite quantisation: (root_dir, output_dir, report)."""
+    return _export_family(request.param, tmp_path_factory, ["tflite"])
+
+
+@pytest.fixture(scope="module", params=["sit", "mlp"])
+def served(request, tmp_path_factory):
+    """An image and a vector policy as TF Serving SavedModels: (root_dir, output_dir, report)."""
+    return _export_family(request.param, tmp_path_factory, ["saved_model"])
+
+
+def test_float32_tflite_matches_tensorflow(exported):
+    _, _, report = exported
+    parity = report["models"]["tflite_float32"]["parity"]
+    assert parity["num_examples"] == NUM_EXAMPLES // 2
+    assert parity["action_agreement"] == 1.0 and parity["unexplained_disagreements"] == 0
+    assert parity["max_abs_diff/logits"] < 1e-4
+
+
+@pytest.mark.parametrize("quantization", ["float16", "dynamic_int8", "int8"])
+def test_quantised_tflite_close_to_tensorflow(exported, quantization):
+    _, _, report = exported
+    models = report["models"]
+    parity = models[f"tflite_{quantization}"]["parity"]
+    # Random weights give near-tied logits on similar observations (trained policies: benchmarks/export.py):
+    # a flipped argmax must be such a tie.
+    assert parity["unexplained_disagreements"] == 0, parity
+    assert parity["max_abs_diff/logits"] < {"float16": 1e-2, "dynamic_int8": 0.2, "int8": 0.3}[quantization]
+    assert models[f"tflite_{quantization}"]["bytes"] < models["tflite_float32"]["bytes"]
+
+
+def test_metadata_is_enough_for_the_runtime(exported):
+    _, output, report = exported
+    path = report["models"]["tflite_int8"]["path"]
+    with open(os.path.splitext(path)[0] + ".json") as f:
+        metadata = json.load(f)
+    assert metadata["export"]["quantization"] == "int8"
+    assert metadata["export"]["parity"] == report["models"]["tflite_int8"]["parity"]
+    assert metadata["training"]["checkpoint"].endswith("ckpt-1")
+    assert metadata["inputs"]["observation"]["shape"][0] == 1
+    policy = TFLitePolicy(path)
+    observation = np.zeros(policy.observation_shape, policy.observation_dtype)
+    action = policy.action(observation)
+    spec = metadata["action_spec"]
+    assert spec["minimum"] <= int(action) <= spec["maximum"]
+
+
+def test_rest_and_grpc_requests_run_on_the_serving_signature(served):
+    root, output, report = served
+    loaded = tf.saved_model.load(report["models"]["saved_model"]["path"])
+    signature = loaded.signatures[saved_model.SERVING_SIGNATURE]
+    policy = load_trained_policy(root)
+    shape = (3, *policy.observation_spec.shape)
+    rng = np.random.default_rng(0)
+    if policy.observation_spec.dtype == tf.uint8:
+        observation = rng.integers(0, 256, shape).astype(np.uint8)
+    else:
+        observation = rng.normal(size=shape).astype(np.float32)
+    expected = {k: v.numpy() for k, v in policy.outputs(tf.constant(observation)).items()}
+
+    # REST: the JSON body the client sends, decoded as the model server does (by the signature's dtypes).
+    body = json.loads(serving_client.rest_predict_body({"observation": observation}))
+    assert body["signature_name"] == "serving_default"
+    inputs = {name: tf.constant(value, dtype=signature.structured_input_signature[1][name].dtype)
+              for name, value in body["inputs"].items()}  # fmt: skip
+    reply = json.dumps({"outputs": {k: v.numpy().tolist() for k, v in signature(**inputs).items()}})
+    outputs = serving_client.parse_rest_response(reply)
+    np.testing.assert_array_equal(outputs["action"], expected["action"])
+    np.testing.assert_allclose(outputs["logits"], expected["logits"], atol=1e-5)
+
+    # gRPC: a PredictRequest, serialised and parsed as it travels, then a PredictResponse.
+    request = serving_client.grpc_predict_request("policy", {"observation": observation}, version=1)
+    request = predict_pb2.PredictRequest.FromString(request.SerializeToString())
+    assert (request.model_spec.name, request.model_spec.version.value) == ("policy", 1)
+    results = signature(**{name: tf.constant(tf.make_ndarray(p)) for name, p in request.inputs.items()})
+    response = predict_pb2.PredictResponse()
+    for name, value in results.items():
+        response.outputs[name].CopyFrom(tf.make_tensor_proto(value.numpy()))
+    outputs = serving_client.parse_grpc_response(
+        predict_pb2.PredictResponse.FromString(response.SerializeToString())
+    )
+    np.testing.assert_array_equal(outputs["action"], expected["action"])
+
+    # TF-Agents' own signatures: the same greedy actions.
+    agents_policy = py_tf_eager_policy.SavedModelPyTFEagerPolicy(
+        report["models"]["saved_model"]["path"], load_specs_from_pbtxt=True, batch_time_steps=False
+    )
+    time_step = ts.restart(observation, batch_size=3)
+    np.testing.assert_array_equal(agents_policy.action(time_step).action, expected["action"])
+
+
+def test_saved_model_layout_and_cli_show(tmp_path):
+    root = str(tmp_path / "train")
+    make_policy_folder(root, EncoderActorNetwork, FAMILIES["cnn"][0], "minigrid:LavaGapS5")
+    output = str(tmp_path / "out")
+    os.makedirs(output)
+    export_policy(root, output, model_name="sit_policy", formats=["saved_model"])
+    export_policy(root, output, model_name="sit_policy", formats=["saved_model"])
+    serving_dir = os.path.join(output, "saved_model")
+    assert sorted(os.listdir(os.path.join(serving_dir, "sit_policy"))) == ["1", "2"]
+    with open(os.path.join(serving_dir, "models.config")) as f:
+        config = f.read()
+    assert "name: 'sit_policy'" in config and "base_path: '/models/sit_policy'" in config
+    version_dir = os.path.join(serving_dir, "sit_policy", "2")
+    assert os.path.exists(os.path.join(version_dir, saved_model.METADATA_PATH))
+    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    shown = subprocess.run(
+        [cli, "show", "--dir", version_dir, "--tag_set", "serve", "--signature_def", "serving_default"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "inputs['observation']" in shown and "DT_UINT8" in shown and "(-1, 14, 14, 3)" in shown
+    assert "outputs['action']" in shown and "outputs['logits']" in shown
+    assert "tensorflow/serving/predict" in shown
+    listed = subprocess.run([cli, "show", "--dir", version_dir, "--tag_set", "serve"],
+                            capture_output=True, text=True, check=True).stdout  # fmt: skip
+    for name in ("serving_default", "action", "get_initial_state"):
+        assert f'"{name}"' in listed
+    with pytest.raises(ValueError, match="immutable"):
+        export_policy(root, output, model_name="sit_policy", formats=["saved_model"], version=2)
+
+
+def test_exported_sit_is_rotation_invariant(tmp_path):
+    root = str(tmp_path / "train")
+    make_policy_folder(root, EncoderActorNetwork, FAMILIES["sit"][0], "minigrid:LavaGapS5")
+    output = str(tmp_path / "out")
+    os.makedirs(output)
+    report = export_policy(
+        root, output, formats=["tflite"], quantizations=["float32", "int8"], num_examples=16
+    )
+    rng = np.random.default_rng(1)
+    for quantization in ("float32", "int8"):
+        policy = TFLitePolicy(report["models"][f"tflite_{quantization}"]["path"])
+        for _ in range(4):
+            image = rng.integers(0, 256, (14, 14, 3)).astype(np.uint8)
+            upright = policy.step(image)
+            for k in (1, 2, 3):
+                rotated = policy.step(np.rot90(image, k, axes=(0, 1)))
+                assert rotated["action"] == upright["action"]
+                np.testing.assert_allclose(rotated["logits"], upright["logits"], atol=1e-5)
+
+
+def test_builtin_ops_only_names_the_offending_op():
+    module = tf.Module()
+    module.w = tf.Variable(tf.ones((2, 3, 4)))
+
+    @tf.function(input_signature=[{"x": tf.TensorSpec((1, 5, 3), tf.float32, name="x")}])
+    def summed_over_weight_axis(inputs):
+        return {"y": tf.einsum("bnc,gcd->bnd", inputs["x"], module.w)}
+
+    with pytest.raises(tflite.UnsupportedOpsError, match=r"offending ops: tf\.Einsum"):
+        tflite.convert_function(summed_over_weight_axis.get_concrete_function(), module)
+    with pytest.raises(ValueError, match="Unknown quantization"):
+        tflite.convert_function(summed_over_weight_axis.get_concrete_function(), module, "int4")
+
+
+def test_runtime_rejects_bad_inputs_and_stays_usable(tmp_path):
+    models = {}
+    for family in ("cnn", "mlp"):
+        kwargs, env_name = FAMILIES[family]
+        root = str(tmp_path / family)
+        make_policy_folder(root, EncoderActorNetwork, kwargs, env_name)
+        report = export_policy(root, root, formats=["tflite"], quantizations=["float32"], num_examples=8)
+        models[family] = TFLitePolicy(report["models"]["tflite_float32"]["path"])
+    image = models["cnn"]
+    with pytest.raises(PolicyInputError, match=r"shape \(14, 14, 3\)"):
+        image.step(np.zeros((13, 14, 3), np.uint8))
+    with pytest.raises(PolicyInputError, match="dtype uint8"):
+        image.step(np.zeros((14, 14, 3), np.float32))
+    vector = models["mlp"]
+    with pytest.raises(PolicyInputError, match="NaN"):
+        vector.step(np.array([0.0, np.nan, 0.0, 0.0]))
+    with pytest.raises(PolicyInputError, match=r"shape \(4,\)"):
+        vector.step(np.zeros(5))
+    with pytest.raises(FileNotFoundError, match="sit-export"):
+        TFLitePolicy(str(tmp_path / "missing.tflite"))
+    # Still usable after the errors, with or without the batch axis.
+    assert image.step(np.zeros((1, 14, 14, 3), np.uint8))["logits"].shape == (4,)
+    assert vector.step(np.zeros(4, np.float64))["logits"].shape == (2,)
+
+
+def test_pad_sensors_masks_padding_and_rejects_too_many():
+    padded, mask = pad_sensors(np.arange(3.0), 5)
+    np.testing.assert_array_equal(padded, [0, 1, 2, 0, 0])
+    np.testing.assert_array_equal(mask, [True, True, True, False, False])
+    with pytest.raises(PolicyInputError, match="between 1 and 5"):
+        pad_sensors(np.arange(6.0), 5)
+
+
+def test_missing_training_folder_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="policy_network.json"):
+        policy_network.read_description(str(tmp_path))
+
+
+def test_sit_export_and_sit_eval_tflite_cli(tmp_path):
+    root = str(tmp_path / "train")
+    make_policy_folder(root, EncoderActorNetwork, FAMILIES["cnn"][0], "minigrid:LavaGapS5")
+    bin_dir = os.path.dirname(sys.executable)
+    subprocess.run(
+        [os.path.join(bin_dir, "sit-export"), "--root_dir", root, "--model_name", "cnn",
+         "--quantizations", "float32,int8", "--num_examples", "16"],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    model = os.path.join(root, "export", "tflite", "cnn_int8.tflite")
+    assert os.path.exists(model)
+    result = subprocess.run(
+        [os.path.join(bin_dir, "sit-eval"), "--tflite", model, "--num_episodes", "4", "--num_envs", "2",
+         "--transform", "none", "--transform", "rot90"],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    assert "rot90: return" in result.stdout
+    with open(os.path.splitext(model)[0] + "_minigrid_LavaGapS5.json") as f:
+        results = json.load(f)["results"]
+    assert results["none"]["num_episodes"] == 4 and results["rot90"]["num_episodes"] == 4
+    failed = subprocess.run([os.path.join(bin_dir, "sit-export"), "--root_dir", str(tmp_path / "nothing")],
+                            capture_output=True, text=True)  # fmt: skip
+    assert failed.returncode != 0 and "policy_network.json" in failed.stderr
