@@ -8,7 +8,11 @@
    "rotations"). Actions are relative to the agent's heading, so the right
    action for a rotated view is the upright one: a rotation-invariant policy
    keeps its score, a CNN need not.
-3. Prints the table and writes ``<root_dir>/results.json``; TensorBoard logs
+3. Exports the SiT policy (``sit-export``) to a TF Serving SavedModel and to
+   TFLite (float32 and full-integer int8) under ``<root_dir>/sit/export``,
+   and runs the TFLite models in the environment with ``export.runtime``,
+   upright and rotated, as a robot would.
+4. Prints the table and writes ``<root_dir>/results.json``; TensorBoard logs
    and TF-Agents SavedModel policies stay under ``<root_dir>/<model>/``.
 
 A rerun with the same ``--root_dir`` resumes (or skips) the training.
@@ -28,12 +32,16 @@ from tf_agents.policies import random_py_policy
 from sit_keras.agents import evaluate, train
 from sit_keras.agents.console import quiet_library_logs
 from sit_keras.agents.environments import load
+from sit_keras.export.exporter import export_policy
+from sit_keras.export.tflite_py_policy import TFLitePyPolicy
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "demo")
 MODELS = ("sit", "cnn")
 ROTATIONS = (None, "rot90", "rot180", "rot270")
 # The trained policy samples its actions; its greedy version takes the most likely one.
 POLICIES = {"greedy": "greedy_policy", "sampling": "policy"}
+EXPORTED_MODEL = "sit"
+TFLITE_QUANTIZATIONS = ("float32", "int8")
 
 
 def train_model(model: str, root_dir: str, config_dir: str, bindings: Sequence[str] = ()) -> dict[str, float]:
@@ -74,6 +82,24 @@ def evaluate_models(
     return results
 
 
+def export_and_run(root_dir: str, env_name: str, num_episodes: int) -> tuple[dict, dict]:
+    """Exports the SiT policy (SavedModel + TFLite), evaluates the TFLite models; returns (report, results).
+
+    A rerun adds a SavedModel version (TF Serving versions are immutable) and replaces the TFLite files.
+    """
+    model_dir = os.path.join(root_dir, EXPORTED_MODEL)
+    output_dir = os.path.join(model_dir, "export")
+    os.makedirs(output_dir, exist_ok=True)
+    report = export_policy(model_dir, output_dir, model_name="sit_policy", quantizations=TFLITE_QUANTIZATIONS)
+    results = {}
+    for quantization in TFLITE_QUANTIZATIONS:
+        policy = TFLitePyPolicy(report["models"][f"tflite_{quantization}"]["path"])
+        results[f"{EXPORTED_MODEL} (TFLite {quantization})"] = evaluate.evaluate(
+            policy, env_name, ROTATIONS, num_episodes=num_episodes
+        )
+    return report, results
+
+
 def format_table(results: dict[str, dict[str, dict[str, float]]]) -> str:
     """A markdown table of success rates (and mean returns) per model and rotation."""
     header = "| policy | upright | rot90 | rot180 | rot270 | rotations avg |"
@@ -106,16 +132,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     env_name = _env_name(args.config_dir)
     print(f"== evaluating on {env_name}: {args.num_episodes} episodes per rotation", flush=True)
     results = evaluate_models(args.root_dir, env_name, args.num_episodes)
+    print(f"== exporting {EXPORTED_MODEL} to SavedModel and TFLite, and running TFLite", flush=True)
+    export_report, tflite_results = export_and_run(args.root_dir, env_name, args.num_episodes)
+    results.update(tflite_results)
     table = format_table(results)
     minutes = (time.perf_counter() - start) / 60
     print(f"\nSuccess rate (mean return) on {env_name}, {args.num_episodes} episodes each:\n\n{table}\n")
     with open(os.path.join(args.root_dir, "results.json"), "w") as f:
         json.dump(
-            {"env": env_name, "training": training, "evaluation": results, "minutes": minutes}, f, indent=2
-        )
+            {"env": env_name, "training": training, "evaluation": results, "export": export_report,
+             "minutes": minutes},
+            f, indent=2,
+        )  # fmt: skip
     print(f"{minutes:.1f} min. Results: {os.path.join(args.root_dir, 'results.json')}")
     print(f"TensorBoard: tensorboard --logdir {args.root_dir}")
     print(f"Saved policies: {os.path.join(args.root_dir, '<model>', 'policies', 'greedy_policy')}")
+    for name, model in export_report["models"].items():
+        parity = model.get("parity")
+        agreement = f", TF vs TFLite action agreement {parity['action_agreement']:.3f}" if parity else ""
+        print(f"Exported {name}: {model['path']} ({model['bytes'] / 1e3:.0f} kB{agreement})")
     return 0
 
 

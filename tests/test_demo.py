@@ -26,8 +26,9 @@ def test_demo_trains_evaluates_and_reports(tmp_path, capsys):
         report = json.load(f)
     assert report["env"] == "minigrid:LavaGapS5"
     assert set(report["evaluation"]) == {
-        "sit (greedy)", "sit (sampling)", "cnn (greedy)", "cnn (sampling)", "random"
-    }
+        "sit (greedy)", "sit (sampling)", "cnn (greedy)", "cnn (sampling)", "random",
+        "sit (TFLite float32)", "sit (TFLite int8)",
+    }  # fmt: skip
     for by_rotation in report["evaluation"].values():
         assert set(by_rotation) == {"none", "rot90", "rot180", "rot270"}
         assert all(summary["num_episodes"] == 4 for summary in by_rotation.values())
@@ -35,10 +36,17 @@ def test_demo_trains_evaluates_and_reports(tmp_path, capsys):
     # seeded alike, so every rotated evaluation replays the upright episodes.
     sit = report["evaluation"]["sit (greedy)"]
     assert all(sit[r] == sit["none"] for r in ("rot90", "rot180", "rot270"))
+    # The demo ends with the exported SiT running in the environment through TFLite.
+    models = report["export"]["models"]
+    assert set(models) == {"saved_model", "tflite_float32", "tflite_int8"}
+    assert models["tflite_float32"]["parity"]["action_agreement"] == 1.0
+    assert report["evaluation"]["sit (TFLite float32)"] == sit
+    tflite_sit = report["evaluation"]["sit (TFLite int8)"]
+    assert all(tflite_sit[r] == tflite_sit["none"] for r in ("rot90", "rot180", "rot270"))
     for model in demo.MODELS:
         assert os.path.exists(os.path.join(root_dir, model, "policies", "greedy_policy", "saved_model.pb"))
     out = capsys.readouterr().out
-    assert "| sit (greedy) |" in out and "| random |" in out
+    assert "| sit (greedy) |" in out and "| random |" in out and "| sit (TFLite int8) |" in out
 
 
 def test_table_reports_success_and_return():

@@ -10,7 +10,6 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from export_fixtures import make_policy_folder
 from tensorflow_serving.apis import predict_pb2
 from tf_agents.policies import py_tf_eager_policy
 from tf_agents.trajectories import time_step as ts
@@ -20,6 +19,7 @@ from sit_keras.agents.networks import EncoderActorNetwork
 from sit_keras.export import saved_model, serving_client, tflite
 from sit_keras.export.exporter import export_policy
 from sit_keras.export.policy_model import load_trained_policy
+from sit_keras.export.random_policy import write_random_policy_folder
 from sit_keras.export.runtime import PolicyInputError, TFLitePolicy, pad_sensors
 
 SMALL_SIT = {"dim": 16, "num_heads": 2, "local_layers": 1, "global_layers": 1, "output_dim": 16}
@@ -64,7 +64,7 @@ FAMILY_PARAMS = [pytest.param(f, marks=pytest.mark.large) if f == "sit_star" els
 def _export_family(family: str, tmp_path_factory, formats) -> tuple[str, str, dict]:
     kwargs, env_name = FAMILIES[family]
     root = str(tmp_path_factory.mktemp(f"train_{family}"))
-    make_policy_folder(root, EncoderActorNetwork, kwargs, env_name)
+    write_random_policy_folder(root, EncoderActorNetwork, kwargs, env_name)
     output = os.path.join(root, "export")
     os.makedirs(output)
     return root, output, export_policy(root, output, family, formats, num_examples=NUM_EXAMPLES)
@@ -164,7 +164,7 @@ def test_rest_and_grpc_requests_run_on_the_serving_signature(served):
 
 def test_saved_model_layout_and_cli_show(tmp_path):
     root = str(tmp_path / "train")
-    make_policy_folder(root, EncoderActorNetwork, FAMILIES["cnn"][0], "minigrid:LavaGapS5")
+    write_random_policy_folder(root, EncoderActorNetwork, FAMILIES["cnn"][0], "minigrid:LavaGapS5")
     output = str(tmp_path / "out")
     os.makedirs(output)
     export_policy(root, output, model_name="sit_policy", formats=["saved_model"])
@@ -194,7 +194,7 @@ def test_saved_model_layout_and_cli_show(tmp_path):
 
 def test_exported_sit_is_rotation_invariant(tmp_path):
     root = str(tmp_path / "train")
-    make_policy_folder(root, EncoderActorNetwork, FAMILIES["sit"][0], "minigrid:LavaGapS5")
+    write_random_policy_folder(root, EncoderActorNetwork, FAMILIES["sit"][0], "minigrid:LavaGapS5")
     output = str(tmp_path / "out")
     os.makedirs(output)
     report = export_policy(
@@ -231,7 +231,7 @@ def test_runtime_rejects_bad_inputs_and_stays_usable(tmp_path):
     for family in ("cnn", "mlp"):
         kwargs, env_name = FAMILIES[family]
         root = str(tmp_path / family)
-        make_policy_folder(root, EncoderActorNetwork, kwargs, env_name)
+        write_random_policy_folder(root, EncoderActorNetwork, kwargs, env_name)
         report = export_policy(root, root, formats=["tflite"], quantizations=["float32"], num_examples=8)
         models[family] = TFLitePolicy(report["models"]["tflite_float32"]["path"])
     image = models["cnn"]
@@ -266,7 +266,7 @@ def test_missing_training_folder_is_named(tmp_path):
 
 def test_sit_export_and_sit_eval_tflite_cli(tmp_path):
     root = str(tmp_path / "train")
-    make_policy_folder(root, EncoderActorNetwork, FAMILIES["cnn"][0], "minigrid:LavaGapS5")
+    write_random_policy_folder(root, EncoderActorNetwork, FAMILIES["cnn"][0], "minigrid:LavaGapS5")
     bin_dir = os.path.dirname(sys.executable)
     subprocess.run(
         [os.path.join(bin_dir, "sit-export"), "--root_dir", root, "--model_name", "cnn",

@@ -1,5 +1,10 @@
-"""Training folders for export tests without training: a network with perturbed weights, checkpointed
-in the agent's object layout (``agent/<attribute>``) with its ``policy_network.json``.
+"""Training folders without training, for export benchmarks and tests.
+
+``write_random_policy_folder`` writes what a trainer would: a network with
+random (perturbed) weights, checkpointed in the agent's object layout
+(``agent/<attribute>``), and its ``policy_network.json``. Sizes, latencies
+and exactness do not depend on training; action agreement of quantised
+models does (their logits are nearly tied), so measure that on trained policies.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ def perturb(variables: list[tf.Variable], seed: int = 0, scale: float = 0.3) -> 
         variable.assign_add(noise.astype(variable.dtype.as_numpy_dtype))
 
 
-def make_policy_folder(
+def write_random_policy_folder(
     root_dir: str,
     network_class: type,
     network_kwargs: Mapping[str, Any],
