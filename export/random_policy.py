@@ -20,6 +20,39 @@ from tf_agents.train.utils import spec_utils
 from sit_keras.agents import policy_network
 from sit_keras.agents.environments import load
 
+_SMALL_SIT = {"dim": 16, "num_heads": 2, "local_layers": 1, "global_layers": 1, "output_dim": 16}
+# The demo's SiT (configs/demo/sit.gin).
+DEMO_SIT = {
+    "preset": "minigrid", "dim": 32, "num_heads": 4, "stem_kernel_size": 3, "pool_size": 2,
+    "window": 3, "local_layers": 1, "global_layers": 1, "output_dim": 32,
+}  # fmt: skip
+
+EXAMPLE_POLICIES: dict[str, tuple[dict[str, Any], str]] = {
+    "sit": ({"encoder": "sit", "encoder_kwargs": DEMO_SIT}, "minigrid:LavaGapS5"),
+    "siet": ({"encoder": "siet", "encoder_kwargs": _SMALL_SIT}, "procgen:coinrun"),
+    "sit_star": ({"encoder": "sit_star", "encoder_kwargs": _SMALL_SIT}, "procgen:coinrun"),
+    "vit": (
+        {"encoder": "vit", "encoder_kwargs": {"patch_size": 16, "embed_dim": 16, "num_layers": 1,
+                                              "num_heads": 2, "mlp_dim": 32, "output_dim": 16}},
+        "procgen:coinrun",
+    ),  # fmt: skip
+    "impala_cnn": (
+        {"encoder": "impala_cnn", "encoder_kwargs": {"channels": (4, 8), "output_dim": 16}},
+        "procgen:coinrun",
+    ),
+    "cnn": ({"encoder": "cnn", "encoder_kwargs": {"filters": (8, 16), "strides": 1}}, "minigrid:LavaGapS5"),
+    "mlp": ({"encoder": "mlp", "encoder_kwargs": {"units": (32, 32)}}, "gymnasium:CartPole-v1"),
+}
+"""Small actor networks (``EncoderActorNetwork`` kwargs) of every encoder family, with an environment."""
+
+
+def write_example_policy_folder(root_dir: str, family: str, seed: int = 0) -> Any:
+    """``write_random_policy_folder`` for an ``EXAMPLE_POLICIES`` family; returns the network."""
+    from sit_keras.agents.networks import EncoderActorNetwork
+
+    kwargs, env_name = EXAMPLE_POLICIES[family]
+    return write_random_policy_folder(root_dir, EncoderActorNetwork, kwargs, env_name, seed=seed)
+
 
 def perturb(variables: list[tf.Variable], seed: int = 0, scale: float = 0.3) -> None:
     """Adds noise to every weight, so that no symmetry or parity holds by accident of initialisation."""

@@ -15,56 +15,24 @@ from tf_agents.policies import py_tf_eager_policy
 from tf_agents.trajectories import time_step as ts
 
 from sit_keras.agents import policy_network
-from sit_keras.agents.networks import EncoderActorNetwork
 from sit_keras.export import saved_model, serving_client, tflite
 from sit_keras.export.exporter import export_policy
 from sit_keras.export.policy_model import load_trained_policy
-from sit_keras.export.random_policy import write_random_policy_folder
+from sit_keras.export.random_policy import EXAMPLE_POLICIES, write_example_policy_folder
 from sit_keras.export.runtime import PolicyInputError, TFLitePolicy, pad_sensors
 
-SMALL_SIT = {"dim": 16, "num_heads": 2, "local_layers": 1, "global_layers": 1, "output_dim": 16}
-DEMO_SIT = {
-    "preset": "minigrid", "dim": 32, "num_heads": 4, "stem_kernel_size": 3, "pool_size": 2,
-    "window": 3, "local_layers": 1, "global_layers": 1, "output_dim": 32,
-}  # fmt: skip
-
-# Encoder family -> (actor network kwargs, environment). Weights are random and perturbed.
-FAMILIES = {
-    "sit": ({"encoder": "sit", "encoder_kwargs": DEMO_SIT}, "minigrid:LavaGapS5"),
-    "siet": ({"encoder": "siet", "encoder_kwargs": SMALL_SIT}, "procgen:coinrun"),
-    "sit_star": ({"encoder": "sit_star", "encoder_kwargs": SMALL_SIT}, "procgen:coinrun"),
-    "vit": (
-        {
-            "encoder": "vit",
-            "encoder_kwargs": {
-                "patch_size": 16,
-                "embed_dim": 16,
-                "num_layers": 1,
-                "num_heads": 2,
-                "mlp_dim": 32,
-                "output_dim": 16,
-            },
-        },
-        "procgen:coinrun",
-    ),  # fmt: skip
-    "impala_cnn": (
-        {"encoder": "impala_cnn", "encoder_kwargs": {"channels": (4, 8), "output_dim": 16}},
-        "procgen:coinrun",
-    ),  # fmt: skip
-    "cnn": ({"encoder": "cnn", "encoder_kwargs": {"filters": (8, 16), "strides": 1}}, "minigrid:LavaGapS5"),
-    "mlp": ({"encoder": "mlp", "encoder_kwargs": {"units": (32, 32)}}, "gymnasium:CartPole-v1"),
-}
 NUM_EXAMPLES = 64
 
 
 # SiT* shares SiT / SieT's layers; it runs with `-m large`.
-FAMILY_PARAMS = [pytest.param(f, marks=pytest.mark.large) if f == "sit_star" else f for f in sorted(FAMILIES)]
+FAMILY_PARAMS = [
+    pytest.param(f, marks=pytest.mark.large) if f == "sit_star" else f for f in sorted(EXAMPLE_POLICIES)
+]
 
 
 def _export_family(family: str, tmp_path_factory, formats) -> tuple[str, str, dict]:
-    kwargs, env_name = FAMILIES[family]
     root = str(tmp_path_factory.mktemp(f"train_{family}"))
-    write_random_policy_folder(root, EncoderActorNetwork, kwargs, env_name)
+    write_example_policy_folder(root, family)
     output = os.path.join(root, "export")
     os.makedirs(output)
     return root, output, export_policy(root, output, family, formats, num_examples=NUM_EXAMPLES)
@@ -164,7 +132,7 @@ def test_rest_and_grpc_requests_run_on_the_serving_signature(served):
 
 def test_saved_model_layout_and_cli_show(tmp_path):
     root = str(tmp_path / "train")
-    write_random_policy_folder(root, EncoderActorNetwork, FAMILIES["cnn"][0], "minigrid:LavaGapS5")
+    write_example_policy_folder(root, "cnn")
     output = str(tmp_path / "out")
     os.makedirs(output)
     export_policy(root, output, model_name="sit_policy", formats=["saved_model"])
@@ -194,7 +162,7 @@ def test_saved_model_layout_and_cli_show(tmp_path):
 
 def test_exported_sit_is_rotation_invariant(tmp_path):
     root = str(tmp_path / "train")
-    write_random_policy_folder(root, EncoderActorNetwork, FAMILIES["sit"][0], "minigrid:LavaGapS5")
+    write_example_policy_folder(root, "sit")
     output = str(tmp_path / "out")
     os.makedirs(output)
     report = export_policy(
@@ -229,9 +197,8 @@ def test_builtin_ops_only_names_the_offending_op():
 def test_runtime_rejects_bad_inputs_and_stays_usable(tmp_path):
     models = {}
     for family in ("cnn", "mlp"):
-        kwargs, env_name = FAMILIES[family]
         root = str(tmp_path / family)
-        write_random_policy_folder(root, EncoderActorNetwork, kwargs, env_name)
+        write_example_policy_folder(root, family)
         report = export_policy(root, root, formats=["tflite"], quantizations=["float32"], num_examples=8)
         models[family] = TFLitePolicy(report["models"]["tflite_float32"]["path"])
     image = models["cnn"]
@@ -266,7 +233,7 @@ def test_missing_training_folder_is_named(tmp_path):
 
 def test_sit_export_and_sit_eval_tflite_cli(tmp_path):
     root = str(tmp_path / "train")
-    write_random_policy_folder(root, EncoderActorNetwork, FAMILIES["cnn"][0], "minigrid:LavaGapS5")
+    write_example_policy_folder(root, "cnn")
     bin_dir = os.path.dirname(sys.executable)
     subprocess.run(
         [os.path.join(bin_dir, "sit-export"), "--root_dir", root, "--model_name", "cnn",
