@@ -1,0 +1,175 @@
+"""Exported policies: file size and single-step latency of TFLite vs the SavedModel vs the Keras model.
+
+For each policy (trained folders given with ``--root_dirs``, and untrained
+example policies of each encoder family, ``--models``), in one process::
+
+    sit-export           SavedModel + TFLite float32 / float16 / dynamic_int8 / int8
+    keras                the restored tf_keras network, called eagerly from Python (batch 1)
+    saved_model          the SavedModel's serving_default signature, from Python (batch 1)
+    tflite_<q>           ai_edge_litert, 1 thread, batch 1
+
+Everything runs with one thread (TensorFlow's intra/inter-op pools too).
+Each round times ``--calls`` calls of every variant in turn on real
+observations from the policy's environment; a variant's latency is the
+median over ``--rounds`` rounds of the mean call time, and every ratio is
+the median of the per-round ratios (so a noisy moment hits both sides).
+Targets (issue 6): TFLite float32 at least 3x faster than the SavedModel
+per step; int8 files at most 30% of float32.
+
+Usage::
+
+    python benchmarks/export.py [--root_dirs runs/demo/sit,runs/demo/cnn] [--models sit,cnn,mlp]
+        [--rounds 7] [--calls 50] [--out benchmarks/results/export.json]
+"""
+
+from __future__ import annotations
+
+# isort: split
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import tensorflow as tf
+
+import sit_keras  # noqa: F401  (sets up Keras 2 before TensorFlow)
+
+tf.config.threading.set_intra_op_parallelism_threads(1)
+tf.config.threading.set_inter_op_parallelism_threads(1)
+
+from sit_keras.benchmarking import environment, name_list, write_report  # noqa: E402
+from sit_keras.export.exporter import export_policy  # noqa: E402
+from sit_keras.export.policy_model import load_trained_policy  # noqa: E402
+from sit_keras.export.random_policy import EXAMPLE_POLICIES, write_example_policy_folder  # noqa: E402
+from sit_keras.export.rollouts import collect_examples  # noqa: E402
+from sit_keras.export.runtime import make_interpreter  # noqa: E402
+from sit_keras.export.tflite import QUANTIZATIONS  # noqa: E402
+
+DEFAULT_MODELS = ("sit", "siet", "vit", "impala_cnn", "cnn", "mlp")
+
+
+def _variants(root_dir: str, report: dict[str, Any]) -> dict[str, Callable[[dict], Any]]:
+    """Callables of one input dict (batch 1) per variant."""
+    policy = load_trained_policy(root_dir)
+    network = policy.network
+    variants: dict[str, Callable[[dict], Any]] = {
+        "keras": lambda inputs: network(tf.constant(inputs["observation"])),
+    }
+    signature = tf.saved_model.load(report["models"]["saved_model"]["path"]).signatures["serving_default"]
+    variants["saved_model"] = lambda inputs: signature(**{k: tf.constant(v) for k, v in inputs.items()})
+    for quantization in QUANTIZATIONS:
+        runner = make_interpreter(
+            report["models"][f"tflite_{quantization}"]["path"], 1
+        ).get_signature_runner()
+        variants[f"tflite_{quantization}"] = lambda inputs, runner=runner: runner(**inputs)
+    return variants
+
+
+def _time(function: Callable[[dict], Any], inputs: list[dict], calls: int) -> float:
+    start = time.perf_counter()
+    for i in range(calls):
+        function(inputs[i % len(inputs)])
+    return (time.perf_counter() - start) / calls
+
+
+def benchmark_policy(name: str, root_dir: str, rounds: int, calls: int, out_dir: str) -> dict[str, Any]:
+    """Exports ``root_dir`` and measures it; returns sizes, parity, latencies and ratios."""
+    export_dir = os.path.join(out_dir, name)
+    os.makedirs(export_dir, exist_ok=True)
+    report = export_policy(root_dir, export_dir, model_name=name, num_examples=256)
+    policy = load_trained_policy(root_dir)
+    inputs = [e.inputs for e in collect_examples(policy, 32, seed=30_000)]
+    variants = _variants(root_dir, report)
+    for function in variants.values():  # first calls: tracing, allocation
+        function(inputs[0])
+    per_round: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(rounds):
+        for variant, function in variants.items():
+            per_round[variant].append(_time(function, inputs, calls))
+    latency_ms = {k: 1e3 * statistics.median(v) for k, v in per_round.items()}
+
+    def ratio(slow: str, fast: str) -> float:
+        return statistics.median(s / f for s, f in zip(per_round[slow], per_round[fast], strict=True))
+
+    models = report["models"]
+    sizes = {k: v["bytes"] for k, v in models.items()}
+    return {
+        "root_dir": root_dir,
+        "bytes": sizes,
+        "int8_size_vs_float32": sizes["tflite_int8"] / sizes["tflite_float32"],
+        "dynamic_int8_size_vs_float32": sizes["tflite_dynamic_int8"] / sizes["tflite_float32"],
+        "parity": {k: v["parity"] for k, v in models.items() if "parity" in v},
+        "latency_ms": latency_ms,
+        "saved_model_vs_tflite_float32": ratio("saved_model", "tflite_float32"),
+        "keras_vs_tflite_float32": ratio("keras", "tflite_float32"),
+        "tflite_float32_vs_int8": ratio("tflite_float32", "tflite_int8"),
+    }
+
+
+def format_table(results: dict[str, dict[str, Any]]) -> str:
+    lines = [
+        "| policy | float32 kB | int8 kB (vs float32) | TFLite f32 ms | SavedModel ms (x TFLite) "
+        "| Keras ms (x TFLite) | int8 ms | int8 agreement (unexplained) | f32 max logit diff |",
+        "|" + " --- |" * 9,
+    ]
+    for name, r in results.items():
+        ms, parity = r["latency_ms"], r["parity"]
+        f32, int8 = parity["tflite_float32"], parity["tflite_int8"]
+        diff = max((v for k, v in f32.items() if k.startswith("max_abs_diff/")), default=float("nan"))
+        kb = {k: v / 1e3 for k, v in r["bytes"].items()}
+        cells = [
+            name,
+            f"{kb['tflite_float32']:.0f}",
+            f"{kb['tflite_int8']:.0f} ({r['int8_size_vs_float32']:.0%})",
+            f"{ms['tflite_float32']:.3f}",
+            f"{ms['saved_model']:.3f} ({r['saved_model_vs_tflite_float32']:.1f}x)",
+            f"{ms['keras']:.3f} ({r['keras_vs_tflite_float32']:.1f}x)",
+            f"{ms['tflite_int8']:.3f}",
+            f"{int8['action_agreement']:.3f} ({int8['unexplained_disagreements']})",
+            f"{diff:.1e}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--root_dirs", default="", help="trained folders, comma-separated")
+    parser.add_argument(
+        "--models", type=name_list(tuple(EXAMPLE_POLICIES), "model"), default=list(DEFAULT_MODELS)
+    )
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--calls", type=int, default=50)
+    parser.add_argument("--out", default="benchmarks/results/export.json")
+    args = parser.parse_args(argv)
+
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as work:
+        for root_dir in filter(None, args.root_dirs.split(",")):
+            if not os.path.exists(root_dir):
+                parser.error(
+                    f"{root_dir!r} does not exist (train it first, e.g. `make demo` for runs/demo/sit)"
+                )
+            name = "trained_" + os.path.basename(os.path.normpath(root_dir))
+            print(f"== {name} ({root_dir})", flush=True)
+            results[name] = benchmark_policy(name, root_dir, args.rounds, args.calls, work)
+        for model in args.models:
+            print(f"== {model} (untrained example policy)", flush=True)
+            root_dir = os.path.join(work, f"train_{model}")
+            write_example_policy_folder(root_dir, model)
+            results[model] = benchmark_policy(model, root_dir, args.rounds, args.calls, work)
+    table = format_table(results)
+    print("\n" + table + "\n")
+    write_report(
+        {"environment": environment(), "args": vars(args), "results": results, "table": table}, args.out
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
