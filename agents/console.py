@@ -18,4 +18,5 @@ def quiet_library_logs() -> None:
     """
     logging.set_verbosity(logging.ERROR)
     tf.get_logger().setLevel("ERROR")
-    warnings.filterwarnings("ignore", message="Encoding a StructuredValue with type tfp.distributions")
+    for package in ("tfp", "tf_agents"):
+        warnings.filterwarnings("ignore", message=f"Encoding a StructuredValue with type {package}.distrib")

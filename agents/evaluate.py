@@ -16,6 +16,7 @@ the return, the success rate and the mean length are written as JSON.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -172,14 +173,24 @@ def _define_flags() -> None:
 
 
 def parse_env_kwargs(items: Sequence[str]) -> dict[str, Any]:
-    """``["split=test", "start_level=5"]`` -> ``{"split": "test", "start_level": 5}`` (ints parsed)."""
+    """``["split=test", "level=5", "pixels=True"]`` -> ``{"split": "test", "level": 5, "pixels": True}``."""
     kwargs: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ValueError(f"--env_kwarg must be key=value. Received: {item!r}")
-        kwargs[key] = int(value) if value.lstrip("-").isdigit() else value
+        kwargs[key] = _parse_value(value)
     return kwargs
+
+
+def _parse_value(value: str) -> Any:
+    """``"5"`` -> 5, ``"0.5"`` -> 0.5, ``"True"`` / ``"false"`` -> bool, anything else stays a string."""
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    for parse in (int, float):
+        with contextlib.suppress(ValueError):
+            return parse(value)
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -29,7 +29,12 @@ DESCRIPTION_FILE = "policy_network.json"
 CHECKPOINT_DIR = "checkpoints"
 
 # Modules whose networks can act; imported before a network is built by name.
-NETWORK_MODULES = ("sit_keras.agents.networks",)
+NETWORK_MODULES = (
+    "sit_keras.agents.networks",
+    "sit_keras.agents.sac_networks",
+    "sit_keras.agents.q_networks",
+    "sit_keras.agents.sensor_networks",
+)
 
 _NETWORKS: dict[str, type] = {}
 NetworkClass = TypeVar("NetworkClass", bound=type)

@@ -21,6 +21,7 @@ model with a fixed number of rows (TFLite) runs with fewer readings.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -82,8 +83,11 @@ class TrainedPolicy:
 
     @property
     def takes_sensor_set(self) -> bool:
-        """True for permutation-invariant sensor networks (any number of readings, with a mask)."""
-        return bool(getattr(self.network, "accepts_sensor_mask", False))
+        """True for permutation-invariant sensor networks: ``call`` takes a ``sensor_mask``.
+
+        Such a network also has ``initial_state(batch_size, num_sensors)``.
+        """
+        return "sensor_mask" in inspect.signature(self.network.call).parameters
 
     @property
     def is_stateful(self) -> bool:
@@ -98,7 +102,8 @@ class TrainedPolicy:
         if not self.is_stateful:
             return []
         if num_sensors is not None and self.takes_sensor_set:
-            state = self.network.get_initial_state(batch_size, num_sensors=num_sensors)
+            # Per-sensor states have one row per reading.
+            state = self.network.initial_state(batch_size, num_sensors)
         else:
             state = self.network.get_initial_state(batch_size)
         return tf.nest.flatten(state)
@@ -135,11 +140,12 @@ class TrainedPolicy:
                 logits = result.logits_parameter()
                 action = tf.cast(tf.argmax(logits, axis=-1), self.action_spec.dtype) + minimum
                 return {"action": action, "logits": logits}
-            normal = getattr(result, "input_distribution", result)  # SquashToSpecNormal wraps a Normal
+            # SquashToSpecNormal wraps a Normal; SAC's tanh-normal wraps a MultivariateNormalDiag.
+            normal = getattr(result, "input_distribution", getattr(result, "distribution", result))
             return {
                 "action": tf.cast(result.mode(), self.action_spec.dtype),
-                "loc": normal.loc,
-                "scale": normal.scale,
+                "loc": normal.mean(),
+                "scale": normal.stddev(),
             }
         if self.kind == CATEGORICAL_Q:
             extra = self.description.extra

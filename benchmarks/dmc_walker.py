@@ -1,0 +1,238 @@
+"""SAC on DMC walker-walk from pixels (SiT paper appendix F.3) at a CPU budget.
+
+Two parts, both with ``configs/dmc/walker_walk_<encoder>.gin`` (64x64 RGB,
+3 stacked frames, action repeat 4, SAC of Hansen & Wang 2021, no augmentation):
+
+1. speed (``--speed_encoders``): a short run per encoder, ``--speed_steps``
+   random steps and then two blocks of ``--speed_iterations`` SAC
+   iterations (one environment step and one gradient step of batch 128
+   each); the second block's environment steps per second is the training
+   speed after tracing, with the shares of wall time of the learner, the
+   policy and the environment (its rendering).
+2. training (``--encoders``, ``--seeds``): ``--env_steps`` environment steps
+   (agent steps; each is 4 simulator steps), then the greedy policy's return
+   over ``--num_eval_episodes`` episodes (1000 simulator steps each).
+
+The SiT paper trains for 500k steps and gives no walker-walk number: F.3 says
+only that SieT "has comparable performance to the ViT baseline with > 1M
+weights (Hansen & Wang, 2021)". The table says so beside ours; a CPU budget
+is far smaller than 500k steps, so say which budget a table is for.
+
+Usage (slow: minutes per 1k steps of the attention encoders on 2 cores)::
+
+    python benchmarks/dmc_walker.py --encoders cnn --env_steps 3000 \\
+        --speed_encoders siet,sit,vit,cnn --out benchmarks/results/dmc_walker.json
+    python benchmarks/dmc_walker.py --quick     # smoke run, a few minutes
+"""
+
+from __future__ import annotations
+
+import sit_keras  # noqa: F401  (selects Keras 2 before TensorFlow is imported)
+
+# isort: split
+
+import argparse
+import logging
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import gin
+
+from sit_keras.agents.sac_train import sac_train_eval
+from sit_keras.benchmarking import environment, name_list, write_report
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "dmc_walker.json"
+CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "dmc"
+ENCODERS = ("siet", "sit", "vit", "cnn")
+PAPER = "not reported (F.3: SieT 'comparable' to Hansen & Wang's ViT)"
+
+
+def _parse(encoder: str, bindings: Sequence[str]) -> None:
+    gin.clear_config()
+    gin.add_config_file_search_path(str(CONFIGS))
+    # Gin logs an error for every search path an include is not in, found elsewhere or not.
+    search_misses = logging.getLogger()
+    search_misses.addFilter(_not_a_search_miss)
+    try:
+        # `train.agent` is sit-train's dispatch; this script calls sac_train_eval itself.
+        gin.parse_config_files_and_bindings(
+            [str(CONFIGS / f"walker_walk_{encoder}.gin")], bindings, skip_unknown=["train"]
+        )
+    finally:
+        search_misses.removeFilter(_not_a_search_miss)
+
+
+def _not_a_search_miss(record: logging.LogRecord) -> bool:
+    return record.msg != "Path not found: %s"
+
+
+def _run(encoder: str, root_dir: Path, bindings: Sequence[str]) -> tuple[dict[str, Any], float]:
+    _parse(encoder, bindings)
+    start = time.perf_counter()
+    try:
+        results = sac_train_eval(str(root_dir))
+    finally:
+        gin.clear_config()
+    return results, time.perf_counter() - start
+
+
+def measure_speed(encoder: str, random_steps: int, iterations: int, root: Path) -> dict[str, float]:
+    """Environment steps per second of SAC training with ``encoder`` (the second logged block)."""
+    results, seconds = _run(
+        encoder,
+        root / f"speed_{encoder}",
+        [
+            f"sac_train_eval.total_env_steps = {random_steps + 2 * iterations}",
+            f"sac_train_eval.initial_collect_steps = {random_steps}",
+            f"sac_train_eval.log_interval = {iterations}",
+            f"sac_train_eval.replay_capacity = {random_steps + 2 * iterations}",
+            "sac_train_eval.eval_interval = 0",
+            "sac_train_eval.policy_save_interval = 0",
+            f"sac_train_eval.checkpoint_interval = {10 * (random_steps + iterations)}",
+            "sac_train_eval.checkpoint_replay_buffer = False",
+            "sac_train_eval.progress = False",
+        ],
+    )
+    first, steady = results["history"][0], results["history"][-1]
+    return {
+        "steps_per_second": steady["SPS"],
+        "seconds_per_iteration": 1.0 / steady["SPS"],
+        "train_fraction": steady["train_fraction"],
+        "policy_fraction": steady["policy_fraction"],
+        "env_fraction": steady["env_fraction"],
+        "first_block_steps_per_second": first["SPS"],
+        "wall_s": seconds,
+    }
+
+
+def train_one(
+    encoder: str, seed: int, env_steps: int, num_eval_episodes: int, root: Path, bindings: Sequence[str]
+) -> dict[str, Any]:
+    """Trains ``walker_walk_<encoder>.gin`` for ``env_steps`` and evaluates the greedy policy at the end."""
+    root_dir = root / f"{encoder}_seed{seed}"
+    results, seconds = _run(
+        encoder,
+        root_dir,
+        [
+            f"sac_train_eval.total_env_steps = {env_steps}",
+            f"sac_train_eval.seed = {seed}",
+            # 1000 random steps (Hansen & Wang), fewer only for budgets under 2000 steps.
+            f"sac_train_eval.initial_collect_steps = {min(1000, env_steps // 2)}",
+            f"sac_train_eval.replay_capacity = {min(env_steps, 100_000)}",
+            f"sac_train_eval.eval_interval = {env_steps}",
+            f"sac_train_eval.num_eval_episodes = {num_eval_episodes}",
+            f"sac_train_eval.log_interval = {max(env_steps // 10, 1)}",
+            f"sac_train_eval.checkpoint_interval = {env_steps}",
+            "sac_train_eval.policy_save_interval = 0",
+            "sac_train_eval.progress = False",
+            *bindings,
+        ],
+    )
+    history = results.pop("history")
+    return {
+        "encoder": encoder,
+        "seed": seed,
+        "root_dir": str(root_dir),
+        "train_wall_s": seconds,
+        "env_steps": results["env_steps"],
+        "eval_mean_return": results["EvalAverageReturn"],
+        "eval_std_return": results["EvalStdReturn"],
+        "train_average_return": results["AverageReturn"],
+        "history": history,
+    }
+
+
+def format_tables(speeds: dict[str, dict[str, float]], runs: list[dict[str, Any]]) -> str:
+    lines = []
+    if speeds:
+        lines += [
+            "| encoder | env steps/s | learner share | policy share | env share |",
+            "| --- | ---: | ---: | ---: | ---: |",
+        ]
+        for encoder, s in speeds.items():
+            lines.append(
+                f"| {encoder} | {s['steps_per_second']:.2f} | {s['train_fraction']:.2f} | "
+                f"{s['policy_fraction']:.2f} | {s['env_fraction']:.2f} |"
+            )
+        lines.append("")
+    if runs:
+        lines += [
+            "| encoder | env steps | seeds | eval return (greedy) | paper (500k steps) |",
+            "| --- | ---: | ---: | ---: | --- |",
+        ]
+        for encoder in dict.fromkeys(run["encoder"] for run in runs):
+            mine = [run for run in runs if run["encoder"] == encoder]
+            means = [run["eval_mean_return"] for run in mine]
+            if len(mine) > 1:  # mean +- std over seeds of the per-seed mean returns
+                cell = f"{statistics.mean(means):.1f} ± {statistics.pstdev(means):.1f}"
+            else:  # one seed: mean +- std over its evaluation episodes
+                cell = f"{means[0]:.1f} ± {mine[0]['eval_std_return']:.1f}"
+            steps = mine[0]["env_steps"]
+            lines.append(f"| {encoder} | {steps} | {len(mine)} | {cell} | {PAPER} |")
+    return "\n".join(lines)
+
+
+def _names(text: str) -> list[str]:
+    return name_list(ENCODERS, "encoder")(text) if text else []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--encoders", type=_names, default=["cnn"], help="trained; '' for none")
+    parser.add_argument("--seeds", default="0")
+    parser.add_argument("--env_steps", type=int, default=3000, help="training budget (agent steps)")
+    parser.add_argument("--num_eval_episodes", type=int, default=5)
+    parser.add_argument(
+        "--speed_encoders",
+        type=lambda s: name_list(ENCODERS, "encoder")(s) if s else [],
+        default=list(ENCODERS),
+    )
+    parser.add_argument("--speed_steps", type=int, default=200, help="random steps before the timed blocks")
+    parser.add_argument("--speed_iterations", type=int, default=4, help="SAC iterations per timed block")
+    parser.add_argument("--root", default="runs/dmc_walker", help="training runs go here (resumable)")
+    parser.add_argument("--gin_bindings", action="append", default=[], help="extra bindings for the runs")
+    parser.add_argument("--out", default=str(DEFAULT_OUT))
+    parser.add_argument("--quick", action="store_true", help="smoke run: cnn only, 300 steps, 1 episode")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.encoders, args.speed_encoders, args.seeds = ["cnn"], ["cnn"], "0"
+        args.env_steps, args.num_eval_episodes, args.speed_steps, args.speed_iterations = 300, 1, 64, 4
+    seeds = [int(s) for s in args.seeds.split(",")]
+    root = Path(args.root)
+
+    start = time.perf_counter()
+    speeds = {}
+    for encoder in args.speed_encoders:
+        print(f"== speed: {encoder}", flush=True)
+        speeds[encoder] = measure_speed(encoder, args.speed_steps, args.speed_iterations, root)
+        print(f"   {speeds[encoder]['steps_per_second']:.2f} env steps/s", flush=True)
+    runs = []
+    for encoder in args.encoders:
+        for seed in seeds:
+            print(f"== train: {encoder}, seed {seed}, {args.env_steps} steps", flush=True)
+            runs.append(
+                train_one(encoder, seed, args.env_steps, args.num_eval_episodes, root, args.gin_bindings)
+            )
+            print(f"   eval return {runs[-1]['eval_mean_return']:.1f}", flush=True)
+    tables = format_tables(speeds, runs)
+    budget = f"{args.env_steps} training steps, seeds {seeds}" if runs else "speed only"
+    print(f"\nwalker-walk from pixels, SAC ({budget}):\n\n{tables}")
+    report = {
+        "benchmark": "dmc_walker",
+        "machine": environment(),
+        "settings": {k: v for k, v in vars(args).items() if k != "out"},
+        "paper": PAPER,
+        "speed": speeds,
+        "runs": runs,
+        "tables": tables,
+        "wall_s": time.perf_counter() - start,
+    }
+    write_report(report, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
