@@ -177,16 +177,18 @@ def read_description(root_dir: str) -> PolicyNetworkDescription:
         return PolicyNetworkDescription.from_json(json.load(f))
 
 
-def build_network(description: PolicyNetworkDescription) -> network.Network:
-    """A fresh (untrained, built) network of the described class."""
+def network_class(name: str) -> type:
+    """The registered network class ``name`` (the modules of ``NETWORK_MODULES`` are imported first)."""
     for module in NETWORK_MODULES:
         importlib.import_module(module)
-    if description.network_class not in _NETWORKS:
-        raise ValueError(
-            f"Unknown network class {description.network_class!r}; "
-            f"registered: {', '.join(sorted(_NETWORKS))}."
-        )
-    cls = _NETWORKS[description.network_class]
+    if name not in _NETWORKS:
+        raise ValueError(f"Unknown network class {name!r}; registered: {', '.join(sorted(_NETWORKS))}.")
+    return _NETWORKS[name]
+
+
+def build_network(description: PolicyNetworkDescription) -> network.Network:
+    """A fresh (untrained, built) network of the described class."""
+    cls = network_class(description.network_class)
     net = cls(description.observation_spec, description.action_spec, **description.network_kwargs)
     net.create_variables()
     return net

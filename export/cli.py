@@ -57,6 +57,12 @@ def _main(argv: Sequence[str]) -> None:
     except (FileNotFoundError, ValueError) as error:
         raise app.UsageError(str(error)) from error
     print(json.dumps(report["models"], indent=2))
+    failed = [
+        name for name, model in report["models"].items() if not model.get("parity", {}).get("passed", True)
+    ]
+    for name in failed:
+        print(f"WARNING: {name} does not act like the TensorFlow policy on held-out rollout steps: "
+              f"{report['models'][name]['parity']}; do not deploy it.")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -48,8 +48,8 @@ def export_policy(
       max_sensors: rows of a sensor set TFLite model (default: the training
         observation's); the SavedModel takes any number.
       num_examples: real rollout steps of the policy in its training
-        environment (seeds from ``seed``): the first half calibrates int8
-        models, the second half checks every TFLite model against TensorFlow.
+        environment (seeds from ``seed``): every other step calibrates int8
+        models, the rest check every TFLite model against TensorFlow.
       allow_flex_ops: allow TensorFlow (Flex) ops in TFLite models.
       version: the SavedModel version (default: the next free one).
       serving_base_path: the model server's path of ``<output_dir>/saved_model``.
@@ -101,7 +101,8 @@ def _export_tflite(
     os.makedirs(tflite_dir, exist_ok=True)
     num_sensors = max_sensors or (int(policy.observation_spec.shape[0]) if policy.takes_sensor_set else None)
     examples = collect_examples(policy, max(num_examples, 2), seed=seed, num_sensors=num_sensors)
-    calibration, held_out = examples[: len(examples) // 2], examples[len(examples) // 2 :]
+    # Alternate steps: both halves span the same stretch of episodes (int8 ranges need late states too).
+    calibration, held_out = examples[0::2], examples[1::2]
     function = policy.serving_function(batch_size=1, num_sensors=num_sensors)
     models = {}
     for quantization in quantizations:
@@ -115,13 +116,20 @@ def _export_tflite(
         path = os.path.join(tflite_dir, f"{model_name}_{quantization}.tflite")
         with open(path, "wb") as f:
             f.write(flatbuffer)
-        parity = compare(path, held_out)
+        parity = compare(path, held_out, _action_range(policy))
+        parity["passed"] = parity["unexplained_disagreements"] == 0
         metadata = build_metadata(policy, function, "tflite", {**options, "quantization": quantization})
         metadata["export"]["parity"] = parity
         with open(os.path.splitext(path)[0] + ".json", "w") as f:
             json.dump(metadata, f, indent=2)
         models[f"tflite_{quantization}"] = {"path": path, "bytes": len(flatbuffer), "parity": parity}
     return models
+
+
+def _action_range(policy: TrainedPolicy) -> float:
+    """The smallest span ``maximum - minimum`` of the action spec's components."""
+    spec = policy.action_spec
+    return float(np.min(np.asarray(spec.maximum, np.float64) - np.asarray(spec.minimum, np.float64)))
 
 
 def _check_subset(values: Sequence[str], valid: Sequence[str], what: str) -> None:

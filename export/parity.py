@@ -9,16 +9,18 @@ import numpy as np
 from sit_keras.export.rollouts import Example
 from sit_keras.export.runtime import NEXT_STATE_PREFIX, make_interpreter
 
-# Continuous actions agree when every component is this close (DMC actions are in [-1, 1]).
-CONTINUOUS_ACTION_TOLERANCE = 0.01
+# Continuous actions agree when every component is within this fraction of its range (0.1 for [-1, 1]).
+CONTINUOUS_ACTION_TOLERANCE = 0.05
 
 
-def compare(model_path: str, examples: Sequence[Example], num_threads: int = 1) -> dict[str, float]:
+def compare(
+    model_path: str, examples: Sequence[Example], action_range: float = 2.0, num_threads: int = 1
+) -> dict[str, float]:
     """Runs the ``.tflite`` model on each example's inputs (TensorFlow's states included).
 
     Returns ``action_agreement``: the fraction of examples with the same
     greedy action (discrete: equal; continuous: within
-    ``CONTINUOUS_ACTION_TOLERANCE``), ``unexplained_disagreements``: the
+    ``CONTINUOUS_ACTION_TOLERANCE * action_range``), ``unexplained_disagreements``: the
     discrete disagreements where TensorFlow's best action led the runner-up
     by more than twice the error of the TFLite scores (a disagreement within
     that margin is a near-tie, flipped by rounding), ``num_examples``, and
@@ -32,7 +34,7 @@ def compare(model_path: str, examples: Sequence[Example], num_threads: int = 1) 
     diffs: dict[str, float] = {}
     for example in examples:
         outputs = runner(**example.inputs)
-        same.append(_same_action(outputs["action"], example.outputs["action"]))
+        same.append(_same_action(outputs["action"], example.outputs["action"], action_range))
         if not same[-1] and not _near_tie(outputs, example.outputs):
             unexplained += 1
         for name, value in outputs.items():
@@ -49,10 +51,10 @@ def compare(model_path: str, examples: Sequence[Example], num_threads: int = 1) 
     return report
 
 
-def _same_action(tflite_action: np.ndarray, tf_action: np.ndarray) -> bool:
+def _same_action(tflite_action: np.ndarray, tf_action: np.ndarray, action_range: float) -> bool:
     if np.issubdtype(tf_action.dtype, np.integer):
         return bool(np.array_equal(tflite_action, tf_action))
-    return bool(np.max(np.abs(tflite_action - tf_action)) <= CONTINUOUS_ACTION_TOLERANCE)
+    return bool(np.max(np.abs(tflite_action - tf_action)) <= CONTINUOUS_ACTION_TOLERANCE * action_range)
 
 
 def _near_tie(tflite_outputs: dict[str, np.ndarray], tf_outputs: dict[str, np.ndarray]) -> bool:

@@ -9,12 +9,14 @@ models does (their logits are nearly tied), so measure that on trained policies.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
+import tf_keras
 from tf_agents.train.utils import spec_utils
 
 from sit_keras.agents import policy_network
@@ -27,31 +29,62 @@ DEMO_SIT = {
     "window": 3, "local_layers": 1, "global_layers": 1, "output_dim": 32,
 }  # fmt: skip
 
-EXAMPLE_POLICIES: dict[str, tuple[dict[str, Any], str]] = {
-    "sit": ({"encoder": "sit", "encoder_kwargs": DEMO_SIT}, "minigrid:LavaGapS5"),
-    "siet": ({"encoder": "siet", "encoder_kwargs": _SMALL_SIT}, "procgen:coinrun"),
-    "sit_star": ({"encoder": "sit_star", "encoder_kwargs": _SMALL_SIT}, "procgen:coinrun"),
-    "vit": (
-        {"encoder": "vit", "encoder_kwargs": {"patch_size": 16, "embed_dim": 16, "num_layers": 1,
-                                              "num_heads": 2, "mlp_dim": 32, "output_dim": 16}},
-        "procgen:coinrun",
-    ),  # fmt: skip
-    "impala_cnn": (
-        {"encoder": "impala_cnn", "encoder_kwargs": {"channels": (4, 8), "output_dim": 16}},
-        "procgen:coinrun",
-    ),
-    "cnn": ({"encoder": "cnn", "encoder_kwargs": {"filters": (8, 16), "strides": 1}}, "minigrid:LavaGapS5"),
-    "mlp": ({"encoder": "mlp", "encoder_kwargs": {"units": (32, 32)}}, "gymnasium:CartPole-v1"),
+
+@dataclasses.dataclass(frozen=True)
+class ExamplePolicy:
+    """A small acting network of one family, in the layout its trainer writes."""
+
+    network_class: str  # a policy_network.register_network class name
+    network_kwargs: Mapping[str, Any]
+    env_name: str
+    env_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    agent: str = "ppo"
+    attribute: str = "_actor_net"
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def _actor(encoder: str, encoder_kwargs: Mapping[str, Any], env_name: str) -> ExamplePolicy:
+    return ExamplePolicy(
+        "EncoderActorNetwork", {"encoder": encoder, "encoder_kwargs": encoder_kwargs}, env_name
+    )
+
+
+_TINY_VIT = {
+    "patch_size": 16,
+    "embed_dim": 16,
+    "num_layers": 1,
+    "num_heads": 2,
+    "mlp_dim": 32,
+    "output_dim": 16,
 }
-"""Small actor networks (``EncoderActorNetwork`` kwargs) of every encoder family, with an environment."""
+
+EXAMPLE_POLICIES: dict[str, ExamplePolicy] = {
+    "sit": _actor("sit", DEMO_SIT, "minigrid:LavaGapS5"),
+    "siet": _actor("siet", _SMALL_SIT, "procgen:coinrun"),
+    "sit_star": _actor("sit_star", _SMALL_SIT, "procgen:coinrun"),
+    "vit": _actor("vit", _TINY_VIT, "procgen:coinrun"),
+    "impala_cnn": _actor("impala_cnn", {"channels": (4, 8), "output_dim": 16}, "procgen:coinrun"),
+    "cnn": _actor("cnn", {"filters": (8, 16), "strides": 1}, "minigrid:LavaGapS5"),
+    "mlp": _actor("mlp", {"units": (32, 32)}, "gymnasium:CartPole-v1"),
+    "sac_state": ExamplePolicy(
+        "SacActorNetwork",
+        {"encoder": "mlp", "fc_layer_params": (32, 32)},
+        "dmc:cartpole-swingup",
+        agent="sac",
+        attribute="_actor_network",
+    ),  # fmt: skip
+}
+"""Small policies of every encoder family and agent, each with an environment."""
 
 
-def write_example_policy_folder(root_dir: str, family: str, seed: int = 0) -> Any:
-    """``write_random_policy_folder`` for an ``EXAMPLE_POLICIES`` family; returns the network."""
-    from sit_keras.agents.networks import EncoderActorNetwork
-
-    kwargs, env_name = EXAMPLE_POLICIES[family]
-    return write_random_policy_folder(root_dir, EncoderActorNetwork, kwargs, env_name, seed=seed)
+def write_example_policy_folder(root_dir: str, name: str, seed: int = 0) -> Any:
+    """``write_random_policy_folder`` for an ``EXAMPLE_POLICIES`` entry; returns the network."""
+    example = EXAMPLE_POLICIES[name]
+    network_class = policy_network.network_class(example.network_class)
+    return write_random_policy_folder(
+        root_dir, network_class, example.network_kwargs, example.env_name, example.env_kwargs,
+        example.agent, example.attribute, example.extra, seed,
+    )  # fmt: skip
 
 
 def perturb(variables: list[tf.Variable], seed: int = 0, scale: float = 0.3) -> None:
@@ -77,6 +110,7 @@ def write_random_policy_folder(
     env = load(env_name, num_envs=1, seed=seed, **dict(env_kwargs or {}))
     observation_spec, action_spec, _ = spec_utils.get_tensor_specs(env)
     env.close()
+    tf_keras.utils.set_random_seed(seed)  # the initial weights too: a folder is the same on every run
     net = network_class(observation_spec, action_spec, **network_kwargs)
     net.create_variables()
     perturb(net.variables, seed)
