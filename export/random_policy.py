@@ -73,7 +73,15 @@ EXAMPLE_POLICIES: dict[str, ExamplePolicy] = {
         agent="sac",
         attribute="_actor_network",
     ),  # fmt: skip
-}
+    "dqn": ExamplePolicy(
+        "EncoderQNetwork", {"encoder": "mlp", "encoder_kwargs": {"units": (32, 32)}}, "gymnasium:CartPole-v1",
+        agent="dqn", attribute="_q_network",
+    ),
+    "c51_atari": ExamplePolicy(
+        "EncoderCategoricalQNetwork", {"encoder": "data_efficient_cnn", "num_atoms": 51}, "atari:Pong",
+        agent="c51", attribute="_q_network", extra={"min_q_value": -10.0, "max_q_value": 10.0},
+    ),
+}  # fmt: skip
 """Small policies of every encoder family and agent, each with an environment."""
 
 
