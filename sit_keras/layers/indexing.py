@@ -19,12 +19,25 @@ def expand_shared(weights: tf.Tensor, index: np.ndarray) -> tf.Tensor:
       index: integer array of any shape ``S`` with values in ``[0, n]``.
 
     Returns:
-      ``S + (C,)``. Computed as ``one_hot(index) @ weights`` so that the
-      gradient is a matmul too; ``one_hot`` of ``n`` is a zero row.
+      ``S + (C,)``: a gather of the rows (with a zero row ``n`` appended);
+      its gradient is the matmul ``one_hot(index)^T @ dy``, not a
+      scatter-add. The forward graph holds only the int32 index, so an
+      exported model does not carry the ``(|S|, n)`` one-hot table.
     """
+    flat = np.asarray(index, np.int32).reshape(-1)
     n = weights.shape[0]
-    one_hot = tf.one_hot(np.asarray(index).reshape(-1), n, dtype=weights.dtype)
-    return tf.reshape(tf.matmul(one_hot, weights), [*np.shape(index), weights.shape[-1]])
+
+    @tf.custom_gradient
+    def gather_rows(table: tf.Tensor) -> tf.Tensor:
+        padded = tf.concat([table, tf.zeros_like(table[:1])], axis=0)
+
+        def grad(upstream: tf.Tensor) -> tf.Tensor:
+            one_hot = tf.one_hot(flat, n, dtype=upstream.dtype)
+            return tf.matmul(one_hot, upstream, transpose_a=True)
+
+        return tf.gather(padded, flat), grad
+
+    return tf.reshape(gather_rows(weights), [*np.shape(index), weights.shape[-1]])
 
 
 def preimage_table(indices: np.ndarray, num_inputs: int, ignore: int | None = None) -> np.ndarray:
