@@ -8,7 +8,8 @@ One iteration: ``FixedLengthDriver`` runs the collect policy for
 ``collect_steps_per_env + 1`` steps of ``num_envs`` environments into a
 ``TFUniformReplayBuffer``; TF-Agents' ``PPOLearner`` computes GAE returns and
 advantages (``agent.preprocess_sequence``) and runs ``num_epochs`` epochs of
-``num_minibatches`` shuffled minibatches; the buffer is cleared. The last step
+``num_minibatches`` shuffled minibatches (of single steps; for recurrent
+networks, of whole environment sequences); the buffer is cleared. The last step
 of each environment only bootstraps the values (its own advantage is
 unknown), so ``collect_steps_per_env`` steps per environment are trained on.
 
@@ -37,14 +38,16 @@ from absl import app, flags
 from tensorboard.plugins.hparams import api as hparams_api
 from tf_agents.environments import py_environment
 from tf_agents.metrics import py_metrics
+from tf_agents.networks import network
 from tf_agents.policies import py_tf_eager_policy
 from tf_agents.replay_buffers import tf_uniform_replay_buffer
+from tf_agents.specs import tensor_spec
 from tf_agents.train import learner, ppo_learner, triggers
 from tf_agents.train.utils import spec_utils, train_utils
 from tf_agents.utils import common
 from tqdm import tqdm
 
-from sit_keras.agents import networks, policy_network
+from sit_keras.agents import networks, policy_network, sensor_networks
 from sit_keras.agents.augmentation import make_augmentation
 from sit_keras.agents.collection import (
     EpisodeSuccessMetric,
@@ -99,7 +102,8 @@ def train_eval(
     env_name: str = "procgen:caveflyer",
     env_kwargs: Mapping[str, Any] | None = None,
     num_envs: int = 64,
-    # Networks: any networks.NETWORK_ENCODERS name, with build_encoder arguments.
+    # Networks: any networks.NETWORK_ENCODERS name, with build_encoder arguments, or
+    # "attention_neuron" (sensor_networks, permutation-invariant) with SensorSetEncoder arguments.
     encoder: str = "sit",
     encoder_kwargs: Mapping[str, Any] | None = None,
     fc_layer_params: Sequence[int] = (),
@@ -141,7 +145,9 @@ def train_eval(
         same folder resumes from its newest checkpoint.
       env_name, env_kwargs, num_envs: passed to ``environments.load``.
       encoder, encoder_kwargs, fc_layer_params: the actor's torso, and the
-        value network's unless ``value_encoder`` is given (separate weights).
+        value network's unless ``value_encoder`` is given (separate weights);
+        see ``actor_network``. ``"attention_neuron"`` takes vector
+        observations and is recurrent.
       value_encoder, value_encoder_kwargs: the value network's encoder.
       total_env_steps: stop once this many environment steps were collected.
       anneal_learning_rate: decay the learning rate linearly to 0 over the
@@ -150,6 +156,9 @@ def train_eval(
       collect_steps_per_env: ``T`` of PPO (steps per environment and iteration).
       num_epochs, num_minibatches: passes over an iteration's data, and the
         number of minibatches it is split into (``num_envs * T`` must divide).
+        Recurrent networks train on whole sequences: a minibatch is then
+        ``num_envs / num_minibatches`` environments' ``T`` steps
+        (``num_envs`` must divide), the same split in every epoch.
       drac_coef: 0 disables DrAC.
       checkpoint_interval, policy_save_interval: in environment steps; the
         policy is also exported at the end, unless ``policy_save_interval=0``
@@ -176,14 +185,19 @@ def train_eval(
     with strategy.scope():
         train_step = train_utils.create_train_step()
         env_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="env_steps")
-        actor_net = networks.EncoderActorNetwork(
+        actor_net, actor_kwargs = actor_network(
             observation_spec, action_spec, encoder, encoder_kwargs, fc_layer_params
         )
         if value_encoder is None:
             value_encoder, value_encoder_kwargs = encoder, encoder_kwargs
-        value_net = networks.EncoderValueNetwork(
-            observation_spec, value_encoder, value_encoder_kwargs, fc_layer_params
-        )
+        value_net = value_network(observation_spec, value_encoder, value_encoder_kwargs, fc_layer_params)
+        # Recurrent networks (AttentionNeuron) train on whole sequences, split by environment.
+        recurrent = bool(actor_net.state_spec or value_net.state_spec)
+        if recurrent and num_envs % num_minibatches:
+            raise ValueError(
+                f"With recurrent networks ({encoder!r}) a minibatch is a set of whole environment "
+                f"sequences: num_envs = {num_envs} must be a multiple of num_minibatches = {num_minibatches}."
+            )
         image_size = int(observation_spec.shape[0]) if observation_spec.shape.rank == 3 else 0
         agent = DrACPPOAgent(
             time_step_spec,
@@ -224,31 +238,18 @@ def train_eval(
         agent.collect_data_spec, batch_size=num_envs, max_length=collect_steps_per_env + 1
     )
 
-    # Plain TF code: no AutoGraph conversion needed (PPOLearner calls these in tf.data functions).
-    @tf.autograph.experimental.do_not_convert
-    def drop_bootstrap_step(trajectories):
-        return tf.nest.map_structure(lambda t: t[:, :-1], trajectories)
-
-    @tf.autograph.experimental.do_not_convert
-    def experience_dataset():
-        def gather(_):
-            return drop_bootstrap_step(agent.preprocess_sequence(replay_buffer.gather_all())), ()
-
-        return tf.data.Dataset.range(1).map(gather)
-
-    @tf.autograph.experimental.do_not_convert
-    def normalization_dataset():
-        return tf.data.Dataset.range(1).map(lambda _: (drop_bootstrap_step(replay_buffer.gather_all()), ()))
-
+    iterations = _IterationData(
+        agent, replay_buffer, num_envs, collect_steps_per_env, num_minibatches if recurrent else None
+    )
     ppo_learner_ = ppo_learner.PPOLearner(
         root_dir,
         train_step,
         agent,
-        experience_dataset_fn=experience_dataset,
-        normalization_dataset_fn=normalization_dataset,
-        num_samples=1,
+        experience_dataset_fn=iterations.experience_dataset,
+        normalization_dataset_fn=iterations.normalization_dataset,
+        num_samples=iterations.num_samples,
         num_epochs=num_epochs,
-        minibatch_size=steps_per_iteration // num_minibatches,
+        minibatch_size=None if recurrent else steps_per_iteration // num_minibatches,
         shuffle_buffer_size=steps_per_iteration,
         # Checkpoints are ours (below): they also hold the environment-step
         # counter, which the learner's do not.
@@ -268,9 +269,7 @@ def train_eval(
         root_dir,
         agent="ppo",
         network=actor_net,
-        network_kwargs={
-            "encoder": encoder, "encoder_kwargs": encoder_kwargs or {}, "fc_layer_params": fc_layer_params,
-        },  # fmt: skip
+        network_kwargs=actor_kwargs,
         checkpoint_attribute="_actor_net",
         env_name=env_name,
         env_kwargs=env_kwargs,
@@ -305,14 +304,152 @@ def train_eval(
     _save_operative_config(root_dir)
 
     loop = _TrainingLoop(
-        env, driver, replay_buffer, ppo_learner_, checkpointer, policy_saver, collect_writer, metrics,
+        env, driver, iterations, ppo_learner_, checkpointer, policy_saver, collect_writer, metrics,
         env_steps, train_step,
     )  # fmt: skip
-    results = loop.run(
-        total_env_steps, steps_per_iteration, checkpoint_interval, policy_save_interval, progress
-    )
-    env.close()
+    try:
+        results = loop.run(
+            total_env_steps, steps_per_iteration, checkpoint_interval, policy_save_interval, progress
+        )
+    finally:
+        iterations.close()
+        env.close()
     return results
+
+
+def actor_network(
+    observation_spec: tf.TensorSpec,
+    action_spec: tf.TensorSpec,
+    encoder: str,
+    encoder_kwargs: Mapping[str, Any] | None = None,
+    fc_layer_params: Sequence[int] = (),
+) -> tuple[network.DistributionNetwork, dict[str, Any]]:
+    """The actor for ``encoder`` and its constructor arguments after the two specs (``policy_network.json``).
+
+    ``"attention_neuron"``: ``sensor_networks.SensorActorNetwork`` (permutation-invariant,
+    recurrent; vector observations); any ``networks.NETWORK_ENCODERS`` name:
+    ``networks.EncoderActorNetwork``.
+    """
+    if encoder == sensor_networks.SENSOR_ENCODER:
+        kwargs = {"encoder_kwargs": dict(encoder_kwargs or {}), "fc_layer_params": tuple(fc_layer_params)}
+        return sensor_networks.SensorActorNetwork(observation_spec, action_spec, **kwargs), kwargs
+    _check_encoder(encoder)
+    kwargs = {
+        "encoder": encoder, "encoder_kwargs": dict(encoder_kwargs or {}), "fc_layer_params": fc_layer_params,
+    }  # fmt: skip
+    return networks.EncoderActorNetwork(observation_spec, action_spec, **kwargs), kwargs
+
+
+def value_network(
+    observation_spec: tf.TensorSpec,
+    encoder: str,
+    encoder_kwargs: Mapping[str, Any] | None = None,
+    fc_layer_params: Sequence[int] = (),
+) -> network.Network:
+    """The value network for ``encoder`` (the names of ``actor_network``)."""
+    if encoder == sensor_networks.SENSOR_ENCODER:
+        return sensor_networks.SensorValueNetwork(observation_spec, encoder_kwargs, fc_layer_params)
+    _check_encoder(encoder)
+    return networks.EncoderValueNetwork(observation_spec, encoder, encoder_kwargs, fc_layer_params)
+
+
+def _check_encoder(encoder: str) -> None:
+    names = (*networks.NETWORK_ENCODERS, sensor_networks.SENSOR_ENCODER)
+    if encoder not in names:
+        raise ValueError(f"Unknown encoder {encoder!r}. Expected one of: {', '.join(names)}.")
+
+
+class _IterationData:
+    """Hands each iteration's trajectories to ``PPOLearner``'s datasets, through blocking queues.
+
+    The learner reads its experience and normalization datasets as endless
+    streams, one element per ``learner.run()``, behind tf.data's prefetching,
+    which starts on the next element as soon as the last minibatch of the
+    current one is taken: before the next collection. Reading the replay
+    buffer there gives the previous iteration's data again, or an empty
+    buffer once it is cleared (an error). Here the loop ``put``s an
+    iteration's data after collecting it, into queues of one element that
+    the datasets' reads wait on. GAE (``agent.preprocess_sequence``) runs in
+    ``put`` on whole sequences, with the reward normalizer as it was before
+    this iteration's update (which ``learner.run`` does), so every run
+    computes the same advantages.
+
+    Feed-forward networks: one element of all ``(num_envs, T)`` steps, which
+    the learner shuffles into minibatches of single steps. Recurrent networks
+    (``num_minibatches`` given): ``num_minibatches`` elements of
+    ``num_envs / num_minibatches`` whole sequences each (environments
+    shuffled once per iteration, the same split in every epoch: the learner
+    caches the elements), and the normalizers read each step once.
+    """
+
+    def __init__(self, agent, replay_buffer, num_envs: int, steps: int, num_minibatches: int | None):
+        self._agent = agent
+        self._replay_buffer = replay_buffer
+        self._num_envs = num_envs
+        self._num_minibatches = num_minibatches
+        self.num_samples = num_minibatches or 1
+        self._preprocess = common.function(agent.preprocess_sequence)
+        # The last step of each environment only bootstraps the values.
+        raw = tensor_spec.zero_spec_nest(agent.collect_data_spec, outer_dims=(num_envs, steps + 1))
+        self._raw = self._queue(self._drop_bootstrap_step(raw))
+        self._preprocessed = self._queue(self._drop_bootstrap_step(self._preprocess(raw)))
+
+    @staticmethod
+    def _drop_bootstrap_step(trajectories):
+        return tf.nest.map_structure(lambda t: t[:, :-1], trajectories)
+
+    @staticmethod
+    def _queue(example) -> tuple[tf.queue.FIFOQueue, Any]:
+        flat = tf.nest.flatten(example)
+        queue = tf.queue.FIFOQueue(1, [t.dtype for t in flat], shapes=[t.shape for t in flat])
+        return queue, example
+
+    def put(self) -> None:
+        """Queues the replay buffer's trajectories (raw, and with advantages) and clears it."""
+        trajectories = self._replay_buffer.gather_all()
+        for (queue, _), data in (
+            (self._raw, trajectories),
+            (self._preprocessed, self._preprocess(trajectories)),
+        ):
+            queue.enqueue(tf.nest.flatten(self._drop_bootstrap_step(data)))
+        self._replay_buffer.clear()
+
+    def _dataset(self, source, shuffle: bool) -> tf.data.Dataset:
+        queue, example = source
+
+        # Plain TF code: no AutoGraph conversion needed.
+        @tf.autograph.experimental.do_not_convert
+        def take(_):
+            values = queue.dequeue()  # one tensor for a one-component queue
+            return tf.nest.pack_sequence_as(example, values if isinstance(values, list) else [values])
+
+        dataset = tf.data.Dataset.range(1).map(take)
+        if self._num_minibatches is None:
+            return dataset.map(lambda t: (t, ()))
+        return dataset.flat_map(lambda t: self._split_environments(t, shuffle))
+
+    @tf.autograph.experimental.do_not_convert
+    def _split_environments(self, trajectories, shuffle: bool) -> tf.data.Dataset:
+        n = self._num_envs
+        order = tf.random.shuffle(tf.range(n)) if shuffle else tf.range(n)
+
+        def split(t):
+            shape = tf.concat([[self._num_minibatches, n // self._num_minibatches], tf.shape(t)[1:]], 0)
+            return tf.reshape(tf.gather(t, order), shape)
+
+        parts = tf.data.Dataset.from_tensor_slices(tf.nest.map_structure(split, trajectories))
+        return parts.map(lambda part: (part, ()))
+
+    def experience_dataset(self) -> tf.data.Dataset:
+        return self._dataset(self._preprocessed, shuffle=True)
+
+    def normalization_dataset(self) -> tf.data.Dataset:
+        return self._dataset(self._raw, shuffle=False)
+
+    def close(self) -> None:
+        """Releases the datasets' pending reads (their prefetch threads) at the end of training."""
+        for queue, _ in (self._raw, self._preprocessed):
+            queue.close(cancel_pending_enqueues=True)
 
 
 class _PolicyExporter:
@@ -342,7 +479,7 @@ class _TrainingLoop:
 
     env: py_environment.PyEnvironment
     driver: FixedLengthDriver
-    replay_buffer: tf_uniform_replay_buffer.TFUniformReplayBuffer
+    iterations: _IterationData
     learner: ppo_learner.PPOLearner
     checkpointer: common.Checkpointer
     policy_exporter: _PolicyExporter
@@ -360,15 +497,17 @@ class _TrainingLoop:
         bar = tqdm(total=total_env_steps, initial=last_checkpoint, unit="step", disable=not progress,
                    dynamic_ncols=True, smoothing=0.3)  # fmt: skip
         time_step = self.env.reset()
+        # Recurrent policies carry their state across iterations, as TF-Agents' actors do.
+        policy_state = self.driver.policy.get_initial_state(self.env.batch_size)
         results: dict[str, Any] = {}
         history: list[dict[str, float]] = []
         while int(self.env_steps.numpy()) < total_env_steps:
             self.driver.reset_timings()
             start = time.perf_counter()
-            time_step, _ = self.driver.run(time_step)
+            time_step, policy_state = self.driver.run(time_step, policy_state)
             learn_start = time.perf_counter()
+            self.iterations.put()
             self.learner.run()
-            self.replay_buffer.clear()
             end = time.perf_counter()
             steps = int(self.env_steps.assign_add(steps_per_iteration).numpy())
             speed = _speed(steps_per_iteration, end - start, end - learn_start, self.driver)

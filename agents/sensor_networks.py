@@ -1,0 +1,469 @@
+"""Permutation-invariant TF-Agents actor and critic networks on AttentionNeuron, for vector observations.
+
+::
+
+    observation o_t (B, [T,] N)    N unordered scalar sensors; any N at call time
+    network state: hidden, cell    (B, N, H), the per-sensor LSTM memories of eq. 1
+                   previous_action (B, A), a_{t-1} (actor only)
+        -> SensorSetEncoder's AttentionNeuron (eq. 1-2), m_t (B, M)
+        -> m_t * D / N  (tanh attention only: footnote 3 of Tang & Ha)
+        -> SensorSetEncoder's projection, Dense(output_dim) -> [Dense + ReLU] * len(fc_layer_params)
+        -> actor: categorical (discrete) or normal (continuous) projection;
+                  the new previous_action is the distribution's mode
+           critic: Dense(1)
+
+Tang & Ha, "The Sensory Neuron as a Transformer" (NeurIPS 2021), sections 3-4:
+every observation entry is one sensory neuron (``N = D``, ``o_t[i]`` in R^1,
+Table 1's CartPole and Ant), the key function is an LSTM that sees the
+reading and the previous action, values pass the readings through (W_v = I)
+and ``sigma`` is tanh by default.
+
+Symmetry: the action distribution (and the value) is invariant under every
+permutation of the ``N`` sensors (the symmetric group ``S_N``) applied
+together to the observation and to the per-sensor ``hidden`` / ``cell``
+state, which is permuted the same way (equivariant); the previous action is
+not per-sensor and does not move. A policy that is handed a shuffled
+observation from the first step of an episode on therefore acts exactly as
+on the unshuffled one (up to the rounding of the sum over sensors), over the
+whole episode.
+
+Duplicated sensors (10 = 5 twice, Table 2): with ``attention="softmax"``
+eq. 2 is a weighted mean over the sensors and a duplicate of every sensor
+leaves it unchanged. With ``tanh`` it is a sum, which doubles; the paper
+"scaled the output from the AttentionNeuron layer by 0.5" for its 10-input
+tests (footnote 3). ``count_scaling=True`` does that for any ``N``: ``m_t``
+is multiplied by ``D / N`` (``D`` the training observation size, ``N`` the
+number of present sensors), exactly 1 at training time. Both make the
+policy invariant under duplicating every sensor (with its state).
+
+The previous action: a TF-Agents network never sees the action its policy
+samples, so the actor feeds its own *mode* back (the greedy action; for the
+stochastic collect policy it is the mean, not the sample), held in the
+network state so that the network is self-contained: the exported model
+takes ``hidden``, ``cell`` and ``previous_action`` as explicit inputs and
+returns them. It is held fixed for gradients (an input of the next step, as
+in the paper). The critic's sensory neurons see a zero action (a value
+network gets observations only). Where ``step_type`` is FIRST the state is
+reset to zeros before the step.
+
+Recurrent training: PPO (``train.train_eval``) trains on whole environment
+sequences from the initial state; collection carries the state across
+iterations as TF-Agents' actors do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import tensorflow as tf
+import tf_keras
+from tf_agents.networks import categorical_projection_network, network, normal_projection_network
+from tf_agents.specs import tensor_spec
+from tf_agents.trajectories import time_step as ts
+
+from sit_keras.agents.policy_network import register_network
+from sit_keras.layers.sublayers import build_sublayer
+from sit_keras.models.sensor_encoder import SensorSetEncoder
+
+SENSOR_ENCODER = "attention_neuron"
+"""The ``train_eval(encoder=...)`` name of these networks."""
+
+DEFAULT_ENCODER_KWARGS: dict[str, Any] = {"output_dim": 64, "activation": "tanh"}
+"""``SensorSetEncoder`` arguments used unless given; the others default to Table 1's CartPole
+(16 queries of dimension 8, LSTM size 8, projection 32, tanh attention)."""
+
+_SET_BY_THE_NETWORK = ("num_features", "action_dim", "num_sensor_types")
+
+State = dict[str, tf.Tensor]
+
+
+def _single_spec(spec: Any, what: str) -> Any:
+    flat = tf.nest.flatten(spec)
+    if len(flat) != 1:
+        raise ValueError(f"{what} must be a single tensor spec. Received: {spec}")
+    return flat[0]
+
+
+def _vector_spec(observation_spec: tf.TensorSpec) -> int:
+    if observation_spec.shape.rank != 1 or not observation_spec.shape[0]:
+        raise ValueError(
+            f"The '{SENSOR_ENCODER}' networks take vector observations of shape (D,), one sensor per entry. "
+            f"Received: observation shape={tuple(observation_spec.shape)}"
+        )
+    return int(observation_spec.shape[0])
+
+
+@tf_keras.saving.register_keras_serializable(package="sit_keras")
+class SensorTorso(tf_keras.layers.Layer):
+    """One step of the sensor encoder and the dense layers: readings ``(B, N)`` -> features ``(B, F)``.
+
+    Symmetry: ``S_N``-invariant features, ``S_N``-equivariant per-sensor state
+    (see the module docstring); ``N`` is free at call time.
+
+    The parts of ``SensorSetEncoder`` (its ``neuron`` and ``projection``) are
+    called one after the other rather than the encoder as a whole, so that
+    ``m_t`` can be scaled by ``D / N`` between them (footnote 3).
+
+    Args:
+      num_sensors: ``D``, the training observation size (the reference of ``count_scaling``).
+      action_dim: size of the previous action fed to the sensory neurons.
+      encoder_kwargs: ``SensorSetEncoder`` arguments (``output_dim``, ``num_queries``,
+        ``hidden_size``, ``attention``, ...), over ``DEFAULT_ENCODER_KWARGS``;
+        ``num_features`` (1) and ``action_dim`` are set here.
+      fc_layer_params: dense ReLU layers after the encoder.
+      count_scaling: scale ``m_t`` by ``D / N`` under tanh attention.
+    """
+
+    def __init__(
+        self,
+        num_sensors: int,
+        action_dim: int,
+        encoder_kwargs: Mapping[str, Any] | None = None,
+        fc_layer_params: Sequence[int] = (),
+        count_scaling: bool = True,
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        options = {**DEFAULT_ENCODER_KWARGS, **dict(encoder_kwargs or {})}
+        fixed = sorted(set(options) & set(_SET_BY_THE_NETWORK))
+        if fixed:
+            raise ValueError(
+                f"encoder_kwargs may not set {fixed}: a sensor network reads one scalar per sensor "
+                f"(num_features=1, no sensor types) and takes action_dim from the action spec."
+            )
+        self.num_sensors = int(num_sensors)
+        self.action_dim = int(action_dim)
+        self.encoder_kwargs = dict(encoder_kwargs or {})
+        self.fc_layer_params = tuple(int(n) for n in fc_layer_params)
+        self.encoder = SensorSetEncoder(num_features=1, action_dim=self.action_dim, dtype=self.dtype_policy,
+                                        name="sensor_encoder", **options)  # fmt: skip
+        self.dense_layers = [
+            tf_keras.layers.Dense(int(n), activation="relu", dtype=self.dtype_policy, name=f"fc_{i}")
+            for i, n in enumerate(fc_layer_params)
+        ]
+        self.count_scaling = bool(count_scaling) and self.encoder.attention == "tanh"
+        self.output_size = int(fc_layer_params[-1]) if len(fc_layer_params) else self.encoder.output_dim
+
+    @property
+    def hidden_size(self) -> int:
+        return self.encoder.hidden_size
+
+    def build(self, input_shape: tf.TensorShape) -> None:
+        build_sublayer(self.encoder, (None, None, 1))
+        size = self.encoder.output_dim
+        for layer in self.dense_layers:
+            build_sublayer(layer, (None, size))
+            size = layer.units
+        super().build(input_shape)
+
+    def call(
+        self,
+        readings: tf.Tensor,
+        previous_action: tf.Tensor,
+        hidden: tf.Tensor,
+        cell: tf.Tensor,
+        sensor_mask: tf.Tensor | None = None,
+        training: bool | None = None,
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """``(features (B, F), hidden' (B, N, H), cell' (B, N, H))`` of one step."""
+        readings = tf.cast(readings, self.compute_dtype)[..., None]  # (B, N, 1)
+        neuron = self.encoder.neuron
+        code_set, (hidden, cell) = neuron(
+            readings, previous_action, state=[hidden, cell], mask=sensor_mask, training=training
+        )
+        code = tf.reshape(code_set, [-1, self.encoder.code_size])
+        if self.count_scaling:
+            code = code * self._count_scale(readings, sensor_mask)
+        features = self.encoder.projection(code, training=training)
+        for layer in self.dense_layers:
+            features = layer(features, training=training)
+        return features, hidden, cell
+
+    def _count_scale(self, readings: tf.Tensor, sensor_mask: tf.Tensor | None) -> tf.Tensor:
+        """``D / N`` per example, ``(B, 1)``: N the present sensors (at least 1)."""
+        if sensor_mask is None:
+            count = tf.cast(tf.shape(readings)[1], self.compute_dtype)
+            return tf.fill([tf.shape(readings)[0], 1], self.num_sensors / count)
+        count = tf.reduce_sum(tf.cast(sensor_mask, self.compute_dtype), axis=1, keepdims=True)
+        return self.num_sensors / tf.maximum(count, tf.ones_like(count))
+
+    def get_config(self) -> dict[str, Any]:
+        config = super().get_config()
+        config.update(
+            num_sensors=self.num_sensors,
+            action_dim=self.action_dim,
+            encoder_kwargs=self.encoder_kwargs,
+            fc_layer_params=self.fc_layer_params,
+            count_scaling=self.count_scaling,
+        )
+        return config
+
+
+def _sensor_state_spec(num_sensors: int, hidden_size: int, dtype: tf.DType) -> dict[str, tf.TensorSpec]:
+    shape = (num_sensors, hidden_size)
+    return {
+        "hidden": tf.TensorSpec(shape, dtype, name="hidden"),
+        "cell": tf.TensorSpec(shape, dtype, name="cell"),
+    }
+
+
+def _time_major(x: tf.Tensor) -> tf.Tensor:
+    return tf.transpose(x, [1, 0, *range(2, x.shape.rank)])
+
+
+class _SensorNetwork:
+    """Shared part of the actor and the critic: input checks, resets and the unroll over time."""
+
+    _num_sensors: int
+
+    def initial_state(self, batch_size: int | tf.Tensor, num_sensors: int | tf.Tensor | None = None) -> State:
+        """Zero state for ``batch_size`` examples of ``num_sensors`` sensors (default: the spec's ``D``)."""
+        num_sensors = self._num_sensors if num_sensors is None else num_sensors
+        state = {}
+        for name, spec in self.state_spec.items():
+            shape = [num_sensors, *spec.shape[1:]] if name in ("hidden", "cell") else list(spec.shape)
+            state[name] = tf.zeros([batch_size, *shape], spec.dtype)
+        return state
+
+    def _check_inputs(
+        self, observations, step_type, network_state, sensor_mask
+    ) -> tuple[tf.Tensor, tf.Tensor | None, State, tf.Tensor | None]:
+        observations = tf.convert_to_tensor(observations)
+        if observations.shape.rank not in (2, 3):
+            raise ValueError(
+                f"{self.name} expects observations of shape (B, N) or (B, T, N) (N sensors, any N). "
+                f"Received: observations.shape={observations.shape}"
+            )
+        if sensor_mask is not None:
+            sensor_mask = tf.convert_to_tensor(sensor_mask)
+            if sensor_mask.shape.rank != observations.shape.rank or not sensor_mask.shape.is_compatible_with(
+                observations.shape
+            ):
+                raise ValueError(
+                    f"{self.name} expects a sensor_mask of the observations' shape {observations.shape}. "
+                    f"Received: sensor_mask.shape={sensor_mask.shape}"
+                )
+            sensor_mask = tf.cast(sensor_mask, tf.bool)
+        if step_type is not None:
+            step_type = tf.convert_to_tensor(step_type)
+            outer = observations.shape[:-1]
+            if step_type.shape.rank != outer.rank or not step_type.shape.is_compatible_with(outer):
+                raise ValueError(
+                    f"{self.name} expects step_type of shape {outer} (the observations' outer dims). "
+                    f"Received: step_type.shape={step_type.shape}"
+                )
+        if not network_state:
+            dims = tf.shape(observations)
+            network_state = self.initial_state(dims[0], dims[-1])
+        return observations, step_type, dict(network_state), sensor_mask
+
+    @staticmethod
+    def _reset(state: State, step_type: tf.Tensor | None) -> State:
+        """Zeros where ``step_type`` is FIRST: a new episode starts from the initial state."""
+        if step_type is None:
+            return state
+        first = tf.equal(step_type, ts.StepType.FIRST)
+        out = {}
+        for name, value in state.items():
+            where = tf.reshape(first, [-1] + [1] * (value.shape.rank - 1))
+            out[name] = tf.where(where, tf.zeros_like(value), value)
+        return out
+
+    def _scan(
+        self,
+        step: Callable[[tf.Tensor, State, tf.Tensor | None], tuple[tf.Tensor, State]],
+        observations: tf.Tensor,
+        step_type: tf.Tensor | None,
+        state: State,
+        sensor_mask: tf.Tensor | None,
+        output_zeros: tf.Tensor,
+    ) -> tuple[tf.Tensor, State]:
+        """Runs ``step`` along the time axis of ``(B, T, N)`` observations; outputs ``(B, T, ...)``."""
+        batch, steps = tf.shape(observations)[0], tf.shape(observations)[1]
+        # Without a step type no step is FIRST: the given state runs on.
+        step_types = tf.fill([steps, batch], ts.StepType.MID) if step_type is None else _time_major(step_type)
+        masked = sensor_mask is not None
+        masks = _time_major(sensor_mask) if masked else tf.ones([steps, batch, 1], tf.bool)
+
+        def body(carry, inputs):
+            obs_t, step_t, mask_t = inputs
+            return step(obs_t, self._reset(carry[1], step_t), mask_t if masked else None)
+
+        elems = (_time_major(observations), tf.cast(step_types, tf.int32), masks)
+        outputs, states = tf.scan(body, elems, initializer=(output_zeros, state))
+        return _time_major(outputs), tf.nest.map_structure(lambda s: s[-1], states)
+
+
+@register_network
+class SensorActorNetwork(_SensorNetwork, network.DistributionNetwork):
+    """Permutation-invariant actor ``pi(a | o_1..t)`` on AttentionNeuron; see the module docstring.
+
+    Args:
+      input_tensor_spec: the observation spec, a vector ``(D,)``: ``D`` sensors.
+      output_tensor_spec: a discrete ``BoundedTensorSpec`` (categorical
+        projection; the previous action is its one-hot mode) or a continuous
+        one (normal projection, tanh-squashed to the bounds; the previous
+        action is the squashed mean, the mode).
+      encoder_kwargs: ``SensorSetEncoder`` arguments over ``DEFAULT_ENCODER_KWARGS``.
+      fc_layer_params: dense ReLU layers between the encoder and the projection.
+      count_scaling: scale ``m_t`` by ``D / N`` under tanh attention (footnote 3).
+      name: network name.
+
+    Call arguments:
+      observations: ``(B, N)`` or ``(B, T, N)``, any ``N``.
+      step_type: ``(B,)`` or ``(B, T)``; FIRST resets the state.
+      network_state: ``{"hidden", "cell"}`` each ``(B, N, H)`` and
+        ``"previous_action"`` ``(B, A)``, or ``()`` for the initial state.
+      training: passed to the layers.
+      sensor_mask: bool of the observations' shape, ``True`` for present
+        sensors, or ``None``. Absent sensors contribute nothing and keep their
+        state. Pass it to ``call`` directly: ``__call__`` checks the inputs
+        against the ``(D,)`` spec.
+
+    Returns:
+      ``(distribution, new_network_state)``.
+    """
+
+    def __init__(
+        self,
+        input_tensor_spec: tf.TensorSpec,
+        output_tensor_spec: tensor_spec.BoundedTensorSpec,
+        encoder_kwargs: Mapping[str, Any] | None = None,
+        fc_layer_params: Sequence[int] = (),
+        count_scaling: bool = True,
+        name: str = "SensorActorNetwork",
+    ):
+        observation_spec = _single_spec(input_tensor_spec, "input_tensor_spec")
+        action_spec = _single_spec(output_tensor_spec, "output_tensor_spec")
+        num_sensors = _vector_spec(observation_spec)
+        discrete = tensor_spec.is_discrete(action_spec)
+        if discrete:
+            if action_spec.shape.rank != 0:
+                raise ValueError(f"Discrete actions must be scalars. Received: action_spec={action_spec}")
+            projection = categorical_projection_network.CategoricalProjectionNetwork(action_spec)
+            action_dim = int(action_spec.maximum) - int(action_spec.minimum) + 1
+        else:
+            projection = normal_projection_network.NormalProjectionNetwork(action_spec)
+            action_dim = max(int(action_spec.shape.num_elements()), 1)
+        dtype = tf.as_dtype(tf_keras.backend.floatx())
+        torso = SensorTorso(num_sensors, action_dim, encoder_kwargs, fc_layer_params, count_scaling,
+                            name="torso")  # fmt: skip
+        state_spec = {
+            **_sensor_state_spec(num_sensors, torso.hidden_size, dtype),
+            "previous_action": tf.TensorSpec((action_dim,), dtype, name="previous_action"),
+        }
+        super().__init__(
+            input_tensor_spec=input_tensor_spec,
+            state_spec=state_spec,
+            output_spec=projection.output_spec,
+            name=name,
+        )
+        self._torso = torso
+        self._projection = projection
+        self._action_spec = action_spec
+        self._discrete = discrete
+        self._action_dim = action_dim
+        self._num_sensors = num_sensors
+
+    def _previous_action(self, distribution) -> tf.Tensor:
+        """The mode as the next step's ``a_{t-1}``: one-hot for discrete actions; no gradient."""
+        dtype = self._torso.compute_dtype
+        if self._discrete:
+            mode = tf.argmax(distribution.logits_parameter(), axis=-1)
+            action = tf.one_hot(mode, self._action_dim, dtype=dtype)
+        else:
+            action = tf.reshape(tf.cast(distribution.mode(), dtype), [-1, self._action_dim])
+        return tf.stop_gradient(action)
+
+    def _step(self, observations, state, sensor_mask, training):
+        features, hidden, cell = self._torso(
+            observations, state["previous_action"], state["hidden"], state["cell"],
+            sensor_mask=sensor_mask, training=training,
+        )  # fmt: skip
+        distribution, _ = self._projection(features, 1, training=training)
+        new_state = {"hidden": hidden, "cell": cell, "previous_action": self._previous_action(distribution)}
+        return features, distribution, new_state
+
+    def call(self, observations, step_type=None, network_state=(), training=False, sensor_mask=None):
+        observations, step_type, state, sensor_mask = self._check_inputs(
+            observations, step_type, network_state, sensor_mask
+        )
+        if observations.shape.rank == 2:
+            _, distribution, new_state = self._step(
+                observations, self._reset(state, step_type), sensor_mask, training
+            )
+            return distribution, new_state
+
+        def step(obs, state, mask):
+            features, _, new_state = self._step(obs, state, mask, training)
+            return features, new_state
+
+        zeros = tf.zeros([tf.shape(observations)[0], self._torso.output_size], self._torso.compute_dtype)
+        features, new_state = self._scan(step, observations, step_type, state, sensor_mask, zeros)
+        # The distribution of every step from its features, in one batch of B * T.
+        distribution, _ = self._projection(features, 2, training=training)
+        return distribution, new_state
+
+
+class SensorValueNetwork(_SensorNetwork, network.Network):
+    """Permutation-invariant critic ``V(o_1..t)`` on AttentionNeuron (a zero previous action).
+
+    Args:
+      input_tensor_spec: the observation spec, a vector ``(D,)``.
+      encoder_kwargs, fc_layer_params, count_scaling: as ``SensorActorNetwork``.
+      name: network name.
+
+    Call arguments: as ``SensorActorNetwork``; the state is ``{"hidden", "cell"}``.
+
+    Returns:
+      ``(values (B,) or (B, T), new_network_state)``.
+    """
+
+    def __init__(
+        self,
+        input_tensor_spec: tf.TensorSpec,
+        encoder_kwargs: Mapping[str, Any] | None = None,
+        fc_layer_params: Sequence[int] = (),
+        count_scaling: bool = True,
+        name: str = "SensorValueNetwork",
+    ):
+        observation_spec = _single_spec(input_tensor_spec, "input_tensor_spec")
+        num_sensors = _vector_spec(observation_spec)
+        dtype = tf.as_dtype(tf_keras.backend.floatx())
+        # A value network gets observations only: its sensory neurons see a zero action of size 1.
+        torso = SensorTorso(num_sensors, 1, encoder_kwargs, fc_layer_params, count_scaling, name="torso")
+        super().__init__(
+            input_tensor_spec=input_tensor_spec,
+            state_spec=_sensor_state_spec(num_sensors, torso.hidden_size, dtype),
+            name=name,
+        )
+        self._torso = torso
+        self._value_head = tf_keras.layers.Dense(1, dtype=dtype, name="value")
+        self._num_sensors = num_sensors
+
+    def _step(self, observations, state, sensor_mask, training):
+        no_action = tf.zeros([tf.shape(observations)[0], 1], self._torso.compute_dtype)
+        features, hidden, cell = self._torso(
+            observations,
+            no_action,
+            state["hidden"],
+            state["cell"],
+            sensor_mask=sensor_mask,
+            training=training,
+        )
+        value = tf.squeeze(self._value_head(features, training=training), axis=-1)
+        return value, {"hidden": hidden, "cell": cell}
+
+    def call(self, observations, step_type=None, network_state=(), training=False, sensor_mask=None):
+        observations, step_type, state, sensor_mask = self._check_inputs(
+            observations, step_type, network_state, sensor_mask
+        )
+        if observations.shape.rank == 2:
+            return self._step(observations, self._reset(state, step_type), sensor_mask, training)
+
+        def step(obs, state, mask):
+            return self._step(obs, state, mask, training)
+
+        zeros = tf.zeros([tf.shape(observations)[0]], self._torso.compute_dtype)
+        return self._scan(step, observations, step_type, state, sensor_mask, zeros)

@@ -1,0 +1,272 @@
+"""AttentionNeuron's Table 2 and Table 6 protocol on DMC cartpole-swingup, at a CPU budget.
+
+Two PPO policies are trained on the 5 state inputs in their fixed order
+[x, cos(theta), sin(theta), x', theta'] (``configs/dmc/cartpole_swingup_pi.gin``:
+the permutation-invariant AttentionNeuron actor; ``cartpole_swingup_mlp.gin``:
+the "FNN" baseline), for the same number of environment steps. Each is then
+tested, greedy (the distribution's mode), on modified inputs (Tang & Ha,
+NeurIPS 2021, section 4.1):
+
+    Table 2: 5 obs | 5 obs (shuffled once per episode) | 10 obs (the 5 twice) | 5 obs + 5 noise (N(0, 0.1))
+    Table 6: the 5 obs reshuffled every t steps, t in {25, 50, 100, 200, 500}
+
+(the sensor keywords of ``environments.load``). Every test runs the same
+evaluation seeds: the same starts, only the presentation differs.
+The MLP cannot take 10 inputs (N/A, as in the paper's first row). The PI
+policy scales its tanh attention code by 5 / 10 on 10 inputs (the paper's
+footnote 3). At a reshuffle the per-sensor memories stay where they were, so
+the PI policy must re-identify its inputs (Table 6); its exact invariance to
+a shuffle from the first step is proven in tests/test_sensor_policies.py.
+
+The paper's agents are trained with CMA-ES on CartPoleSwingUpHarder (a
+different simulator with more random starts) and tested on 1000 episodes;
+its numbers are printed beside ours for orientation, not as a like-for-like
+comparison. Say which budget a table is for.
+
+Usage (slow)::
+
+    python benchmarks/pi_cartpole.py --env_steps 200000 --num_episodes 24 --num_envs 24 \\
+        --out benchmarks/results/pi_cartpole.json
+    python benchmarks/pi_cartpole.py --skip_training ...  # test the runs already in --root
+    python benchmarks/pi_cartpole.py --quick      # smoke run, a few minutes
+"""
+
+from __future__ import annotations
+
+import sit_keras  # noqa: F401  (selects Keras 2 before TensorFlow is imported)
+
+# isort: split
+
+import argparse
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import gin
+import numpy as np
+import tensorflow as tf
+
+from sit_keras.agents import policy_network, train
+from sit_keras.agents.environments import load
+from sit_keras.benchmarking import environment, write_report
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "pi_cartpole.json"
+CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "dmc"
+ENV = "dmc:cartpole-swingup"
+POLICIES = {"pi": "cartpole_swingup_pi.gin", "mlp": "cartpole_swingup_mlp.gin"}
+LABELS = {"pi": "AttentionNeuron (PI)", "mlp": "MLP (FNN)"}
+RESHUFFLES = (25, 50, 100, 200, 500)
+
+# Tang & Ha 2021, Table 2 and Table 6 (CartPoleSwingUpHarder, CMA-ES, 1000 test episodes): mean, std.
+PAPER: dict[str, dict[str, tuple[float, float]]] = {
+    "pi": {
+        "5 obs": (472, 426), "5 obs (shuffled)": (471, 426),
+        "10 obs": (471, 425), "5 obs + 5 noise": (461, 410),
+        "reshuffle every 25": (107, 146), "reshuffle every 50": (163, 198), "reshuffle every 100": (242, 254),
+        "reshuffle every 200": (318, 310), "reshuffle every 500": (407, 380),
+    },
+    "mlp": {"5 obs": (593, 433), "5 obs (shuffled)": (38, 120)},
+}  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class SensorTest:
+    """How the 5 readings are presented, as ``environments.load``'s sensor keywords
+    (``sensor_permutation.SensorPermutation``): shuffled once per episode or every
+    ``reshuffle_every`` steps, duplicated, or with ``noise_channels`` channels of N(0, 0.1)."""
+
+    name: str
+    shuffle: bool = False
+    reshuffle_every: int | None = None
+    duplicate: bool = False
+    noise_channels: int = 0
+
+    @property
+    def env_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {}
+        if self.shuffle:
+            kwargs["sensor_permutation"] = (
+                "once" if self.reshuffle_every is None else f"every:{self.reshuffle_every}"
+            )
+        if self.duplicate:
+            kwargs["duplicate_sensors"] = True
+        if self.noise_channels:
+            kwargs["noise_sensors"] = self.noise_channels
+        return kwargs
+
+
+TABLE2 = (
+    SensorTest("5 obs"),
+    SensorTest("5 obs (shuffled)", shuffle=True),
+    SensorTest("10 obs", duplicate=True),
+    SensorTest("5 obs + 5 noise", noise_channels=5),
+)
+
+
+def table6(every: Sequence[int]) -> tuple[SensorTest, ...]:
+    return tuple(SensorTest(f"reshuffle every {t}", shuffle=True, reshuffle_every=t) for t in every)
+
+
+def load_actor(root_dir: str):
+    """The trained actor network of a ``sit-train`` folder (``policy_network.json`` + checkpoint)."""
+    description = policy_network.read_description(root_dir)
+    net = policy_network.build_network(description)
+    policy_network.restore_network(net, root_dir, description.checkpoint_attribute)
+    return net
+
+
+def run_test(net, test: SensorTest, num_episodes: int, num_envs: int, seed: int) -> list[float]:
+    """Returns of ``num_episodes`` greedy episodes (``num_envs`` at a time) under ``test``."""
+    env = load(ENV, num_envs=num_envs, seed=seed, **test.env_kwargs)
+    num_inputs = int(env.observation_spec().shape[0])
+
+    @tf.function
+    def act(observation, step_type, state):
+        distribution, state = net.call(observation, step_type, state)
+        return distribution.mode(), state
+
+    state = net.initial_state(num_envs, num_inputs) if net.state_spec else ()
+    quotas = np.array([num_episodes // num_envs + (i < num_episodes % num_envs) for i in range(num_envs)])
+    returns: list[float] = []
+    counts, running = np.zeros(num_envs, int), np.zeros(num_envs)
+    time_step = env.reset()
+    try:
+        while np.any(counts < quotas):
+            action, state = act(tf.constant(time_step.observation), tf.constant(time_step.step_type), state)
+            time_step = env.step(action.numpy())
+            running += np.asarray(time_step.reward, np.float64)
+            for i in np.flatnonzero(time_step.is_last()):
+                if counts[i] < quotas[i]:
+                    returns.append(float(running[i]))
+                    counts[i] += 1
+                running[i] = 0.0
+    finally:
+        env.close()
+    return returns
+
+
+def train_policy(name: str, env_steps: int, root: Path, seed: int, bindings: Sequence[str]) -> dict[str, Any]:
+    """Trains (or resumes) ``POLICIES[name]``; returns its folder, wall time and last training metrics."""
+    root_dir = root / f"{name}_seed{seed}"
+    gin.clear_config()
+    train.parse_gin(
+        [str(CONFIGS / POLICIES[name])],
+        [f"train_eval.total_env_steps = {env_steps}", f"train_eval.seed = {seed}",
+         "train_eval.policy_save_interval = 0", *bindings],
+    )  # fmt: skip
+    start = time.perf_counter()
+    try:
+        results = train.train_eval(str(root_dir))
+    finally:
+        gin.clear_config()
+    history = results.pop("history")
+    return {"root_dir": str(root_dir), "train_seconds": time.perf_counter() - start, "final": results,
+            "mean_sps": float(np.mean([h["SPS"] for h in history[1:]] or [0.0]))}  # fmt: skip
+
+
+def _cell(summary: dict[str, float] | None) -> str:
+    return "N/A" if summary is None else f"{summary['mean']:.0f} +- {summary['std']:.0f}"
+
+
+def markdown(results: dict[str, dict[str, dict[str, float]]], tests: Sequence[SensorTest]) -> str:
+    """Our mean +- std per policy and test, the paper's in brackets."""
+    lines = [
+        "| policy | " + " | ".join(t.name for t in tests) + " |",
+        "| --- | " + " | ".join("---" for _ in tests) + " |",
+    ]
+    for name, per_test in results.items():
+        cells = []
+        for test in tests:
+            paper = PAPER[name].get(test.name)
+            ours = _cell(per_test.get(test.name))
+            cells.append(ours + (f" ({paper[0]} +- {paper[1]})" if paper else ""))
+        lines.append(f"| {LABELS[name]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _previous_training(out: str) -> dict[str, Any]:
+    """The training record of an earlier report at ``out``, if any."""
+    if not os.path.exists(out):
+        return {}
+    with open(out, encoding="utf-8") as f:
+        return json.load(f).get("training", {})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--env_steps", type=int, default=1_000_000, help="PPO steps per policy")
+    parser.add_argument("--num_episodes", type=int, default=100, help="test episodes per cell")
+    parser.add_argument("--num_envs", type=int, default=16, help="test episodes run at a time")
+    parser.add_argument("--reshuffle_every", default=",".join(map(str, RESHUFFLES)), help="Table 6 periods")
+    parser.add_argument("--policies", default="pi,mlp")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--root", default="runs/pi_cartpole", help="training runs go here (resumable)")
+    parser.add_argument("--gin_bindings", action="append", default=[], help="extra bindings for both runs")
+    parser.add_argument(
+        "--skip_training",
+        action="store_true",
+        help="test the runs already in --root (keeping their training record from an existing --out)",
+    )
+    parser.add_argument("--out", default=str(DEFAULT_OUT))
+    parser.add_argument("--quick", action="store_true", help="smoke run: 8000 steps, 4 episodes, t = 100")
+    args = parser.parse_args(argv)
+    bindings = list(args.gin_bindings)
+    if args.quick:
+        args.env_steps, args.num_episodes, args.num_envs, args.reshuffle_every = 8000, 4, 4, "100"
+        bindings = ["train_eval.num_envs = 4", "train_eval.num_minibatches = 2", *bindings]
+    names = [n for n in args.policies.split(",") if n]
+    unknown = sorted(set(names) - set(POLICIES))
+    if unknown:
+        parser.error(f"unknown policies {unknown}; expected some of {sorted(POLICIES)}")
+    periods = [int(t) for t in args.reshuffle_every.split(",") if t]
+
+    report: dict[str, Any] = {"environment": environment(), "settings": {**vars(args), "bindings": bindings}}
+    start = time.perf_counter()
+    training: dict[str, Any] = {}
+    previous = _previous_training(args.out) if args.skip_training else {}
+    for name in names:
+        if args.skip_training:
+            root_dir = str(Path(args.root) / f"{name}_seed{args.seed}")
+            kept = previous.get(name, {})
+            training[name] = kept if kept.get("root_dir") == root_dir else {"root_dir": root_dir}
+        else:
+            training[name] = train_policy(name, args.env_steps, Path(args.root), args.seed, bindings)
+            print(f"{name}: trained {args.env_steps} steps in {training[name]['train_seconds']:.0f} s")
+    report["training"] = training
+
+    all_tests = (*TABLE2, *table6(periods))
+    results: dict[str, dict[str, dict[str, float]]] = {}
+    episodes: dict[str, dict[str, list[float]]] = {}
+    test_start = time.perf_counter()
+    for name in names:
+        net = load_actor(training[name]["root_dir"])
+        results[name], episodes[name] = {}, {}
+        for test in all_tests:
+            if name == "mlp" and (test.duplicate or test.noise_channels or test.reshuffle_every):
+                continue  # a fixed-size MLP takes 5 inputs; Table 6 is about the PI policy
+            returns = run_test(net, test, args.num_episodes, args.num_envs, seed=1_000_000 + args.seed)
+            episodes[name][test.name] = returns
+            results[name][test.name] = {
+                "mean": float(np.mean(returns)), "std": float(np.std(returns)), "episodes": len(returns),
+            }  # fmt: skip
+            print(f"{LABELS[name]:>22} | {test.name:<20} {_cell(results[name][test.name])}")
+    report["results"] = results
+    report["episode_returns"] = episodes
+    report["paper"] = PAPER
+    report["test_seconds"] = time.perf_counter() - test_start
+    report["total_seconds"] = time.perf_counter() - start
+    report["tables"] = {
+        "table2": markdown(results, TABLE2),
+        "table6": markdown({k: v for k, v in results.items() if k == "pi"}, (TABLE2[0], *table6(periods))),
+    }
+    print("\n" + report["tables"]["table2"] + "\n\n" + report["tables"]["table6"])
+    write_report(report, os.path.abspath(args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
