@@ -1,8 +1,11 @@
-"""PPO (+ DrAC) training of SiT-family policies with TF-Agents: ``sit-train``.
+"""PPO (+ DrAC) training of SiT-family policies with TF-Agents, and ``sit-train``.
 
     sit-train --root_dir runs/caveflyer_sit \\
         --gin_file configs/procgen/caveflyer_sit.gin \\
         --gin_bindings 'train_eval.total_env_steps = 1_000_000'
+
+``sit-train`` runs the trainer a config names with ``train.agent``: ``'ppo'``
+(the default, ``train_eval`` below), ``'sac'`` or ``'dqn'`` (``TRAINERS``).
 
 One iteration: ``FixedLengthDriver`` runs the collect policy for
 ``collect_steps_per_env + 1`` steps of ``num_envs`` environments into a
@@ -24,6 +27,7 @@ newest), ``policies/`` (TF-Agents SavedModels + weight checkpoints, for
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import logging as std_logging
 import os
 import time
@@ -619,8 +623,38 @@ class _DropGinSearchMisses(std_logging.Filter):
         return record.msg != "Path not found: %s"
 
 
+# sit-train's agents: "<module>.<gin-configurable trainer>" for `train.agent = '<name>'`.
+TRAINERS = {
+    "ppo": "sit_keras.agents.train.train_eval",
+    "sac": "sit_keras.agents.sac_train.sac_train_eval",
+    "dqn": "sit_keras.agents.dqn_train.dqn_train_eval",
+}
+
+
+def _import_trainers() -> None:
+    """Registers every trainer's gin configurable (imported here, not at the top: they import this module)."""
+    for path in TRAINERS.values():
+        importlib.import_module(path.rpartition(".")[0])
+
+
+@gin.configurable(denylist=["root_dir", "strategy"])
+def train(
+    root_dir: str, agent: str = "ppo", strategy: tf.distribute.Strategy | None = None
+) -> dict[str, Any]:
+    """``sit-train``'s dispatch: runs the trainer of ``agent`` (a ``TRAINERS`` key; gin ``train.agent``).
+
+    PPO (+ DrAC) is ``train_eval``; SAC ``sac_train.sac_train_eval``; DQN /
+    C51 ``dqn_train.dqn_train_eval``. Each reads its own gin bindings.
+    """
+    if agent not in TRAINERS:
+        raise ValueError(f"Unknown agent {agent!r} (train.agent). Expected one of: {', '.join(TRAINERS)}.")
+    module, _, function = TRAINERS[agent].rpartition(".")
+    return getattr(importlib.import_module(module), function)(root_dir, strategy=strategy)
+
+
 def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str]) -> None:
     """Parses gin files and bindings; a bad binding or file raises ``ValueError`` naming it."""
+    _import_trainers()
     for path in gin_files:
         if not os.path.exists(path):
             raise ValueError(f"Gin file not found: {path!r}")
@@ -654,7 +688,7 @@ def _main(argv: Sequence[str]) -> None:
     quiet_library_logs()
     parse_gin(_FLAGS.gin_file, _FLAGS.gin_bindings)
     os.makedirs(_FLAGS.root_dir, exist_ok=True)
-    results = train_eval(_FLAGS.root_dir, strategy=make_strategy(_FLAGS.strategy))
+    results = train(_FLAGS.root_dir, strategy=make_strategy(_FLAGS.strategy))
     results.pop("history")
     print({k: round(v, 4) if isinstance(v, float) else v for k, v in results.items()})
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import tensorflow as tf
 import tensorflow_probability as tfp
+import tree
 from tf_agents.networks import network
 from tf_agents.policies import actor_policy, categorical_q_policy, greedy_policy, q_policy, tf_policy
 from tf_agents.trajectories import time_step as ts
@@ -44,9 +45,8 @@ DISTRIBUTION, Q_VALUES, CATEGORICAL_Q = "distribution", "q_values", "categorical
 
 def _state_names(state_spec: Any) -> list[str]:
     """Signature-safe names of the flattened state: ``state_<nest path>``."""
-    paths = [path for path, _ in tf.nest.flatten_with_joined_string_paths(state_spec)]
-    if paths == [""]:
-        paths = ["0"]
+    # dm-tree orders a nest as tf.nest does (dict keys sorted).
+    paths = ["_".join(map(str, path)) or "0" for path, _ in tree.flatten_with_path(state_spec)]
     return [STATE_PREFIX + re.sub(r"[^A-Za-z0-9_]", "_", path) for path in paths]
 
 
@@ -140,8 +140,9 @@ class TrainedPolicy:
                 logits = result.logits_parameter()
                 action = tf.cast(tf.argmax(logits, axis=-1), self.action_spec.dtype) + minimum
                 return {"action": action, "logits": logits}
-            # SquashToSpecNormal wraps a Normal; SAC's tanh-normal wraps a MultivariateNormalDiag.
-            normal = getattr(result, "input_distribution", getattr(result, "distribution", result))
+            # TF-Agents' SquashToSpecNormal (SAC, PPO's tanh-squashed normal) wraps a Normal or a
+            # MultivariateNormalDiag; mean() / stddev() read either.
+            normal = getattr(result, "input_distribution", result)
             return {
                 "action": tf.cast(result.mode(), self.action_spec.dtype),
                 "loc": normal.mean(),

@@ -81,6 +81,10 @@ EXAMPLE_POLICIES: dict[str, ExamplePolicy] = {
         "EncoderCategoricalQNetwork", {"encoder": "data_efficient_cnn", "num_atoms": 51}, "atari:Pong",
         agent="c51", attribute="_q_network", extra={"min_q_value": -10.0, "max_q_value": 10.0},
     ),
+    "attention_neuron": ExamplePolicy(
+        "SensorActorNetwork", {"encoder_kwargs": {"output_dim": 16}, "fc_layer_params": (16,)},
+        "dmc:cartpole-swingup",
+    ),
 }  # fmt: skip
 """Small policies of every encoder family and agent, each with an environment."""
 

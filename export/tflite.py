@@ -17,6 +17,7 @@ without TensorFlow); a graph that needs a TensorFlow (Flex) op fails with an
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
@@ -69,17 +70,19 @@ def convert_function(
     if quantization == "int8":
         if representative_data is None:
             raise ValueError("quantization='int8' needs representative_data (observations from rollouts).")
-        names = [spec.name for spec in tf.nest.flatten(function.structured_input_signature)]
-        # The converter feeds the flattened inputs in this order.
+        # Inputs by name (the model's signature), not by position: TFLite orders them its own way.
         converter.representative_dataset = lambda: (
-            [np.asarray(example[name]) for name in names] for example in representative_data()
+            {name: np.asarray(value) for name, value in example.items()} for example in representative_data()
         )
         ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
     if allow_flex_ops:
         ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
     converter.target_spec.supported_ops = ops
     try:
-        return converter.convert()
+        with warnings.catch_warnings():
+            # The converter's own calibrator uses tf.lite.Interpreter, which warns about its deprecation.
+            warnings.filterwarnings("ignore", message=r"\s*Warning: tf.lite.Interpreter is deprecated")
+            return converter.convert()
     except Exception as error:  # the converter raises its own ConverterError subclasses
         unsupported = _unsupported_ops(str(error))
         if unsupported:

@@ -352,3 +352,34 @@ def test_annealed_learning_rate_decays_to_zero(tmp_path):
     assert rates[steps[0]] == pytest.approx(5e-4)
     assert all(rates[a] > rates[b] for a, b in zip(steps[:-1], steps[1:], strict=True))
     assert rates[steps[-1]] == pytest.approx(5e-4 / 16, rel=1e-5)
+
+
+def test_sit_train_dispatches_on_train_agent(tmp_path):
+    """``train.agent`` picks the trainer: a SAC config runs SacAgent, a DQN config DqnAgent."""
+    runs = {
+        "sac": ("configs/dmc/cartpole_swingup_state.gin", "sac_train_eval", [
+            "sac_train_eval.total_env_steps = 40", "sac_train_eval.initial_collect_steps = 20",
+            "sac_train_eval.batch_size = 8", "sac_train_eval.eval_interval = 0",
+            "sac_train_eval.actor_fc_layer_params = (8,)", "sac_train_eval.critic_fc_layer_params = (8,)",
+            "sac_train_eval.policy_save_interval = 0",
+        ]),
+        "dqn": ("configs/atari/pong_cnn.gin", "dqn_train_eval", [
+            "dqn_train_eval.env_name = 'gymnasium:CartPole-v1'", "dqn_train_eval.env_kwargs = {}",
+            "dqn_train_eval.encoder = 'mlp'", "dqn_train_eval.encoder_kwargs = {'units': (8,)}",
+            "dqn_train_eval.total_agent_steps = 40", "dqn_train_eval.min_replay_size = 20",
+            "dqn_train_eval.n_step = 2", "dqn_train_eval.replay_capacity = 100",
+            "dqn_train_eval.eval_interval = 0", "dqn_train_eval.policy_save_interval = 0",
+            "dqn_train_eval.eval_env_kwargs = {}",
+        ]),
+    }  # fmt: skip
+    for agent, (config, trainer, bindings) in runs.items():
+        root_dir = str(tmp_path / agent)
+        command = [os.path.join(os.path.dirname(sys.executable), "sit-train"), "--root_dir", root_dir,
+                   "--gin_file", config, "--gin_bindings", f"{trainer}.progress = False"]  # fmt: skip
+        for binding in bindings:
+            command += ["--gin_bindings", binding]
+        subprocess.run(command, check=True, capture_output=True, text=True, timeout=600)
+        with open(os.path.join(root_dir, "policy_network.json")) as f:
+            assert json.load(f)["agent"] in {agent, "c51"}
+        with open(os.path.join(root_dir, "config.gin")) as f:
+            assert f"train.agent = '{agent}'" in f.read()
