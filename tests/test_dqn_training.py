@@ -196,7 +196,6 @@ def test_atari_c51_from_the_pong_config(atari_c51_run):
     assert {"Losses/critic_loss"} <= _tags(os.path.join(root_dir, "train"))
 
 
-@pytest.mark.large
 def test_atari_dqn_short_run(tmp_path):
     _parse_atari_config(
         "configs/atari/breakout_cnn.gin", [*ATARI_BINDINGS, "dqn_train_eval.algorithm = 'dqn'"]

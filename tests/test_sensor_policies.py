@@ -19,7 +19,7 @@ from statistics:
 - each PPO learner run reads the iteration just collected (the prefetching
   datasets wait for it), split into whole environment sequences for
   recurrent networks; PPO trains these networks on cartpole-swingup
-  (``large``: about a minute), writes a ``policy_network.json`` that
+  (2 short iterations), writes a ``policy_network.json`` that
   rebuilds the actor with its trained weights, and the saved greedy policy
   acts as the rebuilt network;
 - bad inputs and settings raise a ``ValueError`` naming the expected shape.
@@ -418,7 +418,6 @@ def trained_pi(tmp_path_factory):
     return root_dir, env, results
 
 
-@pytest.mark.large
 def test_pi_ppo_trains_on_whole_sequences_and_describes_its_actor(trained_pi):
     root_dir, env, results = trained_pi
     assert results["env_steps"] == 192
