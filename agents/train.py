@@ -692,6 +692,3 @@ def _main(argv: Sequence[str]) -> None:
     results.pop("history")
     print({k: round(v, 4) if isinstance(v, float) else v for k, v in results.items()})
 
-
-if __name__ == "__main__":
-    main()

@@ -78,7 +78,9 @@ def test_quantised_tflite_close_to_tensorflow(exported, quantization):
     # Random weights give near-tied logits on similar observations (trained policies: benchmarks/export.py):
     # a flipped argmax must be such a tie.
     assert parity["passed"] and parity["unexplained_disagreements"] == 0, parity
-    assert _max_diff(parity) < {"float16": 1e-2, "dynamic_int8": 0.2, "int8": 0.3}[quantization]
+    # Loose bounds on the logits (int8: a few quantisation steps of the folded SiT tables); the
+    # actions are the real criterion, above.
+    assert _max_diff(parity) < {"float16": 1e-2, "dynamic_int8": 0.2, "int8": 0.6}[quantization]
     assert models[f"tflite_{quantization}"]["bytes"] <= models["tflite_float32"]["bytes"]
 
 

@@ -124,9 +124,9 @@ def test_kill_mid_run_then_resume(tmp_path):
     """A run killed after its first checkpoint resumes from it, counters included."""
     root_dir = str(tmp_path / "killed")
     args = [
-        sys.executable,
-        "-m",
-        "sit_keras.agents.train",
+        # The console script: `python -m` would register the trainers' gin names twice
+        # (as __main__ and as sit_keras.agents.train, which SAC and DQN import).
+        os.path.join(os.path.dirname(sys.executable), "sit-train"),
         "--root_dir",
         root_dir,
         "--gin_bindings",
