@@ -76,7 +76,7 @@ from tqdm import tqdm
 
 # A module reference, not names: train.py may import this module for sit-train's dispatch,
 # and the helpers below are only looked up when a run starts.
-from sit_keras.agents import evaluate, policy_network, q_networks
+from sit_keras.agents import checkpoints, evaluate, policy_network, q_networks
 from sit_keras.agents import train as ppo_train
 from sit_keras.agents.collection import EpisodeSuccessMetric, FixedLengthDriver, metric_results
 from sit_keras.agents.environments import load
@@ -85,7 +85,6 @@ ALGORITHMS = ("dqn", "ddqn", "c51")
 """``dqn``: ``DqnAgent``; ``ddqn``: ``DdqnAgent`` (double DQN); ``c51``: ``CategoricalDqnAgent``."""
 
 EVALUATIONS_FILE = "evaluations.json"
-REPLAY_BUFFER_DIR = "replay_buffer"
 
 
 def epsilon_schedule(
@@ -320,18 +319,10 @@ def dqn_train_eval(
         # Checkpoints are ours (below): they also hold the agent-step counter.
         checkpoint_interval=-1, summary_interval=summary_interval, strategy=strategy,
     )  # fmt: skip
-    checkpointer = common.Checkpointer(
-        os.path.join(root_dir, "checkpoints"),
-        max_to_keep=3,
-        agent=agent,
-        train_step=train_step,
-        env_steps=env_steps,
+    checkpointer = checkpoints.restore_training(
+        root_dir, env_steps, "agent steps", agent=agent, train_step=train_step
     )
-    checkpointer.initialize_or_restore().expect_partial()
-    replay_checkpointer = common.Checkpointer(
-        os.path.join(root_dir, REPLAY_BUFFER_DIR), max_to_keep=1, replay_buffer=replay_buffer
-    )
-    replay_checkpointer.initialize_or_restore().expect_partial()
+    replay_checkpointer = checkpoints.restore_replay_buffer(root_dir, replay_buffer)
     eval_kwargs = evaluation_env_kwargs(env_name, env_kwargs, eval_env_kwargs)
     extra: dict[str, Any] = {"epsilon_eval": epsilon_eval, "eval_env_kwargs": eval_kwargs}
     if algorithm == "c51":
@@ -347,8 +338,6 @@ def dqn_train_eval(
         extra=extra,
     )
     start_steps = int(env_steps.numpy())
-    if start_steps:
-        print(f"Resumed from {checkpointer.manager.latest_checkpoint} at {start_steps} agent steps.")
 
     return_metric = py_metrics.AverageReturnMetric(buffer_size=100, batch_size=num_envs)
     success_metric = EpisodeSuccessMetric(buffer_size=100, batch_size=num_envs)

@@ -57,12 +57,11 @@ from tf_agents.train.utils import spec_utils, train_utils
 from tf_agents.utils import common
 from tqdm import tqdm
 
-from sit_keras.agents import evaluate, policy_network, sac_networks
+from sit_keras.agents import checkpoints, evaluate, policy_network, sac_networks
 from sit_keras.agents.collection import EpisodeSuccessMetric, FixedLengthDriver, metric_results
 from sit_keras.agents.environments import load
 from sit_keras.agents.train import _PolicyExporter, _save_operative_config, _write_hyperparameters
 
-REPLAY_BUFFER_DIR = "replay_buffer"
 # Evaluation environments are seeded apart from the training ones (as evaluate.evaluate's default).
 EVAL_SEED_OFFSET = 1_000_000
 
@@ -229,20 +228,12 @@ def sac_train_eval(
             summary_interval=log_interval,
             strategy=strategy,
         )
-        checkpointer = common.Checkpointer(
-            os.path.join(root_dir, "checkpoints"),
-            max_to_keep=3,
-            agent=agent,
-            train_step=train_step,
-            env_steps=env_steps,
+        checkpointer = checkpoints.restore_training(
+            root_dir, env_steps, "environment steps", agent=agent, train_step=train_step
         )
-        checkpointer.initialize_or_restore().expect_partial()
         buffer_checkpointer = None
         if checkpoint_replay_buffer:
-            buffer_checkpointer = common.Checkpointer(
-                os.path.join(root_dir, REPLAY_BUFFER_DIR), max_to_keep=1, replay_buffer=replay_buffer
-            )
-            buffer_checkpointer.initialize_or_restore().expect_partial()
+            buffer_checkpointer = checkpoints.restore_replay_buffer(root_dir, replay_buffer)
         policy_network.write_description(
             root_dir,
             agent="sac",
@@ -253,10 +244,6 @@ def sac_train_eval(
             env_kwargs=env_kwargs,
         )
         start_steps = int(env_steps.numpy())
-        if start_steps:
-            print(
-                f"Resumed from {checkpointer.manager.latest_checkpoint} at {start_steps} environment steps."
-            )
 
         metrics = [
             py_metrics.AverageReturnMetric(buffer_size=100, batch_size=num_envs),

@@ -51,7 +51,7 @@ from tf_agents.train.utils import spec_utils, train_utils
 from tf_agents.utils import common
 from tqdm import tqdm
 
-from sit_keras.agents import networks, policy_network, sensor_networks
+from sit_keras.agents import checkpoints, networks, policy_network, sensor_networks
 from sit_keras.agents.augmentation import make_augmentation
 from sit_keras.agents.collection import (
     EpisodeSuccessMetric,
@@ -261,14 +261,9 @@ def train_eval(
         summary_interval=1,
         strategy=strategy,
     )
-    checkpointer = common.Checkpointer(
-        os.path.join(root_dir, "checkpoints"),
-        max_to_keep=3,
-        agent=agent,
-        train_step=train_step,
-        env_steps=env_steps,
+    checkpointer = checkpoints.restore_training(
+        root_dir, env_steps, "environment steps", agent=agent, train_step=train_step
     )
-    checkpointer.initialize_or_restore().expect_partial()
     policy_network.write_description(
         root_dir,
         agent="ppo",
@@ -279,8 +274,6 @@ def train_eval(
         env_kwargs=env_kwargs,
     )
     start_steps = int(env_steps.numpy())
-    if start_steps:
-        print(f"Resumed from {checkpointer.manager.latest_checkpoint} at {start_steps} environment steps.")
 
     policy_saver = _PolicyExporter(os.path.join(root_dir, learner.POLICY_SAVED_MODEL_DIR), agent, train_step)
     return_metric = py_metrics.AverageReturnMetric(buffer_size=100, batch_size=num_envs)
@@ -691,4 +684,3 @@ def _main(argv: Sequence[str]) -> None:
     results = train(_FLAGS.root_dir, strategy=make_strategy(_FLAGS.strategy))
     results.pop("history")
     print({k: round(v, 4) if isinstance(v, float) else v for k, v in results.items()})
-

@@ -20,7 +20,7 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
-from sit_keras.agents import dqn_train, evaluate, policy_network, q_networks, train
+from sit_keras.agents import checkpoints, dqn_train, evaluate, policy_network, q_networks, train
 from sit_keras.agents.environments import load
 
 CARTPOLE_RUN = {
@@ -140,7 +140,7 @@ def test_cartpole_dqn_collects_trains_evaluates_and_logs(cartpole_run):
     ]:
         assert os.path.exists(os.path.join(root_dir, path)), path
     assert glob.glob(os.path.join(root_dir, "checkpoints", "ckpt-*.index"))
-    assert glob.glob(os.path.join(root_dir, dqn_train.REPLAY_BUFFER_DIR, "ckpt-*.index"))
+    assert glob.glob(os.path.join(root_dir, checkpoints.REPLAY_BUFFER_DIR, "ckpt-*.index"))
 
 
 def test_the_agent_trains_on_n_plus_1_step_sequences(cartpole_run):
@@ -168,7 +168,7 @@ def test_rerun_resumes_counters_target_schedule_and_replay(cartpole_run, capsys)
         tf.train.load_variable(checkpoint, "agent/_update_target/_counter/.ATTRIBUTES/VARIABLE_VALUE") == 201
     )
     # The replay buffer went on from its 80 items per environment (a fresh one would hold 40).
-    replay = tf.train.latest_checkpoint(os.path.join(root_dir, dqn_train.REPLAY_BUFFER_DIR))
+    replay = tf.train.latest_checkpoint(os.path.join(root_dir, checkpoints.REPLAY_BUFFER_DIR))
     assert tf.train.load_variable(replay, "replay_buffer/_last_id/.ATTRIBUTES/VARIABLE_VALUE") == 119
     # Evaluations keep their schedule (multiples of eval_interval) and their history.
     assert [e["agent_steps"] for e in resumed["evaluations"]] == [80, 160, 240]
