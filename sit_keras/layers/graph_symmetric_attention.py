@@ -12,9 +12,11 @@ import tf_keras
 
 from sit_keras import graphs
 from sit_keras.layers.graph_weights import NearIdentity, graph_symmetric_dropout
-from sit_keras.layers.indexing import ConstantGather, expand_shared
+from sit_keras.layers.indexing import expand_shared
+from sit_keras.layers.triangle_sums import TRIANGLE_FORMS, TriangleSums, theta_table
 
 GRAPH_FORMS = ("auto", "dense", "conv")
+IMPLEMENTATIONS = ("fast", "reference")
 
 
 def _as_grid(grid_shape: int | Sequence[int]) -> tuple[int, int]:
@@ -60,6 +62,14 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
     same weights and compute the same function. ``graph_kernel_size`` limits
     the reach of these graphs (``None``: every vertex reaches every other).
 
+    Two implementations compute the same function with the same weights:
+    ``"reference"`` follows the equations literally (batch-major scores, the
+    triangle sums as gathers on the last axis); ``"fast"`` keeps the scores
+    head-major and applies symmetrisation, ``G``, the triangle sums and the
+    ``1 / sqrt(d)`` scale as one linear map (``sit_keras.layers.triangle_sums``:
+    a ``T^2 x T^2`` matrix per head for small windows, pair-major row gathers
+    for large grids). The tests hold them equal to 1e-12 in float64.
+
     Args:
       grid_shape: ``(H, W)`` of the grid, or an int ``L`` for a sequence (a
         ``(1, L)`` grid; use ``symmetry="shift"`` or ``"shift_flip"``).
@@ -81,11 +91,18 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
       graph_init_stddev: noise added to the near-identity graph initialisation.
       kernel_initializer: initialiser of the query / key / value projection.
       seed: seed of the graph weight initialisers.
+      implementation: ``"fast"`` (default) or ``"reference"``, see above.
+      triangle_form: form of the fast triangle sums, ``"matrix"``,
+        ``"pairs"`` or ``"auto"`` (the matrix up to ``T^2 = 1024``).
       **kwargs: ``tf_keras.layers.Layer`` arguments (``name``, ``dtype``).
 
     Call arguments:
       tokens: ``(B, T, D)`` with ``T = P + 1`` (class token first) or ``T = P``.
       training: Python boolean; enables graph-symmetric dropout.
+      token_only: compute the class token's row alone, ``(B, 1, D)``.
+      input_scale, input_offset: ``(D,)``, the affine part of a LayerNorm
+        that produced ``tokens`` without it; folded into the projection:
+        ``(x * scale + offset) W + b = x (scale W) + (offset W + b)``.
 
     Returns:
       ``(B, T, D)``.
@@ -116,9 +133,17 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         graph_init_stddev: float = 0.1,
         kernel_initializer: Any = "glorot_uniform",
         seed: int | None = None,
+        implementation: str = "fast",
+        triangle_form: str = "auto",
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
+        if implementation not in IMPLEMENTATIONS:
+            raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}. Received: {implementation!r}")
+        if triangle_form not in TRIANGLE_FORMS:
+            raise ValueError(f"triangle_form must be one of {TRIANGLE_FORMS}. Received: {triangle_form!r}")
+        self.implementation = implementation
+        self.triangle_form = triangle_form
         self.grid_shape = _as_grid(grid_shape)
         self.symmetry = graphs.resolve_symmetry(symmetry)
         self.num_heads = int(num_heads)
@@ -224,7 +249,8 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
             )
         self.triangle_weights = []
         if self.triangles:
-            self._build_triangle_indices()
+            self._triangle_sums = TriangleSums(self.grid_shape, self.class_token)
+            self._num_angle_classes = self._triangle_sums.num_angle_classes
             primary = [graphs.TRIANGLE_SELF, graphs.TRIANGLE_OPEN, graphs.TRIANGLE_RIGHT]
             for t in range(self.triangles):
                 self.triangle_weights.append(
@@ -248,48 +274,28 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
                 f"{h}x{w} grid tokens{token}. Received: shape={shape}"
             )
 
-    def _build_triangle_indices(self) -> None:
-        """Gather indices of eq. 8 over the full ``T x T`` score matrix, class token included."""
-        p, t, c = self.num_grid_tokens, self.num_tokens, int(self.class_token)
-        jk, ki = graphs.triangle_gather_indices(self.grid_shape)
-        _, angles, num_angles = graphs.triangle_indices(self.grid_shape)
-        zero = t * t  # marks a missing term while the tables are built
-
-        def to_full(grid_flat: np.ndarray) -> np.ndarray:
-            # Grid indices r * P + s into the T x T matrix, where grid token r is token r + c.
-            r, s = np.divmod(grid_flat, p)
-            return np.where(grid_flat == p * p, zero, (r + c) * t + (s + c))
-
-        full_jk = np.full((t, t), zero, dtype=np.int32)
-        full_ki = np.full((t, t), zero, dtype=np.int32)
-        # The class token's scores pass unchanged: weight 1 on S[i, j], nothing else.
-        one_class, zero_class = num_angles, num_angles + 1
-        full_angles = np.empty((t, t, 3), dtype=np.int32)
-        full_angles[...] = [one_class, zero_class, zero_class]
-        full_jk[c:, c:] = to_full(jk)
-        full_ki[c:, c:] = to_full(ki)
-        full_angles[c:, c:] = angles
-        # A missing term reads the entry's own score with weight 0: exact, and
-        # no zero needs appending to the (large) score tensor.
-        own = np.arange(t * t, dtype=np.int32).reshape(t, t)
-        for term, index in ((1, full_jk), (2, full_ki)):
-            missing = index == zero
-            full_angles[..., term][missing] = zero_class
-            index[missing] = own[missing]
-        self._gather_jk = ConstantGather(full_jk, t * t, axis=-1)
-        self._gather_ki = ConstantGather(full_ki, t * t, axis=-1)
-        self._triangle_angles = full_angles
-        self._num_angle_classes = num_angles
-
     # -- the attention of eq. 3 ------------------------------------------------
     # Projections are kept channels-first, (3 D, B, T): the per-feature graph
     # matrices are then one batched matmul over the channels, and the heads
     # need a single transpose. On CPU this is several times faster than
     # token-major einsums.
-    def call(self, tokens: tf.Tensor, training: bool | None = None, token_only: bool = False) -> tf.Tensor:
-        """See the class docstring; ``token_only=True`` returns only the class token, ``(B, 1, D)``."""
+    def call(
+        self,
+        tokens: tf.Tensor,
+        training: bool | None = None,
+        token_only: bool = False,
+        input_scale: tf.Tensor | None = None,
+        input_offset: tf.Tensor | None = None,
+    ) -> tf.Tensor:
+        """See the class docstring."""
         self._check_tokens(tokens.shape)
-        qkv = self.project_qkv(tokens)
+        qkv = self.project_qkv(tokens, input_scale, input_offset)
+        return self.mix_and_attend(qkv, training=training, token_only=token_only)
+
+    def mix_and_attend(
+        self, qkv: tf.Tensor, training: bool | None = None, token_only: bool = False
+    ) -> tf.Tensor:
+        """``G_q, G_k, G_v`` (eq. 11), then ``attend``: ``(3 D, B, T)`` projections -> ``(B, T, D)``."""
         if self.graph_qkv and self._use_conv_form():
             qkv = self._split_grid_apply(qkv, lambda grid: self.mix_qkv_grid(grid, training))
         elif self.graph_qkv:
@@ -317,12 +323,33 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         matrix_t = expand_shared(table, self._token_graph_index.T)  # (T, T, 3 D): G transposed
         return tf.matmul(qkv, tf.transpose(matrix_t, [2, 0, 1]))
 
-    def project_qkv(self, tokens: tf.Tensor) -> tf.Tensor:
-        """``[Q, K, V] = X [W_q, W_k, W_v] + b`` channels-first: ``(B, T, D)`` -> ``(3 D, B, T)``."""
+    def project_qkv(
+        self,
+        tokens: tf.Tensor,
+        input_scale: tf.Tensor | None = None,
+        input_offset: tf.Tensor | None = None,
+    ) -> tf.Tensor:
+        """``[Q, K, V] = X [W_q, W_k, W_v] + b`` channels-first: ``(B, T, D)`` -> ``(3 D, B, T)``.
+
+        With ``input_scale`` / ``input_offset`` the tokens are
+        ``X * scale + offset``, folded into the weights (``folded_projection``).
+        """
+        kernel, bias = self.folded_projection(input_scale, input_offset)
         channels_first = tf.transpose(tokens, [2, 0, 1])  # (D, B, T)
         flat = tf.reshape(channels_first, [self.dim, -1])
-        qkv = tf.matmul(self.qkv_kernel, flat, transpose_a=True) + self.qkv_bias[:, None]
+        qkv = tf.matmul(kernel, flat, transpose_a=True) + bias[:, None]
         return tf.reshape(qkv, [3 * self.dim, -1, tf.shape(tokens)[1]])
+
+    def folded_projection(
+        self, input_scale: tf.Tensor | None = None, input_offset: tf.Tensor | None = None
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """``(scale W, offset W + b)``: the projection of ``x * scale + offset`` as one of ``x``."""
+        kernel, bias = self.qkv_kernel, self.qkv_bias
+        if input_offset is not None:
+            bias = bias + tf.linalg.matvec(kernel, input_offset, transpose_a=True)
+        if input_scale is not None:
+            kernel = input_scale[:, None] * kernel
+        return kernel, bias
 
     def mix_qkv_grid(
         self, qkv_grid: tf.Tensor, training: bool | None = None, map_shape: tuple[int, int] | None = None
@@ -377,13 +404,15 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         the triangle sums and ``G`` leave that row alone, so it is exact.
         """
         heads, head_dim, t = self.num_heads, self.head_dim, self.num_tokens
+        if self.implementation == "fast" and not token_only:
+            return self._attend_head_major(qkv, training)
         # (3, H, d, B, T) -> (3, B, H, d, T); b = batch, h = head, d = feature, i / j = tokens.
         q, k, v = tf.unstack(tf.transpose(tf.reshape(qkv, [3, heads, head_dim, -1, t]), [0, 3, 1, 2, 4]))
         if token_only:
             return self._attend_token(q, k, v)
         scores = tf.matmul(q, k, transpose_a=True)  # (B, H, T, T): q_i . k_j
         if self.score_mixing:
-            scores = self._mix_scores(scores, training)
+            scores = self._mix_scores(scores, training, "hik,bhkj->bhij", head_axis=1)
         if self.score_graph:
             scores = scores * self._score_matrix(self.score_graph_weights, 1.0, training)
         attention = self._normalised(self._symmetrised(scores, +1.0), training)
@@ -391,6 +420,55 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
             attention += self._normalised(self._symmetrised(scores, -1.0), training)
         out = tf.matmul(attention, v, transpose_b=True)  # (B, H, T, d)
         return tf.reshape(tf.transpose(out, [0, 2, 1, 3]), [-1, t, self.dim])
+
+    def _attend_head_major(self, qkv: tf.Tensor, training: bool | None) -> tf.Tensor:
+        """``attend`` with head-major scores ``(H, B, T, T)`` and one linear map before the softmax.
+
+        The score pipeline of eq. 3 / 8 (``G``, ``S + sign S^T``, the triangle
+        sums, ``1 / sqrt(d)``) is linear, so it runs as one map
+        (``_score_logits``); the head-major layout lets the matrix form be a
+        single batched matmul and costs no transpose more than the reference.
+        """
+        heads, head_dim, t = self.num_heads, self.head_dim, self.num_tokens
+        # (3, H, d, B, T) -> (3, H, B, d, T)
+        q, k, v = tf.unstack(tf.transpose(tf.reshape(qkv, [3, heads, head_dim, -1, t]), [0, 1, 3, 2, 4]))
+        scores = tf.matmul(q, k, transpose_a=True)  # (H, B, T, T): q_i . k_j
+        if self.score_mixing:
+            scores = self._mix_scores(scores, training, "hik,hbkj->hbij", head_axis=0)
+        graph = None
+        if self.score_graph:
+            graph = self._score_matrix(self.score_graph_weights, 1.0, training)  # (H, T, T)
+        attention = tf.nn.softmax(
+            self._score_logits(scores, graph, 1.0 if self.symmetrize else 0.0, training)
+        )
+        if self.antisymmetric:
+            attention += tf.nn.softmax(self._score_logits(scores, graph, -1.0, training))
+        out = tf.matmul(attention, v, transpose_b=True)  # (H, B, T, d)
+        return tf.reshape(tf.transpose(out, [1, 2, 0, 3]), [-1, t, self.dim])
+
+    def _score_logits(
+        self, scores: tf.Tensor, graph: tf.Tensor | None, sign: float, training: bool | None
+    ) -> tf.Tensor:
+        """``scale * tri_n(...tri_1(X + sign X^T))``, ``X = scores (.) G``, head-major ``(H, B, T, T)``."""
+        heads, t = self.num_heads, self.num_tokens
+        scale = 1.0 / math.sqrt(self.head_dim)
+        if graph is not None:
+            scores = scores * graph[:, None]
+        tables = [
+            theta_table(graph_symmetric_dropout(w, self.graph_dropout, training))
+            for w in self.triangle_weights
+        ]
+        if not tables:
+            if sign:
+                scores = scores + sign * tf.transpose(scores, [0, 1, 3, 2])
+            return scores * tf.cast(scale, scores.dtype)
+        if self._triangle_sums.use_matrix(self.triangle_form):
+            matrix = self._triangle_sums.matrix(tables, sign, scale)  # (H, T^2, T^2)
+            flat = tf.reshape(scores, [heads, -1, t * t])
+            return tf.reshape(tf.matmul(flat, matrix, transpose_b=True), tf.shape(scores))
+        pairs = tf.reshape(tf.transpose(scores, [2, 3, 0, 1]), [t * t, heads, -1])  # (T^2, H, B)
+        pairs = self._triangle_sums.pairs_sum(pairs, tables, sign, scale)
+        return tf.transpose(tf.reshape(pairs, [t, t, heads, -1]), [2, 3, 0, 1])
 
     def _attend_token(self, q: tf.Tensor, k: tf.Tensor, v: tf.Tensor) -> tf.Tensor:
         if not self.class_token or self.score_mixing:
@@ -424,27 +502,28 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
             return matrix
         return tf.pad(matrix, [[0, 0], [1, 0], [1, 0]], constant_values=token_value)
 
-    def _mix_scores(self, scores: tf.Tensor, training: bool | None) -> tf.Tensor:
-        """eq. 12: ``sigma(sum_j G_qk[i, j] S[j, :] + G_b[i, :])`` on the grid rows."""
+    def _mix_scores(
+        self, scores: tf.Tensor, training: bool | None, equation: str, head_axis: int
+    ) -> tf.Tensor:
+        """eq. 12: ``sigma(sum_j G_qk[i, j] S[j, :] + G_b[i, :])`` on the grid rows.
+
+        ``equation`` / ``head_axis``: the einsum and the head axis of the
+        scores' layout, ``(B, H, T, T)`` or ``(H, B, T, T)``.
+        """
         mixing = self._score_matrix(self.score_mixing_weights, 0.0, training)
         if self.class_token:
             # The class token's row passes unchanged: identity on it.
             eye = tf.one_hot(0, self.num_tokens, dtype=mixing.dtype)
             mixing = mixing + eye[:, None] * eye[None, :]
         bias = self._score_matrix(self.score_bias_weights, 0.0, training)
-        return self._sigma(tf.einsum("hik,bhkj->bhij", mixing, scores) + bias)
+        if head_axis == 0:
+            bias = bias[:, None]
+        return self._sigma(tf.einsum(equation, mixing, scores) + bias)
 
     def _triangle_sum(self, scores: tf.Tensor, weights: tf.Tensor, training: bool | None) -> tf.Tensor:
         """eq. 8: ``Theta_j S[i, j] + Theta_k S[j, k] + Theta_i S[k, i]`` with ``k = T(i, j)``."""
-        t = self.num_tokens
         weights = graph_symmetric_dropout(weights, self.graph_dropout, training)
-        # Row `num_angles` is a fixed 1 and index `num_angles + 1` reads 0: the class token's entries.
-        table = tf.concat([weights, tf.ones_like(weights[:1])], axis=0)
-        theta = tf.transpose(expand_shared(table, self._triangle_angles), [3, 2, 0, 1])  # (H, 3, T, T)
-        flat = tf.reshape(scores, [-1, self.num_heads, t * t])
-        s_jk = tf.reshape(self._gather_jk(flat), [-1, self.num_heads, t, t])
-        s_ki = tf.reshape(self._gather_ki(flat), [-1, self.num_heads, t, t])
-        return theta[:, 0] * scores + theta[:, 1] * s_jk + theta[:, 2] * s_ki
+        return self._triangle_sums.gather_sum(scores, theta_table(weights))
 
     def compute_output_shape(self, input_shape: tf.TensorShape) -> tf.TensorShape:
         return tf.TensorShape(input_shape)
@@ -469,5 +548,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
             graph_init_stddev=self.graph_init_stddev,
             kernel_initializer=tf_keras.initializers.serialize(self.kernel_initializer),
             seed=self.seed,
+            implementation=self.implementation,
+            triangle_form=self.triangle_form,
         )
         return config

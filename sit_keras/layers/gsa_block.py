@@ -8,6 +8,7 @@ import tensorflow as tf
 import tf_keras
 
 from sit_keras.layers.graph_symmetric_attention import GraphSymmetricAttention
+from sit_keras.layers.normalization import standardize
 from sit_keras.layers.sublayers import build_sublayer
 
 
@@ -18,6 +19,12 @@ class GraphSymmetricAttentionBlock(tf_keras.layers.Layer):
     The SiT paper's block (Fig. 9, appendix F.1) has no MLP; ``mlp_dim > 0``
     adds the ViT one. LayerNorm and the MLP act on each token alone, so the
     block keeps exactly the symmetry of its ``GraphSymmetricAttention``.
+
+    With ``implementation="fast"`` (the default) the LayerNorm before the
+    attention is a standardisation with a hand-written gradient
+    (``sit_keras.layers.normalization``) and its ``gamma`` / ``beta`` fold into
+    the query/key/value projection; the weights stay where Keras' LayerNorm
+    keeps them, so checkpoints of both implementations are interchangeable.
 
     Args:
       mlp_dim: hidden size of the MLP, 0 for none (the paper's choice).
@@ -68,8 +75,21 @@ class GraphSymmetricAttentionBlock(tf_keras.layers.Layer):
 
     def call(self, tokens: tf.Tensor, training: bool | None = None, token_only: bool = False) -> tf.Tensor:
         """``token_only=True``: update and return only the class token, ``(B, 1, D)``."""
-        update = self.attention(self.norm(tokens), training=training, token_only=token_only)
+        if self.attention.implementation == "reference":
+            update = self.attention(self.norm(tokens), training=training, token_only=token_only)
+        else:
+            update = self.attention(
+                self.standardize(tokens),
+                training=training,
+                token_only=token_only,
+                input_scale=self.norm.gamma,
+                input_offset=self.norm.beta,
+            )
         return self.feed_forward((tokens[:, :1] if token_only else tokens) + update)
+
+    def standardize(self, tokens: tf.Tensor) -> tf.Tensor:
+        """The LayerNorm before the attention without its ``gamma`` and ``beta``."""
+        return standardize(tokens, self.norm_epsilon)
 
     def feed_forward(self, tokens: tf.Tensor) -> tf.Tensor:
         """``x + MLP(LayerNorm(x))`` when the block has an MLP, else ``x``."""

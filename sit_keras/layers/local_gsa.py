@@ -32,6 +32,12 @@ class LocalGSA(tf_keras.layers.Layer):
     appendix F.5). It is exact too, but XLA compiles depth-wise
     convolutions poorly on CPU (see ``benchmarks/encoders.py``).
 
+    With tiling windows and the fast implementation (the default), the
+    first block starts from the pixels: embedding, LayerNorm and projection
+    compose into ``r(x) (x A + a) + c`` for each ``C``-channel pixel ``x``
+    (``_first_block_from_pixels``), so no ``D -> 3 D`` projection of a window
+    token is computed. Same function, same weights as the reference path.
+
     Symmetry: for a square map, any D4 element kept by ``symmetry`` (only
     rotations when ``triangles > 0``) maps windows to windows and transforms
     each window's content the same way, so the output map is equivariant:
@@ -142,12 +148,15 @@ class LocalGSA(tf_keras.layers.Layer):
                 f"Received: {pixels.shape}"
             )
         x = self.embed(pixels)  # (B, H, W, D)
-        if self.graph_kernel_size is None:
-            tokens = self._with_class_tokens(self._cut_windows(x), x.dtype)
-            blocks = self.blocks
-        else:
+        if self.graph_kernel_size is not None:
             tokens = self._first_block_on_map(x, training)
             blocks = self.blocks[1:]
+        elif self.stride == self.window and self.blocks[0].attention.implementation == "fast":
+            tokens = self._first_block_from_pixels(pixels, x, training)
+            blocks = self.blocks[1:]
+        else:
+            tokens = self._with_class_tokens(self._cut_windows(x), x.dtype)
+            blocks = self.blocks
         for block in blocks[:-1]:
             tokens = block(tokens, training=training)
         if blocks:
@@ -159,6 +168,53 @@ class LocalGSA(tf_keras.layers.Layer):
     def _with_class_tokens(self, windows: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
         token = tf.cast(self.class_token, dtype)[None, None, :]
         return tf.concat([tf.tile(token, [tf.shape(windows)[0], 1, 1]), windows], axis=1)
+
+    def _first_block_from_pixels(
+        self, pixels: tf.Tensor, embedded: tf.Tensor, training: bool | None
+    ) -> tf.Tensor:
+        """The first block with embedding, LayerNorm and projection composed per pixel.
+
+        For a pixel ``x`` (``C`` channels) the token is ``x E + e``; its
+        LayerNorm mean is linear in ``x``, so the centred token is ``[x, 1] Z``
+        with ``Z`` the centred ``[E; e]``, its variance the quadratic form
+        ``[x, 1] Z Z^T [x, 1]^T / D`` (clamped at 0 against rounding), and the
+        projection of the normalised token ``r(x) [x, 1] Z W' + b'`` with
+        ``r = 1 / sqrt(var + eps)`` and ``(W', b')`` the projection with the
+        LayerNorm's ``gamma`` and ``beta`` folded in.
+
+        The windows are cut from the ``C``-channel pixels, and the whole
+        ``(3 D, B N, T)`` projection, window class tokens included, is one
+        matmul ``M^T y`` with ``M = [Z W'; u - b'; b']`` and per token
+        ``y = [r x, r, 0, 1]`` (pixels) or ``[0, 0, 1, 1]`` (class token,
+        whose projection is the constant ``u``). ``embedded`` (the tokens
+        ``x E + e``) is the block's skip connection.
+        """
+        block = self.blocks[0]
+        gsa = block.attention
+        token_only = self.num_layers == 1 and not gsa.score_mixing
+        kernel, bias = gsa.folded_projection(block.norm.gamma, block.norm.beta)  # (D, 3 D), (3 D,)
+        affine = tf.concat([self.embed.kernel, self.embed.bias[None]], axis=0)  # (C + 1, D)
+        centred = affine - tf.reduce_mean(affine, axis=1, keepdims=True)
+        gram = tf.matmul(centred, centred, transpose_b=True) / self.dim  # (C + 1, C + 1)
+        token = block.standardize(tf.cast(self.class_token, kernel.dtype)[None, None, :])
+        token_qkv = gsa.project_qkv(token, block.norm.gamma, block.norm.beta)[:, 0, 0]  # (3 D,): u
+        mixing = tf.concat(
+            [tf.matmul(centred, kernel), (token_qkv - bias)[None], bias[None]], axis=0
+        )  # (C + 3, 3 D)
+        # [x, 1] per window token, channels first: (C + 1, B N, window^2).
+        x = tf.transpose(self._cut_windows(pixels), [2, 0, 1])
+        x = tf.concat([x, tf.ones_like(x[:1])], axis=0)
+        variance = tf.reduce_sum(x * tf.einsum("cf,fbt->cbt", gram, x), axis=0, keepdims=True)
+        inverse_std = tf.math.rsqrt(tf.maximum(variance, 0.0) + tf.cast(block.norm_epsilon, x.dtype))
+        pixel_part = tf.concat([inverse_std * x, tf.zeros_like(x[:1]), tf.ones_like(x[:1])], axis=0)
+        rows = pixel_part.shape[0]  # C + 3
+        class_part = tf.constant([0.0] * (rows - 2) + [1.0, 1.0], x.dtype)[:, None, None]
+        y = tf.concat([tf.tile(class_part, [1, tf.shape(x)[1], 1]), pixel_part], axis=2)  # (C + 3, B N, T)
+        qkv = tf.matmul(mixing, tf.reshape(y, [rows, -1]), transpose_a=True)
+        qkv = tf.reshape(qkv, [3 * self.dim, -1, y.shape[2]])
+        update = gsa.mix_and_attend(qkv, training=training, token_only=token_only)
+        tokens = self._with_class_tokens(self._cut_windows(embedded), embedded.dtype)
+        return block.feed_forward((tokens[:, :1] if token_only else tokens) + update)
 
     def _first_block_on_map(self, x: tf.Tensor, training: bool | None) -> tf.Tensor:
         """The first block with its graphs applied to the whole map (extended window)."""

@@ -100,6 +100,9 @@ class SiTEncoder(Encoder):
       mlp_dim: MLP size inside GSA blocks, 0 for none (appendix F.1).
       graph_init_stddev: noise of the near-identity graph initialisation.
       seed: seed of the graph initialisers.
+      implementation: ``"fast"`` (default) or ``"reference"`` for every GSA
+        layer; both compute the same function with the same weights (see
+        ``GraphSymmetricAttention``).
       **kwargs: ``tf_keras.Model`` arguments (``name``, ``dtype``).
 
     Call arguments:
@@ -139,6 +142,7 @@ class SiTEncoder(Encoder):
         mlp_dim: int = 0,
         graph_init_stddev: float = 0.1,
         seed: int | None = None,
+        implementation: str = "fast",
         **kwargs: Any,
     ):
         super().__init__(image_shape, output_dim, **kwargs)
@@ -163,6 +167,7 @@ class SiTEncoder(Encoder):
         self.mlp_dim = int(mlp_dim)
         self.graph_init_stddev = float(graph_init_stddev)
         self.seed = seed
+        self.implementation = implementation
         self.uses_invariant = VARIANTS[variant]["invariant"]
         self.uses_equivariant = VARIANTS[variant]["equivariant"]
         self.patch_grid = self._patch_grid()
@@ -175,6 +180,7 @@ class SiTEncoder(Encoder):
             "mlp_dim": self.mlp_dim,
             "graph_init_stddev": self.graph_init_stddev,
             "seed": seed,
+            "implementation": implementation,
             "dtype": self.dtype_policy,
         }
         self.stem = None
@@ -292,6 +298,7 @@ class SiTEncoder(Encoder):
             mlp_dim=self.mlp_dim,
             graph_init_stddev=self.graph_init_stddev,
             seed=self.seed,
+            implementation=self.implementation,
         )
         return config
 

@@ -1,0 +1,176 @@
+"""The triangle sums of the SiT paper (eq. 4 / eq. 8) over ``T x T`` scores, in three exact forms.
+
+One triangle sum maps the scores ``X`` of a head to
+
+    ``Y[i, j] = Theta_j X[i, j] + Theta_k X[j, k] + Theta_i X[k, i]``,  ``k = T(i, j)``
+
+with the weights ``Theta`` shared by angle class (``sit_keras.graphs.triangle_indices``).
+The class token's entries pass unchanged (Listing 3). Every term is linear in
+``X``, so a GSA layer's whole score pipeline before the softmax, ``scale *
+tri_n(...tri_1(S + sign S^T))``, is one linear map of the ``T^2`` scores:
+
+- ``gather`` (the reference): two constant gathers on the last axis of
+  ``(B, H, T^2)`` and three products with ``Theta``;
+- ``matrix``: the map as one ``(T^2, T^2)`` matrix per head, built from the
+  weights and applied as a single batched matmul (cheap for the small
+  windows of local GSA, where ``T^2`` is a few hundred);
+- ``pairs``: the scores laid out pair-major, ``(T^2, H, B)``, so that each
+  constant gather copies whole contiguous rows, with an
+  ``unsorted_segment_sum`` as its gradient (global GSA, ``T^2`` in the
+  thousands, where the matrix would not pay).
+
+All three compute the same function with the same weights; the tests compare
+them on perturbed weights in float64.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from sit_keras import graphs
+from sit_keras.layers.indexing import ConstantGather, expand_shared
+
+TRIANGLE_FORMS = ("auto", "matrix", "pairs")
+
+# `auto` builds the per-head matrix up to this many scores per head (T^2):
+# 4x4 windows with a class token have 289, the Procgen global grid 4225.
+MAX_MATRIX_SCORES = 1024
+
+
+def theta_table(weights: tf.Tensor) -> tf.Tensor:
+    """``(A, H)`` angle weights -> ``(A + 1, H)`` with the class token's fixed weight 1 as row ``A``.
+
+    ``expand_shared`` reads index ``A + 1`` as 0: the weight of a missing term.
+    """
+    return tf.concat([weights, tf.ones_like(weights[:1])], axis=0)
+
+
+def _with_zero_row(table: tf.Tensor) -> tf.Tensor:
+    """``(A + 1, H)`` -> ``(A + 2, H)``: class ``A + 1`` (a missing term) reads 0."""
+    return tf.concat([table, tf.zeros_like(table[:1])], axis=0)
+
+
+def _row_gather(x: tf.Tensor, indices: np.ndarray) -> tf.Tensor:
+    """``tf.gather(x, indices)`` on axis 0 for constant indices; the gradient is a segment sum."""
+    num_rows = x.shape[0]
+
+    @tf.custom_gradient
+    def gather(x: tf.Tensor) -> tf.Tensor:
+        def grad(dy: tf.Tensor) -> tf.Tensor:
+            return tf.math.unsorted_segment_sum(dy, indices, num_rows)
+
+        return tf.gather(x, indices), grad
+
+    return gather(x)
+
+
+class TriangleSums:
+    """Index tables of eq. 8 over the full ``T x T`` score matrix, class token included.
+
+    Args:
+      grid_shape: ``(H, W)`` of the grid tokens.
+      class_token: whether token 0 is a class token outside the grid.
+    """
+
+    def __init__(self, grid_shape: tuple[int, int], class_token: bool):
+        p = grid_shape[0] * grid_shape[1]
+        c = int(class_token)
+        t = p + c
+        jk, ki = graphs.triangle_gather_indices(grid_shape)
+        _, angles, num_angles = graphs.triangle_indices(grid_shape)
+        missing_flat = t * t  # marks a missing term while the tables are built
+
+        def to_full(grid_flat: np.ndarray) -> np.ndarray:
+            # Grid indices r * P + s into the T x T matrix, where grid token r is token r + c.
+            r, s = np.divmod(grid_flat, p)
+            return np.where(grid_flat == p * p, missing_flat, (r + c) * t + (s + c))
+
+        full_jk = np.full((t, t), missing_flat, dtype=np.int32)
+        full_ki = np.full((t, t), missing_flat, dtype=np.int32)
+        # The class token's scores pass unchanged: weight 1 on S[i, j], nothing else.
+        one_class, zero_class = num_angles, num_angles + 1
+        full_angles = np.empty((t, t, 3), dtype=np.int32)
+        full_angles[...] = [one_class, zero_class, zero_class]
+        full_jk[c:, c:] = to_full(jk)
+        full_ki[c:, c:] = to_full(ki)
+        full_angles[c:, c:] = angles
+        # A missing term reads the entry's own score with weight 0: exact, and
+        # no zero needs appending to the (large) score tensor.
+        own = np.arange(t * t, dtype=np.int32).reshape(t, t)
+        for term, index in ((1, full_jk), (2, full_ki)):
+            missing = index == missing_flat
+            full_angles[..., term][missing] = zero_class
+            index[missing] = own[missing]
+
+        self.num_tokens = t
+        self.num_angle_classes = num_angles
+        # (T^2, 3): for each score r, the score read by each of the three terms
+        # and the angle class weighting it.
+        self.sources = np.stack([own.reshape(-1), full_jk.reshape(-1), full_ki.reshape(-1)], axis=-1)
+        self.classes = full_angles.reshape(-1, 3)
+        # S^T as a gather of the flat scores.
+        self.transpose = own.T.reshape(-1).copy()
+        self._gather_jk = ConstantGather(full_jk, t * t, axis=-1)
+        self._gather_ki = ConstantGather(full_ki, t * t, axis=-1)
+
+    def use_matrix(self, form: str) -> bool:
+        """Whether ``form`` (one of ``TRIANGLE_FORMS``) means the matrix form for these sizes."""
+        if form == "auto":
+            return self.num_tokens**2 <= MAX_MATRIX_SCORES
+        return form == "matrix"
+
+    # -- the reference: gathers on the last axis of (B, H, T^2) ---------------
+    def gather_sum(self, scores: tf.Tensor, table: tf.Tensor) -> tf.Tensor:
+        """One triangle sum of ``(B, H, T, T)`` scores; ``table`` from ``theta_table``."""
+        t = self.num_tokens
+        heads = table.shape[-1]
+        theta = tf.transpose(
+            expand_shared(table, self.classes.reshape(t, t, 3)), [3, 2, 0, 1]
+        )  # (H, 3, T, T)
+        flat = tf.reshape(scores, [-1, heads, t * t])
+        s_jk = tf.reshape(self._gather_jk(flat), [-1, heads, t, t])
+        s_ki = tf.reshape(self._gather_ki(flat), [-1, heads, t, t])
+        return theta[:, 0] * scores + theta[:, 1] * s_jk + theta[:, 2] * s_ki
+
+    # -- one (T^2 x T^2) matrix per head ----------------------------------------
+    def matrix(self, tables: list[tf.Tensor], sign: float, scale: float) -> tf.Tensor:
+        """``scale * L_n ... L_1 (I + sign P)`` as ``(H, T^2, T^2)``, ``P`` the transpose permutation.
+
+        ``sign = 0`` leaves out the symmetrisation. Row ``r`` of ``L`` holds
+        the three ``Theta`` of score ``r`` in the columns its terms read; the
+        matrix is a segment sum of gathered weights, so its gradient is a
+        gather and no ``window^4`` basis is stored.
+        """
+        n = self.num_tokens**2
+        rows = np.repeat(np.arange(n, dtype=np.int64), 3)
+        matrix = None
+        for i, table in enumerate(tables):
+            values = tf.gather(_with_zero_row(table), self.classes.reshape(-1))  # (3 T^2, H)
+            columns = self.sources.reshape(-1).astype(np.int64)
+            if i == 0 and sign:
+                # (I + sign P) folded in: each term also reads the transposed score.
+                rows_i = np.concatenate([rows, rows])
+                columns = np.concatenate([columns, self.transpose[columns]])
+                values = tf.concat([values, sign * values], axis=0)
+            else:
+                rows_i = rows
+            segments = rows_i * n + columns
+            step = tf.math.unsorted_segment_sum(values, segments, n * n)  # (T^4, H)
+            step = tf.transpose(tf.reshape(step, [n, n, -1]), [2, 0, 1])
+            matrix = step if matrix is None else tf.matmul(step, matrix)
+        return matrix * tf.cast(scale, matrix.dtype)
+
+    # -- pair-major gathers ------------------------------------------------------
+    def pairs_sum(self, pairs: tf.Tensor, tables: list[tf.Tensor], sign: float, scale: float) -> tf.Tensor:
+        """The same map on pair-major scores ``(T^2, H, B)``: gathers copy whole rows."""
+        if sign:
+            pairs = pairs + sign * _row_gather(pairs, self.transpose)
+        for table in tables:
+            theta = tf.gather(_with_zero_row(table), self.classes)[..., None]  # (T^2, 3, H, 1)
+            pairs = (
+                theta[:, 0] * pairs
+                + theta[:, 1] * _row_gather(pairs, self.sources[:, 1])
+                + theta[:, 2] * _row_gather(pairs, self.sources[:, 2])
+            )
+        return pairs * tf.cast(scale, pairs.dtype)
