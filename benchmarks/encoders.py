@@ -6,17 +6,29 @@ For each model, in one process, at ``(64, 64, 3)`` uint8 images::
     forward, batch 64           idem
     train step, batch 96        idem; forward + backward + tf_keras Adam on mean(features^2)
 
-Each number is the median of ``--repeats`` timed calls after the first call
-(tracing + compilation + one run, recorded separately as ``first_call_s``)
-and ``--warmup`` untimed ones. A 1024x1024 @ 1024x1024 float32 matmul is
-timed at the start, before every model and at the end; every model time is
-also given divided by the median of all matmul timings ("matmul-times"), a
-unit that is more comparable between machines than milliseconds.
+A model is named as in ``sit_keras.models.ENCODER_NAMES``, optionally with
+the implementation of its GSA layers: ``sit:reference`` is the SiT with the
+reference formulation (``GraphSymmetricAttention(implementation=...)``), so
+that fast and reference paths are timed in the same run.
+
+Every function is called once first (tracing + compilation + one run,
+recorded as ``first_call_s``) and ``--warmup`` more times untimed. Then the
+timed calls run in ``--repeats`` rounds, and each round calls every function
+of every model once, in turn, with one 1024x1024 @ 1024x1024 float32 matmul:
+a change of machine load during the run then moves all models alike, and the
+ratios of the medians stay comparable. Every time is also given divided by
+the median matmul ("matmul-times"), a unit more comparable between machines
+than milliseconds.
+
+For the SiT family the train step is also split into stages, each timed in
+the same rounds as forward + backward on its real input (graph mode, train
+batch): the stem and max-pool, local GSA, global GSA, and the rest (head,
+loss, Adam and glue) as the step minus the stages.
 
 Usage::
 
-    python benchmarks/encoders.py [--models sit,siet,vit,impala_cnn] [--repeats 7]
-        [--out benchmarks/results/encoders.json] [--quick]
+    python benchmarks/encoders.py [--models sit,sit:reference,siet,vit,impala_cnn] [--repeats 7]
+        [--out benchmarks/results/encoders.json] [--quick] [--no-profile]
 
 See benchmarks/README.md for how to read the output.
 """
@@ -30,7 +42,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +50,13 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from sit_keras.benchmarking import environment, name_list, write_report
-from sit_keras.encoder_check import make_forward, make_train_step, time_calls
+from sit_keras.benchmarking import environment, write_report
+from sit_keras.encoder_check import make_forward, make_train_step
+from sit_keras.layers.graph_symmetric_attention import IMPLEMENTATIONS
 from sit_keras.models import ENCODER_NAMES, build_encoder
+from sit_keras.models.sit import VARIANTS, SiTEncoder
 
-DEFAULT_MODELS = ("sit", "siet", "vit", "impala_cnn")
+DEFAULT_MODELS = ("sit", "sit:reference", "siet", "vit", "impala_cnn")
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "encoders.json"
 
 # The SiT paper's CNN baseline is the IMPALA ResNet with reduced channels
@@ -56,42 +70,152 @@ MEASUREMENTS: dict[str, tuple[int, int, str]] = {
     "train_step": (96, 8, "train"),
 }
 MODES: dict[str, bool] = {"graph": False, "xla": True}  # mode -> jit_compile
+STAGES = ("stem_pool", "local_gsa", "global_gsa")
 
 MATMUL_SIZE = 1024
-MATMUL_MIN_RUNS = 10  # timed matmuls at the start; each later block has max(3, repeats)
+MATMUL_MIN_RUNS = 10  # timed matmuls at the start; then one per round and 3 at the end
+
+
+class Timed:
+    """A function and its input; the first call and every timed call, in ms."""
+
+    def __init__(self, fn: Callable[[tf.Tensor], Any], x: tf.Tensor, warmup: int):
+        self.fn, self.x = fn, x
+        start = time.perf_counter()
+        self._run()
+        self.first_call_s = time.perf_counter() - start
+        for _ in range(warmup):
+            self._run()
+        self.runs_ms: list[float] = []
+
+    def _run(self) -> None:
+        for t in tf.nest.flatten(self.fn(self.x)):
+            t.numpy()  # waits for the result
+
+    def time_once(self) -> None:
+        start = time.perf_counter()
+        self._run()
+        self.runs_ms.append((time.perf_counter() - start) * 1000.0)
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.runs_ms)
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "first_call_s": self.first_call_s,
+            "runs_ms": self.runs_ms,
+            "median_ms": self.median_ms,
+            "min_ms": min(self.runs_ms),
+        }
 
 
 class MatmulClock:
-    """Times a ``MATMUL_SIZE``-cube float32 matmul (tf.function, no XLA) in interleaved blocks."""
+    """A ``MATMUL_SIZE``-cube float32 matmul (tf.function, no XLA), timed in blocks between the models."""
 
     def __init__(self, seed: int = 0):
         rng = np.random.default_rng(seed)
         shape = (MATMUL_SIZE, MATMUL_SIZE)
         self.a = tf.constant(rng.standard_normal(shape, dtype=np.float32))
         self.b = tf.constant(rng.standard_normal(shape, dtype=np.float32))
-        self.matmul = tf.function(lambda a: tf.matmul(a, self.b))
+        self.timed = Timed(tf.function(lambda a: tf.matmul(a, self.b)), self.a, warmup=1)
         self.blocks: list[dict[str, Any]] = []
 
     def time_block(self, label: str, runs: int) -> None:
-        timing = time_calls(self.matmul, self.a, repeats=runs, warmup=1 if not self.blocks else 0)
-        self.blocks.append({"before": label, "runs_ms": timing["runs_ms"], "median_ms": timing["median_ms"]})
+        before = len(self.timed.runs_ms)
+        for _ in range(runs):
+            self.timed.time_once()
+        block = self.timed.runs_ms[before:]
+        self.blocks.append({"before": label, "runs_ms": block, "median_ms": statistics.median(block)})
 
     @property
     def runs_ms(self) -> list[float]:
-        return [t for block in self.blocks for t in block["runs_ms"]]
+        return self.timed.runs_ms
 
     @property
     def median_ms(self) -> float:
-        return statistics.median(self.runs_ms)
+        return self.timed.median_ms
 
 
-def benchmark_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    """All measurements of one model: ``{"params", "overrides", "timings": {measurement: {mode: ...}}}``."""
+def parse_model(text: str) -> tuple[str, dict[str, Any]]:
+    """``"sit:reference"`` -> ``("sit", {"implementation": "reference"})``.
+
+    Raises a ``ValueError`` that names the valid choices.
+    """
+    name, _, implementation = text.partition(":")
+    if name not in ENCODER_NAMES:
+        raise ValueError(f"unknown encoder {name!r}; expected one of: {', '.join(ENCODER_NAMES)}")
+    overrides = dict(OVERRIDES.get(name, {}))
+    if implementation:
+        if implementation not in IMPLEMENTATIONS or name not in VARIANTS:
+            raise ValueError(
+                f"{text!r}: an implementation ({', '.join(IMPLEMENTATIONS)}) follows only "
+                f"a SiT-family name ({', '.join(VARIANTS)})"
+            )
+        overrides["implementation"] = implementation
+    return name, overrides
+
+
+def _model_list(text: str) -> list[str]:
+    models = [m.strip() for m in text.split(",") if m.strip()]
+    try:
+        for model in models:
+            parse_model(model)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if not models:
+        raise argparse.ArgumentTypeError("no model given")
+    return models
+
+
+def _stage_functions(encoder: SiTEncoder, images: tf.Tensor) -> dict[str, tuple[Callable, tf.Tensor]]:
+    """Forward + backward of each stage of a SiT encoder on its real input, as graph-mode functions."""
+
+    def stem_pool(x: tf.Tensor) -> tf.Tensor:
+        if encoder.stem is not None:
+            x = encoder.stem(x)
+        if encoder.pool_size > 1:
+            x = tf.nn.max_pool2d(x, encoder.pool_size, encoder.pool_size, "VALID")
+        return x
+
+    def local(x: tf.Tensor) -> tf.Tensor:
+        return encoder.local_gsa(x, training=True)
+
+    def global_(x: tf.Tensor) -> Any:
+        return encoder.global_gsa(x, training=True)
+
+    pixels = encoder.preprocess(images)
+    stem_out = stem_pool(pixels)
+    local_out = local(stem_out)
+    pieces = {
+        "stem_pool": (stem_pool, pixels),
+        "local_gsa": (local, stem_out),
+        "global_gsa": (global_, local_out),
+    }
+    layers = {"stem_pool": encoder.stem, "local_gsa": encoder.local_gsa, "global_gsa": encoder.global_gsa}
+    stages = {}
+    for stage, (fn, x) in pieces.items():
+        variables = layers[stage].trainable_variables if layers[stage] is not None else []
+
+        def forward_backward(x: tf.Tensor, fn=fn, variables=variables) -> list[tf.Tensor]:
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                loss = sum(tf.reduce_sum(tf.square(o)) for o in tf.nest.flatten(fn(x)) if o is not None)
+            gradients = tape.gradient(loss, [x, *variables])
+            return [tf.convert_to_tensor(g) for g in gradients if g is not None]
+
+        stages[stage] = (tf.function(forward_backward), x)
+    return stages
+
+
+def build_model(spec: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The encoder of ``spec`` and every timed function of it, called once and warmed up."""
+    name, overrides = parse_model(spec)
     tf_keras.utils.set_random_seed(0)
     size = args.image_size
-    encoder = build_encoder(name, (size, size, 3), **OVERRIDES.get(name, {}))
+    encoder = build_encoder(name, (size, size, 3), **overrides)
     rng = np.random.default_rng(0)
-    timings: dict[str, dict[str, Any]] = {measurement: {} for measurement in MEASUREMENTS}
+    timed: dict[tuple[str, str], Timed] = {}
     for mode, jit_compile in MODES.items():
         functions = {
             "forward": make_forward(encoder, jit_compile=jit_compile),
@@ -100,26 +224,58 @@ def benchmark_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
         for measurement, (batch, quick_batch, kind) in MEASUREMENTS.items():
             batch = quick_batch if args.quick else batch
             images = tf.constant(rng.integers(0, 256, size=(batch, size, size, 3), dtype=np.uint8))
-            timing = time_calls(functions[kind], images, repeats=args.repeats, warmup=args.warmup)
-            timing["batch"] = batch
-            timings[measurement][mode] = timing
+            timed[measurement, mode] = Timed(functions[kind], images, args.warmup)
             print(
-                f"  {name:<12} {mode:<5} {measurement:<14} batch {batch:>3}: "
-                f"median {timing['median_ms']:9.2f} ms, first call {timing['first_call_s']:6.2f} s",
+                f"  {spec:<16} {mode:<5} {measurement:<14} batch {batch:>3}: "
+                f"first call {timed[measurement, mode].first_call_s:6.2f} s",
                 flush=True,
             )
-    return {"params": int(encoder.count_params()), "overrides": OVERRIDES.get(name, {}), "timings": timings}
+    stages: dict[str, Timed] = {}
+    if args.profile and isinstance(encoder, SiTEncoder):
+        images = timed["train_step", "graph"].x
+        for stage, (fn, x) in _stage_functions(encoder, images).items():
+            stages[stage] = Timed(fn, x, args.warmup)
+    return {"spec": spec, "encoder": encoder, "overrides": overrides, "timed": timed, "stages": stages}
 
 
-def add_matmul_times(models: dict[str, dict[str, Any]], matmul_ms: float) -> None:
-    for record in models.values():
-        for by_mode in record["timings"].values():
-            for timing in by_mode.values():
-                timing["matmul_times"] = timing["median_ms"] / matmul_ms
+def run_rounds(models: list[dict[str, Any]], clock: MatmulClock, repeats: int) -> None:
+    """``repeats`` rounds; each times one matmul and one call of every function of every model."""
+    for round_ in range(repeats):
+        clock.time_block(f"round {round_}", 1)
+        for model in models:
+            for timed in [*model["timed"].values(), *model["stages"].values()]:
+                timed.time_once()
+        print(f"  round {round_ + 1}/{repeats} done", flush=True)
+
+
+def model_record(model: dict[str, Any], matmul_ms: float) -> dict[str, Any]:
+    """The JSON record of one model: parameters, timings per measurement and mode, and its stage profile."""
+    timings: dict[str, dict[str, Any]] = {measurement: {} for measurement in MEASUREMENTS}
+    for (measurement, mode), timed in model["timed"].items():
+        record = timed.record()
+        record["batch"] = int(timed.x.shape[0])
+        record["matmul_times"] = timed.median_ms / matmul_ms
+        timings[measurement][mode] = record
+    result = {
+        "params": int(model["encoder"].count_params()),
+        "overrides": {k: list(v) if isinstance(v, tuple) else v for k, v in model["overrides"].items()},
+        "timings": timings,
+    }
+    if model["stages"]:
+        step_ms = model["timed"]["train_step", "graph"].median_ms
+        profile = {}
+        for stage, timed in model["stages"].items():
+            profile[stage] = {**timed.record(), "matmul_times": timed.median_ms / matmul_ms}
+        rest_ms = step_ms - sum(p["median_ms"] for p in profile.values())
+        profile["rest"] = {"median_ms": rest_ms, "matmul_times": rest_ms / matmul_ms}
+        for entry in profile.values():
+            entry["share_of_step"] = entry["median_ms"] / step_ms
+        result["stage_profile"] = profile
+    return result
 
 
 def ratios(models: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Train step relative to ViT's (per mode), and XLA time over graph time (per measurement)."""
+    """Train step relative to ViT's (per mode), XLA time over graph time, fast over reference."""
     result: dict[str, Any] = {"xla_over_graph": {}}
     for name, record in models.items():
         result["xla_over_graph"][name] = {
@@ -135,6 +291,17 @@ def ratios(models: dict[str, dict[str, Any]]) -> dict[str, Any]:
             }
             for name, record in models.items()
         }
+    fast_over_reference = {}
+    for name, record in models.items():
+        reference = models.get(f"{name.partition(':')[0]}:reference")
+        if reference is not None and ":" not in name:
+            fast_over_reference[name] = {
+                mode: record["timings"]["train_step"][mode]["median_ms"]
+                / reference["timings"]["train_step"][mode]["median_ms"]
+                for mode in MODES
+            }
+    if fast_over_reference:
+        result["train_step_fast_over_reference"] = fast_over_reference
     return result
 
 
@@ -197,26 +364,50 @@ def format_report(report: dict[str, Any]) -> str:
         row += [f"{r['xla_over_graph'][name][m]:.2f}" for m in r["xla_over_graph"][name]]
         ratio_rows.append(row)
     out += ["Ratios of medians (< 1: faster than the reference):", _table(ratio_header, ratio_rows)]
+    if "train_step_fast_over_reference" in r:
+        rows = [
+            [name, *(f"{by_mode[mode]:.2f}" for mode in MODES)]
+            for name, by_mode in r["train_step_fast_over_reference"].items()
+        ]
+        out += ["", "Train step, fast GSA over reference GSA:", _table(["model", *MODES], rows)]
+    profiled = {name: record["stage_profile"] for name, record in models.items() if "stage_profile" in record}
+    if profiled:
+        header = ["stage (train step, graph)"]
+        for name in profiled:
+            header += [f"{name} matmul-times", f"{name} share"]
+        rows = []
+        for stage in [*STAGES, "rest"]:
+            row = [stage]
+            for profile in profiled.values():
+                entry = profile.get(stage)
+                row += (
+                    [f"{entry['matmul_times']:.2f}", f"{entry['share_of_step']:.0%}"] if entry else ["-", "-"]
+                )
+            rows.append(row)
+        out += [
+            "",
+            "Where the train step goes (forward + backward of each stage on its own input; "
+            "rest = head, loss, Adam and glue):",
+            _table(header, rows),
+        ]
     return "\n".join(out)
 
 
 # -- main -------------------------------------------------------------------------
-_names = name_list(ENCODER_NAMES, "encoder")
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--models",
-        type=_names,
+        type=_model_list,
         default=list(DEFAULT_MODELS),
-        help=f"comma-separated encoders (default: {','.join(DEFAULT_MODELS)})",
+        help=f"comma-separated encoders, a SiT-family name optionally with :fast or :reference "
+        f"(default: {','.join(DEFAULT_MODELS)})",
     )
     parser.add_argument(
         "--repeats",
         type=int,
         default=None,
-        help="timed calls per measurement, median reported (default 7, quick 3)",
+        help="timed rounds, medians reported (default 7, quick 3)",
     )
     parser.add_argument(
         "--warmup", type=int, default=1, help="untimed calls after the first call (default 1)"
@@ -229,6 +420,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--quick",
         action="store_true",
         help="smoke run: batches 1/8/8 instead of 1/64/96 and 3 repeats unless --repeats is given",
+    )
+    parser.add_argument(
+        "--no-profile",
+        dest="profile",
+        action="store_false",
+        help="skip the per-stage profile of the SiT family's train step",
     )
     args = parser.parse_args(argv)
     if args.repeats is None:
@@ -248,13 +445,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{args.image_size}x{args.image_size}x3 uint8 images."
     )
     clock = MatmulClock()
-    clock.time_block("start", max(MATMUL_MIN_RUNS, args.repeats))
-    models = {}
-    for name in args.models:
-        clock.time_block(name, max(3, args.repeats))
-        models[name] = benchmark_model(name, args)
-    clock.time_block("end", max(3, args.repeats))
-    add_matmul_times(models, clock.median_ms)
+    clock.time_block("start", MATMUL_MIN_RUNS)
+    built = [build_model(spec, args) for spec in args.models]
+    run_rounds(built, clock, args.repeats)
+    clock.time_block("end", 3)
+    models = {model["spec"]: model_record(model, clock.median_ms) for model in built}
     env["load_average_end"] = list(os.getloadavg())
     report = {
         "settings": {
@@ -262,10 +457,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "repeats": args.repeats,
             "warmup": args.warmup,
             "quick": args.quick,
+            "profile": args.profile,
             "image_shape": [args.image_size, args.image_size, 3],
             "batches": {m: (q if args.quick else b) for m, (b, q, _) in MEASUREMENTS.items()},
             "modes": {mode: f"tf.function(jit_compile={jit})" for mode, jit in MODES.items()},
             "loss": "mean(features ** 2), tf_keras Adam(1e-4)",
+            "timing": "interleaved rounds: each round calls every function of every model once",
         },
         "environment": env,
         "matmul": {

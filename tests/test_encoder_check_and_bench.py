@@ -86,3 +86,29 @@ def test_benchmark_quick_run_writes_positive_timings(tmp_path, capsys):
     assert set(report["ratios"]["xla_over_graph"]["cnn"]) == set(cnn["timings"])
     assert "train_step_over_vit" not in report["ratios"]  # no ViT in this run
     assert "matmul-times" in printed and "| cnn " in printed
+
+
+def test_benchmark_times_fast_and_reference_gsa_and_profiles_the_stages(tmp_path, capsys):
+    bench = _load_benchmark()
+    out = tmp_path / "encoders.json"
+    models = "sit_dihedral,sit_dihedral:reference"
+    argv = ["--quick", "--models", models, "--repeats", "2", "--image-size", "16", "--out", str(out)]
+    assert bench.main(argv) == 0
+    printed = capsys.readouterr().out
+    report = json.loads(out.read_text())
+    assert report["models"]["sit_dihedral:reference"]["overrides"] == {"implementation": "reference"}
+    ratio = report["ratios"]["train_step_fast_over_reference"]["sit_dihedral"]
+    assert set(ratio) == {"graph", "xla"} and min(ratio.values()) > 0
+    for name in ("sit_dihedral", "sit_dihedral:reference"):
+        profile = report["models"][name]["stage_profile"]
+        assert set(profile) == {"stem_pool", "local_gsa", "global_gsa", "rest"}
+        assert all(len(profile[s]["runs_ms"]) == 2 for s in ("stem_pool", "local_gsa", "global_gsa"))
+        step = report["models"][name]["timings"]["train_step"]["graph"]["median_ms"]
+        assert sum(p["median_ms"] for p in profile.values()) == pytest.approx(step)
+    assert "Where the train step goes" in printed and "fast GSA over reference" in printed
+
+
+@pytest.mark.parametrize("models", ["resnet", "vit:reference", "sit:quick"])
+def test_benchmark_rejects_unknown_models_and_implementations(models):
+    with pytest.raises(SystemExit):
+        _load_benchmark().parse_args(["--models", models])
