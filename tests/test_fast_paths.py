@@ -174,11 +174,22 @@ def test_pairs_form_keeps_rotations_breaks_flips_and_compiles(training: bool) ->
     np.testing.assert_allclose(compiled(x).numpy(), layer(x, training=False).numpy(), rtol=1e-10, atol=1e-10)
 
 
-def test_local_gsa_from_pixels_equals_the_reference_and_compiles() -> None:
+@pytest.mark.parametrize(
+    "window, stride, num_layers",
+    [(2, None, 2), (2, None, 1), (3, 1, 2), (3, 1, 1)],
+    ids=["tiling", "tiling-token_only", "sliding", "sliding-token_only"],
+)
+def test_local_gsa_from_pixels_equals_the_reference_and_compiles(
+    window: int, stride: int | None, num_layers: int
+) -> None:
+    # Sliding windows zero-pad the map: the padded tokens must match the
+    # reference's zero tokens; a single block's skip is its class token alone.
     layers = {}
     for implementation in ("reference", "fast"):
         layer = LocalGSA(
-            window=2,
+            window=window,
+            stride=stride,
+            num_layers=num_layers,
             dim=8,
             num_heads=2,
             triangles=1,

@@ -32,8 +32,8 @@ class LocalGSA(tf_keras.layers.Layer):
     appendix F.5). It is exact too, but XLA compiles depth-wise
     convolutions poorly on CPU (see ``benchmarks/encoders.py``).
 
-    With tiling windows and the fast implementation (the default), the
-    first block starts from the pixels: embedding, LayerNorm and projection
+    With the fast implementation (the default), the first block starts from
+    the pixels: embedding, LayerNorm and projection
     compose into ``r(x) (x A + a) + c`` for each ``C``-channel pixel ``x``
     (``_first_block_from_pixels``), so no ``D -> 3 D`` projection of a window
     token is computed. Same function, same weights as the reference path.
@@ -147,14 +147,14 @@ class LocalGSA(tf_keras.layers.Layer):
                 f"{self.name} expects pixel maps (B, {', '.join(map(str, expected))}). "
                 f"Received: {pixels.shape}"
             )
-        x = self.embed(pixels)  # (B, H, W, D)
         if self.graph_kernel_size is not None:
-            tokens = self._first_block_on_map(x, training)
+            tokens = self._first_block_on_map(self.embed(pixels), training)
             blocks = self.blocks[1:]
-        elif self.stride == self.window and self.blocks[0].attention.implementation == "fast":
-            tokens = self._first_block_from_pixels(pixels, x, training)
+        elif self.blocks[0].attention.implementation == "fast":
+            tokens = self._first_block_from_pixels(pixels, training)
             blocks = self.blocks[1:]
         else:
+            x = self.embed(pixels)  # (B, H, W, D)
             tokens = self._with_class_tokens(self._cut_windows(x), x.dtype)
             blocks = self.blocks
         for block in blocks[:-1]:
@@ -169,9 +169,7 @@ class LocalGSA(tf_keras.layers.Layer):
         token = tf.cast(self.class_token, dtype)[None, None, :]
         return tf.concat([tf.tile(token, [tf.shape(windows)[0], 1, 1]), windows], axis=1)
 
-    def _first_block_from_pixels(
-        self, pixels: tf.Tensor, embedded: tf.Tensor, training: bool | None
-    ) -> tf.Tensor:
+    def _first_block_from_pixels(self, pixels: tf.Tensor, training: bool | None) -> tf.Tensor:
         """The first block with embedding, LayerNorm and projection composed per pixel.
 
         For a pixel ``x`` (``C`` channels) the token is ``x E + e``; its
@@ -182,12 +180,15 @@ class LocalGSA(tf_keras.layers.Layer):
         ``r = 1 / sqrt(var + eps)`` and ``(W', b')`` the projection with the
         LayerNorm's ``gamma`` and ``beta`` folded in.
 
-        The windows are cut from the ``C``-channel pixels, and the whole
-        ``(3 D, B N, T)`` projection, window class tokens included, is one
-        matmul ``M^T y`` with ``M = [Z W'; u - b'; b']`` and per token
-        ``y = [r x, r, 0, 1]`` (pixels) or ``[0, 0, 1, 1]`` (class token,
-        whose projection is the constant ``u``). ``embedded`` (the tokens
-        ``x E + e``) is the block's skip connection.
+        The windows are cut from the ``[x, 1]`` map (``C + 1`` channels rather
+        than ``D``), and the whole ``(3 D, B N, T)`` projection, window class
+        tokens included, is one matmul ``M^T y`` with ``M = [Z W'; u - b'; b']``
+        and per token ``y = [r x, r, 0, 1]`` (pixels) or ``[0, 0, 1, 1]``
+        (class token, whose projection is the constant ``u``). Outside the
+        map (sliding windows) ``[x, 1]`` is zero-padded, so ``y = [0, 0, 0, 1]``:
+        the projection ``b'`` of the reference's zero token. The skip
+        connection is the embedded window (``x E + e``), or only the class
+        token when the block is the last one.
         """
         block = self.blocks[0]
         gsa = block.attention
@@ -202,8 +203,8 @@ class LocalGSA(tf_keras.layers.Layer):
             [tf.matmul(centred, kernel), (token_qkv - bias)[None], bias[None]], axis=0
         )  # (C + 3, 3 D)
         # [x, 1] per window token, channels first: (C + 1, B N, window^2).
-        x = tf.transpose(self._cut_windows(pixels), [2, 0, 1])
-        x = tf.concat([x, tf.ones_like(x[:1])], axis=0)
+        x = tf.concat([pixels, tf.ones_like(pixels[..., :1])], axis=-1)
+        x = tf.transpose(self._cut_windows(x), [2, 0, 1])
         variance = tf.reduce_sum(x * tf.einsum("cf,fbt->cbt", gram, x), axis=0, keepdims=True)
         inverse_std = tf.math.rsqrt(tf.maximum(variance, 0.0) + tf.cast(block.norm_epsilon, x.dtype))
         pixel_part = tf.concat([inverse_std * x, tf.zeros_like(x[:1]), tf.ones_like(x[:1])], axis=0)
@@ -213,8 +214,12 @@ class LocalGSA(tf_keras.layers.Layer):
         qkv = tf.matmul(mixing, tf.reshape(y, [rows, -1]), transpose_a=True)
         qkv = tf.reshape(qkv, [3 * self.dim, -1, y.shape[2]])
         update = gsa.mix_and_attend(qkv, training=training, token_only=token_only)
-        tokens = self._with_class_tokens(self._cut_windows(embedded), embedded.dtype)
-        return block.feed_forward((tokens[:, :1] if token_only else tokens) + update)
+        if token_only:
+            skip = tf.cast(self.class_token, update.dtype)[None, None, :]
+        else:
+            embedded = self.embed(pixels)
+            skip = self._with_class_tokens(self._cut_windows(embedded), embedded.dtype)
+        return block.feed_forward(skip + update)
 
     def _first_block_on_map(self, x: tf.Tensor, training: bool | None) -> tf.Tensor:
         """The first block with its graphs applied to the whole map (extended window)."""
