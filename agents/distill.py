@@ -60,6 +60,7 @@ from tf_agents.trajectories import time_step as ts
 from tf_agents.utils import common
 from tqdm import tqdm
 
+from sit_keras import xla
 from sit_keras.agents import evaluate, policy_network
 from sit_keras.agents.console import quiet_library_logs
 from sit_keras.agents.environments import load
@@ -172,6 +173,8 @@ def distill(
     eval_episodes: int = 0,
     seed: int = 0,
     progress: bool = True,
+    # XLA for the train step (sit_keras.xla): "auto" (on with a GPU), True / "on", False / "off".
+    jit_compile: bool | str = "auto",
 ) -> dict[str, Any]:
     """Clones the teacher's greedy policy into a ``SensorActorNetwork``; returns losses and returns.
 
@@ -192,6 +195,9 @@ def distill(
         episodes (``evaluate.evaluate``, its held-out seeds) at the end.
       seed: environment and TensorFlow seed.
       progress: show a progress bar.
+      jit_compile: compile the train step with XLA (``xla.resolve_jit_compile``;
+        ``"auto"``: when a GPU is visible); the resolved value is a setting in
+        ``distill.json``.
 
     Returns:
       ``{"loss": last epoch's mean loss, "train_step", "teacher_data_return"
@@ -200,8 +206,10 @@ def distill(
       ``eval_episodes > 0``.
 
     Raises:
-      ValueError: inconsistent sizes, image observations, no environment.
+      ValueError: inconsistent sizes, image observations, no environment, an
+        unknown ``jit_compile`` setting.
     """
+    jit_compile = xla.resolve_jit_compile(jit_compile)
     if sequence_length < 1 or collect_steps_per_env % sequence_length:
         raise ValueError(
             f"collect_steps_per_env = {collect_steps_per_env} must be a positive multiple of "
@@ -210,7 +218,8 @@ def distill(
     env_name, env_kwargs = _teacher_environment(teacher_dir, env_name, env_kwargs)
     teacher = evaluate.load_policy(teacher_policy_dir(teacher_dir))
     os.makedirs(root_dir, exist_ok=True)
-    tf.random.set_seed(seed)
+    # Python's, NumPy's and TensorFlow's seeds: unseeded Keras initializers draw from Python's.
+    tf_keras.utils.set_random_seed(seed)
     env = load(env_name, num_envs=num_envs, seed=seed, **env_kwargs)
     try:
         observation_spec, action_spec, time_step_spec = spec_utils.get_tensor_specs(env)
@@ -241,7 +250,7 @@ def distill(
     )  # fmt: skip
 
     discrete = tensor_spec.is_discrete(action_spec)
-    train_chunk = _train_chunk_fn(student, optimizer, train_step, discrete, max_grad_norm)
+    train_chunk = _train_chunk_fn(student, optimizer, train_step, discrete, max_grad_norm, jit_compile)
     chunks = collect_steps_per_env // sequence_length
     first_epoch = int(train_step.numpy()) // chunks
     writer = tf.summary.create_file_writer(os.path.join(root_dir, "train"))
@@ -294,7 +303,7 @@ def distill(
         "teacher_dir": teacher_dir, "env_name": env_name, "env_kwargs": env_kwargs, "num_envs": num_envs,
         "collect_steps_per_env": collect_steps_per_env, "sequence_length": sequence_length,
         "num_epochs": num_epochs, "learning_rate": learning_rate, "max_grad_norm": max_grad_norm,
-        **network_kwargs, "seed": seed,
+        **network_kwargs, "seed": seed, "jit_compile": jit_compile,
     }  # fmt: skip
     with open(os.path.join(root_dir, "distill.json"), "w") as f:
         json.dump({"settings": settings, "results": results, "history": history}, f, indent=2, default=list)
@@ -302,10 +311,13 @@ def distill(
 
 
 def _train_chunk_fn(student: SensorActorNetwork, optimizer, train_step: tf.Variable, discrete: bool,
-                    max_grad_norm: float):  # fmt: skip
-    """One gradient step on a chunk ``(E, L, ...)`` from the carried state: ``(loss, next state)``."""
+                    max_grad_norm: float, jit_compile: bool):  # fmt: skip
+    """One gradient step on a chunk ``(E, L, ...)`` from the carried state: ``(loss, next state)``.
 
-    @tf.function(autograph=False)
+    With ``jit_compile``, the step runs XLA-compiled (``xla.compile_with_xla``);
+    the loss summary is written by the training loop, outside it.
+    """
+
     def train_chunk(observations, step_types, actions, weights, state):
         with tf.GradientTape() as tape:
             distribution, new_state = student(
@@ -318,7 +330,7 @@ def _train_chunk_fn(student: SensorActorNetwork, optimizer, train_step: tf.Varia
         train_step.assign_add(1)
         return loss, tf.nest.map_structure(tf.stop_gradient, new_state)
 
-    return train_chunk
+    return tf.function(xla.compile_with_xla(train_chunk) if jit_compile else train_chunk, autograph=False)
 
 
 def _save_policies(root_dir: str, time_step_spec, action_spec, student, train_step: tf.Variable):
@@ -353,6 +365,7 @@ def _define_flags() -> None:
         "eval_episodes", 10, "Episodes of teacher and student evaluation at the end (0: none)."
     )
     flags.DEFINE_integer("seed", 0, "Seed.")
+    xla.define_jit_compile_flag()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -385,6 +398,7 @@ def _main(argv: Sequence[str]) -> None:
         max_grad_norm=_FLAGS.max_grad_norm,
         eval_episodes=_FLAGS.eval_episodes,
         seed=_FLAGS.seed,
+        jit_compile=_FLAGS.jit_compile,
     )
     results.pop("history")
     print({k: round(v, 4) if isinstance(v, float) else v for k, v in results.items()})

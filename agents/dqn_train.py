@@ -74,6 +74,8 @@ from tf_agents.train.utils import spec_utils, train_utils
 from tf_agents.utils import common
 from tqdm import tqdm
 
+from sit_keras import xla
+
 # A module reference, not names: train.py may import this module for sit-train's dispatch,
 # and the helpers below are only looked up when a run starts.
 from sit_keras.agents import checkpoints, evaluate, policy_network, q_networks
@@ -226,6 +228,8 @@ def dqn_train_eval(
     summary_interval: int = 1000,
     seed: int = 0,
     progress: bool = True,
+    # XLA for the train step (sit_keras.xla): "auto" (on with a GPU), True / "on", False / "off".
+    jit_compile: bool | str = "auto",
     strategy: tf.distribute.Strategy | None = None,
 ) -> dict[str, Any]:
     """Trains a DQN / C51 agent; returns the last metrics and counters, ``evaluations`` and a ``history``.
@@ -258,12 +262,18 @@ def dqn_train_eval(
       checkpoint_interval, policy_save_interval: in agent steps; both also at
         the end (``policy_save_interval=0``: no policy exports at all).
       summary_interval: gradient steps between the learner's loss summaries.
+      jit_compile: compile the agent's train step with XLA
+        (``xla.resolve_jit_compile``; ``"auto"``: when a GPU is visible and
+        no ``strategy`` is given). The resolved value is the ``jit_compile``
+        hyper-parameter in ``collect/``.
       strategy: a ``tf.distribute.Strategy`` for the learner (default: none).
 
     Raises:
       ValueError: unknown names (environment, algorithm, encoder), sizes < 1,
-        or a C51 support with ``min_q_value >= max_q_value``.
+        a C51 support with ``min_q_value >= max_q_value``, an unknown
+        ``jit_compile`` setting.
     """
+    jit_compile = xla.resolve_jit_compile(jit_compile, strategy)
     _check_settings(
         algorithm, num_envs=num_envs, total_agent_steps=total_agent_steps, replay_capacity=replay_capacity,
         update_period=update_period, batch_size=batch_size, n_step=n_step,
@@ -276,8 +286,8 @@ def dqn_train_eval(
     strategy = strategy or tf.distribute.get_strategy()
     env_kwargs = dict(env_kwargs or {})
     os.makedirs(root_dir, exist_ok=True)
-    tf.random.set_seed(seed)
-    np.random.seed(seed)
+    # Python's, NumPy's and TensorFlow's seeds: unseeded Keras initializers draw from Python's.
+    tf_keras.utils.set_random_seed(seed)
     env = load(env_name, num_envs=num_envs, seed=seed, **env_kwargs)
     observation_spec, action_spec, time_step_spec = spec_utils.get_tensor_specs(env)
     start = learning_starts(min_replay_size, num_envs, n_step)
@@ -304,6 +314,9 @@ def dqn_train_eval(
             min_q_value=min_q_value, max_q_value=max_q_value,
         )  # fmt: skip
         agent.initialize()
+    if jit_compile:
+        # Before the learner is made: it traces agent.train.
+        agent.train = xla.compile_with_xla(agent.train)
 
     # Allocated in full now (Atari: 28 kB per agent step, 2.8 GB for 100k); its size must
     # not change between a run and its resumption.
@@ -595,4 +608,5 @@ _HYPERPARAMETERS = (
     "epsilon_decay_steps",
     "epsilon_eval",
     "seed",
+    "jit_compile",
 )

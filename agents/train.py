@@ -35,7 +35,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gin
-import numpy as np
 import tensorflow as tf
 import tf_keras
 from absl import app, flags
@@ -51,6 +50,7 @@ from tf_agents.train.utils import spec_utils, train_utils
 from tf_agents.utils import common
 from tqdm import tqdm
 
+from sit_keras import xla
 from sit_keras.agents import checkpoints, networks, policy_network, sensor_networks
 from sit_keras.agents.augmentation import make_augmentation
 from sit_keras.agents.collection import (
@@ -140,6 +140,8 @@ def train_eval(
     policy_save_interval: int = 500_000,
     seed: int = 0,
     progress: bool = True,
+    # XLA for the train step (sit_keras.xla): "auto" (on with a GPU), True / "on", False / "off".
+    jit_compile: bool | str = "auto",
     strategy: tf.distribute.Strategy | None = None,
 ) -> dict[str, Any]:
     """Trains a PPO (+ DrAC) agent; returns the last metrics, counters and speeds, and a ``history``.
@@ -167,12 +169,17 @@ def train_eval(
       checkpoint_interval, policy_save_interval: in environment steps; the
         policy is also exported at the end, unless ``policy_save_interval=0``
         (no exports at all, e.g. for benchmarks).
+      jit_compile: compile the agent's train step with XLA
+        (``xla.resolve_jit_compile``; ``"auto"``: when a GPU is visible and
+        no ``strategy`` is given). The resolved value is the ``jit_compile``
+        hyper-parameter in ``collect/``.
       strategy: a ``tf.distribute.Strategy`` for the learner (default: none).
 
     Raises:
       ValueError: inconsistent sizes, unknown names (environment, encoder,
-        augmentation).
+        augmentation), an unknown ``jit_compile`` setting.
     """
+    jit_compile = xla.resolve_jit_compile(jit_compile, strategy)
     steps_per_iteration = num_envs * collect_steps_per_env
     if num_minibatches < 1 or steps_per_iteration % num_minibatches:
         raise ValueError(
@@ -181,8 +188,8 @@ def train_eval(
         )
     strategy = strategy or tf.distribute.get_strategy()
     os.makedirs(root_dir, exist_ok=True)
-    tf.random.set_seed(seed)
-    np.random.seed(seed)
+    # Python's, NumPy's and TensorFlow's seeds: unseeded Keras initializers draw from Python's.
+    tf_keras.utils.set_random_seed(seed)
     env = load(env_name, num_envs=num_envs, seed=seed, **dict(env_kwargs or {}))
     observation_spec, action_spec, time_step_spec = spec_utils.get_tensor_specs(env)
 
@@ -237,6 +244,9 @@ def train_eval(
             drac_coef=drac_coef,
         )
         agent.initialize()
+    if jit_compile:
+        # Before the learner is made: it traces agent.train.
+        agent.train = xla.compile_with_xla(agent.train)
 
     replay_buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(
         agent.collect_data_spec, batch_size=num_envs, max_length=collect_steps_per_env + 1
@@ -587,6 +597,7 @@ _HYPERPARAMETERS = (
     "drac_coef",
     "augmentation",
     "seed",
+    "jit_compile",
 )
 
 
@@ -607,6 +618,19 @@ def _define_flags() -> None:
     flags.DEFINE_multi_string("gin_file", [], "Gin config files (configs/...).")
     flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings, e.g. 'train_eval.num_envs = 8'.")
     flags.DEFINE_enum("strategy", "default", list(STRATEGIES), "tf.distribute strategy of the learner.")
+    # Passed to the trainer only when given: otherwise the config's binding (default "auto") holds.
+    xla.define_jit_compile_flag()
+    flags.register_multi_flags_validator(["strategy", "jit_compile"], _check_jit_compile_strategy)
+
+
+def _check_jit_compile_strategy(values: Mapping[str, Any]) -> bool:
+    """``--jit_compile on`` needs ``--strategy default`` (see ``xla.resolve_jit_compile``)."""
+    if values["strategy"] != "default" and str(values["jit_compile"]).strip().lower() in ("true", "on"):
+        raise flags.ValidationError(
+            f"--jit_compile={values['jit_compile']} needs --strategy default: XLA cannot compile the "
+            f"gradient aggregation of --strategy {values['strategy']}."
+        )
+    return True
 
 
 class _DropGinSearchMisses(std_logging.Filter):
@@ -630,19 +654,25 @@ def _import_trainers() -> None:
         importlib.import_module(path.rpartition(".")[0])
 
 
-@gin.configurable(denylist=["root_dir", "strategy"])
+@gin.configurable(denylist=["root_dir", "strategy", "jit_compile"])
 def train(
-    root_dir: str, agent: str = "ppo", strategy: tf.distribute.Strategy | None = None
+    root_dir: str,
+    agent: str = "ppo",
+    strategy: tf.distribute.Strategy | None = None,
+    jit_compile: bool | str | None = None,
 ) -> dict[str, Any]:
     """``sit-train``'s dispatch: runs the trainer of ``agent`` (a ``TRAINERS`` key; gin ``train.agent``).
 
     PPO (+ DrAC) is ``train_eval``; SAC ``sac_train.sac_train_eval``; DQN /
-    C51 ``dqn_train.dqn_train_eval``. Each reads its own gin bindings.
+    C51 ``dqn_train.dqn_train_eval``. Each reads its own gin bindings;
+    ``jit_compile`` (``--jit_compile``), unless ``None``, overrides the
+    trainer's.
     """
     if agent not in TRAINERS:
         raise ValueError(f"Unknown agent {agent!r} (train.agent). Expected one of: {', '.join(TRAINERS)}.")
     module, _, function = TRAINERS[agent].rpartition(".")
-    return getattr(importlib.import_module(module), function)(root_dir, strategy=strategy)
+    kwargs = {} if jit_compile is None else {"jit_compile": jit_compile}
+    return getattr(importlib.import_module(module), function)(root_dir, strategy=strategy, **kwargs)
 
 
 def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str]) -> None:
@@ -681,6 +711,7 @@ def _main(argv: Sequence[str]) -> None:
     quiet_library_logs()
     parse_gin(_FLAGS.gin_file, _FLAGS.gin_bindings)
     os.makedirs(_FLAGS.root_dir, exist_ok=True)
-    results = train(_FLAGS.root_dir, strategy=make_strategy(_FLAGS.strategy))
+    jit_compile = _FLAGS.jit_compile if _FLAGS["jit_compile"].present else None
+    results = train(_FLAGS.root_dir, strategy=make_strategy(_FLAGS.strategy), jit_compile=jit_compile)
     results.pop("history")
     print({k: round(v, 4) if isinstance(v, float) else v for k, v in results.items()})

@@ -41,6 +41,7 @@ import tensorflow as tf
 import tf_keras
 from absl import flags
 
+from sit_keras import xla
 from sit_keras.supervised.classifiers import build_classifier
 from sit_keras.supervised.datasets import dataset_spec, load_dataset
 
@@ -112,7 +113,8 @@ def train_supervised(
     batch_size: int = 32,
     learning_rate: float = 3e-3,
     seed: int = 0,
-    jit_compile: bool = False,
+    # XLA for the train step (sit_keras.xla): "auto" (on with a GPU), True / "on", False / "off".
+    jit_compile: bool | str = "auto",
     # Evaluation and logging.
     eval_interval: int = 1,
     verbose: int = 2,
@@ -139,27 +141,31 @@ def train_supervised(
       batch_size: examples per step.
       learning_rate: Adam step size.
       seed: seeds weights, shuffling and the rotation angles.
-      jit_compile: compile the train step with XLA (slower than the graph
-        executor for the SiT family on CPU; see benchmarks/README.md).
+      jit_compile: compile the train step with XLA (``xla.resolve_jit_compile``;
+        ``"auto"``: when a GPU is visible; on a CPU XLA is slower than the graph
+        executor for the SiT family, see benchmarks/README.md).
       eval_interval: evaluate on the test data every this many epochs
         (logged to TensorBoard); 0 evaluates only at the end.
       verbose: ``fit``'s verbosity (0 silent, 2 one line per epoch).
 
     Returns:
       The dict written to ``root_dir/result.json``: ``test_accuracy``,
-      ``test_loss``, ``epochs``, ``initial_epoch``, ``train_time_s`` (this
+      ``test_loss``, ``jit_compile`` (whether the model's train step was
+      compiled with XLA), ``epochs``, ``initial_epoch``, ``train_time_s`` (this
       run's training, without evaluation), ``total_train_time_s`` (all runs
       of ``root_dir``), ``eval_time_s``, ``params``, ``history``, ``config``,
       ``gin_config`` and ``versions``.
 
     Raises:
-      ValueError: unknown names, non-positive sizes, or a checkpoint in
-        ``root_dir`` that belongs to another model.
+      ValueError: unknown names, non-positive sizes, an unknown
+        ``jit_compile`` setting, or a checkpoint in ``root_dir`` that belongs
+        to another model.
       FileNotFoundError: a TFDS dataset that is not prepared.
     """
     config = {name: value for name, value in locals().items() if name != "root_dir"}
     config["model_overrides"] = dict(model_overrides or {})
     _check_positive(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate)
+    use_xla = xla.resolve_jit_compile(jit_compile)
     if eval_interval < 0:
         raise ValueError(f"eval_interval must be >= 0. Received: eval_interval={eval_interval}")
     test_dataset = dataset if test_dataset is None else test_dataset
@@ -189,7 +195,7 @@ def train_supervised(
         optimizer=optimizer,
         loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=[tf_keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
-        jit_compile=jit_compile,
+        jit_compile=use_xla,
     )
 
     os.makedirs(root_dir, exist_ok=True)
@@ -231,6 +237,8 @@ def train_supervised(
     result = {
         "test_accuracy": float(test_accuracy),
         "test_loss": float(test_loss),
+        # What Keras compiled: it would turn XLA off where XLA is not available.
+        "jit_compile": bool(classifier.jit_compile),
         "dataset": dataset,
         "test_dataset": test_dataset,
         "model": model,
@@ -270,6 +278,8 @@ flags.DEFINE_multi_string(
 flags.DEFINE_string(
     "data_dir", None, "Folder of prepared TFDS datasets (overrides a gin binding).", flag_values=FLAGS
 )
+# Overrides the gin binding (default "auto") when given.
+xla.define_jit_compile_flag(FLAGS)
 flags.mark_flag_as_required("root_dir", flag_values=FLAGS)
 
 PROGRAM = "sit-train-supervised"
@@ -281,7 +291,8 @@ def _parameters() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parses ``--root_dir``, ``--gin_file``, ``--gin_bindings``, ``--data_dir`` and trains.
+    """Parses the flags (``--root_dir``, ``--gin_file``, ``--gin_bindings``, ``--data_dir``,
+    ``--jit_compile``) and trains.
 
     Args:
       argv: command-line arguments without the program name; ``sys.argv[1:]`` when ``None``.
@@ -310,7 +321,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    kwargs = {"data_dir": FLAGS.data_dir} if FLAGS.data_dir else {}
+    kwargs: dict[str, Any] = {"data_dir": FLAGS.data_dir} if FLAGS.data_dir else {}
+    if FLAGS["jit_compile"].present:
+        kwargs["jit_compile"] = FLAGS.jit_compile
     result = train_supervised(FLAGS.root_dir, **kwargs)
     print(
         f"{result['model']} on {result['dataset']} -> {result['test_dataset']}: "
