@@ -13,6 +13,7 @@ import tf_keras
 from sit_keras import graphs
 from sit_keras.layers.graph_weights import NearIdentity, graph_symmetric_dropout
 from sit_keras.layers.indexing import expand_shared
+from sit_keras.layers.precision import stable_dtype
 from sit_keras.layers.triangle_sums import TRIANGLE_FORMS, TriangleSums, theta_table
 
 GRAPH_FORMS = ("auto", "dense", "conv")
@@ -238,14 +239,23 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
             )
         if self.score_graph:
             self.score_graph_weights = self.add_weight(
-                "score_graph", (n, heads), initializer=self._graph_initializer(range(n), 1.0, 1)
+                "score_graph",
+                (n, heads),
+                initializer=self._graph_initializer(range(n), 1.0, 1),
+                experimental_autocast=False,  # the score path runs in float32 (see `_scores`)
             )
         if self.score_mixing:
             self.score_mixing_weights = self.add_weight(
-                "score_mixing", (n, heads), initializer=self._graph_initializer([self._self_class()], 1.0, 2)
+                "score_mixing",
+                (n, heads),
+                initializer=self._graph_initializer([self._self_class()], 1.0, 2),
+                experimental_autocast=False,
             )
             self.score_bias_weights = self.add_weight(
-                "score_bias", (n, heads), initializer=self._graph_initializer([], 0.0, 3)
+                "score_bias",
+                (n, heads),
+                initializer=self._graph_initializer([], 0.0, 3),
+                experimental_autocast=False,
             )
         self.triangle_weights = []
         if self.triangles:
@@ -258,6 +268,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
                         f"triangle_{t}",
                         (self._num_angle_classes, heads),
                         initializer=self._graph_initializer(primary, 1.0, 4 + t),
+                        experimental_autocast=False,
                     )
                 )
         super().build(input_shape)
@@ -345,10 +356,11 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
     ) -> tuple[tf.Tensor, tf.Tensor]:
         """``(scale W, offset W + b)``: the projection of ``x * scale + offset`` as one of ``x``."""
         kernel, bias = self.qkv_kernel, self.qkv_bias
+        # Under a mixed policy a LayerNorm keeps float32 weights while the kernel reads in the compute dtype.
         if input_offset is not None:
-            bias = bias + tf.linalg.matvec(kernel, input_offset, transpose_a=True)
+            bias = bias + tf.linalg.matvec(kernel, tf.cast(input_offset, kernel.dtype), transpose_a=True)
         if input_scale is not None:
-            kernel = input_scale[:, None] * kernel
+            kernel = tf.cast(input_scale, kernel.dtype)[:, None] * kernel
         return kernel, bias
 
     def mix_qkv_grid(
@@ -410,7 +422,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         q, k, v = tf.unstack(tf.transpose(tf.reshape(qkv, [3, heads, head_dim, -1, t]), [0, 3, 1, 2, 4]))
         if token_only:
             return self._attend_token(q, k, v)
-        scores = tf.matmul(q, k, transpose_a=True)  # (B, H, T, T): q_i . k_j
+        scores = self._scores(q, k)  # (B, H, T, T): q_i . k_j
         if self.score_mixing:
             scores = self._mix_scores(scores, training, "hik,bhkj->bhij", head_axis=1)
         if self.score_graph:
@@ -418,7 +430,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         attention = self._normalised(self._symmetrised(scores, +1.0), training)
         if self.antisymmetric:
             attention += self._normalised(self._symmetrised(scores, -1.0), training)
-        out = tf.matmul(attention, v, transpose_b=True)  # (B, H, T, d)
+        out = tf.matmul(tf.cast(attention, v.dtype), v, transpose_b=True)  # (B, H, T, d)
         return tf.reshape(tf.transpose(out, [0, 2, 1, 3]), [-1, t, self.dim])
 
     def _attend_head_major(self, qkv: tf.Tensor, training: bool | None) -> tf.Tensor:
@@ -432,7 +444,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         heads, head_dim, t = self.num_heads, self.head_dim, self.num_tokens
         # (3, H, d, B, T) -> (3, H, B, d, T)
         q, k, v = tf.unstack(tf.transpose(tf.reshape(qkv, [3, heads, head_dim, -1, t]), [0, 1, 3, 2, 4]))
-        scores = tf.matmul(q, k, transpose_a=True)  # (H, B, T, T): q_i . k_j
+        scores = self._scores(q, k)  # (H, B, T, T): q_i . k_j
         if self.score_mixing:
             scores = self._mix_scores(scores, training, "hik,hbkj->hbij", head_axis=0)
         graph = None
@@ -443,8 +455,18 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         )
         if self.antisymmetric:
             attention += tf.nn.softmax(self._score_logits(scores, graph, -1.0, training))
-        out = tf.matmul(attention, v, transpose_b=True)  # (H, B, T, d)
+        out = tf.matmul(tf.cast(attention, v.dtype), v, transpose_b=True)  # (H, B, T, d)
         return tf.reshape(tf.transpose(out, [1, 2, 0, 3]), [-1, t, self.dim])
+
+    def _scores(self, q: tf.Tensor, k: tf.Tensor) -> tf.Tensor:
+        """``q_i . k_j`` over the last two axes, in the compute dtype, returned in ``stable_dtype``.
+
+        Under a mixed-precision policy the matmul runs in float16 / bfloat16
+        and everything after it up to the softmax (score graphs, symmetrisation,
+        triangle sums, scale, softmax) in float32, with float32 weights; the
+        attention weights go back to the compute dtype for the values.
+        """
+        return tf.cast(tf.matmul(q, k, transpose_a=True), stable_dtype(self.compute_dtype))
 
     def _score_logits(
         self, scores: tf.Tensor, graph: tf.Tensor | None, sign: float, training: bool | None
@@ -473,14 +495,14 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
     def _attend_token(self, q: tf.Tensor, k: tf.Tensor, v: tf.Tensor) -> tf.Tensor:
         if not self.class_token or self.score_mixing:
             raise ValueError("token_only needs class_token=True and score_mixing=False.")
-        row = tf.matmul(q[..., :1], k, transpose_a=True)  # (B, H, 1, T): q_0 . k_j
-        column = tf.transpose(tf.matmul(q, k[..., :1], transpose_a=True), [0, 1, 3, 2])  # q_j . k_0
+        row = self._scores(q[..., :1], k)  # (B, H, 1, T): q_0 . k_j
+        column = tf.transpose(self._scores(q, k[..., :1]), [0, 1, 3, 2])  # q_j . k_0
         scale = tf.cast(1.0 / math.sqrt(self.head_dim), row.dtype)
         symmetric = row + column if self.symmetrize else row
         attention = tf.nn.softmax(symmetric * scale, axis=-1)
         if self.antisymmetric:
             attention += tf.nn.softmax((row - column) * scale, axis=-1)
-        out = tf.matmul(attention, v, transpose_b=True)  # (B, H, 1, d)
+        out = tf.matmul(tf.cast(attention, v.dtype), v, transpose_b=True)  # (B, H, 1, d)
         return tf.reshape(tf.transpose(out, [0, 2, 1, 3]), [-1, 1, self.dim])
 
     def _symmetrised(self, scores: tf.Tensor, sign: float) -> tf.Tensor:

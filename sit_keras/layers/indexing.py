@@ -25,6 +25,11 @@ def expand_shared(weights: tf.Tensor, index: np.ndarray) -> tf.Tensor:
       exported model does not carry the ``(|S|, n)`` one-hot table.
     """
     flat = np.asarray(index, np.int32).reshape(-1)
+    # A tensor, not a variable: under a mixed-precision policy this reads the
+    # (float32) variable in the compute dtype, and the custom gradient below
+    # then differentiates a tensor, whose gradient reaches the variable
+    # through that cast.
+    weights = tf.convert_to_tensor(weights)
     n = weights.shape[0]
 
     @tf.custom_gradient

@@ -10,6 +10,7 @@ import tf_keras
 from sit_keras import graphs
 from sit_keras.layers.gsa_block import GraphSymmetricAttentionBlock
 from sit_keras.layers.indexing import ConstantGather
+from sit_keras.layers.precision import stable_dtype
 from sit_keras.layers.sublayers import build_sublayer
 
 
@@ -193,25 +194,38 @@ class LocalGSA(tf_keras.layers.Layer):
         block = self.blocks[0]
         gsa = block.attention
         token_only = self.num_layers == 1 and not gsa.score_mixing
+        # Under a mixed policy the statistics and the small matrices are float32
+        # (`stable`); the one large matmul runs in the compute dtype.
+        stable = stable_dtype(self.compute_dtype)
         kernel, bias = gsa.folded_projection(block.norm.gamma, block.norm.beta)  # (D, 3 D), (3 D,)
         affine = tf.concat([self.embed.kernel, self.embed.bias[None]], axis=0)  # (C + 1, D)
+        affine = tf.cast(affine, stable)
         centred = affine - tf.reduce_mean(affine, axis=1, keepdims=True)
         gram = tf.matmul(centred, centred, transpose_b=True) / self.dim  # (C + 1, C + 1)
         token = block.standardize(tf.cast(self.class_token, kernel.dtype)[None, None, :])
         token_qkv = gsa.project_qkv(token, block.norm.gamma, block.norm.beta)[:, 0, 0]  # (3 D,): u
         mixing = tf.concat(
-            [tf.matmul(centred, kernel), (token_qkv - bias)[None], bias[None]], axis=0
+            [
+                tf.matmul(centred, tf.cast(kernel, stable)),
+                tf.cast(token_qkv - bias, stable)[None],
+                tf.cast(bias, stable)[None],
+            ],
+            axis=0,
         )  # (C + 3, 3 D)
         # [x, 1] per window token, channels first: (C + 1, B N, window^2).
-        x = tf.concat([pixels, tf.ones_like(pixels[..., :1])], axis=-1)
+        x = tf.cast(pixels, stable)
+        x = tf.concat([x, tf.ones_like(x[..., :1])], axis=-1)
         x = tf.transpose(self._cut_windows(x), [2, 0, 1])
         variance = tf.reduce_sum(x * tf.einsum("cf,fbt->cbt", gram, x), axis=0, keepdims=True)
-        inverse_std = tf.math.rsqrt(tf.maximum(variance, 0.0) + tf.cast(block.norm_epsilon, x.dtype))
+        inverse_std = tf.math.rsqrt(tf.maximum(variance, 0.0) + tf.cast(block.norm_epsilon, stable))
         pixel_part = tf.concat([inverse_std * x, tf.zeros_like(x[:1]), tf.ones_like(x[:1])], axis=0)
         rows = pixel_part.shape[0]  # C + 3
-        class_part = tf.constant([0.0] * (rows - 2) + [1.0, 1.0], x.dtype)[:, None, None]
+        class_part = tf.constant([0.0] * (rows - 2) + [1.0, 1.0], stable)[:, None, None]
         y = tf.concat([tf.tile(class_part, [1, tf.shape(x)[1], 1]), pixel_part], axis=2)  # (C + 3, B N, T)
-        qkv = tf.matmul(mixing, tf.reshape(y, [rows, -1]), transpose_a=True)
+        compute = kernel.dtype
+        qkv = tf.matmul(
+            tf.cast(mixing, compute), tf.cast(tf.reshape(y, [rows, -1]), compute), transpose_a=True
+        )
         qkv = tf.reshape(qkv, [3 * self.dim, -1, y.shape[2]])
         update = gsa.mix_and_attend(qkv, training=training, token_only=token_only)
         if token_only:

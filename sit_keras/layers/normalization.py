@@ -12,14 +12,22 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from sit_keras.layers.precision import stable_dtype
+
 
 def standardize(x: tf.Tensor, epsilon: float) -> tf.Tensor:
     """``(x - mean(x)) / sqrt(var(x) + epsilon)`` over the last axis.
 
     The gradient is ``r * (dy - mean(dy) - y * mean(dy * y))`` with
     ``r = 1 / sqrt(var + epsilon)``, the exact derivative of the forward.
+    A float16 / bfloat16 input is standardised in float32 (its statistics
+    would lose most of their digits) and the result returned in its dtype.
     """
+    dtype = x.dtype
+    return tf.cast(_standardize(tf.cast(x, stable_dtype(dtype)), epsilon), dtype)
 
+
+def _standardize(x: tf.Tensor, epsilon: float) -> tf.Tensor:
     @tf.custom_gradient
     def forward(x: tf.Tensor) -> tf.Tensor:
         mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
