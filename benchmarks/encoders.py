@@ -20,6 +20,11 @@ ratios of the medians stay comparable. Every time is also given divided by
 the median matmul ("matmul-times"), a unit more comparable between machines
 than milliseconds.
 
+With ``--precisions`` the graph-mode train step is also timed under
+Keras' mixed-precision policies (``mixed_bfloat16``, ``mixed_float16``:
+float16 / bfloat16 compute, float32 variables), in the same rounds, and
+reported as a ratio to the float32 step.
+
 For the SiT family the train step is also split into stages, each timed in
 the same rounds as forward + backward on its real input (graph mode, train
 batch): the stem and max-pool, local GSA, global GSA, and the rest (head,
@@ -28,6 +33,7 @@ loss, Adam and glue) as the step minus the stages.
 Usage::
 
     python benchmarks/encoders.py [--models sit,sit:reference,siet,vit,impala_cnn] [--repeats 7]
+        [--precisions float32,mixed_bfloat16,mixed_float16]
         [--out benchmarks/results/encoders.json] [--quick] [--no-profile]
 
 See benchmarks/README.md for how to read the output.
@@ -71,6 +77,7 @@ MEASUREMENTS: dict[str, tuple[int, int, str]] = {
 }
 MODES: dict[str, bool] = {"graph": False, "xla": True}  # mode -> jit_compile
 STAGES = ("stem_pool", "local_gsa", "global_gsa")
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 
 MATMUL_SIZE = 1024
 MATMUL_MIN_RUNS = 10  # timed matmuls at the start; then one per round and 3 at the end
@@ -168,6 +175,16 @@ def _model_list(text: str) -> list[str]:
     return models
 
 
+def _precision_list(text: str) -> list[str]:
+    precisions = [p.strip() for p in text.split(",") if p.strip()]
+    unknown = [p for p in precisions if p not in PRECISIONS]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown precision {unknown[0]!r}; expected: {', '.join(PRECISIONS)}"
+        )
+    return precisions
+
+
 def _stage_functions(encoder: SiTEncoder, images: tf.Tensor) -> dict[str, tuple[Callable, tf.Tensor]]:
     """Forward + backward of each stage of a SiT encoder on its real input, as graph-mode functions."""
 
@@ -208,6 +225,22 @@ def _stage_functions(encoder: SiTEncoder, images: tf.Tensor) -> dict[str, tuple[
     return stages
 
 
+def _precision_steps(name: str, overrides: dict[str, Any], images: tf.Tensor, args) -> dict[str, Timed]:
+    """The graph-mode train step of the model built under each mixed-precision policy of ``--precisions``."""
+    steps = {}
+    for precision in args.precisions:
+        if precision == "float32":
+            continue
+        tf_keras.mixed_precision.set_global_policy(precision)
+        try:
+            tf_keras.utils.set_random_seed(0)
+            encoder = build_encoder(name, images.shape[1:], **overrides)
+            steps[precision] = Timed(make_train_step(encoder, jit_compile=False), images, args.warmup)
+        finally:
+            tf_keras.mixed_precision.set_global_policy("float32")
+    return steps
+
+
 def build_model(spec: str, args: argparse.Namespace) -> dict[str, Any]:
     """The encoder of ``spec`` and every timed function of it, called once and warmed up."""
     name, overrides = parse_model(spec)
@@ -235,7 +268,15 @@ def build_model(spec: str, args: argparse.Namespace) -> dict[str, Any]:
         images = timed["train_step", "graph"].x
         for stage, (fn, x) in _stage_functions(encoder, images).items():
             stages[stage] = Timed(fn, x, args.warmup)
-    return {"spec": spec, "encoder": encoder, "overrides": overrides, "timed": timed, "stages": stages}
+    precisions = _precision_steps(name, overrides, timed["train_step", "graph"].x, args)
+    return {
+        "spec": spec,
+        "encoder": encoder,
+        "overrides": overrides,
+        "timed": timed,
+        "stages": stages,
+        "precisions": precisions,
+    }
 
 
 def run_rounds(models: list[dict[str, Any]], clock: MatmulClock, repeats: int) -> None:
@@ -243,7 +284,7 @@ def run_rounds(models: list[dict[str, Any]], clock: MatmulClock, repeats: int) -
     for round_ in range(repeats):
         clock.time_block(f"round {round_}", 1)
         for model in models:
-            for timed in [*model["timed"].values(), *model["stages"].values()]:
+            for timed in [*model["timed"].values(), *model["stages"].values(), *model["precisions"].values()]:
                 timed.time_once()
         print(f"  round {round_ + 1}/{repeats} done", flush=True)
 
@@ -261,6 +302,12 @@ def model_record(model: dict[str, Any], matmul_ms: float) -> dict[str, Any]:
         "overrides": {k: list(v) if isinstance(v, tuple) else v for k, v in model["overrides"].items()},
         "timings": timings,
     }
+    if model["precisions"]:
+        float32_ms = model["timed"]["train_step", "graph"].median_ms
+        result["precision"] = {
+            precision: {**timed.record(), "over_float32": timed.median_ms / float32_ms}
+            for precision, timed in model["precisions"].items()
+        }
     if model["stages"]:
         step_ms = model["timed"]["train_step", "graph"].median_ms
         profile = {}
@@ -370,6 +417,17 @@ def format_report(report: dict[str, Any]) -> str:
             for name, by_mode in r["train_step_fast_over_reference"].items()
         ]
         out += ["", "Train step, fast GSA over reference GSA:", _table(["model", *MODES], rows)]
+    precisions = [p for p in report["settings"]["precisions"] if p != "float32"]
+    if precisions:
+        rows = []
+        for name, record in models.items():
+            by_precision = record.get("precision", {})
+            rows.append([name, *(f"{by_precision[p]['over_float32']:.2f}" for p in precisions)])
+        out += [
+            "",
+            "Train step (graph) under mixed precision, over float32:",
+            _table(["model", *precisions], rows),
+        ]
     profiled = {name: record["stage_profile"] for name, record in models.items() if "stage_profile" in record}
     if profiled:
         header = ["stage (train step, graph)"]
@@ -422,6 +480,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="smoke run: batches 1/8/8 instead of 1/64/96 and 3 repeats unless --repeats is given",
     )
     parser.add_argument(
+        "--precisions",
+        type=_precision_list,
+        default=list(PRECISIONS),
+        help=f"Keras dtype policies of the extra train-step timings (default: {','.join(PRECISIONS)})",
+    )
+    parser.add_argument(
         "--no-profile",
         dest="profile",
         action="store_false",
@@ -458,6 +522,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "warmup": args.warmup,
             "quick": args.quick,
             "profile": args.profile,
+            "precisions": args.precisions,
             "image_shape": [args.image_size, args.image_size, 3],
             "batches": {m: (q if args.quick else b) for m, (b, q, _) in MEASUREMENTS.items()},
             "modes": {mode: f"tf.function(jit_compile={jit})" for mode, jit in MODES.items()},

@@ -66,7 +66,8 @@ def test_check_rejects_unknown_models():
 def test_benchmark_quick_run_writes_positive_timings(tmp_path, capsys):
     bench = _load_benchmark()
     out = tmp_path / "encoders.json"
-    assert bench.main(["--quick", "--models", "cnn", "--repeats", "2", "--out", str(out)]) == 0
+    argv = ["--quick", "--models", "cnn", "--repeats", "2", "--precisions", "float32", "--out", str(out)]
+    assert bench.main(argv) == 0
     printed = capsys.readouterr().out
 
     report = json.loads(out.read_text())
@@ -106,9 +107,22 @@ def test_benchmark_times_fast_and_reference_gsa_and_profiles_the_stages(tmp_path
         step = report["models"][name]["timings"]["train_step"]["graph"]["median_ms"]
         assert sum(p["median_ms"] for p in profile.values()) == pytest.approx(step)
     assert "Where the train step goes" in printed and "fast GSA over reference" in printed
+    for name in ("sit_dihedral", "sit_dihedral:reference"):
+        precision = report["models"][name]["precision"]
+        assert set(precision) == {"mixed_bfloat16", "mixed_float16"}
+        assert all(p["over_float32"] > 0 and len(p["runs_ms"]) == 2 for p in precision.values())
+    assert "under mixed precision, over float32" in printed
 
 
-@pytest.mark.parametrize("models", ["resnet", "vit:reference", "sit:quick"])
-def test_benchmark_rejects_unknown_models_and_implementations(models):
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--models", "resnet"],
+        ["--models", "vit:reference"],
+        ["--models", "sit:quick"],
+        ["--precisions", "fp8"],
+    ],
+)
+def test_benchmark_rejects_unknown_models_implementations_and_precisions(argv):
     with pytest.raises(SystemExit):
-        _load_benchmark().parse_args(["--models", models])
+        _load_benchmark().parse_args(argv)
