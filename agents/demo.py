@@ -9,11 +9,15 @@
    action for a rotated view is the upright one: a rotation-invariant policy
    keeps its score, a CNN need not.
 3. Exports the SiT policy (``sit-export``) to a TF Serving SavedModel and to
-   TFLite (float32 and full-integer int8) under ``<root_dir>/sit/export``,
+   TFLite (float32 and int8, ``export.tflite``) under ``<root_dir>/sit/export``,
    and runs the TFLite models in the environment with ``export.runtime``,
    upright and rotated, as a robot would.
-4. Prints the table and writes ``<root_dir>/results.json``; TensorBoard logs
-   and TF-Agents SavedModel policies stay under ``<root_dir>/<model>/``.
+4. Prints the table, and each model's training speed: env steps/s (collect +
+   train wall time per env step, as the trainer times each iteration: its
+   ``SPS``; median over the iterations after the first) and its ratio to the
+   SiT's, from this run. Writes ``<root_dir>/results.json`` (speeds under
+   ``"speed"``); TensorBoard logs and TF-Agents SavedModel policies stay
+   under ``<root_dir>/<model>/``.
 
 A rerun with the same ``--root_dir`` resumes (or skips) the training.
 """
@@ -23,8 +27,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import gin
 from tf_agents.policies import random_py_policy
@@ -100,6 +106,52 @@ def export_and_run(root_dir: str, env_name: str, num_episodes: int) -> tuple[dic
     return report, results
 
 
+def training_speed(training: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Env steps/s of each model's training in this run, and each model's ratio to the first model's.
+
+    ``env_steps_per_second[model]``: the median of the trainer's per-iteration
+    ``SPS`` (env steps over collect + train wall time), the first iteration
+    (tracing) left out when there are others; ``None`` when no iteration ran
+    (a resumed, finished run). ``iterations[model]``: how many were used.
+    ``ratios["<model> / <first>"]``: ``env_steps_per_second`` over the first's.
+
+    >>> speed = training_speed({"sit": {"history": [{"SPS": 9.0}, {"SPS": 50.0}, {"SPS": 60.0}]},
+    ...                         "cnn": {"history": [{"SPS": 100.0}, {"SPS": 600.0}]}})
+    >>> speed["env_steps_per_second"], speed["ratios"]
+    ({'sit': 55.0, 'cnn': 600.0}, {'cnn / sit': 10.909090909090908})
+    """
+    speeds: dict[str, float | None] = {}
+    iterations: dict[str, int] = {}
+    for model, results in training.items():
+        history = list(results.get("history", []))
+        timed = history[1:] or history
+        speeds[model] = statistics.median(h["SPS"] for h in timed) if timed else None
+        iterations[model] = len(timed)
+    first, *others = list(speeds) or [None]
+    ratios = {
+        f"{model} / {first}": speeds[model] / speeds[first]
+        for model in others
+        if speeds[model] is not None and speeds[first]
+    }
+    return {"env_steps_per_second": speeds, "iterations": iterations, "ratios": ratios}
+
+
+def format_speed_table(speed: Mapping[str, Any]) -> str:
+    """A markdown table of env steps/s per model and the ratio to the first model."""
+    speeds = speed["env_steps_per_second"]
+    first = next(iter(speeds), "")
+    lines = [f"| model | env steps/s | x {first} | iterations |", "| --- | ---: | ---: | ---: |"]
+    for model, value in speeds.items():
+        ratio = 1.0 if model == first and value else speed["ratios"].get(f"{model} / {first}")
+        cells = [
+            "n/a (no iteration ran)" if value is None else f"{value:.1f}",
+            "" if ratio is None else f"{ratio:.2f}",
+            str(speed["iterations"][model]),
+        ]
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def format_table(results: dict[str, dict[str, dict[str, float]]]) -> str:
     """A markdown table of success rates (and mean returns) per model and rotation."""
     header = "| policy | upright | rot90 | rot180 | rot270 | rotations avg |"
@@ -136,12 +188,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     export_report, tflite_results = export_and_run(args.root_dir, env_name, args.num_episodes)
     results.update(tflite_results)
     table = format_table(results)
+    speed = training_speed(training)
     minutes = (time.perf_counter() - start) / 60
     print(f"\nSuccess rate (mean return) on {env_name}, {args.num_episodes} episodes each:\n\n{table}\n")
+    print(
+        "Training speed, env steps/s (collect + train wall time; median over the iterations after "
+        f"the first), this run:\n\n{format_speed_table(speed)}\n"
+    )
     with open(os.path.join(args.root_dir, "results.json"), "w") as f:
         json.dump(
-            {"env": env_name, "training": training, "evaluation": results, "export": export_report,
-             "minutes": minutes},
+            {"env": env_name, "training": training, "speed": speed, "evaluation": results,
+             "export": export_report, "minutes": minutes},
             f, indent=2,
         )  # fmt: skip
     print(f"{minutes:.1f} min. Results: {os.path.join(args.root_dir, 'results.json')}")

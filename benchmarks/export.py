@@ -16,10 +16,17 @@ the median of the per-round ratios (so a noisy moment hits both sides).
 Targets (issue 6): TFLite float32 at least 3x faster than the SavedModel
 per step; int8 files at most 30% of float32.
 
+``--profile_ops`` adds, per policy, ``tflite_int8_all_ops``: the int8 model
+with every op in int8 (``float_ops=()``; the export's int8 keeps
+``tflite.FLOAT_OPS_IN_INT8`` in float32), timed with the others, and the time
+per op type of TFLite float32, int8 and int8_all_ops (``export.op_profile``:
+each op cut out and timed with the kernel it gets in the whole model,
+XNNPACK or built-in), as JSON (``op_profile``) and as a table.
+
 Usage::
 
     python benchmarks/export.py [--root_dirs runs/demo/sit,runs/demo/cnn] [--models sit,cnn,mlp]
-        [--rounds 7] [--calls 50] [--out benchmarks/results/export.json]
+        [--rounds 7] [--calls 50] [--profile_ops] [--out benchmarks/results/export.json]
 """
 
 from __future__ import annotations
@@ -44,13 +51,18 @@ tf.config.threading.set_inter_op_parallelism_threads(1)
 
 from sit_keras.benchmarking import environment, name_list, write_report  # noqa: E402
 from sit_keras.export.exporter import export_policy  # noqa: E402
+from sit_keras.export.op_profile import profile_ops  # noqa: E402
 from sit_keras.export.policy_model import load_trained_policy  # noqa: E402
 from sit_keras.export.random_policy import EXAMPLE_POLICIES, write_example_policy_folder  # noqa: E402
-from sit_keras.export.rollouts import collect_examples  # noqa: E402
+from sit_keras.export.rollouts import collect_examples, representative_data  # noqa: E402
 from sit_keras.export.runtime import make_interpreter  # noqa: E402
-from sit_keras.export.tflite import QUANTIZATIONS  # noqa: E402
+from sit_keras.export.tflite import QUANTIZATIONS, convert_function  # noqa: E402
 
 DEFAULT_MODELS = ("sit", "siet", "vit", "impala_cnn", "cnn", "mlp")
+# The exporter's defaults (export_policy's num_examples and seed): the same calibration set.
+NUM_EXAMPLES, EXPORT_SEED = 256, 20_000
+ALL_OPS_INT8 = "tflite_int8_all_ops"
+PROFILED = ("tflite_float32", "tflite_int8", ALL_OPS_INT8)
 
 
 def _variants(root_dir: str, report: dict[str, Any]) -> dict[str, Callable[[dict], Any]]:
@@ -62,11 +74,10 @@ def _variants(root_dir: str, report: dict[str, Any]) -> dict[str, Callable[[dict
     }
     signature = tf.saved_model.load(report["models"]["saved_model"]["path"]).signatures["serving_default"]
     variants["saved_model"] = lambda inputs: signature(**{k: tf.constant(v) for k, v in inputs.items()})
-    for quantization in QUANTIZATIONS:
-        runner = make_interpreter(
-            report["models"][f"tflite_{quantization}"]["path"], 1
-        ).get_signature_runner()
-        variants[f"tflite_{quantization}"] = lambda inputs, runner=runner: runner(**inputs)
+    for variant in [f"tflite_{q}" for q in QUANTIZATIONS] + [ALL_OPS_INT8]:
+        if variant in report["models"]:
+            runner = make_interpreter(report["models"][variant]["path"], 1).get_signature_runner()
+            variants[variant] = lambda inputs, runner=runner: runner(**inputs)
     return variants
 
 
@@ -77,11 +88,32 @@ def _time(function: Callable[[dict], Any], inputs: list[dict], calls: int) -> fl
     return (time.perf_counter() - start) / calls
 
 
-def benchmark_policy(name: str, root_dir: str, rounds: int, calls: int, out_dir: str) -> dict[str, Any]:
-    """Exports ``root_dir`` and measures it; returns sizes, parity, latencies and ratios."""
+def _export_all_ops_int8(root_dir: str, path: str) -> int:
+    """Writes the int8 model with every op in int8 (the exporter's calibration data); returns its size."""
+    policy = load_trained_policy(root_dir)
+    calibration = collect_examples(policy, NUM_EXAMPLES, seed=EXPORT_SEED)[0::2]
+    function = policy.serving_function(batch_size=1)
+    flatbuffer = convert_function(
+        function, policy.network, "int8", representative_data(calibration), float_ops=()
+    )
+    with open(path, "wb") as f:
+        f.write(flatbuffer)
+    return len(flatbuffer)
+
+
+def benchmark_policy(
+    name: str, root_dir: str, rounds: int, calls: int, out_dir: str, profile: bool = False
+) -> dict[str, Any]:
+    """Exports ``root_dir`` and measures it; returns sizes, parity, latencies and ratios.
+
+    ``profile``: also the all-ops int8 model and the per-op profiles (module docstring).
+    """
     export_dir = os.path.join(out_dir, name)
     os.makedirs(export_dir, exist_ok=True)
-    report = export_policy(root_dir, export_dir, model_name=name, num_examples=256)
+    report = export_policy(root_dir, export_dir, model_name=name, num_examples=NUM_EXAMPLES, seed=EXPORT_SEED)
+    if profile:
+        path = os.path.join(export_dir, "tflite", f"{name}_int8_all_ops.tflite")
+        report["models"][ALL_OPS_INT8] = {"path": path, "bytes": _export_all_ops_int8(root_dir, path)}
     policy = load_trained_policy(root_dir)
     inputs = [e.inputs for e in collect_examples(policy, 32, seed=30_000)]
     variants = _variants(root_dir, report)
@@ -98,7 +130,7 @@ def benchmark_policy(name: str, root_dir: str, rounds: int, calls: int, out_dir:
 
     models = report["models"]
     sizes = {k: v["bytes"] for k, v in models.items()}
-    return {
+    result = {
         "root_dir": root_dir,
         "bytes": sizes,
         "int8_size_vs_float32": sizes["tflite_int8"] / sizes["tflite_float32"],
@@ -109,12 +141,54 @@ def benchmark_policy(name: str, root_dir: str, rounds: int, calls: int, out_dir:
         "keras_vs_tflite_float32": ratio("keras", "tflite_float32"),
         "tflite_float32_vs_int8": ratio("tflite_float32", "tflite_int8"),
     }
+    if profile:
+        result["tflite_float32_vs_int8_all_ops"] = ratio("tflite_float32", ALL_OPS_INT8)
+        result["op_profile"] = {
+            variant: profile_ops(models[variant]["path"], inputs[0], rounds=rounds, calls=calls)
+            for variant in PROFILED
+        }
+    return result
+
+
+def format_op_table(name: str, profiles: dict[str, dict[str, Any]]) -> str:
+    """Per op type (all output dtypes together): ms per call, count, dtypes and kernels of each model."""
+    cells: dict[str, dict[str, list[Any]]] = {}
+    for variant, profile in profiles.items():
+        for op_type, entry in profile["by_type"].items():
+            op, dtype = op_type.split(" ", 1)
+            cell = cells.setdefault(op, {}).setdefault(variant, [0.0, 0, set(), set()])
+            cell[0] += entry["ms"]
+            cell[1] += entry["count"]
+            cell[2].add(dtype)
+            cell[3].update(entry["kernels"])
+    variants = list(profiles)
+
+    def text(cell: list[Any] | None) -> str:
+        if cell is None:
+            return ""
+        return f"{cell[0]:.4f} ({cell[1]}x {'/'.join(sorted(cell[2]))}, {'+'.join(sorted(cell[3]))})"
+
+    order = sorted(cells, key=lambda op: -max(c[0] for c in cells[op].values()))
+    lines = [
+        f"{name}: ms per call by op type (ops, output dtypes, kernels)",
+        "| op | " + " | ".join(variants) + " |",
+        "|" + " --- |" * (len(variants) + 1),
+    ]
+    lines += ["| " + " | ".join([op] + [text(cells[op].get(v)) for v in variants]) + " |" for op in order]
+    for label, key in (("sum of ops", "sum_of_ops_ms"), ("whole model", "whole_model_ms")):
+        lines.append("| " + " | ".join([label] + [f"{profiles[v][key]:.4f}" for v in variants]) + " |")
+    lines.append(
+        "| XNNPACK partitions | "
+        + " | ".join(str(profiles[v]["delegate_partitions"]) for v in variants)
+        + " |"
+    )
+    return "\n".join(lines)
 
 
 def format_table(results: dict[str, dict[str, Any]]) -> str:
     lines = [
         "| policy | float32 kB | int8 kB (vs float32) | TFLite f32 ms | SavedModel ms (x TFLite) "
-        "| Keras ms (x TFLite) | int8 ms | int8 agreement (unexplained) | f32 max logit diff |",
+        "| Keras ms (x TFLite) | int8 ms (f32 / int8) | int8 agreement (unexplained) | f32 max logit diff |",
         "|" + " --- |" * 9,
     ]
     for name, r in results.items():
@@ -129,7 +203,7 @@ def format_table(results: dict[str, dict[str, Any]]) -> str:
             f"{ms['tflite_float32']:.3f}",
             f"{ms['saved_model']:.3f} ({r['saved_model_vs_tflite_float32']:.1f}x)",
             f"{ms['keras']:.3f} ({r['keras_vs_tflite_float32']:.1f}x)",
-            f"{ms['tflite_int8']:.3f}",
+            f"{ms['tflite_int8']:.3f} ({r['tflite_float32_vs_int8']:.2f})",
             f"{int8['action_agreement']:.3f} ({int8['unexplained_disagreements']})",
             f"{diff:.1e}",
         ]
@@ -145,6 +219,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--calls", type=int, default=50)
+    parser.add_argument(
+        "--profile_ops",
+        action="store_true",
+        help="also time every op of TFLite float32, int8 and int8 with every op in int8",
+    )
     parser.add_argument("--out", default="benchmarks/results/export.json")
     args = parser.parse_args(argv)
 
@@ -157,17 +236,24 @@ def main(argv: list[str] | None = None) -> int:
                 )
             name = "trained_" + os.path.basename(os.path.normpath(root_dir))
             print(f"== {name} ({root_dir})", flush=True)
-            results[name] = benchmark_policy(name, root_dir, args.rounds, args.calls, work)
+            results[name] = benchmark_policy(name, root_dir, args.rounds, args.calls, work, args.profile_ops)
         for model in args.models:
             print(f"== {model} (untrained example policy)", flush=True)
             root_dir = os.path.join(work, f"train_{model}")
             write_example_policy_folder(root_dir, model)
-            results[model] = benchmark_policy(model, root_dir, args.rounds, args.calls, work)
+            results[model] = benchmark_policy(
+                model, root_dir, args.rounds, args.calls, work, args.profile_ops
+            )
     table = format_table(results)
-    print("\n" + table + "\n")
+    op_tables = {
+        name: format_op_table(name, r["op_profile"]) for name, r in results.items() if "op_profile" in r
+    }
+    print("\n" + "\n\n".join([table, *op_tables.values()]) + "\n")
     write_report(
-        {"environment": environment(), "args": vars(args), "results": results, "table": table}, args.out
-    )
+        {"environment": environment(), "args": vars(args), "results": results, "table": table,
+         "op_tables": op_tables},
+        args.out,
+    )  # fmt: skip
     return 0
 
 

@@ -3,11 +3,32 @@
 - ``float32``: no quantisation.
 - ``float16``: float16 weights (dequantised at load), float32 compute.
 - ``dynamic_int8``: int8 weights; activations quantised on the fly.
-- ``int8``: full-integer: int8 weights and activations, calibrated on a
-  representative data set of real observations (``representative``). The
-  model's inputs and outputs keep their types (uint8 images or float32
+- ``int8``: int8 weights and activations, calibrated on a representative
+  data set of real observations (``representative``), except the op types
+  in ``FLOAT_OPS_IN_INT8``: they run in float32 on weights stored as int8
+  (``float_ops=()``: every op in int8, the converter's full-integer model).
+  The model's inputs and outputs keep their types (uint8 images or float32
   vectors in; float32 logits / values and the action out), so every
   quantisation is called the same way.
+
+Why ``int8`` keeps some ops in float32. The runtime runs an op with
+XNNPACK's kernel where XNNPACK has one, else with TFLite's built-in kernel.
+XNNPACK has no int8 kernel for BATCH_MATMUL, SQUARED_DIFFERENCE, RSQRT and
+SOFTMAX, nor for an ADD whose scales are outside its range (LayerNorm's
+epsilon). In a full-integer SiT they fall back to the built-in int8 kernels
+and cut XNNPACK's graph into 20 partitions. Measured per op type with
+``benchmarks/export.py --models sit --profile_ops``, demo-size SiT, batch 1,
+one thread, ms per call, for float32 / full-integer int8 / this ``int8``:
+BATCH_MATMUL (11 ops, attention, graph mixing, projections) 0.110 / 0.675 /
+0.107; RSQRT 0.000 / 0.021 / 0.000; SQUARED_DIFFERENCE 0.000 / 0.010 /
+0.000; SOFTMAX 0.004 / 0.005 / 0.004; ADD 0.001 / 0.004 / 0.001; the added
+QUANTIZE / DEQUANTIZE pairs - / - / 0.014; whole model 0.18 / 0.78 / 0.19.
+Latency against float32 (medians of per-round ratios): full-integer 3.8-4.0x
+(SiT and SieT), this ``int8`` 0.90-1.04x (SiT) and 1.10x (SieT). SieT's 10%
+is the QUANTIZE / DEQUANTIZE pairs and XNNPACK's int8 depthwise convolution
+and MUL, slower than float32 at these sizes; no op of the SiT family has an
+int8 kernel faster than float32 on this CPU, so int8 is for the file size
+(28% of float32 for SiT).
 
 Models use TFLite's built-in ops only (a robot runs ``ai_edge_litert``
 without TensorFlow); a graph that needs a TensorFlow (Flex) op fails with an
@@ -18,14 +39,20 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
 
+from sit_keras.export.int8_weights import store_weights_as_int8
 from sit_keras.export.policy_model import TrainedPolicy
 
 QUANTIZATIONS = ("float32", "float16", "dynamic_int8", "int8")
+
+# Op types that "int8" models run in float32: XNNPACK has no int8 kernel for
+# them (for ADD: not at every scale), so in int8 they fall back to TFLite's
+# built-in kernels and split XNNPACK's partitions (module docstring).
+FLOAT_OPS_IN_INT8 = ("BATCH_MATMUL", "SQUARED_DIFFERENCE", "RSQRT", "SOFTMAX", "ADD")
 
 RepresentativeData = Callable[[], Iterable[Mapping[str, np.ndarray]]]
 
@@ -40,6 +67,7 @@ def convert_function(
     quantization: str = "float32",
     representative_data: RepresentativeData | None = None,
     allow_flex_ops: bool = False,
+    float_ops: Sequence[str] = FLOAT_OPS_IN_INT8,
 ) -> bytes:
     """A ``.tflite`` flatbuffer of ``function`` (fixed input shapes) in the given quantisation.
 
@@ -52,6 +80,8 @@ def convert_function(
         with the batch axis).
       allow_flex_ops: also allow TensorFlow (Flex) ops; such a model needs
         the TensorFlow Lite Flex delegate, which ``ai_edge_litert`` lacks.
+      float_ops: for ``"int8"``: TFLite op types kept in float32 (their
+        constant operands stored as int8); ``()``: every op in int8.
 
     Raises:
       ValueError: unknown quantisation, or ``"int8"`` without representative data.
@@ -67,6 +97,7 @@ def convert_function(
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     if quantization == "float16":
         converter.target_spec.supported_types = [tf.float16]
+    float_ops = tuple(float_ops)
     if quantization == "int8":
         if representative_data is None:
             raise ValueError("quantization='int8' needs representative_data (observations from rollouts).")
@@ -74,7 +105,8 @@ def convert_function(
         converter.representative_dataset = lambda: (
             {name: np.asarray(value) for name, value in example.items()} for example in representative_data()
         )
-        ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        # With float ops the converter must also allow float built-in kernels.
+        ops = [tf.lite.OpsSet.TFLITE_BUILTINS if float_ops else tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
     if allow_flex_ops:
         ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
     converter.target_spec.supported_ops = ops
@@ -82,6 +114,8 @@ def convert_function(
         with warnings.catch_warnings():
             # The converter's own calibrator uses tf.lite.Interpreter, which warns about its deprecation.
             warnings.filterwarnings("ignore", message=r"\s*Warning: tf.lite.Interpreter is deprecated")
+            if quantization == "int8" and float_ops:
+                return _int8_with_float_ops(converter, float_ops)
             return converter.convert()
     except Exception as error:  # the converter raises its own ConverterError subclasses
         unsupported = _unsupported_ops(str(error))
@@ -92,6 +126,20 @@ def convert_function(
                 f"(--allow_flex_ops) for a model that needs the TensorFlow Flex delegate."
             ) from error
         raise
+
+
+def _int8_with_float_ops(converter: tf.lite.TFLiteConverter, float_ops: tuple[str, ...]) -> bytes:
+    """Calibrates, quantizes every op but ``float_ops`` to int8, stores those ops' weights as int8.
+
+    The converter's selective quantisation (``QuantizationDebugger`` with
+    denylisted op types): the kept ops get DEQUANTIZE / QUANTIZE ops around
+    them, which XNNPACK runs inside its partitions.
+    """
+    debugger = tf.lite.experimental.QuantizationDebugger(
+        converter=converter,
+        debug_options=tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=list(float_ops)),
+    )
+    return store_weights_as_int8(debugger.get_nondebug_quantized_model())
 
 
 def _unsupported_ops(message: str) -> list[str]:
@@ -107,14 +155,17 @@ def convert_policy(
     representative_data: RepresentativeData | None = None,
     num_sensors: int | None = None,
     allow_flex_ops: bool = False,
+    float_ops: Sequence[str] = FLOAT_OPS_IN_INT8,
 ) -> bytes:
     """``convert_function`` of the policy's serving function at batch size 1.
 
     ``num_sensors``: the fixed number of rows of a sensor set model (the
     documented maximum; fewer readings are masked); default: the training
-    observation's.
+    observation's. ``float_ops``: as in ``convert_function``.
     """
     if policy.takes_sensor_set and num_sensors is None:
         num_sensors = int(policy.observation_spec.shape[0])
     function = policy.serving_function(batch_size=1, num_sensors=num_sensors)
-    return convert_function(function, policy.network, quantization, representative_data, allow_flex_ops)
+    return convert_function(
+        function, policy.network, quantization, representative_data, allow_flex_ops, float_ops
+    )

@@ -47,9 +47,37 @@ def test_demo_trains_evaluates_and_reports(tmp_path, capsys):
         assert os.path.exists(os.path.join(root_dir, model, "policies", "greedy_policy", "saved_model.pb"))
     out = capsys.readouterr().out
     assert "| sit (greedy) |" in out and "| random |" in out and "| sit (TFLite int8) |" in out
+    # Training speed of each model in this run: the trainer's SPS (collect + train wall time per env step).
+    speed = report["speed"]
+    assert speed["iterations"] == {"sit": 1, "cnn": 1}  # one iteration each: it is its own median
+    speeds = speed["env_steps_per_second"]
+    for model in demo.MODELS:
+        assert speeds[model] == report["training"][model]["history"][0]["SPS"] > 0
+    assert speed["ratios"] == {"cnn / sit": speeds["cnn"] / speeds["sit"]}
+    assert "| model | env steps/s | x sit | iterations |" in out
+    assert f"| sit | {speeds['sit']:.1f} | 1.00 | 1 |" in out
+    assert f"| cnn | {speeds['cnn']:.1f} | {speeds['cnn'] / speeds['sit']:.2f} | 1 |" in out
 
 
 def test_table_reports_success_and_return():
     summary = {"success_rate": 0.5, "mean_return": 0.25}
     table = demo.format_table({"sit (greedy)": {t or "none": summary for t in demo.ROTATIONS}})
     assert "| sit (greedy) | 0.50 (0.25) | 0.50 (0.25) | 0.50 (0.25) | 0.50 (0.25) | 0.50 |" in table
+
+
+def test_training_speed_medians_after_the_first_iteration_and_resumed_runs():
+    training = {
+        "sit": {"history": [{"SPS": 5.0}, {"SPS": 40.0}, {"SPS": 60.0}, {"SPS": 50.0}]},
+        "cnn": {"history": [{"SPS": 80.0}, {"SPS": 500.0}, {"SPS": 700.0}]},
+    }
+    speed = demo.training_speed(training)
+    assert speed == {
+        "env_steps_per_second": {"sit": 50.0, "cnn": 600.0},
+        "iterations": {"sit": 3, "cnn": 2},
+        "ratios": {"cnn / sit": 12.0},
+    }
+    assert "| cnn | 600.0 | 12.00 | 2 |" in demo.format_speed_table(speed)
+    # A rerun of a finished training runs no iteration: no speed, no ratio.
+    resumed = demo.training_speed({"sit": {"history": []}, "cnn": training["cnn"]})
+    assert resumed["env_steps_per_second"] == {"sit": None, "cnn": 600.0} and resumed["ratios"] == {}
+    assert "| sit | n/a (no iteration ran) |  | 0 |" in demo.format_speed_table(resumed)

@@ -10,13 +10,16 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from ai_edge_litert import schema_py_generated as schema
+from ai_edge_litert.interpreter import Interpreter
+from ai_edge_litert.tools import flatbuffer_utils
 from tensorflow_serving.apis import predict_pb2
 from tf_agents.policies import py_tf_eager_policy
 from tf_agents.trajectories import time_step as ts
 
 from sit_keras.agents import policy_network
+from sit_keras.export import int8_weights, op_profile, saved_model, serving_client, tflite
 from sit_keras.export import parity as parity_module
-from sit_keras.export import saved_model, serving_client, tflite
 from sit_keras.export.exporter import export_policy
 from sit_keras.export.policy_model import load_trained_policy
 from sit_keras.export.random_policy import EXAMPLE_POLICIES, write_example_policy_folder
@@ -82,6 +85,122 @@ def test_quantised_tflite_close_to_tensorflow(exported, quantization):
     # actions are the real criterion, above.
     assert _max_diff(parity) < {"float16": 1e-2, "dynamic_int8": 0.2, "int8": 0.6}[quantization]
     assert models[f"tflite_{quantization}"]["bytes"] <= models["tflite_float32"]["bytes"]
+
+
+def _op_types(path: str) -> list[tuple[str, str]]:
+    """(op type, dtype of its first output) of every op of a ``.tflite`` model, in order."""
+    interpreter = Interpreter(model_path=path)
+    tensors = {t["index"]: t for t in interpreter.get_tensor_details()}
+    return [(op["op_name"], np.dtype(tensors[op["outputs"][0]]["dtype"]).name)
+            for op in interpreter._get_ops_details()]  # fmt: skip
+
+
+def _large_float_constants(path: str) -> list[str]:
+    """Names of the float32 constants of at least ``int8_weights.MIN_ELEMENTS`` values in a model."""
+    with open(path, "rb") as f:
+        model = flatbuffer_utils.read_model_from_bytearray(bytearray(f.read()))
+    return [
+        tensor.name
+        for subgraph in model.subgraphs
+        for tensor in subgraph.tensors
+        if tensor.type == schema.TensorType.FLOAT32
+        and model.buffers[tensor.buffer].data is not None
+        and len(model.buffers[tensor.buffer].data) >= 4 * int8_weights.MIN_ELEMENTS
+    ]
+
+
+def test_int8_runs_float_ops_in_float_inside_xnnpack(exported):
+    """The int8 model keeps FLOAT_OPS_IN_INT8 (no XNNPACK int8 kernel) in float32 and XNNPACK runs
+    every one of them; their weights are stored as int8, so the file stays small."""
+    _, _, report = exported
+    models = report["models"]
+    path = models["tflite_int8"]["path"]
+    types = _op_types(path)
+    kept = {i for i, (op, _) in enumerate(types) if op in tflite.FLOAT_OPS_IN_INT8}
+    assert all(types[i][1] == "float32" for i in kept), types
+    interpreter = Interpreter(model_path=path, num_threads=1)
+    interpreter.allocate_tensors()  # applies XNNPACK
+    assert kept <= op_profile.delegated_ops(interpreter, len(types))
+    assert _large_float_constants(path) == []
+    if path.endswith(f"{os.sep}sit_int8.tflite"):  # issue 6's target; SiT's graph-mixing tables dominate
+        assert models["tflite_int8"]["bytes"] <= 0.30 * models["tflite_float32"]["bytes"]
+
+
+def _batch_matmul_module() -> tuple[tf.types.experimental.ConcreteFunction, tf.Module]:
+    """A batch matmul with a constant (64, 8, 8) table (like SiT's graph mixing), an add and a dense layer."""
+    module = tf.Module()
+    rng = np.random.default_rng(0)
+    module.table = tf.Variable(rng.normal(size=(64, 8, 8)).astype(np.float32))
+    module.dense = tf.Variable(rng.normal(size=(8, 4)).astype(np.float32))
+
+    @tf.function(input_signature=[{"x": tf.TensorSpec((64, 5, 8), tf.float32, name="x")}])
+    def mixed(inputs):
+        y = tf.matmul(inputs["x"], module.table) + 1.0
+        return {"y": tf.matmul(tf.reshape(y, (-1, 8)), module.dense)}
+
+    return mixed.get_concrete_function(), module
+
+
+def _representative() -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(1)
+    return [{"x": rng.normal(size=(64, 5, 8)).astype(np.float32)} for _ in range(8)]
+
+
+def test_int8_float_ops_and_int8_weights(tmp_path):
+    function, module = _batch_matmul_module()
+    models = {}
+    for name, float_ops in (("default", tflite.FLOAT_OPS_IN_INT8), ("all_ops", ())):
+        models[name] = str(tmp_path / f"{name}.tflite")
+        with open(models[name], "wb") as f:
+            f.write(tflite.convert_function(function, module, "int8", _representative, float_ops=float_ops))
+    assert ("BATCH_MATMUL", "int8") in _op_types(models["all_ops"])
+    default = _op_types(models["default"])
+    assert ("BATCH_MATMUL", "float32") in default and ("FULLY_CONNECTED", "int8") in default
+    # The table reaches the float matmul as int8 + DEQUANTIZE: the file stays int8-sized.
+    assert os.path.getsize(models["default"]) < os.path.getsize(models["all_ops"]) + 2048
+    interpreter = Interpreter(model_path=models["default"])
+    runner = interpreter.get_signature_runner()
+    inputs = _representative()[0]
+    expected = function(x=tf.constant(inputs["x"]))["y"].numpy()
+    np.testing.assert_allclose(runner(**inputs)["y"], expected, atol=0.05 * np.abs(expected).max())
+
+
+def test_store_weights_as_int8_quantizes_per_slice_and_keeps_results(tmp_path):
+    function, module = _batch_matmul_module()
+    flatbuffer = tflite.convert_function(function, module, "float32")
+    stored = int8_weights.store_weights_as_int8(flatbuffer)
+    assert len(stored) < 0.5 * len(flatbuffer)  # the (64, 8, 8) table: 16 kB -> 4 kB
+    path = str(tmp_path / "stored.tflite")
+    with open(path, "wb") as f:
+        f.write(stored)
+    assert [t for t in _op_types(path) if t[0] == "DEQUANTIZE"] == [("DEQUANTIZE", "float32")]
+    inputs = _representative()[0]
+    results = [Interpreter(model_content=m).get_signature_runner()(**inputs)["y"]
+               for m in (flatbuffer, stored)]  # fmt: skip
+    # One scale per (8, 8) matrix: errors of at most half a step of each matrix's largest value.
+    np.testing.assert_allclose(results[1], results[0], atol=0.02 * np.abs(results[0]).max())
+    assert int8_weights.store_weights_as_int8(flatbuffer, min_elements=10**6) == flatbuffer
+    values, scales = int8_weights.quantize_per_axis(module.table.numpy())
+    assert values.dtype == np.int8 and scales.shape == (64,)
+    assert np.all(np.abs(values).max(axis=(1, 2)) == 127)
+
+
+def test_op_profile_times_every_op_with_its_kernel(tmp_path):
+    function, module = _batch_matmul_module()
+    path = str(tmp_path / "int8.tflite")
+    with open(path, "wb") as f:
+        f.write(tflite.convert_function(function, module, "int8", _representative))
+    profile = op_profile.profile_ops(path, _representative()[0], rounds=2, calls=5)
+    types = _op_types(path)
+    assert profile["num_ops"] == len(types) == len(profile["ops"])
+    assert [row["type"] for row in profile["ops"]] == [f"{op} {dtype}" for op, dtype in types]
+    assert sum(entry["count"] for entry in profile["by_type"].values()) == len(types)
+    kernels = [(row["type"], row["kernel"]) for row in profile["ops"]]
+    assert ("BATCH_MATMUL float32", op_profile.XNNPACK) in kernels
+    assert ("DEQUANTIZE float32", op_profile.CONSTANT) in kernels  # the table's, computed at load
+    assert all(row["ms"] >= 0.0 for row in profile["ops"])
+    assert profile["whole_model_ms"] > 0.0 and profile["sum_of_ops_ms"] > 0.0
+    assert profile["sum_of_ops_ms"] == pytest.approx(sum(e["ms"] for e in profile["by_type"].values()))
 
 
 def test_metadata_is_enough_for_the_runtime(exported):
