@@ -18,6 +18,13 @@ The diagnostics are written as TensorBoard scalars under ``losses/``:
 probability ratio), ``clipfrac`` (share of samples with ``|r - 1| > clip``),
 ``explained_variance`` (of the returns by the collection-time values) and,
 with DrAC, ``drac_policy`` and ``drac_value``.
+
+Network passes per minibatch update: ``pi(. | s)``, ``V(s)``, and with DrAC
+``pi(. | f(s))`` and ``V(f(s))``; each is computed once and read by every term
+that needs it (``get_loss``). TF-Agents' ``PPOAgent.get_loss`` runs ``V(s)``
+twice (once inside the collect policy's ``_distribution``, whose value is
+dropped, and once in ``value_estimation_loss``) and DrAC's value target was a
+third pass.
 """
 
 from __future__ import annotations
@@ -26,9 +33,9 @@ from typing import Any
 
 import tensorflow as tf
 from tf_agents.agents import tf_agent
-from tf_agents.agents.ppo import ppo_clip_agent
+from tf_agents.agents.ppo import ppo_agent, ppo_clip_agent
 from tf_agents.specs import tensor_spec
-from tf_agents.utils import common
+from tf_agents.utils import common, nest_utils
 
 from sit_keras.agents.augmentation import Augmentation
 
@@ -78,30 +85,6 @@ class DrACPPOAgent(ppo_clip_agent.PPOClipAgent):
             )
         self._augmentation = augmentation
         self._drac_coef = float(drac_coef)
-        self._current_distribution = None
-
-    def policy_gradient_loss(
-        self,
-        time_steps,
-        actions,
-        sample_action_log_probs,
-        advantages,
-        current_policy_distribution,
-        weights,
-        debug_summaries=False,
-    ):
-        # get_loss computes pi(. | s) once and hands it to this method; keep it
-        # (for this trace) so that the diagnostics and DrAC reuse it.
-        self._current_distribution = current_policy_distribution
-        return super().policy_gradient_loss(
-            time_steps,
-            actions,
-            sample_action_log_probs,
-            advantages,
-            current_policy_distribution,
-            weights,
-            debug_summaries=debug_summaries,
-        )
 
     def get_loss(
         self,
@@ -117,45 +100,166 @@ class DrACPPOAgent(ppo_clip_agent.PPOClipAgent):
         old_value_predictions=None,
         training=False,
     ) -> tf_agent.LossInfo:
-        loss_info = super().get_loss(
-            time_steps,
-            actions,
-            act_log_probs,
-            returns,
-            normalized_advantages,
-            action_distribution_parameters,
-            weights,
-            train_step,
-            debug_summaries,
-            old_value_predictions=old_value_predictions,
+        """``PPOAgent.get_loss`` (TF-Agents 0.19) plus DrAC, with ``pi(. | s)`` and ``V(s)`` run once.
+
+        The terms are TF-Agents': the clipped surrogate, the value loss, L2
+        and entropy regularisation and the KL penalty, summed; then
+        ``drac_coef * (G_pi + G_V)``. ``pi(. | s)`` feeds the surrogate, the
+        entropy, the KL penalty, the diagnostics and ``G_pi``'s target;
+        ``V(s)`` (with ``training``) feeds the value loss and ``G_V``'s target.
+        (The dropped passes ran with ``training=False``: the same function for
+        the encoders here, which keep no batch statistics and whose dropout
+        rates default to 0.) With ``debug_summaries`` the value loss writes its
+        scalars, not TF-Agents' histograms.
+        """
+        batch_size = nest_utils.get_outer_shape(time_steps, self._time_step_spec)[0]
+        policy_state = self._collect_policy.get_initial_state(batch_size)
+        actor_state = policy_state.get("actor_network_state", ()) if policy_state else ()
+        # The collect policy's _apply_actor_network (observation normaliser included), without
+        # the V(s) that its _distribution adds for the collect-time policy info.
+        current, _ = self._collect_policy._apply_actor_network(time_steps, actor_state, training=training)
+        values, _ = self._collect_policy.apply_value_network(
+            time_steps.observation,
+            time_steps.step_type,
+            value_state=self._collect_policy.get_initial_value_state(batch_size),
             training=training,
         )
-        current = self._current_distribution
+        value_estimation_loss = self._value_loss_from_predictions(
+            values, returns, weights, old_value_predictions, debug_summaries
+        )
+        policy_gradient_loss = self.policy_gradient_loss(
+            time_steps,
+            actions,
+            tf.stop_gradient(act_log_probs),
+            tf.stop_gradient(normalized_advantages),
+            current,
+            weights,
+            debug_summaries=debug_summaries,
+        )
+        zero = tf.zeros_like(policy_gradient_loss)
+        if self._policy_l2_reg > 0.0 or self._value_function_l2_reg > 0.0 or self._shared_vars_l2_reg > 0.0:
+            l2_regularization_loss = self.l2_regularization_loss(debug_summaries)
+        else:
+            l2_regularization_loss = zero
+        with tf.name_scope("entropy_regularization"):
+            outer_rank = nest_utils.get_outer_rank(time_steps, self.time_step_spec)
+            entropy = common.entropy(current, self.action_spec, outer_rank)
+            entropy = tf.zeros_like(weights, tf.float32) if entropy is None else tf.cast(entropy, tf.float32)
+        if self._entropy_regularization > 0.0:
+            entropy_regularization_loss = self.entropy_regularization_loss(
+                time_steps, entropy, weights, debug_summaries
+            )
+        else:
+            entropy_regularization_loss = zero
+        with tf.name_scope("Losses/"):
+            tf.summary.scalar("entropy", tf.reduce_mean(entropy * weights), step=self.train_step_counter)
+        if self._initial_adaptive_kl_beta == 0 and self._kl_cutoff_factor == 0:
+            kl_penalty_loss = zero
+        else:
+            kl_penalty_loss = self.kl_penalty_loss(
+                time_steps, action_distribution_parameters, current, weights, debug_summaries
+            )
+        total = (
+            policy_gradient_loss
+            + value_estimation_loss
+            + l2_regularization_loss
+            + entropy_regularization_loss
+            + kl_penalty_loss
+        )
+        extra = ppo_agent.PPOLossInfo(
+            policy_gradient_loss=policy_gradient_loss,
+            value_estimation_loss=value_estimation_loss,
+            l2_regularization_loss=l2_regularization_loss,
+            entropy_regularization_loss=entropy_regularization_loss,
+            kl_penalty_loss=kl_penalty_loss,
+            clip_fraction=self._clip_fraction,
+        )
         self._write_diagnostics(current, actions, act_log_probs, returns, old_value_predictions, weights)
         if self._drac_coef == 0:
-            return loss_info
-        policy_reg, value_reg = self._drac_regularisers(time_steps, current, weights, training)
+            return tf_agent.LossInfo(total, extra)
+        policy_reg, value_reg = self._drac_regularisers(time_steps, current, weights, training, values=values)
         _write_loss_scalar("drac_policy", policy_reg, self.train_step_counter)
         _write_loss_scalar("drac_value", value_reg, self.train_step_counter)
-        total = loss_info.loss + self._drac_coef * (policy_reg + value_reg)
-        return tf_agent.LossInfo(total, loss_info.extra)
+        return tf_agent.LossInfo(total + self._drac_coef * (policy_reg + value_reg), extra)
 
-    def _drac_regularisers(self, time_steps, current_distribution, weights, training):
+    def value_estimation_loss(
+        self,
+        time_steps,
+        returns,
+        weights,
+        old_value_predictions=None,
+        debug_summaries=False,
+        training=False,
+    ) -> tf.Tensor:
+        """``PPOAgent.value_estimation_loss``: one pass of ``V(s)``, then ``_value_loss_from_predictions``."""
+        batch_size = nest_utils.get_outer_shape(time_steps, self._time_step_spec)[0]
+        values, _ = self._collect_policy.apply_value_network(
+            time_steps.observation,
+            time_steps.step_type,
+            value_state=self._collect_policy.get_initial_value_state(batch_size),
+            training=training,
+        )
+        return self._value_loss_from_predictions(
+            values, returns, weights, old_value_predictions, debug_summaries
+        )
+
+    def _value_loss_from_predictions(
+        self, value_preds, returns, weights, old_value_predictions=None, debug_summaries=False
+    ) -> tf.Tensor:
+        """The value loss of ``PPOAgent.value_estimation_loss`` on given predictions ``V(s)``.
+
+        ``(R - V)^2``, or with ``value_clipping`` the larger of it and
+        ``(R - V_clipped)^2`` (``V_clipped`` within the clipping of the
+        collection-time values), averaged over the weighted samples and
+        scaled by ``value_pred_loss_coef``.
+
+        Raises:
+          ValueError: value clipping without ``old_value_predictions``.
+        """
+        error = tf.math.squared_difference(returns, value_preds)
+        if self._value_clipping > 0:
+            if old_value_predictions is None:
+                raise ValueError("old_value_predictions is None but needed for value clipping.")
+            clipped = old_value_predictions + tf.clip_by_value(
+                value_preds - old_value_predictions, -self._value_clipping, self._value_clipping
+            )
+            error = tf.maximum(error, tf.math.squared_difference(returns, clipped))
+        if self._aggregate_losses_across_replicas:
+            loss = common.aggregate_losses(per_example_loss=error, sample_weight=weights).total_loss
+        else:
+            loss = tf.math.reduce_mean(error * weights)
+        loss = loss * self._value_pred_loss_coef
+        if debug_summaries:
+            step = self.train_step_counter
+            tf.summary.scalar("value_pred_avg", tf.reduce_mean(value_preds), step=step)
+            tf.summary.scalar("value_actual_avg", tf.reduce_mean(returns), step=step)
+            tf.summary.scalar("value_estimation_loss", loss, step=step)
+        if self._check_numerics:
+            loss = tf.debugging.check_numerics(loss, "value_estimation_loss")
+        return loss
+
+    def _drac_regularisers(self, time_steps, current_distribution, weights, training, values=None):
+        """``(G_pi, G_V)`` of DrAC, weighted means over the minibatch.
+
+        ``current_distribution`` is ``pi(. | s)`` and ``values`` is ``V(s)``
+        (computed here, ``training=False``, when not given); both are held
+        fixed. ``pi(. | f(s))`` and ``V(f(s))`` are one pass each.
+        """
         observations = time_steps.observation
         # The learner's minibatches are (B, 1, H, W, C); augmentations take (N, H, W, C).
         shape = tf.shape(observations)
         flat = tf.reshape(observations, tf.concat([[-1], shape[-3:]], axis=0))
         augmented = tf.reshape(self._augmentation(flat), shape)
-        batch_size = shape[0]
+        value_state = self._collect_policy.get_initial_value_state(shape[0])
         # Targets at s under the current parameters, held fixed.
         target_logits = tf.stop_gradient(current_distribution.logits_parameter())
         augmented_distribution, _ = self._actor_net(augmented, time_steps.step_type, (), training=training)
         target = type(augmented_distribution)(logits=target_logits)
         policy_reg = _weighted_mean(target.kl_divergence(augmented_distribution), weights)
-        value_state = self._collect_policy.get_initial_value_state(batch_size)
-        values, _ = self._collect_policy.apply_value_network(
-            observations, time_steps.step_type, value_state=value_state, training=False
-        )
+        if values is None:
+            values, _ = self._collect_policy.apply_value_network(
+                observations, time_steps.step_type, value_state=value_state, training=False
+            )
         augmented_values, _ = self._collect_policy.apply_value_network(
             augmented, time_steps.step_type, value_state=value_state, training=training
         )

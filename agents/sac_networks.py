@@ -22,6 +22,12 @@ critic made without ``shared_encoder`` builds its own E from the name, which
 is how ``Network.copy(shared_encoder=None)`` makes the target critics.
 ``twin_critics`` puts the four critics together.
 
+Encoder passes: each network's ``call`` runs E itself. ``encode`` (one pass
+of E), ``SacActorNetwork.distribution_from_features`` and
+``SacCriticNetwork.q_from_features`` split a call in two, so that an agent can
+run E once per batch and feed the actor and both critics from it
+(``sac_agent.SharedEncoderSacAgent``, which ``sac_train`` uses).
+
 For vector observations ``encoder="mlp"`` defaults to no shared layers
 (``units=()``): state SAC (Haarnoja et al. 2018) gives the actor and each
 critic their own MLP, here ``fc_layer_params``.
@@ -145,12 +151,27 @@ class SacActorNetwork(network.DistributionNetwork):
     def non_trainable_weights(self) -> list[tf.Variable]:
         return [*super().non_trainable_weights, *self._encoder.trainable_weights]
 
+    def encode(self, observations: tf.Tensor, training: bool = False) -> tuple[tf.Tensor, int]:
+        """``E(observations)``: features ``(B, D)`` or ``(B, T, D)`` and the number of outer dims.
+
+        One pass of the shared encoder; ``distribution_from_features`` and
+        ``SacCriticNetwork.q_from_features`` read its output, so that an agent
+        can run E once per batch (``sac_agent.SharedEncoderSacAgent``).
+        """
+        return _encode(self._encoder, observations, self._observation_spec, training)
+
+    def distribution_from_features(
+        self, features: tf.Tensor, outer_rank: int, training: bool = False, mask: tf.Tensor | None = None
+    ):
+        """``pi(a | s)`` from ``features = E(s)`` (``encode``), read through ``tf.stop_gradient``."""
+        hidden = self._head(tf.stop_gradient(features), training=training)
+        distribution, _ = self._projection(hidden, outer_rank, training=training, mask=mask)
+        return distribution
+
     def call(self, observations, step_type=None, network_state=(), training=False, mask=None):
         del step_type  # feed-forward: episode boundaries do not matter
-        features, outer_rank = _encode(self._encoder, observations, self._observation_spec, training)
-        features = self._head(tf.stop_gradient(features), training=training)
-        distribution, _ = self._projection(features, outer_rank, training=training, mask=mask)
-        return distribution, network_state
+        features, outer_rank = self.encode(observations, training)
+        return self.distribution_from_features(features, outer_rank, training, mask), network_state
 
 
 class SacCriticNetwork(network.Network):
@@ -199,16 +220,29 @@ class SacCriticNetwork(network.Network):
     def encoder(self) -> tf_keras.layers.Layer:
         return self._encoder
 
-    def call(self, inputs, step_type=None, network_state=(), training=False):
-        del step_type
-        observations, actions = inputs
-        features, outer_rank = _encode(self._encoder, observations, self._observation_spec, training)
+    def encode(self, observations: tf.Tensor, training: bool = False) -> tuple[tf.Tensor, int]:
+        """``E(observations)`` and the number of outer dims (as ``SacActorNetwork.encode``)."""
+        return _encode(self._encoder, observations, self._observation_spec, training)
+
+    def q_from_features(
+        self, features: tf.Tensor, actions: Any, outer_rank: int, training: bool = False
+    ) -> tf.Tensor:
+        """``Q(s, a)`` from ``features = E(s)`` (``encode``): ``(B,)`` or ``(B, T)``.
+
+        The features are not stopped: the critic loss trains E through them.
+        """
         squash = network_utils.BatchSquash(outer_rank)
         actions = tf.cast(squash.flatten(tf.nest.flatten(actions)[0]), features.dtype)
         actions = tf.reshape(actions, [-1, self._action_size])
         joint = tf.concat([squash.flatten(features), actions], axis=-1)
         q_values = self._q_value(self._head(joint, training=training), training=training)
-        return squash.unflatten(tf.squeeze(q_values, axis=-1)), network_state
+        return squash.unflatten(tf.squeeze(q_values, axis=-1))
+
+    def call(self, inputs, step_type=None, network_state=(), training=False):
+        del step_type
+        observations, actions = inputs
+        features, outer_rank = self.encode(observations, training)
+        return self.q_from_features(features, actions, outer_rank, training), network_state
 
 
 def twin_critics(

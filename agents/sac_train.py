@@ -44,7 +44,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gin
-import numpy as np
 import tensorflow as tf
 import tf_keras
 from tf_agents.agents.sac import sac_agent
@@ -57,9 +56,11 @@ from tf_agents.train.utils import spec_utils, train_utils
 from tf_agents.utils import common
 from tqdm import tqdm
 
+from sit_keras import xla
 from sit_keras.agents import checkpoints, evaluate, policy_network, sac_networks
 from sit_keras.agents.collection import EpisodeSuccessMetric, FixedLengthDriver, metric_results
 from sit_keras.agents.environments import load
+from sit_keras.agents.sac_agent import SharedEncoderSacAgent
 from sit_keras.agents.train import _PolicyExporter, _save_operative_config, _write_hyperparameters
 
 # Evaluation environments are seeded apart from the training ones (as evaluate.evaluate's default).
@@ -111,6 +112,8 @@ def sac_train_eval(
     checkpoint_replay_buffer: bool = True,
     seed: int = 0,
     progress: bool = True,
+    # XLA for the train step (sit_keras.xla): "auto" (on with a GPU), True / "on", False / "off".
+    jit_compile: bool | str = "auto",
     strategy: tf.distribute.Strategy | None = None,
 ) -> dict[str, Any]:
     """Trains a SAC agent; returns the last metrics, counters and speeds, and a ``history``.
@@ -144,11 +147,17 @@ def sac_train_eval(
       checkpoint_interval, policy_save_interval: the policy is also exported
         at the end unless ``policy_save_interval=0`` (no exports at all).
       checkpoint_replay_buffer: save the replay buffer with each checkpoint.
+      jit_compile: compile the agent's train step with XLA
+        (``xla.resolve_jit_compile``; ``"auto"``: when a GPU is visible and
+        no ``strategy`` is given). The resolved value is the ``jit_compile``
+        hyper-parameter in ``collect/``.
       strategy: a ``tf.distribute.Strategy`` for the learner (default: none).
 
     Raises:
-      ValueError: a discrete action spec, non-positive sizes, unknown names.
+      ValueError: a discrete action spec, non-positive sizes, unknown names,
+        an unknown ``jit_compile`` setting.
     """
+    jit_compile = xla.resolve_jit_compile(jit_compile, strategy)
     for name, value in (
         ("num_envs", num_envs), ("collect_steps_per_iteration", collect_steps_per_iteration),
         ("train_steps_per_iteration", train_steps_per_iteration), ("batch_size", batch_size),
@@ -163,8 +172,8 @@ def sac_train_eval(
         )
     strategy = strategy or tf.distribute.get_strategy()
     os.makedirs(root_dir, exist_ok=True)
-    tf.random.set_seed(seed)
-    np.random.seed(seed)
+    # Python's, NumPy's and TensorFlow's seeds: unseeded Keras initializers draw from Python's.
+    tf_keras.utils.set_random_seed(seed)
     with contextlib.ExitStack() as cleanup:
         env = load(env_name, num_envs=num_envs, seed=seed, **dict(env_kwargs or {}))
         cleanup.callback(env.close)
@@ -183,7 +192,7 @@ def sac_train_eval(
                 "fc_layer_params": tuple(actor_fc_layer_params),
             }
             actor_net = sac_networks.SacActorNetwork(observation_spec, action_spec, **actor_kwargs)
-            agent = sac_agent.SacAgent(
+            agent = SharedEncoderSacAgent(
                 time_step_spec,
                 action_spec,
                 actor_network=actor_net,
@@ -203,6 +212,9 @@ def sac_train_eval(
                 train_step_counter=train_step,
             )
             agent.initialize()
+        if jit_compile:
+            # Before the learner is made: it traces agent.train.
+            agent.train = xla.compile_with_xla(agent.train)
 
         replay_buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(
             agent.collect_data_spec, batch_size=num_envs, max_length=max(2, replay_capacity // num_envs)
@@ -469,4 +481,5 @@ _HYPERPARAMETERS = (
     "target_update_period",
     "discount",
     "seed",
+    "jit_compile",
 )

@@ -4,11 +4,13 @@ Two parts, both with ``configs/dmc/walker_walk_<encoder>.gin`` (64x64 RGB,
 3 stacked frames, action repeat 4, SAC of Hansen & Wang 2021, no augmentation):
 
 1. speed (``--speed_encoders``): a short run per encoder, ``--speed_steps``
-   random steps and then two blocks of ``--speed_iterations`` SAC
-   iterations (one environment step and one gradient step of batch 128
-   each); the second block's environment steps per second is the training
-   speed after tracing, with the shares of wall time of the learner, the
-   policy and the environment (its rendering).
+   random steps and then ``--speed_blocks`` blocks of ``--speed_iterations``
+   SAC iterations (one environment step and one gradient step of batch 128
+   each). The first block includes tracing; the medians over the other
+   blocks are the training speed: environment steps per second (collection
+   and learning), the learner's train steps per second (gradient steps over
+   the learner's own time) and the shares of wall time of the learner, the
+   policy and the environment (its rendering). Each block's numbers are kept.
 2. training (``--encoders``, ``--seeds``): ``--env_steps`` environment steps
    (agent steps; each is 4 simulator steps), then the greedy policy's return
    over ``--num_eval_episodes`` episodes (1000 simulator steps each).
@@ -23,6 +25,8 @@ Usage (slow: minutes per 1k steps of the attention encoders on 2 cores)::
     python benchmarks/dmc_walker.py --encoders cnn --env_steps 3000 \\
         --speed_encoders siet,sit,vit,cnn --out benchmarks/results/dmc_walker.json
     python benchmarks/dmc_walker.py --quick     # smoke run, a few minutes
+    python benchmarks/dmc_walker.py --encoders '' --speed_encoders siet \
+        --speed_steps 200 --speed_iterations 20 --speed_blocks 4   # SieT speed only
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import sit_keras  # noqa: F401  (selects Keras 2 before TensorFlow is imported)
 import argparse
 import logging
 import statistics
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -79,33 +84,81 @@ def _run(encoder: str, root_dir: Path, bindings: Sequence[str]) -> tuple[dict[st
     return results, time.perf_counter() - start
 
 
-def measure_speed(encoder: str, random_steps: int, iterations: int, root: Path) -> dict[str, float]:
-    """Environment steps per second of SAC training with ``encoder`` (the second logged block)."""
-    results, seconds = _run(
-        encoder,
-        root / f"speed_{encoder}",
-        [
-            f"sac_train_eval.total_env_steps = {random_steps + 2 * iterations}",
-            f"sac_train_eval.initial_collect_steps = {random_steps}",
-            f"sac_train_eval.log_interval = {iterations}",
-            f"sac_train_eval.replay_capacity = {random_steps + 2 * iterations}",
-            "sac_train_eval.eval_interval = 0",
-            "sac_train_eval.policy_save_interval = 0",
-            f"sac_train_eval.checkpoint_interval = {10 * (random_steps + iterations)}",
-            "sac_train_eval.checkpoint_replay_buffer = False",
-            "sac_train_eval.progress = False",
-        ],
-    )
-    first, steady = results["history"][0], results["history"][-1]
+def measure_speed(encoder: str, random_steps: int, iterations: int, blocks: int = 2) -> dict[str, Any]:
+    """Speed of SAC training with ``encoder``: medians over the logged blocks after the first.
+
+    The run goes to a temporary folder (a speed run must not resume an
+    earlier one). Per block of ``iterations`` SAC iterations,
+    ``steps_per_second`` is environment steps over the time of collection
+    and learning (``sac_train``'s ``SPS``) and ``train_steps_per_second`` is
+    gradient steps over the learner's share of that time.
+
+    Raises:
+      ValueError: fewer than 2 blocks (the first one includes tracing).
+    """
+    if blocks < 2:
+        raise ValueError(f"speed_blocks must be >= 2 (the first includes tracing). Received: {blocks}")
+    total_steps = random_steps + blocks * iterations
+    with tempfile.TemporaryDirectory(prefix=f"dmc_walker_speed_{encoder}_") as root_dir:
+        results, seconds = _run(
+            encoder,
+            Path(root_dir),
+            [
+                f"sac_train_eval.total_env_steps = {total_steps}",
+                f"sac_train_eval.initial_collect_steps = {random_steps}",
+                f"sac_train_eval.log_interval = {iterations}",
+                f"sac_train_eval.replay_capacity = {total_steps}",
+                "sac_train_eval.eval_interval = 0",
+                "sac_train_eval.policy_save_interval = 0",
+                f"sac_train_eval.checkpoint_interval = {10 * total_steps}",
+                "sac_train_eval.checkpoint_replay_buffer = False",
+                "sac_train_eval.progress = False",
+            ],
+        )
+    history = results["history"]
+    timed = block_speeds(history)
+
+    def median(name: str) -> float:
+        return statistics.median(block[name] for block in timed)
+
     return {
-        "steps_per_second": steady["SPS"],
-        "seconds_per_iteration": 1.0 / steady["SPS"],
-        "train_fraction": steady["train_fraction"],
-        "policy_fraction": steady["policy_fraction"],
-        "env_fraction": steady["env_fraction"],
-        "first_block_steps_per_second": first["SPS"],
+        "steps_per_second": median("steps_per_second"),
+        "seconds_per_iteration": 1.0 / median("steps_per_second"),
+        "train_steps_per_second": median("train_steps_per_second"),
+        "train_fraction": median("train_fraction"),
+        "policy_fraction": median("policy_fraction"),
+        "env_fraction": median("env_fraction"),
+        "first_block_steps_per_second": history[0]["SPS"],
+        "blocks": timed,
         "wall_s": seconds,
     }
+
+
+def block_speeds(history: Sequence[dict[str, float]]) -> list[dict[str, float]]:
+    """The speeds of each block of ``sac_train_eval``'s ``history`` after the first.
+
+    A block's ``SPS`` is its environment steps over its collection and
+    learning seconds and ``train_fraction`` the learner's share of those, so
+    the learner's seconds are ``train_fraction * env_steps / SPS``. The first
+    block has no predecessor to count its steps from (and includes tracing).
+    """
+    speeds = []
+    for previous, entry in zip(history[:-1], history[1:], strict=True):
+        env_steps = entry["env_steps"] - previous["env_steps"]
+        train_steps = entry["train_step"] - previous["train_step"]
+        learner_seconds = entry["train_fraction"] * env_steps / entry["SPS"]
+        speeds.append(
+            {
+                "env_steps": env_steps,
+                "train_steps": train_steps,
+                "steps_per_second": entry["SPS"],
+                "train_steps_per_second": train_steps / learner_seconds,
+                "train_fraction": entry["train_fraction"],
+                "policy_fraction": entry["policy_fraction"],
+                "env_fraction": entry["env_fraction"],
+            }
+        )
+    return speeds
 
 
 def train_one(
@@ -149,13 +202,13 @@ def format_tables(speeds: dict[str, dict[str, float]], runs: list[dict[str, Any]
     lines = []
     if speeds:
         lines += [
-            "| encoder | env steps/s | learner share | policy share | env share |",
-            "| --- | ---: | ---: | ---: | ---: |",
+            "| encoder | env steps/s | learner train steps/s | learner share | policy share | env share |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |",
         ]
         for encoder, s in speeds.items():
             lines.append(
-                f"| {encoder} | {s['steps_per_second']:.2f} | {s['train_fraction']:.2f} | "
-                f"{s['policy_fraction']:.2f} | {s['env_fraction']:.2f} |"
+                f"| {encoder} | {s['steps_per_second']:.2f} | {s['train_steps_per_second']:.2f} | "
+                f"{s['train_fraction']:.2f} | {s['policy_fraction']:.2f} | {s['env_fraction']:.2f} |"
             )
         lines.append("")
     if runs:
@@ -192,6 +245,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--speed_steps", type=int, default=200, help="random steps before the timed blocks")
     parser.add_argument("--speed_iterations", type=int, default=4, help="SAC iterations per timed block")
+    parser.add_argument(
+        "--speed_blocks", type=int, default=2, help="blocks of the speed run; medians over all but the first"
+    )
     parser.add_argument("--root", default="runs/dmc_walker", help="training runs go here (resumable)")
     parser.add_argument("--gin_bindings", action="append", default=[], help="extra bindings for the runs")
     parser.add_argument("--out", default=str(DEFAULT_OUT))
@@ -207,8 +263,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     speeds = {}
     for encoder in args.speed_encoders:
         print(f"== speed: {encoder}", flush=True)
-        speeds[encoder] = measure_speed(encoder, args.speed_steps, args.speed_iterations, root)
-        print(f"   {speeds[encoder]['steps_per_second']:.2f} env steps/s", flush=True)
+        speeds[encoder] = measure_speed(encoder, args.speed_steps, args.speed_iterations, args.speed_blocks)
+        print(
+            f"   {speeds[encoder]['steps_per_second']:.2f} env steps/s, "
+            f"{speeds[encoder]['train_steps_per_second']:.2f} learner train steps/s",
+            flush=True,
+        )
     runs = []
     for encoder in args.encoders:
         for seed in seeds:
