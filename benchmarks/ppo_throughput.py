@@ -4,8 +4,11 @@ For each encoder (default: SiT and the IMPALA-CNN of the SiT paper), one
 process runs ``sit_keras.agents.train.train_eval`` on ``procgen:<game>`` with
 64 environments and the paper's PPO + DrAC settings (``configs/procgen``),
 except a short rollout (``--steps_per_env``, default 16 instead of 256) so
-that an iteration takes seconds, for ``--iterations`` iterations. The first
-iteration (tracing) is dropped; the table shows medians over the others of:
+that an iteration takes seconds, for ``--iterations`` iterations. The
+minibatches keep the config's *size* (SiT family: 128 steps; IMPALA-CNN:
+2048, i.e. the whole shortened rollout), so each train step does the work
+it does in a full run. The first iteration (tracing) is dropped; the table
+shows medians over the others of:
 
 - env steps/s: environment steps (Procgen: frames) per second of wall time,
   collection + learning, as the trainer's timers measure it (``SPS``);
@@ -54,9 +57,13 @@ def measure(model: str, game: str, num_envs: int, steps_per_env: int, iterations
     """Runs ``iterations`` PPO iterations of ``configs/procgen/models/<model>.gin``; medians after the 1st."""
     gin.clear_config()
     train.parse_gin([str(CONFIGS / f"{model}.gin")], [])
-    num_minibatches = gin.query_parameter("train_eval.num_minibatches")
+    config_steps = gin.query_parameter("train_eval.num_envs") * gin.query_parameter(
+        "train_eval.collect_steps_per_env"
+    )
+    minibatch_size = config_steps // gin.query_parameter("train_eval.num_minibatches")
     steps_per_iteration = num_envs * steps_per_env
-    # Keep the paper's number of minibatches where it divides the (shorter) rollout.
+    # The config's minibatch size (not their number) on the shorter rollout, at most all of it.
+    num_minibatches = max(1, steps_per_iteration // minibatch_size)
     while steps_per_iteration % num_minibatches:
         num_minibatches -= 1
     with tempfile.TemporaryDirectory() as root_dir:
@@ -86,6 +93,7 @@ def measure(model: str, game: str, num_envs: int, steps_per_env: int, iterations
     return {
         "model": model,
         "num_minibatches": num_minibatches,
+        "minibatch_size": steps_per_iteration // num_minibatches,
         "summary": summary,
         "iterations": results["history"],
         "last": last,

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import glob
+import inspect
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 import gin
 import numpy as np
@@ -200,14 +202,24 @@ def test_missing_gin_file_is_clear():
         train.parse_gin(["configs/no_such.gin"], [])
 
 
-def test_rl_configs_parse():
+def test_rl_configs_parse_and_their_rollouts_split_into_minibatches():
     configs = sorted(
         glob.glob("configs/procgen/**/*.gin", recursive=True) + glob.glob("configs/minigrid/*.gin")
     )
     assert len(configs) >= 30
+    defaults = inspect.signature(train.train_eval).parameters
+
+    def setting(name: str) -> Any:
+        try:
+            return gin.query_parameter(f"train_eval.{name}")
+        except ValueError:  # not bound: the function's default
+            return defaults[name].default
+
     for path in configs:
         gin.clear_config()
         train.parse_gin([path], [])
+        steps = setting("num_envs") * setting("collect_steps_per_env")
+        assert steps % setting("num_minibatches") == 0, f"{path}: {steps} steps per iteration"
     gin.clear_config()
 
 

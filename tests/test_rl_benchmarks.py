@@ -29,6 +29,8 @@ def test_ppo_throughput_quick_on_procgen(tmp_path, capsys):
         summary = run["summary"]
         # Env steps/s: the median of the trainer's SPS over the iterations after the first (tracing).
         assert summary["timed_iterations"] == len(run["iterations"]) - 1 == 1
+        # The quick rollout (4 envs x 4 steps) is smaller than the configs' minibatch (2048): one.
+        assert run["num_minibatches"] == 1 and run["minibatch_size"] == 16
         assert summary["env_steps_per_second"] == run["iterations"][1]["SPS"] > 0
         parts = [summary[k] for k in module.FRACTIONS]
         assert abs(sum(parts) - 1.0) < 1e-9 and all(p > -1e-3 for p in parts)
