@@ -416,7 +416,9 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         the triangle sums and ``G`` leave that row alone, so it is exact.
         """
         heads, head_dim, t = self.num_heads, self.head_dim, self.num_tokens
-        if self.implementation == "fast" and not token_only:
+        if self.implementation == "fast":
+            if token_only:
+                return self._attend_token_channels_first(qkv)
             return self._attend_head_major(qkv, training)
         # (3, H, d, B, T) -> (3, B, H, d, T); b = batch, h = head, d = feature, i / j = tokens.
         q, k, v = tf.unstack(tf.transpose(tf.reshape(qkv, [3, heads, head_dim, -1, t]), [0, 3, 1, 2, 4]))
@@ -491,6 +493,29 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         pairs = tf.reshape(tf.transpose(scores, [2, 3, 0, 1]), [t * t, heads, -1])  # (T^2, H, B)
         pairs = self._triangle_sums.pairs_sum(pairs, tables, sign, scale)
         return tf.transpose(tf.reshape(pairs, [t, t, heads, -1]), [2, 3, 0, 1])
+
+    def _attend_token_channels_first(self, qkv: tf.Tensor) -> tf.Tensor:
+        """``_attend_token`` on the ``(3 D, B, T)`` projections as they are, without a head transpose.
+
+        Each row of the class token is a matrix-vector product per window and
+        head; written as products and sums over the feature axis they are
+        single passes over ``K`` and ``V`` instead of batched matmuls of
+        ``(1 x d) @ (d x T)`` matrices.
+        """
+        if not self.class_token or self.score_mixing:
+            raise ValueError("token_only needs class_token=True and score_mixing=False.")
+        heads, head_dim, t = self.num_heads, self.head_dim, self.num_tokens
+        q, k, v = tf.unstack(tf.reshape(qkv, [3, heads, head_dim, -1, t]))  # (H, d, B, T) each
+        stable = stable_dtype(self.compute_dtype)
+        row = tf.cast(tf.reduce_sum(q[..., :1] * k, axis=1), stable)  # (H, B, T): q_0 . k_j
+        column = tf.cast(tf.reduce_sum(q * k[..., :1], axis=1), stable)  # q_j . k_0
+        scale = tf.cast(1.0 / math.sqrt(head_dim), stable)
+        symmetric = row + column if self.symmetrize else row
+        attention = tf.nn.softmax(symmetric * scale, axis=-1)
+        if self.antisymmetric:
+            attention += tf.nn.softmax((row - column) * scale, axis=-1)
+        out = tf.reduce_sum(tf.cast(attention, v.dtype)[:, None] * v, axis=-1)  # (H, d, B)
+        return tf.transpose(tf.reshape(out, [self.dim, -1]))[:, None, :]  # (B, 1, D)
 
     def _attend_token(self, q: tf.Tensor, k: tf.Tensor, v: tf.Tensor) -> tf.Tensor:
         if not self.class_token or self.score_mixing:
