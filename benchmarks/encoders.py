@@ -237,7 +237,9 @@ def _precision_steps(name: str, overrides: dict[str, Any], images: tf.Tensor, ar
             encoder = build_encoder(name, images.shape[1:], **overrides)
             steps[precision] = Timed(make_train_step(encoder, jit_compile=False), images, args.warmup)
         finally:
-            tf_keras.mixed_precision.set_global_policy("float32")
+            tf_keras.mixed_precision.set_global_policy(
+                None
+            )  # back to the floatx default; "float32" would pin it
     return steps
 
 

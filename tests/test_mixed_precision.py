@@ -38,12 +38,12 @@ POLICIES = ["mixed_bfloat16", "mixed_float16"]
 
 @pytest.fixture(params=POLICIES)
 def policy(request) -> Iterator[str]:
-    """Sets the global Keras dtype policy for one test and restores float32 after it."""
+    """Sets the global Keras dtype policy for one test, then restores the default (which follows floatx)."""
     tf_keras.mixed_precision.set_global_policy(request.param)
     try:
         yield request.param
     finally:
-        tf_keras.mixed_precision.set_global_policy("float32")
+        tf_keras.mixed_precision.set_global_policy(None)  # back to the floatx default; "float32" would pin it
 
 
 def _compute_dtype(policy: str) -> tf.DType:

@@ -16,6 +16,12 @@ the symmetric group ``S_N`` for every ``N`` (appendix A.1).
 The ops here are matmuls, elementwise functions, ``tf.where`` and
 reductions (no einsum, no gather), so the layer converts to TFLite with
 builtin ops only.
+
+Under a mixed-precision policy the matmuls run in the compute dtype
+(float16 / bfloat16) and the parts that carry or normalise values in float32
+(``precision.stable_dtype``): the LSTM's gates, cell update and state, and
+the attention ``sigma`` (softmax or tanh) with its scale; the attention
+weights go back to the compute dtype for the sum over the inputs.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 import tf_keras
+
+from sit_keras.layers.precision import stable_dtype
 
 ATTENTIONS = ("tanh", "softmax")
 
@@ -74,7 +82,8 @@ def masked_attention(logits: tf.Tensor, mask: tf.Tensor | None, attention: str) 
     ``"tanh"`` acts elementwise (CartPole, Ant). ``"softmax"`` normalises each
     query's scores over the *inputs*, axis 1 (Pong, CarRacing), written out so
     that padded entries drop out exactly and the same formula runs with and
-    without a mask.
+    without a mask. Runs in the dtype of ``logits``: the layers pass float32
+    logits under a mixed policy.
 
     Args:
       logits: ``(B, N, M)`` scaled scores of the ``N`` inputs for the ``M`` queries.
@@ -126,17 +135,25 @@ def lstm_step(
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """One LSTM step for every (batch, input) pair, in plain matmuls and elementwise ops.
 
+    Precision: the recurrent matmul runs in the dtype of ``gate_inputs``
+    (``hidden`` is cast to it); the pre-activations are summed, and the
+    gates, the cell update and the new state computed, in the dtype of
+    ``cell``. Under a mixed policy that is the compute dtype for the matmuls
+    and float32 for the state, which a long episode would otherwise round
+    at every step.
+
     Args:
       gate_inputs: ``(B, N, 4 H)``, the input and action parts of the gate
         pre-activations plus the bias, in the order input, forget, cell, output.
       hidden: ``(B, N, H)`` previous ``h``.
       cell: ``(B, N, H)`` previous ``c``.
-      recurrent_kernel: ``(H, 4 H)``.
+      recurrent_kernel: ``(H, 4 H)``, in the dtype of ``gate_inputs``.
 
     Returns:
-      ``(h', c')``, each ``(B, N, H)``.
+      ``(h', c')``, each ``(B, N, H)`` in the dtype of ``cell``.
     """
-    z = gate_inputs + apply_kernel(hidden, recurrent_kernel)
+    recurrent = apply_kernel(tf.cast(hidden, gate_inputs.dtype), recurrent_kernel)
+    z = tf.cast(gate_inputs, cell.dtype) + tf.cast(recurrent, cell.dtype)
     i, f, g, o = tf.split(z, 4, axis=-1)
     cell = tf.sigmoid(f) * cell + tf.sigmoid(i) * tf.tanh(g)
     return tf.sigmoid(o) * tf.tanh(cell), cell
@@ -180,6 +197,16 @@ class AttentionNeuron(tf_keras.layers.Layer):
     grows with ``N`` (the paper halves it for doubled inputs, footnote 3);
     the softmax is a weighted mean.
 
+    Precision: under ``mixed_float16`` / ``mixed_bfloat16`` the variables are
+    float32 and the matmuls (LSTM input, action and recurrent kernels,
+    ``W_q``, ``W_k``, ``W_v``, the sum over the inputs) run in the compute
+    dtype. The LSTM's gate nonlinearities, cell update and state ``[h, c]``
+    are float32 (``precision.stable_dtype``): the state is returned, and
+    expected, in float32; so are the logits' scale and ``sigma`` (softmax or
+    tanh). The code ``m_t`` is in the compute dtype. The invariance then
+    holds up to rounding (``sit_keras.testing.tolerance`` of the compute
+    dtype).
+
     Masks: a ``mask`` marks padded inputs. They contribute exactly nothing:
     their readings are replaced by 0 before use (padding may hold anything,
     NaN included), their attention weights are exactly 0 and their state is
@@ -210,13 +237,15 @@ class AttentionNeuron(tf_keras.layers.Layer):
       inputs: ``(B, N)`` scalar readings, or ``(B, N, F)`` with ``num_features=F``.
       previous_action: ``(B, action_dim)``, the action ``a_{t-1}``.
       state: ``[h, c]``, each ``(B, N, hidden_size)``, or ``None`` for zeros
-        (the first step of an episode).
+        (the first step of an episode); cast to ``state_dtype``.
       mask: ``(B, N)`` bool, ``True`` for real inputs, or ``None``.
       training: unused (no dropout); accepted for the Keras convention.
 
     Returns:
       ``(m_t, [h', c'])``: ``m_t`` is ``(B, M)`` for scalar pass-through
-      inputs, ``(B, M, d)`` otherwise (``d = F`` or ``value_dim``).
+      inputs, ``(B, M, d)`` otherwise (``d = F`` or ``value_dim``), in the
+      compute dtype; ``h', c'`` in ``state_dtype`` (float32 under a mixed
+      policy, else the compute dtype).
 
     >>> import sit_keras
     >>> from sit_keras.layers.attention_neuron import AttentionNeuron
@@ -272,6 +301,11 @@ class AttentionNeuron(tf_keras.layers.Layer):
     def features_per_input(self) -> int:
         """``F``: 1 for scalar inputs."""
         return self.num_features or 1
+
+    @property
+    def state_dtype(self) -> tf.DType:
+        """Dtype of the LSTM state ``[h, c]``: float32 under a mixed policy, else the compute dtype."""
+        return stable_dtype(self.compute_dtype)
 
     @property
     def output_shape_per_example(self) -> tuple[int, ...]:
@@ -353,12 +387,12 @@ class AttentionNeuron(tf_keras.layers.Layer):
                 f"{self.name} expects state [h, c], each of shape ({b}, {n}, {self.hidden_size}). "
                 f"Received: state shapes={[getattr(s, 'shape', None) for s in parts]}"
             )
-        return tf.cast(parts[0], self.compute_dtype), tf.cast(parts[1], self.compute_dtype)
+        return tf.cast(parts[0], self.state_dtype), tf.cast(parts[1], self.state_dtype)
 
     # -- eq. 1 and 2 ------------------------------------------------------------
     def get_initial_state(self, batch_size: int | tf.Tensor, num_inputs: int | tf.Tensor) -> list[tf.Tensor]:
-        """Zero LSTM state ``[h, c]``, each ``(batch_size, num_inputs, hidden_size)``."""
-        zeros = tf.zeros([batch_size, num_inputs, self.hidden_size], dtype=self.compute_dtype)
+        """Zero LSTM state ``[h, c]``, each ``(batch_size, num_inputs, hidden_size)``, in ``state_dtype``."""
+        zeros = tf.zeros([batch_size, num_inputs, self.hidden_size], dtype=self.state_dtype)
         return [zeros, zeros]
 
     def call(
@@ -391,21 +425,34 @@ class AttentionNeuron(tf_keras.layers.Layer):
     def keys(
         self, readings: tf.Tensor, action: tf.Tensor, hidden: tf.Tensor, cell: tf.Tensor
     ) -> tuple[tf.Tensor, tf.Tensor]:
-        """eq. 1, ``f_k``: the shared LSTM on ``[o_t[i], a_{t-1}]``; returns ``(h', c')``, ``K = h'``."""
+        """eq. 1, ``f_k``: the shared LSTM on ``[o_t[i], a_{t-1}]``; returns ``(h', c')``, ``K = h'``.
+
+        ``readings`` and ``action`` in the compute dtype, ``hidden`` and
+        ``cell`` in ``state_dtype``, which ``h'`` and ``c'`` are returned in.
+        """
         per_example = tf.matmul(action, self.action_kernel) + self.lstm_bias  # (B, 4 H)
         gate_inputs = apply_kernel(readings, self.input_kernel) + per_example[:, None, :]
         return lstm_step(gate_inputs, hidden, cell, self.recurrent_kernel)
 
     def attention_weights(self, keys: tf.Tensor, mask: tf.Tensor | None = None) -> tf.Tensor:
-        """eq. 2, ``sigma([Q W_q][K W_k]^T / sqrt(d_q))`` stored transposed: ``(B, N, M)``."""
+        """eq. 2, ``sigma([Q W_q][K W_k]^T / sqrt(d_q))`` stored transposed: ``(B, N, M)``.
+
+        The products run in the compute dtype; the scale and ``sigma`` in
+        ``state_dtype`` (float32 under a mixed policy), which the weights are
+        returned in.
+        """
         queries = tf.matmul(tf.constant(self.queries, self.compute_dtype), self.query_kernel)  # (M, d_q)
-        projected = apply_kernel(keys, self.key_kernel)  # (B, N, d_q)
-        scale = tf.constant(1.0 / math.sqrt(self.projection_dim), self.compute_dtype)
-        logits = apply_kernel(projected, tf.transpose(queries)) * scale
+        projected = apply_kernel(tf.cast(keys, self.compute_dtype), self.key_kernel)  # (B, N, d_q)
+        scale = tf.constant(1.0 / math.sqrt(self.projection_dim), self.state_dtype)
+        logits = tf.cast(apply_kernel(projected, tf.transpose(queries)), self.state_dtype) * scale
         return masked_attention(logits, mask, self.attention)
 
     def aggregate(self, weights: tf.Tensor, readings: tf.Tensor) -> tf.Tensor:
-        """eq. 2, the sum over the inputs: ``(B, N, M)`` weights and ``(B, N, F)`` readings -> ``m_t``."""
+        """eq. 2, the sum over the inputs: ``(B, N, M)`` weights and ``(B, N, F)`` readings -> ``m_t``.
+
+        Runs in the compute dtype (the weights are cast to it).
+        """
+        weights = tf.cast(weights, self.compute_dtype)
         if self.value_kernel is None and self.num_features is None:
             return tf.reduce_sum(weights * readings, axis=1)  # W_v = I on scalars: (B, M)
         values = readings if self.value_kernel is None else apply_kernel(readings, self.value_kernel)

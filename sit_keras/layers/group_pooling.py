@@ -5,6 +5,8 @@ from __future__ import annotations
 import tensorflow as tf
 import tf_keras
 
+from sit_keras.layers.precision import stable_dtype
+
 
 def _check_group_signal(layer: tf_keras.layers.Layer, shape: tf.TensorShape, need_spatial: bool) -> None:
     spatial_unknown = need_spatial and (shape.rank != 5 or shape[1] is None or shape[2] is None)
@@ -26,6 +28,10 @@ class GroupPooling(tf_keras.layers.Layer):
     translations): the max does not see the order of the group axis and the
     mean not the order of the pixels.
 
+    Precision: the max runs in the compute dtype (it is exact); the mean over
+    space is accumulated in float32 under a mixed policy
+    (``precision.stable_dtype``) and returned in the compute dtype.
+
     Call arguments:
       inputs: ``(B, H, W, |H|, D)``.
 
@@ -40,7 +46,9 @@ class GroupPooling(tf_keras.layers.Layer):
 
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
         _check_group_signal(self, inputs.shape, need_spatial=False)
-        return tf.reduce_mean(tf.reduce_max(inputs, axis=3), axis=[1, 2])
+        pooled = tf.reduce_max(inputs, axis=3)
+        mean = tf.reduce_mean(tf.cast(pooled, stable_dtype(pooled.dtype)), axis=[1, 2])
+        return tf.cast(mean, pooled.dtype)
 
     def compute_output_shape(self, input_shape: tf.TensorShape) -> tf.TensorShape:
         input_shape = tf.TensorShape(input_shape)
@@ -60,6 +68,8 @@ class GroupSpatialMaxPooling(tf_keras.layers.Layer):
     Symmetry: for ``g`` in a grid-exact group on square images,
     ``f(L_g y) = L_g f(y)`` with the regular representation on both sides
     (the group axis is left alone).
+
+    Precision: a max, exact in any dtype; it runs in the compute dtype.
 
     Call arguments:
       inputs: ``(B, H, W, |H|, D)`` with known ``H, W``.

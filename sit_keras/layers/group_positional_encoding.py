@@ -9,6 +9,7 @@ import tensorflow as tf
 import tf_keras
 
 from sit_keras.groups import Group, get_group, relative_group_indices
+from sit_keras.layers.precision import stable_dtype
 
 POSITIONAL_ENCODINGS = ("ge_vit", "gsa_nets")
 
@@ -36,6 +37,16 @@ class GroupPositionalEncoding(tf_keras.layers.Layer):
 
     Symmetry: for ``g`` in ``H``, ``L_{g h}[rho](g a, g b) = L_h[rho](a, b)``
     (exactly, for grid-exact groups, whose matrices are integers).
+
+    Precision: under a mixed policy (``mixed_float16`` / ``mixed_bfloat16``)
+    every variable is float32. The offsets, their turn by ``h^-1``, the
+    MLP's first Dense, its LayerNorm (statistics, ``rsqrt``, scale and
+    shift) and the Swish run in float32 (``precision.stable_dtype``) with
+    float32 weights: offsets are not rounded to 8 bits and the statistics
+    keep their digits. The last Dense and ``E`` run in the compute dtype,
+    which the encoding and ``group_encoding()`` are returned in. The
+    offsets are not autocast on input. Under float32 / float64 everything
+    runs in that dtype.
 
     Args:
       group: a name from ``sit_keras.groups.GROUP_NAMES`` or a ``Group``.
@@ -74,6 +85,9 @@ class GroupPositionalEncoding(tf_keras.layers.Layer):
         kernel_initializer: Any = "glorot_uniform",
         **kwargs: Any,
     ):
+        # The offsets stay in the dtype they come in until `call` casts them to float32: an autocast to
+        # bfloat16 would round the positions the MLP sees.
+        kwargs["autocast"] = False
         super().__init__(**kwargs)
         self.group = get_group(group)
         for arg, value in (("num_heads", num_heads), ("key_dim", key_dim), ("hidden_dim", hidden_dim)):
@@ -100,13 +114,23 @@ class GroupPositionalEncoding(tf_keras.layers.Layer):
 
     def build(self, input_shape: tf.TensorShape | None = None) -> None:
         hidden, width = self.hidden_dim, self.num_heads * self.key_dim
-        self.hidden_kernel = self.add_weight("hidden_kernel", (2, hidden), initializer=self._initializer())
+        # Under a mixed policy the first Dense and the LayerNorm run in float32: their weights read as such.
+        self.hidden_kernel = self.add_weight(
+            "hidden_kernel", (2, hidden), initializer=self._initializer(), experimental_autocast=False
+        )
         # A random bias: with zeros the offset (0, 0) would be a constant (degenerate) input to the LayerNorm.
         self.hidden_bias = self.add_weight(
-            "hidden_bias", (hidden,), initializer=tf_keras.initializers.RandomUniform(-1.0, 1.0)
+            "hidden_bias",
+            (hidden,),
+            initializer=tf_keras.initializers.RandomUniform(-1.0, 1.0),
+            experimental_autocast=False,
         )
-        self.norm_gamma = self.add_weight("norm_gamma", (hidden,), initializer="ones")
-        self.norm_beta = self.add_weight("norm_beta", (hidden,), initializer="zeros")
+        self.norm_gamma = self.add_weight(
+            "norm_gamma", (hidden,), initializer="ones", experimental_autocast=False
+        )
+        self.norm_beta = self.add_weight(
+            "norm_beta", (hidden,), initializer="zeros", experimental_autocast=False
+        )
         self.output_kernel = self.add_weight(
             "output_kernel", (hidden, width), initializer=self._initializer()
         )
@@ -118,16 +142,18 @@ class GroupPositionalEncoding(tf_keras.layers.Layer):
         super().build(input_shape)
 
     def call(self, offsets: tf.Tensor) -> tf.Tensor:
-        offsets = tf.cast(offsets, self.compute_dtype)
+        stable = stable_dtype(self.compute_dtype)
+        offsets = tf.cast(offsets, stable)
         if offsets.shape.rank != 2 or offsets.shape[-1] != 2:
             raise ValueError(f"{self.name} expects (K, 2) offsets. Received: shape={offsets.shape}")
-        inverse = tf.constant(self._inverse_matrices, dtype=self.compute_dtype)
+        inverse = tf.constant(self._inverse_matrices, dtype=stable)
         # h: group element, k: offset, i / j: coordinates.
         turned = tf.einsum("hij,kj->hki", inverse, offsets)  # h^-1 (x(j) - x(i))
         hidden = tf.einsum("hki,ie->hke", turned, self.hidden_kernel) + self.hidden_bias
         mean, variance = tf.nn.moments(hidden, axes=[-1], keepdims=True)
         hidden = (hidden - mean) * tf.math.rsqrt(variance + 1e-5) * self.norm_gamma + self.norm_beta
-        encoding = tf.einsum("hke,ef->hkf", tf.nn.silu(hidden), self.output_kernel) + self.output_bias
+        features = tf.cast(tf.nn.silu(hidden), self.compute_dtype)
+        encoding = tf.einsum("hke,ef->hkf", features, self.output_kernel) + self.output_bias
         return tf.reshape(encoding, [self.group.order, -1, self.num_heads, self.key_dim])
 
     def group_encoding(self) -> tf.Tensor:

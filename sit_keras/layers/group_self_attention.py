@@ -7,6 +7,14 @@ query's group element ``h~``, ``p`` the key's group element ``h^``, ``o``
 the output's group element ``h``, ``m`` head, ``d`` feature of a head.
 The lifting layer is the case ``|q| = |p| = 1`` without the group part of
 the encoding.
+
+Precision under a mixed policy (``mixed_float16`` / ``mixed_bfloat16``):
+variables are float32; the projections, the query-key and query-encoding
+products and the weighted sum of the values run in the compute dtype; from
+the logits on, the sum of the three score terms, the border mask, the
+softmax, the attention dropout and the sum of the weights over the query's
+group element run in float32 (``precision.stable_dtype``), and the weights
+go back to the compute dtype for the values.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import tf_keras
 
 from sit_keras.groups import Group, all_offsets, get_group, window_offsets
 from sit_keras.layers.group_positional_encoding import POSITIONAL_ENCODINGS, GroupPositionalEncoding
+from sit_keras.layers.precision import stable_dtype
 from sit_keras.layers.sublayers import build_sublayer
 
 
@@ -112,8 +121,9 @@ class _GroupAttention(tf_keras.layers.Layer):
             dtype=self.dtype_policy,
             name="positional_encoding",
         )
+        # Not autocast: the attention weights it drops stay float32 under a mixed policy.
         self.dropout = tf_keras.layers.Dropout(
-            self.attention_dropout, dtype=self.dtype_policy, name="dropout"
+            self.attention_dropout, dtype=self.dtype_policy, autocast=False, name="dropout"
         )
 
     def _initializer(self) -> tf_keras.initializers.Initializer:
@@ -181,7 +191,7 @@ class _GroupAttention(tf_keras.layers.Layer):
         query = project(self.query_kernel, self.query_bias) * scale
         key, value = project(self.key_kernel), project(self.value_kernel, self.value_bias)
         # rho^P(h^-1 offset), (o, K, m, d): every window offset (local) or pixel offset (global).
-        position = self.encoding(tf.constant(constants["offsets"], self.compute_dtype))
+        position = self.encoding(tf.constant(constants["offsets"], stable_dtype(self.compute_dtype)))
         group = None if self._lifting else self.encoding.group_encoding()  # (o, q, p, m, d)
         if self.neighbourhood is None:
             out = self._global(query, key, value, position, group, constants, training)
@@ -194,10 +204,15 @@ class _GroupAttention(tf_keras.layers.Layer):
         """Softmax over the keys ``(j, h^)``, then the sum over the query's element ``h~`` (eq. 15-16).
 
         ``content``: ``(n, m, q, K, p)``, ``spatial``: ``(n, m, o, q, K)``,
-        ``group``: ``(n, m, o, q, p)`` or ``None``; returns ``(n, m, o, K * p)``.
-        Kept at low rank: TensorFlow's CPU kernels are slow (and its softmax
-        refuses) beyond rank 5.
+        ``group``: ``(n, m, o, q, p)`` or ``None``; returns ``(n, m, o, K * p)``
+        in ``stable_dtype(compute dtype)``: the terms are cast there before
+        they are added, so that under a mixed policy the softmax and the sum
+        over ``h~`` run in float32. Kept at low rank: TensorFlow's CPU kernels
+        are slow (and its softmax refuses) beyond rank 5.
         """
+        stable = stable_dtype(self.compute_dtype)
+        content, spatial = tf.cast(content, stable), tf.cast(spatial, stable)
+        group = None if group is None else tf.cast(group, stable)
         _, heads, n_q, keys, n_k = content.shape
         logits = content[:, :, None] + spatial[..., None]  # (n, m, o, q, K, p)
         if group is not None:
@@ -223,15 +238,17 @@ class _GroupAttention(tf_keras.layers.Layer):
 
         query = tf.reshape(query, [-1, n_in, heads, dim])  # (n, q, m, d), n = B * P
         content = tf.einsum("nqmd,nkpmd->nmqkp", query, windows(key))
-        spatial = tf.einsum("nqmd,okmd->nmoqk", query, position)
+        # The logits are summed in float32 under a mixed policy (see `_attend`), the border mask too.
+        stable = stable_dtype(self.compute_dtype)
+        spatial = tf.cast(tf.einsum("nqmd,okmd->nmoqk", query, position), stable)
         # Keys outside the image get -inf (almost): zero-padding them would change the softmax.
-        lowest = -0.5 * tf.as_dtype(self.compute_dtype).max
-        bias = tf.constant(np.where(inside, 0.0, lowest), self.compute_dtype)
+        lowest = -0.5 * stable.max
+        bias = tf.constant(np.where(inside, 0.0, lowest), stable)
         batch = tf.shape(query)[0] // pixels
         spatial += tf.reshape(tf.tile(bias, [batch, 1]), [-1, 1, 1, 1, size])
         if group is not None:
             group = tf.einsum("nqmd,oqpmd->nmoqp", query, group)
-        weights = self._attend(content, spatial, group, training)  # (n, m, o, K * p)
+        weights = tf.cast(self._attend(content, spatial, group, training), value.dtype)  # (n, m, o, K * p)
         values = tf.reshape(windows(value), [-1, size * n_in, heads, dim])
         return tf.einsum("nmoj,njmd->nomd", weights, values)
 
@@ -249,6 +266,7 @@ class _GroupAttention(tf_keras.layers.Layer):
             group,
             training,
         )
+        weights = tf.cast(weights, value.dtype)  # the values are summed in the compute dtype
         weights = tf.reshape(weights, [-1, pixels, heads, self.group.order, pixels * n_in])
         values = tf.reshape(value, [-1, pixels * n_in, heads, dim])
         return tf.einsum("bimoj,bjmd->biomd", weights, values)
@@ -299,6 +317,14 @@ class LiftingSelfAttention(_GroupAttention):
     translations hold exactly away from the borders. Finer rotations
     (``p8``, ...) are equivariant only up to the pixel grid
     (``sit_keras.groups.rotation_equivariance_error``).
+
+    Precision: under ``mixed_float16`` / ``mixed_bfloat16`` the variables are
+    float32; the projections, the score products and the sum of the values
+    run in the compute dtype, the logits, softmax and attention dropout in
+    float32, and the positional MLP as ``GroupPositionalEncoding`` says
+    (its LayerNorm in float32). The output is in the compute dtype. The
+    symmetry is structural: under a mixed policy it holds up to rounding
+    (``sit_keras.testing.tolerance`` of the compute dtype).
 
     Args:
       group: a name from ``sit_keras.groups.GROUP_NAMES`` or a ``Group``.
@@ -353,6 +379,11 @@ class GroupSelfAttention(_GroupAttention):
     ``LiftingSelfAttention``), for every ``H``. With ``"gsa_nets"`` this holds
     only when ``H`` is abelian (``z2``, ``p4``, ``mz2``); for ``p4m`` the
     encoding is not invariant and the layer is not equivariant.
+
+    Precision: as ``LiftingSelfAttention``: float32 variables, projections,
+    score products and the sum of the values in the compute dtype; logits,
+    softmax, attention dropout and the sum over ``h~`` of the attention
+    weights in float32; the output in the compute dtype.
 
     Args:
       group: a name from ``sit_keras.groups.GROUP_NAMES`` or a ``Group``.

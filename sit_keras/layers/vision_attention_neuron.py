@@ -16,6 +16,7 @@ from sit_keras.layers.attention_neuron import (
     shape_list,
     sinusoidal_queries,
 )
+from sit_keras.layers.precision import stable_dtype
 from sit_keras.layers.sublayers import build_sublayer
 
 
@@ -61,6 +62,15 @@ class VisionAttentionNeuron(tf_keras.layers.Layer):
     over the patches cancels it. With the paper's softmax the previous action
     therefore has no effect on ``m_t``; with ``attention="tanh"`` it has.
 
+    Precision: under ``mixed_float16`` / ``mixed_bfloat16`` the variables are
+    float32; the patches, frame differences and the matmuls (``W_k``,
+    ``W_q``, ``W_v``, the sum over the patches) run in the compute dtype.
+    Both layer normalisations compute their statistics and affine part in
+    float32 (Keras' ``LayerNormalization`` does), and the logits' scale and
+    the softmax (or tanh) over the patches run in float32
+    (``precision.stable_dtype``); the weights return to the compute dtype
+    for the values. The code is in the compute dtype.
+
     Args:
       action_dim: size ``|A|`` of the previous action (6, one-hot, for Pong;
         3 for CarRacing).
@@ -87,7 +97,7 @@ class VisionAttentionNeuron(tf_keras.layers.Layer):
       training: unused; accepted for the Keras convention.
 
     Returns:
-      ``(B, M, value_dim)``, the code ``m_t``.
+      ``(B, M, value_dim)``, the code ``m_t``, in the compute dtype.
 
     >>> import sit_keras
     >>> from sit_keras.layers.vision_attention_neuron import VisionAttentionNeuron
@@ -233,8 +243,11 @@ class VisionAttentionNeuron(tf_keras.layers.Layer):
         keys = apply_kernel(differences, self.key_kernel) + tf.matmul(action, self.action_kernel)[:, None, :]
         values = apply_kernel(self.patch_norm(flat), self.value_kernel)  # (B, N, d_v)
         queries = tf.matmul(tf.constant(self.queries, self.compute_dtype), self.query_kernel)  # (M, d_q)
-        scale = tf.constant(1.0 / math.sqrt(self.projection_dim), self.compute_dtype)
-        weights = masked_attention(apply_kernel(keys, tf.transpose(queries)) * scale, mask, self.attention)
+        # The scale and sigma in float32 under a mixed policy, the sum over the patches in the compute dtype.
+        stable = stable_dtype(self.compute_dtype)
+        scale = tf.constant(1.0 / math.sqrt(self.projection_dim), stable)
+        logits = tf.cast(apply_kernel(keys, tf.transpose(queries)), stable) * scale
+        weights = tf.cast(masked_attention(logits, mask, self.attention), values.dtype)
         return self.output_norm(tf.matmul(weights, values, transpose_a=True))  # (B, M, d_v)
 
     def compute_mask(self, inputs: tf.Tensor, mask: tf.Tensor | None = None) -> None:

@@ -37,6 +37,11 @@ class ConvEncoder(Encoder):
     the second being the policy head) is e.g.
     ``ConvEncoder((14, 14, 3), filters=(16, 32), strides=1)``.
 
+    Precision: under ``mixed_float16`` / ``mixed_bfloat16`` the variables are
+    float32 and every layer runs in the compute dtype (there is no
+    normalisation or softmax to keep in float32); the features are
+    returned in the compute dtype.
+
     Args:
       image_shape: ``(H, W, C)``.
       output_dim: size ``D_out`` of the final ReLU Dense layer (hidden size).

@@ -16,6 +16,12 @@ GN is GSA-Nets' "LayerNorm", a GroupNorm with one group (see ``_norm``).
 Every step is equivariant (point-wise layers, norms whose statistics ignore
 the order of pixels and group elements, symmetric pooling), so the logits
 are invariant to the stabiliser ``H`` of grid-exact groups on square images.
+
+Under a mixed policy (``mixed_float16`` / ``mixed_bfloat16``) the variables
+are float32 and the stack runs in the compute dtype except for the GN
+statistics and affine part, the attention logits and softmax, the positional
+MLP up to its Swish and the spatial mean of ``GroupPooling``, which run in
+float32; each of these returns to the compute dtype, as do the logits.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import tf_keras
 from sit_keras.groups import Group, get_group
 from sit_keras.layers.group_pooling import GroupPooling, GroupSpatialMaxPooling
 from sit_keras.layers.group_self_attention import GroupSelfAttention, LiftingSelfAttention
+from sit_keras.layers.precision import stable_dtype
 from sit_keras.layers.sublayers import build_sublayer
 from sit_keras.models.base import Encoder
 
@@ -43,16 +50,48 @@ def _default_initializer() -> tf_keras.initializers.Initializer:
     return tf_keras.initializers.VarianceScaling(2.0, mode="fan_in", distribution="untruncated_normal")
 
 
-def _norm(name: str, policy: Any) -> tf_keras.layers.GroupNormalization:
+@tf_keras.saving.register_keras_serializable(package="sit_keras")
+class StableGroupNormalization(tf_keras.layers.GroupNormalization):
+    """Keras' ``GroupNormalization`` with its statistics and affine part in float32 under mixed precision.
+
+    Keras' GroupNorm computes the mean and variance in the compute dtype: over
+    a whole ``(H, W, |H|, C)`` map, bfloat16 keeps 8 bits of them and float16
+    overflows on the squared deviations of inputs beyond ~250. Here the input
+    is cast to ``precision.stable_dtype`` (float32 for float16 / bfloat16),
+    the statistics, ``rsqrt``, ``gamma`` and ``beta`` (float32 variables read
+    without autocasting, as in Keras' LayerNorm) are applied there, and the
+    result is cast back to the compute dtype. Under float32 / float64 it is
+    the base layer. Same arguments, weights and config as the base layer.
+    """
+
+    def add_weight(self, *args: Any, **kwargs: Any) -> tf.Variable:
+        # gamma and beta meet the float32 statistics: they must not be read in the compute dtype.
+        kwargs.setdefault("experimental_autocast", False)
+        return super().add_weight(*args, **kwargs)
+
+    def _apply_normalization(
+        self, *, reshaped_inputs: tf.Tensor, reshaped_mask: tf.Tensor, input_shape: tf.Tensor
+    ) -> tf.Tensor:
+        dtype = reshaped_inputs.dtype
+        normalized = super()._apply_normalization(
+            reshaped_inputs=tf.cast(reshaped_inputs, stable_dtype(dtype)),
+            reshaped_mask=reshaped_mask,
+            input_shape=input_shape,
+        )
+        return tf.cast(normalized, dtype)
+
+
+def _norm(name: str, policy: Any) -> StableGroupNormalization:
     """GSA-Nets' "LayerNorm": GroupNorm with one group.
 
     Statistics over the whole ``(H, W, |H|, C)`` map of each sample, a scale
     and shift per channel. Equivariant: the statistics ignore the order of
     pixels and group elements. (A per-pixel LayerNorm would see the exactly
     constant features of a blank background and multiply gradients by
-    ``1 / sqrt(epsilon)`` at every norm.)
+    ``1 / sqrt(epsilon)`` at every norm.) Statistics and affine part in
+    float32 under a mixed policy (``StableGroupNormalization``).
     """
-    return tf_keras.layers.GroupNormalization(groups=1, epsilon=_LAYER_NORM_EPSILON, dtype=policy, name=name)
+    return StableGroupNormalization(groups=1, epsilon=_LAYER_NORM_EPSILON, dtype=policy, name=name)
 
 
 @tf_keras.saving.register_keras_serializable(package="sit_keras")
@@ -69,6 +108,12 @@ class GroupTransformerBlock(tf_keras.layers.Layer):
 
     Symmetry: equivariant like its ``GroupSelfAttention`` (all point-wise
     parts commute with the regular representation).
+
+    Precision: under a mixed policy the variables are float32; the Dense
+    layers, Swish, dropout and residual sums run in the compute dtype, the
+    GN statistics and affine part in float32 (``StableGroupNormalization``),
+    the attention as ``GroupSelfAttention`` says. The output is in the
+    compute dtype.
 
     Args:
       group: a name from ``sit_keras.groups.GROUP_NAMES`` or a ``Group``.
@@ -217,6 +262,13 @@ class GroupTransformer(Encoder):
     only away from the borders. Finer groups (``p8``, ...) are invariant only
     up to the pixel grid.
 
+    Precision: under ``mixed_float16`` / ``mixed_bfloat16`` every variable is
+    float32 and the logits come out in the compute dtype; what runs in
+    float32 is listed in this module's docstring (GN statistics, attention
+    logits and softmax, the positional MLP's LayerNorm, the pooled mean).
+    The invariance then holds up to rounding, within
+    ``sit_keras.testing.tolerance`` of the compute dtype.
+
     Args:
       image_shape: ``(H, W, C)``.
       output_dim: number of classes (logits).
@@ -242,7 +294,7 @@ class GroupTransformer(Encoder):
       training: Python boolean; enables dropout.
 
     Returns:
-      ``(B, output_dim)`` logits.
+      ``(B, output_dim)`` logits in the compute dtype.
     """
 
     def __init__(

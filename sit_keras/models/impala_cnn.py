@@ -113,6 +113,11 @@ class ImpalaCNNEncoder(Encoder):
     ``channels=(4, 8, 16)``, ``output_dim=64`` (Table 2): 79,384 weights at
     ``(64, 64, 3)``, the "79.4k" of the Table 1 caption.
 
+    Precision: under ``mixed_float16`` / ``mixed_bfloat16`` the variables are
+    float32 and every layer runs in the compute dtype (there is no
+    normalisation or softmax to keep in float32); the features are
+    returned in the compute dtype.
+
     Args:
       image_shape: ``(H, W, C)``.
       output_dim: size ``D_out`` of the final ReLU Dense layer (hidden size).

@@ -55,6 +55,14 @@ class SensorSetEncoder(tf_keras.Model):
     up to the rounding of the sum over ``N`` (see ``AttentionNeuron``).
     ``serving_function`` fixes those shapes. All ops are TFLite builtins.
 
+    Precision: under ``mixed_float16`` / ``mixed_bfloat16`` the variables are
+    float32, the readings, the type embedding, the AttentionNeuron's matmuls
+    and the output Dense run in the compute dtype, and the code is returned
+    in it; the LSTM state ``[h, c]`` (its gates and cell update) and the
+    attention's scale and ``sigma`` run in float32, and the state is
+    returned in float32 (``state_dtype``; see ``AttentionNeuron``). Under
+    float32 / float64 everything runs in that dtype.
+
     Args:
       num_features: ``F``, features per sensor reading.
       action_dim: size ``|A|`` of the previous action.
@@ -82,7 +90,8 @@ class SensorSetEncoder(tf_keras.Model):
       training: passed to the sublayers.
 
     Returns:
-      ``(code, [h', c'])`` with ``code`` of shape ``(B, output_dim)``.
+      ``(code, [h', c'])`` with ``code`` of shape ``(B, output_dim)`` in the
+      compute dtype and ``h', c'`` in ``state_dtype``.
 
     >>> import sit_keras
     >>> from sit_keras.models.sensor_encoder import SensorSetEncoder
@@ -153,6 +162,11 @@ class SensorSetEncoder(tf_keras.Model):
         )
 
     @property
+    def state_dtype(self) -> tf.DType:
+        """Dtype of the LSTM state ``[h, c]``: float32 under a mixed policy, else the compute dtype."""
+        return self.neuron.state_dtype
+
+    @property
     def code_size(self) -> int:
         """``M * d``: the size of the flattened AttentionNeuron output."""
         m, d = self.neuron.output_shape_per_example
@@ -202,7 +216,7 @@ class SensorSetEncoder(tf_keras.Model):
         return tf.concat([readings, self.type_embedding(sensor_types)], axis=-1)
 
     def get_initial_state(self, batch_size: int | tf.Tensor, num_sensors: int | tf.Tensor) -> list[tf.Tensor]:
-        """Zero LSTM state ``[h, c]``, each ``(batch_size, num_sensors, hidden_size)``."""
+        """Zero LSTM state ``[h, c]``, each ``(batch_size, num_sensors, hidden_size)``, in ``state_dtype``."""
         return self.neuron.get_initial_state(batch_size, num_sensors)
 
     def state_spec(self, num_sensors: int) -> list[tf.TensorSpec]:
@@ -212,7 +226,7 @@ class SensorSetEncoder(tf_keras.Model):
         the maximum number of sensors of a fixed-size policy.
         """
         shape = (int(num_sensors), self.hidden_size)
-        return [tf.TensorSpec(shape, self.compute_dtype, name=name) for name in ("hidden", "cell")]
+        return [tf.TensorSpec(shape, self.state_dtype, name=name) for name in ("hidden", "cell")]
 
     def call(
         self,
@@ -258,8 +272,8 @@ class SensorSetEncoder(tf_keras.Model):
             tf.TensorSpec((b, n, self.num_features), dtype, name="readings"),
             tf.TensorSpec((b, self.action_dim), dtype, name="previous_action"),
             tf.TensorSpec((b, n), tf.bool, name="mask"),
-            tf.TensorSpec((b, n, self.hidden_size), dtype, name="hidden"),
-            tf.TensorSpec((b, n, self.hidden_size), dtype, name="cell"),
+            tf.TensorSpec((b, n, self.hidden_size), self.state_dtype, name="hidden"),
+            tf.TensorSpec((b, n, self.hidden_size), self.state_dtype, name="cell"),
         ]
         if self.num_sensor_types is not None:
             signature.append(tf.TensorSpec((b, n), tf.int32, name="sensor_types"))

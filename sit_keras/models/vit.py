@@ -9,10 +9,16 @@ The layer stack (``h = H / patch_size``, ``w = W / patch_size``, ``D = embed_dim
       -> num_layers x [x + MHA(LN(x)); x + MLP(LN(x))]
       -> LN, keep the class token                      (B, D)
       -> Dense(output_dim, relu)                       (B, output_dim)
+
+Under a mixed policy (``mixed_float16`` / ``mixed_bfloat16``) the variables
+are float32 and everything runs in the compute dtype except the LayerNorm
+statistics (Keras' LayerNorm computes them in float32) and the attention
+softmax (``_Float32SoftmaxAttention``), which run in float32.
 """
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Sequence
 from typing import Any
@@ -20,6 +26,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
+from sit_keras.layers.precision import stable_dtype
 from sit_keras.models.base import Encoder
 
 # Dosovitskiy et al. (2020) use this epsilon in every LayerNorm.
@@ -70,6 +77,38 @@ class _ClassTokenAndPosition(tf_keras.layers.Layer):
         return tf.concat([class_tokens, tokens], axis=1) + self.position_embedding
 
 
+class _Float32SoftmaxAttention(tf_keras.layers.MultiHeadAttention):
+    """Keras' ``MultiHeadAttention`` with its softmax in float32 under a mixed policy.
+
+    Keras 2 takes the softmax of the scores in the compute dtype. This
+    override of its attention kernel (``_compute_attention``, the documented
+    hook) casts the scores to ``precision.stable_dtype`` (float32 for
+    float16 / bfloat16, the compute dtype otherwise), masks and normalises
+    them there, and casts the weights back to the compute dtype for dropout
+    and the values. Same weights and config as the base layer; written for
+    the default ``attention_axes`` (the softmax over the last axis).
+    """
+
+    def _compute_attention(
+        self,
+        query: tf.Tensor,
+        key: tf.Tensor,
+        value: tf.Tensor,
+        attention_mask: tf.Tensor | None = None,
+        training: bool | None = None,
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        query = tf.multiply(query, 1.0 / math.sqrt(float(self._key_dim)))
+        scores = tf.einsum(self._dot_product_equation, key, query)  # (B, N, T, S)
+        scores = tf.cast(scores, stable_dtype(scores.dtype))
+        if attention_mask is not None:
+            # (B, T, S) -> (B, 1, T, S): one mask for every head; masked keys get a weight of 0.
+            mask = tf.expand_dims(tf.cast(attention_mask, tf.bool), axis=-3)
+            scores = tf.where(mask, scores, tf.constant(-0.5 * scores.dtype.max, scores.dtype))
+        weights = tf.nn.softmax(scores, axis=-1)
+        dropped = self._dropout_layer(tf.cast(weights, value.dtype), training=training)
+        return tf.einsum(self._combine_equation, dropped, value), weights
+
+
 class _TransformerBlock(tf_keras.layers.Layer):
     """Pre-norm block: ``x + MHA(LN(x))``, then ``x + MLP(LN(x))`` if ``mlp_dim > 0``.
 
@@ -95,7 +134,7 @@ class _TransformerBlock(tf_keras.layers.Layer):
         self.attention_norm = tf_keras.layers.LayerNormalization(
             epsilon=_LAYER_NORM_EPSILON, dtype=policy, name="attention_norm"
         )
-        self.attention = tf_keras.layers.MultiHeadAttention(
+        self.attention = _Float32SoftmaxAttention(
             num_heads=num_heads, key_dim=embed_dim // num_heads, dtype=policy, name="attention"
         )
         if mlp_dim:
@@ -141,6 +180,11 @@ class ViTEncoder(Encoder):
     ``image_shape=(64, 64, 3)`` this encoder has 220,800 weights (2% more).
     ``mlp_dim=0`` gives the MiniGrid variant of F.1, which has no MLP after
     each attention layer.
+
+    Precision: under ``mixed_float16`` / ``mixed_bfloat16`` the variables are
+    float32; the LayerNorm statistics and the attention softmax run in
+    float32, everything else (convolution, projections, GELU MLP, residual
+    sums) in the compute dtype, which the features are returned in.
 
     Args:
       image_shape: ``(H, W, C)``; ``H`` and ``W`` must be multiples of
