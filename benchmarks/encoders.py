@@ -56,7 +56,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from sit_keras.benchmarking import environment, write_report
+from sit_keras.benchmarking import environment, name_list, write_report
 from sit_keras.encoder_check import make_forward, make_train_step
 from sit_keras.layers.graph_symmetric_attention import IMPLEMENTATIONS
 from sit_keras.models import ENCODER_NAMES, build_encoder
@@ -173,16 +173,6 @@ def _model_list(text: str) -> list[str]:
     if not models:
         raise argparse.ArgumentTypeError("no model given")
     return models
-
-
-def _precision_list(text: str) -> list[str]:
-    precisions = [p.strip() for p in text.split(",") if p.strip()]
-    unknown = [p for p in precisions if p not in PRECISIONS]
-    if unknown:
-        raise argparse.ArgumentTypeError(
-            f"unknown precision {unknown[0]!r}; expected: {', '.join(PRECISIONS)}"
-        )
-    return precisions
 
 
 def _stage_functions(encoder: SiTEncoder, images: tf.Tensor) -> dict[str, tuple[Callable, tf.Tensor]]:
@@ -483,7 +473,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--precisions",
-        type=_precision_list,
+        type=name_list(PRECISIONS, "precision"),
         default=list(PRECISIONS),
         help=f"Keras dtype policies of the extra train-step timings (default: {','.join(PRECISIONS)})",
     )
