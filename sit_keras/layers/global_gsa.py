@@ -21,6 +21,9 @@ class GlobalGSA(tf_keras.layers.Layer):
     ``token(g x) = token(x)``, ``patches(g x) = g patches(x)``
     (Proposition 3.1).
 
+    Precision: as its blocks (``GraphSymmetricAttentionBlock``); the final
+    LayerNorm is Keras', whose statistics run in float32 under a mixed policy.
+
     Args:
       grid_shape: ``(h, w)`` of the patch grid.
       num_heads: attention heads.

@@ -26,6 +26,10 @@ class GraphConv2D(tf_keras.layers.Layer):
       subsequent max. pooling layer" (Table 2 caption, appendix F.5), and
     - the graph matrix ``G @ x`` in convolution form (Listing 4).
 
+    Precision: under a mixed policy the kernel (built from float32 weights)
+    and the convolution run in the compute dtype, like Keras' own
+    convolutions.
+
     Args:
       kernel_size: side of the square kernel; odd for ``padding="same"``.
       symmetry: a name from ``sit_keras.graphs.SYMMETRIES``.

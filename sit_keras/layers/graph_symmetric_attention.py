@@ -71,6 +71,12 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
     a ``T^2 x T^2`` matrix per head for small windows, pair-major row gathers
     for large grids). The tests hold them equal to 1e-12 in float64.
 
+    Precision: under a mixed policy (``mixed_float16`` / ``mixed_bfloat16``)
+    the variables are float32; the projection, graph mixing ``G_q, G_k, G_v``
+    and the score and value matmuls run in the compute dtype; the score path
+    after ``Q K^T`` (``G``, ``G_qk``, ``G_b``, symmetrisation, triangle sums,
+    scale, softmax) runs in float32 on float32 weights (``precision.stable_dtype``).
+
     Args:
       grid_shape: ``(H, W)`` of the grid, or an int ``L`` for a sequence (a
         ``(1, L)`` grid; use ``symmetry="shift"`` or ``"shift_flip"``).

@@ -26,6 +26,10 @@ class GraphSymmetricAttentionBlock(tf_keras.layers.Layer):
     the query/key/value projection; the weights stay where Keras' LayerNorm
     keeps them, so checkpoints of both implementations are interchangeable.
 
+    Precision: the LayerNorm statistics run in float32 under a mixed policy
+    (Keras' LayerNorm in the reference, ``normalization.standardize`` in the
+    fast path); the rest as in ``GraphSymmetricAttention``.
+
     Args:
       mlp_dim: hidden size of the MLP, 0 for none (the paper's choice).
       norm_epsilon: LayerNorm epsilon.

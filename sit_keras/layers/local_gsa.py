@@ -39,6 +39,11 @@ class LocalGSA(tf_keras.layers.Layer):
     (``_first_block_from_pixels``), so no ``D -> 3 D`` projection of a window
     token is computed. Same function, same weights as the reference path.
 
+    Precision: under a mixed policy the embedding and the one large
+    projection matmul run in the compute dtype; the LayerNorm variance and
+    ``r(x)`` of the composed first block run in float32; the blocks as in
+    ``GraphSymmetricAttentionBlock``.
+
     Symmetry: for a square map, any D4 element kept by ``symmetry`` (only
     rotations when ``triangles > 0``) maps windows to windows and transforms
     each window's content the same way, so the output map is equivariant:

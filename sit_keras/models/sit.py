@@ -73,6 +73,12 @@ class SiTEncoder(Encoder):
     - ``"siet"``: an invariant and an equivariant part, each exact.
     - ``"sit_dihedral"``: no triangle sum; invariant under all of D4.
 
+    Precision: under ``mixed_float16`` / ``mixed_bfloat16`` the variables are
+    float32, the features come out in the compute dtype, and the GSA layers
+    keep their score paths and LayerNorm statistics in float32 (see
+    ``GraphSymmetricAttention``); the symmetries hold to rounding
+    (``tests/test_mixed_precision.py``).
+
     Exactness needs the stem, pooling and windows to map the image grid to
     itself: a square image whose side is a multiple of ``pool_size * window``
     for tiling windows (``pool_size`` for sliding ones).
