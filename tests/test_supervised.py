@@ -42,7 +42,7 @@ import tf_keras
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sit_keras import testing
+from sit_keras import mixed_precision, testing
 from sit_keras.models import ENCODER_NAMES
 from sit_keras.supervised import classifiers, datasets, train
 from sit_keras.supervised.classifiers import build_classifier
@@ -338,6 +338,32 @@ def test_main_trains_from_gin_file_and_bindings(tmp_path, capsys, clean_gin):
     assert "test accuracy" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
+@pytest.mark.parametrize("model", ["sit", "group_transformer:p4"])
+def test_mixed_precision_training_keeps_float32_variables_and_logits(tmp_path, precision, model):
+    overrides = (
+        {"channels": (4, 4), "block_sizes": (1, 1), "num_heads": 2, "key_dim": 2} if "group" in model else {}
+    )
+    result = train_supervised(
+        str(tmp_path / "run"), epochs=1, precision=precision, model=model, model_overrides=overrides,
+        batch_size=64, verbose=0,
+    )  # fmt: skip
+    assert result["precision"] == precision and result["config"]["precision"] == precision
+    assert np.isfinite(result["test_loss"]) and np.isfinite(result["history"]["loss"]).all()
+    # The policy is set only while the model is built: the default (floatx) is back.
+    assert tf_keras.mixed_precision.global_policy().name == "float32"
+    with mixed_precision.dtype_policy(precision):
+        classifier = build_classifier(model, (8, 8, 1), 10, **overrides)
+    assert {v.dtype for v in classifier.weights} == {tf.float32}
+    assert classifier(tf.zeros((2, 8, 8, 1), tf.uint8)).dtype == tf.float32
+
+
+def test_unknown_precision_is_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(ValueError, match="Unknown precision 'float8'"):
+        train_supervised(str(tmp_path / "run"), precision="float8", **FAST)
+    assert not (tmp_path / "run").exists()
+
+
 def test_main_rejects_bad_bindings_and_flags(tmp_path, capsys, clean_gin):
     status = train.main([f"--root_dir={tmp_path}", "--gin_bindings=train_supervised.epochz = 3"])
     err = capsys.readouterr().err
@@ -350,6 +376,8 @@ def test_main_rejects_bad_bindings_and_flags(tmp_path, capsys, clean_gin):
     assert "Unable to open file: /no/such.gin" in capsys.readouterr().err
     assert train.main(["--gin_bindings=train_supervised.epochs = 1"]) == 2
     assert "root_dir" in capsys.readouterr().err
+    assert train.main([f"--root_dir={tmp_path}", "--precision=float8"]) == 2
+    assert "--precision" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
 
 

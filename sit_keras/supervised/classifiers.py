@@ -148,8 +148,24 @@ def build_classifier(
         raise ValueError(f"Unknown model {model!r}. Expected one of: {', '.join(MODEL_NAMES)}.")
     if model in GROUP_TRANSFORMER_NAMES:
         group = model[len(GROUP_TRANSFORMER_PREFIX) :]
-        return _build_group_transformer(group, input_shape, num_classes, preset, overrides)
+        classifier = _build_group_transformer(group, input_shape, num_classes, preset, overrides)
+        if not _mixed_policy():
+            return classifier
+        images = tf_keras.Input(shape=input_shape, dtype=tf.uint8, name="images")
+        logits = tf_keras.layers.Activation("linear", dtype="float32", name="float32_logits")(
+            classifier(images)
+        )
+        return tf_keras.Model(images, logits, name=classifier.name)
     encoder = build_encoder(model, input_shape, **{**encoder_overrides(model, preset), **overrides})
     images = tf_keras.Input(shape=input_shape, dtype=tf.uint8, name="images")
-    logits = tf_keras.layers.Dense(num_classes, name="logits")(encoder(images))
+    head_dtype = "float32" if _mixed_policy() else None
+    logits = tf_keras.layers.Dense(num_classes, dtype=head_dtype, name="logits")(encoder(images))
     return tf_keras.Model(images, logits, name=f"{model}_classifier")
+
+
+def _mixed_policy() -> bool:
+    """Whether Keras' global policy computes in float16 / bfloat16: then the logits are made float32.
+
+    Keras' advice for mixed precision: the loss (softmax cross-entropy) reads float32 logits.
+    """
+    return tf_keras.mixed_precision.global_policy().compute_dtype in ("float16", "bfloat16")

@@ -41,7 +41,7 @@ import tensorflow as tf
 import tf_keras
 from absl import flags
 
-from sit_keras import xla
+from sit_keras import mixed_precision, xla
 from sit_keras.supervised.classifiers import build_classifier
 from sit_keras.supervised.datasets import dataset_spec, load_dataset
 
@@ -115,6 +115,8 @@ def train_supervised(
     seed: int = 0,
     # XLA for the train step (sit_keras.xla): "auto" (on with a GPU), True / "on", False / "off".
     jit_compile: bool | str = "auto",
+    # Keras dtype policy (sit_keras.mixed_precision): float32, mixed_bfloat16 or mixed_float16.
+    precision: str = "float32",
     # Evaluation and logging.
     eval_interval: int = 1,
     verbose: int = 2,
@@ -144,6 +146,10 @@ def train_supervised(
       jit_compile: compile the train step with XLA (``xla.resolve_jit_compile``;
         ``"auto"``: when a GPU is visible; on a CPU XLA is slower than the graph
         executor for the SiT family, see benchmarks/README.md).
+      precision: Keras dtype policy of the classifier
+        (``sit_keras.mixed_precision.PRECISIONS``): float32 variables in
+        every case, float16 / bfloat16 compute under the mixed ones, float32
+        logits; ``"mixed_float16"`` trains with dynamic loss scaling.
       eval_interval: evaluate on the test data every this many epochs
         (logged to TensorBoard); 0 evaluates only at the end.
       verbose: ``fit``'s verbosity (0 silent, 2 one line per epoch).
@@ -158,7 +164,7 @@ def train_supervised(
 
     Raises:
       ValueError: unknown names, non-positive sizes, an unknown
-        ``jit_compile`` setting, or a checkpoint in ``root_dir`` that belongs
+        ``jit_compile`` or ``precision`` setting, or a checkpoint in ``root_dir`` that belongs
         to another model.
       FileNotFoundError: a TFDS dataset that is not prepared.
     """
@@ -166,6 +172,7 @@ def train_supervised(
     config["model_overrides"] = dict(model_overrides or {})
     _check_positive(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate)
     use_xla = xla.resolve_jit_compile(jit_compile)
+    mixed_precision.check_precision(precision)
     if eval_interval < 0:
         raise ValueError(f"eval_interval must be >= 0. Received: eval_interval={eval_interval}")
     test_dataset = dataset if test_dataset is None else test_dataset
@@ -181,14 +188,18 @@ def train_supervised(
     test_data = _pipeline(load_dataset(test_dataset, "test", data_dir, seed), batch_size, shuffle_seed=None)
 
     tf_keras.utils.set_random_seed(seed)
-    classifier = build_classifier(
-        model,
-        train_spec.image_shape,
-        train_spec.num_classes,
-        preset=train_spec.preset if preset is None else preset,
-        **config["model_overrides"],
-    )
+    with mixed_precision.dtype_policy(precision):
+        classifier = build_classifier(
+            model,
+            train_spec.image_shape,
+            train_spec.num_classes,
+            preset=train_spec.preset if preset is None else preset,
+            **config["model_overrides"],
+        )
     optimizer = tf_keras.optimizers.Adam(learning_rate)
+    if precision == "mixed_float16":
+        # Keras' fit scales the loss and unscales the gradients with it (float16's range).
+        optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
     # Built now so that a checkpoint restores its slots instead of deferring them.
     optimizer.build(classifier.trainable_variables)
     classifier.compile(
@@ -239,6 +250,7 @@ def train_supervised(
         "test_loss": float(test_loss),
         # What Keras compiled: it would turn XLA off where XLA is not available.
         "jit_compile": bool(classifier.jit_compile),
+        "precision": precision,
         "dataset": dataset,
         "test_dataset": test_dataset,
         "model": model,
@@ -280,6 +292,7 @@ flags.DEFINE_string(
 )
 # Overrides the gin binding (default "auto") when given.
 xla.define_jit_compile_flag(FLAGS)
+mixed_precision.define_precision_flag(FLAGS)
 flags.mark_flag_as_required("root_dir", flag_values=FLAGS)
 
 PROGRAM = "sit-train-supervised"
@@ -324,6 +337,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     kwargs: dict[str, Any] = {"data_dir": FLAGS.data_dir} if FLAGS.data_dir else {}
     if FLAGS["jit_compile"].present:
         kwargs["jit_compile"] = FLAGS.jit_compile
+    if FLAGS["precision"].present:
+        kwargs["precision"] = FLAGS.precision
     result = train_supervised(FLAGS.root_dir, **kwargs)
     print(
         f"{result['model']} on {result['dataset']} -> {result['test_dataset']}: "
