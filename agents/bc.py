@@ -1,0 +1,419 @@
+"""Behaviour cloning for the harness (``train_eval.agent = 'bc'``, ``bc.*``) and ``sit-distill``.
+
+Tang & Ha (NeurIPS 2021) section 4.2 and appendix A.4.2 (Ant) / A.4.3 (Pong)
+turn policies trained with other methods into permutation-invariant ones:
+
+1. data: the teacher's greedy policy (``<teacher_dir>/policies/greedy_policy``,
+   any agent, any network, recurrent or not) acts in the run's ``num_envs``
+   environments for ``total_env_steps / num_envs`` steps each; the
+   observations, step types and its actions are recorded (the paper: 1000
+   teacher roll-outs). The teacher acts throughout (plain behaviour cloning,
+   no DAgger, as in the paper).
+2. student: the actor on the run's encoder (``encoders.actor_network``):
+   ``"attention_neuron"`` (AttentionNeuron, then dense layers; the paper's
+   larger Ant student has two FC layers of 128), or any feed-forward torso,
+   e.g. ``"mlp"`` for the paper's FNN comparison.
+3. loss, per recorded step (the LAST step of an episode, whose action the
+   environment ignores, excluded): continuous actions, the mean squared error
+   between the student's mode and the teacher's action (the paper's MSE);
+   discrete actions, the cross-entropy of the teacher's action (the saved
+   teacher gives actions, not the logits the paper regresses for Pong).
+4. training: truncated back-propagation through time along each
+   environment's stream, in chunks of ``sequence_length`` steps taken in
+   order; the student's state runs on from one chunk to the next (held
+   fixed) and resets at FIRST steps, as when it acts. Adam with learning rate
+   1e-3 and gradients clipped to norm 0.5 (A.4.2); ``num_epochs`` passes.
+
+The student sees the teacher's fixed observation order: being exactly
+invariant, a shuffled copy would give it the same data up to rounding. Its
+previous action is its own mode (``sensor_networks``), where the paper feeds
+the recorded action with N(0, 0.03) noise: the student is trained on the
+input it will see when it acts.
+
+The harness's pieces, not its collect-and-learn loop (plain behaviour
+cloning collects once, then trains for epochs): checkpoints after every
+epoch (a rerun recollects the same data and resumes at the next epoch),
+``train/`` (the loss per gradient step, ``Losses/bc_loss``), ``collect/`` (the
+teacher's episodes), the final evaluation of the student into ``eval/`` and
+``evaluations.json`` (and the teacher's, with the same seeds, in the
+results), ``policies/`` and ``policy_network.json`` (agent ``"bc"``).
+
+    sit-distill --root_dir runs/cartpole_pi_bc --teacher_dir runs/cartpole_mlp \\
+        --num_envs 16 --total_env_steps 32000 --num_epochs 20
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import gin
+import numpy as np
+import tensorflow as tf
+import tf_keras
+from absl import app, flags
+from tf_agents.policies import actor_policy, greedy_policy, py_policy
+from tf_agents.specs import tensor_spec
+from tf_agents.train import learner
+from tf_agents.trajectories import time_step as ts
+from tf_agents.trajectories import trajectory as trajectory_lib
+
+from sit_keras import xla
+from sit_keras.agents import encoders, evaluate, harness, policy_network, sensor_networks
+from sit_keras.agents.collection import FixedLengthDriver
+from sit_keras.agents.console import quiet_library_logs
+from sit_keras.agents.harness import Algorithm, Run, RunSettings, TrainingLoop
+
+AGENT = "bc"
+"""The ``agent`` of the student's ``policy_network.json``: a distribution actor, acting by its mode."""
+
+
+@gin.configurable("bc")
+@dataclasses.dataclass(frozen=True)
+class BC:
+    """Behaviour cloning's settings (gin: ``bc.<name>``).
+
+    Attributes:
+      teacher_dir: a training folder (with ``policies/greedy_policy``) or a
+        saved policy folder. Required.
+      fc_layer_params: the student's dense layers after the encoder.
+      sequence_length: steps per chunk of truncated back-propagation.
+      num_epochs: passes over the data.
+      learning_rate, max_grad_norm: Adam and gradient clipping (A.4.2).
+    """
+
+    teacher_dir: str = ""
+    fc_layer_params: Sequence[int] = (128, 128)
+    sequence_length: int = 50
+    num_epochs: int = 10
+    learning_rate: float = 1e-3
+    max_grad_norm: float = 0.5
+
+    def __post_init__(self):
+        if not self.teacher_dir:
+            raise ValueError("bc.teacher_dir is not set: give the teacher's training folder.")
+        for name in ("sequence_length", "num_epochs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"bc.{name} must be >= 1. Received: {name}={getattr(self, name)}")
+
+
+SETTINGS = BC
+
+
+def teacher_policy_dir(teacher_dir: str) -> str:
+    """The teacher's greedy SavedModel: ``teacher_dir`` itself or ``<teacher_dir>/policies/greedy_policy``."""
+    if os.path.exists(os.path.join(teacher_dir, "saved_model.pb")):
+        return teacher_dir
+    return os.path.join(teacher_dir, learner.POLICY_SAVED_MODEL_DIR, learner.GREEDY_POLICY_SAVED_MODEL_DIR)
+
+
+def defaults(run: RunSettings, settings: BC) -> dict[str, Any]:
+    """The run defaults for BC: the teacher's environment, 16 streams of 1000 steps, an AttentionNeuron."""
+    values: dict[str, Any] = {
+        "num_envs": 16,
+        "encoder": sensor_networks.SENSOR_ENCODER,
+        "total_env_steps": 16_000,
+        "log_interval": 1,
+        "summary_interval": 1,
+        "eval_interval": 0,
+        "num_eval_episodes": 10,
+        "checkpoint_interval": 1,
+        "policy_save_interval": 1,
+    }
+    if run.env_name is None:
+        try:
+            description = policy_network.read_description(settings.teacher_dir)
+        except FileNotFoundError as error:
+            raise ValueError(
+                f"No environment given and {settings.teacher_dir!r} has no {policy_network.DESCRIPTION_FILE} "
+                "to read it from: set train_eval.env_name (sit-distill --env)."
+            ) from error
+        values.update(
+            env_name=description.env_name, env_kwargs={**description.env_kwargs, **dict(run.env_kwargs or {})}
+        )
+    return values
+
+
+def check(run: RunSettings, settings: BC) -> None:
+    """Raises ``ValueError`` for settings that do not fit together (before the run starts)."""
+    encoders.check_encoder(run.encoder, "bc")
+    steps = run.total_env_steps // run.num_envs
+    if run.total_env_steps % run.num_envs or steps % settings.sequence_length:
+        raise ValueError(
+            f"total_env_steps = {run.total_env_steps} must be num_envs = {run.num_envs} streams of a "
+            f"multiple of sequence_length = {settings.sequence_length} steps."
+        )
+    if not os.path.exists(os.path.join(teacher_policy_dir(settings.teacher_dir), "saved_model.pb")):
+        raise ValueError(
+            f"No teacher policy at {teacher_policy_dir(settings.teacher_dir)!r} (bc.teacher_dir = "
+            f"{settings.teacher_dir!r}): expected a training folder with policies/greedy_policy."
+        )
+
+
+@dataclasses.dataclass
+class TeacherData:
+    """``num_envs`` streams of ``steps`` consecutive steps of the teacher (batch-major).
+
+    Attributes:
+      observations: ``(E, S, D)``.
+      step_types: ``(E, S)`` int32.
+      actions: the teacher's actions, ``(E, S, *action_shape)``.
+      episode_returns: returns of the episodes that ended during collection.
+    """
+
+    observations: np.ndarray
+    step_types: np.ndarray
+    actions: np.ndarray
+    episode_returns: list[float]
+
+    @property
+    def weights(self) -> np.ndarray:
+        """1 where the action counts: every step but LAST (the environment ignores its action)."""
+        return (self.step_types != ts.StepType.LAST).astype(np.float32)
+
+
+class TeacherRecorder:
+    """A trajectory observer that records observations, step types, actions and episode returns."""
+
+    def __init__(self, num_envs: int):
+        self._steps: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._running = np.zeros(num_envs, np.float64)
+        self._returns: list[float] = []
+
+    def __call__(self, trajectory: trajectory_lib.Trajectory) -> None:
+        self._steps.append(
+            (
+                np.asarray(trajectory.observation),
+                np.asarray(trajectory.step_type, np.int32),
+                np.asarray(trajectory.action),
+            )
+        )
+        # TF-Agents auto-reset: the step after LAST is FIRST, with reward 0.
+        self._running += np.where(
+            np.asarray(trajectory.is_last()), 0.0, np.asarray(trajectory.reward, np.float64)
+        )
+        for i in np.flatnonzero(np.asarray(trajectory.next_step_type) == ts.StepType.LAST):
+            self._returns.append(float(self._running[i]))
+            self._running[i] = 0.0
+
+    def data(self) -> TeacherData:
+        observations, step_types, actions = (
+            np.stack(parts, axis=1) for parts in zip(*self._steps, strict=True)
+        )
+        return TeacherData(observations, step_types, actions, list(self._returns))
+
+
+def collect_teacher_data(policy: py_policy.PyPolicy, env, steps: int, metrics: Sequence = ()) -> TeacherData:
+    """Runs ``policy`` for ``steps`` batched steps of ``env`` (batched, auto-reset) and records them."""
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1. Received: {steps}")
+    recorder = TeacherRecorder(env.batch_size)
+    driver = FixedLengthDriver(env, policy, [recorder, *metrics], steps)
+    driver.run(env.reset(), policy.get_initial_state(env.batch_size))
+    return recorder.data()
+
+
+def bc_loss(distribution, actions: tf.Tensor, weights: tf.Tensor, discrete: bool) -> tf.Tensor:
+    """The weighted mean over steps of the mode's squared error (continuous) or cross-entropy (discrete)."""
+    if discrete:
+        per_step = -distribution.log_prob(actions)
+    else:
+        error = tf.cast(distribution.mode(), tf.float32) - tf.cast(actions, tf.float32)
+        per_step = tf.reduce_mean(tf.reshape(tf.square(error), tf.concat([tf.shape(weights), [-1]], 0)), -1)
+    weights = tf.cast(weights, per_step.dtype)
+    return tf.math.divide_no_nan(tf.reduce_sum(per_step * weights), tf.reduce_sum(weights))
+
+
+class BCAlgorithm(Algorithm):
+    """A student actor, Adam, and the chunked training of ``train`` (its own loop: epochs)."""
+
+    def __init__(self, run: Run, settings: BC):
+        rs = run.settings
+        student, network_kwargs = encoders.actor_network(
+            run.observation_spec, run.action_spec, rs.encoder, rs.encoder_kwargs, settings.fc_layer_params
+        )
+        student.create_variables()
+        self.student = student
+        self.optimizer = tf_keras.optimizers.Adam(settings.learning_rate)
+        stochastic = actor_policy.ActorPolicy(run.time_step_spec, run.action_spec, student)
+        self.agent = _StudentPolicies(stochastic)
+        # The object path of a TF-Agents agent's actor: policy_network.restore_network finds it.
+        self.checkpoint_objects = {
+            "agent": tf.train.Checkpoint(_actor_net=student),
+            "optimizer": self.optimizer,
+        }
+        self.description = {
+            "agent": AGENT, "network": student, "network_kwargs": network_kwargs,
+            "checkpoint_attribute": "_actor_net",
+            "extra": {"teacher": os.path.abspath(teacher_policy_dir(settings.teacher_dir))},
+        }  # fmt: skip
+        self.eval_policy = greedy_policy.GreedyPolicy(stochastic)
+        self.run = run
+        self.settings = settings
+        self._train_chunk = _train_chunk_fn(
+            student, self.optimizer, run.train_step, tensor_spec.is_discrete(run.action_spec),
+            settings.max_grad_norm, run.jit_compile,
+        )  # fmt: skip
+
+    def train(self, loop: TrainingLoop) -> dict[str, Any]:
+        rs, settings = self.run.settings, self.settings
+        teacher = evaluate.load_policy(teacher_policy_dir(settings.teacher_dir))
+        steps_per_env = rs.total_env_steps // rs.num_envs
+        collect_start = time.perf_counter()
+        recorder = TeacherRecorder(rs.num_envs)
+        driver = loop.driver(teacher, [recorder], steps_per_env)
+        driver.run(self.run.env.reset(), teacher.get_initial_state(rs.num_envs))
+        data = recorder.data()
+        collect_seconds = time.perf_counter() - collect_start
+        self.run.env_steps.assign(rs.total_env_steps)
+
+        chunks = steps_per_env // settings.sequence_length
+        first_epoch = min(loop.train_step() // chunks, settings.num_epochs)
+        writer = tf.summary.create_file_writer(os.path.join(self.run.root_dir, "train"))
+        history: list[dict[str, Any]] = []
+        train_start = time.perf_counter()
+        bar = harness.progress_bar(settings.num_epochs * chunks, first_epoch * chunks, rs.progress)
+        for epoch in range(first_epoch, settings.num_epochs):
+            state = self.student.get_initial_state(rs.num_envs)
+            losses = []
+            for chunk in range(chunks):
+                window = slice(chunk * settings.sequence_length, (chunk + 1) * settings.sequence_length)
+                loss, state = self._train_chunk(
+                    tf.constant(data.observations[:, window]),
+                    tf.constant(data.step_types[:, window]),
+                    tf.constant(data.actions[:, window]),
+                    tf.constant(data.weights[:, window]),
+                    state,
+                )
+                losses.append(float(loss))
+                if loop.train_step() % rs.summary_interval == 0:
+                    with writer.as_default(step=loop.train_step()):
+                        tf.summary.scalar("Losses/bc_loss", loss)
+                bar.update(1)
+            history.append(
+                {"epoch": epoch + 1, "loss": float(np.mean(losses)), "train_step": loop.train_step()}
+            )
+            bar.set_postfix(loss=f"{history[-1]['loss']:.4f}", refresh=False)
+            loop.save_checkpoint()
+        bar.close()
+        train_seconds = time.perf_counter() - train_start
+        writer.flush()
+
+        speed = harness.Timer()
+        speed.add(rs.total_env_steps, driver, collect_seconds, train_seconds)
+        values = {"teacher_data_episodes": len(data.episode_returns)}
+        if history:
+            values["loss"] = history[-1]["loss"]
+        results = loop.log(rs.total_env_steps, values, speed.speed())
+        results.update(collect_seconds=collect_seconds, train_seconds=train_seconds)
+        if rs.policy_save_interval:
+            loop.exporter.save()
+        if loop.evaluator is not None:
+            loop.evaluation = loop.evaluator(rs.total_env_steps, loop.train_step())
+            results["teacher"] = loop.evaluator.summary_of(teacher)
+        return loop.finish(results, history)
+
+
+class _StudentPolicies:
+    """What ``PolicySavedModelTrigger`` reads of an agent: ``policy`` (saved as ``policy`` and,
+    wrapped in ``GreedyPolicy``, as ``greedy_policy``) and ``post_process_policy`` (nothing to do)."""
+
+    def __init__(self, policy: actor_policy.ActorPolicy):
+        self.policy = policy
+
+    def post_process_policy(self) -> actor_policy.ActorPolicy:
+        return self.policy
+
+
+def build(run: Run, settings: BC) -> BCAlgorithm:
+    return BCAlgorithm(run, settings)
+
+
+def _train_chunk_fn(student, optimizer, train_step: tf.Variable, discrete: bool, max_grad_norm: float,
+                    jit_compile: bool):  # fmt: skip
+    """One gradient step on a chunk ``(E, L, ...)`` from the carried state: ``(loss, next state)``.
+
+    With ``jit_compile``, the step runs XLA-compiled (``xla.compile_with_xla``);
+    the loss summary is written by the training loop, outside it.
+    """
+
+    def train_chunk(observations, step_types, actions, weights, state):
+        with tf.GradientTape() as tape:
+            distribution, new_state = student(
+                observations, step_type=step_types, network_state=state, training=True
+            )
+            loss = bc_loss(distribution, actions, weights, discrete)
+        variables = student.trainable_variables
+        gradients, _ = tf.clip_by_global_norm(tape.gradient(loss, variables), max_grad_norm)
+        optimizer.apply_gradients(zip(gradients, variables, strict=True))
+        train_step.assign_add(1)
+        return loss, tf.nest.map_structure(tf.stop_gradient, new_state)
+
+    return tf.function(xla.compile_with_xla(train_chunk) if jit_compile else train_chunk, autograph=False)
+
+
+_FLAGS = flags.FLAGS
+
+
+def _define_flags() -> None:
+    flags.DEFINE_string(
+        "root_dir", None, "Output folder (a training folder); rerun with the same one to resume."
+    )
+    flags.DEFINE_string("teacher_dir", None, "The teacher: a sit-train folder or a saved policy folder.")
+    flags.DEFINE_string("env", None, "Environment (default: the teacher's, from its policy_network.json).")
+    flags.DEFINE_multi_string("env_kwarg", [], "key=value passed to environments.load.")
+    flags.DEFINE_integer("num_envs", 16, "Environments (streams of teacher data).")
+    flags.DEFINE_integer("total_env_steps", 16_000, "Teacher steps recorded, over all environments.")
+    flags.DEFINE_string(
+        "encoder", sensor_networks.SENSOR_ENCODER, "The student's encoder (train_eval.encoder)."
+    )
+    flags.DEFINE_string("encoder_kwargs", "{}", "The student's encoder arguments, as JSON.")
+    flags.DEFINE_list("fc_layer_params", ["128", "128"], "Dense layers of the student after the encoder.")
+    flags.DEFINE_integer("sequence_length", 50, "Steps per chunk of truncated back-propagation through time.")
+    flags.DEFINE_integer("num_epochs", 10, "Passes over the teacher data.")
+    flags.DEFINE_float("learning_rate", 1e-3, "Adam learning rate.")
+    flags.DEFINE_float("max_grad_norm", 0.5, "Gradient clipping norm.")
+    flags.DEFINE_integer(
+        "num_eval_episodes", 10, "Episodes of teacher and student evaluation at the end (0: none)."
+    )
+    flags.DEFINE_integer("seed", 0, "Seed.")
+    xla.define_jit_compile_flag()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of ``sit-distill``: ``train_eval`` with ``agent='bc'`` and these flags."""
+    _define_flags()
+    flags.mark_flags_as_required(["root_dir", "teacher_dir"])
+    app.run(_main, argv=argv)
+
+
+def _main(argv: Sequence[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    quiet_library_logs()
+    try:
+        encoder_kwargs = json.loads(_FLAGS.encoder_kwargs)
+        fc_layer_params = [int(n) for n in _FLAGS.fc_layer_params]
+        env_kwargs = evaluate.parse_env_kwargs(_FLAGS.env_kwarg) if _FLAGS.env_kwarg else None
+    except ValueError as error:
+        raise app.UsageError(f"Bad --encoder_kwargs, --fc_layer_params or --env_kwarg: {error}") from error
+    try:
+        results = harness.train_eval(
+            _FLAGS.root_dir, agent=AGENT, teacher_dir=_FLAGS.teacher_dir, env_name=_FLAGS.env,
+            env_kwargs=env_kwargs, num_envs=_FLAGS.num_envs, total_env_steps=_FLAGS.total_env_steps,
+            encoder=_FLAGS.encoder, encoder_kwargs=encoder_kwargs, fc_layer_params=fc_layer_params,
+            sequence_length=_FLAGS.sequence_length, num_epochs=_FLAGS.num_epochs,
+            learning_rate=_FLAGS.learning_rate, max_grad_norm=_FLAGS.max_grad_norm,
+            num_eval_episodes=_FLAGS.num_eval_episodes, seed=_FLAGS.seed, jit_compile=_FLAGS.jit_compile,
+        )  # fmt: skip
+    except ValueError as error:
+        raise app.UsageError(str(error)) from error
+    print(harness.summary_line(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""The one encoder registry of the trainers: every torso name, and the actor and value networks on it.
+
+``ENCODERS`` lists every name ``train_eval.encoder`` takes:
+
+- ``networks.NETWORK_ENCODERS``: feed-forward torsos that every agent takes
+  (images: the SiT family, ViT, IMPALA-CNN, CNN, ``"data_efficient_cnn"``;
+  vectors: ``"mlp"``);
+- ``"attention_neuron"`` (``sensor_networks``): the permutation-invariant
+  AttentionNeuron, recurrent, on vector observations. Agents that train on
+  whole sequences take it (PPO, behaviour cloning); SAC and DQN sample
+  single transitions from their replay buffers, which a recurrent torso
+  cannot learn from, so they refuse it by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import tensorflow as tf
+from tf_agents.networks import network
+
+from sit_keras.agents import networks, sensor_networks
+
+RECURRENT_ENCODERS: tuple[str, ...] = (sensor_networks.SENSOR_ENCODER,)
+ENCODERS: tuple[str, ...] = (*networks.NETWORK_ENCODERS, *RECURRENT_ENCODERS)
+
+
+def check_encoder(encoder: str, agent: str, recurrent: bool = True) -> None:
+    """Raises ``ValueError`` for a name not in ``ENCODERS``, or a recurrent one unless ``recurrent``."""
+    if encoder not in ENCODERS:
+        raise ValueError(f"Unknown encoder {encoder!r}. Expected one of: {', '.join(ENCODERS)}.")
+    if encoder in RECURRENT_ENCODERS and not recurrent:
+        raise ValueError(
+            f"Encoder {encoder!r} is recurrent, and {agent!r} trains on single transitions. "
+            f"Expected one of: {', '.join(networks.NETWORK_ENCODERS)}."
+        )
+
+
+def actor_network(
+    observation_spec: tf.TensorSpec,
+    action_spec: tf.TensorSpec,
+    encoder: str,
+    encoder_kwargs: Mapping[str, Any] | None = None,
+    fc_layer_params: Sequence[int] = (),
+) -> tuple[network.DistributionNetwork, dict[str, Any]]:
+    """The actor for ``encoder`` and its constructor arguments after the two specs (``policy_network.json``).
+
+    ``"attention_neuron"``: ``sensor_networks.SensorActorNetwork``; any
+    ``networks.NETWORK_ENCODERS`` name: ``networks.EncoderActorNetwork``.
+    """
+    check_encoder(encoder, "actor")
+    if encoder == sensor_networks.SENSOR_ENCODER:
+        kwargs = {"encoder_kwargs": dict(encoder_kwargs or {}), "fc_layer_params": tuple(fc_layer_params)}
+        return sensor_networks.SensorActorNetwork(observation_spec, action_spec, **kwargs), kwargs
+    kwargs = {
+        "encoder": encoder,
+        "encoder_kwargs": dict(encoder_kwargs or {}),
+        "fc_layer_params": tuple(fc_layer_params),
+    }
+    return networks.EncoderActorNetwork(observation_spec, action_spec, **kwargs), kwargs
+
+
+def value_network(
+    observation_spec: tf.TensorSpec,
+    encoder: str,
+    encoder_kwargs: Mapping[str, Any] | None = None,
+    fc_layer_params: Sequence[int] = (),
+) -> network.Network:
+    """The value network for ``encoder`` (the names of ``actor_network``)."""
+    check_encoder(encoder, "value")
+    if encoder == sensor_networks.SENSOR_ENCODER:
+        return sensor_networks.SensorValueNetwork(observation_spec, encoder_kwargs, fc_layer_params)
+    return networks.EncoderValueNetwork(observation_spec, encoder, encoder_kwargs, fc_layer_params)

@@ -1,0 +1,331 @@
+"""PPO (+ DrAC) for the harness: ``train_eval.agent = 'ppo'``, hyper-parameters ``ppo.*``.
+
+One iteration: ``FixedLengthDriver`` runs the collect policy for
+``collect_steps_per_env + 1`` steps of ``num_envs`` environments into a
+``TFUniformReplayBuffer``; TF-Agents' ``PPOLearner`` computes GAE returns and
+advantages (``agent.preprocess_sequence``) and runs ``num_epochs`` epochs of
+``num_minibatches`` shuffled minibatches (of single steps; for recurrent
+networks, of whole environment sequences); the buffer is cleared. The last
+step of each environment only bootstraps the values (its own advantage is
+unknown), so ``collect_steps_per_env`` steps per environment are trained on
+and counted. Evaluation runs the stochastic policy (``agent.policy``, as
+trained; ``sit-eval`` also runs the greedy one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gin
+import tensorflow as tf
+import tf_keras
+from tf_agents.policies import py_tf_eager_policy
+from tf_agents.replay_buffers import tf_uniform_replay_buffer
+from tf_agents.specs import tensor_spec
+from tf_agents.train import ppo_learner
+from tf_agents.utils import common
+
+from sit_keras.agents import encoders
+from sit_keras.agents.augmentation import make_augmentation
+from sit_keras.agents.harness import Algorithm, Run, RunSettings
+from sit_keras.agents.ppo_agent import DrACPPOAgent
+
+
+@gin.configurable("ppo")
+@dataclasses.dataclass(frozen=True)
+class PPO:
+    """PPO's hyper-parameters (gin: ``ppo.<name>``).
+
+    Defaults: Raileanu et al. 2021 (PPO + DrAC on Procgen) with the SiT
+    paper's 2 epochs (section 5.2); its 96 minibatches do not divide the
+    64 x 256 steps of an iteration, so 128 (of 128 steps each), as the
+    Procgen configs.
+
+    Attributes:
+      fc_layer_params: dense layers after the encoder (actor and critic).
+      value_encoder, value_encoder_kwargs: the critic's torso; ``None``: the
+        actor's (separate weights). Only the actor is deployed, so a cheaper
+        critic (e.g. ``"cnn"``) speeds up training without changing the policy.
+      collect_steps_per_env: ``T`` (steps per environment and iteration).
+      learning_rate, anneal_learning_rate, adam_epsilon: Adam; annealing
+        decays the rate linearly to 0 over the run's gradient steps (PPO's
+        ``anneal_lr``): the late updates of a nearly solved task then cannot undo it.
+      num_epochs, num_minibatches: passes over an iteration's data and the
+        minibatches it is split into (``num_envs * T`` must divide; recurrent
+        networks train on whole sequences, ``num_envs`` must divide).
+      max_grad_norm: gradient clipping by global norm.
+      drac_coef, augmentation: DrAC (0 disables it).
+    """
+
+    fc_layer_params: Sequence[int] = ()
+    value_encoder: str | None = None
+    value_encoder_kwargs: Mapping[str, Any] | None = None
+    collect_steps_per_env: int = 256
+    learning_rate: float = 5e-4
+    anneal_learning_rate: bool = False
+    adam_epsilon: float = 1e-5
+    discount: float = 0.999
+    gae_lambda: float = 0.95
+    entropy_coef: float = 0.01
+    value_coef: float = 0.5
+    clip_ratio: float = 0.2
+    max_grad_norm: float = 0.5
+    num_epochs: int = 2
+    num_minibatches: int = 128
+    normalize_rewards: bool = True
+    drac_coef: float = 0.1
+    augmentation: str = "crop"
+
+    def __post_init__(self):
+        for name in ("collect_steps_per_env", "num_epochs", "num_minibatches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"ppo.{name} must be >= 1. Received: {name}={getattr(self, name)}")
+
+
+SETTINGS = PPO
+
+
+def defaults(run: RunSettings, settings: PPO) -> dict[str, Any]:
+    """The run defaults for PPO (Procgen, Raileanu et al. 2021). Logs every iteration."""
+    num_envs = run.num_envs or 64
+    return {
+        "env_name": "procgen:caveflyer",
+        "num_envs": num_envs,
+        "encoder": "sit",
+        "total_env_steps": 25_000_000,
+        "log_interval": num_envs * settings.collect_steps_per_env,
+        "summary_interval": 1,
+        "eval_interval": 0,
+        "num_eval_episodes": 10,
+        "checkpoint_interval": 100_000,
+        "policy_save_interval": 500_000,
+    }
+
+
+def check(run: RunSettings, settings: PPO) -> None:
+    """Raises ``ValueError`` for settings that do not fit together (before the run starts)."""
+    encoders.check_encoder(run.encoder, "ppo")
+    if settings.value_encoder is not None:
+        encoders.check_encoder(settings.value_encoder, "ppo")
+    steps_per_iteration = run.num_envs * settings.collect_steps_per_env
+    if steps_per_iteration % settings.num_minibatches:
+        raise ValueError(
+            f"num_envs * collect_steps_per_env = {steps_per_iteration} must be a multiple of "
+            f"num_minibatches = {settings.num_minibatches}."
+        )
+    # Recurrent networks (AttentionNeuron) train on whole sequences, split by environment.
+    recurrent = {run.encoder, settings.value_encoder} & set(encoders.RECURRENT_ENCODERS)
+    if recurrent and run.num_envs % settings.num_minibatches:
+        raise ValueError(
+            f"With recurrent networks ({', '.join(sorted(recurrent))}) a minibatch is a set of whole "
+            f"environment sequences: num_envs = {run.num_envs} must be a multiple of "
+            f"num_minibatches = {settings.num_minibatches}."
+        )
+    if settings.drac_coef > 0:
+        make_augmentation(settings.augmentation, 64)  # an unknown name fails here
+
+
+class PPOAlgorithm(Algorithm):
+    """``DrACPPOAgent`` with ``PPOLearner`` fed one iteration at a time (``IterationData``)."""
+
+    def __init__(self, run: Run, settings: PPO):
+        rs = run.settings
+        steps_per_iteration = rs.num_envs * settings.collect_steps_per_env
+        actor_net, actor_kwargs = encoders.actor_network(
+            run.observation_spec, run.action_spec, rs.encoder, rs.encoder_kwargs, settings.fc_layer_params
+        )
+        value_encoder, value_kwargs = settings.value_encoder, settings.value_encoder_kwargs
+        if value_encoder is None:
+            value_encoder, value_kwargs = rs.encoder, rs.encoder_kwargs
+        value_net = encoders.value_network(
+            run.observation_spec, value_encoder, value_kwargs, settings.fc_layer_params
+        )
+        recurrent = bool(actor_net.state_spec or value_net.state_spec)
+        observation_shape = run.observation_spec.shape
+        image_size = int(observation_shape[0]) if observation_shape.rank == 3 else 0
+        agent = DrACPPOAgent(
+            run.time_step_spec,
+            run.action_spec,
+            optimizer=tf_keras.optimizers.Adam(
+                learning_rate=_learning_rate(settings, rs.total_env_steps, steps_per_iteration),
+                epsilon=settings.adam_epsilon,
+            ),
+            actor_net=actor_net,
+            value_net=value_net,
+            greedy_eval=False,
+            importance_ratio_clipping=settings.clip_ratio,
+            lambda_value=settings.gae_lambda,
+            discount_factor=settings.discount,
+            entropy_regularization=settings.entropy_coef,
+            value_pred_loss_coef=settings.value_coef,
+            num_epochs=1,  # the learner repeats the data num_epochs times
+            use_gae=True,
+            use_td_lambda_return=True,
+            normalize_rewards=settings.normalize_rewards,
+            normalize_observations=False,
+            gradient_clipping=settings.max_grad_norm,
+            compute_value_and_advantage_in_train=False,
+            update_normalizers_in_train=False,
+            train_step_counter=run.train_step,
+            augmentation=(
+                make_augmentation(settings.augmentation, image_size) if settings.drac_coef > 0 else None
+            ),
+            drac_coef=settings.drac_coef,
+        )
+        agent.initialize()
+        run.compile_train(agent)
+        T = settings.collect_steps_per_env
+        self.replay_buffer_ = tf_uniform_replay_buffer.TFUniformReplayBuffer(
+            agent.collect_data_spec, batch_size=rs.num_envs, max_length=T + 1
+        )
+        self.iterations = IterationData(
+            agent, self.replay_buffer_, rs.num_envs, T, settings.num_minibatches if recurrent else None
+        )
+        self.learner = ppo_learner.PPOLearner(
+            run.root_dir,
+            run.train_step,
+            agent,
+            experience_dataset_fn=self.iterations.experience_dataset,
+            normalization_dataset_fn=self.iterations.normalization_dataset,
+            num_samples=self.iterations.num_samples,
+            num_epochs=settings.num_epochs,
+            minibatch_size=None if recurrent else steps_per_iteration // settings.num_minibatches,
+            shuffle_buffer_size=steps_per_iteration,
+            # The harness checkpoints (with the environment-step counter).
+            checkpoint_interval=-1,
+            summary_interval=rs.summary_interval,
+            strategy=run.strategy,
+        )
+        self.agent = agent
+        self.checkpoint_objects = {"agent": agent}
+        # PPO's buffer holds one iteration and is cleared after it: nothing to resume from.
+        self.replay_buffer = None
+        self.description = {
+            "agent": "ppo", "network": actor_net, "network_kwargs": actor_kwargs,
+            "checkpoint_attribute": "_actor_net",
+        }  # fmt: skip
+        self.eval_policy = agent.policy
+        self.collect_policy = py_tf_eager_policy.PyTFEagerPolicy(
+            agent.collect_policy, use_tf_function=True, batch_time_steps=False
+        )
+        self.observers = [self.replay_buffer_.add_batch]
+        self.batched_steps = T + 1
+        self.env_steps_per_iteration = steps_per_iteration
+
+    def learn(self, env_steps: int) -> dict[str, float]:
+        self.iterations.put()
+        loss_info = self.learner.run()
+        return {"loss": float(loss_info.loss)} if loss_info is not None else {}
+
+    def close(self) -> None:
+        self.iterations.close()
+
+
+def build(run: Run, settings: PPO) -> PPOAlgorithm:
+    return PPOAlgorithm(run, settings)
+
+
+def _learning_rate(settings: PPO, total_env_steps: int, steps_per_iteration: int):
+    if not settings.anneal_learning_rate:
+        return settings.learning_rate
+    iterations = -(-total_env_steps // steps_per_iteration)  # ceil
+    return tf_keras.optimizers.schedules.PolynomialDecay(
+        settings.learning_rate,
+        decay_steps=iterations * settings.num_epochs * settings.num_minibatches,
+        end_learning_rate=0.0,
+    )
+
+
+class IterationData:
+    """Hands each iteration's trajectories to ``PPOLearner``'s datasets, through blocking queues.
+
+    The learner reads its experience and normalization datasets as endless
+    streams, one element per ``learner.run()``, behind tf.data's prefetching,
+    which starts on the next element as soon as the last minibatch of the
+    current one is taken: before the next collection. Reading the replay
+    buffer there gives the previous iteration's data again, or an empty
+    buffer once it is cleared (an error). Here the loop ``put``s an
+    iteration's data after collecting it, into queues of one element that
+    the datasets' reads wait on. GAE (``agent.preprocess_sequence``) runs in
+    ``put`` on whole sequences, with the reward normalizer as it was before
+    this iteration's update (which ``learner.run`` does), so every run
+    computes the same advantages.
+
+    Feed-forward networks: one element of all ``(num_envs, T)`` steps, which
+    the learner shuffles into minibatches of single steps. Recurrent networks
+    (``num_minibatches`` given): ``num_minibatches`` elements of
+    ``num_envs / num_minibatches`` whole sequences each (environments
+    shuffled once per iteration, the same split in every epoch: the learner
+    caches the elements), and the normalizers read each step once.
+    """
+
+    def __init__(self, agent, replay_buffer, num_envs: int, steps: int, num_minibatches: int | None):
+        self._agent = agent
+        self._replay_buffer = replay_buffer
+        self._num_envs = num_envs
+        self._num_minibatches = num_minibatches
+        self.num_samples = num_minibatches or 1
+        self._preprocess = common.function(agent.preprocess_sequence)
+        # The last step of each environment only bootstraps the values.
+        raw = tensor_spec.zero_spec_nest(agent.collect_data_spec, outer_dims=(num_envs, steps + 1))
+        self._raw = self._queue(self._drop_bootstrap_step(raw))
+        self._preprocessed = self._queue(self._drop_bootstrap_step(self._preprocess(raw)))
+
+    @staticmethod
+    def _drop_bootstrap_step(trajectories):
+        return tf.nest.map_structure(lambda t: t[:, :-1], trajectories)
+
+    @staticmethod
+    def _queue(example) -> tuple[tf.queue.FIFOQueue, Any]:
+        flat = tf.nest.flatten(example)
+        queue = tf.queue.FIFOQueue(1, [t.dtype for t in flat], shapes=[t.shape for t in flat])
+        return queue, example
+
+    def put(self) -> None:
+        """Queues the replay buffer's trajectories (raw, and with advantages) and clears it."""
+        trajectories = self._replay_buffer.gather_all()
+        for (queue, _), data in (
+            (self._raw, trajectories),
+            (self._preprocessed, self._preprocess(trajectories)),
+        ):
+            queue.enqueue(tf.nest.flatten(self._drop_bootstrap_step(data)))
+        self._replay_buffer.clear()
+
+    def _dataset(self, source, shuffle: bool) -> tf.data.Dataset:
+        queue, example = source
+
+        # Plain TF code: no AutoGraph conversion needed.
+        @tf.autograph.experimental.do_not_convert
+        def take(_):
+            values = queue.dequeue()  # one tensor for a one-component queue
+            return tf.nest.pack_sequence_as(example, values if isinstance(values, list) else [values])
+
+        dataset = tf.data.Dataset.range(1).map(take)
+        if self._num_minibatches is None:
+            return dataset.map(lambda t: (t, ()))
+        return dataset.flat_map(lambda t: self._split_environments(t, shuffle))
+
+    @tf.autograph.experimental.do_not_convert
+    def _split_environments(self, trajectories, shuffle: bool) -> tf.data.Dataset:
+        n = self._num_envs
+        order = tf.random.shuffle(tf.range(n)) if shuffle else tf.range(n)
+
+        def split(t):
+            shape = tf.concat([[self._num_minibatches, n // self._num_minibatches], tf.shape(t)[1:]], 0)
+            return tf.reshape(tf.gather(t, order), shape)
+
+        parts = tf.data.Dataset.from_tensor_slices(tf.nest.map_structure(split, trajectories))
+        return parts.map(lambda part: (part, ()))
+
+    def experience_dataset(self) -> tf.data.Dataset:
+        return self._dataset(self._preprocessed, shuffle=True)
+
+    def normalization_dataset(self) -> tf.data.Dataset:
+        return self._dataset(self._raw, shuffle=False)
+
+    def close(self) -> None:
+        """Releases the datasets' pending reads (their prefetch threads) at the end of training."""
+        for queue, _ in (self._raw, self._preprocessed):
+            queue.close(cancel_pending_enqueues=True)

@@ -1,0 +1,240 @@
+"""The one training harness: every agent runs, is killed, resumes and leaves the same output layout.
+
+Also its behaviour under bad input: bindings that no selected configurable
+reads, settings out of range and unknown names are one sentence from
+``sit-train`` (exit status 1, no traceback), before anything is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import gin
+import pytest
+import tensorflow as tf
+
+from sit_keras.agents import bc, dqn, harness, ppo, sac, train
+
+SIT_TRAIN = os.path.join(os.path.dirname(sys.executable), "sit-train")
+TINY_CNN = "{'filters': (4,), 'strides': 1, 'output_dim': 8}"
+COMMON = ["train_eval.progress = False", "train_eval.num_eval_episodes = 2"]
+# Each agent's smallest real run; the budget is set per phase.
+AGENT_BINDINGS = {
+    "ppo": [
+        "train_eval.env_name = 'minigrid:LavaGapS5'", "train_eval.num_envs = 2", "train_eval.encoder = 'cnn'",
+        f"train_eval.encoder_kwargs = {TINY_CNN}", "ppo.collect_steps_per_env = 8", "ppo.num_minibatches = 2",
+        "ppo.drac_coef = 0.0", "train_eval.checkpoint_interval = 16", "train_eval.policy_save_interval = 32",
+        "train_eval.eval_interval = 32",
+    ],
+    "sac": [
+        "train_eval.agent = 'sac'", "train_eval.env_name = 'gymnasium:Pendulum-v1'",
+        "train_eval.encoder = 'mlp'", "sac.actor_fc_layer_params = (8,)", "sac.critic_fc_layer_params = (8,)",
+        "sac.initial_collect_steps = 20", "sac.batch_size = 8", "sac.replay_capacity = 1000",
+        "train_eval.checkpoint_interval = 10", "train_eval.policy_save_interval = 40",
+        "train_eval.eval_interval = 40", "train_eval.log_interval = 10", "train_eval.num_eval_episodes = 1",
+    ],
+    "dqn": [
+        "train_eval.agent = 'dqn'", "train_eval.env_name = 'gymnasium:CartPole-v1'",
+        "train_eval.encoder = 'mlp'", "train_eval.encoder_kwargs = {'units': (8,)}", "dqn.algorithm = 'dqn'",
+        "dqn.min_replay_size = 20",
+        "dqn.n_step = 2", "dqn.replay_capacity = 1000", "dqn.batch_size = 8", "dqn.target_update_period = 10",
+        "train_eval.checkpoint_interval = 10", "train_eval.policy_save_interval = 40",
+        "train_eval.eval_interval = 40", "train_eval.log_interval = 10",
+    ],
+    "bc": [
+        "train_eval.agent = 'bc'", "train_eval.num_envs = 2", "train_eval.total_env_steps = 40",
+        "train_eval.encoder = 'cnn'", f"train_eval.encoder_kwargs = {TINY_CNN}", "bc.sequence_length = 10",
+        "bc.fc_layer_params = (8,)",
+    ],
+}  # fmt: skip
+# Environment steps added by the resumed run (BC: one more epoch of its 4 chunks).
+RESUME_STEPS = {"ppo": 16, "sac": 10, "dqn": 10}
+BC_CHUNKS = 2  # 40 steps over 2 environments, in chunks of 10
+
+
+def _tags(log_dir: str) -> set[str]:
+    tags = set()
+    for path in glob.glob(os.path.join(log_dir, "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            tags.update(value.tag for value in event.summary.value)
+    return tags
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory) -> str:
+    """A tiny trained PPO folder on LavaGapS5: BC's teacher."""
+    root_dir = str(tmp_path_factory.mktemp("teacher"))
+    gin.clear_config()
+    train.parse_gin([], AGENT_BINDINGS["ppo"])
+    try:
+        harness.train_eval(root_dir, total_env_steps=32, progress=False, num_eval_episodes=0)
+    finally:
+        gin.clear_config()
+    return root_dir
+
+
+def _bindings(agent: str, teacher: str) -> list[str]:
+    extra = [f"bc.teacher_dir = '{teacher}'"] if agent == "bc" else []
+    return [*COMMON, *AGENT_BINDINGS[agent], *extra]
+
+
+def _command(root_dir: str, bindings: list[str]) -> list[str]:
+    return [SIT_TRAIN, "--root_dir", root_dir, *(arg for b in bindings for arg in ("--gin_bindings", b))]
+
+
+def _checkpoint_value(root_dir: str, name: str) -> int:
+    checkpoint = tf.train.latest_checkpoint(os.path.join(root_dir, "checkpoints"))
+    assert checkpoint, "no checkpoint written before the kill"
+    return int(tf.train.load_variable(checkpoint, f"{name}/.ATTRIBUTES/VARIABLE_VALUE"))
+
+
+def _run_until_two_checkpoints_then_kill(command: list[str], root_dir: str, log_path: str) -> None:
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            deadline = time.time() + 240
+            while time.time() < deadline and process.poll() is None:
+                if len(glob.glob(os.path.join(root_dir, "checkpoints", "ckpt-*.index"))) >= 2:
+                    break
+                time.sleep(0.3)
+            ended = process.poll() is not None
+        finally:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+    if ended:
+        with open(log_path) as log:
+            pytest.fail(f"the run ended before it was killed: {log.read()[-2000:]}")
+
+
+@pytest.mark.parametrize("agent", ["ppo", "sac", "dqn", "bc"])
+def test_every_agent_runs_is_killed_resumes_and_writes_the_same_layout(agent, teacher, tmp_path):
+    root_dir = str(tmp_path / agent)
+    bindings = _bindings(agent, teacher)
+    # Phase 1: a long run, killed once it has written two checkpoints.
+    long_run = ["bc.num_epochs = 100000"] if agent == "bc" else ["train_eval.total_env_steps = 100000000"]
+    _run_until_two_checkpoints_then_kill(
+        _command(root_dir, [*bindings, *long_run]), root_dir, str(tmp_path / "killed.log")
+    )
+    saved_steps = _checkpoint_value(root_dir, "env_steps")
+    saved_train_step = _checkpoint_value(root_dir, "train_step")
+    assert saved_steps > 0 and saved_train_step > 0
+
+    # Phase 2: the same folder resumes from the newest checkpoint, a little further.
+    gin.clear_config()
+    train.parse_gin([], bindings)
+    try:
+        if agent == "bc":
+            epochs = saved_train_step // BC_CHUNKS
+            results = harness.train_eval(root_dir, num_epochs=epochs + 1)
+            assert results["train_step"] == (epochs + 1) * BC_CHUNKS
+            assert results["env_steps"] == 40
+        else:
+            results = harness.train_eval(root_dir, total_env_steps=saved_steps + RESUME_STEPS[agent])
+            assert results["env_steps"] == saved_steps + RESUME_STEPS[agent]
+            assert results["train_step"] > saved_train_step
+    finally:
+        gin.clear_config()
+
+    # The same output layout for every agent.
+    for path in ("config.gin", "policy_network.json", harness.EVALUATIONS_FILE, "checkpoints/checkpoint",
+                 "policies/greedy_policy/saved_model.pb", "policies/policy/saved_model.pb"):  # fmt: skip
+        assert os.path.exists(os.path.join(root_dir, path)), path
+    assert os.path.isdir(os.path.join(root_dir, "replay_buffer")) == (agent in ("sac", "dqn"))
+    with open(os.path.join(root_dir, "policy_network.json")) as f:
+        assert json.load(f)["agent"] == {"dqn": "dqn"}.get(agent, agent)
+    assert {"Metrics/AverageReturn", "Metrics/loss", "charts/SPS", "config/operative_gin"} <= _tags(
+        os.path.join(root_dir, "collect")
+    )
+    assert {"Eval/AverageReturn", "Eval/StdReturn", "Eval/AverageEpisodeLength", "Eval/SuccessRate"} <= _tags(
+        os.path.join(root_dir, "eval")
+    )
+    assert any(tag.startswith("Losses/") for tag in _tags(os.path.join(root_dir, "train")))
+    for key in ("AverageReturn", "SuccessRate", "env_steps", "train_step", "SPS", "evaluations", "history"):
+        assert key in results, key
+    with open(os.path.join(root_dir, harness.EVALUATIONS_FILE)) as f:
+        evaluations = json.load(f)
+    assert evaluations == results["evaluations"] and evaluations[-1]["env_steps"] == results["env_steps"]
+    # Evaluations keep their schedule across the kill: multiples of the interval, then the last step.
+    interval = {"ppo": 32, "sac": 40, "dqn": 40}.get(agent)
+    if interval:
+        assert all(e["env_steps"] % interval == 0 for e in evaluations[:-1])
+
+
+def test_bindings_that_the_run_does_not_read_are_an_error_naming_them(tmp_path):
+    gin.clear_config()
+    train.parse_gin(["configs/dmc/cartpole_swingup_state.gin"], ["ppo.learning_rate = 1e-3"])
+    try:
+        with pytest.raises(harness.SettingsError, match=r"a 'sac' run does not read: ppo\.learning_rate"):
+            harness.train_eval(str(tmp_path / "run"))
+    finally:
+        gin.clear_config()
+    assert not os.path.exists(tmp_path / "run")
+
+
+def test_the_shared_budget_binds_every_agent(tmp_path):
+    """``train_eval.total_env_steps`` is the budget of a SAC config too (it was silently ignored)."""
+    gin.clear_config()
+    train.parse_gin(["configs/dmc/cartpole_swingup_state.gin"], [
+        "train_eval.total_env_steps = 24", "sac.initial_collect_steps = 16", "sac.batch_size = 4",
+        "sac.actor_fc_layer_params = (8,)", "sac.critic_fc_layer_params = (8,)",
+        "train_eval.num_eval_episodes = 0", "train_eval.policy_save_interval = 0",
+        "train_eval.progress = False",
+    ])  # fmt: skip
+    try:
+        results = harness.train_eval(str(tmp_path / "run"))
+    finally:
+        gin.clear_config()
+    assert results["env_steps"] == 24
+
+
+@pytest.mark.parametrize(
+    "bindings, message",
+    [
+        (["ppo.learning_rate = 1e-3", "train_eval.agent = 'sac'"], "does not read: ppo.learning_rate"),
+        (["train_eval.agent = 'a3c'"], "Unknown agent 'a3c'"),
+        (["train_eval.num_envs = 0"], "train_eval.num_envs must be >= 1"),
+        (["ppo.num_epochs = 0"], "ppo.num_epochs must be >= 1"),
+        (["train_eval.encoder = 'resnet'"], "Unknown encoder 'resnet'"),
+        (["train_eval.agent = 'dqn'", "train_eval.encoder = 'attention_neuron'"], "is recurrent"),
+        (["train_eval.env_name = 'minigrid:NoSuchEnv'"], "NoSuchEnv"),
+        (["train_eval.precision = 'float8'"], "Unknown precision 'float8'"),
+        (["train_eval.no_such_setting = 1"], "Bad gin configuration"),
+    ],
+)
+def test_sit_train_mistakes_are_one_sentence_before_anything_is_written(bindings, message, tmp_path):
+    root_dir = str(tmp_path / "run")
+    run = subprocess.run(_command(root_dir, bindings), capture_output=True, text=True, timeout=240)
+    assert run.returncode == 1, run.stderr[-2000:]
+    assert message in run.stderr
+    assert "Traceback" not in run.stderr
+    assert not os.path.exists(root_dir)
+
+
+@pytest.mark.parametrize("module", [ppo, sac, dqn, bc])
+def test_agent_settings_share_no_name_with_the_run_settings(module):
+    """A keyword of ``train_eval`` goes to exactly one of the two settings objects."""
+    run_fields = {f.name for f in dataclasses.fields(harness.RunSettings)}
+    assert not run_fields & {f.name for f in dataclasses.fields(module.SETTINGS)}
+
+
+def test_one_name_for_each_shared_setting():
+    """One budget, one clipping and one collection-length name in every agent."""
+    for module in (ppo, sac, dqn):
+        names = {f.name for f in dataclasses.fields(module.SETTINGS)}
+        assert "max_grad_norm" in names and "collect_steps_per_env" in names, module.__name__
+        assert not names & {"gradient_clipping", "total_agent_steps", "collect_steps_per_iteration"}
+    assert "max_grad_norm" in {f.name for f in dataclasses.fields(bc.BC)}
+
+
+def test_crosses_fires_on_multiples_of_the_interval():
+    assert harness.crosses(900, 1100, 1000)
+    assert not harness.crosses(1000, 1900, 1000)
+    assert harness.crosses(1999, 2000, 1000)
+    assert not harness.crosses(0, 10**9, 0)
