@@ -110,7 +110,11 @@ def benchmark_policy(
     """
     export_dir = os.path.join(out_dir, name)
     os.makedirs(export_dir, exist_ok=True)
-    report = export_policy(root_dir, export_dir, model_name=name, num_examples=NUM_EXAMPLES, seed=EXPORT_SEED)
+    # Random-weight policies: their int8 models may fail the parity gate, and the benchmark reports it.
+    report = export_policy(
+        root_dir, export_dir, model_name=name, num_examples=NUM_EXAMPLES, seed=EXPORT_SEED,
+        allow_parity_failure=True,
+    )  # fmt: skip
     if profile:
         path = os.path.join(export_dir, "tflite", f"{name}_int8_all_ops.tflite")
         report["models"][ALL_OPS_INT8] = {"path": path, "bytes": _export_all_ops_int8(root_dir, path)}

@@ -3,67 +3,138 @@
     sit-export --root_dir runs/demo/sit --output_dir runs/demo/sit/export --model_name sit_policy
 
 See ``export.exporter`` for the layout and ``README.md`` (Export) for serving them.
+
+Every argument is checked before TensorFlow builds the policy or a folder is
+created. A mistake (an unknown flag, ``--num_examples 0``, ``--version -3``,
+a folder that is not a training folder, an existing SavedModel version)
+prints one sentence to stderr, no traceback, and exits with status 2; an
+export that fails once started (a TFLite model that needs Flex ops, a failed
+parity check, a full disk) exits with status 1. Either way nothing is left
+behind (``export.exporter``). A TFLite model that does not act like the
+TensorFlow policy on held-out rollout steps (``export.parity``) fails the
+export, naming the model and the failed check, unless
+``--allow_parity_failure`` is given: then it is exported, marked as failed in
+its report, with a warning on stderr.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Sequence
 
-from absl import app, flags
+from absl import flags
 
 from sit_keras.agents.console import quiet_library_logs
 from sit_keras.export import tflite
-from sit_keras.export.exporter import FORMATS, export_policy
+from sit_keras.export.exporter import FORMATS, check_export_arguments, export_policy
 
-_FLAGS = flags.FLAGS
+PROGRAM = "sit-export"
+USAGE_ERROR, EXPORT_FAILED = 2, 1
+
+# Flags live in their own FlagValues, not absl's global FLAGS: sit-eval and sit-train define flags of
+# the same names, and main() can run more than once in one process (tests).
+FLAGS = flags.FlagValues()
+flags.DEFINE_string("root_dir", None, "Training folder (sit-train / sit-distill output).", flag_values=FLAGS)
+flags.DEFINE_string(
+    "output_dir", None, "Where to write the models (default: <root_dir>/export).", flag_values=FLAGS
+)
+flags.DEFINE_string(
+    "model_name", "policy", "TF Serving model name and TFLite file prefix.", flag_values=FLAGS
+)
+flags.DEFINE_list("formats", list(FORMATS), "Formats to export.", flag_values=FLAGS)
+flags.DEFINE_list("quantizations", list(tflite.QUANTIZATIONS), "TFLite quantisations.", flag_values=FLAGS)
+flags.DEFINE_integer(
+    "max_sensors", None, "Rows of a sensor set TFLite model (default: as trained).", flag_values=FLAGS
+)
+flags.DEFINE_integer(
+    "num_examples",
+    256,
+    "Rollout steps for int8 calibration and parity checks (at least 2).",
+    flag_values=FLAGS,
+)
+flags.DEFINE_bool("allow_flex_ops", False, "Allow TensorFlow (Flex) ops in TFLite models.", flag_values=FLAGS)
+flags.DEFINE_bool(
+    "allow_parity_failure",
+    False,
+    "Export TFLite models that fail the parity check (marked as failed in their report) "
+    "instead of failing the export.",
+    flag_values=FLAGS,
+)
+flags.DEFINE_integer(
+    "version", None, "SavedModel version, at least 1 (default: the next free one).", flag_values=FLAGS
+)
+flags.DEFINE_string(
+    "serving_base_path",
+    "/models",
+    "Path of <output_dir>/saved_model in the model server.",
+    flag_values=FLAGS,
+)
+flags.mark_flag_as_required("root_dir", flag_values=FLAGS)
 
 
-def _define_flags() -> None:
-    flags.DEFINE_string("root_dir", None, "Training folder (sit-train / sit-distill output).")
-    flags.DEFINE_string("output_dir", None, "Where to write the models (default: <root_dir>/export).")
-    flags.DEFINE_string("model_name", "policy", "TF Serving model name and TFLite file prefix.")
-    flags.DEFINE_list("formats", list(FORMATS), "Formats to export.")
-    flags.DEFINE_list("quantizations", list(tflite.QUANTIZATIONS), "TFLite quantisations.")
-    flags.DEFINE_integer("max_sensors", None, "Rows of a sensor set TFLite model (default: as trained).")
-    flags.DEFINE_integer("num_examples", 256, "Rollout steps for int8 calibration and parity checks.")
-    flags.DEFINE_bool("allow_flex_ops", False, "Allow TensorFlow (Flex) ops in TFLite models.")
-    flags.DEFINE_integer("version", None, "SavedModel version (default: the next free one).")
-    flags.DEFINE_string(
-        "serving_base_path", "/models", "Path of <output_dir>/saved_model in the model server."
-    )
+def _error(message: str, status: int) -> int:
+    """One sentence on stderr, for a command that cannot do what was asked; returns the exit status."""
+    print(f"{PROGRAM}: {message}", file=sys.stderr)
+    return status
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of ``sit-export``."""
-    _define_flags()
-    flags.mark_flag_as_required("root_dir")
-    app.run(_main, argv=argv)
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``sit-export``.
 
+    Args:
+      argv: command-line arguments without the program name; ``sys.argv[1:]`` when ``None``.
 
-def _main(argv: Sequence[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    Returns:
+      The exit status: 0 after the export, 2 for a mistake in the arguments,
+      1 for an export that failed (nothing written either way).
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if {"-h", "--help", "--helpshort"} & set(argv):
+        print(f"{__doc__}\nFlags:\n{FLAGS.get_help()}")
+        return 0
+    FLAGS.unparse_flags()  # a second main() in one process starts from the defaults
+    try:
+        extra = FLAGS([PROGRAM, *argv])[1:]
+    except flags.Error as error:
+        return _error(f"{str(error).rstrip('.')}. See {PROGRAM} --help.", USAGE_ERROR)
+    if extra:
+        return _error(f"unexpected arguments {' '.join(extra)!r}; every option is a --flag.", USAGE_ERROR)
+    output_dir = FLAGS.output_dir or os.path.join(FLAGS.root_dir, "export")
+    try:
+        check_export_arguments(
+            output_dir, FLAGS.model_name, FLAGS.formats, FLAGS.quantizations, FLAGS.max_sensors,
+            FLAGS.num_examples, FLAGS.version,
+        )  # fmt: skip
+    except ValueError as error:
+        return _error(str(error), USAGE_ERROR)
+    if not os.path.isfile(os.path.join(FLAGS.root_dir, "policy_network.json")):
+        return _error(
+            f"{FLAGS.root_dir!r} is not a training folder written by sit-train or sit-distill "
+            "(no policy_network.json).",
+            USAGE_ERROR,
+        )
     quiet_library_logs()
-    output_dir = _FLAGS.output_dir or os.path.join(_FLAGS.root_dir, "export")
-    os.makedirs(output_dir, exist_ok=True)
     try:
         report = export_policy(
-            _FLAGS.root_dir, output_dir, _FLAGS.model_name, _FLAGS.formats, _FLAGS.quantizations,
-            _FLAGS.max_sensors, _FLAGS.num_examples, _FLAGS.allow_flex_ops, _FLAGS.version,
-            _FLAGS.serving_base_path,
+            FLAGS.root_dir, output_dir, FLAGS.model_name, FLAGS.formats, FLAGS.quantizations,
+            FLAGS.max_sensors, FLAGS.num_examples, FLAGS.allow_flex_ops, FLAGS.version,
+            FLAGS.serving_base_path, allow_parity_failure=FLAGS.allow_parity_failure,
         )  # fmt: skip
-    except (FileNotFoundError, ValueError) as error:
-        raise app.UsageError(str(error)) from error
+    except (OSError, ValueError) as error:  # FileNotFoundError, ParityError, UnsupportedOpsError, ...
+        return _error(str(error), EXPORT_FAILED)
     print(json.dumps(report["models"], indent=2))
-    failed = [
-        name for name, model in report["models"].items() if not model.get("parity", {}).get("passed", True)
-    ]
-    for name in failed:
-        print(f"WARNING: {name} does not act like the TensorFlow policy on held-out rollout steps: "
-              f"{report['models'][name]['parity']}; do not deploy it.")  # fmt: skip
+    for name in report.get("parity_failures", []):
+        model = report["models"][name]
+        checks = "; ".join(model["parity"]["failed_checks"])
+        print(
+            f"WARNING: {name} ({model['path']}) failed parity ({checks}) and was exported only because "
+            "of --allow_parity_failure; do not deploy it.",
+            file=sys.stderr,
+        )
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

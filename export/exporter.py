@@ -5,17 +5,35 @@
 <output_dir>/tflite/<model_name>_<quantization>.tflite    (export.tflite)
 <output_dir>/tflite/<model_name>_<quantization>.json      (metadata, parity report included)
 <output_dir>/export_report.json                           (sizes and parity of every model)
+
+An export either completes or leaves nothing behind, because a half-written
+model folder is what a model server or a robot's deploy script would pick up:
+
+- every argument is checked (``check_export_arguments``) before the policy is
+  loaded or a folder is created;
+- the models are written to a staging folder inside ``output_dir`` and moved
+  into place only when every model is written and has passed its parity
+  check (``export.parity``); on any failure the staging folder and every
+  folder this export created are removed, and files it would have replaced
+  are put back;
+- a TFLite model that fails parity fails the export (``ParityError``) unless
+  ``allow_parity_failure=True`` (``sit-export --allow_parity_failure``); then
+  it is exported, its parity report says ``"failure_allowed": true`` and the
+  report lists it under ``parity_failures``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from sit_keras.agents import policy_network
 from sit_keras.export import saved_model, tflite
 from sit_keras.export.metadata import build_metadata
 from sit_keras.export.parity import compare
@@ -23,6 +41,78 @@ from sit_keras.export.policy_model import TrainedPolicy, load_trained_policy
 from sit_keras.export.rollouts import collect_examples, representative_data
 
 FORMATS = ("saved_model", "tflite")
+REPORT_FILE = "export_report.json"
+# Held-out steps are every other rollout step: at least one to calibrate int8 and one to check parity.
+MIN_EXAMPLES = 2
+
+
+class ParityError(ValueError):
+    """A TFLite model does not act like the TensorFlow policy; nothing was exported.
+
+    Attributes:
+      failures: ``{model key: parity report}`` of the models that failed.
+    """
+
+    def __init__(self, message: str, failures: dict[str, dict[str, Any]]):
+        super().__init__(message)
+        self.failures = failures
+
+
+def check_export_arguments(
+    output_dir: str,
+    model_name: str = "policy",
+    formats: Sequence[str] = FORMATS,
+    quantizations: Sequence[str] = tflite.QUANTIZATIONS,
+    max_sensors: int | None = None,
+    num_examples: int = 256,
+    version: int | None = None,
+) -> None:
+    """Raises ``ValueError`` with one sentence for the first argument of ``export_policy`` that cannot work.
+
+    Called by ``export_policy`` before it reads or writes anything, and by
+    ``sit-export`` before TensorFlow builds the policy, so a typo costs
+    nothing. What needs the policy (``max_sensors`` for a policy without a
+    sensor set, a missing training folder) is checked when it is loaded,
+    still before anything is written.
+    """
+    _check_subset(formats, FORMATS, "format")
+    if not formats:
+        raise ValueError(f"No format to export; expected some of: {', '.join(FORMATS)}.")
+    _check_subset(quantizations, tflite.QUANTIZATIONS, "quantization")
+    if "tflite" in formats and not quantizations:
+        raise ValueError(
+            f"The tflite format needs at least one quantization; expected some of: "
+            f"{', '.join(tflite.QUANTIZATIONS)}."
+        )
+    separators = [s for s in (os.sep, os.altsep, "/") if s]
+    if not model_name or any(s in model_name for s in separators) or model_name.startswith("."):
+        raise ValueError(
+            f"model_name must be a plain folder name (no path separators, not starting with '.'); "
+            f"received {model_name!r}."
+        )
+    if not _is_int(num_examples) or num_examples < MIN_EXAMPLES:
+        raise ValueError(
+            f"num_examples must be an integer of at least {MIN_EXAMPLES} (every other rollout step "
+            f"calibrates int8 models, the rest check parity); received {num_examples!r}."
+        )
+    if version is not None and (not _is_int(version) or version < 1):
+        raise ValueError(
+            f"version must be a positive integer (TF Serving loads numeric version folders); "
+            f"received {version!r}."
+        )
+    if max_sensors is not None and (not _is_int(max_sensors) or max_sensors < 1):
+        raise ValueError(f"max_sensors must be a positive integer; received {max_sensors!r}.")
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise ValueError(f"output_dir {output_dir!r} exists and is not a folder.")
+    existing = _nearest_existing(output_dir)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"Cannot write to {existing!r} (for output_dir {output_dir!r}): permission denied.")
+    if "saved_model" in formats and version is not None:
+        version_dir = os.path.join(output_dir, "saved_model", model_name, str(version))
+        if os.path.exists(version_dir):
+            raise ValueError(
+                f"{version_dir!r} exists; TF Serving versions are immutable: pass another version."
+            )
 
 
 def export_policy(
@@ -37,73 +127,128 @@ def export_policy(
     version: int | None = None,
     serving_base_path: str = "/models",
     seed: int = 20_000,
+    allow_parity_failure: bool = False,
 ) -> dict[str, Any]:
     """Exports the policy of ``root_dir``; returns (and writes) the export report.
 
+    All or nothing: see the module docstring.
+
     Args:
       root_dir: a training folder (``sit-train`` or ``sit-distill``).
-      output_dir: where the models go (layout in the module docstring).
+      output_dir: where the models go (layout in the module docstring);
+        created if missing, and removed again if the export fails.
       model_name: the TF Serving model name and the TFLite file prefix.
       formats, quantizations: subsets of ``FORMATS`` and ``tflite.QUANTIZATIONS``.
       max_sensors: rows of a sensor set TFLite model (default: the training
         observation's); the SavedModel takes any number.
       num_examples: real rollout steps of the policy in its training
-        environment (seeds from ``seed``): every other step calibrates int8
-        models, the rest check every TFLite model against TensorFlow.
+        environment (seeds from ``seed``), at least 2: every other step
+        calibrates int8 models, the rest check every TFLite model against
+        TensorFlow.
       allow_flex_ops: allow TensorFlow (Flex) ops in TFLite models.
-      version: the SavedModel version (default: the next free one).
+      version: the SavedModel version, at least 1 (default: the next free one).
       serving_base_path: the model server's path of ``<output_dir>/saved_model``.
+      allow_parity_failure: export TFLite models that fail parity (recorded
+        in the report) instead of failing.
 
     Raises:
-      ValueError: unknown format or quantisation, or ``max_sensors`` for a
-        policy without a sensor set.
+      ValueError: an argument that cannot work (``check_export_arguments``),
+        or ``max_sensors`` for a policy without a sensor set.
+      FileNotFoundError: ``root_dir`` is not a training folder.
+      ParityError: a TFLite model failed parity (and ``allow_parity_failure`` is False).
       tflite.UnsupportedOpsError: a TFLite model would need non-built-in ops.
     """
-    _check_subset(formats, FORMATS, "format")
-    _check_subset(quantizations, tflite.QUANTIZATIONS, "quantization")
-    policy = load_trained_policy(root_dir)
+    formats, quantizations = _unique(formats), _unique(quantizations)
+    check_export_arguments(output_dir, model_name, formats, quantizations, max_sensors, num_examples, version)
+    policy = _load_policy(root_dir)
     if max_sensors is not None and not policy.takes_sensor_set:
         raise ValueError(
             f"max_sensors is only for sensor set policies; {policy.description.network_class} is not."
         )
     _check_zero_initial_state(policy)
     options = {"allow_flex_ops": allow_flex_ops, "num_examples": num_examples, "seed": seed}
-    report: dict[str, Any] = {"root_dir": root_dir, "checkpoint": policy.checkpoint, "models": {}}
-    if "saved_model" in formats:
-        function = policy.serving_function(batch_size=None)
-        metadata = build_metadata(policy, function, "saved_model", options)
-        path = saved_model.export_saved_model(
-            policy, os.path.join(output_dir, "saved_model"), model_name, metadata, version, serving_base_path
-        )
-        report["models"]["saved_model"] = {"path": path, "bytes": _folder_size(path)}
-    if "tflite" in formats and quantizations:
-        report["models"].update(
-            _export_tflite(
-                policy,
-                os.path.join(output_dir, "tflite"),
-                model_name,
-                quantizations,
-                max_sensors,
-                num_examples,
-                seed,
-                options,
+    serving_dir = os.path.join(output_dir, "saved_model")
+    if "saved_model" in formats and version is None:
+        version = saved_model.next_version(os.path.join(serving_dir, model_name))
+    transaction = _Transaction(output_dir)
+    try:
+        report: dict[str, Any] = {"root_dir": root_dir, "checkpoint": policy.checkpoint, "models": {}}
+        tflite_models: dict[str, Any] = {}
+        if "tflite" in formats:  # first: a failed parity check stops the export before the SavedModel
+            tflite_models = _export_tflite(
+                policy, transaction, os.path.join(output_dir, "tflite"), model_name, quantizations,
+                max_sensors, num_examples, seed, options, allow_parity_failure,
             )  # fmt: skip
-        )
-    with open(os.path.join(output_dir, "export_report.json"), "w") as f:
-        json.dump(report, f, indent=2)
+            failures = {k: m["parity"] for k, m in tflite_models.items() if not m["parity"]["passed"]}
+            if failures and not allow_parity_failure:
+                raise ParityError(_parity_message(failures, tflite_models), failures)
+            if failures:
+                report["parity_failures"] = sorted(failures)
+        if "saved_model" in formats:
+            function = policy.serving_function(batch_size=None)
+            metadata = build_metadata(policy, function, "saved_model", options)
+            staged = saved_model.export_saved_model(
+                policy, transaction.stage("saved_model"), model_name, metadata, version, serving_base_path
+            )
+            final = os.path.join(serving_dir, model_name, str(version))
+            transaction.add(staged, final)
+            report["models"]["saved_model"] = {"path": final, "bytes": _folder_size(staged)}
+        report["models"].update(tflite_models)
+        report_path = transaction.stage(REPORT_FILE)
+        with open(report_path, "w") as f:
+            json.dump(report, f, indent=2)
+        transaction.add(report_path, os.path.join(output_dir, REPORT_FILE))
+        transaction.commit()
+        if "saved_model" in formats:
+            saved_model.write_models_config(serving_dir, serving_base_path)
+        transaction.finish()
+    except BaseException:
+        transaction.abort()
+        raise
     return report
 
 
+def _load_policy(root_dir: str) -> TrainedPolicy:
+    """``load_trained_policy``, with a damaged description or checkpoint named in a ``ValueError``."""
+    path = os.path.join(root_dir, policy_network.DESCRIPTION_FILE)
+    try:
+        policy_network.read_description(root_dir)
+    except FileNotFoundError:
+        raise
+    except (KeyError, TypeError, ValueError) as error:  # not JSON, or not the fields a trainer writes
+        raise ValueError(f"{path!r} is damaged ({error!r}); the folder cannot be exported.") from None
+    import tensorflow as tf
+
+    try:
+        return load_trained_policy(root_dir)
+    except tf.errors.OpError as error:  # a truncated or foreign checkpoint file
+        folder = os.path.join(root_dir, policy_network.CHECKPOINT_DIR)
+        raise ValueError(f"The checkpoint in {folder!r} cannot be read: {error.message}.") from None
+
+
+def _parity_message(failures: dict[str, dict[str, Any]], models: dict[str, Any]) -> str:
+    parts = [
+        f"{name} ({os.path.basename(models[name]['path'])}): {'; '.join(parity['failed_checks'])}"
+        for name, parity in failures.items()
+    ]
+    return (
+        f"Parity failed, so nothing was exported: {' | '.join(parts)}; pass --allow_parity_failure "
+        "(allow_parity_failure=True) to export it anyway, marked as failed in its report."
+    )
+
+
 def _export_tflite(
-    policy: TrainedPolicy, tflite_dir: str, model_name: str, quantizations: Sequence[str],
-    max_sensors: int | None, num_examples: int, seed: int, options: dict[str, Any],
+    policy: TrainedPolicy, transaction: _Transaction, tflite_dir: str, model_name: str,
+    quantizations: Sequence[str], max_sensors: int | None, num_examples: int, seed: int,
+    options: dict[str, Any], allow_parity_failure: bool,
 ) -> dict[str, Any]:  # fmt: skip
-    os.makedirs(tflite_dir, exist_ok=True)
     num_sensors = max_sensors or (int(policy.observation_spec.shape[0]) if policy.takes_sensor_set else None)
-    examples = collect_examples(policy, max(num_examples, 2), seed=seed, num_sensors=num_sensors)
+    examples = collect_examples(policy, num_examples, seed=seed, num_sensors=num_sensors)
     # Alternate steps: both halves span the same stretch of episodes (int8 ranges need late states too).
     calibration, held_out = examples[0::2], examples[1::2]
     function = policy.serving_function(batch_size=1, num_sensors=num_sensors)
+    staging = transaction.stage("tflite")
+    os.makedirs(staging, exist_ok=True)
     models = {}
     for quantization in quantizations:
         flatbuffer = tflite.convert_function(
@@ -113,23 +258,110 @@ def _export_tflite(
             representative_data(calibration),
             options["allow_flex_ops"],
         )
-        path = os.path.join(tflite_dir, f"{model_name}_{quantization}.tflite")
-        with open(path, "wb") as f:
+        name = f"{model_name}_{quantization}"
+        staged = os.path.join(staging, name + ".tflite")
+        with open(staged, "wb") as f:
             f.write(flatbuffer)
-        parity = compare(path, held_out, _action_range(policy))
-        parity["passed"] = parity["unexplained_disagreements"] == 0
+        parity = compare(staged, held_out, _action_range(policy))
+        if not parity["passed"] and allow_parity_failure:
+            parity["failure_allowed"] = True
         metadata = build_metadata(policy, function, "tflite", {**options, "quantization": quantization})
         metadata["export"]["parity"] = parity
-        with open(os.path.splitext(path)[0] + ".json", "w") as f:
+        with open(os.path.join(staging, name + ".json"), "w") as f:
             json.dump(metadata, f, indent=2)
+        path = os.path.join(tflite_dir, name + ".tflite")
+        transaction.add(staged, path)
+        transaction.add(os.path.join(staging, name + ".json"), os.path.join(tflite_dir, name + ".json"))
         models[f"tflite_{quantization}"] = {"path": path, "bytes": len(flatbuffer), "parity": parity}
     return models
 
 
-def _action_range(policy: TrainedPolicy) -> float:
-    """The smallest span ``maximum - minimum`` of the action spec's components."""
+class _Transaction:
+    """Files staged inside ``output_dir`` and moved into place together, or not at all.
+
+    ``stage(name)`` is a path in the staging folder; ``add(staged, final)``
+    schedules a move; ``commit()`` makes the moves (renames on one file
+    system), keeping any file it replaces until ``finish()``;
+    ``abort()`` undoes the moves made, restores replaced files, and removes
+    the staging folder and the folders this export created.
+    """
+
+    def __init__(self, output_dir: str):
+        self._created = _make_dirs(output_dir)
+        self._staging = tempfile.mkdtemp(prefix=".sit-export-", dir=output_dir)
+        self._moves: list[tuple[str, str]] = []
+        self._done: list[tuple[str, str | None]] = []  # (final path, its backup or None)
+
+    def stage(self, name: str) -> str:
+        return os.path.join(self._staging, name)
+
+    def add(self, staged: str, final: str) -> None:
+        self._moves.append((staged, final))
+
+    def commit(self) -> None:
+        backups = os.path.join(self._staging, ".replaced")
+        for i, (staged, final) in enumerate(self._moves):
+            self._created += _make_dirs(os.path.dirname(final))
+            backup = None
+            if os.path.exists(final):
+                os.makedirs(backups, exist_ok=True)
+                backup = os.path.join(backups, str(i))
+                os.replace(final, backup)
+            os.replace(staged, final)
+            self._done.append((final, backup))
+
+    def finish(self) -> None:
+        """Removes the staging folder (and the replaced files kept in it): the export stands."""
+        shutil.rmtree(self._staging, ignore_errors=True)
+
+    def abort(self) -> None:
+        for final, backup in reversed(self._done):
+            if os.path.isdir(final):
+                shutil.rmtree(final, ignore_errors=True)
+            elif os.path.exists(final):
+                os.remove(final)
+            if backup is not None:
+                os.replace(backup, final)
+        shutil.rmtree(self._staging, ignore_errors=True)
+        for folder in sorted(set(self._created), key=len, reverse=True):  # deepest first
+            try:
+                os.rmdir(folder)  # only if empty: never a folder that holds someone else's files
+            except OSError:
+                pass
+
+
+def _make_dirs(path: str) -> list[str]:
+    """Creates ``path`` and its missing parents; returns the folders it created."""
+    missing = []
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for folder in reversed(missing):
+        os.mkdir(folder)
+    return missing
+
+
+def _nearest_existing(path: str) -> str:
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _unique(values: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(values))
+
+
+def _action_range(policy: TrainedPolicy) -> np.ndarray:
+    """``maximum - minimum`` of the action spec, per component."""
     spec = policy.action_spec
-    return float(np.min(np.asarray(spec.maximum, np.float64) - np.asarray(spec.minimum, np.float64)))
+    span = np.asarray(spec.maximum, np.float64) - np.asarray(spec.minimum, np.float64)
+    return np.broadcast_to(span, tuple(spec.shape)).reshape(-1) if tuple(spec.shape) else span.reshape(-1)
 
 
 def _check_subset(values: Sequence[str], valid: Sequence[str], what: str) -> None:

@@ -4,6 +4,11 @@
 inside each SavedModel version:
 
 - ``inputs`` / ``outputs``: names, shapes (``null``: any size), dtypes;
+  a SavedModel's inputs also have ``axes``: ``"batch"``, ``"sensors"`` (a
+  sensor set's number of readings) or the fixed size of each axis, which is
+  what ``serving_client`` checks a request against;
+- ``serving`` (SavedModel): the request contract, what each signature takes
+  and needs, and what was left out (``saved_model.serving_metadata``);
 - ``observation_spec``, ``action_spec``, ``preprocessing``, ``environment``;
 - ``state``: the recurrent state's input names, its initial value (zeros)
   and when to reset it; ``sensor_set``: the maximum number of readings;
@@ -23,7 +28,8 @@ from typing import Any
 import tensorflow as tf
 
 from sit_keras.agents.policy_network import spec_to_json
-from sit_keras.export.policy_model import NEXT_STATE_PREFIX, TrainedPolicy
+from sit_keras.export import saved_model
+from sit_keras.export.policy_model import NEXT_STATE_PREFIX, TrainedPolicy, axis_names
 
 
 def _specs_json(specs: Mapping[str, tf.TensorSpec] | Any) -> dict[str, dict[str, Any]]:
@@ -74,6 +80,10 @@ def build_metadata(
         },
         "export": dict(options),
     }
+    if export_format == "saved_model":
+        for name, axes in axis_names(inputs, policy.takes_sensor_set).items():
+            metadata["inputs"][name]["axes"] = axes
+        metadata["serving"] = saved_model.serving_metadata()
     if policy.is_stateful:
         metadata["state"] = {
             "inputs": policy.state_names,

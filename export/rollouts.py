@@ -37,7 +37,13 @@ def collect_examples(
     Seeds differ from training's (``seed`` onwards). Recurrent state is
     carried and reset at episode starts; sensor sets are padded to
     ``num_sensors`` rows (default: the observation's), padding masked out.
+
+    Raises:
+      ValueError: ``num_examples`` or ``num_envs`` below 1 (checked before the environment is built).
     """
+    for name, value in (("num_examples", num_examples), ("num_envs", num_envs)):
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1; received {value}.")
     description = policy.description
     env = load(description.env_name, num_envs=num_envs, seed=seed, **dict(description.env_kwargs))
     outputs_fn = tf.function(policy.outputs, autograph=False)

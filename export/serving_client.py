@@ -11,18 +11,35 @@ gRPC (port 8500): ``PredictionService.Predict`` with
 Inputs are the SavedModel's ``serving_default`` inputs, each with a batch
 axis (``observation``; ``sensor_mask`` and ``state_*`` where the policy has
 them); see the model's ``assets.extra/sit_metadata.json``.
+
+Both request builders check the inputs before a request leaves the client
+(``check_inputs``), so a mistake is a ``ValueError`` naming the input, what
+was expected and what was received, rather than a server error to decode.
+Given the model's metadata (``metadata=read_metadata(version_dir)``), the
+check is the model's own: every input present and no other, dtypes, every
+axis, one batch and one number of readings across inputs, finite floats, a
+reading in every example of a sensor set; values are converted to the
+model's dtypes where that changes none of them (int64 pixels to ``uint8``,
+float64 to ``float32``, rounded), since TF Serving would refuse other dtypes.
+Without it, only what holds for every model is checked: numeric arrays with
+one batch of at least 1 example across the inputs, and finite floats.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2
 
 SIGNATURE = "serving_default"
+METADATA_PATH = os.path.join("assets.extra", "sit_metadata.json")
+SENSOR_MASK = "sensor_mask"
+BATCH, SENSORS = "batch", "sensors"
 
 
 def rest_predict_url(host: str, model_name: str, version: int | None = None, port: int = 8501) -> str:
@@ -31,13 +48,188 @@ def rest_predict_url(host: str, model_name: str, version: int | None = None, por
     return f"http://{host}:{port}/v1/models/{model_name}{version_part}:predict"
 
 
-def rest_predict_body(inputs: Mapping[str, np.ndarray], signature_name: str = SIGNATURE) -> str:
-    """The JSON body of a REST predict request, in the columnar ``"inputs"`` format."""
+def read_metadata(path: str) -> dict[str, Any]:
+    """The metadata of an exported SavedModel: ``path`` is its version folder or the metadata file.
+
+    Raises:
+      FileNotFoundError: no metadata there.
+    """
+    file = os.path.join(path, METADATA_PATH) if os.path.isdir(path) else path
+    if not os.path.isfile(file):
+        raise FileNotFoundError(f"{file!r} does not exist; pass a SavedModel version folder from sit-export.")
+    with open(file) as f:
+        return json.load(f)
+
+
+def _shape_text(axes: Sequence[Any]) -> str:
+    return "(" + ", ".join(map(str, axes)) + ("," if len(axes) == 1 else "") + ")"
+
+
+def _as_array(name: str, value: Any) -> np.ndarray:
+    """``value`` as a numeric or boolean array; a ragged or non-numeric value is a ``ValueError``."""
+    try:
+        array = np.asarray(value)
+    except ValueError as error:  # numpy refuses ragged nested lists
+        raise ValueError(
+            f"Input {name!r} must be a rectangular array; received a ragged value ({error})."
+        ) from None
+    if array.dtype.kind not in "biuf":
+        raise ValueError(
+            f"Input {name!r} must be a numeric or boolean array; received dtype {array.dtype.name}."
+        )
+    return array
+
+
+def _converted(name: str, array: np.ndarray, dtype_name: str) -> np.ndarray:
+    """``array`` in the input's dtype, or a ``ValueError`` when the conversion would change the request.
+
+    Integers convert when the input's dtype holds every value exactly (0 to
+    255 for ``uint8``; up to 2**24 in magnitude for ``float32``). Floats
+    convert to a float input, rounded as the TFLite runtime rounds them, and
+    must then be finite: 1e300 is not a float32. Booleans go to boolean
+    inputs only, and floats never to integer inputs.
+    """
+    dtype = np.dtype(dtype_name)
+    received = array.dtype
+    refused = ValueError(f"Input {name!r} must have dtype {dtype.name}; received {received.name}.")
+    if (dtype.kind == "b") != (received.kind == "b") or (dtype.kind in "iu" and received.kind == "f"):
+        raise refused
+    with np.errstate(over="ignore", invalid="ignore"):
+        converted = array.astype(dtype, copy=False)
+    if received.kind in "iu" and array.size and not np.array_equal(converted.astype(received), array):
+        values = f"{received.name} values from {array.min()} to {array.max()}"
+        if dtype.kind in "iu":
+            info = np.iinfo(dtype)
+            raise ValueError(
+                f"Input {name!r} must have dtype {dtype.name} (values {info.min} to {info.max}); "
+                f"received {values}."
+            )
+        raise ValueError(
+            f"Input {name!r} must have dtype {dtype.name}; received {values}, not all exact in {dtype.name}."
+        )
+    if dtype.kind == "f" and not np.all(np.isfinite(converted)):
+        beyond = " in " + dtype.name if np.all(np.isfinite(array)) else ""
+        raise ValueError(f"Input {name!r} must be finite{beyond}; received NaN or infinite values.")
+    return converted
+
+
+def _check_generic(arrays: Mapping[str, np.ndarray]) -> None:
+    """Checks that hold for every model: a batch axis of one size (at least 1), finite floats."""
+    batches = {}
+    for name, array in arrays.items():
+        if array.ndim == 0:
+            raise ValueError(f"Input {name!r} must have a batch axis first; received a scalar.")
+        batches[name] = array.shape[0]
+        if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
+            raise ValueError(f"Input {name!r} must be finite; received NaN or infinite values.")
+    if batches and min(batches.values()) < 1:
+        name = min(batches, key=batches.get)
+        raise ValueError(f"Input {name!r} must have at least 1 example; received a batch of 0.")
+    if len(set(batches.values())) > 1:
+        raise ValueError(f"All inputs must have the same batch size; received {batches}.")
+
+
+def _check_against(arrays: dict[str, np.ndarray], inputs: Mapping[str, Any]) -> None:
+    """Checks (and converts, in place) ``arrays`` against the metadata's ``inputs``."""
+    unknown = sorted(set(arrays) - set(inputs))
+    if unknown:
+        raise ValueError(
+            f"Input {unknown[0]!r} is not an input of this model; "
+            f"expected inputs: {', '.join(sorted(inputs))}."
+        )
+    missing = sorted(set(inputs) - set(arrays))
+    if missing:
+        raise ValueError(
+            f"Input {missing[0]!r} is required by this model (expected inputs: "
+            f"{', '.join(sorted(inputs))}); received only: {', '.join(sorted(arrays)) or 'none'}."
+        )
+    sizes: dict[str, tuple[int, str]] = {}  # axis name -> (size, the input that set it)
+    for name, spec in inputs.items():
+        axes = spec.get("axes") or [BATCH, *(SENSORS if d is None else d for d in spec["shape"][1:])]
+        array = arrays[name]
+        expected = _shape_text(axes)
+        if array.ndim != len(axes):
+            hint = "; add the batch axis first (x[None])" if array.ndim == len(axes) - 1 else ""
+            raise ValueError(
+                f"Input {name!r} must have shape {expected}; received shape {array.shape}{hint}."
+            )
+        for axis, size in zip(axes, array.shape, strict=True):
+            if isinstance(axis, str):
+                if size < 1:
+                    raise ValueError(
+                        f"Input {name!r} must have at least 1 entry on its {axis} axis; "
+                        f"received shape {array.shape}."
+                    )
+                first = sizes.setdefault(axis, (size, name))
+                if first[0] != size:
+                    raise ValueError(
+                        f"Input {name!r} must have the same {axis} size as {first[1]!r} ({first[0]}); "
+                        f"received shape {array.shape}."
+                    )
+            elif size != axis:
+                raise ValueError(f"Input {name!r} must have shape {expected}; received shape {array.shape}.")
+        arrays[name] = _converted(name, array, spec["dtype"])
+    if SENSOR_MASK in arrays and not np.all(np.any(arrays[SENSOR_MASK], axis=1)):
+        raise ValueError(
+            f"Input {SENSOR_MASK!r} must mark at least one reading (True) in every example; "
+            f"received an example without any."
+        )
+
+
+def check_inputs(
+    inputs: Mapping[str, Any], metadata: Mapping[str, Any] | str | None = None
+) -> dict[str, np.ndarray]:
+    """``inputs`` as arrays, checked as the model will check them; see the module docstring.
+
+    Args:
+      inputs: input name to array (or nested list), each with a batch axis.
+      metadata: the SavedModel's metadata (``read_metadata``), or its version
+        folder or metadata file; ``None`` checks only what holds for every model.
+
+    Returns:
+      The inputs as arrays, converted to the model's dtypes (given ``metadata``).
+
+    Raises:
+      ValueError: one sentence naming the first bad input, the expected and the received.
+    """
+    if not inputs:
+        raise ValueError("A request needs at least the 'observation' input; received no inputs.")
+    arrays = {name: _as_array(name, value) for name, value in inputs.items()}
+    if metadata is None:
+        _check_generic(arrays)
+        return arrays
+    if isinstance(metadata, str):
+        metadata = read_metadata(metadata)
+    _check_against(arrays, metadata["inputs"])
+    return arrays
+
+
+def _checked(
+    inputs: Mapping[str, Any], signature_name: str, metadata: Mapping[str, Any] | str | None
+) -> dict[str, np.ndarray]:
+    if metadata is not None and signature_name != SIGNATURE:
+        raise ValueError(
+            f"The metadata describes the {SIGNATURE!r} signature; received signature_name "
+            f"{signature_name!r} (pass metadata=None for TF-Agents' signatures)."
+        )
+    return check_inputs(inputs, metadata)
+
+
+def rest_predict_body(
+    inputs: Mapping[str, Any],
+    signature_name: str = SIGNATURE,
+    *,
+    metadata: Mapping[str, Any] | str | None = None,
+) -> str:
+    """The JSON body of a REST predict request, in the columnar ``"inputs"`` format.
+
+    Raises:
+      ValueError: an input the model would refuse (``check_inputs``; pass
+        ``metadata`` for the model's own checks).
+    """
+    arrays = _checked(inputs, signature_name, metadata)
     return json.dumps(
-        {
-            "signature_name": signature_name,
-            "inputs": {name: np.asarray(v).tolist() for name, v in inputs.items()},
-        }
+        {"signature_name": signature_name, "inputs": {name: a.tolist() for name, a in arrays.items()}}
     )
 
 
@@ -49,18 +241,26 @@ def parse_rest_response(body: str) -> dict[str, np.ndarray]:
 
 def grpc_predict_request(
     model_name: str,
-    inputs: Mapping[str, np.ndarray],
+    inputs: Mapping[str, Any],
     signature_name: str = SIGNATURE,
     version: int | None = None,
+    *,
+    metadata: Mapping[str, Any] | str | None = None,
 ) -> predict_pb2.PredictRequest:
-    """A gRPC ``PredictRequest`` for ``PredictionServiceStub(channel).Predict(request, timeout)``."""
+    """A gRPC ``PredictRequest`` for ``PredictionServiceStub(channel).Predict(request, timeout)``.
+
+    Raises:
+      ValueError: an input the model would refuse (``check_inputs``; pass
+        ``metadata`` for the model's own checks).
+    """
+    arrays = _checked(inputs, signature_name, metadata)
     request = predict_pb2.PredictRequest()
     request.model_spec.name = model_name
     request.model_spec.signature_name = signature_name
     if version is not None:
         request.model_spec.version.value = version
-    for name, value in inputs.items():
-        request.inputs[name].CopyFrom(tf.make_tensor_proto(np.asarray(value)))
+    for name, value in arrays.items():
+        request.inputs[name].CopyFrom(tf.make_tensor_proto(value))
     return request
 
 

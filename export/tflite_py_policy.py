@@ -1,4 +1,10 @@
-"""A ``.tflite`` policy as a TF-Agents ``PyPolicy`` for batched environments (``sit-eval --tflite``)."""
+"""A ``.tflite`` policy as a TF-Agents ``PyPolicy`` for batched environments (``sit-eval --tflite``).
+
+Each observation goes through ``TFLitePolicy.step`` and its checks (see
+``export.runtime``): an observation or output the model refuses raises
+``PolicyInputError`` rather than becoming an action, and leaves that
+environment's recurrent state as it was.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,10 @@ from tf_agents.trajectories import policy_step
 from tf_agents.trajectories import time_step as ts
 
 from sit_keras.agents.policy_network import spec_from_json
-from sit_keras.export.runtime import TFLitePolicy
+from sit_keras.export.runtime import ModelFileError, TFLitePolicy, metadata_path
+
+# The metadata entries this policy reads (besides those TFLitePolicy reads).
+REQUIRED_METADATA = ("observation_spec", "action_spec", "environment")
 
 
 class TFLitePyPolicy(py_policy.PyPolicy):
@@ -22,6 +31,10 @@ class TFLitePyPolicy(py_policy.PyPolicy):
     Args:
       model_path: a ``.tflite`` file written by ``sit-export`` (metadata beside it).
       num_threads: interpreter threads per model.
+
+    Raises:
+      FileNotFoundError: the model or its metadata is missing.
+      ModelFileError: either is damaged, or the metadata lacks the specs (the message names the file).
     """
 
     def __init__(self, model_path: str, num_threads: int = 1):
@@ -29,8 +42,17 @@ class TFLitePyPolicy(py_policy.PyPolicy):
         self._num_threads = num_threads
         self._models = [TFLitePolicy(model_path, num_threads=num_threads)]
         metadata = self._models[0].metadata
-        observation_spec = tensor_spec.to_array_spec(spec_from_json(metadata["observation_spec"]))
-        action_spec = tensor_spec.to_array_spec(spec_from_json(metadata["action_spec"]))
+        missing = [key for key in REQUIRED_METADATA if key not in metadata]
+        try:
+            if missing:
+                raise KeyError(", ".join(missing))
+            observation_spec = tensor_spec.to_array_spec(spec_from_json(metadata["observation_spec"]))
+            action_spec = tensor_spec.to_array_spec(spec_from_json(metadata["action_spec"]))
+        except (KeyError, TypeError, ValueError) as error:
+            raise ModelFileError(
+                f"{metadata_path(model_path)!r} is not complete sit-export metadata (cannot read {error}); "
+                "export the model again with sit-export."
+            ) from error
         super().__init__(ts.time_step_spec(observation_spec), action_spec)
 
     @property
