@@ -192,11 +192,11 @@ class TeacherRecorder:
                 np.asarray(trajectory.action),
             )
         )
-        # TF-Agents auto-reset: the step after LAST is FIRST, with reward 0.
+        # TF-Agents auto-reset: the transition from a LAST step to the next FIRST one is no step.
         self._running += np.where(
-            np.asarray(trajectory.is_last()), 0.0, np.asarray(trajectory.reward, np.float64)
+            np.asarray(trajectory.is_boundary()), 0.0, np.asarray(trajectory.reward, np.float64)
         )
-        for i in np.flatnonzero(np.asarray(trajectory.next_step_type) == ts.StepType.LAST):
+        for i in np.flatnonzero(np.asarray(trajectory.is_last())):
             self._returns.append(float(self._running[i]))
             self._running[i] = 0.0
 

@@ -425,9 +425,11 @@ def _set_up(root_dir: str, module, run_settings: RunSettings, settings, strategy
         root_dir, env_name=run_settings.env_name, env_kwargs=run_settings.env_kwargs, **algorithm.description
     )
     collect_writer = tf.summary.create_file_writer(os.path.join(root_dir, "collect"))
+    config = run_config(run_settings, settings)
     if int(run.env_steps.numpy()) == 0:
-        write_hyperparameters(collect_writer, hyperparameters(run_settings, settings))
-    save_operative_config(root_dir)
+        write_hyperparameters(collect_writer, hyperparameters(run_settings, settings), config)
+    with open(os.path.join(root_dir, CONFIG_FILE), "w") as f:
+        f.write(config)
     evaluator = None
     if run_settings.num_eval_episodes:
         evaluator = Evaluator(root_dir, run_settings, algorithm.eval_policy)
@@ -440,30 +442,36 @@ def _set_up(root_dir: str, module, run_settings: RunSettings, settings, strategy
 
 
 def hyperparameters(run_settings: RunSettings, settings: Any) -> dict[str, Any]:
-    """The run's settings as TensorBoard hyper-parameters: ``train_eval.*`` and ``<agent>.*``.
+    """The run's settings as ``{"train_eval.<field>": value, "<agent>.<field>": value}``.
 
     They are the frozen settings objects the run was built from (gin's
-    bindings over the defaults, as in ``config.gin``), so no later change
-    can make them differ from what ran.
+    bindings, then keyword overrides, then the agent's defaults), so no later
+    change can make them differ from what ran.
     """
-    values = {f"train_eval.{k}": v for k, v in dataclasses.asdict(run_settings).items()}
+    values = {f"{RUN_CONFIGURABLE}.{k}": v for k, v in dataclasses.asdict(run_settings).items()}
     values.update({f"{run_settings.agent}.{k}": v for k, v in dataclasses.asdict(settings).items()})
     return values
 
 
-def write_hyperparameters(writer, values: Mapping[str, Any]) -> None:
-    """The hyper-parameters (HParams plugin) and the operative gin config (text) at step 0."""
+def run_config(run_settings: RunSettings, settings: Any) -> str:
+    """``config.gin``: every setting of the run as a gin binding, which reruns it exactly.
+
+    gin's operative configuration would miss the settings given as keyword
+    arguments and show the agent's defaults as ``None``.
+    """
+    lines = [f"# The settings of this {run_settings.agent!r} run; rerun it with --gin_file config.gin."]
+    for name, value in hyperparameters(run_settings, settings).items():
+        lines.append(f"{name} = {value!r}")
+    return "\n".join(lines) + "\n"
+
+
+def write_hyperparameters(writer, values: Mapping[str, Any], config: str) -> None:
+    """The hyper-parameters (HParams plugin) and ``config.gin`` (text) at step 0."""
     with writer.as_default():
         hparams_api.hparams(
             {k: v if isinstance(v, (bool, int, float, str)) else str(v) for k, v in values.items()}
         )
-        tf.summary.text("config/operative_gin", gin.operative_config_str().replace("\n", "  \n"), step=0)
-
-
-def save_operative_config(root_dir: str) -> None:
-    """``<root_dir>/config.gin``: gin's operative configuration of this run."""
-    with open(os.path.join(root_dir, CONFIG_FILE), "w") as f:
-        f.write(gin.operative_config_str())
+        tf.summary.text("config/operative_gin", config.replace("\n", "  \n"), step=0)
 
 
 def crosses(previous: int, steps: int, interval: int) -> bool:
@@ -677,12 +685,13 @@ class TrainingLoop:
                       time.perf_counter() - learn_start)  # fmt: skip
             bar.update(min(steps, total) - min(previous, total))
             done = steps >= total
+            # Evaluations first, so that a log at the same step carries them.
+            self.triggers(previous, steps, done)
             if done or crosses(previous, steps, settings.log_interval):
                 results = self.log(steps, {**learned, **algorithm.log_values(steps)}, timer.speed())
                 history.append(dict(results))
                 bar.set_postfix(ret=f"{results['AverageReturn']:.2f}", refresh=False)
                 timer = Timer()
-            self.triggers(previous, steps, done)
         bar.close()
         if not results:  # resumed at or past the budget: nothing ran
             results = {"env_steps": steps, "train_step": self.train_step()}
@@ -716,7 +725,7 @@ class TrainingLoop:
             "train_step": self.train_step(),
             **speed,
         }
-        if self.evaluation:
+        if self.evaluation.get("env_steps") == steps:
             results["EvalAverageReturn"] = self.evaluation["mean_return"]
         with self.writer.as_default(step=steps):
             for name, value in results.items():
@@ -729,11 +738,7 @@ class TrainingLoop:
     def finish(self, results: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, Any]:
         self.writer.flush()
         evaluations = list(self.evaluator.evaluations) if self.evaluator is not None else []
-        if (
-            evaluations
-            and "EvalAverageReturn" not in results
-            and evaluations[-1]["env_steps"] == results.get("env_steps")
-        ):
+        if evaluations and evaluations[-1]["env_steps"] == results.get("env_steps"):
             results["EvalAverageReturn"] = evaluations[-1]["mean_return"]
         return {**results, "evaluations": evaluations, "history": history}
 

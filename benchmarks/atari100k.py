@@ -2,7 +2,8 @@
 
 For each game, model (``configs/atari/<game>_<model>.gin``: C51 with the
 settings of data-efficient Rainbow, see ``configs/atari/dqn.gin``) and seed,
-``dqn_train_eval`` trains for ``--agent_steps`` agent steps (the protocol:
+``train_eval`` (sit-train's, ``train_eval.agent = 'dqn'``) trains for
+``--agent_steps`` agent steps (``train_eval.total_env_steps``; the protocol:
 100,000 = 400,000 frames) and evaluates the epsilon-greedy policy
 (epsilon 0.001) on whole games every tenth of the budget. The score of a run
 is the mean evaluation return after 80%, 90% and 100% of the budget (Table 3:
@@ -25,7 +26,6 @@ import sit_keras  # noqa: F401  (selects Keras 2 before TensorFlow is imported)
 # isort: split
 
 import argparse
-import logging
 import os
 import statistics
 import time
@@ -35,7 +35,7 @@ from typing import Any
 
 import gin
 
-from sit_keras.agents import dqn_train, train
+from sit_keras.agents import train
 from sit_keras.benchmarking import environment, name_list, write_report
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "atari100k.json"
@@ -64,46 +64,38 @@ RANDOM = {"spaceinvaders": 148.0, "breakout": 1.7, "pong": -20.7, "kungfumaster"
 
 
 def _parse(game: str, model: str, bindings: Sequence[str]) -> None:
+    """``configs/atari/<game>_<model>.gin`` and ``bindings`` through sit-train's parser, on a clear config."""
     gin.clear_config()
-    gin.add_config_file_search_path(str(CONFIGS))
-    search_misses = train._DropGinSearchMisses()  # gin logs an error for each search path it tries
-    logging.getLogger().addFilter(search_misses)
-    try:
-        # skip_unknown: sit-train's `train.agent` dispatch need not be registered here.
-        gin.parse_config_files_and_bindings(
-            [str(CONFIGS / f"{game}_{model}.gin")], list(bindings), skip_unknown=["train"]
-        )
-    finally:
-        logging.getLogger().removeFilter(search_misses)
+    train.parse_gin([str(CONFIGS / f"{game}_{model}.gin")], list(bindings))
 
 
 def run_one(game: str, model: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
     """Trains and evaluates one (game, model, seed); returns its score, evaluations and speeds."""
     steps = args.agent_steps
     bindings = [
-        f"dqn_train_eval.total_agent_steps = {steps}",
-        f"dqn_train_eval.replay_capacity = {min(steps, 100_000)}",
-        f"dqn_train_eval.eval_interval = {max(steps // 10, 1)}",
-        f"dqn_train_eval.eval_episodes = {args.eval_episodes}",
-        f"dqn_train_eval.eval_num_envs = {min(args.eval_episodes, 2)}",
-        f"dqn_train_eval.log_interval = {args.log_interval}",
-        f"dqn_train_eval.checkpoint_interval = {steps}",
-        "dqn_train_eval.policy_save_interval = 0",
-        f"dqn_train_eval.seed = {seed}",
-        f"dqn_train_eval.progress = {not args.no_progress}",
+        f"train_eval.total_env_steps = {steps}",
+        f"dqn.replay_capacity = {min(steps, 100_000)}",
+        f"train_eval.eval_interval = {max(steps // 10, 1)}",
+        f"train_eval.num_eval_episodes = {args.eval_episodes}",
+        f"train_eval.eval_num_envs = {min(args.eval_episodes, 2)}",
+        f"train_eval.log_interval = {args.log_interval}",
+        f"train_eval.checkpoint_interval = {steps}",
+        "train_eval.policy_save_interval = 0",
+        f"train_eval.seed = {seed}",
+        f"train_eval.progress = {not args.no_progress}",
         *args.gin_bindings,
     ]
     _parse(game, model, bindings)
     root_dir = Path(args.root) / f"{game}_{model}_seed{seed}"
     start = time.perf_counter()
     try:
-        results = dqn_train.dqn_train_eval(str(root_dir))
+        results = train.train_eval(str(root_dir))
     finally:
         gin.clear_config()
     seconds = time.perf_counter() - start
     evaluations = results["evaluations"]
-    # Table 3: the evaluations after 80%, 90% and 100% of the budget.
-    last = [e for e in evaluations if e["agent_steps"] >= 0.8 * steps - 1][-3:]
+    # Table 3: the evaluations after 80%, 90% and 100% of the budget (env_steps: agent steps).
+    last = [e for e in evaluations if e["env_steps"] >= 0.8 * steps - 1][-3:]
     history = results["history"]
     learning = [h for h in history if h["train_step"] > 0]
     return {
@@ -112,7 +104,7 @@ def run_one(game: str, model: str, seed: int, args: argparse.Namespace) -> dict[
         "seed": seed,
         "root_dir": str(root_dir),
         "score": statistics.mean(e["mean_return"] for e in last),
-        "scored_evaluations": [e["agent_steps"] for e in last],
+        "scored_evaluations": [e["env_steps"] for e in last],
         "evaluations": [{k: v for k, v in e.items() if k != "returns"} for e in evaluations],
         "wall_s": seconds,
         "eval_s": sum(e["seconds"] for e in evaluations),
@@ -165,7 +157,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--eval_episodes", type=int, default=10, help="whole games per evaluation")
     parser.add_argument("--log_interval", type=int, default=1000, help="agent steps between speed samples")
     parser.add_argument("--root", default="runs/atari100k", help="training runs go here (resumable)")
-    parser.add_argument("--gin_bindings", action="append", default=[], help="extra bindings for every run")
+    parser.add_argument(
+        "--gin_bindings",
+        action="append",
+        default=[],
+        help="extra bindings for every run (train_eval.* and dqn.*, e.g. 'dqn.n_step = 10')",
+    )
     parser.add_argument("--no_progress", action="store_true", help="no progress bars")
     parser.add_argument("--note", default="", help="what this run is for (kept in the JSON)")
     parser.add_argument("--out", default=str(DEFAULT_OUT))

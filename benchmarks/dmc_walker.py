@@ -36,7 +36,6 @@ import sit_keras  # noqa: F401  (selects Keras 2 before TensorFlow is imported)
 # isort: split
 
 import argparse
-import logging
 import statistics
 import tempfile
 import time
@@ -46,7 +45,7 @@ from typing import Any
 
 import gin
 
-from sit_keras.agents.sac_train import sac_train_eval
+from sit_keras.agents import train
 from sit_keras.benchmarking import environment, name_list, write_report
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "dmc_walker.json"
@@ -56,29 +55,16 @@ PAPER = "not reported (F.3: SieT 'comparable' to Hansen & Wang's ViT)"
 
 
 def _parse(encoder: str, bindings: Sequence[str]) -> None:
+    """Parses ``configs/dmc/walker_walk_<encoder>.gin`` and ``bindings`` with sit-train's parser."""
     gin.clear_config()
-    gin.add_config_file_search_path(str(CONFIGS))
-    # Gin logs an error for every search path an include is not in, found elsewhere or not.
-    search_misses = logging.getLogger()
-    search_misses.addFilter(_not_a_search_miss)
-    try:
-        # `train.agent` is sit-train's dispatch; this script calls sac_train_eval itself.
-        gin.parse_config_files_and_bindings(
-            [str(CONFIGS / f"walker_walk_{encoder}.gin")], bindings, skip_unknown=["train"]
-        )
-    finally:
-        search_misses.removeFilter(_not_a_search_miss)
-
-
-def _not_a_search_miss(record: logging.LogRecord) -> bool:
-    return record.msg != "Path not found: %s"
+    train.parse_gin([str(CONFIGS / f"walker_walk_{encoder}.gin")], list(bindings))
 
 
 def _run(encoder: str, root_dir: Path, bindings: Sequence[str]) -> tuple[dict[str, Any], float]:
     _parse(encoder, bindings)
     start = time.perf_counter()
     try:
-        results = sac_train_eval(str(root_dir))
+        results = train.train_eval(str(root_dir))
     finally:
         gin.clear_config()
     return results, time.perf_counter() - start
@@ -90,7 +76,7 @@ def measure_speed(encoder: str, random_steps: int, iterations: int, blocks: int 
     The run goes to a temporary folder (a speed run must not resume an
     earlier one). Per block of ``iterations`` SAC iterations,
     ``steps_per_second`` is environment steps over the time of collection
-    and learning (``sac_train``'s ``SPS``) and ``train_steps_per_second`` is
+    and learning (the harness's ``SPS``) and ``train_steps_per_second`` is
     gradient steps over the learner's share of that time.
 
     Raises:
@@ -104,15 +90,15 @@ def measure_speed(encoder: str, random_steps: int, iterations: int, blocks: int 
             encoder,
             Path(root_dir),
             [
-                f"sac_train_eval.total_env_steps = {total_steps}",
-                f"sac_train_eval.initial_collect_steps = {random_steps}",
-                f"sac_train_eval.log_interval = {iterations}",
-                f"sac_train_eval.replay_capacity = {total_steps}",
-                "sac_train_eval.eval_interval = 0",
-                "sac_train_eval.policy_save_interval = 0",
-                f"sac_train_eval.checkpoint_interval = {10 * total_steps}",
-                "sac_train_eval.checkpoint_replay_buffer = False",
-                "sac_train_eval.progress = False",
+                f"train_eval.total_env_steps = {total_steps}",
+                f"sac.initial_collect_steps = {random_steps}",
+                f"train_eval.log_interval = {iterations}",
+                f"sac.replay_capacity = {total_steps}",
+                "train_eval.num_eval_episodes = 0",  # no evaluation
+                "train_eval.policy_save_interval = 0",
+                f"train_eval.checkpoint_interval = {10 * total_steps}",
+                "train_eval.checkpoint_replay_buffer = False",
+                "train_eval.progress = False",
             ],
         )
     history = results["history"]
@@ -135,7 +121,7 @@ def measure_speed(encoder: str, random_steps: int, iterations: int, blocks: int 
 
 
 def block_speeds(history: Sequence[dict[str, float]]) -> list[dict[str, float]]:
-    """The speeds of each block of ``sac_train_eval``'s ``history`` after the first.
+    """The speeds of each block of ``train_eval``'s ``history`` after the first.
 
     A block's ``SPS`` is its environment steps over its collection and
     learning seconds and ``train_fraction`` the learner's share of those, so
@@ -170,29 +156,31 @@ def train_one(
         encoder,
         root_dir,
         [
-            f"sac_train_eval.total_env_steps = {env_steps}",
-            f"sac_train_eval.seed = {seed}",
+            f"train_eval.total_env_steps = {env_steps}",
+            f"train_eval.seed = {seed}",
             # 1000 random steps (Hansen & Wang), fewer only for budgets under 2000 steps.
-            f"sac_train_eval.initial_collect_steps = {min(1000, env_steps // 2)}",
-            f"sac_train_eval.replay_capacity = {min(env_steps, 100_000)}",
-            f"sac_train_eval.eval_interval = {env_steps}",
-            f"sac_train_eval.num_eval_episodes = {num_eval_episodes}",
-            f"sac_train_eval.log_interval = {max(env_steps // 10, 1)}",
-            f"sac_train_eval.checkpoint_interval = {env_steps}",
-            "sac_train_eval.policy_save_interval = 0",
-            "sac_train_eval.progress = False",
+            f"sac.initial_collect_steps = {min(1000, env_steps // 2)}",
+            f"sac.replay_capacity = {min(env_steps, 100_000)}",
+            # The final evaluation only (eval/ and evaluations.json).
+            "train_eval.eval_interval = 0",
+            f"train_eval.num_eval_episodes = {num_eval_episodes}",
+            f"train_eval.log_interval = {max(env_steps // 10, 1)}",
+            f"train_eval.checkpoint_interval = {env_steps}",
+            "train_eval.policy_save_interval = 0",
+            "train_eval.progress = False",
             *bindings,
         ],
     )
     history = results.pop("history")
+    evaluation = results["evaluations"][-1]  # the final one, at env_steps
     return {
         "encoder": encoder,
         "seed": seed,
         "root_dir": str(root_dir),
         "train_wall_s": seconds,
         "env_steps": results["env_steps"],
-        "eval_mean_return": results["EvalAverageReturn"],
-        "eval_std_return": results["EvalStdReturn"],
+        "eval_mean_return": evaluation["mean_return"],
+        "eval_std_return": evaluation["std_return"],
         "train_average_return": results["AverageReturn"],
         "history": history,
     }
@@ -249,7 +237,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--speed_blocks", type=int, default=2, help="blocks of the speed run; medians over all but the first"
     )
     parser.add_argument("--root", default="runs/dmc_walker", help="training runs go here (resumable)")
-    parser.add_argument("--gin_bindings", action="append", default=[], help="extra bindings for the runs")
+    parser.add_argument(
+        "--gin_bindings",
+        action="append",
+        default=[],
+        help="extra bindings for the training runs (train_eval.* and sac.*, e.g. 'sac.batch_size = 64')",
+    )
     parser.add_argument("--out", default=str(DEFAULT_OUT))
     parser.add_argument("--quick", action="store_true", help="smoke run: cnn only, 300 steps, 1 episode")
     args = parser.parse_args(argv)

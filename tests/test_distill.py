@@ -1,4 +1,4 @@
-"""Behaviour cloning into a permutation-invariant student (``sit-distill``).
+"""Behaviour cloning into a permutation-invariant student (``train_eval.agent = 'bc'``, ``sit-distill``).
 
 What this file proves:
 
@@ -10,13 +10,17 @@ What this file proves:
 - end to end on a tiny PPO teacher trained here: the student's loss falls,
   its folder is a training folder (checkpoints that
   ``policy_network.restore_network`` reads, ``policy_network.json``, saved
-  greedy policy) on which ``sit-eval`` runs and which a rerun resumes; the
-  rebuilt network acts as the saved policy; the CLI runs (``large``);
-- bad settings raise a ``ValueError`` that says what to change.
+  greedy policy, ``evaluations.json`` with the student's evaluation beside
+  the teacher's in the results) on which ``sit-eval`` runs and which a rerun
+  resumes; the rebuilt network acts as the saved policy; the CLI runs and
+  refuses bad settings with one sentence (``large``);
+- bad settings raise a ``harness.SettingsError`` (a ``ValueError``) that says
+  what to change, before the student's folder is made.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import subprocess
@@ -27,21 +31,28 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_probability as tfp
+from tensorboard.plugins.hparams import plugin_data_pb2
 from tf_agents.policies import random_py_policy
 from tf_agents.trajectories import time_step as ts
 
-from sit_keras.agents import distill, evaluate, policy_network, train
+from sit_keras.agents import bc, evaluate, harness, policy_network, train
 from sit_keras.agents.environments import load
 
 ENV = "gymnasium:Pendulum-v1"  # 3 sensors, continuous action, 200-step episodes
 STUDENT = {"encoder_kwargs": {"output_dim": 16, "num_queries": 8}, "fc_layer_params": (16,)}
 
 
-def test_teacher_data_are_consecutive_streams_without_last_step_weights():
+def _random_cartpole_data() -> bc.TeacherData:
     env = load("gymnasium:CartPole-v1", num_envs=3, seed=1)
-    policy = random_py_policy.RandomPyPolicy(env.time_step_spec(), env.action_spec(), outer_dims=(3,))
-    data = distill.collect_teacher_data(policy, env, 120)
-    env.close()
+    policy = random_py_policy.RandomPyPolicy(env.time_step_spec(), env.action_spec(), outer_dims=(3,), seed=1)
+    try:
+        return bc.collect_teacher_data(policy, env, 120)
+    finally:
+        env.close()
+
+
+def test_teacher_data_are_consecutive_streams_without_last_step_weights():
+    data = _random_cartpole_data()
     assert data.observations.shape == (3, 120, 4) and data.actions.shape == (3, 120)
     assert data.step_types[:, 0].tolist() == [ts.StepType.FIRST] * 3
     last = data.step_types == ts.StepType.LAST
@@ -50,9 +61,19 @@ def test_teacher_data_are_consecutive_streams_without_last_step_weights():
     # Auto-reset: every LAST step is followed by a FIRST step.
     following = data.step_types[:, 1:][last[:, :-1]]
     assert np.all(following == ts.StepType.FIRST)
-    # CartPole pays 1 per step: an episode's return is its number of actions.
-    first_episode_length = int(np.argmax(last[0]))
-    assert data.episode_returns and first_episode_length in [int(r) for r in data.episode_returns]
+    # One return per episode that ended in the data.
+    assert len(data.episode_returns) == int(last.sum())
+
+
+def test_teacher_data_episode_returns_are_the_environments():
+    data = _random_cartpole_data()
+    # CartPole pays 1 per step: an episode from FIRST at f to LAST at l returns l - f.
+    lengths = []
+    for step_types in data.step_types:
+        firsts = np.flatnonzero(step_types == ts.StepType.FIRST)
+        for end in np.flatnonzero(step_types == ts.StepType.LAST):
+            lengths.append(int(end - firsts[firsts < end][-1]))
+    assert sorted(int(r) for r in data.episode_returns) == sorted(lengths)
 
 
 def test_bc_loss_is_the_weighted_squared_error_or_cross_entropy():
@@ -62,21 +83,42 @@ def test_bc_loss_is_the_weighted_squared_error_or_cross_entropy():
     )
     actions = tf.zeros((1, 3, 2))
     # Per step: mean over action dims of (mode - a)^2 = 0.125, 0; the third step has no weight.
-    assert float(distill.bc_loss(normal, actions, weights, discrete=False)) == pytest.approx(0.0625)
+    assert float(bc.bc_loss(normal, actions, weights, discrete=False)) == pytest.approx(0.0625)
     logits = tf.constant([[[2.0, 0.0], [0.0, 1.0], [5.0, -5.0]]])
     categorical = tfp.distributions.Categorical(logits=logits)
     labels = tf.constant([[0, 1, 1]], tf.int64)
     expected = -np.mean([np.log(np.exp(2) / (np.exp(2) + 1)), np.log(np.e / (np.e + 1))])
-    assert float(distill.bc_loss(categorical, labels, weights, discrete=True)) == pytest.approx(expected)
+    assert float(bc.bc_loss(categorical, labels, weights, discrete=True)) == pytest.approx(expected)
 
 
 def test_settings_errors_are_clear(tmp_path):
-    with pytest.raises(ValueError, match="must be a positive multiple of sequence_length = 7"):
-        distill.distill(str(tmp_path / "s"), str(tmp_path), ENV, collect_steps_per_env=20, sequence_length=7)
-    with pytest.raises(ValueError, match=r"no policy_network.json.*pass env_name \(--env\)"):
-        distill.distill(str(tmp_path / "s"), str(tmp_path), collect_steps_per_env=20, sequence_length=10)
-    with pytest.raises(FileNotFoundError, match="No saved policy"):
-        distill.distill(str(tmp_path / "s"), str(tmp_path), ENV, collect_steps_per_env=20, sequence_length=10)
+    root_dir = tmp_path / "student"
+
+    def run(**settings):
+        gin.clear_config()
+        harness.train_eval(str(root_dir), agent="bc", teacher_dir=str(tmp_path), progress=False, **settings)
+
+    # The budget is num_envs streams of whole sequences.
+    with pytest.raises(
+        harness.SettingsError,
+        match=r"total_env_steps = 40 must be num_envs = 2 streams of a multiple of sequence_length = 7",
+    ):
+        run(env_name=ENV, num_envs=2, total_env_steps=40, sequence_length=7)
+    with pytest.raises(harness.SettingsError, match="total_env_steps = 41 must be num_envs = 2 streams"):
+        run(env_name=ENV, num_envs=2, total_env_steps=41, sequence_length=10)
+    # No environment, and a teacher folder without policy_network.json to read it from.
+    with pytest.raises(
+        harness.SettingsError,
+        match=r"No environment given.*no policy_network.json.*train_eval.env_name \(sit-distill --env\)",
+    ):
+        run(num_envs=2, total_env_steps=40, sequence_length=10)
+    # No teacher policy (policies/greedy_policy/saved_model.pb) in the teacher's folder.
+    with pytest.raises(harness.SettingsError, match=r"No teacher policy at .*policies/greedy_policy"):
+        run(env_name=ENV, num_envs=2, total_env_steps=40, sequence_length=10)
+    # Old sit-distill names are refused by name.
+    with pytest.raises(harness.SettingsError, match=r"Unknown settings \['collect_steps_per_env'\]"):
+        run(env_name=ENV, collect_steps_per_env=20)
+    assert not root_dir.exists()
 
 
 @pytest.fixture(scope="module")
@@ -85,24 +127,35 @@ def teacher(tmp_path_factory):
     root_dir = str(tmp_path_factory.mktemp("teacher"))
     gin.clear_config()
     train.train_eval(
-        root_dir, env_name=ENV, num_envs=2, encoder="mlp", encoder_kwargs={"units": (16,)},
+        root_dir, agent="ppo", env_name=ENV, num_envs=2, encoder="mlp", encoder_kwargs={"units": (16,)},
         total_env_steps=64, collect_steps_per_env=16, num_minibatches=2, num_epochs=1, drac_coef=0.0,
-        policy_save_interval=64, checkpoint_interval=64, progress=False,
+        policy_save_interval=64, checkpoint_interval=64, num_eval_episodes=0, progress=False,
     )  # fmt: skip
     return root_dir
 
 
 def test_distill_a_tiny_teacher_into_a_pi_student_end_to_end(teacher, tmp_path):
     root_dir = str(tmp_path / "student")
-    settings = dict(num_envs=2, collect_steps_per_env=60, sequence_length=20, num_epochs=6, **STUDENT)
-    results = distill.distill(root_dir, teacher, progress=False, **settings)
+    # 2 streams of 60 teacher steps (120 in all) in chunks of 20: 3 gradient steps per epoch.
+    settings = dict(
+        agent="bc", teacher_dir=teacher, num_envs=2, total_env_steps=120, sequence_length=20, num_epochs=6,
+        num_eval_episodes=2, progress=False, **STUDENT,
+    )  # fmt: skip
+    gin.clear_config()
+    results = harness.train_eval(root_dir, **settings)
     losses = [h["loss"] for h in results["history"]]
     assert results["train_step"] == 6 * 3 and len(losses) == 6
+    assert [h["epoch"] for h in results["history"]] == [1, 2, 3, 4, 5, 6]
     assert losses[-1] < 0.95 * losses[0], losses
+    assert results["loss"] == losses[-1] and results["env_steps"] == 120
+    # The teacher's Pendulum episodes are 200 steps: none ends within 60 steps of each stream.
+    assert results["teacher_data_episodes"] == 0
+    assert results["collect_seconds"] > 0 and results["train_seconds"] > 0
 
     description = policy_network.read_description(root_dir)
     assert (description.agent, description.network_class) == ("bc", "SensorActorNetwork")
     assert description.env_name == ENV  # read from the teacher's folder
+    assert description.extra["teacher"] == os.path.join(teacher, "policies", "greedy_policy")
     assert description.network_kwargs == {
         "encoder_kwargs": STUDENT["encoder_kwargs"],
         "fc_layer_params": [16],
@@ -120,12 +173,41 @@ def test_distill_a_tiny_teacher_into_a_pi_student_end_to_end(teacher, tmp_path):
     env.close()
     summary = evaluate.evaluate(policy, ENV, num_episodes=2, num_envs=2)["none"]
     assert summary["num_episodes"] == 2 and summary["mean_length"] == 200
-    report = json.loads((tmp_path / "student" / "distill.json").read_text())
-    assert report["settings"]["teacher_dir"] == teacher and len(report["history"]) == 6
+
+    # What distill.json held: the teacher's evaluation in the results, the student's in
+    # evaluations.json (and the results), the settings in the hyper-parameters and config.gin.
+    assert results["teacher"]["num_episodes"] == 2 and results["teacher"]["mean_length"] == 200
+    (evaluation,) = results["evaluations"]
+    assert evaluation["env_steps"] == 120 and evaluation["train_step"] == 18
+    assert evaluation["num_episodes"] == 2 and evaluation["mean_length"] == 200
+    assert results["EvalAverageReturn"] == evaluation["mean_return"]
+    assert json.loads((tmp_path / "student" / harness.EVALUATIONS_FILE).read_text()) == [evaluation]
+    assert (tmp_path / "student" / harness.CONFIG_FILE).exists()
+    assert {"Eval/AverageReturn", "Eval/AverageEpisodeLength"} <= _tags(os.path.join(root_dir, "eval"))
+    assert "Losses/bc_loss" in _tags(os.path.join(root_dir, "train"))
+    hparams = _tags(os.path.join(root_dir, "collect"), hparams=True)
+    assert hparams["bc.teacher_dir"] == teacher and hparams["bc.num_epochs"] == 6
+    assert hparams["train_eval.agent"] == "bc" and hparams["train_eval.encoder"] == "attention_neuron"
 
     # A rerun resumes after the last epoch.
-    resumed = distill.distill(root_dir, teacher, progress=False, **{**settings, "num_epochs": 7})
+    gin.clear_config()
+    resumed = harness.train_eval(root_dir, **{**settings, "num_epochs": 7})
     assert resumed["train_step"] == 7 * 3 and [h["epoch"] for h in resumed["history"]] == [7]
+    assert [e["train_step"] for e in resumed["evaluations"]] == [21]
+
+
+def _tags(log_dir: str, hparams: bool = False):
+    """The summary tags of a log folder, or (``hparams``) the HParams plugin's hyper-parameters."""
+    tags, values = set(), {}
+    for path in glob.glob(os.path.join(log_dir, "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                tags.add(value.tag)
+                if value.tag == "_hparams_/session_start_info":
+                    data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
+                    for name, v in data.session_start_info.hparams.items():
+                        values[name] = getattr(v, v.WhichOneof("kind"))
+    return values if hparams else tags
 
 
 @pytest.mark.large
@@ -133,13 +215,28 @@ def test_sit_distill_cli(teacher, tmp_path):
     root_dir = tmp_path / "cli"
     run = subprocess.run(
         [
-            sys.executable, "-m", "sit_keras.agents.distill", "--root_dir", str(root_dir),
-            "--teacher_dir", teacher, "--num_envs", "2", "--collect_steps_per_env", "20",
+            sys.executable, "-m", "sit_keras.agents.bc", "--root_dir", str(root_dir),
+            "--teacher_dir", teacher, "--num_envs", "2", "--total_env_steps", "40",
             "--sequence_length", "10", "--num_epochs", "1", "--fc_layer_params", "8",
-            "--encoder_kwargs", '{"output_dim": 8}', "--eval_episodes", "2",
+            "--encoder_kwargs", '{"output_dim": 8}', "--num_eval_episodes", "2",
         ],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
-    assert "'train_step': 2" in run.stdout and "'student'" in run.stdout
+    # 2 streams of 20 steps in chunks of 10: 2 gradient steps; the teacher's and the student's returns.
+    assert "'train_step': 2" in run.stdout and "'teacher'" in run.stdout
+    assert "'EvalAverageReturn'" in run.stdout
     assert (root_dir / "policies" / "greedy_policy" / "saved_model.pb").exists()
+    assert len(json.loads((root_dir / harness.EVALUATIONS_FILE).read_text())) == 1
+
+    # A bad setting: one sentence and exit status 1, nothing written.
+    bad = subprocess.run(
+        [
+            sys.executable, "-m", "sit_keras.agents.bc", "--root_dir", str(tmp_path / "bad"),
+            "--teacher_dir", teacher, "--num_envs", "2", "--total_env_steps", "40", "--sequence_length", "7",
+        ],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert bad.returncode == 1, bad.stderr[-3000:]
+    assert "multiple of sequence_length = 7" in bad.stderr and "Traceback" not in bad.stderr
+    assert not (tmp_path / "bad").exists()

@@ -1,5 +1,6 @@
-"""DQN and C51 training: short real runs (CartPole states, Atari Pong pixels), resume, n-step
-sequences, the target network, the epsilon schedule, the exported network and the gin configs."""
+"""DQN and C51 training through the harness (``train_eval.agent = 'dqn'``): short real runs (CartPole
+states, Atari Pong pixels), resume, n-step sequences, the target network, the epsilon schedule, the
+exported network, the gin configs and clear errors."""
 
 from __future__ import annotations
 
@@ -20,16 +21,17 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
-from sit_keras.agents import checkpoints, dqn_train, evaluate, policy_network, q_networks, train
+from sit_keras.agents import checkpoints, dqn, evaluate, harness, policy_network, q_networks, train
 from sit_keras.agents.environments import load
 
 CARTPOLE_RUN = {
+    "agent": "dqn",
     "env_name": "gymnasium:CartPole-v1",
     "num_envs": 2,
     "algorithm": "dqn",
     "encoder": "mlp",
     "encoder_kwargs": {"units": (16,)},
-    "total_agent_steps": 160,
+    "total_env_steps": 160,
     "replay_capacity": 1000,
     "min_replay_size": 40,
     "batch_size": 8,
@@ -39,7 +41,7 @@ CARTPOLE_RUN = {
     "reward_clip": None,
     "epsilon_decay_steps": 60,
     "eval_interval": 80,
-    "eval_episodes": 2,
+    "num_eval_episodes": 2,
     "eval_num_envs": 2,
     "log_interval": 40,
     "checkpoint_interval": 80,
@@ -50,25 +52,25 @@ CARTPOLE_RUN = {
 # Pong through configs/atari/pong_cnn.gin, shrunk: 2 environments, a tiny data-efficient CNN,
 # short games; C51 as in the config.
 ATARI_BINDINGS = [
-    "dqn_train_eval.num_envs = 2",
-    "dqn_train_eval.encoder_kwargs = {'filters': (4, 8), 'output_dim': 16}",
-    "dqn_train_eval.env_kwargs = {'sticky_action_probability': 0.0, 'terminal_on_life_loss': True, "
+    "train_eval.num_envs = 2",
+    "train_eval.encoder_kwargs = {'filters': (4, 8), 'output_dim': 16}",
+    "train_eval.env_kwargs = {'sticky_action_probability': 0.0, 'terminal_on_life_loss': True, "
     "'max_episode_frames': 2000}",
-    "dqn_train_eval.eval_env_kwargs = {'max_episode_frames': 400}",
-    "dqn_train_eval.total_agent_steps = 200",
-    "dqn_train_eval.replay_capacity = 1000",
-    "dqn_train_eval.min_replay_size = 60",
-    "dqn_train_eval.batch_size = 8",
-    "dqn_train_eval.n_step = 3",
-    "dqn_train_eval.target_update_period = 10",
-    "dqn_train_eval.epsilon_decay_steps = 50",
-    "dqn_train_eval.eval_interval = 0",
-    "dqn_train_eval.eval_episodes = 2",
-    "dqn_train_eval.log_interval = 100",
-    "dqn_train_eval.checkpoint_interval = 200",
-    "dqn_train_eval.policy_save_interval = 200",
-    "dqn_train_eval.summary_interval = 50",
-    "dqn_train_eval.progress = False",
+    "train_eval.eval_env_kwargs = {'max_episode_frames': 400}",
+    "train_eval.total_env_steps = 200",
+    "dqn.replay_capacity = 1000",
+    "dqn.min_replay_size = 60",
+    "dqn.batch_size = 8",
+    "dqn.n_step = 3",
+    "dqn.target_update_period = 10",
+    "dqn.epsilon_decay_steps = 50",
+    "train_eval.eval_interval = 0",
+    "train_eval.num_eval_episodes = 2",
+    "train_eval.log_interval = 100",
+    "train_eval.checkpoint_interval = 200",
+    "train_eval.policy_save_interval = 200",
+    "train_eval.summary_interval = 50",
+    "train_eval.progress = False",
 ]
 ATARI_CONFIGS = sorted(glob.glob("configs/atari/*.gin"))
 
@@ -82,11 +84,9 @@ def _tags(log_dir: str) -> set[str]:
 
 
 def _parse_atari_config(path: str, bindings: list[str] = ()) -> None:
-    """``train.parse_gin`` for configs/atari; ``train.agent`` (sit-train's dispatch) may not exist yet."""
+    """A config of configs/atari and ``bindings`` through sit-train's parser, on a clear gin config."""
     gin.clear_config()
-    folder = os.path.dirname(os.path.abspath(path))
-    gin.add_config_file_search_path(folder)
-    gin.parse_config_files_and_bindings([path], list(bindings), skip_unknown=["train"])
+    train.parse_gin([path], list(bindings))
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +103,7 @@ def cartpole_run(tmp_path_factory):
     gin.clear_config()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(dqn_agent.DqnAgent, "_train", recording_train)
-        results = dqn_train.dqn_train_eval(root_dir, **CARTPOLE_RUN)
+        results = train.train_eval(root_dir, **CARTPOLE_RUN)
     return root_dir, results, shapes
 
 
@@ -111,27 +111,38 @@ def cartpole_run(tmp_path_factory):
 def atari_c51_run(tmp_path_factory):
     root_dir = str(tmp_path_factory.mktemp("c51_pong"))
     _parse_atari_config("configs/atari/pong_cnn.gin", ATARI_BINDINGS)
-    results = dqn_train.dqn_train_eval(root_dir)
+    results = train.train_eval(root_dir)
     gin.clear_config()
     return root_dir, results
 
 
 def test_cartpole_dqn_collects_trains_evaluates_and_logs(cartpole_run):
     root_dir, results, _ = cartpole_run
-    start = dqn_train.learning_starts(40, num_envs=2, n_step=3)
+    start = dqn.learning_starts(40, num_envs=2, n_step=3)
     assert start == 40
     assert results["env_steps"] == 160 and results["frames"] == 160
     # One gradient step at agent step 40 and one per agent step after it.
-    assert results["train_step"] == dqn_train.updates_due(160, start, 1) == 121
-    assert results["epsilon"] == pytest.approx(0.01)
-    assert [e["agent_steps"] for e in results["evaluations"]] == [80, 160]
+    assert results["train_step"] == dqn.updates_due(160, start, 1) == 121
+    assert results["epsilon"] == pytest.approx(0.01) and np.isfinite(results["loss"])
+    assert [e["env_steps"] for e in results["evaluations"]] == [80, 160]
+    assert [e["train_step"] for e in results["evaluations"]] == [dqn.updates_due(80, start, 1), 121]
     assert all(e["num_episodes"] == 2 and e["mean_return"] >= 8 for e in results["evaluations"])
+    with open(os.path.join(root_dir, harness.EVALUATIONS_FILE)) as f:
+        assert json.load(f) == results["evaluations"]
     assert [h["env_steps"] for h in results["history"]] == [40, 80, 120, 160]
     assert {"Losses/td_loss", "Losses/total_loss"} <= _tags(os.path.join(root_dir, "train"))
     collect_tags = _tags(os.path.join(root_dir, "collect"))
-    for tag in ["Metrics/AverageReturn", "Metrics/epsilon", "charts/SPS", "config/operative_gin"]:
+    for tag in [
+        "Metrics/AverageReturn",
+        "Metrics/epsilon",
+        "Metrics/loss",
+        "charts/SPS",
+        "config/operative_gin",
+        "_hparams_/session_start_info",
+    ]:
         assert tag in collect_tags, collect_tags
-    assert "Eval/mean_return" in _tags(os.path.join(root_dir, "eval"))
+    eval_tags = _tags(os.path.join(root_dir, "eval"))
+    assert {f"Eval/{tag}" for tag in harness.EVAL_TAGS} <= eval_tags, eval_tags
     for path in [
         "config.gin",
         "policy_network.json",
@@ -141,6 +152,12 @@ def test_cartpole_dqn_collects_trains_evaluates_and_logs(cartpole_run):
         assert os.path.exists(os.path.join(root_dir, path)), path
     assert glob.glob(os.path.join(root_dir, "checkpoints", "ckpt-*.index"))
     assert glob.glob(os.path.join(root_dir, checkpoints.REPLAY_BUFFER_DIR, "ckpt-*.index"))
+
+
+def test_results_carry_the_final_evaluation(cartpole_run):
+    """``EvalAverageReturn`` (was ``eval_mean_return``) is the return of the evaluation at the end."""
+    _, results, _ = cartpole_run
+    assert results["EvalAverageReturn"] == results["evaluations"][-1]["mean_return"]
 
 
 def test_the_agent_trains_on_n_plus_1_step_sequences(cartpole_run):
@@ -159,10 +176,10 @@ def test_rerun_resumes_counters_target_schedule_and_replay(cartpole_run, capsys)
         tf.train.load_variable(checkpoint, "agent/_update_target/_counter/.ATTRIBUTES/VARIABLE_VALUE") == 121
     )
     gin.clear_config()
-    resumed = dqn_train.dqn_train_eval(root_dir, **{**CARTPOLE_RUN, "total_agent_steps": 240})
+    resumed = train.train_eval(root_dir, **{**CARTPOLE_RUN, "total_env_steps": 240})
     assert "Resumed from" in capsys.readouterr().out
     assert resumed["env_steps"] == 240
-    assert resumed["train_step"] == dqn_train.updates_due(240, 40, 1) == 201
+    assert resumed["train_step"] == dqn.updates_due(240, 40, 1) == 201
     checkpoint = tf.train.latest_checkpoint(os.path.join(root_dir, "checkpoints"))
     assert (
         tf.train.load_variable(checkpoint, "agent/_update_target/_counter/.ATTRIBUTES/VARIABLE_VALUE") == 201
@@ -171,18 +188,19 @@ def test_rerun_resumes_counters_target_schedule_and_replay(cartpole_run, capsys)
     replay = tf.train.latest_checkpoint(os.path.join(root_dir, checkpoints.REPLAY_BUFFER_DIR))
     assert tf.train.load_variable(replay, "replay_buffer/_last_id/.ATTRIBUTES/VARIABLE_VALUE") == 119
     # Evaluations keep their schedule (multiples of eval_interval) and their history.
-    assert [e["agent_steps"] for e in resumed["evaluations"]] == [80, 160, 240]
-    with open(os.path.join(root_dir, dqn_train.EVALUATIONS_FILE)) as f:
-        assert [e["agent_steps"] for e in json.load(f)] == [80, 160, 240]
+    assert [e["env_steps"] for e in resumed["evaluations"]] == [80, 160, 240]
+    with open(os.path.join(root_dir, harness.EVALUATIONS_FILE)) as f:
+        assert [e["env_steps"] for e in json.load(f)] == [80, 160, 240]
 
 
 def test_atari_c51_from_the_pong_config(atari_c51_run):
     root_dir, results = atari_c51_run
     assert results["env_steps"] == 200
     assert results["frames"] == 800  # frame skip 4
-    assert results["train_step"] == dqn_train.updates_due(200, 60, 1) == 141
+    assert results["train_step"] == dqn.updates_due(200, 60, 1) == 141
+    # eval_interval = 0: the final evaluation only.
     (evaluation,) = results["evaluations"]
-    assert evaluation["agent_steps"] == 200 and evaluation["num_episodes"] == 2
+    assert evaluation["env_steps"] == 200 and evaluation["frames"] == 800 and evaluation["num_episodes"] == 2
     # Pong scores -21 .. 21; the 400-frame evaluation games are truncated early.
     assert all(-21 <= r <= 21 for r in evaluation["returns"])
     description = policy_network.read_description(root_dir)
@@ -197,10 +215,8 @@ def test_atari_c51_from_the_pong_config(atari_c51_run):
 
 
 def test_atari_dqn_short_run(tmp_path):
-    _parse_atari_config(
-        "configs/atari/breakout_cnn.gin", [*ATARI_BINDINGS, "dqn_train_eval.algorithm = 'dqn'"]
-    )
-    results = dqn_train.dqn_train_eval(str(tmp_path))
+    _parse_atari_config("configs/atari/breakout_cnn.gin", [*ATARI_BINDINGS, "dqn.algorithm = 'dqn'"])
+    results = train.train_eval(str(tmp_path))
     gin.clear_config()
     assert results["env_steps"] == 200 and results["train_step"] == 141
     assert policy_network.read_description(str(tmp_path)).agent == "dqn"
@@ -242,24 +258,24 @@ def test_policy_network_json_rebuilds_the_greedy_policy(run, request):
 
 def test_epsilon_schedule_values():
     schedule = [
-        float(dqn_train.epsilon_schedule(step, warmup_steps=1600, decay_steps=2000, final_epsilon=0.01))
+        float(dqn.epsilon_schedule(step, warmup_steps=1600, decay_steps=2000, final_epsilon=0.01))
         for step in (0, 1599, 1600, 2600, 3600, 100_000)
     ]
     assert schedule == pytest.approx([1.0, 1.0, 1.0, 0.505, 0.01, 0.01])
-    assert float(dqn_train.epsilon_schedule(tf.constant(2100, tf.int64), 1600, 2000, 0.01)) == pytest.approx(
+    assert float(dqn.epsilon_schedule(tf.constant(2100, tf.int64), 1600, 2000, 0.01)) == pytest.approx(
         1.0 - 0.99 * 0.25
     )
     # No decay: a switch at the end of the warm-up.
-    assert [float(dqn_train.epsilon_schedule(s, 10, 0, 0.05)) for s in (9, 10)] == pytest.approx([1.0, 0.05])
+    assert [float(dqn.epsilon_schedule(s, 10, 0, 0.05)) for s in (9, 10)] == pytest.approx([1.0, 0.05])
 
 
 def test_docstring_examples_run():
-    assert doctest.testmod(dqn_train).failed == 0
-    assert doctest.testmod(q_networks).failed == 0
+    for module in (dqn, q_networks, harness):
+        assert doctest.testmod(module).failed == 0, module.__name__
 
 
 def test_updates_due_counts_one_update_per_period():
-    assert [dqn_train.updates_due(s, start=10, update_period=4) for s in (9, 10, 13, 14, 22)] == [
+    assert [dqn.updates_due(s, start=10, update_period=4) for s in (9, 10, 13, 14, 22)] == [
         0,
         1,
         1,
@@ -267,18 +283,19 @@ def test_updates_due_counts_one_update_per_period():
         4,
     ]
     # The buffer needs a whole (n + 1)-step sequence in every environment's block.
-    assert dqn_train.learning_starts(min_replay_size=10, num_envs=4, n_step=5) == 24
+    assert dqn.learning_starts(min_replay_size=10, num_envs=4, n_step=5) == 24
 
 
 def test_evaluation_plays_whole_atari_games():
-    kwargs = dqn_train.evaluation_env_kwargs(
-        "atari:Pong", {"terminal_on_life_loss": True, "noop_max": 5}, None
-    )
+    def eval_kwargs(env_name, env_kwargs, eval_env_kwargs):
+        return harness.RunSettings(
+            env_name=env_name, env_kwargs=env_kwargs, eval_env_kwargs=eval_env_kwargs
+        ).eval_kwargs
+
+    kwargs = eval_kwargs("atari:Pong", {"terminal_on_life_loss": True, "noop_max": 5}, None)
     assert kwargs == {"terminal_on_life_loss": False, "noop_max": 5}
-    assert dqn_train.evaluation_env_kwargs("atari:Pong", {}, {"terminal_on_life_loss": True}) == {
-        "terminal_on_life_loss": True
-    }
-    assert dqn_train.evaluation_env_kwargs("gymnasium:CartPole-v1", {"a": 1}, {"b": 2}) == {"a": 1, "b": 2}
+    assert eval_kwargs("atari:Pong", {}, {"terminal_on_life_loss": True}) == {"terminal_on_life_loss": True}
+    assert eval_kwargs("gymnasium:CartPole-v1", {"a": 1}, {"b": 2}) == {"a": 1, "b": 2}
 
 
 # -- n-step sequences and the target network, on hand-made data -------------------------------------
@@ -294,7 +311,7 @@ def _agent(algorithm: str = "dqn", n_step: int = 3, gamma: float = 0.9, target_u
         )
     else:
         net = q_networks.EncoderQNetwork(_OBSERVATION_SPEC, _ACTION_SPEC, "mlp", {"units": (8,)})
-    agent = dqn_train._make_agent(
+    agent = dqn.make_agent(
         algorithm, ts.time_step_spec(_OBSERVATION_SPEC), _ACTION_SPEC, net,
         optimizer=tf_keras.optimizers.SGD(0.1), epsilon_greedy=0.1, n_step_update=n_step,
         target_update_period=target_update_period, gamma=gamma, min_q_value=-1.0, max_q_value=1.0,
@@ -373,7 +390,7 @@ def test_sampled_sequences_are_consecutive_and_never_start_on_a_last_step():
     # Episodes FIRST MID MID LAST (0 1 1 2), twice, then FIRST MID MID.
     step_types = [0, 1, 1, 2] * 2 + [0, 1, 1]
     _fill(buffer, step_types)
-    experience, _ = next(iter(dqn_train.sample_sequences(buffer, n_step=2, batch_size=64)))
+    experience, _ = next(iter(dqn.sample_sequences(buffer, n_step=2, batch_size=64)))
     assert tuple(experience.observation.shape) == (64, 3, 3)
     times = experience.observation.numpy()[:, :, 0].astype(int)
     np.testing.assert_array_equal(np.diff(times, axis=1), 1)
@@ -460,15 +477,22 @@ def test_q_networks_reject_bad_settings(make, match):
     "overrides, match",
     [
         ({"algorithm": "rainbow"}, "Unknown algorithm 'rainbow'"),
-        ({"n_step": 0}, "n_step must be >= 1"),
+        ({"n_step": 0}, "dqn.n_step must be >= 1"),
         ({"algorithm": "c51", "min_q_value": 1.0, "max_q_value": 1.0}, "min_q_value must be < max_q_value"),
         ({"encoder": "resnet"}, "Unknown encoder 'resnet'"),
         ({"env_name": "gymnasium:NoSuchEnv-v0"}, "NoSuchEnv"),
+        ({"total_env_steps": -5}, "total_env_steps must be >= 1"),
+        ({"total_agent_steps": 100}, r"Unknown settings \['total_agent_steps'\]"),
+        ({"eval_episodes": 2}, r"Unknown settings \['eval_episodes'\]"),
     ],
 )
 def test_bad_settings_are_clear(tmp_path, overrides, match):
-    with pytest.raises(ValueError, match=match):
-        dqn_train.dqn_train_eval(str(tmp_path), **{**CARTPOLE_RUN, **overrides})
+    """A SettingsError (a ValueError) that names the setting; the run folder is not created."""
+    root_dir = tmp_path / "run"
+    gin.clear_config()
+    with pytest.raises(harness.SettingsError, match=match):
+        train.train_eval(str(root_dir), **{**CARTPOLE_RUN, **overrides})
+    assert not root_dir.exists()
 
 
 # -- gin configs ------------------------------------------------------------------------------------
@@ -487,24 +511,27 @@ def test_atari_configs_parse_and_bind_the_dqn_trainer():
             bindings = [
                 line for line in f if re.match(r"^[A-Za-z_]", line) and not line.startswith("include")
             ]
-        assert bindings[0].strip() == "train.agent = 'dqn'", path
+        assert bindings[0].strip() == "train_eval.agent = 'dqn'", path
         _parse_atari_config(path)
-        assert gin.query_parameter("dqn_train_eval.algorithm") == "c51"
-        assert gin.query_parameter("dqn_train_eval.n_step") == 20
-        assert gin.query_parameter("dqn_train_eval.target_update_period") == 2000
-        assert gin.query_parameter("dqn_train_eval.total_agent_steps") == 100_000
+        assert gin.query_parameter("train_eval.agent") == "dqn"
+        assert gin.query_parameter("dqn.algorithm") == "c51"
+        assert gin.query_parameter("dqn.n_step") == 20
+        assert gin.query_parameter("dqn.target_update_period") == 2000
+        assert gin.query_parameter("train_eval.total_env_steps") == 100_000
+        # Every binding is read by a DQN run (train_eval.* and dqn.*).
+        harness.check_bindings("dqn")
         stem = os.path.basename(path)[: -len(".gin")]
         if stem != "dqn":
             game, model = stem.rsplit("_", 1)
-            assert gin.query_parameter("dqn_train_eval.env_name") == f"atari:{GAMES[game]}"
-            encoder = gin.query_parameter("dqn_train_eval.encoder")
+            assert gin.query_parameter("train_eval.env_name") == f"atari:{GAMES[game]}"
+            encoder = gin.query_parameter("train_eval.encoder")
             assert encoder == {"cnn": "data_efficient_cnn", "siet": "siet"}[model]
     gin.clear_config()
 
 
 def test_siet_config_builds_table_2_atari_siet():
     _parse_atari_config("configs/atari/pong_siet.gin")
-    kwargs = gin.query_parameter("dqn_train_eval.encoder_kwargs")
+    kwargs = gin.query_parameter("train_eval.encoder_kwargs")
     gin.clear_config()
     observation_spec = tensor_spec.BoundedTensorSpec((84, 84, 4), tf.uint8, 0, 255)
     action_spec = tensor_spec.BoundedTensorSpec((), tf.int64, 0, 5)
@@ -516,14 +543,16 @@ def test_siet_config_builds_table_2_atari_siet():
     assert 250_000 < encoder.count_params() < 320_000
 
 
-def test_dqn_configs_go_through_parse_gin_when_sit_train_dispatches():
-    """Once ``sit-train`` registers ``train.agent``, the configs parse with its own parser too."""
-    gin.clear_config()
+def test_bindings_that_a_dqn_run_does_not_read_are_refused(tmp_path):
+    """sit-train's parser takes the configs; a binding of another agent's settings (SAC's here)
+    or of an old trainer's name is an error that names it, before the run folder is made."""
+    _parse_atari_config("configs/atari/pong_cnn.gin", ["sac.batch_size = 4"])
     try:
-        train.parse_gin(["configs/atari/pong_cnn.gin"], [])
-    except ValueError as error:
-        assert "train.agent" in str(error) or "'train'" in str(error), error
-    else:
-        assert gin.query_parameter("train.agent") == "dqn"
+        with pytest.raises(harness.SettingsError, match=r"'dqn' run does not read: sac.batch_size"):
+            train.train_eval(str(tmp_path / "run"))
     finally:
         gin.clear_config()
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ValueError, match="dqn_train_eval"):
+        _parse_atari_config("configs/atari/pong_cnn.gin", ["dqn_train_eval.n_step = 3"])
+    gin.clear_config()

@@ -161,6 +161,18 @@ def test_every_agent_runs_is_killed_resumes_and_writes_the_same_layout(agent, te
     with open(os.path.join(root_dir, harness.EVALUATIONS_FILE)) as f:
         evaluations = json.load(f)
     assert evaluations == results["evaluations"] and evaluations[-1]["env_steps"] == results["env_steps"]
+    # config.gin holds every setting the run was built from: parsed alone, it gives the same settings.
+    gin.clear_config()
+    train.parse_gin([os.path.join(root_dir, "config.gin")], [])
+    try:
+        settings = harness.RunSettings()
+        module = harness.algorithm_module(settings.agent)
+        assert settings.agent == agent
+        rebuilt = harness.hyperparameters(settings, module.SETTINGS())
+    finally:
+        gin.clear_config()
+    assert rebuilt["train_eval.total_env_steps"] == (40 if agent == "bc" else results["env_steps"])
+    assert rebuilt["train_eval.num_envs"] is not None and rebuilt["train_eval.encoder"] in ("cnn", "mlp")
     # Evaluations keep their schedule across the kill: multiples of the interval, then the last step.
     interval = {"ppo": 32, "sac": 40, "dqn": 40}.get(agent)
     if interval:

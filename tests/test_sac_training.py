@@ -1,8 +1,10 @@
-"""SAC with TF-Agents: short runs (states, pixels), resume, gradient routing, export round trip, configs."""
+"""SAC with TF-Agents through the harness (``train_eval.agent = 'sac'``): short runs (states, pixels),
+resume, gradient routing, export round trip, configs, the encoder registry and clear errors."""
 
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 
@@ -11,14 +13,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
+from tensorboard.plugins.hparams import plugin_data_pb2
 from tf_agents.agents.sac import sac_agent
 from tf_agents.policies import actor_policy, greedy_policy
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
-from sit_keras.agents import evaluate, policy_network, sac_networks, train
-from sit_keras.agents.sac_train import _starts_a_transition, sac_train_eval
+from sit_keras.agents import dqn, evaluate, harness, policy_network, q_networks, sac, sac_networks, train
 
 # PolicySaver records the squashed Normal's type spec; loading it needs tf_agents imported (it is).
 pytestmark = pytest.mark.filterwarnings(
@@ -29,6 +31,7 @@ pytestmark = pytest.mark.filterwarnings(
 # iterations of 4 environment steps and 4 gradient steps. The shared "mlp" encoder has weights (16
 # units) so that the export round trip restores an encoder too.
 SHORT_RUN = {
+    "agent": "sac",
     "env_name": "gymnasium:Pendulum-v1",
     "env_kwargs": {"max_episode_steps": 50},
     "encoder": "mlp",
@@ -37,7 +40,7 @@ SHORT_RUN = {
     "critic_fc_layer_params": (32,),
     "total_env_steps": 200,
     "initial_collect_steps": 40,
-    "collect_steps_per_iteration": 4,
+    "collect_steps_per_env": 4,
     "train_steps_per_iteration": 4,
     "replay_capacity": 1000,
     "batch_size": 32,
@@ -65,36 +68,63 @@ def _tags(log_dir: str) -> set[str]:
     return tags
 
 
+def _hparams(log_dir: str) -> dict[str, object]:
+    """The HParams plugin's hyper-parameters of a run (``collect/``)."""
+    for path in glob.glob(os.path.join(log_dir, "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.tag == "_hparams_/session_start_info":
+                    data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
+                    hparams = data.session_start_info.hparams
+                    return {name: getattr(v, v.WhichOneof("kind")) for name, v in hparams.items()}
+    raise AssertionError(f"no hyper-parameters in {log_dir}")
+
+
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
     root_dir = str(tmp_path_factory.mktemp("sac"))
     gin.clear_config()
-    return root_dir, sac_train_eval(root_dir, **SHORT_RUN)
+    return root_dir, train.train_eval(root_dir, **SHORT_RUN)
 
 
 def test_state_run_collects_trains_evaluates_and_logs(trained_run):
     root_dir, results = trained_run
-    assert results["env_steps"] == 200
+    assert results["env_steps"] == 200 and results["frames"] == 200
     # One gradient step per environment step after the 40 random ones.
     assert results["train_step"] == 160
-    assert [h["env_steps"] for h in results["history"]] == [120, 200]
+    # Logs when a multiple of log_interval (80) is crossed, and at the end.
+    assert [h["env_steps"] for h in results["history"]] == [80, 160, 200]
     assert np.isfinite(results["AverageReturn"]) and results["AverageEpisodeLength"] == 50
-    assert results["EvalAverageEpisodeLength"] == 50 and np.isfinite(results["EvalAverageReturn"])
-    assert 0 < results["alpha"] < 1 and results["SPS"] > 0
+    assert 0 < results["alpha"] < 1 and results["SPS"] > 0 and np.isfinite(results["loss"])
+    # One evaluation (eval_interval = 200 = the budget) of the greedy policy: eval/ and evaluations.json.
+    (evaluation,) = results["evaluations"]
+    assert evaluation["env_steps"] == 200 and evaluation["train_step"] == 160
+    assert evaluation["num_episodes"] == 2 and evaluation["mean_length"] == 50
+    assert np.isfinite(evaluation["mean_return"]) and len(evaluation["returns"]) == 2
+    assert results["EvalAverageReturn"] == evaluation["mean_return"]
+    with open(os.path.join(root_dir, harness.EVALUATIONS_FILE)) as f:
+        assert json.load(f) == results["evaluations"]
     for tag in ["Losses/critic_loss", "Losses/actor_loss", "Losses/alpha_loss"]:
         assert tag in _tags(os.path.join(root_dir, "train"))
     collect_tags = _tags(os.path.join(root_dir, "collect"))
     for tag in [
         "Metrics/AverageReturn",
-        "Eval/EvalAverageReturn",
+        "Metrics/alpha",
+        "Metrics/loss",
         "charts/SPS",
-        "charts/alpha",
         "charts/train_fraction",
         "config/operative_gin",
         "_hparams_/session_start_info",
     ]:
         assert tag in collect_tags, collect_tags
-    assert os.path.exists(os.path.join(root_dir, "config.gin"))
+    assert not any(tag.startswith("Eval/") for tag in collect_tags), collect_tags
+    eval_tags = _tags(os.path.join(root_dir, "eval"))
+    assert {f"Eval/{tag}" for tag in harness.EVAL_TAGS} <= eval_tags, eval_tags
+    # The hyper-parameters are the settings the run was built from: train_eval.* and sac.*.
+    hparams = _hparams(os.path.join(root_dir, "collect"))
+    assert hparams["train_eval.agent"] == "sac" and hparams["train_eval.num_envs"] == 1
+    assert hparams["sac.batch_size"] == 32 and hparams["sac.collect_steps_per_env"] == 4
+    assert os.path.exists(os.path.join(root_dir, harness.CONFIG_FILE))
     assert glob.glob(os.path.join(root_dir, "checkpoints", "ckpt-*.index"))
     assert glob.glob(os.path.join(root_dir, "replay_buffer", "ckpt-*.index"))
     assert os.path.exists(os.path.join(root_dir, "policies", "greedy_policy", "saved_model.pb"))
@@ -104,11 +134,13 @@ def test_rerun_resumes_counters_and_replay_buffer(trained_run, tmp_path, capsys)
     root_dir = str(tmp_path / "resumed")
     shutil.copytree(trained_run[0], root_dir)  # the other tests keep the first run's outputs
     gin.clear_config()
-    resumed = sac_train_eval(root_dir, **{**SHORT_RUN, "total_env_steps": 240, "policy_save_interval": 0})
+    resumed = train.train_eval(root_dir, **{**SHORT_RUN, "total_env_steps": 240, "policy_save_interval": 0})
     assert "at 200 environment steps" in capsys.readouterr().out
     # The restored buffer needs no new random steps: 10 more iterations, 40 more gradient steps.
     assert resumed["env_steps"] == 240
     assert resumed["train_step"] == 200
+    # The evaluations of the first run are kept; the final one is added.
+    assert [e["env_steps"] for e in resumed["evaluations"]] == [200, 240]
 
 
 def test_description_rebuilds_the_trained_actor(trained_run):
@@ -237,17 +269,7 @@ def test_the_critic_trains_the_shared_encoder_and_the_actor_does_not(encoder, en
         np.testing.assert_allclose(target.numpy(), expected, rtol=1e-5, atol=1e-6)
 
 
-def _ensure_agent_dispatch() -> None:
-    """Configs start with ``train.agent = 'sac'`` for sit-train's dispatch; a stand-in until it exists."""
-    try:
-        gin.parse_config("train.agent = 'sac'")
-    except ValueError:
-        gin.external_configurable(lambda agent="ppo": agent, name="train")
-    gin.clear_config()
-
-
 def test_dmc_sac_configs_parse():
-    _ensure_agent_dispatch()
     configs = glob.glob("configs/dmc/walker_walk_*.gin") + glob.glob("configs/dmc/cartpole_swingup_*.gin")
     # cartpole_swingup_pi.gin and _mlp.gin are PPO configs of the permutation-invariant policies.
     sac_configs = sorted(path for path in configs if not path.endswith(("_pi.gin", "_mlp.gin")))
@@ -255,48 +277,100 @@ def test_dmc_sac_configs_parse():
     for path in sac_configs:
         gin.clear_config()
         train.parse_gin([path], [])
-        assert gin.query_parameter("train.agent") == "sac"
-        assert gin.query_parameter("sac_train_eval.env_name").startswith("dmc:")
+        assert gin.query_parameter("train_eval.agent") == "sac"
+        assert gin.query_parameter("train_eval.env_name").startswith("dmc:")
         if "walker_walk" in path:
-            assert gin.query_parameter("sac_train_eval.total_env_steps") == 500_000
-            assert gin.query_parameter("sac_train_eval.env_kwargs")["image_size"] == 64
+            assert gin.query_parameter("train_eval.total_env_steps") == 500_000
+            assert gin.query_parameter("train_eval.env_kwargs")["image_size"] == 64
+        # Every binding is read by a SAC run (train_eval.* and sac.*).
+        harness.check_bindings("sac")
     gin.clear_config()
+
+
+# cartpole_swingup_pixels_cnn.gin, shrunk: 2 environments of 64x64x9 pixels, tiny networks.
+PIXEL_BINDINGS = [
+    "train_eval.num_envs = 2",
+    "sac.actor_fc_layer_params = (16,)",
+    "sac.critic_fc_layer_params = (16,)",
+    "train_eval.total_env_steps = 16",
+    "sac.initial_collect_steps = 8",
+    "sac.replay_capacity = 64",
+    "sac.batch_size = 4",
+    "train_eval.log_interval = 4",
+    "train_eval.checkpoint_interval = 8",
+    "train_eval.num_eval_episodes = 0",
+    "train_eval.policy_save_interval = 0",
+    "train_eval.checkpoint_replay_buffer = False",
+    "train_eval.progress = False",
+]
 
 
 def test_pixel_config_trains_on_dmc(tmp_path):
-    """cartpole_swingup_pixels_cnn.gin, shrunk: 2 environments of 64x64x9 pixels, a tiny CNN."""
-    _ensure_agent_dispatch()
+    """cartpole_swingup_pixels_cnn.gin (its CNN shrunk) trains through sit-train's parser and train_eval."""
     gin.clear_config()
     train.parse_gin(
         ["configs/dmc/cartpole_swingup_pixels_cnn.gin"],
-        [
-            "sac_train_eval.num_envs = 2",
-            f"sac_train_eval.encoder_kwargs = {TINY_CNN}",
-            "sac_train_eval.actor_fc_layer_params = (16,)",
-            "sac_train_eval.critic_fc_layer_params = (16,)",
-            "sac_train_eval.total_env_steps = 16",
-            "sac_train_eval.initial_collect_steps = 8",
-            "sac_train_eval.replay_capacity = 64",
-            "sac_train_eval.batch_size = 4",
-            "sac_train_eval.log_interval = 4",
-            "sac_train_eval.checkpoint_interval = 8",
-            "sac_train_eval.eval_interval = 0",
-            "sac_train_eval.policy_save_interval = 0",
-            "sac_train_eval.checkpoint_replay_buffer = False",
-            "sac_train_eval.progress = False",
-        ],
+        [*PIXEL_BINDINGS, f"train_eval.encoder_kwargs = {TINY_CNN}"],
     )
     root_dir = str(tmp_path / "pixels")
-    results = sac_train_eval(root_dir)
+    results = train.train_eval(root_dir)
     gin.clear_config()
     # 4 random batched steps of 2 environments, then 4 iterations of one batched step and one update.
     assert results["env_steps"] == 16 and results["train_step"] == 4
-    assert len(results["history"]) == 2
+    # Logs at 12 and 16 (multiples of 4 crossed after the 8 random steps).
+    assert [h["env_steps"] for h in results["history"]] == [12, 16]
+    # num_eval_episodes = 0: no evaluation at all.
+    assert results["evaluations"] == [] and not os.path.exists(os.path.join(root_dir, "eval"))
+    assert not os.path.exists(os.path.join(root_dir, harness.EVALUATIONS_FILE))
     description = policy_network.read_description(root_dir)
+    assert description.network_kwargs["encoder"] == "cnn"
     assert tuple(description.observation_spec.shape) == (64, 64, 9)
     assert description.observation_spec.dtype == tf.uint8
     assert description.env_kwargs["action_repeat"] == 8
-    assert "sac_train_eval.batch_size = 4" in (tmp_path / "pixels" / "config.gin").read_text()
+    config = (tmp_path / "pixels" / harness.CONFIG_FILE).read_text()
+    assert "sac.batch_size = 4" in config and "train_eval.agent = 'sac'" in config
+
+
+# data_efficient_cnn (Atari's CNN, a "cnn" preset) shrunk for 16x16 images: 5x5 stride 5 -> 4x4 -> 1x1.
+TINY_DATA_EFFICIENT_CNN = {"filters": (4, 8), "output_dim": 16}
+_PIXEL_SPEC = tensor_spec.BoundedTensorSpec((16, 16, 3), tf.uint8, 0, 255)
+
+
+def _run_settings(agent: str, encoder: str) -> harness.RunSettings:
+    module = harness.algorithm_module(agent)
+    settings = harness.RunSettings(agent=agent, encoder=encoder)
+    return settings.with_defaults(module.defaults(settings, module.SETTINGS()))
+
+
+def test_sac_and_dqn_take_data_efficient_cnn_and_refuse_attention_neuron(tmp_path):
+    """The one encoder registry (agents/encoders.py): every feed-forward torso, no recurrent one."""
+    images = tf.constant(np.random.default_rng(0).integers(0, 256, (3, 16, 16, 3)), tf.uint8)
+    # Accepted by both agents' checks, and their networks build on it.
+    sac.check(_run_settings("sac", "data_efficient_cnn"), sac.SAC())
+    dqn.check(_run_settings("dqn", "data_efficient_cnn"), dqn.DQN())
+    action_spec = tensor_spec.BoundedTensorSpec((2,), tf.float32, -1.0, 1.0)
+    actor = sac_networks.SacActorNetwork(
+        _PIXEL_SPEC, action_spec, "data_efficient_cnn", TINY_DATA_EFFICIENT_CNN, (8,)
+    )
+    critic = sac_networks.twin_critics(actor, action_spec, (8,))["critic_network"]
+    assert actor(images)[0].mode().shape == (3, 2)
+    assert critic((images, tf.zeros((3, 2))))[0].shape == (3,)
+    assert [c.filters for c in actor.encoder.layers[0].convs] == [4, 8]
+    q_net = q_networks.EncoderQNetwork(
+        _PIXEL_SPEC, tensor_spec.BoundedTensorSpec((), tf.int64, 0, 3), "data_efficient_cnn",
+        TINY_DATA_EFFICIENT_CNN,
+    )  # fmt: skip
+    assert q_net(images)[0].shape == (3, 4)
+    # Refused by name, before anything is written.
+    gin.clear_config()
+    for agent in ("sac", "dqn"):
+        module = harness.algorithm_module(agent)
+        with pytest.raises(ValueError, match="'attention_neuron'"):
+            module.check(_run_settings(agent, "attention_neuron"), module.SETTINGS())
+        root_dir = tmp_path / agent
+        with pytest.raises(harness.SettingsError, match=rf"'attention_neuron' is recurrent, and '{agent}'"):
+            train.train_eval(str(root_dir), agent=agent, encoder="attention_neuron", progress=False)
+        assert not root_dir.exists()
 
 
 def test_pairs_that_start_at_an_episode_end_are_not_transitions():
@@ -312,7 +386,7 @@ def test_pairs_that_start_at_an_episode_end_are_not_transitions():
             reward=tf.zeros([2]),
             discount=tf.ones([2]),
         )
-        assert bool(_starts_a_transition(pair, ())) == keep, step_types
+        assert bool(sac._starts_a_transition(pair, ())) == keep, step_types
 
 
 @pytest.mark.parametrize(
@@ -320,10 +394,28 @@ def test_pairs_that_start_at_an_episode_end_are_not_transitions():
     [
         ({"env_name": "gymnasium:CartPole-v1"}, "SAC needs continuous actions"),
         ({"encoder": "resnet"}, "Unknown encoder 'resnet'"),
-        ({"batch_size": 0}, "batch_size must be >= 1"),
+        ({"batch_size": 0}, "sac.batch_size must be >= 1"),
         ({"replay_capacity": 1}, "replay_capacity must hold 2 steps"),
+        ({"total_env_steps": 0}, "total_env_steps must be >= 1"),
+        ({"gradient_clipping": 1.0}, r"Unknown settings \['gradient_clipping'\]"),
     ],
 )
 def test_bad_settings_are_clear(tmp_path, overrides, match):
-    with pytest.raises(ValueError, match=match):
-        sac_train_eval(str(tmp_path), **{**SHORT_RUN, **overrides})
+    """A SettingsError (a ValueError) that names the setting; the run folder is not created."""
+    root_dir = tmp_path / "run"
+    gin.clear_config()
+    with pytest.raises(harness.SettingsError, match=match):
+        train.train_eval(str(root_dir), **{**SHORT_RUN, **overrides})
+    assert not root_dir.exists()
+
+
+def test_bindings_of_another_agent_are_refused(tmp_path):
+    """A binding that a SAC run does not read (PPO's, or DQN's) is an error that names it."""
+    gin.clear_config()
+    train.parse_gin(["configs/dmc/walker_walk_cnn.gin"], ["ppo.num_epochs = 3"])
+    try:
+        with pytest.raises(harness.SettingsError, match=r"'sac' run does not read: ppo.num_epochs"):
+            train.train_eval(str(tmp_path / "run"))
+    finally:
+        gin.clear_config()
+    assert not (tmp_path / "run").exists()
