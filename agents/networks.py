@@ -3,7 +3,7 @@
     observation (B, [T,] H, W, C) uint8
         -> flatten outer dims (B*T, H, W, C)
         -> encoder  (build_encoder name: sit, sit_star, set, siet, vit, impala_cnn, cnn;
-                     "mlp" for vector observations)
+                     "data_efficient_cnn"; "mlp" for vector observations)
         -> [Dense + ReLU] * len(fc_layer_params)
         -> actor: categorical (discrete) or normal (continuous) projection
            value: Dense(1)
@@ -12,6 +12,18 @@ The encoder is built inside the network from its *name* and keyword
 arguments, never passed in as an object: ``Network.copy()`` (used for target
 networks) must give fresh weights, and a built-in encoder is tracked by the
 network so that its weights are in ``trainable_variables``.
+
+Precision: built inside ``sit_keras.mixed_precision.dtype_policy(precision)``,
+the torso (encoder and dense layers) computes in the policy's compute dtype
+(bfloat16 or float16), while the projection networks and the value head are
+float32 layers (built inside ``full_precision()``) whose input is cast to
+float32 (``head_input``), so logits, distribution parameters,
+log-probabilities and values are float32. Every variable is float32 and named
+as in a float32 network, so checkpoints restore across precisions. A float16
+torso is loss-scaled at its boundary (``loss_scaling``; its ``loss_scale``
+attribute), which keeps its gradients from underflowing inside any TF-Agents
+train step. Under a policy that is not mixed (float32, or a float64 floatx)
+everything runs in that dtype.
 """
 
 from __future__ import annotations
@@ -26,11 +38,22 @@ from tf_agents.networks import utils as network_utils
 from tf_agents.specs import tensor_spec
 from tf_agents.utils import nest_utils
 
+from sit_keras.agents import loss_scaling
 from sit_keras.agents.policy_network import register_network
+from sit_keras.mixed_precision import full_precision
 from sit_keras.models import ENCODER_NAMES, build_encoder
 
 MLP_ENCODER = "mlp"
-NETWORK_ENCODERS: tuple[str, ...] = (*ENCODER_NAMES, MLP_ENCODER)
+DATA_EFFICIENT_CNN = "data_efficient_cnn"
+# van Hasselt et al. 2019, appendix (data-efficient Rainbow's network): a preset of "cnn".
+DATA_EFFICIENT_CNN_KWARGS: dict[str, Any] = {
+    "filters": (32, 64),
+    "kernel_size": 5,
+    "strides": 5,
+    "output_dim": 256,
+}
+NETWORK_ENCODERS: tuple[str, ...] = (*ENCODER_NAMES, DATA_EFFICIENT_CNN, MLP_ENCODER)
+"""The feed-forward torsos every network family of ``sit_keras.agents`` takes (actor, value, SAC, Q)."""
 
 
 def build_torso(
@@ -45,6 +68,10 @@ def build_torso(
     ...)``; vector observations (rank 1) need ``encoder="mlp"``, whose
     ``encoder_kwargs`` are ``{"units": (64, 64)}``.
 
+    The torso computes in the global policy's compute dtype; under float16 it
+    gets a ``loss_scale`` (``loss_scaling.attach``; None otherwise), which
+    ``call_torso`` applies.
+
     Raises:
       ValueError: unknown encoder name, or an encoder that does not fit the
         observation's rank.
@@ -53,6 +80,8 @@ def build_torso(
         raise ValueError(f"Unknown encoder {encoder!r}. Expected one of: {', '.join(NETWORK_ENCODERS)}.")
     shape = tuple(observation_spec.shape)
     kwargs = dict(encoder_kwargs or {})
+    if encoder == DATA_EFFICIENT_CNN:
+        encoder, kwargs = "cnn", {**DATA_EFFICIENT_CNN_KWARGS, **kwargs}
     if encoder == MLP_ENCODER:
         if len(shape) != 1:
             raise ValueError(
@@ -71,7 +100,28 @@ def build_torso(
             )
         layers = [build_encoder(encoder, shape, **kwargs)]
     layers += [tf_keras.layers.Dense(n, activation="relu") for n in fc_layer_params]
-    return tf_keras.Sequential(layers, name="torso")
+    torso = tf_keras.Sequential(layers, name="torso")
+    loss_scaling.attach(torso)
+    return torso
+
+
+def call_torso(torso: tf_keras.layers.Layer, inputs: tf.Tensor, training: bool) -> tf.Tensor:
+    """``torso(inputs)``, loss-scaled when the torso has a ``loss_scale`` (float16; features then float32).
+
+    Otherwise the features come out in the torso's compute dtype (bfloat16
+    under ``mixed_bfloat16``); the float32 heads cast them on input.
+    """
+    loss_scale = getattr(torso, "loss_scale", None)
+    return loss_scaling.scaled_call(loss_scale, lambda x: torso(x, training=training), inputs)
+
+
+def head_input(features: tf.Tensor, head: tf_keras.layers.Layer) -> tf.Tensor:
+    """``features`` cast to the compute dtype of an output head (float32 under a mixed policy).
+
+    Explicit because TF-Agents' networks, the projection networks among them,
+    turn Keras' autocasting of inputs off.
+    """
+    return tf.cast(features, head.compute_dtype)
 
 
 def _single_spec(spec: Any, what: str) -> Any:
@@ -88,13 +138,16 @@ class _EncoderNetwork:
         """Features ``(*outer, D)`` and the number of outer dims (1 or 2)."""
         outer_rank = nest_utils.get_outer_rank(observations, self.input_tensor_spec)
         squash = network_utils.BatchSquash(outer_rank)
-        features = self._torso(squash.flatten(observations), training=training)
+        features = call_torso(self._torso, squash.flatten(observations), training)
         return squash.unflatten(features), outer_rank
 
 
 @register_network
 class EncoderActorNetwork(_EncoderNetwork, network.DistributionNetwork):
     """Actor ``pi(a | s)`` on an encoder torso: categorical or normal projection.
+
+    Under a mixed policy the torso computes in the half dtype and the
+    projection in float32 (logits, means and standard deviations are float32).
 
     Args:
       input_tensor_spec: the observation spec (one tensor).
@@ -119,10 +172,11 @@ class EncoderActorNetwork(_EncoderNetwork, network.DistributionNetwork):
     ):
         observation_spec = _single_spec(input_tensor_spec, "input_tensor_spec")
         action_spec = _single_spec(output_tensor_spec, "output_tensor_spec")
-        if tensor_spec.is_discrete(action_spec):
-            projection = categorical_projection_network.CategoricalProjectionNetwork(action_spec)
-        else:
-            projection = normal_projection_network.NormalProjectionNetwork(action_spec)
+        with full_precision():  # float32 logits / distribution parameters
+            if tensor_spec.is_discrete(action_spec):
+                projection = categorical_projection_network.CategoricalProjectionNetwork(action_spec)
+            else:
+                projection = normal_projection_network.NormalProjectionNetwork(action_spec)
         super().__init__(
             input_tensor_spec=input_tensor_spec,
             state_spec=(),
@@ -136,12 +190,17 @@ class EncoderActorNetwork(_EncoderNetwork, network.DistributionNetwork):
     def call(self, observations, step_type=None, network_state=(), training=False, mask=None):
         del step_type  # feed-forward: episode boundaries do not matter
         features, outer_rank = self._encode(observations, training)
+        features = head_input(features, self._projection)
         distribution, _ = self._projection(features, outer_rank, training=training, mask=mask)
         return distribution, network_state
 
 
 class EncoderValueNetwork(_EncoderNetwork, network.Network):
-    """State value ``V(s)`` on an encoder torso; arguments as ``EncoderActorNetwork``."""
+    """State value ``V(s)`` on an encoder torso; arguments as ``EncoderActorNetwork``.
+
+    The value head ``Dense(1)`` is float32 under every policy that is not
+    float64: values are float32.
+    """
 
     def __init__(
         self,
@@ -154,9 +213,11 @@ class EncoderValueNetwork(_EncoderNetwork, network.Network):
         observation_spec = _single_spec(input_tensor_spec, "input_tensor_spec")
         super().__init__(input_tensor_spec=input_tensor_spec, state_spec=(), name=name)
         self._torso = build_torso(observation_spec, encoder, encoder_kwargs, fc_layer_params)
-        self._value_head = tf_keras.layers.Dense(1, name="value")
+        with full_precision():  # float32 values
+            self._value_head = tf_keras.layers.Dense(1, name="value")
 
     def call(self, observations, step_type=None, network_state=(), training=False):
         del step_type
         features, _ = self._encode(observations, training)
-        return tf.squeeze(self._value_head(features, training=training), axis=-1), network_state
+        values = self._value_head(head_input(features, self._value_head), training=training)
+        return tf.squeeze(values, axis=-1), network_state

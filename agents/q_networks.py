@@ -1,7 +1,7 @@
 """Q-networks on any encoder of this package: DQN (Q-values) and C51 (return distributions).
 
     observation (B, H, W, C) uint8 or (B, D) float
-        -> encoder  (networks.NETWORK_ENCODERS name, or "data_efficient_cnn")
+        -> encoder  (any networks.NETWORK_ENCODERS name; default "data_efficient_cnn")
         -> [Dense + ReLU] * len(fc_layer_params)
         -> EncoderQNetwork:            Dense(A)              -> Q-values  (B, A)
            EncoderCategoricalQNetwork: Dense(A * num_atoms)  -> logits    (B, A, num_atoms)
@@ -9,12 +9,16 @@
 As in ``networks``, the encoder is built inside the network from its name, so
 that ``Network.copy()`` (DqnAgent's target network) has its own fresh weights.
 
+Precision (as ``networks``): under a mixed policy the torso computes in the
+half dtype (loss-scaled under float16) and the linear head ``q_head`` in
+float32, so Q-values and C51 logits are float32; variables are float32.
+
 ``"data_efficient_cnn"`` is the convolutional torso of data-efficient Rainbow
 (van Hasselt, Hessel & Aslanides 2019, "When to use parametric models in
 reinforcement learning?", appendix: two convolutions, 32 and 64 channels,
 5x5 kernels, stride 5, then 256 hidden units), the CNN baseline of the SiT
 paper's Atari 100k experiments (Table 2, Table 3). It is ``build_encoder("cnn")``
-with these settings; ``encoder_kwargs`` override them.
+with these settings (``networks.DATA_EFFICIENT_CNN_KWARGS``); ``encoder_kwargs`` override them.
 """
 
 from __future__ import annotations
@@ -29,35 +33,10 @@ from tf_agents.specs import tensor_spec
 
 from sit_keras.agents import networks
 from sit_keras.agents.policy_network import register_network
+from sit_keras.mixed_precision import full_precision
 
-DATA_EFFICIENT_CNN = "data_efficient_cnn"
-# van Hasselt et al. 2019, appendix (data-efficient Rainbow's network).
-DATA_EFFICIENT_CNN_KWARGS: dict[str, Any] = {
-    "filters": (32, 64),
-    "kernel_size": 5,
-    "strides": 5,
-    "output_dim": 256,
-}
-Q_NETWORK_ENCODERS: tuple[str, ...] = (*networks.NETWORK_ENCODERS, DATA_EFFICIENT_CNN)
-
-
-def build_q_torso(
-    observation_spec: tf.TensorSpec,
-    encoder: str,
-    encoder_kwargs: Mapping[str, Any] | None = None,
-    fc_layer_params: Sequence[int] = (),
-) -> tf_keras.Sequential:
-    """``networks.build_torso``, plus the ``"data_efficient_cnn"`` encoder.
-
-    Raises:
-      ValueError: unknown encoder name, or an encoder that does not fit the
-        observation's rank.
-    """
-    if encoder == DATA_EFFICIENT_CNN:
-        encoder, encoder_kwargs = "cnn", {**DATA_EFFICIENT_CNN_KWARGS, **dict(encoder_kwargs or {})}
-    elif encoder not in Q_NETWORK_ENCODERS:
-        raise ValueError(f"Unknown encoder {encoder!r}. Expected one of: {', '.join(Q_NETWORK_ENCODERS)}.")
-    return networks.build_torso(observation_spec, encoder, encoder_kwargs, fc_layer_params)
+# The Q-networks' default torso (data-efficient Rainbow's); every networks.NETWORK_ENCODERS name fits.
+DATA_EFFICIENT_CNN = networks.DATA_EFFICIENT_CNN
 
 
 def _discrete_action_spec(action_spec: Any) -> tensor_spec.BoundedTensorSpec:
@@ -89,8 +68,9 @@ class _EncoderQNetworkBase(networks._EncoderNetwork, network.Network):
         super().__init__(input_tensor_spec=input_tensor_spec, state_spec=(), name=name)
         self._action_spec = action_spec
         self._num_actions = int(action_spec.maximum - action_spec.minimum + 1)
-        self._torso = build_q_torso(observation_spec, encoder, encoder_kwargs, fc_layer_params)
-        self._head = tf_keras.layers.Dense(self._num_actions * outputs_per_action, name="q_head")
+        self._torso = networks.build_torso(observation_spec, encoder, encoder_kwargs, fc_layer_params)
+        with full_precision():  # float32 Q-values / logits
+            self._head = tf_keras.layers.Dense(self._num_actions * outputs_per_action, name="q_head")
 
     @property
     def action_spec(self) -> tensor_spec.BoundedTensorSpec:
@@ -98,7 +78,7 @@ class _EncoderQNetworkBase(networks._EncoderNetwork, network.Network):
 
     def _head_outputs(self, observations: tf.Tensor, training: bool) -> tf.Tensor:
         features, _ = self._encode(observations, training)
-        return self._head(features, training=training)
+        return self._head(networks.head_input(features, self._head), training=training)
 
 
 @register_network
@@ -109,7 +89,7 @@ class EncoderQNetwork(_EncoderQNetworkBase):
       input_tensor_spec: the observation spec (one tensor): ``(H, W, C)``
         images or ``(D,)`` vectors (``encoder="mlp"``).
       action_spec: one scalar discrete ``BoundedTensorSpec`` with minimum 0.
-      encoder: a ``Q_NETWORK_ENCODERS`` name.
+      encoder: a ``networks.NETWORK_ENCODERS`` name.
       encoder_kwargs: arguments of ``build_encoder`` (or of the mlp,
         ``{"units": (64, 64)}``, or overrides of ``DATA_EFFICIENT_CNN_KWARGS``).
       fc_layer_params: dense ReLU layers between the encoder and the head.

@@ -31,6 +31,17 @@ run E once per batch and feed the actor and both critics from it
 For vector observations ``encoder="mlp"`` defaults to no shared layers
 (``units=()``): state SAC (Haarnoja et al. 2018) gives the actor and each
 critic their own MLP, here ``fc_layer_params``.
+
+Precision: built inside ``sit_keras.mixed_precision.dtype_policy(precision)``,
+E and the dense layers of the actor's and the critics' heads compute in the
+policy's compute dtype; the projection (``TanhNormalProjectionNetwork``) and
+the critics' output layer ``q_value`` are float32 layers
+(``full_precision()``) with float32 inputs, so the action distribution, its
+log-probabilities and the Q-values are float32. Variables are float32 and
+named as in float32. Under float16, E, the actor's dense layers and each
+critic's dense layers are each a loss-scaled region with a scale of its own
+(``loss_scaling``; E's goes with E, so the critics share it), so that neither
+the critic loss's gradients nor the actor loss's ``dQ/da`` underflow.
 """
 
 from __future__ import annotations
@@ -46,8 +57,10 @@ from tf_agents.networks import utils as network_utils
 from tf_agents.specs import tensor_spec
 from tf_agents.utils import nest_utils, object_identity
 
-from sit_keras.agents.networks import MLP_ENCODER, build_torso
+from sit_keras.agents import loss_scaling
+from sit_keras.agents.networks import MLP_ENCODER, build_torso, call_torso, head_input
 from sit_keras.agents.policy_network import register_network
+from sit_keras.mixed_precision import full_precision
 
 
 def build_shared_encoder(
@@ -56,7 +69,8 @@ def build_shared_encoder(
     """The encoder E by name (``networks.build_torso`` without dense layers).
 
     ``encoder="mlp"`` with ``encoder_kwargs=None`` is the identity (no shared
-    layers); pass ``{"units": (...)}`` to share dense layers.
+    layers); pass ``{"units": (...)}`` to share dense layers. Under float16 it
+    carries its ``loss_scale``, shared with it.
     """
     if encoder == MLP_ENCODER and encoder_kwargs is None:
         encoder_kwargs = {"units": ()}
@@ -64,15 +78,18 @@ def build_shared_encoder(
 
 
 def _mlp(fc_layer_params: Sequence[int], name: str) -> tf_keras.Sequential:
+    """Dense ReLU layers in the compute dtype, with a ``loss_scale`` under float16."""
     layers = [tf_keras.layers.Dense(n, activation="relu") for n in fc_layer_params]
-    return tf_keras.Sequential(layers, name=name)
+    mlp = tf_keras.Sequential(layers, name=name)
+    loss_scaling.attach(mlp)
+    return mlp
 
 
 def _encode(encoder: tf_keras.layers.Layer, observations: tf.Tensor, spec: tf.TensorSpec, training: bool):
     """``E(observations)`` for any outer dims ``(B,)`` or ``(B, T)``; returns features and the outer rank."""
     outer_rank = nest_utils.get_outer_rank(observations, spec)
     squash = network_utils.BatchSquash(outer_rank)
-    return squash.unflatten(encoder(squash.flatten(observations), training=training)), outer_rank
+    return squash.unflatten(call_torso(encoder, squash.flatten(observations), training)), outer_rank
 
 
 def _single_spec(spec: Any, what: str) -> Any:
@@ -125,9 +142,10 @@ class SacActorNetwork(network.DistributionNetwork):
         action_spec = _single_spec(output_tensor_spec, "output_tensor_spec")
         if not tensor_spec.is_continuous(action_spec):
             raise ValueError(f"SAC needs a continuous action spec. Received: {action_spec}")
-        projection = tanh_normal_projection_network.TanhNormalProjectionNetwork(
-            action_spec, std_transform=sac_agent.std_clip_transform
-        )
+        with full_precision():  # float32 distribution parameters
+            projection = tanh_normal_projection_network.TanhNormalProjectionNetwork(
+                action_spec, std_transform=sac_agent.std_clip_transform
+            )
         super().__init__(
             input_tensor_spec=input_tensor_spec, state_spec=(), output_spec=projection.output_spec, name=name
         )
@@ -164,7 +182,8 @@ class SacActorNetwork(network.DistributionNetwork):
         self, features: tf.Tensor, outer_rank: int, training: bool = False, mask: tf.Tensor | None = None
     ):
         """``pi(a | s)`` from ``features = E(s)`` (``encode``), read through ``tf.stop_gradient``."""
-        hidden = self._head(tf.stop_gradient(features), training=training)
+        hidden = call_torso(self._head, tf.stop_gradient(features), training)
+        hidden = head_input(hidden, self._projection)
         distribution, _ = self._projection(hidden, outer_rank, training=training, mask=mask)
         return distribution
 
@@ -214,7 +233,8 @@ class SacCriticNetwork(network.Network):
             shared_encoder = build_shared_encoder(self._observation_spec, encoder, encoder_kwargs)
         self._encoder = shared_encoder
         self._head = _mlp(fc_layer_params, "critic_head")
-        self._q_value = tf_keras.layers.Dense(1, name="q_value")
+        with full_precision():  # float32 Q-values
+            self._q_value = tf_keras.layers.Dense(1, name="q_value")
 
     @property
     def encoder(self) -> tf_keras.layers.Layer:
@@ -232,10 +252,16 @@ class SacCriticNetwork(network.Network):
         The features are not stopped: the critic loss trains E through them.
         """
         squash = network_utils.BatchSquash(outer_rank)
-        actions = tf.cast(squash.flatten(tf.nest.flatten(actions)[0]), features.dtype)
-        actions = tf.reshape(actions, [-1, self._action_size])
-        joint = tf.concat([squash.flatten(features), actions], axis=-1)
-        q_values = self._q_value(self._head(joint, training=training), training=training)
+        actions = tf.reshape(squash.flatten(tf.nest.flatten(actions)[0]), [-1, self._action_size])
+
+        def head(features: tf.Tensor, actions: tf.Tensor) -> tf.Tensor:
+            dtype = self._head.compute_dtype
+            joint = tf.concat([tf.cast(features, dtype), tf.cast(actions, dtype)], axis=-1)
+            return self._head(joint, training=training)
+
+        # Under float16 the head's loss scale also covers dQ/da, the actor loss's gradient.
+        hidden = loss_scaling.scaled_call(self._head.loss_scale, head, squash.flatten(features), actions)
+        q_values = self._q_value(head_input(hidden, self._q_value), training=training)
         return squash.unflatten(tf.squeeze(q_values, axis=-1))
 
     def call(self, inputs, step_type=None, network_state=(), training=False):

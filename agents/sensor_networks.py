@@ -49,6 +49,18 @@ reset to zeros before the step.
 Recurrent training: PPO (``train.train_eval``) trains on whole environment
 sequences from the initial state; collection carries the state across
 iterations as TF-Agents' actors do.
+
+Precision: built inside ``sit_keras.mixed_precision.dtype_policy(precision)``,
+the torso (``SensorTorso``: AttentionNeuron, projection, dense layers) computes
+in the policy's compute dtype, while the projection networks and the value head
+are float32 layers (``full_precision()``) with float32 inputs: the
+distribution, its log-probabilities and the values are float32. The network
+state (``hidden``, ``cell``, ``previous_action``) is kept in ``floatx``
+(float32) between steps, as its spec says: it is cast to the compute dtype on
+entry to each step and back on exit. Under float16 the torso's whole unroll
+over time (one step, or the ``tf.scan`` over a sequence) is one loss-scaled
+region (``loss_scaling``; the torso's ``loss_scale``). Variables are float32
+and named as in float32.
 """
 
 from __future__ import annotations
@@ -62,8 +74,11 @@ from tf_agents.networks import categorical_projection_network, network, normal_p
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
+from sit_keras.agents import loss_scaling
+from sit_keras.agents.networks import head_input
 from sit_keras.agents.policy_network import register_network
 from sit_keras.layers.sublayers import build_sublayer
+from sit_keras.mixed_precision import full_precision
 from sit_keras.models.sensor_encoder import SensorSetEncoder
 
 SENSOR_ENCODER = "attention_neuron"
@@ -216,6 +231,39 @@ class _SensorNetwork:
     """Shared part of the actor and the critic: input checks, resets and the unroll over time."""
 
     _num_sensors: int
+    _torso: SensorTorso
+    _state_dtype: tf.DType
+
+    def _torso_step(
+        self,
+        observations: tf.Tensor,
+        previous_action: tf.Tensor,
+        hidden: tf.Tensor,
+        cell: tf.Tensor,
+        sensor_mask: tf.Tensor | None,
+        training: bool,
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """One torso step in its compute dtype: its features, and ``hidden``, ``cell`` in the state dtype."""
+        dtype = self._torso.compute_dtype
+        features, hidden, cell = self._torso(
+            observations, tf.cast(previous_action, dtype), tf.cast(hidden, dtype), tf.cast(cell, dtype),
+            sensor_mask=sensor_mask, training=training,
+        )  # fmt: skip
+        return features, tf.cast(hidden, self._state_dtype), tf.cast(cell, self._state_dtype)
+
+    def _scaled(self, fn: Callable[..., Any], **tensors: tf.Tensor | None) -> Any:
+        """``fn(**tensors)``, one loss-scaled region under float16 (``loss_scaling``); Nones stay None."""
+        names = [name for name, value in tensors.items() if value is not None]
+
+        def region(*values: tf.Tensor) -> Any:
+            return fn(**{**tensors, **dict(zip(names, values, strict=True))})
+
+        loss_scale = getattr(self._torso, "loss_scale", None)
+        return loss_scaling.scaled_call(loss_scale, region, *(tensors[name] for name in names))
+
+    def _no_features(self, observations: tf.Tensor) -> tf.Tensor:
+        """Zero features ``(B, F)`` in the torso's compute dtype: the initial output of ``_scan``."""
+        return tf.zeros([tf.shape(observations)[0], self._torso.output_size], self._torso.compute_dtype)
 
     def initial_state(self, batch_size: int | tf.Tensor, num_sensors: int | tf.Tensor | None = None) -> State:
         """Zero state for ``batch_size`` examples of ``num_sensors`` sensors (default: the spec's ``D``)."""
@@ -338,17 +386,21 @@ class SensorActorNetwork(_SensorNetwork, network.DistributionNetwork):
         action_spec = _single_spec(output_tensor_spec, "output_tensor_spec")
         num_sensors = _vector_spec(observation_spec)
         discrete = tensor_spec.is_discrete(action_spec)
+        if discrete and action_spec.shape.rank != 0:
+            raise ValueError(f"Discrete actions must be scalars. Received: action_spec={action_spec}")
+        with full_precision():  # float32 distribution parameters
+            if discrete:
+                projection = categorical_projection_network.CategoricalProjectionNetwork(action_spec)
+            else:
+                projection = normal_projection_network.NormalProjectionNetwork(action_spec)
         if discrete:
-            if action_spec.shape.rank != 0:
-                raise ValueError(f"Discrete actions must be scalars. Received: action_spec={action_spec}")
-            projection = categorical_projection_network.CategoricalProjectionNetwork(action_spec)
             action_dim = int(action_spec.maximum) - int(action_spec.minimum) + 1
         else:
-            projection = normal_projection_network.NormalProjectionNetwork(action_spec)
             action_dim = max(int(action_spec.shape.num_elements()), 1)
         dtype = tf.as_dtype(tf_keras.backend.floatx())
         torso = SensorTorso(num_sensors, action_dim, encoder_kwargs, fc_layer_params, count_scaling,
                             name="torso")  # fmt: skip
+        loss_scaling.attach(torso)
         state_spec = {
             **_sensor_state_spec(num_sensors, torso.hidden_size, dtype),
             "previous_action": tf.TensorSpec((action_dim,), dtype, name="previous_action"),
@@ -360,6 +412,7 @@ class SensorActorNetwork(_SensorNetwork, network.DistributionNetwork):
             name=name,
         )
         self._torso = torso
+        self._state_dtype = dtype
         self._projection = projection
         self._action_spec = action_spec
         self._discrete = discrete
@@ -367,8 +420,8 @@ class SensorActorNetwork(_SensorNetwork, network.DistributionNetwork):
         self._num_sensors = num_sensors
 
     def _previous_action(self, distribution) -> tf.Tensor:
-        """The mode as the next step's ``a_{t-1}``: one-hot for discrete actions; no gradient."""
-        dtype = self._torso.compute_dtype
+        """The mode as the next ``a_{t-1}``, in the state dtype: one-hot for discrete actions; no gradient."""
+        dtype = self._state_dtype
         if self._discrete:
             mode = tf.argmax(distribution.logits_parameter(), axis=-1)
             action = tf.one_hot(mode, self._action_dim, dtype=dtype)
@@ -377,11 +430,10 @@ class SensorActorNetwork(_SensorNetwork, network.DistributionNetwork):
         return tf.stop_gradient(action)
 
     def _step(self, observations, state, sensor_mask, training):
-        features, hidden, cell = self._torso(
-            observations, state["previous_action"], state["hidden"], state["cell"],
-            sensor_mask=sensor_mask, training=training,
-        )  # fmt: skip
-        distribution, _ = self._projection(features, 1, training=training)
+        features, hidden, cell = self._torso_step(
+            observations, state["previous_action"], state["hidden"], state["cell"], sensor_mask, training
+        )
+        distribution, _ = self._projection(head_input(features, self._projection), 1, training=training)
         new_state = {"hidden": hidden, "cell": cell, "previous_action": self._previous_action(distribution)}
         return features, distribution, new_state
 
@@ -390,19 +442,31 @@ class SensorActorNetwork(_SensorNetwork, network.DistributionNetwork):
             observations, step_type, network_state, sensor_mask
         )
         if observations.shape.rank == 2:
-            _, distribution, new_state = self._step(
-                observations, self._reset(state, step_type), sensor_mask, training
+            state = self._reset(state, step_type)
+
+            def one_step(observations, previous_action, hidden, cell, sensor_mask):
+                return self._torso_step(observations, previous_action, hidden, cell, sensor_mask, training)
+
+            features, hidden, cell = self._scaled(
+                one_step, observations=observations, sensor_mask=sensor_mask, **state
             )
-            return distribution, new_state
+            distribution, _ = self._projection(head_input(features, self._projection), 1, training=training)
+            previous_action = self._previous_action(distribution)
+            return distribution, {"hidden": hidden, "cell": cell, "previous_action": previous_action}
 
         def step(obs, state, mask):
             features, _, new_state = self._step(obs, state, mask, training)
             return features, new_state
 
-        zeros = tf.zeros([tf.shape(observations)[0], self._torso.output_size], self._torso.compute_dtype)
-        features, new_state = self._scan(step, observations, step_type, state, sensor_mask, zeros)
+        def unroll(observations, step_type, sensor_mask, **state):
+            zeros = self._no_features(observations)
+            return self._scan(step, observations, step_type, state, sensor_mask, zeros)
+
+        features, new_state = self._scaled(
+            unroll, observations=observations, step_type=step_type, sensor_mask=sensor_mask, **state
+        )
         # The distribution of every step from its features, in one batch of B * T.
-        distribution, _ = self._projection(features, 2, training=training)
+        distribution, _ = self._projection(head_input(features, self._projection), 2, training=training)
         return distribution, new_state
 
 
@@ -433,37 +497,51 @@ class SensorValueNetwork(_SensorNetwork, network.Network):
         dtype = tf.as_dtype(tf_keras.backend.floatx())
         # A value network gets observations only: its sensory neurons see a zero action of size 1.
         torso = SensorTorso(num_sensors, 1, encoder_kwargs, fc_layer_params, count_scaling, name="torso")
+        loss_scaling.attach(torso)
         super().__init__(
             input_tensor_spec=input_tensor_spec,
             state_spec=_sensor_state_spec(num_sensors, torso.hidden_size, dtype),
             name=name,
         )
         self._torso = torso
-        self._value_head = tf_keras.layers.Dense(1, dtype=dtype, name="value")
+        self._state_dtype = dtype
+        with full_precision():  # float32 values
+            self._value_head = tf_keras.layers.Dense(1, name="value")
         self._num_sensors = num_sensors
 
     def _step(self, observations, state, sensor_mask, training):
-        no_action = tf.zeros([tf.shape(observations)[0], 1], self._torso.compute_dtype)
-        features, hidden, cell = self._torso(
-            observations,
-            no_action,
-            state["hidden"],
-            state["cell"],
-            sensor_mask=sensor_mask,
-            training=training,
+        """Features (the torso's compute dtype) and the new state of one step."""
+        no_action = tf.zeros([tf.shape(observations)[0], 1], self._state_dtype)
+        features, hidden, cell = self._torso_step(
+            observations, no_action, state["hidden"], state["cell"], sensor_mask, training
         )
-        value = tf.squeeze(self._value_head(features, training=training), axis=-1)
-        return value, {"hidden": hidden, "cell": cell}
+        return features, {"hidden": hidden, "cell": cell}
 
     def call(self, observations, step_type=None, network_state=(), training=False, sensor_mask=None):
         observations, step_type, state, sensor_mask = self._check_inputs(
             observations, step_type, network_state, sensor_mask
         )
         if observations.shape.rank == 2:
-            return self._step(observations, self._reset(state, step_type), sensor_mask, training)
+            state = self._reset(state, step_type)
 
-        def step(obs, state, mask):
-            return self._step(obs, state, mask, training)
+            def one_step(observations, sensor_mask, **state):
+                return self._step(observations, state, sensor_mask, training)
 
-        zeros = tf.zeros([tf.shape(observations)[0]], self._torso.compute_dtype)
-        return self._scan(step, observations, step_type, state, sensor_mask, zeros)
+            features, new_state = self._scaled(
+                one_step, observations=observations, sensor_mask=sensor_mask, **state
+            )
+        else:
+
+            def step(obs, state, mask):
+                return self._step(obs, state, mask, training)
+
+            def unroll(observations, step_type, sensor_mask, **state):
+                zeros = self._no_features(observations)
+                return self._scan(step, observations, step_type, state, sensor_mask, zeros)
+
+            features, new_state = self._scaled(
+                unroll, observations=observations, step_type=step_type, sensor_mask=sensor_mask, **state
+            )
+        # The value of every step from its features, (B,) or (B, T).
+        values = self._value_head(head_input(features, self._value_head), training=training)
+        return tf.squeeze(values, axis=-1), new_state
