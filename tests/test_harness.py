@@ -17,6 +17,7 @@ import sys
 import time
 
 import gin
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -250,3 +251,49 @@ def test_crosses_fires_on_multiples_of_the_interval():
     assert not harness.crosses(1000, 1900, 1000)
     assert harness.crosses(1999, 2000, 1000)
     assert not harness.crosses(0, 10**9, 0)
+
+
+@pytest.mark.parametrize("precision", ["mixed_bfloat16", "mixed_float16"])
+@pytest.mark.parametrize("agent", ["ppo", "sac", "dqn", "bc"])
+def test_every_agent_trains_in_mixed_precision(agent, precision, teacher, tmp_path):
+    """A few train steps under each mixed policy: finite losses, float32 variables and outputs."""
+    gin.clear_config()
+    train.parse_gin([], _bindings(agent, teacher))
+    budget = {"bc": {"num_epochs": 1}}.get(agent, {"total_env_steps": 40 if agent != "ppo" else 32})
+    try:
+        results = harness.train_eval(
+            str(tmp_path / "run"), precision=precision, num_eval_episodes=1, policy_save_interval=0, **budget
+        )
+    finally:
+        gin.clear_config()
+    assert results["train_step"] > 0
+    # DQN logs a NaN loss before its first update (min_replay_size): no loss yet.
+    assert all(np.isfinite(entry["loss"]) for entry in results["history"] if entry["train_step"] > 0)
+    with open(tmp_path / "run" / "config.gin") as f:
+        assert f"train_eval.precision = '{precision}'" in f.read()
+    # The checkpoint holds float32 variables only: it restores into the float32 network that export builds.
+    checkpoint = tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints"))
+    names = [name for name, _ in tf.train.list_variables(checkpoint)]
+    dtypes = {np.asarray(tf.train.load_variable(checkpoint, name)).dtype for name in names}
+    assert not dtypes & {np.dtype("float16"), tf.bfloat16.as_numpy_dtype}
+
+
+def test_a_policy_trained_in_mixed_bfloat16_exports_with_parity(tmp_path):
+    from sit_keras.export.exporter import export_policy
+
+    gin.clear_config()
+    train.parse_gin([], _bindings("ppo", ""))
+    try:
+        harness.train_eval(
+            str(tmp_path / "run"), precision="mixed_bfloat16", total_env_steps=32, num_eval_episodes=0
+        )
+    finally:
+        gin.clear_config()
+    report = export_policy(
+        str(tmp_path / "run"), str(tmp_path / "export"), "ppo_bf16", quantizations=["float32", "int8"],
+        num_examples=32, allow_parity_failure=True,
+    )  # fmt: skip
+    assert os.path.exists(tmp_path / "export" / "saved_model" / "ppo_bf16" / "1" / "saved_model.pb")
+    float32 = report["models"]["tflite_float32"]["parity"]
+    assert float32["passed"] and float32["action_agreement"] == 1.0
+    assert "passed" in report["models"]["tflite_int8"]["parity"]
