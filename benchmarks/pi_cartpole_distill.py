@@ -1,0 +1,202 @@
+"""AttentionNeuron's Table 2 and Table 6 by distillation: a teacher, a PI student and an MLP student.
+
+Tang & Ha (NeurIPS 2021) turn policies trained by other methods into
+permutation-invariant ones by behaviour cloning (section 4.2, Ant and Pong).
+Here the teacher is any trained cartpole-swingup policy on the 5 state inputs
+(e.g. the state SAC of ``configs/dmc/cartpole_swingup_state.gin``); it is
+cloned (``sit-distill``, ``train_eval.agent = 'bc'``) into
+
+- ``pi``: the AttentionNeuron student (the encoder of ``cartpole_swingup_pi.gin``),
+- ``mlp``: a same-size MLP student (the torso of ``cartpole_swingup_mlp.gin``),
+
+on the same teacher data, with the same settings. Then the teacher and both
+students play ``pi_cartpole.py``'s Table 2 and Table 6 tests (greedy, the
+same evaluation seeds for every cell). Networks that take exactly 5 inputs
+(the teacher, the MLP) get N/A where the test changes the number of inputs.
+
+    python benchmarks/pi_cartpole_distill.py --teacher_dir runs/cartpole_sac \\
+        --total_env_steps 64000 --num_epochs 20 --num_episodes 24 \\
+        --out benchmarks/reference/pi_cartpole_distill.json
+    python benchmarks/pi_cartpole_distill.py --teacher_dir ... --skip_training   # test the students again
+"""
+
+from __future__ import annotations
+
+import sit_keras  # noqa: F401  (selects Keras 2 before TensorFlow is imported)
+
+# isort: split
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import gin
+import numpy as np
+
+from sit_keras.agents import harness, policy_network, train
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pi_cartpole  # noqa: E402  (the Table 2 / 6 tests, beside this script)
+
+STUDENT_CONFIGS = {"pi": "cartpole_swingup_pi.gin", "mlp": "cartpole_swingup_mlp.gin"}
+LABELS = {"teacher": "teacher", "pi": "AttentionNeuron student (PI)", "mlp": "MLP student"}
+
+
+def student_network(name: str) -> dict[str, Any]:
+    """The student's ``encoder``, ``encoder_kwargs`` and ``fc_layer_params``, read from its PPO config."""
+    gin.clear_config()
+    try:
+        train.parse_gin([str(pi_cartpole.CONFIGS / STUDENT_CONFIGS[name])], [])
+        return {
+            "encoder": gin.query_parameter("train_eval.encoder"),
+            "encoder_kwargs": dict(gin.query_parameter("train_eval.encoder_kwargs")),
+            "fc_layer_params": tuple(gin.query_parameter("ppo.fc_layer_params")),
+        }
+    finally:
+        gin.clear_config()
+
+
+def distill_student(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Clones the teacher into ``<root>/<name>`` (resumes); returns the folder, settings, results and time."""
+    root_dir = os.path.join(args.root, name)
+    network = student_network(name)
+    settings = {
+        "agent": "bc", "teacher_dir": args.teacher_dir, "num_envs": args.num_envs,
+        "total_env_steps": args.total_env_steps, "num_epochs": args.num_epochs,
+        "sequence_length": args.sequence_length, "seed": args.seed, "num_eval_episodes": 0,
+        "progress": False, **network,
+    }  # fmt: skip
+    gin.clear_config()
+    start = time.perf_counter()
+    results = harness.train_eval(root_dir, **settings)
+    history = results.pop("history")
+    results.pop("evaluations")
+    return {
+        "root_dir": root_dir,
+        "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()},
+        "seconds": time.perf_counter() - start,
+        "loss_per_epoch": [round(h["loss"], 6) for h in history],
+        "teacher_data_episodes": results.get("teacher_data_episodes"),
+        "train_step": results["train_step"],
+    }
+
+
+def test_policy(root_dir: str, tests: Sequence[pi_cartpole.SensorTest], args) -> dict[str, dict[str, Any]]:
+    """Mean, std and every return per test; N/A (absent) where the network takes a fixed 5 inputs."""
+    net = pi_cartpole.load_actor(root_dir)
+    fixed_inputs = not net.state_spec  # the PI networks are the recurrent ones
+    results = {}
+    for test in tests:
+        if fixed_inputs and (test.duplicate or test.noise_channels):
+            continue
+        returns = pi_cartpole.run_test(net, test, args.num_episodes, args.num_eval_envs, args.eval_seed)
+        results[test.name] = {
+            "mean": float(np.mean(returns)),
+            "std": float(np.std(returns)),
+            "returns": returns,
+        }
+    return results
+
+
+def markdown(results: dict[str, dict[str, dict[str, Any]]], tests: Sequence[pi_cartpole.SensorTest]) -> str:
+    """Mean +- std per policy and test; the paper's AttentionNeuron (``pi``) and FNN (``mlp``) in brackets."""
+    lines = [
+        "| policy | " + " | ".join(t.name for t in tests) + " |",
+        "| --- | " + " | ".join("---" for _ in tests) + " |",
+    ]
+    for name, per_test in results.items():
+        cells = []
+        for test in tests:
+            summary = per_test.get(test.name)
+            cell = "N/A" if summary is None else f"{summary['mean']:.0f} +- {summary['std']:.0f}"
+            paper = pi_cartpole.PAPER.get(name, {}).get(test.name)
+            cells.append(cell + (f" ({paper[0]} +- {paper[1]})" if paper else ""))
+        lines.append(f"| {LABELS[name]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--teacher_dir", required=True, help="a trained cartpole-swingup folder (5 state inputs)"
+    )
+    parser.add_argument(
+        "--root", default="runs/pi_cartpole_distill", help="the students' folders (resumable)"
+    )
+    parser.add_argument("--num_envs", type=int, default=16, help="streams of teacher data")
+    parser.add_argument("--total_env_steps", type=int, default=64_000, help="teacher steps recorded in all")
+    parser.add_argument("--num_epochs", type=int, default=20)
+    parser.add_argument("--sequence_length", type=int, default=50)
+    parser.add_argument("--num_episodes", type=int, default=24, help="test episodes per cell")
+    parser.add_argument("--num_eval_envs", type=int, default=24)
+    parser.add_argument("--eval_seed", type=int, default=1_000_000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--reshuffles", default=",".join(map(str, pi_cartpole.RESHUFFLES)))
+    parser.add_argument("--skip_training", action="store_true", help="test the students already in --root")
+    parser.add_argument("--out", default=None, help="JSON report")
+    args = parser.parse_args(argv)
+    for name in (
+        "num_envs",
+        "total_env_steps",
+        "num_epochs",
+        "sequence_length",
+        "num_episodes",
+        "num_eval_envs",
+    ):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1. Received: {getattr(args, name)}")
+    try:
+        reshuffles = [int(t) for t in args.reshuffles.split(",") if t]
+        policy_network.read_description(args.teacher_dir)
+    except (ValueError, FileNotFoundError) as error:
+        parser.error(f"{error}")
+    tests = (*pi_cartpole.TABLE2, *pi_cartpole.table6(reshuffles))
+
+    start = time.perf_counter()
+    students: dict[str, Any] = {}
+    if not args.skip_training:
+        for name in STUDENT_CONFIGS:
+            students[name] = distill_student(name, args)
+            record = students[name]
+            print(f"{name}: distilled in {record['seconds']:.0f} s, losses {record['loss_per_epoch']}")
+    folders = {"teacher": args.teacher_dir, **{n: os.path.join(args.root, n) for n in STUDENT_CONFIGS}}
+    results = {}
+    for name, folder in folders.items():
+        results[name] = test_policy(folder, tests, args)
+        print(name, {k: round(v["mean"], 1) for k, v in results[name].items()}, flush=True)
+    table = markdown(results, tests)
+    print(table)
+    if args.out:
+        report = {
+            "what": "AttentionNeuron Tables 2 and 6 on dmc:cartpole-swingup, students cloned from a teacher",
+            "command": " ".join(sys.argv),
+            "commit": subprocess.run(
+                ["git", "rev-parse", "HEAD"], capture_output=True, text=True
+            ).stdout.strip(),
+            "machine_cores": os.cpu_count(),
+            "wall_seconds": time.perf_counter() - start,
+            "teacher_dir": args.teacher_dir,
+            "students": students,
+            "test_settings": {
+                "num_episodes": args.num_episodes,
+                "num_envs": args.num_eval_envs,
+                "eval_seed": args.eval_seed,
+                "policy": "greedy (mode)",
+            },  # fmt: skip
+            "results": results,
+            "paper": {k: {t: list(v) for t, v in d.items()} for k, d in pi_cartpole.PAPER.items()},
+            "markdown": table,
+        }
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
