@@ -487,7 +487,7 @@ def _bfs(grid: Grid, start) -> set:
 
 
 @pytest.mark.parametrize("goal", ["default", "top_right", "bottom_left", "random"])
-@pytest.mark.parametrize("task", [*LAVA_TASKS, "Empty-Random-6x6", "Empty-6x6"])
+@pytest.mark.parametrize("task", [*LAVA_TASKS, "LavaGapS5", "LavaGapS7", "Empty-Random-6x6", "Empty-6x6"])
 def test_goal_variants_are_free_and_reachable(task, goal):
     env = minigrid_env.SiTMiniGrid(minigrid_env.task_id(task), goal=goal)
     positions = set()

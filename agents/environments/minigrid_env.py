@@ -47,7 +47,7 @@ import gymnasium
 import numpy as np
 from minigrid.core.grid import Grid
 from minigrid.core.world_object import Goal, WorldObj
-from minigrid.envs import CrossingEnv, EmptyEnv
+from minigrid.envs import CrossingEnv, EmptyEnv, LavaGapEnv
 from minigrid.minigrid_env import MiniGridEnv
 
 OBSERVATION_SIZE = 14
@@ -217,8 +217,8 @@ class SiTMiniGrid(gymnasium.Wrapper):
     (``ACTIONS``). ``info["is_success"]`` is True on the step that reaches the
     goal.
 
-    Goals other than ``"default"`` (LavaCrossing/SimpleCrossing and Empty
-    tasks only) are moved after MiniGrid generates the level: ``"top_right"``
+    Goals other than ``"default"`` (LavaCrossing/SimpleCrossing, LavaGap and
+    Empty tasks only) are moved after MiniGrid generates the level: ``"top_right"``
     and ``"bottom_left"`` to that inner corner, ``"random"`` to a uniformly
     drawn empty cell that the agent can reach without crossing lava. A level
     whose corner is not free, or not reachable (with several rivers the
@@ -238,10 +238,10 @@ class SiTMiniGrid(gymnasium.Wrapper):
             raise ValueError(f"{env_id!r} is not a MiniGrid environment")
         if goal not in GOALS:
             raise ValueError(f"Unknown goal {goal!r}; valid goals: {', '.join(GOALS)}")
-        if goal != "default" and not isinstance(base, (CrossingEnv, EmptyEnv)):
+        if goal != "default" and not isinstance(base, (CrossingEnv, EmptyEnv, LavaGapEnv)):
             raise ValueError(
-                f"goal={goal!r} is only defined for the LavaCrossing / SimpleCrossing and Empty tasks; "
-                f"{env_id!r} only has goal='default'"
+                f"goal={goal!r} is only defined for the LavaCrossing / SimpleCrossing, LavaGap and Empty "
+                f"tasks; {env_id!r} only has goal='default'"
             )
         super().__init__(base)
         self.goal = goal
