@@ -7,8 +7,13 @@ turn policies trained with other methods into permutation-invariant ones:
    any agent, any network, recurrent or not) acts in the run's ``num_envs``
    environments for ``total_env_steps / num_envs`` steps each; the
    observations, step types and its actions are recorded (the paper: 1000
-   teacher roll-outs). The teacher acts throughout (plain behaviour cloning,
-   no DAgger, as in the paper).
+   teacher roll-outs). With ``dagger_rounds = 0`` (the default) the teacher
+   acts throughout: plain behaviour cloning, as in the paper. Each DAgger
+   round (Ross et al. 2011) then lets the student act (the teacher with
+   probability ``dagger_teacher_probability``) while the teacher labels every
+   visited step, adds these steps to the data and trains again on all of it:
+   the student learns to recover from its own mistakes, which plain cloning
+   never shows it. The budget ``total_env_steps`` is split evenly over the rounds.
 2. student: the actor on the run's encoder (``encoders.actor_network``):
    ``"attention_neuron"`` (AttentionNeuron, then dense layers; the paper's
    larger Ant student has two FC layers of 128), or any feed-forward torso,
@@ -56,7 +61,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 from absl import app, flags
-from tf_agents.policies import actor_policy, greedy_policy, py_policy
+from tf_agents.policies import actor_policy, greedy_policy, py_policy, py_tf_eager_policy
 from tf_agents.specs import tensor_spec
 from tf_agents.train import learner
 from tf_agents.trajectories import time_step as ts
@@ -84,6 +89,11 @@ class BC:
       sequence_length: steps per chunk of truncated back-propagation.
       num_epochs: passes over the data.
       learning_rate, max_grad_norm: Adam and gradient clipping (A.4.2).
+      dagger_rounds: rounds after the teacher's in which the student acts and
+        the teacher labels its states (DAgger); 0: plain behaviour cloning,
+        as the paper.
+      dagger_teacher_probability: in those rounds, the chance that the
+        teacher's action is executed instead (per environment and step).
     """
 
     teacher_dir: str = ""
@@ -92,6 +102,8 @@ class BC:
     num_epochs: int = 10
     learning_rate: float = 1e-3
     max_grad_norm: float = 0.5
+    dagger_rounds: int = 0
+    dagger_teacher_probability: float = 0.0
 
     def __post_init__(self):
         if not self.teacher_dir:
@@ -99,6 +111,13 @@ class BC:
         for name in ("sequence_length", "num_epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"bc.{name} must be >= 1. Received: {name}={getattr(self, name)}")
+        if self.dagger_rounds < 0:
+            raise ValueError(f"bc.dagger_rounds must be >= 0. Received: {self.dagger_rounds}")
+        if not 0.0 <= self.dagger_teacher_probability <= 1.0:
+            raise ValueError(
+                "bc.dagger_teacher_probability must be in [0, 1]. "
+                f"Received: {self.dagger_teacher_probability}"
+            )
 
 
 SETTINGS = BC
@@ -141,11 +160,12 @@ def defaults(run: RunSettings, settings: BC) -> dict[str, Any]:
 def check(run: RunSettings, settings: BC) -> None:
     """Raises ``ValueError`` for settings that do not fit together (before the run starts)."""
     encoders.check_encoder(run.encoder, "bc")
-    steps = run.total_env_steps // run.num_envs
-    if run.total_env_steps % run.num_envs or steps % settings.sequence_length:
+    rounds = settings.dagger_rounds + 1
+    streams = run.num_envs * rounds
+    if run.total_env_steps % streams or (run.total_env_steps // streams) % settings.sequence_length:
         raise ValueError(
-            f"total_env_steps = {run.total_env_steps} must be num_envs = {run.num_envs} streams of a "
-            f"multiple of sequence_length = {settings.sequence_length} steps."
+            f"total_env_steps = {run.total_env_steps} must be {rounds} round(s) of num_envs = {run.num_envs} "
+            f"streams of a multiple of sequence_length = {settings.sequence_length} steps."
         )
     if not os.path.exists(os.path.join(teacher_policy_dir(settings.teacher_dir), "saved_model.pb")):
         raise ValueError(
@@ -185,11 +205,14 @@ class TeacherRecorder:
         self._returns: list[float] = []
 
     def __call__(self, trajectory: trajectory_lib.Trajectory) -> None:
+        # The teacher's label where the student acted (DAggerPolicy), else the action taken.
+        info = trajectory.policy_info
+        label = info[LABEL] if isinstance(info, dict) and LABEL in info else trajectory.action
         self._steps.append(
             (
                 np.asarray(trajectory.observation),
                 np.asarray(trajectory.step_type, np.int32),
-                np.asarray(trajectory.action),
+                np.asarray(label),
             )
         )
         # TF-Agents auto-reset: the transition from a LAST step to the next FIRST one is no step.
@@ -260,52 +283,58 @@ class BCAlgorithm(Algorithm):
         )  # fmt: skip
 
     def train(self, loop: TrainingLoop) -> dict[str, Any]:
+        """Round 0: the teacher acts; each DAgger round: the student acts and the teacher labels.
+
+        Every round adds ``total_env_steps / (dagger_rounds + 1)`` recorded steps
+        to the data and trains ``num_epochs`` passes over all of it. The data
+        are saved after each collection (``DATA_FILE``), so that a resumed run
+        trains on what the checkpointed student saw.
+        """
         rs, settings = self.run.settings, self.settings
         teacher = evaluate.load_policy(teacher_policy_dir(settings.teacher_dir))
-        steps_per_env = rs.total_env_steps // rs.num_envs
-        collect_start = time.perf_counter()
-        recorder = TeacherRecorder(rs.num_envs)
-        driver = loop.driver(teacher, [recorder], steps_per_env)
-        driver.run(self.run.env.reset(), teacher.get_initial_state(rs.num_envs))
-        data = recorder.data()
-        collect_seconds = time.perf_counter() - collect_start
-        self.run.env_steps.assign(rs.total_env_steps)
-
+        steps_per_env = rs.total_env_steps // rs.num_envs // (settings.dagger_rounds + 1)
         chunks = steps_per_env // settings.sequence_length
-        first_epoch = min(loop.train_step() // chunks, settings.num_epochs)
+        steps_per_round = settings.num_epochs * chunks
+        data_path = os.path.join(self.run.root_dir, DATA_FILE)
+        rounds = load_rounds(data_path) if os.path.exists(data_path) else []
         writer = tf.summary.create_file_writer(os.path.join(self.run.root_dir, "train"))
         history: list[dict[str, Any]] = []
-        train_start = time.perf_counter()
-        bar = harness.progress_bar(settings.num_epochs * chunks, first_epoch * chunks, rs.progress)
-        for epoch in range(first_epoch, settings.num_epochs):
-            state = self.student.get_initial_state(rs.num_envs)
-            losses = []
-            for chunk in range(chunks):
-                window = slice(chunk * settings.sequence_length, (chunk + 1) * settings.sequence_length)
-                loss, state = self._train_chunk(
-                    tf.constant(data.observations[:, window]),
-                    tf.constant(data.step_types[:, window]),
-                    tf.constant(data.actions[:, window]),
-                    tf.constant(data.weights[:, window]),
-                    state,
+        collect_seconds = train_seconds = 0.0
+        bar = harness.progress_bar(
+            (settings.dagger_rounds + 1) * steps_per_round, loop.train_step(), rs.progress
+        )
+        driver = None
+        for round_index in range(settings.dagger_rounds + 1):
+            if loop.train_step() >= (round_index + 1) * steps_per_round:
+                continue  # trained before a resume
+            if len(rounds) <= round_index:
+                start = time.perf_counter()
+                behaviour = teacher if round_index == 0 else self._dagger_policy(teacher, round_index)
+                recorder = TeacherRecorder(rs.num_envs)
+                driver = loop.driver(behaviour, [recorder], steps_per_env)
+                driver.run(self.run.env.reset(), behaviour.get_initial_state(rs.num_envs))
+                rounds.append(recorder.data())
+                save_rounds(data_path, rounds)
+                collect_seconds += time.perf_counter() - start
+            self.run.env_steps.assign((round_index + 1) * steps_per_env * rs.num_envs)
+            data = concatenate(rounds[: round_index + 1])
+            start = time.perf_counter()
+            first_epoch = max(loop.train_step() - round_index * steps_per_round, 0) // chunks
+            for epoch in range(first_epoch, settings.num_epochs):
+                loss = self._train_epoch(data, chunks, writer, bar, loop)
+                history.append(
+                    {"round": round_index, "epoch": epoch + 1, "loss": loss, "train_step": loop.train_step()}
                 )
-                losses.append(float(loss))
-                if loop.train_step() % rs.summary_interval == 0:
-                    with writer.as_default(step=loop.train_step()):
-                        tf.summary.scalar("Losses/bc_loss", loss)
-                bar.update(1)
-            history.append(
-                {"epoch": epoch + 1, "loss": float(np.mean(losses)), "train_step": loop.train_step()}
-            )
-            bar.set_postfix(loss=f"{history[-1]['loss']:.4f}", refresh=False)
-            loop.save_checkpoint()
+                bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+                loop.save_checkpoint()
+            train_seconds += time.perf_counter() - start
         bar.close()
-        train_seconds = time.perf_counter() - train_start
         writer.flush()
 
         speed = harness.Timer()
-        speed.add(rs.total_env_steps, driver, collect_seconds, train_seconds)
-        values = {"teacher_data_episodes": len(data.episode_returns)}
+        if driver is not None:
+            speed.add(rs.total_env_steps, driver, collect_seconds, train_seconds)
+        values = {"teacher_data_episodes": len(rounds[0].episode_returns) if rounds else 0}
         if history:
             values["loss"] = history[-1]["loss"]
         results = loop.log(rs.total_env_steps, values, speed.speed())
@@ -316,6 +345,116 @@ class BCAlgorithm(Algorithm):
             loop.evaluation = loop.evaluator(rs.total_env_steps, loop.train_step())
             results["teacher"] = loop.evaluator.summary_of(teacher)
         return loop.finish(results, history)
+
+    def _train_epoch(self, data: TeacherData, chunks: int, writer, bar, loop: TrainingLoop) -> float:
+        """One pass over ``data`` in order, chunk by chunk, carrying the student's state; the mean loss."""
+        length = self.settings.sequence_length
+        state = self.student.get_initial_state(data.observations.shape[0])
+        losses = []
+        for chunk in range(chunks):
+            window = slice(chunk * length, (chunk + 1) * length)
+            loss, state = self._train_chunk(
+                tf.constant(data.observations[:, window]),
+                tf.constant(data.step_types[:, window]),
+                tf.constant(data.actions[:, window]),
+                tf.constant(data.weights[:, window]),
+                state,
+            )
+            losses.append(float(loss))
+            if loop.train_step() % self.run.settings.summary_interval == 0:
+                with writer.as_default(step=loop.train_step()):
+                    tf.summary.scalar("Losses/bc_loss", loss)
+            bar.update(1)
+        return float(np.mean(losses))
+
+    def _dagger_policy(self, teacher: py_policy.PyPolicy, round_index: int) -> DAggerPolicy:
+        student = py_tf_eager_policy.PyTFEagerPolicy(
+            self.eval_policy, use_tf_function=True, batch_time_steps=False
+        )
+        # The mixing draws its own stream per round, apart from the environments' seeds.
+        seed = (self.run.settings.seed, round_index)
+        return DAggerPolicy(student, teacher, self.settings.dagger_teacher_probability, seed)
+
+
+DATA_FILE = "bc_data.npz"
+"""The recorded rounds of a BC run (observations, step types, teacher actions, returns per round)."""
+
+
+def concatenate(rounds: Sequence[TeacherData]) -> TeacherData:
+    """The rounds' streams side by side: ``(rounds * E, S, ...)``."""
+    return TeacherData(
+        np.concatenate([r.observations for r in rounds]),
+        np.concatenate([r.step_types for r in rounds]),
+        np.concatenate([r.actions for r in rounds]),
+        [x for r in rounds for x in r.episode_returns],
+    )
+
+
+def save_rounds(path: str, rounds: Sequence[TeacherData]) -> None:
+    """Writes the rounds atomically (a kill leaves the previous file)."""
+    arrays = {}
+    for i, r in enumerate(rounds):
+        arrays[f"observations_{i}"] = r.observations
+        arrays[f"step_types_{i}"] = r.step_types
+        arrays[f"actions_{i}"] = r.actions
+        arrays[f"returns_{i}"] = np.asarray(r.episode_returns, np.float64)
+    temporary = path + ".tmp.npz"
+    np.savez(temporary, **arrays)
+    os.replace(temporary, path)
+
+
+def load_rounds(path: str) -> list[TeacherData]:
+    """The rounds of ``save_rounds``; a damaged file is an error naming it."""
+    try:
+        with np.load(path) as arrays:
+            count = sum(1 for name in arrays.files if name.startswith("observations_"))
+            return [
+                TeacherData(
+                    arrays[f"observations_{i}"],
+                    arrays[f"step_types_{i}"],
+                    arrays[f"actions_{i}"],
+                    [float(x) for x in arrays[f"returns_{i}"]],
+                )  # fmt: skip
+                for i in range(count)
+            ]
+    except (OSError, ValueError, KeyError) as error:
+        raise ValueError(
+            f"Damaged behaviour-cloning data {path!r} ({error}); move it away to start over."
+        ) from error
+
+
+class DAggerPolicy:
+    """The student acts, the teacher labels (DAgger, Ross et al. 2011): the recorded action is the teacher's.
+
+    Both see every step and keep their own state; in each environment and
+    step, the executed action is the teacher's with probability
+    ``teacher_probability``, else the student's. The teacher's action is the
+    ``policy_info`` label that ``TeacherRecorder`` records.
+    """
+
+    def __init__(self, student, teacher, teacher_probability: float, seed: int | Sequence[int]):
+        self._student, self._teacher = student, teacher
+        self._probability = teacher_probability
+        self._random = np.random.default_rng(seed)
+
+    def get_initial_state(self, batch_size: int):
+        return (self._student.get_initial_state(batch_size), self._teacher.get_initial_state(batch_size))
+
+    def action(self, time_step, policy_state=()):
+        student_state, teacher_state = policy_state
+        student_step = self._student.action(time_step, student_state)
+        teacher_step = self._teacher.action(time_step, teacher_state)
+        label = np.asarray(teacher_step.action)
+        executed = np.asarray(student_step.action)
+        if self._probability > 0:
+            chosen = self._random.random(label.shape[0]) < self._probability
+            executed = np.where(chosen.reshape((-1,) + (1,) * (label.ndim - 1)), label, executed)
+        return student_step._replace(
+            action=executed, state=(student_step.state, teacher_step.state), info={LABEL: label}
+        )
+
+
+LABEL = "teacher_action"
 
 
 class _StudentPolicies:
@@ -378,6 +517,14 @@ def _define_flags() -> None:
     flags.DEFINE_float("learning_rate", 1e-3, "Adam learning rate.")
     flags.DEFINE_float("max_grad_norm", 0.5, "Gradient clipping norm.")
     flags.DEFINE_integer(
+        "dagger_rounds", 0, "DAgger rounds after the teacher's (0: plain behaviour cloning)."
+    )
+    flags.DEFINE_float(
+        "dagger_teacher_probability",
+        0.0,
+        "In DAgger rounds, the chance that the teacher's action is executed.",
+    )
+    flags.DEFINE_integer(
         "num_eval_episodes", 10, "Episodes of teacher and student evaluation at the end (0: none)."
     )
     flags.DEFINE_integer("seed", 0, "Seed.")
@@ -408,6 +555,7 @@ def _main(argv: Sequence[str]) -> None:
             encoder=_FLAGS.encoder, encoder_kwargs=encoder_kwargs, fc_layer_params=fc_layer_params,
             sequence_length=_FLAGS.sequence_length, num_epochs=_FLAGS.num_epochs,
             learning_rate=_FLAGS.learning_rate, max_grad_norm=_FLAGS.max_grad_norm,
+            dagger_rounds=_FLAGS.dagger_rounds, dagger_teacher_probability=_FLAGS.dagger_teacher_probability,
             num_eval_episodes=_FLAGS.num_eval_episodes, seed=_FLAGS.seed, jit_compile=_FLAGS.jit_compile,
         )  # fmt: skip
     except ValueError as error:

@@ -9,7 +9,9 @@ cloned (``sit-distill``, ``train_eval.agent = 'bc'``) into
 - ``pi``: the AttentionNeuron student (the encoder of ``cartpole_swingup_pi.gin``),
 - ``mlp``: a same-size MLP student (the torso of ``cartpole_swingup_mlp.gin``),
 
-on the same teacher data, with the same settings. Then the teacher and both
+on the same teacher data, with the same settings: plain behaviour cloning
+(the paper's), or with ``--dagger_rounds`` rounds of DAgger, in which the
+student acts and the teacher labels the states it visits. Then the teacher and both
 students play ``pi_cartpole.py``'s Table 2 and Table 6 tests (greedy, the
 same evaluation seeds for every cell). Networks that take exactly 5 inputs
 (the teacher, the MLP) get N/A where the test changes the number of inputs.
@@ -70,6 +72,7 @@ def distill_student(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "agent": "bc", "teacher_dir": args.teacher_dir, "num_envs": args.num_envs,
         "total_env_steps": args.total_env_steps, "num_epochs": args.num_epochs,
         "sequence_length": args.sequence_length, "seed": args.seed, "num_eval_episodes": 0,
+        "dagger_rounds": args.dagger_rounds, "dagger_teacher_probability": args.dagger_teacher_probability,
         "progress": False, **network,
     }  # fmt: skip
     gin.clear_config()
@@ -82,6 +85,7 @@ def distill_student(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in settings.items()},
         "seconds": time.perf_counter() - start,
         "loss_per_epoch": [round(h["loss"], 6) for h in history],
+        "rounds_of_epochs": [h.get("round", 0) for h in history],
         "teacher_data_episodes": results.get("teacher_data_episodes"),
         "train_step": results["train_step"],
     }
@@ -133,6 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--total_env_steps", type=int, default=64_000, help="teacher steps recorded in all")
     parser.add_argument("--num_epochs", type=int, default=20)
     parser.add_argument("--sequence_length", type=int, default=50)
+    parser.add_argument("--dagger_rounds", type=int, default=0, help="DAgger rounds (0: plain cloning)")
+    parser.add_argument("--dagger_teacher_probability", type=float, default=0.0)
     parser.add_argument("--num_episodes", type=int, default=24, help="test episodes per cell")
     parser.add_argument("--num_eval_envs", type=int, default=24)
     parser.add_argument("--eval_seed", type=int, default=1_000_000)
