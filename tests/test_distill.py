@@ -240,3 +240,41 @@ def test_sit_distill_cli(teacher, tmp_path):
     assert bad.returncode == 1, bad.stderr[-3000:]
     assert "multiple of sequence_length = 7" in bad.stderr and "Traceback" not in bad.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def test_dagger_rounds_record_the_students_states_with_the_teachers_labels(teacher, tmp_path):
+    """Round 0: the teacher's own steps; round 1: the student acts, the teacher labels what it saw."""
+    root_dir = str(tmp_path / "dagger")
+    settings = dict(
+        agent="bc", teacher_dir=teacher, num_envs=2, total_env_steps=80, sequence_length=20, num_epochs=2,
+        dagger_rounds=1, num_eval_episodes=0, policy_save_interval=0, progress=False, **STUDENT,
+    )  # fmt: skip
+    gin.clear_config()
+    results = harness.train_eval(root_dir, **settings)
+    # 2 rounds of 2 streams x 20 steps: 1 chunk per epoch, 2 epochs per round.
+    assert results["train_step"] == 4 and results["env_steps"] == 80
+    assert [h["round"] for h in results["history"]] == [0, 0, 1, 1]
+    rounds = bc.load_rounds(os.path.join(root_dir, bc.DATA_FILE))
+    assert len(rounds) == 2 and rounds[1].observations.shape == (2, 20, 3)
+    # Every recorded action is the teacher's greedy action on the recorded observation.
+    teacher_policy = evaluate.load_policy(bc.teacher_policy_dir(teacher))
+    for data in rounds:
+        for t in range(data.observations.shape[1]):
+            time_step = ts.TimeStep(
+                step_type=data.step_types[:, t], reward=np.zeros(2, np.float32),
+                discount=np.ones(2, np.float32), observation=data.observations[:, t],
+            )  # fmt: skip
+            expected = teacher_policy.action(time_step, ()).action
+            np.testing.assert_allclose(data.actions[:, t], expected, rtol=1e-5, atol=1e-6)
+    # Round 1 is new data (new episodes, the student acting), not a copy of round 0.
+    assert not np.allclose(rounds[0].observations[:, 1:], rounds[1].observations[:, 1:])
+    # A rerun resumes from the checkpoint and the saved rounds: nothing left to train.
+    gin.clear_config()
+    assert harness.train_eval(root_dir, **settings)["train_step"] == 4
+
+
+def test_dagger_settings_are_checked():
+    with pytest.raises(ValueError, match="dagger_rounds must be >= 0"):
+        bc.BC(teacher_dir="t", dagger_rounds=-1)
+    with pytest.raises(ValueError, match=r"dagger_teacher_probability must be in \[0, 1\]"):
+        bc.BC(teacher_dir="t", dagger_teacher_probability=1.5)
