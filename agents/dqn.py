@@ -224,38 +224,40 @@ class DQNAlgorithm(Algorithm):
 
     def __init__(self, run: Run, settings: DQN):
         rs = run.settings
-        network_kwargs: dict[str, Any] = {
-            "encoder": rs.encoder, "encoder_kwargs": dict(rs.encoder_kwargs or {}),
-            "fc_layer_params": tuple(settings.fc_layer_params),
-        }  # fmt: skip
-        if settings.algorithm == "c51":
-            network_kwargs["num_atoms"] = settings.num_atoms
-            q_net = q_networks.EncoderCategoricalQNetwork(
-                run.observation_spec, run.action_spec, **network_kwargs
+        # Variables of the networks, agent and optimizers under the strategy; buffers and learner outside.
+        with run.strategy.scope():
+            network_kwargs: dict[str, Any] = {
+                "encoder": rs.encoder, "encoder_kwargs": dict(rs.encoder_kwargs or {}),
+                "fc_layer_params": tuple(settings.fc_layer_params),
+            }  # fmt: skip
+            if settings.algorithm == "c51":
+                network_kwargs["num_atoms"] = settings.num_atoms
+                q_net = q_networks.EncoderCategoricalQNetwork(
+                    run.observation_spec, run.action_spec, **network_kwargs
+                )
+            else:
+                q_net = q_networks.EncoderQNetwork(run.observation_spec, run.action_spec, **network_kwargs)
+            env_steps = run.env_steps
+            agent = make_agent(
+                settings.algorithm,
+                run.time_step_spec,
+                run.action_spec,
+                q_net,
+                optimizer=tf_keras.optimizers.Adam(
+                    learning_rate=settings.learning_rate, epsilon=settings.adam_epsilon
+                ),
+                epsilon_greedy=lambda: epsilon_schedule(
+                    env_steps, settings.min_replay_size, settings.epsilon_decay_steps, settings.epsilon_final
+                ),
+                n_step_update=settings.n_step,
+                target_update_period=settings.target_update_period,
+                gamma=settings.discount,
+                gradient_clipping=settings.max_grad_norm,
+                train_step_counter=run.train_step,
+                min_q_value=settings.min_q_value,
+                max_q_value=settings.max_q_value,
             )
-        else:
-            q_net = q_networks.EncoderQNetwork(run.observation_spec, run.action_spec, **network_kwargs)
-        env_steps = run.env_steps
-        agent = make_agent(
-            settings.algorithm,
-            run.time_step_spec,
-            run.action_spec,
-            q_net,
-            optimizer=tf_keras.optimizers.Adam(
-                learning_rate=settings.learning_rate, epsilon=settings.adam_epsilon
-            ),
-            epsilon_greedy=lambda: epsilon_schedule(
-                env_steps, settings.min_replay_size, settings.epsilon_decay_steps, settings.epsilon_final
-            ),
-            n_step_update=settings.n_step,
-            target_update_period=settings.target_update_period,
-            gamma=settings.discount,
-            gradient_clipping=settings.max_grad_norm,
-            train_step_counter=run.train_step,
-            min_q_value=settings.min_q_value,
-            max_q_value=settings.max_q_value,
-        )
-        agent.initialize()
+            agent.initialize()
         run.compile_train(agent)
         # Allocated in full now (Atari: 28 kB per agent step, 2.8 GB for 100k); its size must
         # not change between a run and its resumption.

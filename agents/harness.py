@@ -402,11 +402,14 @@ def _set_up(root_dir: str, module, run_settings: RunSettings, settings, strategy
     )  # fmt: skip
     cleanup.callback(env.close)
     observation_spec, action_spec, time_step_spec = spec_utils.get_tensor_specs(env)
-    with strategy.scope(), mixed_precision.dtype_policy(run_settings.precision):
+    with strategy.scope():  # the counters, as the agents' variables (each module's build)
+        train_step = train_utils.create_train_step()
+        env_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="env_steps")
+    with mixed_precision.dtype_policy(run_settings.precision):
         run = Run(
             root_dir, run_settings, env, observation_spec, action_spec, time_step_spec,
-            train_step=train_utils.create_train_step(),
-            env_steps=tf.Variable(0, dtype=tf.int64, trainable=False, name="env_steps"),
+            train_step=train_step,
+            env_steps=env_steps,
             strategy=strategy, jit_compile=run_settings.jit_compile,
         )  # fmt: skip
         algorithm = module.build(run, settings)
@@ -679,7 +682,8 @@ class TrainingLoop:
             start = time.perf_counter()
             self.time_step, self.policy_state = driver.run(self.time_step, self.policy_state)
             learn_start = time.perf_counter()
-            previous, steps = steps, int(self.run_.env_steps.assign_add(algorithm.env_steps_per_iteration))
+            self.run_.env_steps.assign_add(algorithm.env_steps_per_iteration)
+            previous, steps = steps, self.env_steps()
             learned = algorithm.learn(steps) or learned
             timer.add(algorithm.env_steps_per_iteration, driver, learn_start - start,
                       time.perf_counter() - learn_start)  # fmt: skip

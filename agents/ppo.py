@@ -133,48 +133,50 @@ class PPOAlgorithm(Algorithm):
     def __init__(self, run: Run, settings: PPO):
         rs = run.settings
         steps_per_iteration = rs.num_envs * settings.collect_steps_per_env
-        actor_net, actor_kwargs = encoders.actor_network(
-            run.observation_spec, run.action_spec, rs.encoder, rs.encoder_kwargs, settings.fc_layer_params
-        )
-        value_encoder, value_kwargs = settings.value_encoder, settings.value_encoder_kwargs
-        if value_encoder is None:
-            value_encoder, value_kwargs = rs.encoder, rs.encoder_kwargs
-        value_net = encoders.value_network(
-            run.observation_spec, value_encoder, value_kwargs, settings.fc_layer_params
-        )
-        recurrent = bool(actor_net.state_spec or value_net.state_spec)
-        observation_shape = run.observation_spec.shape
-        image_size = int(observation_shape[0]) if observation_shape.rank == 3 else 0
-        agent = DrACPPOAgent(
-            run.time_step_spec,
-            run.action_spec,
-            optimizer=tf_keras.optimizers.Adam(
-                learning_rate=_learning_rate(settings, rs.total_env_steps, steps_per_iteration),
-                epsilon=settings.adam_epsilon,
-            ),
-            actor_net=actor_net,
-            value_net=value_net,
-            greedy_eval=False,
-            importance_ratio_clipping=settings.clip_ratio,
-            lambda_value=settings.gae_lambda,
-            discount_factor=settings.discount,
-            entropy_regularization=settings.entropy_coef,
-            value_pred_loss_coef=settings.value_coef,
-            num_epochs=1,  # the learner repeats the data num_epochs times
-            use_gae=True,
-            use_td_lambda_return=True,
-            normalize_rewards=settings.normalize_rewards,
-            normalize_observations=False,
-            gradient_clipping=settings.max_grad_norm,
-            compute_value_and_advantage_in_train=False,
-            update_normalizers_in_train=False,
-            train_step_counter=run.train_step,
-            augmentation=(
-                make_augmentation(settings.augmentation, image_size) if settings.drac_coef > 0 else None
-            ),
-            drac_coef=settings.drac_coef,
-        )
-        agent.initialize()
+        # Variables of the networks, agent and optimizers under the strategy; buffers and learner outside.
+        with run.strategy.scope():
+            actor_net, actor_kwargs = encoders.actor_network(
+                run.observation_spec, run.action_spec, rs.encoder, rs.encoder_kwargs, settings.fc_layer_params
+            )
+            value_encoder, value_kwargs = settings.value_encoder, settings.value_encoder_kwargs
+            if value_encoder is None:
+                value_encoder, value_kwargs = rs.encoder, rs.encoder_kwargs
+            value_net = encoders.value_network(
+                run.observation_spec, value_encoder, value_kwargs, settings.fc_layer_params
+            )
+            recurrent = bool(actor_net.state_spec or value_net.state_spec)
+            observation_shape = run.observation_spec.shape
+            image_size = int(observation_shape[0]) if observation_shape.rank == 3 else 0
+            agent = DrACPPOAgent(
+                run.time_step_spec,
+                run.action_spec,
+                optimizer=tf_keras.optimizers.Adam(
+                    learning_rate=_learning_rate(settings, rs.total_env_steps, steps_per_iteration),
+                    epsilon=settings.adam_epsilon,
+                ),
+                actor_net=actor_net,
+                value_net=value_net,
+                greedy_eval=False,
+                importance_ratio_clipping=settings.clip_ratio,
+                lambda_value=settings.gae_lambda,
+                discount_factor=settings.discount,
+                entropy_regularization=settings.entropy_coef,
+                value_pred_loss_coef=settings.value_coef,
+                num_epochs=1,  # the learner repeats the data num_epochs times
+                use_gae=True,
+                use_td_lambda_return=True,
+                normalize_rewards=settings.normalize_rewards,
+                normalize_observations=False,
+                gradient_clipping=settings.max_grad_norm,
+                compute_value_and_advantage_in_train=False,
+                update_normalizers_in_train=False,
+                train_step_counter=run.train_step,
+                augmentation=(
+                    make_augmentation(settings.augmentation, image_size) if settings.drac_coef > 0 else None
+                ),
+                drac_coef=settings.drac_coef,
+            )
+            agent.initialize()
         run.compile_train(agent)
         T = settings.collect_steps_per_env
         self.replay_buffer_ = tf_uniform_replay_buffer.TFUniformReplayBuffer(

@@ -141,38 +141,40 @@ class SACAlgorithm(Algorithm):
         target_entropy = settings.target_entropy
         if target_entropy is None:
             target_entropy = -float(sum(s.shape.num_elements() for s in tf.nest.flatten(run.action_spec)))
-        actor_kwargs = {
-            "encoder": rs.encoder,
-            "encoder_kwargs": dict(rs.encoder_kwargs) if rs.encoder_kwargs is not None else None,
-            "fc_layer_params": tuple(settings.actor_fc_layer_params),
-        }
-        actor_net = sac_networks.SacActorNetwork(run.observation_spec, run.action_spec, **actor_kwargs)
-        agent = SharedEncoderSacAgent(
-            run.time_step_spec,
-            run.action_spec,
-            actor_network=actor_net,
-            **sac_networks.twin_critics(actor_net, run.action_spec, settings.critic_fc_layer_params),
-            actor_optimizer=tf_keras.optimizers.Adam(
-                settings.actor_learning_rate, beta_1=settings.actor_beta_1
-            ),
-            critic_optimizer=tf_keras.optimizers.Adam(
-                settings.critic_learning_rate, beta_1=settings.critic_beta_1
-            ),
-            alpha_optimizer=tf_keras.optimizers.Adam(
-                settings.alpha_learning_rate, beta_1=settings.alpha_beta_1
-            ),
-            target_update_tau=settings.target_update_tau,
-            target_update_period=settings.target_update_period,
-            gamma=settings.discount,
-            reward_scale_factor=settings.reward_scale_factor,
-            initial_log_alpha=math.log(settings.initial_temperature),
-            # Hansen & Wang's (and SAC-AE's) temperature loss: alpha * (-log pi - H), not log alpha.
-            use_log_alpha_in_alpha_loss=False,
-            target_entropy=target_entropy,
-            gradient_clipping=settings.max_grad_norm,
-            train_step_counter=run.train_step,
-        )
-        agent.initialize()
+        # Variables of the networks, agent and optimizers under the strategy; buffers and learner outside.
+        with run.strategy.scope():
+            actor_kwargs = {
+                "encoder": rs.encoder,
+                "encoder_kwargs": dict(rs.encoder_kwargs) if rs.encoder_kwargs is not None else None,
+                "fc_layer_params": tuple(settings.actor_fc_layer_params),
+            }
+            actor_net = sac_networks.SacActorNetwork(run.observation_spec, run.action_spec, **actor_kwargs)
+            agent = SharedEncoderSacAgent(
+                run.time_step_spec,
+                run.action_spec,
+                actor_network=actor_net,
+                **sac_networks.twin_critics(actor_net, run.action_spec, settings.critic_fc_layer_params),
+                actor_optimizer=tf_keras.optimizers.Adam(
+                    settings.actor_learning_rate, beta_1=settings.actor_beta_1
+                ),
+                critic_optimizer=tf_keras.optimizers.Adam(
+                    settings.critic_learning_rate, beta_1=settings.critic_beta_1
+                ),
+                alpha_optimizer=tf_keras.optimizers.Adam(
+                    settings.alpha_learning_rate, beta_1=settings.alpha_beta_1
+                ),
+                target_update_tau=settings.target_update_tau,
+                target_update_period=settings.target_update_period,
+                gamma=settings.discount,
+                reward_scale_factor=settings.reward_scale_factor,
+                initial_log_alpha=math.log(settings.initial_temperature),
+                # Hansen & Wang's (and SAC-AE's) temperature loss: alpha * (-log pi - H), not log alpha.
+                use_log_alpha_in_alpha_loss=False,
+                target_entropy=target_entropy,
+                gradient_clipping=settings.max_grad_norm,
+                train_step_counter=run.train_step,
+            )
+            agent.initialize()
         run.compile_train(agent)
         self.replay_buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(
             agent.collect_data_spec,

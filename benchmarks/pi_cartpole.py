@@ -153,10 +153,12 @@ def train_policy(name: str, env_steps: int, root: Path, seed: int, bindings: Seq
     """Trains (or resumes) ``POLICIES[name]``; returns its folder, wall time and last training metrics."""
     root_dir = root / f"{name}_seed{seed}"
     gin.clear_config()
+    # The tests below are the evaluation: no policy exports and no evaluation by the trainer
+    # (--gin_bindings 'train_eval.num_eval_episodes = 10' turns it back on).
     train.parse_gin(
         [str(CONFIGS / POLICIES[name])],
         [f"train_eval.total_env_steps = {env_steps}", f"train_eval.seed = {seed}",
-         "train_eval.policy_save_interval = 0", *bindings],
+         "train_eval.policy_save_interval = 0", "train_eval.num_eval_episodes = 0", *bindings],
     )  # fmt: skip
     start = time.perf_counter()
     try:
@@ -164,8 +166,12 @@ def train_policy(name: str, env_steps: int, root: Path, seed: int, bindings: Seq
     finally:
         gin.clear_config()
     history = results.pop("history")
-    return {"root_dir": str(root_dir), "train_seconds": time.perf_counter() - start, "final": results,
-            "mean_sps": float(np.mean([h["SPS"] for h in history[1:]] or [0.0]))}  # fmt: skip
+    evaluations = results.pop("evaluations")  # none unless train_eval.num_eval_episodes is bound
+    record = {"root_dir": str(root_dir), "train_seconds": time.perf_counter() - start, "final": results,
+              "mean_sps": float(np.mean([h["SPS"] for h in history[1:]] or [0.0]))}  # fmt: skip
+    if evaluations:
+        record["evaluations"] = evaluations
+    return record
 
 
 def _cell(summary: dict[str, float] | None) -> str:
@@ -217,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bindings = list(args.gin_bindings)
     if args.quick:
         args.env_steps, args.num_episodes, args.num_envs, args.reshuffle_every = 8000, 4, 4, "100"
-        bindings = ["train_eval.num_envs = 4", "train_eval.num_minibatches = 2", *bindings]
+        bindings = ["train_eval.num_envs = 4", "ppo.num_minibatches = 2", *bindings]
     names = [n for n in args.policies.split(",") if n]
     unknown = sorted(set(names) - set(POLICIES))
     if unknown:

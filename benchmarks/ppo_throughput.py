@@ -1,10 +1,11 @@
 """PPO training throughput on Procgen: environment steps/s per model, their ratios, and where the time goes.
 
 For each encoder (default: SiT and the IMPALA-CNN of the SiT paper), one
-process runs ``sit_keras.agents.train.train_eval`` on ``procgen:<game>`` with
+process runs ``sit_keras.agents.train.train_eval`` (PPO) on ``procgen:<game>`` with
 64 environments and the paper's PPO + DrAC settings (``configs/procgen``),
 except a short rollout (``--steps_per_env``, default 16 instead of 256) so
-that an iteration takes seconds, for ``--iterations`` iterations. The
+that an iteration takes seconds, for ``--iterations`` iterations, without
+the trainer's evaluation (``train_eval.num_eval_episodes = 0``). The
 minibatches keep the config's *size* (SiT family: 128 steps; IMPALA-CNN:
 2048, i.e. the whole shortened rollout), so each train step does the work
 it does in a full run. The first iteration (tracing) is dropped; the table
@@ -36,6 +37,7 @@ import sit_keras  # noqa: F401  (selects Keras 2 before TensorFlow is imported)
 # isort: split
 
 import argparse
+import dataclasses
 import statistics
 import tempfile
 import time
@@ -45,7 +47,7 @@ from typing import Any
 
 import gin
 
-from sit_keras.agents import train
+from sit_keras.agents import ppo, train
 from sit_keras.benchmarking import environment, write_report
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "ppo_throughput.json"
@@ -57,10 +59,8 @@ def measure(model: str, game: str, num_envs: int, steps_per_env: int, iterations
     """Runs ``iterations`` PPO iterations of ``configs/procgen/models/<model>.gin``; medians after the 1st."""
     gin.clear_config()
     train.parse_gin([str(CONFIGS / f"{model}.gin")], [])
-    config_steps = gin.query_parameter("train_eval.num_envs") * gin.query_parameter(
-        "train_eval.collect_steps_per_env"
-    )
-    minibatch_size = config_steps // gin.query_parameter("train_eval.num_minibatches")
+    config_steps = gin.query_parameter("train_eval.num_envs") * _ppo_setting("collect_steps_per_env")
+    minibatch_size = config_steps // _ppo_setting("num_minibatches")
     steps_per_iteration = num_envs * steps_per_env
     # The config's minibatch size (not their number) on the shorter rollout, at most all of it.
     num_minibatches = max(1, steps_per_iteration // minibatch_size)
@@ -77,6 +77,7 @@ def measure(model: str, game: str, num_envs: int, steps_per_env: int, iterations
             total_env_steps=iterations * steps_per_iteration,
             checkpoint_interval=10**12,
             policy_save_interval=0,
+            num_eval_episodes=0,
             progress=False,
         )
         wall = time.perf_counter() - start
@@ -89,7 +90,7 @@ def measure(model: str, game: str, num_envs: int, steps_per_env: int, iterations
     for name in FRACTIONS:
         summary[name] = statistics.median(h[name] for h in timed)
     summary["model_fraction"] = summary["train_fraction"] + summary["policy_fraction"]
-    last = {k: v for k, v in results.items() if k != "history"}
+    last = {k: v for k, v in results.items() if k not in ("history", "evaluations")}
     return {
         "model": model,
         "num_minibatches": num_minibatches,
@@ -99,6 +100,14 @@ def measure(model: str, game: str, num_envs: int, steps_per_env: int, iterations
         "last": last,
         "total_wall_s": wall,
     }
+
+
+def _ppo_setting(name: str) -> Any:
+    """``ppo.<name>`` as the parsed config binds it, else ``ppo.PPO``'s default."""
+    try:
+        return gin.query_parameter(f"ppo.{name}")
+    except ValueError:
+        return next(field.default for field in dataclasses.fields(ppo.PPO) if field.name == name)
 
 
 def speed_ratios(speeds: dict[str, float]) -> dict[str, float]:

@@ -1,4 +1,8 @@
-"""PPO training under ``tf.distribute`` strategies: mirrored on two logical CPUs, multi-worker."""
+"""PPO training under ``tf.distribute`` strategies: mirrored on two logical CPUs, multi-worker.
+
+The harness's ``train_eval`` (``sit_keras.agents.train`` re-exports it) with PPO's settings by name;
+the final evaluation runs the policy whose variables the strategy holds.
+"""
 
 from __future__ import annotations
 
@@ -25,8 +29,8 @@ SCRIPT = textwrap.dedent(
     results = train.train_eval(
         sys.argv[1], env_name="minigrid:LavaGapS5", num_envs=4, encoder="cnn",
         encoder_kwargs={"filters": (4,), "strides": 1, "output_dim": 8}, total_env_steps=64,
-        collect_steps_per_env=16, num_minibatches=4, num_epochs=2, drac_coef=0.1, progress=False,
-        strategy=strategy,
+        collect_steps_per_env=16, num_minibatches=4, num_epochs=2, drac_coef=0.1, num_eval_episodes=2,
+        progress=False, strategy=strategy,
     )
     print(json.dumps({"replicas": strategy.num_replicas_in_sync, **results}))
     """
@@ -46,6 +50,13 @@ def test_mirrored_strategy_trains_on_two_cpu_replicas(tmp_path):
     assert results["env_steps"] == 64
     # 2 epochs x 4 minibatches, split over the 2 replicas: 4 synchronous steps.
     assert results["train_step"] == 4
+    _assert_evaluated_at_the_end(results)
+
+
+def _assert_evaluated_at_the_end(results):
+    (evaluation,) = results["evaluations"]
+    assert evaluation["env_steps"] == 64 and evaluation["num_episodes"] == 2
+    assert results["EvalAverageReturn"] == evaluation["mean_return"]
 
 
 def test_multi_worker_strategy_reads_tf_config(tmp_path):
@@ -66,3 +77,4 @@ def test_multi_worker_strategy_reads_tf_config(tmp_path):
     assert results["replicas"] == 1
     assert results["env_steps"] == 64
     assert results["train_step"] == 8
+    _assert_evaluated_at_the_end(results)

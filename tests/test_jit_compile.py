@@ -12,10 +12,11 @@ What this file proves:
   kernel fails), and writes the summaries of the compiled function outside
   it with the tags, steps, values and recording decisions of the uncompiled
   function, in a loop body too;
-- PPO, SAC, DQN / C51, behaviour cloning (``sit-distill``) and
-  ``sit-train-supervised`` trained a few steps on the CPU with XLA give the
-  losses of the graph-mode run with the same seed, log the same TensorBoard
-  scalars, and record that XLA was on.
+- PPO, SAC, DQN / C51, behaviour cloning (``sit-distill``; all four
+  through the harness's ``train_eval``) and ``sit-train-supervised``
+  trained a few steps on the CPU with XLA give the losses of the graph-mode
+  run with the same seed, log the same TensorBoard scalars, and record that
+  XLA was on (the ``train_eval.jit_compile`` hyper-parameter).
 
 Tolerance: the XLA runs are not bit-identical to graph mode. XLA fuses ops
 and reorders float32 sums (eps 1.2e-7), so each loss moves by a few 1e-7
@@ -61,8 +62,7 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 from tf_agents.distributions import utils as distribution_utils
 
 from sit_keras import xla
-from sit_keras.agents import distill as distill_module
-from sit_keras.agents import dqn_train, sac_train, train
+from sit_keras.agents import harness, ppo, train
 from sit_keras.supervised import train as supervised_train
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -81,10 +81,12 @@ PPO_RUN = {
     "num_epochs": 2,
     "drac_coef": 0.0,
     "checkpoint_interval": 64,
+    "num_eval_episodes": 0,
     "progress": False,
 }
 # test_sac_training's state run, shortened: 40 random steps, then 10 iterations of 4 environment
-# steps and 4 gradient steps; the losses logged every 8 gradient steps.
+# steps and 4 gradient steps; the losses logged every 8 gradient steps (summary_interval), the
+# collect metrics every 8 environment steps (log_interval).
 SAC_RUN = {
     "env_name": ENV,
     "env_kwargs": {"max_episode_steps": 50},
@@ -94,14 +96,15 @@ SAC_RUN = {
     "critic_fc_layer_params": (32,),
     "total_env_steps": 80,
     "initial_collect_steps": 40,
-    "collect_steps_per_iteration": 4,
+    "collect_steps_per_env": 4,
     "train_steps_per_iteration": 4,
     "replay_capacity": 1000,
     "batch_size": 32,
     "log_interval": 8,
+    "summary_interval": 8,
     "checkpoint_interval": 80,
     "policy_save_interval": 0,
-    "eval_interval": 0,
+    "num_eval_episodes": 0,
     "checkpoint_replay_buffer": False,
     "progress": False,
 }
@@ -112,7 +115,7 @@ DQN_RUN = {
     "num_envs": 2,
     "encoder": "mlp",
     "encoder_kwargs": {"units": (16,)},
-    "total_agent_steps": 100,
+    "total_env_steps": 100,
     "replay_capacity": 1000,
     "min_replay_size": 40,
     "batch_size": 8,
@@ -122,7 +125,7 @@ DQN_RUN = {
     "reward_clip": None,
     "epsilon_final": 1.0,
     "eval_interval": 0,
-    "eval_episodes": 1,
+    "num_eval_episodes": 1,
     "log_interval": 50,
     "checkpoint_interval": 100,
     "policy_save_interval": 0,
@@ -131,14 +134,24 @@ DQN_RUN = {
 }
 # A small AttentionNeuron student; 2 streams of 40 teacher steps, 2 chunks, 2 epochs: 4 train steps.
 DISTILL_RUN = {
+    "env_name": ENV,
     "num_envs": 2,
-    "collect_steps_per_env": 40,
+    "total_env_steps": 80,
     "sequence_length": 20,
     "num_epochs": 2,
     "encoder_kwargs": {"output_dim": 8, "num_queries": 4},
     "fc_layer_params": (8,),
+    "num_eval_episodes": 0,
     "progress": False,
 }
+
+
+def _bind_ppo(run: dict) -> None:
+    """Binds ``run`` in gin as train_eval's keywords are split: ``train_eval.<name>`` and ``ppo.<name>``."""
+    run_settings, ppo_settings = harness.split_overrides(ppo.PPO, run)
+    for configurable, values in (("train_eval", run_settings), ("ppo", ppo_settings)):
+        for name, value in values.items():
+            gin.bind_parameter(f"{configurable}.{name}", value)
 
 
 def _scalars(log_dir: str) -> dict[str, dict[int, float]]:
@@ -275,12 +288,11 @@ def test_unknown_settings_are_rejected_by_name(setting):
         xla.resolve_jit_compile(setting)
 
 
-def test_trainers_reject_an_unknown_setting_before_building_anything(tmp_path, clean_gin):
-    for trainer in (train.train_eval, sac_train.sac_train_eval, dqn_train.dqn_train_eval):
-        with pytest.raises(ValueError, match="Unknown jit_compile setting 'fast'"):
-            trainer(str(tmp_path / "run"), jit_compile="fast")
-    with pytest.raises(ValueError, match="Unknown jit_compile setting 'fast'"):
-        distill_module.distill(str(tmp_path / "run"), str(tmp_path), ENV, jit_compile="fast")
+def test_trainers_reject_an_unknown_setting_before_building_anything(ppo_graph_run, tmp_path, clean_gin):
+    teacher, _ = ppo_graph_run
+    for agent, settings in [("ppo", {}), ("sac", {}), ("dqn", {}), ("bc", {"teacher_dir": teacher})]:
+        with pytest.raises(harness.SettingsError, match="Unknown jit_compile setting 'fast'"):
+            train.train_eval(str(tmp_path / "run"), agent=agent, jit_compile="fast", **settings)
     with pytest.raises(ValueError, match="Unknown jit_compile setting 'fast'"):
         supervised_train.train_supervised(str(tmp_path / "run"), jit_compile="fast")
     assert not (tmp_path / "run").exists()
@@ -369,15 +381,14 @@ def test_summaries_of_the_compiled_step_are_written_outside_it_as_without_xla(tm
 # -- the learners: graph mode against XLA ------------------------------------------
 @pytest.fixture(scope="module")
 def ppo_graph_run(tmp_path_factory):
-    """PPO in graph mode through sit-train's dispatch, with ``jit_compile = False`` (a bool) bound in gin."""
+    """PPO in graph mode from gin bindings alone (as sit-train runs it), ``jit_compile = False`` bound."""
     root_dir = str(tmp_path_factory.mktemp("ppo_graph"))
     gin.clear_config()
     gin.bind_parameter("train_eval.jit_compile", False)
-    for name, value in PPO_RUN.items():
-        gin.bind_parameter(f"train_eval.{name}", value)
+    _bind_ppo(PPO_RUN)
     # Exported at the end: the teacher of the behaviour-cloning test.
     gin.bind_parameter("train_eval.policy_save_interval", 64)
-    results = train.train(root_dir)
+    results = train.train_eval(root_dir)
     gin.clear_config()
     return root_dir, results
 
@@ -386,15 +397,14 @@ def test_ppo_with_xla_matches_graph_mode(ppo_graph_run, tmp_path, xla_traces, cl
     graph_dir, graph = ppo_graph_run
     # The explicit setting (sit-train's --jit_compile) wins over the gin binding.
     gin.bind_parameter("train_eval.jit_compile", False)
-    for name, value in PPO_RUN.items():
-        gin.bind_parameter(f"train_eval.{name}", value)
-    compiled = train.train(str(tmp_path), jit_compile="on")
+    _bind_ppo(PPO_RUN)
+    compiled = train.train_eval(str(tmp_path), jit_compile="on")
     assert xla_traces["train"] > 0
     assert compiled["train_step"] == graph["train_step"] == 8
     _assert_same_scalars(os.path.join(graph_dir, "train"), str(tmp_path / "train"), min_steps=8)
     assert "losses/approx_kl" in _scalars(str(tmp_path / "train"))
-    assert _hyperparameter(os.path.join(graph_dir, "collect"), "jit_compile") is False
-    assert _hyperparameter(str(tmp_path / "collect"), "jit_compile") is True
+    assert _hyperparameter(os.path.join(graph_dir, "collect"), "train_eval.jit_compile") is False
+    assert _hyperparameter(str(tmp_path / "collect"), "train_eval.jit_compile") is True
 
 
 @pytest.mark.usefixtures("synchronous_replay_sampling", "clean_gin")
@@ -403,43 +413,44 @@ def test_sac_with_xla_matches_graph_mode(tmp_path, xla_traces, monkeypatch):
     monkeypatch.setattr(
         distribution_utils.SquashToSpecNormal, "sample", lambda self, *args, **kwargs: self.mode()
     )
-    graph = sac_train.sac_train_eval(str(tmp_path / "graph"), jit_compile="off", **SAC_RUN)
+    graph = train.train_eval(str(tmp_path / "graph"), agent="sac", jit_compile="off", **SAC_RUN)
     assert not xla_traces
-    compiled = sac_train.sac_train_eval(str(tmp_path / "xla"), jit_compile=True, **SAC_RUN)
+    compiled = train.train_eval(str(tmp_path / "xla"), agent="sac", jit_compile=True, **SAC_RUN)
     assert xla_traces["train"] > 0
     assert compiled["train_step"] == graph["train_step"] == 40
     # Losses at gradient steps 0, 8, ..., 32.
     _assert_same_scalars(str(tmp_path / "graph" / "train"), str(tmp_path / "xla" / "train"), min_steps=5)
     assert compiled["alpha"] == pytest.approx(graph["alpha"], rel=RTOL)
-    assert _hyperparameter(str(tmp_path / "xla" / "collect"), "jit_compile") is True
+    assert _hyperparameter(str(tmp_path / "xla" / "collect"), "train_eval.jit_compile") is True
 
 
 @pytest.mark.usefixtures("synchronous_replay_sampling", "clean_gin")
 @pytest.mark.parametrize("algorithm", ["dqn", "c51"])
 def test_dqn_and_c51_with_xla_match_graph_mode(algorithm, tmp_path, xla_traces):
-    run = {**DQN_RUN, "algorithm": algorithm}
-    graph = dqn_train.dqn_train_eval(str(tmp_path / "graph"), jit_compile=False, **run)
-    compiled = dqn_train.dqn_train_eval(str(tmp_path / "xla"), jit_compile="true", **run)
+    run = {**DQN_RUN, "agent": "dqn", "algorithm": algorithm}
+    graph = train.train_eval(str(tmp_path / "graph"), jit_compile=False, **run)
+    compiled = train.train_eval(str(tmp_path / "xla"), jit_compile="true", **run)
     assert xla_traces["train"] > 0
     assert compiled["train_step"] == graph["train_step"] == 61
     # Losses at gradient steps 0, 5, ..., 60.
     _assert_same_scalars(str(tmp_path / "graph" / "train"), str(tmp_path / "xla" / "train"), min_steps=13)
     assert compiled["loss"] == pytest.approx(graph["loss"], rel=RTOL, abs=ATOL)
-    assert _hyperparameter(str(tmp_path / "xla" / "collect"), "jit_compile") is True
+    assert _hyperparameter(str(tmp_path / "xla" / "collect"), "train_eval.jit_compile") is True
 
 
-def test_behaviour_cloning_with_xla_matches_graph_mode(ppo_graph_run, tmp_path, xla_traces):
+def test_behaviour_cloning_with_xla_matches_graph_mode(ppo_graph_run, tmp_path, xla_traces, clean_gin):
     teacher, _ = ppo_graph_run
-    graph = distill_module.distill(str(tmp_path / "graph"), teacher, jit_compile="false", **DISTILL_RUN)
-    compiled = distill_module.distill(str(tmp_path / "xla"), teacher, jit_compile="on", **DISTILL_RUN)
+    run = {**DISTILL_RUN, "agent": "bc", "teacher_dir": teacher}
+    graph = train.train_eval(str(tmp_path / "graph"), jit_compile="false", **run)
+    compiled = train.train_eval(str(tmp_path / "xla"), jit_compile="on", **run)
     assert xla_traces["train_chunk"] > 0
     assert compiled["train_step"] == graph["train_step"] == 4
     np.testing.assert_allclose(
         [h["loss"] for h in compiled["history"]], [h["loss"] for h in graph["history"]], rtol=RTOL, atol=ATOL
     )
     _assert_same_scalars(str(tmp_path / "graph" / "train"), str(tmp_path / "xla" / "train"), min_steps=4)
-    settings = json.loads((tmp_path / "xla" / "distill.json").read_text())["settings"]
-    assert settings["jit_compile"] is True
+    assert _hyperparameter(str(tmp_path / "graph" / "collect"), "train_eval.jit_compile") is False
+    assert _hyperparameter(str(tmp_path / "xla" / "collect"), "train_eval.jit_compile") is True
 
 
 def test_supervised_training_with_xla_matches_graph_mode(tmp_path, clean_gin):

@@ -1,9 +1,9 @@
-"""PPO (+ DrAC) training with TF-Agents: a short real run, its outputs, resume and errors."""
+"""PPO (+ DrAC) training through the harness: a short real run, its outputs, resume and errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import glob
-import inspect
 import json
 import os
 import signal
@@ -17,11 +17,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from sit_keras.agents import evaluate, train
+from sit_keras.agents import evaluate, harness, ppo, train
 from sit_keras.agents.augmentation import make_augmentation, random_crop
 from sit_keras.agents.ppo_agent import explained_variance
 
-# 4 environments x 16 steps per iteration, 2 iterations: seconds on a CPU.
+# 4 environments x 16 steps per iteration, 2 iterations: seconds on a CPU. Evaluated (4 episodes)
+# after each iteration. train_eval splits the names between train_eval.* and ppo.*.
 SHORT_RUN = {
     "env_name": "minigrid:LavaGapS5",
     "num_envs": 4,
@@ -35,6 +36,8 @@ SHORT_RUN = {
     "drac_coef": 0.1,
     "checkpoint_interval": 64,
     "policy_save_interval": 64,
+    "eval_interval": 64,
+    "num_eval_episodes": 4,
     "progress": False,
 }
 
@@ -45,6 +48,22 @@ def _tags(log_dir: str) -> set[str]:
         for event in tf.compat.v1.train.summary_iterator(path):
             tags.update(value.tag for value in event.summary.value)
     return tags
+
+
+def _hyperparameters(log_dir: str) -> dict[str, Any]:
+    """The hyper-parameters of the TensorBoard HParams tab written to ``log_dir``."""
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    for path in glob.glob(os.path.join(log_dir, "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.tag == "_hparams_/session_start_info":
+                    data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
+                    return {
+                        name: getattr(hparam, hparam.WhichOneof("kind"))
+                        for name, hparam in data.session_start_info.hparams.items()
+                    }
+    raise AssertionError(f"no hyper-parameters in {log_dir}")
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +94,7 @@ def test_short_run_collects_trains_and_logs(trained_run):
         "Metrics/AverageReturn",
         "Metrics/AverageEpisodeLength",
         "Metrics/SuccessRate",
+        "Metrics/loss",
         "charts/SPS",
         "charts/train_fraction",
         "charts/env_fraction",
@@ -82,10 +102,46 @@ def test_short_run_collects_trains_and_logs(trained_run):
         "_hparams_/session_start_info",
     ]:
         assert tag in collect_tags, collect_tags
-    assert os.path.exists(os.path.join(root_dir, "config.gin"))
+    # Logged every iteration (the default log_interval: num_envs * collect_steps_per_env).
+    assert [h["env_steps"] for h in results["history"]] == [64, 128]
+    # config.gin and the hyper-parameters are the settings the run used: train_eval.* and ppo.*, the
+    # keyword arguments and the agent's defaults included.
+    with open(os.path.join(root_dir, "config.gin")) as f:
+        config = f.read().splitlines()
+    for binding in [
+        "train_eval.agent = 'ppo'",
+        "train_eval.num_envs = 4",
+        "train_eval.log_interval = 64",
+        "ppo.collect_steps_per_env = 16",
+        "ppo.learning_rate = 0.0005",
+    ]:
+        assert binding in config, config
+    hparams = _hyperparameters(os.path.join(root_dir, "collect"))
+    assert hparams["train_eval.num_envs"] == 4 and hparams["ppo.collect_steps_per_env"] == 16
+    assert hparams["train_eval.log_interval"] == 64 and hparams["train_eval.eval_interval"] == 64
+    assert os.path.exists(os.path.join(root_dir, "policy_network.json"))
     assert glob.glob(os.path.join(root_dir, "checkpoints", "ckpt-*.index"))
     assert os.path.exists(os.path.join(root_dir, "policies", "greedy_policy", "saved_model.pb"))
     assert glob.glob(os.path.join(root_dir, "policies", "checkpoints", "policy_checkpoint_*"))
+
+
+def test_short_run_evaluates_into_eval_and_evaluations_json(trained_run):
+    """PPO evaluates its policy on separate environments every eval_interval and at the end."""
+    root_dir, results = trained_run
+    eval_tags = _tags(os.path.join(root_dir, "eval"))
+    for tag in ["Eval/AverageReturn", "Eval/StdReturn", "Eval/AverageEpisodeLength", "Eval/SuccessRate"]:
+        assert tag in eval_tags, eval_tags
+    with open(os.path.join(root_dir, harness.EVALUATIONS_FILE)) as f:
+        evaluations = json.load(f)
+    assert evaluations == results["evaluations"]
+    assert [(e["env_steps"], e["train_step"]) for e in evaluations] == [(64, 8), (128, 16)]
+    for evaluation in evaluations:
+        assert evaluation["num_episodes"] == len(evaluation["returns"]) == 4
+        assert 0.0 <= evaluation["success_rate"] <= 1.0
+        assert evaluation["mean_return"] == pytest.approx(np.mean(evaluation["returns"]))
+    # Each log carries the evaluation of its own step.
+    assert [h["EvalAverageReturn"] for h in results["history"]] == [e["mean_return"] for e in evaluations]
+    assert results["EvalAverageReturn"] == evaluations[-1]["mean_return"]
 
 
 def test_rerun_resumes_the_counters(trained_run, tmp_path):
@@ -95,6 +151,8 @@ def test_rerun_resumes_the_counters(trained_run, tmp_path):
     # One more iteration on top of the checkpointed two.
     assert resumed["env_steps"] == 192
     assert resumed["train_step"] == 24
+    # The evaluation schedule goes on: the new evaluation is added to the earlier ones.
+    assert [e["env_steps"] for e in resumed["evaluations"]] == [64, 128, 192]
 
 
 def test_saved_policy_evaluates_under_transforms(trained_run):
@@ -126,8 +184,7 @@ def test_kill_mid_run_then_resume(tmp_path):
     """A run killed after its first checkpoint resumes from it, counters included."""
     root_dir = str(tmp_path / "killed")
     args = [
-        # The console script: `python -m` would register the trainers' gin names twice
-        # (as __main__ and as sit_keras.agents.train, which SAC and DQN import).
+        # The console script, as a user runs it.
         os.path.join(os.path.dirname(sys.executable), "sit-train"),
         "--root_dir",
         root_dir,
@@ -140,15 +197,17 @@ def test_kill_mid_run_then_resume(tmp_path):
         "--gin_bindings",
         "train_eval.encoder_kwargs = {'filters': (4,), 'strides': 1, 'output_dim': 8}",
         "--gin_bindings",
-        "train_eval.collect_steps_per_env = 8",
+        "ppo.collect_steps_per_env = 8",
         "--gin_bindings",
-        "train_eval.num_minibatches = 2",
+        "ppo.num_minibatches = 2",
         "--gin_bindings",
-        "train_eval.drac_coef = 0.0",
+        "ppo.drac_coef = 0.0",
         "--gin_bindings",
         "train_eval.checkpoint_interval = 16",
         "--gin_bindings",
         "train_eval.policy_save_interval = 100000",
+        "--gin_bindings",
+        "train_eval.num_eval_episodes = 2",
         "--gin_bindings",
         "train_eval.progress = False",
     ]
@@ -187,6 +246,7 @@ def test_kill_mid_run_then_resume(tmp_path):
     "bindings, match",
     [
         (["train_eval.not_an_argument = 1"], "Bad gin configuration"),
+        (["ppo.not_an_argument = 1"], "Bad gin configuration"),
         (["train_eval.num_envs = = 3"], "Bad gin configuration"),
     ],
 )
@@ -202,23 +262,55 @@ def test_missing_gin_file_is_clear():
         train.parse_gin(["configs/no_such.gin"], [])
 
 
+@pytest.mark.parametrize(
+    "bindings, match",
+    [
+        # A SAC hyper-parameter in a PPO run.
+        (["sac.batch_size = 8"], r"a 'ppo' run does not read: sac\.batch_size"),
+        # DQN's settings without train_eval.agent = 'dqn'.
+        (["dqn.n_step = 3", "dqn.batch_size = 8"], r"does not read: dqn\.batch_size, dqn\.n_step"),
+    ],
+)
+def test_bindings_that_the_run_does_not_read_are_errors(tmp_path, bindings, match):
+    """A binding that the selected agent does not read fails before anything is written."""
+    root_dir = tmp_path / "run"
+    gin.clear_config()
+    train.parse_gin([], bindings)
+    try:
+        with pytest.raises(harness.SettingsError, match=match):
+            train.train_eval(str(root_dir), **SHORT_RUN)
+    finally:
+        gin.clear_config()
+    assert not root_dir.exists()
+
+
+def _ppo_defaults() -> dict[str, Any]:
+    return {field.name: field.default for field in dataclasses.fields(ppo.PPO)}
+
+
 def test_rl_configs_parse_and_their_rollouts_split_into_minibatches():
     configs = sorted(
         glob.glob("configs/procgen/**/*.gin", recursive=True) + glob.glob("configs/minigrid/*.gin")
     )
     assert len(configs) >= 30
-    defaults = inspect.signature(train.train_eval).parameters
+    defaults = _ppo_defaults()
 
     def setting(name: str) -> Any:
         try:
-            return gin.query_parameter(f"train_eval.{name}")
-        except ValueError:  # not bound: the function's default
-            return defaults[name].default
+            return gin.query_parameter(f"ppo.{name}")
+        except ValueError:  # not bound: ppo.PPO's default
+            return defaults[name]
 
     for path in configs:
         gin.clear_config()
         train.parse_gin([path], [])
-        steps = setting("num_envs") * setting("collect_steps_per_env")
+        # PPO configs: nothing bound that a PPO run would not read.
+        harness.check_bindings("ppo")
+        try:
+            num_envs = gin.query_parameter("train_eval.num_envs")
+        except ValueError:  # not bound: PPO's run default
+            num_envs = ppo.defaults(harness.RunSettings(), ppo.PPO())["num_envs"]
+        steps = num_envs * setting("collect_steps_per_env")
         assert steps % setting("num_minibatches") == 0, f"{path}: {steps} steps per iteration"
     gin.clear_config()
 
@@ -230,11 +322,18 @@ def test_rl_configs_parse_and_their_rollouts_split_into_minibatches():
         ({"encoder": "resnet"}, "Unknown encoder 'resnet'"),
         ({"num_minibatches": 3}, "must be a multiple of num_minibatches"),
         ({"augmentation": "cutout"}, "Unknown augmentation 'cutout'"),
+        ({"collect_steps_per_env": 0}, "ppo.collect_steps_per_env must be >= 1"),
+        ({"total_env_steps": 0}, "train_eval.total_env_steps must be >= 1"),
+        ({"clip_range": 0.1}, r"Unknown settings \['clip_range'\]"),
     ],
 )
 def test_bad_settings_are_clear(tmp_path, overrides, match):
-    with pytest.raises(ValueError, match=match):
-        train.train_eval(str(tmp_path), **{**SHORT_RUN, **overrides})
+    gin.clear_config()
+    root_dir = tmp_path / "run"
+    with pytest.raises(harness.SettingsError, match=match):
+        train.train_eval(str(root_dir), **{**SHORT_RUN, **overrides})
+    # Found while the run is set up: nothing stays behind.
+    assert not root_dir.exists()
 
 
 def test_random_crop_is_a_clamped_shift():
@@ -366,32 +465,59 @@ def test_annealed_learning_rate_decays_to_zero(tmp_path):
     assert rates[steps[-1]] == pytest.approx(5e-4 / 16, rel=1e-5)
 
 
-def test_sit_train_dispatches_on_train_agent(tmp_path):
-    """``train.agent`` picks the trainer: a SAC config runs SacAgent, a DQN config DqnAgent."""
-    runs = {
-        "sac": ("configs/dmc/cartpole_swingup_state.gin", "sac_train_eval", [
-            "sac_train_eval.total_env_steps = 40", "sac_train_eval.initial_collect_steps = 20",
-            "sac_train_eval.batch_size = 8", "sac_train_eval.eval_interval = 0",
-            "sac_train_eval.actor_fc_layer_params = (8,)", "sac_train_eval.critic_fc_layer_params = (8,)",
-            "sac_train_eval.policy_save_interval = 0",
-        ]),
-        "dqn": ("configs/atari/pong_cnn.gin", "dqn_train_eval", [
-            "dqn_train_eval.env_name = 'gymnasium:CartPole-v1'", "dqn_train_eval.env_kwargs = {}",
-            "dqn_train_eval.encoder = 'mlp'", "dqn_train_eval.encoder_kwargs = {'units': (8,)}",
-            "dqn_train_eval.total_agent_steps = 40", "dqn_train_eval.min_replay_size = 20",
-            "dqn_train_eval.n_step = 2", "dqn_train_eval.replay_capacity = 100",
-            "dqn_train_eval.eval_interval = 0", "dqn_train_eval.policy_save_interval = 0",
-            "dqn_train_eval.eval_env_kwargs = {}",
-        ]),
-    }  # fmt: skip
-    for agent, (config, trainer, bindings) in runs.items():
-        root_dir = str(tmp_path / agent)
-        command = [os.path.join(os.path.dirname(sys.executable), "sit-train"), "--root_dir", root_dir,
-                   "--gin_file", config, "--gin_bindings", f"{trainer}.progress = False"]  # fmt: skip
-        for binding in bindings:
-            command += ["--gin_bindings", binding]
-        subprocess.run(command, check=True, capture_output=True, text=True, timeout=600)
-        with open(os.path.join(root_dir, "policy_network.json")) as f:
-            assert json.load(f)["agent"] in {agent, "c51"}
-        with open(os.path.join(root_dir, "config.gin")) as f:
-            assert f"train.agent = '{agent}'" in f.read()
+# A SAC and a DQN config shortened to a few steps, with the bindings of their agents.
+DISPATCH_RUNS = {
+    "sac": ("configs/dmc/cartpole_swingup_state.gin", [
+        "train_eval.total_env_steps = 40", "sac.initial_collect_steps = 20", "sac.batch_size = 8",
+        "train_eval.eval_interval = 0", "train_eval.num_eval_episodes = 1",
+        "sac.actor_fc_layer_params = (8,)", "sac.critic_fc_layer_params = (8,)",
+        "train_eval.policy_save_interval = 0",
+    ]),
+    "dqn": ("configs/atari/pong_cnn.gin", [
+        "train_eval.env_name = 'gymnasium:CartPole-v1'", "train_eval.env_kwargs = {}",
+        "train_eval.encoder = 'mlp'", "train_eval.encoder_kwargs = {'units': (8,)}",
+        "train_eval.total_env_steps = 40", "dqn.min_replay_size = 20", "dqn.n_step = 2",
+        "dqn.replay_capacity = 100", "train_eval.eval_interval = 0", "train_eval.num_eval_episodes = 1",
+        "train_eval.eval_num_envs = 1", "train_eval.policy_save_interval = 0",
+        "train_eval.eval_env_kwargs = {}",
+    ]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("agent", list(DISPATCH_RUNS))
+def test_train_eval_agent_dispatches(agent, tmp_path, monkeypatch):
+    """``train_eval.agent`` picks the algorithm: a SAC config runs SharedEncoderSacAgent, a DQN config a
+    DQN agent (C51 here), each with its own settings (``sac.*``, ``dqn.*``) and outputs."""
+    from tf_agents.agents.dqn import dqn_agent
+
+    from sit_keras.agents.sac_agent import SharedEncoderSacAgent
+
+    module = harness.algorithm_module(agent)
+    built = []
+    build = module.build
+
+    def spying_build(run, settings):
+        built.append((settings, build(run, settings)))
+        return built[-1][1]
+
+    monkeypatch.setattr(module, "build", spying_build)
+    config, bindings = DISPATCH_RUNS[agent]
+    root_dir = str(tmp_path / agent)
+    gin.clear_config()
+    try:
+        train.parse_gin([config], [*bindings, "train_eval.progress = False"])
+        results = train.train_eval(root_dir)
+    finally:
+        gin.clear_config()
+    ((settings, algorithm),) = built
+    assert isinstance(settings, module.SETTINGS)
+    expected_class = {"sac": SharedEncoderSacAgent, "dqn": dqn_agent.DqnAgent}[agent]
+    assert isinstance(algorithm.agent, expected_class), type(algorithm.agent)
+    assert results["env_steps"] >= 40 and results["train_step"] > 0
+    # The agent's own logged value: SAC's temperature, DQN's exploration rate.
+    assert {"sac": "alpha", "dqn": "epsilon"}[agent] in results
+    assert [e["env_steps"] for e in results["evaluations"]] == [results["env_steps"]]
+    with open(os.path.join(root_dir, "policy_network.json")) as f:
+        assert json.load(f)["agent"] in {agent, "c51"}
+    with open(os.path.join(root_dir, "config.gin")) as f:
+        assert f"train_eval.agent = '{agent}'" in f.read()

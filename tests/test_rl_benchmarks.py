@@ -1,4 +1,5 @@
-"""Smoke runs of the RL benchmarks (benchmarks/ppo_throughput.py, benchmarks/minigrid_rotation.py)."""
+"""Smoke runs of the RL benchmarks (benchmarks/ppo_throughput.py, benchmarks/minigrid_rotation.py,
+benchmarks/atari100k.py, benchmarks/dmc_walker.py)."""
 
 from __future__ import annotations
 
@@ -66,3 +67,57 @@ def test_minigrid_rotation_quick(tmp_path):
     for row in run["rows"].values():
         assert 0.0 <= row["success_rate"] <= 1.0
     assert "| rotations average |" in report["table"]
+
+
+def test_atari100k_tiny_run(tmp_path):
+    """benchmarks/atari100k.py through sit-train's parser and train_eval: Pong, a tiny CNN, 40 agent steps."""
+    out = tmp_path / "atari100k.json"
+    module = _load("atari100k")
+    bindings = [
+        "train_eval.encoder_kwargs = {'filters': (4, 8), 'output_dim': 16}",
+        "train_eval.eval_env_kwargs = {'max_episode_frames': 200}",  # 50-step evaluation games
+        "dqn.min_replay_size = 20",
+        "dqn.n_step = 3",
+        "dqn.batch_size = 4",
+        "dqn.target_update_period = 10",
+    ]
+    argv = "--games pong --models cnn --seeds 0 --agent_steps 40 --eval_episodes 1 --log_interval 20".split()
+    argv += ["--no_progress", "--root", str(tmp_path / "runs"), "--out", str(out)]
+    assert module.main([*argv, *(f"--gin_bindings={b}" for b in bindings)]) == 0
+    report = json.loads(out.read_text())
+    (run,) = report["runs"]
+    assert (run["game"], run["model"], run["seed"]) == ("pong", "cnn", 0)
+    # Ten evaluations (every tenth of the budget, keyed by env_steps = agent steps); the score is the
+    # mean of the last three (80%, 90%, 100%).
+    assert [e["env_steps"] for e in run["evaluations"]] == list(range(4, 41, 4))
+    assert run["scored_evaluations"] == [32, 36, 40]
+    assert run["score"] == pytest.approx(sum(e["mean_return"] for e in run["evaluations"][-3:]) / 3)
+    assert all(e["frames"] == 4 * e["env_steps"] and e["num_episodes"] == 1 for e in run["evaluations"])
+    assert run["learning_sps"] > 0 and 0 < run["train_fraction"] < 1
+    root_dir = Path(run["root_dir"])
+    assert len(json.loads((root_dir / "evaluations.json").read_text())) == 10
+    assert json.loads((root_dir / "policy_network.json").read_text())["agent"] == "c51"
+    assert "| Pong | cnn |" in report["table"]
+
+
+def test_dmc_walker_tiny_run(tmp_path):
+    """benchmarks/dmc_walker.py: a speed run and a training run (with its final evaluation) of the CNN."""
+    out = tmp_path / "dmc_walker.json"
+    module = _load("dmc_walker")
+    argv = "--encoders cnn --seeds 0 --env_steps 8 --num_eval_episodes 1 --speed_encoders cnn".split()
+    argv += "--speed_steps 4 --speed_iterations 2 --speed_blocks 2".split()
+    argv += ["--root", str(tmp_path / "runs"), "--out", str(out)]
+    bindings = ["sac.actor_fc_layer_params = (16,)", "sac.critic_fc_layer_params = (16,)"]
+    bindings.append("sac.batch_size = 4")
+    assert module.main([*argv, *(f"--gin_bindings={b}" for b in bindings)]) == 0
+    report = json.loads(out.read_text())
+    # 4 random steps, then 2 blocks of 2 SAC iterations; the first block (tracing) is not timed.
+    (block,) = report["speed"]["cnn"]["blocks"]
+    assert block["env_steps"] == 2 and block["train_steps"] == 2
+    assert report["speed"]["cnn"]["steps_per_second"] == block["steps_per_second"] > 0
+    (run,) = report["runs"]
+    assert run["env_steps"] == 8 and [h["env_steps"] for h in run["history"]] == [5, 6, 7, 8]
+    evaluations = json.loads((Path(run["root_dir"]) / "evaluations.json").read_text())
+    assert [e["env_steps"] for e in evaluations] == [8]
+    assert run["eval_mean_return"] == evaluations[0]["mean_return"] and run["eval_std_return"] == 0.0
+    assert "| cnn | 8 | 1 |" in report["tables"]

@@ -19,7 +19,7 @@ from statistics:
 - each PPO learner run reads the iteration just collected (the prefetching
   datasets wait for it), split into whole environment sequences for
   recurrent networks; PPO trains these networks on cartpole-swingup
-  (2 short iterations), writes a ``policy_network.json`` that
+  (2 short iterations) and evaluates them, writes a ``policy_network.json`` that
   rebuilds the actor with its trained weights, and the saved greedy policy
   acts as the rebuilt network;
 - bad inputs and settings raise a ``ValueError`` naming the expected shape.
@@ -40,7 +40,7 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
 from sit_keras import testing
-from sit_keras.agents import evaluate, policy_network, train
+from sit_keras.agents import evaluate, harness, policy_network, ppo, train
 from sit_keras.agents.sensor_networks import SensorActorNetwork, SensorValueNetwork
 
 DTYPE = "float64"
@@ -336,7 +336,7 @@ def test_bad_inputs_and_settings_raise_clear_errors():
 
 # -- PPO training -------------------------------------------------------------------------------------
 class _StubAgent:
-    """What ``train._IterationData`` uses of a PPO agent: the data spec and GAE (here: a doubling)."""
+    """What ``ppo.IterationData`` uses of a PPO agent: the data spec and GAE (here: a doubling)."""
 
     collect_data_spec = {"x": tf.TensorSpec((), tf.float32)}
 
@@ -354,7 +354,7 @@ def test_each_learner_run_reads_the_iteration_just_collected(num_minibatches):
     buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(
         _StubAgent.collect_data_spec, batch_size=num_envs, max_length=steps + 1
     )
-    data = train._IterationData(_StubAgent(), buffer, num_envs, steps, num_minibatches)
+    data = ppo.IterationData(_StubAgent(), buffer, num_envs, steps, num_minibatches)
     # As PPOLearner reads them: endless, the elements of a run cached and repeated for the epochs.
     streams = [
         iter(
@@ -392,17 +392,19 @@ def _dmc_available() -> bool:
 
 
 PI_CONFIG = "configs/dmc/cartpole_swingup_pi.gin"
-# 4 environments x 24 steps, 2 iterations, from the cartpole-swingup config.
+# 4 environments x 24 steps, 2 iterations, from the cartpole-swingup config; one evaluation episode
+# at the end (the recurrent policy on the evaluation environments).
 SHORT_BINDINGS = [
     "train_eval.num_envs = 4",
-    "train_eval.collect_steps_per_env = 24",
-    "train_eval.num_minibatches = 2",
-    "train_eval.num_epochs = 2",
+    "ppo.collect_steps_per_env = 24",
+    "ppo.num_minibatches = 2",
+    "ppo.num_epochs = 2",
     "train_eval.total_env_steps = 192",
     "train_eval.encoder_kwargs = {'output_dim': 16, 'num_queries': 8}",
-    "train_eval.fc_layer_params = (16,)",
+    "ppo.fc_layer_params = (16,)",
     "train_eval.checkpoint_interval = 96",
     "train_eval.policy_save_interval = 192",
+    "train_eval.num_eval_episodes = 1",
     "train_eval.progress = False",
 ]
 
@@ -423,6 +425,8 @@ def test_pi_ppo_trains_on_whole_sequences_and_describes_its_actor(trained_pi):
     assert results["env_steps"] == 192
     # 2 iterations x 2 epochs x 2 minibatches of 2 environments' sequences.
     assert results["train_step"] == 8
+    (evaluation,) = results["evaluations"]
+    assert evaluation["env_steps"] == 192 and evaluation["num_episodes"] == 1
     description = policy_network.read_description(root_dir)
     assert description.network_class == "SensorActorNetwork"
     assert description.env_name == env
@@ -453,7 +457,7 @@ def test_pi_ppo_trains_on_whole_sequences_and_describes_its_actor(trained_pi):
 
 def test_recurrent_minibatches_must_divide_the_environments(tmp_path):
     gin.clear_config()
-    with pytest.raises(ValueError, match="num_envs = 4 must be a multiple of num_minibatches = 3"):
+    with pytest.raises(harness.SettingsError, match="num_envs = 4 must be a multiple of num_minibatches = 3"):
         train.train_eval(
             str(tmp_path), env_name="gymnasium:Pendulum-v1", num_envs=4, encoder="attention_neuron",
             collect_steps_per_env=6, num_minibatches=3, drac_coef=0.0, progress=False,
