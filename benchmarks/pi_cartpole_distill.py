@@ -68,6 +68,8 @@ def distill_student(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """Clones the teacher into ``<root>/<name>`` (resumes); returns the folder, settings, results and time."""
     root_dir = os.path.join(args.root, name)
     network = student_network(name)
+    if name == "pi" and args.pi_fc_layer_params:
+        network["fc_layer_params"] = tuple(int(n) for n in args.pi_fc_layer_params.split(","))
     settings = {
         "agent": "bc", "teacher_dir": args.teacher_dir, "num_envs": args.num_envs,
         "total_env_steps": args.total_env_steps, "num_epochs": args.num_epochs,
@@ -138,6 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--num_epochs", type=int, default=20)
     parser.add_argument("--sequence_length", type=int, default=50)
     parser.add_argument("--dagger_rounds", type=int, default=0, help="DAgger rounds (0: plain cloning)")
+    parser.add_argument("--students", default="pi,mlp", help="which students to distil and test")
+    parser.add_argument(
+        "--pi_fc_layer_params", default="", help="the PI student's dense layers (default: its PPO config's)"
+    )
     parser.add_argument("--dagger_teacher_probability", type=float, default=0.0)
     parser.add_argument("--num_episodes", type=int, default=24, help="test episodes per cell")
     parser.add_argument("--num_eval_envs", type=int, default=24)
@@ -163,15 +169,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as error:
         parser.error(f"{error}")
     tests = (*pi_cartpole.TABLE2, *pi_cartpole.table6(reshuffles))
+    names = [n for n in args.students.split(",") if n]
+    if not names or set(names) - set(STUDENT_CONFIGS):
+        parser.error(
+            f"--students must name some of {', '.join(STUDENT_CONFIGS)}. Received: {args.students!r}"
+        )
 
     start = time.perf_counter()
     students: dict[str, Any] = {}
     if not args.skip_training:
-        for name in STUDENT_CONFIGS:
+        for name in names:
             students[name] = distill_student(name, args)
             record = students[name]
             print(f"{name}: distilled in {record['seconds']:.0f} s, losses {record['loss_per_epoch']}")
-    folders = {"teacher": args.teacher_dir, **{n: os.path.join(args.root, n) for n in STUDENT_CONFIGS}}
+    folders = {"teacher": args.teacher_dir, **{n: os.path.join(args.root, n) for n in names}}
     results = {}
     for name, folder in folders.items():
         results[name] = test_policy(folder, tests, args)
