@@ -42,6 +42,7 @@ from sit_keras.agents.console import quiet_library_logs
 from sit_keras.agents.environments import load
 from sit_keras.export.exporter import export_policy
 from sit_keras.export.tflite_py_policy import TFLitePyPolicy
+from sit_keras.mixed_precision import PRECISIONS
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "demo")
 MODELS = ("sit", "cnn")
@@ -182,14 +183,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--gin_bindings", action="append", default=[], help="extra bindings for both runs (repeatable)"
     )
+    parser.add_argument(
+        "--precision", choices=PRECISIONS, default="float32", help="train_eval.precision of both runs"
+    )
     args = parser.parse_args(argv)
+    if args.num_episodes < 1:
+        parser.error(f"--num_episodes must be >= 1. Received: {args.num_episodes}")
     quiet_library_logs()
+    bindings = [*args.gin_bindings, f"train_eval.precision = '{args.precision}'"]
 
     start = time.perf_counter()
     training = {}
     for model in MODELS:
         print(f"== training {model} ({os.path.join(args.config_dir, model + '.gin')})", flush=True)
-        training[model] = train_model(model, args.root_dir, args.config_dir, args.gin_bindings)
+        training[model] = train_model(model, args.root_dir, args.config_dir, bindings)
     env_name = _env_name(args.config_dir)
     print(f"== evaluating on {env_name}: {args.num_episodes} episodes per rotation", flush=True)
     results = evaluate_models(args.root_dir, env_name, args.num_episodes)
@@ -206,8 +213,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     with open(os.path.join(args.root_dir, "results.json"), "w") as f:
         json.dump(
-            {"env": env_name, "training": training, "speed": speed, "evaluation": results,
-             "export": export_report, "minutes": minutes},
+            {"env": env_name, "precision": args.precision, "training": training, "speed": speed,
+             "evaluation": results, "export": export_report, "minutes": minutes},
             f, indent=2,
         )  # fmt: skip
     print(f"{minutes:.1f} min. Results: {os.path.join(args.root_dir, 'results.json')}")
