@@ -57,16 +57,22 @@ def test_speed_ratios_cover_every_pair_in_order():
     }
 
 
-def test_minigrid_rotation_quick(tmp_path):
+@pytest.mark.parametrize("family", ["lavacrossing", "lavagap"])
+def test_minigrid_rotation_quick(family, tmp_path):
     out = tmp_path / "table4.json"
     module = _load("minigrid_rotation")
-    assert module.main(["--quick", "--root", str(tmp_path / "runs"), "--out", str(out)]) == 0
+    args = ["--quick", "--family", family, "--root", str(tmp_path / "runs"), "--out", str(out)]
+    assert module.main(args) == 0
     report = json.loads(out.read_text())
     (run,) = report["runs"]
-    assert set(run["rows"]) == set(module.ROWS)
-    for row in run["rows"].values():
-        assert 0.0 <= row["success_rate"] <= 1.0
-    assert "| rotations average |" in report["table"]
+    assert set(report["rows"]) == set(module.FAMILIES[family][2])
+    for kind in ("sampling", "greedy"):
+        assert set(run[kind]) == set(report["rows"])
+        for row in run[kind].values():
+            assert 0.0 <= row["success_rate"] <= 1.0
+        assert "| rotations average |" in report["tables"][kind]
+    hard = "LavaCrossingS9N3" if family == "lavacrossing" else "LavaGapS7"
+    assert report["rows"]["hard"]["env"] == f"minigrid:{hard}"
 
 
 def test_atari100k_tiny_run(tmp_path):
