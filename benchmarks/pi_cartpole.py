@@ -178,8 +178,12 @@ def _cell(summary: dict[str, float] | None) -> str:
     return "N/A" if summary is None else f"{summary['mean']:.0f} +- {summary['std']:.0f}"
 
 
-def markdown(results: dict[str, dict[str, dict[str, float]]], tests: Sequence[SensorTest]) -> str:
-    """Our mean +- std per policy and test, the paper's in brackets."""
+def markdown(
+    results: dict[str, dict[str, dict[str, float]]],
+    tests: Sequence[SensorTest],
+    labels: dict[str, str] = LABELS,
+) -> str:
+    """Our mean +- std per policy and test (N/A where it was not run), the paper's in brackets."""
     lines = [
         "| policy | " + " | ".join(t.name for t in tests) + " |",
         "| --- | " + " | ".join("---" for _ in tests) + " |",
@@ -187,10 +191,10 @@ def markdown(results: dict[str, dict[str, dict[str, float]]], tests: Sequence[Se
     for name, per_test in results.items():
         cells = []
         for test in tests:
-            paper = PAPER[name].get(test.name)
+            paper = PAPER.get(name, {}).get(test.name)
             ours = _cell(per_test.get(test.name))
             cells.append(ours + (f" ({paper[0]} +- {paper[1]})" if paper else ""))
-        lines.append(f"| {LABELS[name]} | " + " | ".join(cells) + " |")
+        lines.append(f"| {labels[name]} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

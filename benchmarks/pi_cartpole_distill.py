@@ -110,23 +110,6 @@ def test_policy(root_dir: str, tests: Sequence[pi_cartpole.SensorTest], args) ->
     return results
 
 
-def markdown(results: dict[str, dict[str, dict[str, Any]]], tests: Sequence[pi_cartpole.SensorTest]) -> str:
-    """Mean +- std per policy and test; the paper's AttentionNeuron (``pi``) and FNN (``mlp``) in brackets."""
-    lines = [
-        "| policy | " + " | ".join(t.name for t in tests) + " |",
-        "| --- | " + " | ".join("---" for _ in tests) + " |",
-    ]
-    for name, per_test in results.items():
-        cells = []
-        for test in tests:
-            summary = per_test.get(test.name)
-            cell = "N/A" if summary is None else f"{summary['mean']:.0f} +- {summary['std']:.0f}"
-            paper = pi_cartpole.PAPER.get(name, {}).get(test.name)
-            cells.append(cell + (f" ({paper[0]} +- {paper[1]})" if paper else ""))
-        lines.append(f"| {LABELS[name]} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -187,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, folder in folders.items():
         results[name] = test_policy(folder, tests, args)
         print(name, {k: round(v["mean"], 1) for k, v in results[name].items()}, flush=True)
-    table = markdown(results, tests)
+    table = pi_cartpole.markdown(results, tests, LABELS)
     print(table)
     if args.out:
         report = {
