@@ -158,6 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"--students must name some of {', '.join(STUDENT_CONFIGS)}. Received: {args.students!r}"
         )
 
+    # The commit the run starts from (HEAD may move while it runs).
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     start = time.perf_counter()
     students: dict[str, Any] = {}
     if not args.skip_training:
@@ -176,9 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = {
             "what": "AttentionNeuron Tables 2 and 6 on dmc:cartpole-swingup, students cloned from a teacher",
             "command": " ".join(sys.argv),
-            "commit": subprocess.run(
-                ["git", "rev-parse", "HEAD"], capture_output=True, text=True
-            ).stdout.strip(),
+            "commit": commit,
             "machine_cores": os.cpu_count(),
             "wall_seconds": time.perf_counter() - start,
             "teacher_dir": args.teacher_dir,
