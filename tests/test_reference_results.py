@@ -1,0 +1,45 @@
+"""The README's result tables come from the committed reports in benchmarks/reference/.
+
+Each test reads one report and checks that the README quotes it: the
+markdown table the benchmark wrote, verbatim, or the numbers formatted as
+the README prints them. A README number cannot drift from its file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = ROOT / "benchmarks" / "reference"
+README = (ROOT / "README.md").read_text()
+
+
+def _report(name: str) -> dict:
+    return json.loads((REFERENCE / name).read_text())
+
+
+@pytest.mark.parametrize("name", ["pi_cartpole_distill.json", "pi_cartpole_dagger.json"])
+def test_cartpole_distillation_tables_are_the_reports(name):
+    report = _report(name)
+    assert report["markdown"] in README
+    assert f"`benchmarks/reference/{name}`" in README
+    assert report["commit"] and report["command"].startswith("benchmarks/pi_cartpole_distill.py")
+    # Every cell of the table is a measured mean over the stated number of episodes.
+    for per_test in report["results"].values():
+        for summary in per_test.values():
+            assert len(summary["returns"]) == report["test_settings"]["num_episodes"]
+
+
+def test_lavacrossing_learnability_numbers_are_the_report():
+    run = _report("lavacrossing_learnability.json")["runs"][-1]
+    first = run["first_step_with_success_at_least"]
+    last = run["last_log"]
+    quoted = (
+        f"reached 0.5 at {first['0.5'] / 1e6:.2f}M steps, 0.8 at {first['0.8'] / 1e6:.2f}M and "
+        f"{last['success']:.2f} at {last['env_steps'] / 1e6:.2f}M"
+    )
+    assert " ".join(quoted.split()) in " ".join(README.split())
+    assert f"({run['wall_time_minutes']:.0f} min on the shared machine" in README
