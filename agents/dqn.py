@@ -53,7 +53,7 @@ from tf_agents.replay_buffers import tf_uniform_replay_buffer
 from tf_agents.train import learner
 
 from sit_keras.agents import encoders, q_networks
-from sit_keras.agents.harness import Algorithm, Run, RunSettings
+from sit_keras.agents.harness import OnlineAlgorithm, Run, RunSettings
 
 ALGORITHMS = ("dqn", "ddqn", "c51")
 """``dqn``: ``DqnAgent``; ``ddqn``: ``DdqnAgent`` (double DQN); ``c51``: ``CategoricalDqnAgent``."""
@@ -219,7 +219,7 @@ def make_agent(
     return agent_class(time_step_spec, action_spec, q_network=q_net, **kwargs)
 
 
-class DQNAlgorithm(Algorithm):
+class DQNAlgorithm(OnlineAlgorithm):
     """A DQN agent and a ``Learner`` that runs the updates due after each collection."""
 
     def __init__(self, run: Run, settings: DQN):

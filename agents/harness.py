@@ -54,6 +54,7 @@ settings)`` (raises ``ValueError`` before anything is written) and
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import dataclasses
 import importlib
@@ -291,20 +292,16 @@ class Run:
             agent.train = xla.compile_with_xla(agent.train)
 
 
-class Algorithm:
-    """What the harness needs of an agent; algorithm modules subclass it.
+class Algorithm(abc.ABC):
+    """What the harness needs of an agent; algorithm modules subclass it (or ``OnlineAlgorithm``).
 
     Attributes set by subclasses:
-      agent: has ``policy`` (and ``collect_policy``) for policy saving.
+      agent: has ``policy`` for policy saving (``PolicySavedModelTrigger``).
       checkpoint_objects: saved in ``checkpoints/`` beside the counters.
       replay_buffer: a ``TFUniformReplayBuffer`` to checkpoint, or ``None``.
       description: ``policy_network.write_description``'s ``agent``,
         ``network``, ``network_kwargs``, ``checkpoint_attribute`` (and ``extra``).
-      eval_policy: the TF policy evaluated during training.
-      collect_policy: the py policy that collects.
-      observers: trajectory observers of the collection (the replay buffer).
-      batched_steps: batched steps of the environments per iteration.
-      env_steps_per_iteration: what one iteration adds to ``env_steps``.
+      eval_policy: the TF policy evaluated by ``Evaluator``.
     """
 
     agent: Any
@@ -312,28 +309,46 @@ class Algorithm:
     replay_buffer: Any = None
     description: dict[str, Any]
     eval_policy: tf_policy.TFPolicy
+
+    @abc.abstractmethod
+    def train(self, loop: TrainingLoop) -> dict[str, Any]:
+        """The whole training with the loop's pieces; returns ``loop.finish``'s results."""
+
+    def close(self) -> None:
+        """Releases what the algorithm holds (dataset threads); nothing by default."""
+        return None
+
+
+class OnlineAlgorithm(Algorithm):
+    """An agent that collects and learns in turns (PPO, SAC, DQN): ``TrainingLoop.run`` drives it.
+
+    Attributes set by subclasses, besides ``Algorithm``'s:
+      collect_policy: the py policy that collects.
+      observers: trajectory observers of the collection (the replay buffer).
+      batched_steps: batched steps of the environments per iteration.
+      env_steps_per_iteration: what one iteration adds to ``env_steps``.
+    """
+
     collect_policy: Any
-    observers: list[Callable] = []
+    observers: list[Callable]
     batched_steps: int
     env_steps_per_iteration: int
 
     def warm_up(self, loop: TrainingLoop) -> None:
-        """Before the first iteration of a run (e.g. random steps into an empty buffer)."""
+        """Before the first iteration (e.g. random steps into an empty buffer); nothing by default."""
+        return None
 
+    @abc.abstractmethod
     def learn(self, env_steps: int) -> dict[str, float]:
         """The train steps due after a collection; returns scalars for ``collect/`` (e.g. the loss)."""
-        raise NotImplementedError
 
     def log_values(self, env_steps: int) -> dict[str, float]:
         """Scalars of the agent's state to log (e.g. epsilon, the temperature)."""
         return {}
 
     def train(self, loop: TrainingLoop) -> dict[str, Any]:
-        """The whole training: collect and learn until the budget (BC overrides it)."""
+        """Collect and learn until the budget."""
         return loop.run(self)
-
-    def close(self) -> None:
-        """Releases what the algorithm holds (dataset threads)."""
 
 
 class SettingsError(ValueError):
@@ -662,7 +677,7 @@ class TrainingLoop:
     def train_step(self) -> int:
         return int(self.run_.train_step.numpy())
 
-    def run(self, algorithm: Algorithm) -> dict[str, Any]:
+    def run(self, algorithm: OnlineAlgorithm) -> dict[str, Any]:
         """Iterates until ``total_env_steps``; returns the last results, evaluations and history."""
         settings = self.settings
         total = settings.total_env_steps

@@ -29,7 +29,7 @@ from tf_agents.utils import common
 
 from sit_keras.agents import encoders
 from sit_keras.agents.augmentation import make_augmentation
-from sit_keras.agents.harness import Algorithm, Run, RunSettings
+from sit_keras.agents.harness import OnlineAlgorithm, Run, RunSettings
 from sit_keras.agents.ppo_agent import DrACPPOAgent
 
 
@@ -127,7 +127,7 @@ def check(run: RunSettings, settings: PPO) -> None:
         make_augmentation(settings.augmentation, 64)  # an unknown name fails here
 
 
-class PPOAlgorithm(Algorithm):
+class PPOAlgorithm(OnlineAlgorithm):
     """``DrACPPOAgent`` with ``PPOLearner`` fed one iteration at a time (``IterationData``)."""
 
     def __init__(self, run: Run, settings: PPO):

@@ -39,7 +39,7 @@ from tf_agents.replay_buffers import tf_uniform_replay_buffer
 from tf_agents.train import learner
 
 from sit_keras.agents import encoders, sac_networks
-from sit_keras.agents.harness import Algorithm, Run, RunSettings, TrainingLoop
+from sit_keras.agents.harness import OnlineAlgorithm, Run, RunSettings, TrainingLoop
 from sit_keras.agents.sac_agent import SharedEncoderSacAgent
 
 
@@ -129,7 +129,7 @@ def check(run: RunSettings, settings: SAC) -> None:
         )
 
 
-class SACAlgorithm(Algorithm):
+class SACAlgorithm(OnlineAlgorithm):
     """``SharedEncoderSacAgent`` and a ``Learner`` on transitions sampled from the replay buffer."""
 
     def __init__(self, run: Run, settings: SAC):
