@@ -24,6 +24,7 @@ model folder is what a model server or a robot's deploy script would pick up:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -324,10 +325,8 @@ class _Transaction:
                 os.replace(backup, final)
         shutil.rmtree(self._staging, ignore_errors=True)
         for folder in sorted(set(self._created), key=len, reverse=True):  # deepest first
-            try:
-                os.rmdir(folder)  # only if empty: never a folder that holds someone else's files
-            except OSError:
-                pass
+            with contextlib.suppress(OSError):  # only if empty: never a folder that holds someone else's files
+                os.rmdir(folder)
 
 
 def _make_dirs(path: str) -> list[str]:
