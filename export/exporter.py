@@ -325,7 +325,8 @@ class _Transaction:
                 os.replace(backup, final)
         shutil.rmtree(self._staging, ignore_errors=True)
         for folder in sorted(set(self._created), key=len, reverse=True):  # deepest first
-            with contextlib.suppress(OSError):  # only if empty: never a folder that holds someone else's files
+            # Only if empty: never a folder that holds someone else's files.
+            with contextlib.suppress(OSError):
                 os.rmdir(folder)
 
 
