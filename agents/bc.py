@@ -163,8 +163,9 @@ def check(run: RunSettings, settings: BC) -> None:
     rounds = settings.dagger_rounds + 1
     streams = run.num_envs * rounds
     if run.total_env_steps % streams or (run.total_env_steps // streams) % settings.sequence_length:
+        each_round = f"{rounds} rounds (dagger_rounds + 1) of " if rounds > 1 else ""
         raise ValueError(
-            f"total_env_steps = {run.total_env_steps} must be {rounds} round(s) of num_envs = {run.num_envs} "
+            f"total_env_steps = {run.total_env_steps} must be {each_round}num_envs = {run.num_envs} "
             f"streams of a multiple of sequence_length = {settings.sequence_length} steps."
         )
     if not os.path.exists(os.path.join(teacher_policy_dir(settings.teacher_dir), "saved_model.pb")):
