@@ -49,14 +49,21 @@ import gin
 
 from sit_keras.agents import ppo, train
 from sit_keras.benchmarking import environment, write_report
+from sit_keras.mixed_precision import PRECISIONS
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "ppo_throughput.json"
 CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "procgen" / "models"
 FRACTIONS = ("train_fraction", "policy_fraction", "env_fraction", "overhead_fraction")
 
 
-def measure(model: str, game: str, num_envs: int, steps_per_env: int, iterations: int) -> dict[str, Any]:
-    """Runs ``iterations`` PPO iterations of ``configs/procgen/models/<model>.gin``; medians after the 1st."""
+def measure(
+    model: str, game: str, num_envs: int, steps_per_env: int, iterations: int, precision: str = "float32"
+) -> dict[str, Any]:
+    """Runs ``iterations`` PPO iterations of ``configs/procgen/models/<model>.gin``; medians after the 1st.
+
+    ``precision``: ``train_eval.precision``; the report names the run ``<model>:<precision>``
+    unless it is float32.
+    """
     gin.clear_config()
     train.parse_gin([str(CONFIGS / f"{model}.gin")], [])
     config_steps = gin.query_parameter("train_eval.num_envs") * _ppo_setting("collect_steps_per_env")
@@ -78,6 +85,7 @@ def measure(model: str, game: str, num_envs: int, steps_per_env: int, iterations
             checkpoint_interval=10**12,
             policy_save_interval=0,
             num_eval_episodes=0,
+            precision=precision,
             progress=False,
         )
         wall = time.perf_counter() - start
@@ -92,7 +100,8 @@ def measure(model: str, game: str, num_envs: int, steps_per_env: int, iterations
     summary["model_fraction"] = summary["train_fraction"] + summary["policy_fraction"]
     last = {k: v for k, v in results.items() if k not in ("history", "evaluations")}
     return {
-        "model": model,
+        "model": model if precision == "float32" else f"{model}:{precision}",
+        "precision": precision,
         "num_minibatches": num_minibatches,
         "minibatch_size": steps_per_iteration // num_minibatches,
         "summary": summary,
@@ -151,15 +160,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps_per_env", type=int, default=16)
     parser.add_argument("--iterations", type=int, default=4)
     parser.add_argument("--out", default=str(DEFAULT_OUT))
+    parser.add_argument(
+        "--precisions", default="float32", help="train_eval.precision values, e.g. float32,mixed_bfloat16"
+    )
     parser.add_argument("--quick", action="store_true", help="smoke run: 4 envs x 4 steps, 2 iterations")
     args = parser.parse_args(argv)
     if args.quick:
         args.num_envs, args.steps_per_env, args.iterations = 4, 4, 2
+    precisions = [p for p in args.precisions.split(",") if p]
+    for precision in precisions:
+        if precision not in PRECISIONS:
+            parser.error(f"--precisions: unknown {precision!r}. Expected some of: {', '.join(PRECISIONS)}.")
 
     runs = []
     for model in args.models.split(","):
-        print(f"== {model}", flush=True)
-        runs.append(measure(model, args.game, args.num_envs, args.steps_per_env, args.iterations))
+        for precision in precisions:
+            print(f"== {model} ({precision})", flush=True)
+            runs.append(
+                measure(model, args.game, args.num_envs, args.steps_per_env, args.iterations, precision)
+            )
     table = format_table(runs)
     print(table)
     speeds = {run["model"]: run["summary"]["env_steps_per_second"] for run in runs}
