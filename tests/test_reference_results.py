@@ -43,3 +43,24 @@ def test_lavacrossing_learnability_numbers_are_the_report():
     )
     assert " ".join(quoted.split()) in " ".join(README.split())
     assert f"({run['wall_time_minutes']:.0f} min on the shared machine" in README
+
+
+def test_demo_precision_table_is_the_report():
+    report = _report("demo_precision.json")
+    for policy, per_precision in _demo_rows(report).items():
+        cells = " | ".join(f"{v:.2f}" for pair in per_precision for v in pair)
+        assert f"| {policy} | {cells} |" in README, policy
+    assert "`benchmarks/reference/demo_precision.json`" in README
+
+
+def _demo_rows(report: dict) -> dict[str, list[tuple[float, float]]]:
+    """Upright and rotation-average success per policy and precision, as the README's table."""
+    rows = {}
+    for policy in ("sit (greedy)", "sit (sampling)", "cnn (greedy)", "cnn (sampling)", "sit (TFLite float32)",
+                   "sit (TFLite int8)"):  # fmt: skip
+        rows[policy] = []
+        for precision in ("float32", "mixed_bfloat16"):
+            success = report["runs"][precision]["success"][policy]
+            rotated = sum(success[t] for t in ("rot90", "rot180", "rot270")) / 3
+            rows[policy].append((success["none"], rotated))
+    return rows
