@@ -68,3 +68,17 @@ def _demo_rows(report: dict) -> dict[str, list[tuple[float, float]]]:
             rotated = sum(success[t] for t in ("rot90", "rot180", "rot270")) / 3
             rows[policy].append((success["none"], rotated))
     return rows
+
+
+def test_table4_lavagap_tables_are_the_report():
+    report = _report("table4_lavagap.json")
+    for kind in ("sampling", "greedy", "tflite greedy"):
+        assert report["tables"][kind] in README, kind
+    assert "`benchmarks/reference/table4_lavagap.json`" in README
+    # The per-seed rotation figures quoted in the README.
+    flat = " ".join(README.split())
+    for run in report["runs"]:
+        if run["model"] == "sit":
+            rows = run["sampling"]
+            upright, rotated = rows["train: easy"]["success_rate"], rows["rotations average"]["success_rate"]
+            assert f"seed {run['seed']}: {upright:.2f} upright and {rotated:.2f} rotated" in flat
