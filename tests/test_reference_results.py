@@ -82,3 +82,10 @@ def test_table4_lavagap_tables_are_the_report():
             rows = run["sampling"]
             upright, rotated = rows["train: easy"]["success_rate"], rows["rotations average"]["success_rate"]
             assert f"seed {run['seed']}: {upright:.2f} upright and {rotated:.2f} rotated" in flat
+
+
+def test_cartpole_teacher_is_the_report():
+    final = _report("cartpole_sac_teacher.json")["final"]
+    flat = " ".join(README.split())
+    assert f"{final['mean_return']:.0f} ± {final['std_return']:.0f} greedy over its last 5 evaluation" in flat
+    assert len(final["returns"]) == 5
