@@ -581,7 +581,7 @@ class Evaluator:
         }
         # A resumed run replaces the evaluations from after its checkpoint.
         self.evaluations = [e for e in self.evaluations if e["env_steps"] < env_steps] + [result]
-        _write_json_atomically(self._path, self.evaluations)
+        evaluate.write_json_atomically(self._path, self.evaluations)
         with self._writer.as_default(step=env_steps):
             for tag, name in EVAL_TAGS.items():
                 tf.summary.scalar(f"Eval/{tag}", summary[name])
@@ -600,13 +600,6 @@ EVAL_TAGS = {
     "SuccessRate": "success_rate",
 }
 """``eval/`` TensorBoard tags and the ``evaluate.summarize`` values they show."""
-
-
-def _write_json_atomically(path: str, value: Any) -> None:
-    temporary = f"{path}.tmp"
-    with open(temporary, "w") as f:
-        json.dump(value, f, indent=2)
-    os.replace(temporary, path)
 
 
 class Timer:
@@ -650,7 +643,7 @@ class TrainingLoop:
     """Collect, learn, and the triggers (log, evaluate, checkpoint, save), until the budget."""
 
     def __init__(self, run: Run, writer, checkpointer, buffer_checkpointer, exporter, evaluator):
-        self.run_ = run
+        self.context = run  # the run's settings, environments and counters
         self.writer = writer
         self.checkpointer = checkpointer
         self.buffer_checkpointer = buffer_checkpointer
@@ -662,29 +655,29 @@ class TrainingLoop:
 
     @property
     def settings(self) -> RunSettings:
-        return self.run_.settings
+        return self.context.settings
 
     def driver(self, policy, observers: list[Callable], batched_steps: int) -> FixedLengthDriver:
         """A driver of the training environments that feeds ``observers`` and the episode metrics."""
         return FixedLengthDriver(
-            self.run_.env, policy, [*observers, *self.metrics], batched_steps,
+            self.context.env, policy, [*observers, *self.metrics], batched_steps,
             info_observers=[self.success_metric.observe_info],
         )  # fmt: skip
 
     def env_steps(self) -> int:
-        return int(self.run_.env_steps.numpy())
+        return int(self.context.env_steps.numpy())
 
     def train_step(self) -> int:
-        return int(self.run_.train_step.numpy())
+        return int(self.context.train_step.numpy())
 
     def run(self, algorithm: OnlineAlgorithm) -> dict[str, Any]:
         """Iterates until ``total_env_steps``; returns the last results, evaluations and history."""
         settings = self.settings
         total = settings.total_env_steps
         driver = self.driver(algorithm.collect_policy, algorithm.observers, algorithm.batched_steps)
-        self.time_step = self.run_.env.reset()
+        self.time_step = self.context.env.reset()
         # Recurrent policies carry their state across iterations, as TF-Agents' actors do.
-        self.policy_state = driver.policy.get_initial_state(self.run_.env.batch_size)
+        self.policy_state = driver.policy.get_initial_state(self.context.env.batch_size)
         algorithm.warm_up(self)
         steps = self.env_steps()
         bar = progress_bar(total, min(steps, total), settings.progress)
@@ -697,7 +690,7 @@ class TrainingLoop:
             start = time.perf_counter()
             self.time_step, self.policy_state = driver.run(self.time_step, self.policy_state)
             learn_start = time.perf_counter()
-            self.run_.env_steps.assign_add(algorithm.env_steps_per_iteration)
+            self.context.env_steps.assign_add(algorithm.env_steps_per_iteration)
             previous, steps = steps, self.env_steps()
             learned = algorithm.learn(steps) or learned
             timer.add(algorithm.env_steps_per_iteration, driver, learn_start - start,
@@ -730,9 +723,9 @@ class TrainingLoop:
 
     def save_checkpoint(self) -> None:
         """The agent and counters, then the replay buffer: a buffer never runs ahead of its agent."""
-        self.checkpointer.save(self.run_.train_step)
+        self.checkpointer.save(self.context.train_step)
         if self.buffer_checkpointer is not None:
-            self.buffer_checkpointer.save(self.run_.train_step)
+            self.buffer_checkpointer.save(self.context.train_step)
 
     def log(self, steps: int, values: Mapping[str, float], speed: Mapping[str, float]) -> dict[str, Any]:
         """``collect/``: the episode metrics and ``values`` as ``Metrics/*``, speeds as ``charts/*``."""
