@@ -89,3 +89,10 @@ def test_cartpole_teacher_is_the_report():
     flat = " ".join(README.split())
     assert f"{final['mean_return']:.0f} ± {final['std_return']:.0f} greedy over its last 5 evaluation" in flat
     assert len(final["returns"]) == 5
+
+
+def test_ppo_precision_table_is_the_report():
+    report = _report("ppo_precision.json")
+    assert report["table"] in README
+    ratio = report["ratios"]["sit:mixed_bfloat16_over_sit_env_steps_per_second"]
+    assert f"{ratio:.2f}x as many env steps/s" in " ".join(README.split())
