@@ -64,6 +64,7 @@ from sit_keras.agents.collection import EpisodeRecorder
 from sit_keras.agents.console import quiet_library_logs
 from sit_keras.agents.environments import load
 from sit_keras.agents.environments.transforms import SHUFFLE_PATCHES, TRANSFORMS, parse_transform
+from sit_keras.command_line import parse_flags
 
 # A batch step of every environment counts once towards this limit, so a
 # policy that never ends an episode cannot hang the evaluation.
@@ -479,16 +480,9 @@ def main(argv: Sequence[str] | None = None) -> int:
       arguments (found before the first episode), 1 for an evaluation that
       failed once started (results printed so far stay on the console).
     """
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if {"-h", "--help", "--helpshort"} & set(argv):
-        print(f"{__doc__}\nFlags:\n{_FLAGS.get_help()}")
-        return 0
-    _FLAGS.unparse_flags()  # a second main() in one process starts from the defaults
-    try:
-        extra = _FLAGS([PROGRAM, *argv])[1:]
-    except flags.Error as error:
-        print(f"{PROGRAM}: {str(error).rstrip('.')}. See {PROGRAM} --help.", file=sys.stderr)
-        return USAGE_ERROR
+    extra = parse_flags(_FLAGS, PROGRAM, argv, __doc__)
+    if isinstance(extra, int):
+        return extra
     try:
         _run(extra)
     except _Failure as error:

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from absl import flags
 
 from sit_keras.agents.console import quiet_library_logs
+from sit_keras.command_line import parse_flags
 from sit_keras.export import tflite
 from sit_keras.export.exporter import FORMATS, check_export_arguments, export_policy
 
@@ -90,15 +91,9 @@ def main(argv: Sequence[str] | None = None) -> int:
       The exit status: 0 after the export, 2 for a mistake in the arguments,
       1 for an export that failed (nothing written either way).
     """
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if {"-h", "--help", "--helpshort"} & set(argv):
-        print(f"{__doc__}\nFlags:\n{FLAGS.get_help()}")
-        return 0
-    FLAGS.unparse_flags()  # a second main() in one process starts from the defaults
-    try:
-        extra = FLAGS([PROGRAM, *argv])[1:]
-    except flags.Error as error:
-        return _error(f"{str(error).rstrip('.')}. See {PROGRAM} --help.", USAGE_ERROR)
+    extra = parse_flags(FLAGS, PROGRAM, argv, __doc__)
+    if isinstance(extra, int):
+        return extra
     if extra:
         return _error(f"unexpected arguments {' '.join(extra)!r}; every option is a --flag.", USAGE_ERROR)
     output_dir = FLAGS.output_dir or os.path.join(FLAGS.root_dir, "export")

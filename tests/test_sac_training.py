@@ -407,15 +407,3 @@ def test_bad_settings_are_clear(tmp_path, overrides, match):
     with pytest.raises(harness.SettingsError, match=match):
         train.train_eval(str(root_dir), **{**SHORT_RUN, **overrides})
     assert not root_dir.exists()
-
-
-def test_bindings_of_another_agent_are_refused(tmp_path):
-    """A binding that a SAC run does not read (PPO's, or DQN's) is an error that names it."""
-    gin.clear_config()
-    train.parse_gin(["configs/dmc/walker_walk_cnn.gin"], ["ppo.num_epochs = 3"])
-    try:
-        with pytest.raises(harness.SettingsError, match=r"'sac' run does not read: ppo.num_epochs"):
-            train.train_eval(str(tmp_path / "run"))
-    finally:
-        gin.clear_config()
-    assert not (tmp_path / "run").exists()

@@ -42,6 +42,7 @@ import tf_keras
 from absl import flags
 
 from sit_keras import mixed_precision, xla
+from sit_keras.command_line import parse_flags
 from sit_keras.supervised.classifiers import build_classifier
 from sit_keras.supervised.datasets import dataset_spec, load_dataset
 
@@ -313,16 +314,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
       The exit status: 0 after training, 2 for bad flags or a bad gin configuration.
     """
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if {"-h", "--help", "--helpshort"} & set(argv):
-        print(f"{__doc__}\nFlags:\n{FLAGS.get_help()}")
-        return 0
-    FLAGS.unparse_flags()  # a second main() in one process starts from the defaults
-    try:
-        FLAGS([PROGRAM, *argv])
-    except flags.Error as error:
-        print(f"{PROGRAM}: {error}\nSee {PROGRAM} --help.", file=sys.stderr)
-        return 2
+    status = parse_flags(FLAGS, PROGRAM, argv, __doc__)
+    if isinstance(status, int):
+        return status
     gin.clear_config()
     try:
         gin.parse_config_files_and_bindings(FLAGS.gin_file, FLAGS.gin_bindings)
