@@ -29,6 +29,11 @@ Usage (slow: about ``env_steps / 250`` seconds per SiT run on 2 cores)::
     python benchmarks/minigrid_rotation.py --family lavagap --models sit,cnn --seeds 0,1 \\
         --env_steps 200000 --tflite --out benchmarks/reference/table4_lavagap.json
     python benchmarks/minigrid_rotation.py --quick     # smoke run, a minute
+
+A protocol too long for one session runs in parts (a model or a seed per process,
+each with its own ``--out``); ``--merge a.json,b.json --out table.json`` then
+checks that the parts share the family, budget, episodes and bindings and writes
+one report with the tables over every run.
 """
 
 from __future__ import annotations
@@ -38,8 +43,11 @@ import sit_keras  # noqa: F401  (selects Keras 2 before TensorFlow is imported)
 # isort: split
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -92,6 +100,16 @@ FAMILIES: dict[str, tuple[str, list[str], dict[str, tuple[str, tuple[str | None,
     ),
 }
 ROWS = FAMILIES["lavacrossing"][2]
+# The paper's Table 4 (IMPALA, 20M steps on LavaCrossing): row -> (CNN, SiT) success rates.
+PAPER_TABLE4 = {
+    "train: easy": (0.96, 0.94),
+    "train: medium": (0.69, 0.84),
+    "hard": (0.54, 0.46),
+    "rotations average": (0.00, 0.91),
+    "goal top-right": (0.08, 0.71),
+    "goal bottom-left": (0.08, 0.71),
+    "random goal": (0.07, 0.24),
+}
 
 
 def train_one(
@@ -157,6 +175,67 @@ def format_table(per_model: dict[str, list[dict[str, dict[str, float]]]], rows) 
     return "\n".join(lines)
 
 
+def tables_of(runs: Sequence[dict[str, Any]], rows) -> dict[str, str]:
+    """Each policy kind's markdown table over ``runs``, models in the order they first appear."""
+    tables = {}
+    for kind in (*POLICIES, "tflite greedy"):
+        per_model: dict[str, list] = {}
+        for run in runs:
+            if kind in run:
+                per_model.setdefault(run["model"], []).append(run[kind])
+        if per_model:
+            shown = rows if kind in POLICIES else {row: rows[row] for row in ROTATION_ROWS}
+            tables[kind] = format_table(per_model, shown)
+    return tables
+
+
+def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
+    """One report from reports of the same protocol run in parts (e.g. a model or a seed per process).
+
+    The parts must agree on the family, budget, episodes and bindings, and no (model, seed)
+    may appear twice; each part's settings, machine, command and commit are kept in ``parts``.
+    """
+    reports = []
+    for path in paths:
+        try:
+            reports.append((path, json.loads(Path(path).read_text())))
+        except (OSError, json.JSONDecodeError) as error:
+            raise ValueError(f"Cannot read the report {path}: {error}") from error
+    same = ("family", "env_steps", "num_episodes", "gin_bindings")
+    first_path, first = reports[0]
+    for path, report in reports[1:]:
+        for key in same:
+            if report["settings"][key] != first["settings"][key]:
+                raise ValueError(
+                    f"{path} has {key} = {report['settings'][key]!r} but {first_path} has "
+                    f"{first['settings'][key]!r}: only parts of one protocol can be merged."
+                )
+    runs = [run for _, report in reports for run in report["runs"]]
+    keys = [(run["model"], run["seed"]) for run in runs]
+    duplicated = sorted({key for key in keys if keys.count(key) > 1})
+    if duplicated:
+        raise ValueError(f"The reports repeat (model, seed) {duplicated}.")
+    settings = {key: first["settings"][key] for key in same}
+    return {
+        "benchmark": "minigrid_rotation",
+        "settings": settings,
+        "rows": first["rows"],
+        "runs": runs,
+        "tables": tables_of(runs, FAMILIES[settings["family"]][2]),
+        "paper_table4_cnn_sit_20M_steps": PAPER_TABLE4,
+        "parts": [
+            {"file": path, **{k: report.get(k) for k in ("command", "commit", "machine", "settings")}}
+            for path, report in reports
+        ],
+    }
+
+
+def _print_tables(tables: dict[str, str], seeds: str, env_steps: int, family: str) -> None:
+    for kind, table in tables.items():
+        print(f"\nSuccess rate ({kind} policy), mean ± std over seeds {seeds}, after {env_steps} "
+              f"steps, {family}:\n\n{table}")  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--family", choices=list(FAMILIES), default="lavacrossing")
@@ -169,7 +248,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gin_bindings", action="append", default=[], help="extra bindings for every run")
     parser.add_argument("--out", default=str(DEFAULT_OUT))
     parser.add_argument("--quick", action="store_true", help="smoke run: cnn, 1 seed, 2048 steps, 4 episodes")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--merge", default="", help="comma-separated reports of parts of one protocol: merge them into --out"
+    )
+    args = parser.parse_args(argv if argv is not None else sys.argv[1:])
+    if args.merge:
+        try:
+            report = merge_reports([p for p in args.merge.split(",") if p])
+        except ValueError as error:
+            parser.error(str(error))
+        seeds = sorted({run["seed"] for run in report["runs"]})
+        _print_tables(
+            report["tables"], str(seeds), report["settings"]["env_steps"], report["settings"]["family"]
+        )
+        write_report(report, args.out)
+        return 0
     if args.quick:
         args.models, args.seeds, args.env_steps, args.num_episodes = "cnn", "0", 2048, 4
     try:
@@ -184,8 +277,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not (CONFIG_ROOT / config.format(model=model)).exists():
             parser.error(f"No config {config.format(model=model)!r} under configs/ for --models {model!r}.")
 
-    per_policy: dict[str, dict[str, list]] = {kind: {} for kind in POLICIES}
-    per_policy["tflite greedy"] = {}
+    # The command and the commit the runs start from (HEAD may move while they run).
+    command = " ".join(
+        ["python", "benchmarks/minigrid_rotation.py", *(argv if argv is not None else sys.argv[1:])]
+    )
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=CONFIG_ROOT.parent
+    ).stdout.strip()
+    machine = environment()
     runs = []
     for model in models:
         for seed in seeds:
@@ -202,27 +301,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             for kind, saved in POLICIES.items():
                 policy = evaluate.load_policy(os.path.join(root_dir, "policies", saved))
                 run[kind] = evaluate_rows(policy, rows, args.num_episodes)
-                per_policy[kind].setdefault(model, []).append(run[kind])
             if args.tflite and model.startswith("sit"):
                 run["tflite greedy"] = tflite_rotation_rows(root_dir, rows, args.num_episodes)
-                per_policy["tflite greedy"].setdefault(model, []).append(run["tflite greedy"])
             runs.append(run)
-    tables = {}
-    for kind, per_model in per_policy.items():
-        if per_model:
-            shown = rows if kind in POLICIES else {row: rows[row] for row in ROTATION_ROWS}
-            tables[kind] = format_table(per_model, shown)
-            print(f"\nSuccess rate ({kind} policy), mean ± std over seeds {seeds}, after {args.env_steps} "
-                  f"steps, {args.family}:\n\n{tables[kind]}")  # fmt: skip
+    tables = tables_of(runs, rows)
+    _print_tables(tables, str(seeds), args.env_steps, args.family)
     report = {
         "benchmark": "minigrid_rotation",
-        "machine": environment(),
-        "settings": {k: v for k, v in vars(args).items() if k != "out"},
+        "command": command,
+        "commit": commit,
+        "machine": machine,
+        "settings": {k: v for k, v in vars(args).items() if k not in ("out", "merge")},
         "rows": {
             row: {"env": env, "transforms": list(t), "env_kwargs": kw} for row, (env, t, kw) in rows.items()
         },
         "runs": runs,
         "tables": tables,
+        "paper_table4_cnn_sit_20M_steps": PAPER_TABLE4,
     }
     write_report(report, args.out)
     return 0

@@ -70,6 +70,8 @@ def distill_student(name: str, args: argparse.Namespace) -> dict[str, Any]:
     network = student_network(name)
     if name == "pi" and args.pi_fc_layer_params:
         network["fc_layer_params"] = tuple(int(n) for n in args.pi_fc_layer_params.split(","))
+    if name == "pi":
+        network["encoder_kwargs"].update(args.pi_encoder_kwargs)
     settings = {
         "agent": "bc", "teacher_dir": args.teacher_dir, "num_envs": args.num_envs,
         "total_env_steps": args.total_env_steps, "num_epochs": args.num_epochs,
@@ -110,6 +112,16 @@ def test_policy(root_dir: str, tests: Sequence[pi_cartpole.SensorTest], args) ->
     return results
 
 
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise argparse.ArgumentTypeError(f"not JSON ({error}): {text!r}") from error
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -126,6 +138,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--students", default="pi,mlp", help="which students to distil and test")
     parser.add_argument(
         "--pi_fc_layer_params", default="", help="the PI student's dense layers (default: its PPO config's)"
+    )
+    parser.add_argument(
+        "--pi_encoder_kwargs",
+        type=_json_object,
+        default={},
+        help="JSON object updating the PI student's AttentionNeuron, e.g. '{\"hidden_size\": 32}'",
     )
     parser.add_argument("--dagger_teacher_probability", type=float, default=0.0)
     parser.add_argument("--num_episodes", type=int, default=24, help="test episodes per cell")

@@ -84,6 +84,35 @@ def test_table4_lavagap_tables_are_the_report():
             assert f"seed {run['seed']}: {upright:.2f} upright and {rotated:.2f} rotated" in flat
 
 
+def test_table4_lavacrossing_tables_are_the_report():
+    report = _report("table4_lavacrossing.json")
+    for kind in ("sampling", "greedy", "tflite greedy"):
+        assert report["tables"][kind] in README, kind
+    assert "`benchmarks/reference/table4_lavacrossing.json`" in README
+    assert {(run["model"], run["seed"]) for run in report["runs"]} == {
+        (model, seed) for model in ("cnn", "sit_small") for seed in (0, 1)
+    }
+    assert report["settings"]["env_steps"] == report["budget_env_steps_per_run"] == 1_500_000
+    flat = " ".join(README.split())
+    # The CNN's greedy column quoted beside the paper's.
+    greedy = {row: [run["greedy"][row]["success_rate"] for run in report["runs"] if run["model"] == "cnn"]
+              for row in report["rows"]}  # fmt: skip
+    mean = {row: sum(values) / len(values) for row, values in greedy.items()}
+    paper_cnn = {row: cnn for row, (cnn, _) in report["paper_table4_cnn_sit_20M_steps"].items()}
+    assert f"train N1 {mean['train: easy']:.2f} (paper {paper_cnn['train: easy']:.2f})" in flat
+    assert f"N2 {mean['train: medium']:.2f} ({paper_cnn['train: medium']:.2f})" in flat
+    assert f"hard N3 {mean['hard']:.2f} ({paper_cnn['hard']:.2f})" in flat
+    assert f"rotations {mean['rotations average']:.2f} ({paper_cnn['rotations average']:.2f})" in flat
+    # The training curves quoted: the CNN's steps to 0.5, the SiT's peak and last success.
+    curves = report["training_curves"]
+    firsts = [curves[f"cnn_seed{s}"]["first_step_with_success_at_least"]["0.5"] / 1e6 for s in (0, 1)]
+    assert f"reached 0.5 at {firsts[0]:.2f}M and {firsts[1]:.2f}M" in flat
+    peaks = [curves[f"sit_small_seed{s}"]["max_success"] for s in (0, 1)]
+    lasts = [curves[f"sit_small_seed{s}"]["last"]["success"] for s in (0, 1)]
+    assert f"peaked at {peaks[0]:.2f} (seed 0) and {peaks[1]:.2f} (seed 1)" in flat
+    assert f"ended at {lasts[0]:.2f} and {lasts[1]:.2f}" in flat
+
+
 def test_cartpole_teacher_is_the_report():
     final = _report("cartpole_sac_teacher.json")["final"]
     flat = " ".join(README.split())

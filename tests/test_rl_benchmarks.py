@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,68 @@ def test_minigrid_rotation_quick(family, tmp_path):
         assert "| rotations average |" in report["tables"][kind]
     hard = "LavaCrossingS9N3" if family == "lavacrossing" else "LavaGapS7"
     assert report["rows"]["hard"]["env"] == f"minigrid:{hard}"
+    assert report["command"].startswith("python benchmarks/minigrid_rotation.py --quick")
+    assert report["commit"]
+
+
+def _table4_part(path: Path, runs: list[tuple[str, int, float]], **settings) -> str:
+    """A minigrid_rotation report with one greedy and sampling success rate per (model, seed)."""
+    module = _load("minigrid_rotation")
+    rows = list(module.ROWS)
+    report = {
+        "command": f"python benchmarks/minigrid_rotation.py --out {path}",
+        "commit": "abc1234",
+        "settings": {"family": "lavacrossing", "env_steps": 100, "num_episodes": 4, "gin_bindings": []}
+        | settings,
+        "rows": {row: {} for row in rows},
+        "runs": [
+            {
+                "model": model,
+                "seed": seed,
+                **{kind: {row: {"success_rate": success} for row in rows} for kind in ("sampling", "greedy")},
+            }
+            for model, seed, success in runs
+        ],
+    }
+    path.write_text(json.dumps(report))
+    return str(path)
+
+
+def test_minigrid_rotation_merges_parts_of_one_protocol(tmp_path, capsys):
+    module = _load("minigrid_rotation")
+    parts = [
+        _table4_part(tmp_path / "sit0.json", [("sit_small", 0, 1.0)]),
+        _table4_part(tmp_path / "sit1.json", [("sit_small", 1, 0.5)]),
+        _table4_part(tmp_path / "cnn.json", [("cnn", 0, 0.25), ("cnn", 1, 0.75)]),
+    ]
+    out = tmp_path / "table4.json"
+    assert module.main(["--merge", ",".join(parts), "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert [(run["model"], run["seed"]) for run in report["runs"]] == [
+        ("sit_small", 0), ("sit_small", 1), ("cnn", 0), ("cnn", 1)
+    ]  # fmt: skip
+    assert "| train: easy | 0.75 ± 0.25 | 0.50 ± 0.25 |" in report["tables"]["greedy"]
+    assert [part["commit"] for part in report["parts"]] == ["abc1234"] * 3
+    assert report["paper_table4_cnn_sit_20M_steps"]["rotations average"] == [0.0, 0.91]
+    assert "| test task | sit_small | cnn |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "second, message",
+    [
+        ({"runs": [("sit_small", 0, 0.5)]}, r"repeat \(model, seed\) \[\('sit_small', 0\)\]"),
+        ({"runs": [("cnn", 0, 0.5)], "env_steps": 200}, "has env_steps = 200 but"),
+    ],
+)
+def test_minigrid_rotation_refuses_to_merge_different_protocols(tmp_path, capsys, second, message):
+    module = _load("minigrid_rotation")
+    first = _table4_part(tmp_path / "a.json", [("sit_small", 0, 1.0)])
+    second_runs = second.pop("runs")
+    other = _table4_part(tmp_path / "b.json", second_runs, **second)
+    with pytest.raises(SystemExit):
+        module.main(["--merge", f"{first},{other}", "--out", str(tmp_path / "out.json")])
+    assert re.search(message, capsys.readouterr().err)
+    assert not (tmp_path / "out.json").exists()
 
 
 def test_atari100k_tiny_run(tmp_path):
