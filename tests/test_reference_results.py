@@ -22,7 +22,13 @@ def _report(name: str) -> dict:
 
 
 @pytest.mark.parametrize(
-    "name", ["pi_cartpole_distill.json", "pi_cartpole_dagger.json", "pi_cartpole_dagger_pi128.json"]
+    "name",
+    [
+        "pi_cartpole_distill.json",
+        "pi_cartpole_dagger.json",
+        "pi_cartpole_dagger_pi128.json",
+        "pi_cartpole_dagger_h32.json",
+    ],
 )
 def test_cartpole_distillation_tables_are_the_reports(name):
     report = _report(name)
