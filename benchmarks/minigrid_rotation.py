@@ -251,7 +251,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--merge", default="", help="comma-separated reports of parts of one protocol: merge them into --out"
     )
-    args = parser.parse_args(argv if argv is not None else sys.argv[1:])
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parser.parse_args(argv)
     if args.merge:
         try:
             report = merge_reports([p for p in args.merge.split(",") if p])
@@ -278,9 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"No config {config.format(model=model)!r} under configs/ for --models {model!r}.")
 
     # The command and the commit the runs start from (HEAD may move while they run).
-    command = " ".join(
-        ["python", "benchmarks/minigrid_rotation.py", *(argv if argv is not None else sys.argv[1:])]
-    )
+    command = " ".join(["python", "benchmarks/minigrid_rotation.py", *argv])
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=CONFIG_ROOT.parent
     ).stdout.strip()
