@@ -89,6 +89,9 @@ class BC:
       sequence_length: steps per chunk of truncated back-propagation.
       num_epochs: passes over the data.
       learning_rate, max_grad_norm: Adam and gradient clipping (A.4.2).
+      anneal_learning_rate: decay the rate linearly to 0 over each round's
+        epochs, and restart it when a DAgger round adds data: the last
+        epochs then settle instead of jumping between minibatches' optima.
       dagger_rounds: rounds after the teacher's in which the student acts and
         the teacher labels its states (DAgger); 0: plain behaviour cloning,
         as the paper.
@@ -101,6 +104,7 @@ class BC:
     sequence_length: int = 50
     num_epochs: int = 10
     learning_rate: float = 1e-3
+    anneal_learning_rate: bool = False
     max_grad_norm: float = 0.5
     dagger_rounds: int = 0
     dagger_teacher_probability: float = 0.0
@@ -111,6 +115,8 @@ class BC:
         for name in ("sequence_length", "num_epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"bc.{name} must be >= 1. Received: {name}={getattr(self, name)}")
+        if not (self.learning_rate > 0 and np.isfinite(self.learning_rate)):
+            raise ValueError(f"bc.learning_rate must be a positive number. Received: {self.learning_rate}")
         if self.dagger_rounds < 0:
             raise ValueError(f"bc.dagger_rounds must be >= 0. Received: {self.dagger_rounds}")
         if not 0.0 <= self.dagger_teacher_probability <= 1.0:
@@ -262,7 +268,7 @@ class BCAlgorithm(Algorithm):
         )
         student.create_variables()
         self.student = student
-        self.optimizer = tf_keras.optimizers.Adam(settings.learning_rate)
+        self.optimizer = tf_keras.optimizers.Adam(_learning_rate(settings, steps_per_round(rs, settings)))
         stochastic = actor_policy.ActorPolicy(run.time_step_spec, run.action_spec, student)
         self.agent = _StudentPolicies(stochastic)
         # The object path of a TF-Agents agent's actor: policy_network.restore_network finds it.
@@ -295,18 +301,16 @@ class BCAlgorithm(Algorithm):
         teacher = evaluate.load_policy(teacher_policy_dir(settings.teacher_dir))
         steps_per_env = rs.total_env_steps // rs.num_envs // (settings.dagger_rounds + 1)
         chunks = steps_per_env // settings.sequence_length
-        steps_per_round = settings.num_epochs * chunks
+        round_steps = steps_per_round(rs, settings)
         data_path = os.path.join(self.run.root_dir, DATA_FILE)
         rounds = load_rounds(data_path) if os.path.exists(data_path) else []
         writer = tf.summary.create_file_writer(os.path.join(self.run.root_dir, "train"))
         history: list[dict[str, Any]] = []
         collect_seconds = train_seconds = 0.0
-        bar = harness.progress_bar(
-            (settings.dagger_rounds + 1) * steps_per_round, loop.train_step(), rs.progress
-        )
+        bar = harness.progress_bar((settings.dagger_rounds + 1) * round_steps, loop.train_step(), rs.progress)
         driver = None
         for round_index in range(settings.dagger_rounds + 1):
-            if loop.train_step() >= (round_index + 1) * steps_per_round:
+            if loop.train_step() >= (round_index + 1) * round_steps:
                 continue  # trained before a resume
             if len(rounds) <= round_index:
                 start = time.perf_counter()
@@ -320,7 +324,7 @@ class BCAlgorithm(Algorithm):
             self.run.env_steps.assign((round_index + 1) * steps_per_env * rs.num_envs)
             data = concatenate(rounds[: round_index + 1])
             start = time.perf_counter()
-            first_epoch = max(loop.train_step() - round_index * steps_per_round, 0) // chunks
+            first_epoch = max(loop.train_step() - round_index * round_steps, 0) // chunks
             for epoch in range(first_epoch, settings.num_epochs):
                 loss = self._train_epoch(data, chunks, writer, bar, loop)
                 history.append(
@@ -473,6 +477,37 @@ def build(run: Run, settings: BC) -> BCAlgorithm:
     return BCAlgorithm(run, settings)
 
 
+def steps_per_round(run: RunSettings, settings: BC) -> int:
+    """Gradient steps per round: ``num_epochs`` passes over chunks of ``sequence_length`` steps."""
+    steps_per_env = run.total_env_steps // run.num_envs // (settings.dagger_rounds + 1)
+    return settings.num_epochs * (steps_per_env // settings.sequence_length)
+
+
+class RoundLinearDecay(tf_keras.optimizers.schedules.LearningRateSchedule):
+    """``initial * (1 - (step mod steps_per_round) / steps_per_round)``: linear to 0, restarted each round.
+
+    ``step`` is the optimizer's iteration count, which the checkpoint keeps,
+    so a resumed run continues the schedule where it stopped.
+    """
+
+    def __init__(self, initial_learning_rate: float, steps_per_round: int):
+        self.initial_learning_rate = initial_learning_rate
+        self.steps_per_round = steps_per_round
+
+    def __call__(self, step):
+        fraction = tf.cast(step % self.steps_per_round, tf.float32) / self.steps_per_round
+        return self.initial_learning_rate * (1.0 - fraction)
+
+    def get_config(self) -> dict[str, Any]:
+        return {"initial_learning_rate": self.initial_learning_rate, "steps_per_round": self.steps_per_round}
+
+
+def _learning_rate(settings: BC, round_steps: int):
+    if not settings.anneal_learning_rate:
+        return settings.learning_rate
+    return RoundLinearDecay(settings.learning_rate, max(round_steps, 1))
+
+
 def _train_chunk_fn(student, optimizer, train_step: tf.Variable, discrete: bool, max_grad_norm: float,
                     jit_compile: bool):  # fmt: skip
     """One gradient step on a chunk ``(E, L, ...)`` from the carried state: ``(loss, next state)``.
@@ -516,6 +551,9 @@ def _define_flags() -> None:
     flags.DEFINE_integer("sequence_length", 50, "Steps per chunk of truncated back-propagation through time.")
     flags.DEFINE_integer("num_epochs", 10, "Passes over the teacher data.")
     flags.DEFINE_float("learning_rate", 1e-3, "Adam learning rate.")
+    flags.DEFINE_bool(
+        "anneal_learning_rate", False, "Decay the learning rate linearly to 0 within each round."
+    )
     flags.DEFINE_float("max_grad_norm", 0.5, "Gradient clipping norm.")
     flags.DEFINE_integer(
         "dagger_rounds", 0, "DAgger rounds after the teacher's (0: plain behaviour cloning)."
@@ -555,7 +593,8 @@ def _main(argv: Sequence[str]) -> None:
             env_kwargs=env_kwargs, num_envs=_FLAGS.num_envs, total_env_steps=_FLAGS.total_env_steps,
             encoder=_FLAGS.encoder, encoder_kwargs=encoder_kwargs, fc_layer_params=fc_layer_params,
             sequence_length=_FLAGS.sequence_length, num_epochs=_FLAGS.num_epochs,
-            learning_rate=_FLAGS.learning_rate, max_grad_norm=_FLAGS.max_grad_norm,
+            learning_rate=_FLAGS.learning_rate, anneal_learning_rate=_FLAGS.anneal_learning_rate,
+            max_grad_norm=_FLAGS.max_grad_norm,
             dagger_rounds=_FLAGS.dagger_rounds, dagger_teacher_probability=_FLAGS.dagger_teacher_probability,
             num_eval_episodes=_FLAGS.num_eval_episodes, seed=_FLAGS.seed, jit_compile=_FLAGS.jit_compile,
         )  # fmt: skip

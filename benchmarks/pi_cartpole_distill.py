@@ -76,6 +76,7 @@ def distill_student(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "agent": "bc", "teacher_dir": args.teacher_dir, "num_envs": args.num_envs,
         "total_env_steps": args.total_env_steps, "num_epochs": args.num_epochs,
         "sequence_length": args.sequence_length, "seed": args.seed, "num_eval_episodes": 0,
+        "learning_rate": args.learning_rate, "anneal_learning_rate": args.anneal_learning_rate,
         "dagger_rounds": args.dagger_rounds, "dagger_teacher_probability": args.dagger_teacher_probability,
         "progress": False, **network,
     }  # fmt: skip
@@ -134,6 +135,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--total_env_steps", type=int, default=64_000, help="teacher steps recorded in all")
     parser.add_argument("--num_epochs", type=int, default=20)
     parser.add_argument("--sequence_length", type=int, default=50)
+    parser.add_argument("--learning_rate", type=float, default=1e-3, help="the students' Adam rate")
+    parser.add_argument(
+        "--anneal_learning_rate", action="store_true", help="decay it linearly to 0 within each round"
+    )
     parser.add_argument("--dagger_rounds", type=int, default=0, help="DAgger rounds (0: plain cloning)")
     parser.add_argument("--students", default="pi,mlp", help="which students to distil and test")
     parser.add_argument(
@@ -164,6 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1. Received: {getattr(args, name)}")
+    if not args.learning_rate > 0:
+        parser.error(f"--learning_rate must be > 0. Received: {args.learning_rate}")
     try:
         reshuffles = [int(t) for t in args.reshuffles.split(",") if t]
         policy_network.read_description(args.teacher_dir)

@@ -278,3 +278,36 @@ def test_dagger_settings_are_checked():
         bc.BC(teacher_dir="t", dagger_rounds=-1)
     with pytest.raises(ValueError, match=r"dagger_teacher_probability must be in \[0, 1\]"):
         bc.BC(teacher_dir="t", dagger_teacher_probability=1.5)
+    with pytest.raises(ValueError, match="learning_rate must be a positive number"):
+        bc.BC(teacher_dir="t", learning_rate=0.0)
+
+
+def test_annealed_learning_rate_falls_linearly_and_restarts_each_round():
+    schedule = bc.RoundLinearDecay(1e-3, steps_per_round=4)
+    rates = [float(schedule(tf.constant(step, tf.int64))) for step in range(9)]
+    one_round = [1e-3, 7.5e-4, 5e-4, 2.5e-4]
+    np.testing.assert_allclose(rates, [*one_round, *one_round, 1e-3], rtol=1e-6)
+    clone = bc.RoundLinearDecay.from_config(schedule.get_config())
+    assert float(clone(tf.constant(6, tf.int64))) == pytest.approx(5e-4)
+    # Rounds of num_epochs passes over (total / num_envs / rounds) / sequence_length chunks.
+    run = harness.RunSettings(agent="bc", num_envs=2, total_env_steps=160)
+    two_rounds = bc.BC(teacher_dir="t", sequence_length=20, num_epochs=3, dagger_rounds=1)
+    assert bc.steps_per_round(run, two_rounds) == 6
+    assert bc.steps_per_round(run, bc.BC(teacher_dir="t", sequence_length=10, num_epochs=1)) == 8
+
+
+def test_annealed_distillation_checkpoints_the_step_its_schedule_reads(teacher, tmp_path):
+    """The optimizer's step count, which the schedule reads, is checkpointed with the student."""
+    root_dir = str(tmp_path / "annealed")
+    settings = dict(
+        agent="bc", teacher_dir=teacher, num_envs=2, total_env_steps=80, sequence_length=20, num_epochs=3,
+        dagger_rounds=1, anneal_learning_rate=True, num_eval_episodes=0, policy_save_interval=0,
+        progress=False, **STUDENT,
+    )  # fmt: skip
+    gin.clear_config()
+    results = harness.train_eval(root_dir, **settings)
+    assert results["train_step"] == 6 and all(np.isfinite(h["loss"]) for h in results["history"])
+    reader = tf.train.load_checkpoint(os.path.join(root_dir, "checkpoints"))
+    names = reader.get_variable_to_shape_map()
+    iterations = [name for name in names if name.startswith("optimizer/_iterations")]
+    assert iterations and reader.get_tensor(iterations[0]) == 6

@@ -28,6 +28,7 @@ def _report(name: str) -> dict:
         "pi_cartpole_dagger.json",
         "pi_cartpole_dagger_pi128.json",
         "pi_cartpole_dagger_h32.json",
+        "pi_cartpole_dagger_h32_anneal.json",
     ],
 )
 def test_cartpole_distillation_tables_are_the_reports(name):
