@@ -120,6 +120,48 @@ def test_table4_lavacrossing_tables_are_the_report():
     assert f"ended at {lasts[0]:.2f} and {lasts[1]:.2f}" in flat
 
 
+def test_table4_lavacrossing_3m_tables_are_the_report():
+    report = _report("table4_lavacrossing_3m.json")
+    for kind in ("sampling", "greedy", "tflite greedy"):
+        assert report["tables"][kind] in README, kind
+    assert "`benchmarks/reference/table4_lavacrossing_3m.json`" in README
+    assert {(run["model"], run["seed"]) for run in report["runs"]} == {
+        (model, seed) for model in ("cnn", "sit_small") for seed in (0, 1)
+    }
+    assert report["settings"]["env_steps"] == report["budget_env_steps_per_run"] == 3_000_000
+    # Every run resumed the 1.5M-step run of the same model and seed: both halves' times are kept.
+    for key, wall in report["train_wall_minutes"].items():
+        first = _report("table4_lavacrossing.json")["train_wall_minutes"][key]
+        assert wall["first_1.5M_steps"] == first and wall["total"] > first
+    flat = " ".join(README.split())
+    by_run = {(run["model"], run["seed"]): run for run in report["runs"]}
+    cnn = {row: sum(by_run["cnn", s]["greedy"][row]["success_rate"] for s in (0, 1)) / 2
+           for row in report["rows"]}  # fmt: skip
+    assert f"N1 {cnn['train: easy']:.2f} (paper 0.96), N2 {cnn['train: medium']:.2f} (0.69)" in flat
+    assert f"hard N3 {cnn['hard']:.2f} (0.54)" in flat
+    assert f"under rotation, {cnn['rotations average']:.2f} (0.00)" in flat
+    # SiT seed 0, quoted beside the paper's SiT column.
+    sit = {row: value["success_rate"] for row, value in by_run["sit_small", 0]["sampling"].items()}
+    assert (
+        f"upright N1 {sit['train: easy']:.2f} (0.94) and rotated {sit['rotations average']:.2f} (0.91)"
+        in flat
+    )
+    assert (
+        f"goal top-right {sit['goal top-right']:.2f} (0.71), bottom-left {sit['goal bottom-left']:.2f}"
+        in flat
+    )
+    greedy = by_run["sit_small", 0]["greedy"]
+    tflite = by_run["sit_small", 0]["tflite greedy"]
+    assert greedy["train: easy"] == greedy["rotations average"] == tflite["rotations average"]
+    curves = report["training_curves"]
+    first = curves["sit_small_seed0"]["first_step_with_success_at_least"]["0.5"] / 1e6
+    assert (
+        f"reached 0.5 at {first:.2f}M steps and ended at {curves['sit_small_seed0']['last']['success']:.2f}"
+        in flat
+    )
+    assert f"Seed 1 ended at {curves['sit_small_seed1']['last']['success']:.2f}" in flat
+
+
 def test_cartpole_teacher_is_the_report():
     final = _report("cartpole_sac_teacher.json")["final"]
     flat = " ".join(README.split())
