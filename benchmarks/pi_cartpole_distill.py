@@ -169,8 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1. Received: {getattr(args, name)}")
-    if not args.learning_rate > 0:
-        parser.error(f"--learning_rate must be > 0. Received: {args.learning_rate}")
+    if not (args.learning_rate > 0 and np.isfinite(args.learning_rate)):
+        parser.error(f"--learning_rate must be a positive number. Received: {args.learning_rate}")
     try:
         reshuffles = [int(t) for t in args.reshuffles.split(",") if t]
         policy_network.read_description(args.teacher_dir)

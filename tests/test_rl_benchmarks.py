@@ -190,3 +190,14 @@ def test_dmc_walker_tiny_run(tmp_path):
     assert [e["env_steps"] for e in evaluations] == [8]
     assert run["eval_mean_return"] == evaluations[0]["mean_return"] and run["eval_std_return"] == 0.0
     assert "| cnn | 8 | 1 |" in report["tables"]
+
+
+@pytest.mark.parametrize("rate", ["0", "-1", "inf", "nan"])
+def test_pi_cartpole_distill_refuses_a_bad_learning_rate_before_training(rate, tmp_path, capsys):
+    distill = _load("pi_cartpole_distill")
+    root = tmp_path / "students"
+    with pytest.raises(SystemExit) as exit_info:
+        distill.main(["--teacher_dir", str(tmp_path), "--root", str(root), f"--learning_rate={rate}"])
+    assert exit_info.value.code == 2
+    assert "--learning_rate must be a positive number" in capsys.readouterr().err
+    assert not root.exists()
