@@ -33,7 +33,8 @@ The student sees the teacher's fixed observation order: being exactly
 invariant, a shuffled copy would give it the same data up to rounding. Its
 previous action is its own mode (``sensor_networks``), where the paper feeds
 the recorded action with N(0, 0.03) noise: the student is trained on the
-input it will see when it acts.
+input it will see when it acts. ``previous_action_noise`` adds the paper's
+noise to that input while it trains (not while it acts).
 
 The harness's pieces, not its collect-and-learn loop (plain behaviour
 cloning collects once, then trains for epochs): checkpoints after every
@@ -97,6 +98,9 @@ class BC:
         as the paper.
       dagger_teacher_probability: in those rounds, the chance that the
         teacher's action is executed instead (per environment and step).
+      previous_action_noise: standard deviation of zero-mean Gaussian noise
+        added to an AttentionNeuron student's previous action in its training
+        steps (A.4.2: 0.03); 0 adds none.
     """
 
     teacher_dir: str = ""
@@ -108,6 +112,7 @@ class BC:
     max_grad_norm: float = 0.5
     dagger_rounds: int = 0
     dagger_teacher_probability: float = 0.0
+    previous_action_noise: float = 0.0
 
     def __post_init__(self):
         if not self.teacher_dir:
@@ -117,6 +122,11 @@ class BC:
                 raise ValueError(f"bc.{name} must be >= 1. Received: {name}={getattr(self, name)}")
         if not (self.learning_rate > 0 and np.isfinite(self.learning_rate)):
             raise ValueError(f"bc.learning_rate must be a positive number. Received: {self.learning_rate}")
+        if not (self.previous_action_noise >= 0 and np.isfinite(self.previous_action_noise)):
+            raise ValueError(
+                "bc.previous_action_noise must be a finite number >= 0. "
+                f"Received: {self.previous_action_noise}"
+            )
         if self.dagger_rounds < 0:
             raise ValueError(f"bc.dagger_rounds must be >= 0. Received: {self.dagger_rounds}")
         if not 0.0 <= self.dagger_teacher_probability <= 1.0:
@@ -166,6 +176,11 @@ def defaults(run: RunSettings, settings: BC) -> dict[str, Any]:
 def check(run: RunSettings, settings: BC) -> None:
     """Raises ``ValueError`` for settings that do not fit together (before the run starts)."""
     encoders.check_encoder(run.encoder, "bc")
+    if settings.previous_action_noise and run.encoder != sensor_networks.SENSOR_ENCODER:
+        raise ValueError(
+            f"bc.previous_action_noise needs the {sensor_networks.SENSOR_ENCODER!r} student, whose actor "
+            f"sees its previous action. Received: encoder={run.encoder!r}"
+        )
     rounds = settings.dagger_rounds + 1
     streams = run.num_envs * rounds
     if run.total_env_steps % streams or (run.total_env_steps // streams) % settings.sequence_length:
@@ -264,8 +279,9 @@ class BCAlgorithm(Algorithm):
     def __init__(self, run: Run, settings: BC):
         rs = run.settings
         student, network_kwargs = encoders.actor_network(
-            run.observation_spec, run.action_spec, rs.encoder, rs.encoder_kwargs, settings.fc_layer_params
-        )
+            run.observation_spec, run.action_spec, rs.encoder, rs.encoder_kwargs,
+            settings.fc_layer_params, settings.previous_action_noise,
+        )  # fmt: skip
         student.create_variables()
         self.student = student
         self.optimizer = tf_keras.optimizers.Adam(_learning_rate(settings, steps_per_round(rs, settings)))
@@ -563,6 +579,12 @@ def _define_flags() -> None:
         0.0,
         "In DAgger rounds, the chance that the teacher's action is executed.",
     )
+    flags.DEFINE_float(
+        "previous_action_noise",
+        0.0,
+        "Std of N(0, std) noise on an AttentionNeuron student's previous action while it trains "
+        "(the paper: 0.03).",
+    )
     flags.DEFINE_integer(
         "num_eval_episodes", 10, "Episodes of teacher and student evaluation at the end (0: none)."
     )
@@ -596,6 +618,7 @@ def _main(argv: Sequence[str]) -> None:
             learning_rate=_FLAGS.learning_rate, anneal_learning_rate=_FLAGS.anneal_learning_rate,
             max_grad_norm=_FLAGS.max_grad_norm,
             dagger_rounds=_FLAGS.dagger_rounds, dagger_teacher_probability=_FLAGS.dagger_teacher_probability,
+            previous_action_noise=_FLAGS.previous_action_noise,
             num_eval_episodes=_FLAGS.num_eval_episodes, seed=_FLAGS.seed, jit_compile=_FLAGS.jit_compile,
         )  # fmt: skip
     except ValueError as error:

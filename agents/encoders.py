@@ -43,16 +43,25 @@ def actor_network(
     encoder: str,
     encoder_kwargs: Mapping[str, Any] | None = None,
     fc_layer_params: Sequence[int] = (),
+    previous_action_noise: float = 0.0,
 ) -> tuple[network.DistributionNetwork, dict[str, Any]]:
     """The actor for ``encoder`` and its constructor arguments after the two specs (``policy_network.json``).
 
-    ``"attention_neuron"``: ``sensor_networks.SensorActorNetwork``; any
-    ``networks.NETWORK_ENCODERS`` name: ``networks.EncoderActorNetwork``.
+    ``"attention_neuron"``: ``sensor_networks.SensorActorNetwork`` (with
+    ``previous_action_noise`` when it is not 0); any ``networks.NETWORK_ENCODERS``
+    name: ``networks.EncoderActorNetwork``, which has no previous action.
     """
     check_encoder(encoder, "actor")
     if encoder == sensor_networks.SENSOR_ENCODER:
         kwargs = {"encoder_kwargs": dict(encoder_kwargs or {}), "fc_layer_params": tuple(fc_layer_params)}
+        if previous_action_noise:
+            kwargs["previous_action_noise"] = float(previous_action_noise)
         return sensor_networks.SensorActorNetwork(observation_spec, action_spec, **kwargs), kwargs
+    if previous_action_noise:
+        raise ValueError(
+            f"previous_action_noise needs the {sensor_networks.SENSOR_ENCODER!r} encoder, whose actor "
+            f"sees its previous action. Received: encoder={encoder!r}"
+        )
     kwargs = {
         "encoder": encoder,
         "encoder_kwargs": dict(encoder_kwargs or {}),

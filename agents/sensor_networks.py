@@ -42,8 +42,9 @@ stochastic collect policy it is the mean, not the sample), held in the
 network state so that the network is self-contained: the exported model
 takes ``hidden``, ``cell`` and ``previous_action`` as explicit inputs and
 returns them. It is held fixed for gradients (an input of the next step, as
-in the paper). The critic's sensory neurons see a zero action (a value
-network gets observations only). Where ``step_type`` is FIRST the state is
+in the paper); ``previous_action_noise`` adds N(0, sigma) to it in training
+calls, as the paper's behaviour cloning does (A.4.2). The critic's sensory
+neurons see a zero action (a value network gets observations only). Where ``step_type`` is FIRST the state is
 reset to zeros before the step.
 
 Recurrent training: PPO (``train.train_eval``) trains on whole environment
@@ -65,6 +66,7 @@ and named as in float32.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -356,6 +358,10 @@ class SensorActorNetwork(_SensorNetwork, network.DistributionNetwork):
       encoder_kwargs: ``SensorSetEncoder`` arguments over ``DEFAULT_ENCODER_KWARGS``.
       fc_layer_params: dense ReLU layers between the encoder and the projection.
       count_scaling: scale ``m_t`` by ``D / N`` under tanh attention (footnote 3).
+      previous_action_noise: standard deviation of zero-mean Gaussian noise
+        added to ``a_{t-1}`` where the network is called with ``training=True``
+        (Tang & Ha, appendix A.4.2: 0.03 when cloning the Ant); 0 adds none.
+        Acting (``training=False``) never adds it.
       name: network name.
 
     Call arguments:
@@ -363,7 +369,7 @@ class SensorActorNetwork(_SensorNetwork, network.DistributionNetwork):
       step_type: ``(B,)`` or ``(B, T)``; FIRST resets the state.
       network_state: ``{"hidden", "cell"}`` each ``(B, N, H)`` and
         ``"previous_action"`` ``(B, A)``, or ``()`` for the initial state.
-      training: passed to the layers.
+      training: passed to the layers; ``True`` also adds ``previous_action_noise``.
       sensor_mask: bool of the observations' shape, ``True`` for present
         sensors, or ``None``. Absent sensors contribute nothing and keep their
         state. Pass it to ``call`` directly: ``__call__`` checks the inputs
@@ -380,8 +386,13 @@ class SensorActorNetwork(_SensorNetwork, network.DistributionNetwork):
         encoder_kwargs: Mapping[str, Any] | None = None,
         fc_layer_params: Sequence[int] = (),
         count_scaling: bool = True,
+        previous_action_noise: float = 0.0,
         name: str = "SensorActorNetwork",
     ):
+        if not (previous_action_noise >= 0 and math.isfinite(previous_action_noise)):
+            raise ValueError(
+                f"previous_action_noise must be a finite number >= 0. Received: {previous_action_noise}"
+            )
         observation_spec = _single_spec(input_tensor_spec, "input_tensor_spec")
         action_spec = _single_spec(output_tensor_spec, "output_tensor_spec")
         num_sensors = _vector_spec(observation_spec)
@@ -418,6 +429,14 @@ class SensorActorNetwork(_SensorNetwork, network.DistributionNetwork):
         self._discrete = discrete
         self._action_dim = action_dim
         self._num_sensors = num_sensors
+        self._previous_action_noise = float(previous_action_noise)
+
+    def _noisy(self, previous_action: tf.Tensor, training: bool | None) -> tf.Tensor:
+        """``a_{t-1}`` plus N(0, ``previous_action_noise``) while training (A.4.2), else unchanged."""
+        if not training or not self._previous_action_noise:
+            return previous_action
+        noise = tf.random.normal(tf.shape(previous_action), stddev=self._previous_action_noise)
+        return previous_action + tf.cast(noise, previous_action.dtype)
 
     def _previous_action(self, distribution) -> tf.Tensor:
         """The mode as the next ``a_{t-1}``, in the state dtype: one-hot for discrete actions; no gradient."""
@@ -430,8 +449,9 @@ class SensorActorNetwork(_SensorNetwork, network.DistributionNetwork):
         return tf.stop_gradient(action)
 
     def _step(self, observations, state, sensor_mask, training):
+        previous_action = self._noisy(state["previous_action"], training)
         features, hidden, cell = self._torso_step(
-            observations, state["previous_action"], state["hidden"], state["cell"], sensor_mask, training
+            observations, previous_action, state["hidden"], state["cell"], sensor_mask, training
         )
         distribution, _ = self._projection(head_input(features, self._projection), 1, training=training)
         new_state = {"hidden": hidden, "cell": cell, "previous_action": self._previous_action(distribution)}
@@ -445,6 +465,7 @@ class SensorActorNetwork(_SensorNetwork, network.DistributionNetwork):
             state = self._reset(state, step_type)
 
             def one_step(observations, previous_action, hidden, cell, sensor_mask):
+                previous_action = self._noisy(previous_action, training)
                 return self._torso_step(observations, previous_action, hidden, cell, sensor_mask, training)
 
             features, hidden, cell = self._scaled(

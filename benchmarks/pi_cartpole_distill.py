@@ -78,6 +78,7 @@ def distill_student(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "sequence_length": args.sequence_length, "seed": args.seed, "num_eval_episodes": 0,
         "learning_rate": args.learning_rate, "anneal_learning_rate": args.anneal_learning_rate,
         "dagger_rounds": args.dagger_rounds, "dagger_teacher_probability": args.dagger_teacher_probability,
+        "previous_action_noise": args.previous_action_noise if name == "pi" else 0.0,
         "progress": False, **network,
     }  # fmt: skip
     gin.clear_config()
@@ -151,6 +152,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="JSON object updating the PI student's AttentionNeuron, e.g. '{\"hidden_size\": 32}'",
     )
     parser.add_argument("--dagger_teacher_probability", type=float, default=0.0)
+    parser.add_argument(
+        "--previous_action_noise", type=float, default=0.0,
+        help="std of N(0, std) on the PI student's previous action while it trains (paper A.4.2: 0.03)",
+    )  # fmt: skip
     parser.add_argument("--num_episodes", type=int, default=24, help="test episodes per cell")
     parser.add_argument("--num_eval_envs", type=int, default=24)
     parser.add_argument("--eval_seed", type=int, default=1_000_000)
@@ -171,6 +176,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--{name} must be >= 1. Received: {getattr(args, name)}")
     if not (args.learning_rate > 0 and np.isfinite(args.learning_rate)):
         parser.error(f"--learning_rate must be a positive number. Received: {args.learning_rate}")
+    if not (args.previous_action_noise >= 0 and np.isfinite(args.previous_action_noise)):
+        parser.error(
+            f"--previous_action_noise must be a finite number >= 0. Received: {args.previous_action_noise}"
+        )
     try:
         reshuffles = [int(t) for t in args.reshuffles.split(",") if t]
         policy_network.read_description(args.teacher_dir)

@@ -14,6 +14,8 @@ What this file proves:
   the teacher's in the results) on which ``sit-eval`` runs and which a rerun
   resumes; the rebuilt network acts as the saved policy; the CLI runs and
   refuses bad settings with one sentence (``large``);
+- ``previous_action_noise`` (A.4.2) is recorded with the student, which acts
+  without it, and is refused for students without a previous action;
 - bad settings raise a ``harness.SettingsError`` (a ``ValueError``) that says
   what to change, before the student's folder is made.
 """
@@ -280,6 +282,40 @@ def test_dagger_settings_are_checked():
         bc.BC(teacher_dir="t", dagger_teacher_probability=1.5)
     with pytest.raises(ValueError, match="learning_rate must be a positive number"):
         bc.BC(teacher_dir="t", learning_rate=0.0)
+    with pytest.raises(ValueError, match="previous_action_noise must be a finite number >= 0"):
+        bc.BC(teacher_dir="t", previous_action_noise=-0.03)
+
+
+def test_previous_action_noise_needs_an_attention_neuron_student(teacher, tmp_path):
+    root_dir = tmp_path / "mlp_student"
+    gin.clear_config()
+    with pytest.raises(
+        harness.SettingsError, match=r"previous_action_noise needs the 'attention_neuron' student"
+    ):
+        harness.train_eval(
+            str(root_dir), agent="bc", teacher_dir=teacher, encoder="mlp", previous_action_noise=0.03,
+            num_envs=2, total_env_steps=40, sequence_length=20, progress=False,
+        )  # fmt: skip
+    assert not root_dir.exists()
+
+
+def test_a_noisy_student_records_its_noise_and_acts_without_it(teacher, tmp_path):
+    """The paper's N(0, 0.03) on a_{t-1} while cloning (A.4.2): kept in the description, inert when acting."""
+    root_dir = str(tmp_path / "noisy")
+    gin.clear_config()
+    results = harness.train_eval(
+        root_dir, agent="bc", teacher_dir=teacher, num_envs=2, total_env_steps=40, sequence_length=20,
+        num_epochs=2, previous_action_noise=0.03, num_eval_episodes=0, policy_save_interval=0,
+        progress=False, **STUDENT,
+    )  # fmt: skip
+    assert results["train_step"] == 2 and all(np.isfinite(h["loss"]) for h in results["history"])
+    description = policy_network.read_description(root_dir)
+    assert description.network_kwargs["previous_action_noise"] == 0.03
+    net = policy_network.build_network(description)
+    policy_network.restore_network(net, root_dir, description.checkpoint_attribute)
+    observations = tf.constant(np.random.default_rng(0).normal(size=(2, 5, 3)), tf.float32)
+    acted = [net(observations, training=False)[0].mode().numpy() for _ in range(2)]
+    np.testing.assert_array_equal(acted[0], acted[1])
 
 
 def test_annealed_learning_rate_falls_linearly_and_restarts_each_round():

@@ -201,3 +201,16 @@ def test_pi_cartpole_distill_refuses_a_bad_learning_rate_before_training(rate, t
     assert exit_info.value.code == 2
     assert "--learning_rate must be a positive number" in capsys.readouterr().err
     assert not root.exists()
+
+
+@pytest.mark.parametrize("noise", ["-0.03", "inf", "nan"])
+def test_pi_cartpole_distill_refuses_a_bad_previous_action_noise_before_training(noise, tmp_path, capsys):
+    distill = _load("pi_cartpole_distill")
+    root = tmp_path / "students"
+    with pytest.raises(SystemExit) as exit_info:
+        distill.main(
+            ["--teacher_dir", str(tmp_path), "--root", str(root), f"--previous_action_noise={noise}"]
+        )
+    assert exit_info.value.code == 2
+    assert "--previous_action_noise must be a finite number >= 0" in capsys.readouterr().err
+    assert not root.exists()

@@ -16,6 +16,9 @@ from statistics:
 - any ``N`` at call time, and padded sensors with ``sensor_mask`` give the
   unpadded outputs; a ``(B, T, N)`` call equals ``T`` single steps, and
   ``step_type`` FIRST resets the state;
+- ``previous_action_noise`` (the paper's cloning noise on ``a_{t-1}``)
+  changes training calls only, with the stated spread, and keeps the
+  invariance;
 - each PPO learner run reads the iteration just collected (the prefetching
   datasets wait for it), split into whole environment sequences for
   recurrent networks; PPO trains these networks on cartpole-swingup
@@ -274,6 +277,36 @@ def test_previous_action_is_the_mode_and_the_state_spec_is_explicit(float64):
     other = {**state, "previous_action": tf.roll(state["previous_action"], 1, axis=-1)}
     base = _parameters(actor.call(step, tf.ones(4, tf.int32), state)[0])
     assert _rel(_parameters(actor.call(step, tf.ones(4, tf.int32), other)[0]), base) > 1e-6
+
+
+def test_previous_action_noise_is_added_in_training_calls_only(float64):
+    """Tang & Ha A.4.2's N(0, sigma) on a_{t-1}: training calls see it, acting calls never do."""
+    noisy = _actor("tanh", previous_action_noise=0.03)
+    clean = SensorActorNetwork(
+        tf.TensorSpec((SENSORS,), DTYPE), CONTINUOUS, {**SMALL, "attention": "tanh"}, (10,)
+    )
+    clean.create_variables()
+    clean.set_weights(noisy.get_weights())
+    observations = tf.constant(_observations(3, 6))
+    types = tf.constant(_step_types(3, 6))
+
+    def parameters(net, obs=observations, training=False):
+        return _parameters(net(obs, step_type=types, training=training)[0])
+
+    assert _rel(parameters(noisy), parameters(clean)) == 0.0
+    assert _rel(parameters(noisy, training=True), parameters(clean, training=True)) > 1e-6
+    # The noise has the stated spread and is one draw per example: the sensors' order still does not matter.
+    noise = noisy._noisy(tf.zeros([20000, 2], DTYPE), True).numpy()
+    assert abs(noise.std() - 0.03) < 0.001 and abs(noise.mean()) < 0.001
+    order = np.random.default_rng(2).permutation(SENSORS)
+    tf.random.set_seed(7)
+    ordered = parameters(noisy, training=True)
+    tf.random.set_seed(7)
+    shuffled = parameters(noisy, tf.gather(observations, order, axis=-1), training=True)
+    assert _rel(shuffled, ordered) <= TOL
+    for bad in (-0.1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"previous_action_noise must be a finite number >= 0"):
+            SensorActorNetwork(tf.TensorSpec((SENSORS,), DTYPE), CONTINUOUS, SMALL, previous_action_noise=bad)
 
 
 def test_gradients_reach_every_weight_through_a_sequence(float64):
