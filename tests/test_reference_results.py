@@ -173,3 +173,46 @@ def test_ppo_precision_table_is_the_report():
     assert report["table"] in README
     ratio = report["ratios"]["sit:mixed_bfloat16_over_sit_env_steps_per_second"]
     assert f"{ratio:.2f}x as many env steps/s" in " ".join(README.split())
+
+
+def test_cartpole_student_seed_study_is_the_report():
+    report = _report("pi_cartpole_dagger_h32_seeds.json")
+    for line in report["markdown"].splitlines():
+        assert line in README, line
+    assert "`benchmarks/reference/pi_cartpole_dagger_h32_seeds.json`" in README
+    for run in report["runs"]:
+        assert run["commit"] and run["command"].startswith("benchmarks/pi_cartpole_distill.py")
+        assert f"--seed {run['seed']}" in run["command"] or run["seed"] == 0
+        assert run["settings"]["total_env_steps"] == 320_000 and run["settings"]["dagger_rounds"] == 4
+        for cell in run["results"].values():
+            assert cell["episodes"] == report["test_settings"]["num_episodes"]
+        # Seed 0's runs are the committed single-run reports: the same numbers.
+        if run["report"]:
+            single = _report(Path(run["report"]).name)["results"]["pi"]
+            assert {t: c["mean"] for t, c in run["results"].items()} == {
+                t: single[t]["mean"] for t in run["results"]
+            }
+    seeds = {}
+    for run in report["runs"]:
+        seeds.setdefault(run["variant"], set()).add(run["seed"])
+    assert seeds["no decay"] == seeds["decay"] == {0, 1, 2}
+
+
+def test_cartpole_direct_ppo_route_is_the_report():
+    report = _report("pi_cartpole_ppo.json")
+    for table in report["markdown"].values():
+        for line in table.splitlines():
+            assert line in README, line
+    assert "`benchmarks/reference/pi_cartpole_ppo.json`" in README
+    for budget, per_policy in report["budgets"].items():
+        steps = {"1.5M": 1_500_000, "3M": 3_000_000}[budget]
+        for name, run in per_policy.items():
+            assert run["commit"] and f"--env_steps {steps}" in run["commands"][0]
+            assert f"--policies {name}" in run["commands"][0]
+            for cell in run["results"].values():
+                assert len(cell["returns"]) == cell["episodes"] == report["test_settings"]["num_episodes"]
+    for name in ("pi", "mlp"):
+        assert (
+            report["budgets"]["3M"][name]["train_seconds"] > report["budgets"]["1.5M"][name]["train_seconds"]
+        )
+        assert report["training_curves"][name]["last"]["env_steps"] == 3_000_000
