@@ -44,8 +44,8 @@ takes ``hidden``, ``cell`` and ``previous_action`` as explicit inputs and
 returns them. It is held fixed for gradients (an input of the next step, as
 in the paper); ``previous_action_noise`` adds N(0, sigma) to it in training
 calls, as the paper's behaviour cloning does (A.4.2). The critic's sensory
-neurons see a zero action (a value network gets observations only). Where ``step_type`` is FIRST the state is
-reset to zeros before the step.
+neurons see a zero action (a value network gets observations only). Where
+``step_type`` is FIRST the state is reset to zeros before the step.
 
 Recurrent training: PPO (``train.train_eval``) trains on whole environment
 sequences from the initial state; collection carries the state across

@@ -216,3 +216,15 @@ def test_cartpole_direct_ppo_route_is_the_report():
             report["budgets"]["3M"][name]["train_seconds"] > report["budgets"]["1.5M"][name]["train_seconds"]
         )
         assert report["training_curves"][name]["last"]["env_steps"] == 3_000_000
+
+
+def test_export_latency_table_is_the_report():
+    report = _report("export_latency.json")
+    assert report["table"] in README
+    assert "`benchmarks/reference/export_latency.json`" in README
+    assert report["commit"] and report["command"].startswith(
+        "TF_USE_LEGACY_KERAS=1 python benchmarks/export.py"
+    )
+    ratios = [r["saved_model_vs_tflite_float32"] for r in report["results"].values()]
+    flat = " ".join(README.split())
+    assert f"Met for every policy: {min(ratios):.1f}x (IMPALA-CNN) to {max(ratios):.0f}x" in flat
