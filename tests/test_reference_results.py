@@ -225,6 +225,7 @@ def test_export_latency_table_is_the_report():
     assert report["commit"] and report["command"].startswith(
         "TF_USE_LEGACY_KERAS=1 python benchmarks/export.py"
     )
+    assert report["wall_seconds"] > 0 and report["budget"]
     ratios = [r["saved_model_vs_tflite_float32"] for r in report["results"].values()]
     flat = " ".join(README.split())
     assert f"Met for every policy: {min(ratios):.1f}x (IMPALA-CNN) to {max(ratios):.0f}x" in flat
