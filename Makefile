@@ -1,5 +1,5 @@
 # Jobs of the sit-keras project: `make install`, `make test`, `make test-large`,
-# `make lint`, `make demo`, `make bench`, `make clean`.
+# `make test-precision`, `make lint`, `make demo`, `make bench`, `make clean`.
 #
 # Everything runs in the virtualenv $(VENV), made from $(PYTHON) on first use.
 # `make install` is idempotent: it reinstalls only when a requirements file,
@@ -13,6 +13,12 @@ PIP_VERSION ?= 26.3
 TF_AGENTS_VERSION ?= 0.19.0
 # Extra arguments for pytest, e.g. `make test PYTEST_ARGS="-k attention -x"`.
 PYTEST_ARGS ?=
+# pytest-xdist workers: one per core, each with one TensorFlow thread (tests/conftest.py);
+# `make test PYTEST_WORKERS=0` runs in one process.
+PYTEST_WORKERS ?= 2
+# The kernel settings `make test-precision` runs the precision-sensitive tests under: oneDNN as
+# the host offers it, oneDNN without BF16 / AMX / FP16 instructions, and Eigen's kernels.
+PRECISION_SETTINGS := default ONEDNN_MAX_CPU_ISA=AVX512_CORE TF_ENABLE_ONEDNN_OPTS=0
 
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -30,12 +36,12 @@ INSTALL_INPUTS := requirements.txt requirements-dev.txt constraints.txt setup.py
 # pytest exits 5 when it collected no test (e.g. no test marked `large` yet):
 # report that and count it as success; any other failure stays a failure.
 define run_pytest
-	status=0; $(BIN)/pytest -q $(1) $(PYTEST_ARGS) || status=$$?; \
+	status=0; $(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist worksteal --durations=15 $(1) $(PYTEST_ARGS) || status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests (exit 5); treated as success"; exit 0; fi; \
 	exit $$status
 endef
 
-.PHONY: install test test-large lint demo bench constraints clean distclean
+.PHONY: install test test-large test-precision lint demo bench constraints clean distclean
 
 install: $(STAMP)
 
@@ -54,6 +60,22 @@ test: install
 
 test-large: install
 	$(call run_pytest,-m large)
+
+# The tests marked `precision` under each of PRECISION_SETTINGS, with the largest error / tolerance
+# ratio of every mixed-precision symmetry check (reports in .precision/; docs/testing.md).
+# On a host with AVX512-FP16, a capped oneDNN dies with an illegal instruction in float16
+# depthwise_conv2d_native (a dispatch quirk of the variable), so there the capped run leaves the
+# float16 tests out; they run capped on hosts without AVX512-FP16, where the cap changes nothing.
+test-precision: install
+	mkdir -p .precision
+	for setting in $(PRECISION_SETTINGS); do \
+	  echo "== $$setting"; rm -f .precision/$$setting.jsonl; select=precision; \
+	  if [[ $$setting == ONEDNN_MAX_CPU_ISA=* ]] && grep -qw avx512_fp16 /proc/cpuinfo; then \
+	    select="precision and not float16"; echo "(AVX512-FP16 host: float16 tests left out under the cap)"; \
+	  fi; \
+	  env $$( [ $$setting = default ] || echo $$setting ) $(BIN)/pytest -q -n $(PYTEST_WORKERS) -m "$$select" \
+	    --symmetry-report=.precision/$$setting.jsonl $(PYTEST_ARGS) || exit 1; \
+	done
 
 lint: install
 	$(BIN)/ruff check .
@@ -76,7 +98,7 @@ constraints: install
 	touch $(STAMP)
 
 clean:
-	rm -rf build dist *.egg-info .pytest_cache .hypothesis .ruff_cache
+	rm -rf build dist *.egg-info .pytest_cache .hypothesis .ruff_cache .precision
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -exec rm -rf {} +
 
 # clean, and remove the virtualenv too.

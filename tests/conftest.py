@@ -2,16 +2,79 @@
 
 ``sit_keras`` is imported here, before any test module imports TensorFlow, so
 that Keras 2 (``tf_keras``) is selected behind ``tf.keras``.
+
+``--symmetry-report FILE`` appends every mixed-precision symmetry check made
+with ``sit_keras.testing.ErrorModel`` to ``FILE`` (JSON lines: test, transform,
+error, tolerance) and prints the largest error / tolerance ratio per test at the
+end (``make test-precision``, docs/testing.md).
 """
 
+import json
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
 import sit_keras  # noqa: E402, F401  (selects Keras 2 before TensorFlow is imported)
+from sit_keras import testing  # noqa: E402
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One TensorFlow thread per xdist worker (make test runs one worker per core): two workers with
+    # one thread each keep both cores busy without the contention of 2 x 2 threads.
+    import tensorflow as tf  # noqa: E402
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
 
 # Few examples and no deadline: TensorFlow's first calls trace graphs and are slow.
 settings.register_profile("ci", deadline=None, max_examples=10)
 settings.load_profile("ci")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--symmetry-report",
+        default=None,
+        help="append the mixed-precision symmetry checks (error, tolerance) to this JSON-lines file",
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "mixed_float16" in item.nodeid:
+            item.add_marker(pytest.mark.float16)
+
+
+@pytest.fixture(autouse=True)
+def _record_symmetry_checks(request: pytest.FixtureRequest) -> Iterator[None]:
+    testing.SYMMETRY_RECORDS.clear()
+    yield
+    path = request.config.getoption("--symmetry-report")
+    if path and testing.SYMMETRY_RECORDS:
+        with open(path, "a") as report:  # one short write per test: whole lines under xdist
+            lines = [json.dumps({"test": request.node.nodeid, **r}) for r in testing.SYMMETRY_RECORDS]
+            report.write("".join(line + "\n" for line in lines))
+    testing.SYMMETRY_RECORDS.clear()
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    path = config.getoption("--symmetry-report")
+    if not path or not Path(path).exists():
+        return
+    worst: dict[str, float] = {}
+    caught = 0
+    for line in Path(path).read_text().splitlines():
+        record = json.loads(line)
+        if not record["held"]:  # a violation found (the deliberate-bug tests expect them)
+            caught += 1
+            continue
+        ratio = record["error"] / record["tolerance"]
+        worst[record["test"]] = max(worst.get(record["test"], 0.0), ratio)
+    terminalreporter.section(f"mixed-precision symmetry checks: largest error / tolerance ({path})")
+    for test, ratio in sorted(worst.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(f"{ratio:6.3f}  {test}")
+    terminalreporter.write_line(f"checks that found a violation (expected only in bug tests): {caught}")

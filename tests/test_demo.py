@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 from sit_keras.agents import demo
 
 # The demo's own configs, shortened to one PPO iteration of 4 environments and a final evaluation
@@ -17,6 +19,7 @@ SHORT = [
 ]
 
 
+@pytest.mark.large  # the main job end to end; its parts: test_harness, test_eval_cli, test_export
 def test_demo_trains_evaluates_and_reports(tmp_path, capsys):
     root_dir = str(tmp_path / "demo")
     args = ["--root_dir", root_dir, "--num_episodes", "4"]

@@ -89,6 +89,7 @@ def test_benchmark_quick_run_writes_positive_timings(tmp_path, capsys):
     assert "matmul-times" in printed and "| cnn " in printed
 
 
+@pytest.mark.large  # a benchmark run; fast = reference GSA: test_fast_paths
 def test_benchmark_times_fast_and_reference_gsa_and_profiles_the_stages(tmp_path, capsys):
     bench = _load_benchmark()
     out = tmp_path / "encoders.json"

@@ -180,6 +180,7 @@ def test_run_episodes_keeps_a_quota_per_environment():
         assert e["success"] == (e["return"] > 0)
 
 
+@pytest.mark.large  # test_harness kills and resumes PPO (and every agent) through the same console script
 def test_kill_mid_run_then_resume(tmp_path):
     """A run killed after its first checkpoint resumes from it, counters included."""
     root_dir = str(tmp_path / "killed")

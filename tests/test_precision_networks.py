@@ -55,6 +55,8 @@ from sit_keras.agents import (
     sensor_networks,
 )
 
+pytestmark = pytest.mark.precision  # make test-precision runs these under several kernels
+
 IMAGES = tensor_spec.BoundedTensorSpec((8, 8, 3), tf.uint8, 0, 255)
 VECTORS = tf.TensorSpec((4,), tf.float32)
 SENSORS = tf.TensorSpec((5,), tf.float32)
@@ -300,6 +302,7 @@ def test_dtype_policy_restores_an_explicitly_set_policy() -> None:
         tf_keras.mixed_precision.set_global_policy(None)
 
 
+@pytest.mark.float16
 def test_doctests() -> None:
     for module in (mixed_precision, loss_scaling):
         assert doctest.testmod(module).failed == 0, module.__name__
@@ -382,6 +385,7 @@ def _settled_gradients(case: Case, nets: dict[str, network.Network], loss_factor
 GRADIENT_TOL = 4 * testing.tolerance(tf.float16)
 
 
+@pytest.mark.float16
 @ALL_CASES
 def test_float16_gradients_equal_the_float32_ones_on_the_same_weights(case: str) -> None:
     half, full = _same_weights(CASES[case])
@@ -395,6 +399,7 @@ def test_float16_gradients_equal_the_float32_ones_on_the_same_weights(case: str)
             assert _rel(have, want) <= GRADIENT_TOL, (factor, _rel(have, want))
 
 
+@pytest.mark.float16
 def test_without_the_scale_small_float16_gradients_underflow() -> None:
     case = CASES["actor_discrete_cnn"]
     half, full = _same_weights(case)
@@ -427,6 +432,7 @@ def _sgd_step(case: Case, nets: dict[str, network.Network], loss_factor: float, 
     return step
 
 
+@pytest.mark.float16
 @pytest.mark.parametrize(
     "case, mode",
     [
@@ -464,6 +470,7 @@ def test_an_overflowing_step_leaves_the_torso_unchanged_and_halves_the_scale(cas
         assert set(outcomes) == {halved}
 
 
+@pytest.mark.float16
 @pytest.mark.parametrize(
     "case, mode", [("dqn_cnn", "function"), ("dqn_cnn", "xla"), ("sensor_discrete", "xla")]
 )
@@ -498,6 +505,7 @@ def test_the_dynamic_scale_follows_keras_rule() -> None:
         loss_scaling.DynamicLossScale(initial_scale=0.5)
 
 
+@pytest.mark.float16
 def test_the_scale_is_checkpointed_with_the_torso_but_not_a_network_variable(tmp_path) -> None:
     nets = _build(CASES["sac_cnn"], "mixed_float16")
     actor, critic = nets["actor"], nets["critic"]
@@ -545,6 +553,7 @@ def _agent(algorithm: str, time_step_spec: ts.TimeStep):
     )
 
 
+@pytest.mark.float16
 @pytest.mark.parametrize("algorithm", ["ppo", "sac", "dqn", "c51"])
 def test_each_agent_trains_its_float16_torsos_with_xla(algorithm: str) -> None:
     tf_keras.backend.clear_session()

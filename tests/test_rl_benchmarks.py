@@ -20,6 +20,8 @@ def _load(name: str):
     return module
 
 
+# A benchmark run; PPO on Procgen: test_ppo_training; ratios: test_speed_ratios_cover_every_pair_in_order.
+@pytest.mark.large
 def test_ppo_throughput_quick_on_procgen(tmp_path, capsys):
     out = tmp_path / "ppo.json"
     module = _load("ppo_throughput")
@@ -58,7 +60,14 @@ def test_speed_ratios_cover_every_pair_in_order():
     }
 
 
-@pytest.mark.parametrize("family", ["lavacrossing", "lavagap"])
+@pytest.mark.parametrize(
+    "family",
+    [
+        # The same script and protocol on the paper's task; lavagap covers it in the default run.
+        pytest.param("lavacrossing", marks=pytest.mark.large),
+        "lavagap",
+    ],
+)
 def test_minigrid_rotation_quick(family, tmp_path):
     out = tmp_path / "table4.json"
     module = _load("minigrid_rotation")
@@ -169,6 +178,7 @@ def test_atari100k_tiny_run(tmp_path):
     assert "| Pong | cnn |" in report["table"]
 
 
+@pytest.mark.large  # a benchmark run; SAC on DMC pixels: test_sac_training::test_pixel_config_trains_on_dmc
 def test_dmc_walker_tiny_run(tmp_path):
     """benchmarks/dmc_walker.py: a speed run and a training run (with its final evaluation) of the CNN."""
     out = tmp_path / "dmc_walker.json"

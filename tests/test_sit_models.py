@@ -262,6 +262,45 @@ def test_minigrid_sit_is_rotation_invariant_and_flip_sensitive() -> None:
         testing.assert_not_invariant(features, x, testing.REFLECTIONS, min_error=BROKEN["float64"])
 
 
+SIT_SMALL = {  # configs/minigrid/lavacrossing_sit_small.gin before the probe
+    "preset": "minigrid", "dim": 32, "num_heads": 4, "stem_kernel_size": 3, "pool_size": 2,
+    "window": 3, "local_layers": 1, "global_layers": 1, "output_dim": 32,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "overrides, mirror_blind",
+    [
+        ({}, True),  # one block per level: no triangle sum reaches the class token
+        ({"global_layers": 2}, False),
+        ({"local_layers": 2}, False),
+        ({"global_layers": 2, "pool_padding": 1}, False),
+        ({"pool_padding": 1}, True),
+    ],
+)
+def test_a_sit_with_one_block_per_level_is_mirror_blind(
+    overrides: dict[str, Any], mirror_blind: bool
+) -> None:
+    encoder = _perturbed_encoder("sit", shape=(14, 14, 3), **{**SIT_SMALL, **overrides})
+    assert encoder.mirror_blind is mirror_blind
+    x = _images(2, shape=(14, 14, 3), dtype="float64")
+    testing.assert_invariant(encoder, x, testing.ROTATIONS)
+    if mirror_blind:
+        testing.assert_invariant(encoder, x, testing.REFLECTIONS)
+    else:
+        testing.assert_not_invariant(encoder, x, testing.REFLECTIONS, min_error=BROKEN["float64"])
+
+
+def test_pool_padding_puts_the_pooling_windows_on_the_cell_corners() -> None:
+    encoder = _perturbed_encoder("sit", shape=(14, 14, 3), **{**SIT_SMALL, "pool_padding": 1})
+    assert encoder.patch_grid == (8, 8)  # (14 + 2) / 2 tokens a side
+    assert SiTEncoder.from_config(encoder.get_config()).pool_padding == 1
+    with pytest.raises(ValueError, match=r"pool_padding must be >= 0, and 0 unless pool_size >= 2"):
+        build_encoder("sit", (14, 14, 3), **{**SIT_SMALL, "pool_size": 1, "pool_padding": 1})
+    with pytest.raises(ValueError, match=r"height and width once padded by 2 are multiples of 2"):
+        build_encoder("sit", (13, 13, 3), **{**SIT_SMALL, "pool_padding": 1})
+
+
 # -- inputs ------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("variant", ["sit", "siet"])

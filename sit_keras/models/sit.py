@@ -79,6 +79,17 @@ class SiTEncoder(Encoder):
     ``GraphSymmetricAttention``); the symmetries hold to rounding
     (``tests/test_mixed_precision.py``).
 
+    Mirror-blind configurations: a triangle sum (eq. 4) is what tells a
+    pattern from its mirror image, and the class token's entries pass it
+    unchanged (Listing 3). The last block of each level returns only class
+    tokens, so its triangle sums change nothing: a ``"sit"`` or ``"sit_star"``
+    with one local and one global block (the small SiT of the LavaCrossing and
+    demo configs before the fix of ``benchmarks/reference/lavacrossing_probe.json``)
+    is invariant under all of D4, like ``"sit_dihedral"``
+    (``mirror_blind``). With relative moves, a mirrored state needs "left" and
+    "right" swapped, which such an encoder cannot see; two blocks at either
+    level make it chiral.
+
     Exactness needs the stem, pooling and windows to map the image grid to
     itself: a square image whose side is a multiple of ``pool_size * window``
     for tiling windows (``pool_size`` for sliding ones).
@@ -91,6 +102,15 @@ class SiTEncoder(Encoder):
       num_heads: attention heads.
       stem_kernel_size: odd kernel of the initial graph convolution, 0 for none.
       pool_size: max-pooling after the stem, 1 for none.
+      pool_padding: pixels of zeros added on every side before the pooling.
+        With ``pool_size=2`` and ``pool_padding=1`` the pooling windows sit on
+        the corners of 2x2-pixel cells (MiniGrid's, appendix F.1) instead of on
+        the cells: each token then sees one pixel of each of four cells, so a
+        cell's inner orientation (the agent's heading: which half of its cell
+        is red) becomes a pattern over tokens that attention can relate to the
+        rest of the map, where pooling whole cells with a rotation-invariant
+        stem keeps it only faintly (``benchmarks/lavacrossing_probe.py``).
+        The padding is the same on every side, so rotations stay exact.
       window: local attention window in (pooled) pixels.
       window_stride: ``window`` (tiling, default) or 1 (a window per pixel).
       local_layers: local GSA blocks.
@@ -149,6 +169,7 @@ class SiTEncoder(Encoder):
         graph_init_stddev: float = 0.1,
         seed: int | None = None,
         implementation: str = "fast",
+        pool_padding: int = 0,
         **kwargs: Any,
     ):
         super().__init__(image_shape, output_dim, **kwargs)
@@ -159,6 +180,7 @@ class SiTEncoder(Encoder):
         self.num_heads = int(num_heads)
         self.stem_kernel_size = int(stem_kernel_size)
         self.pool_size = int(pool_size)
+        self.pool_padding = int(pool_padding)
         self.window = int(window)
         self.window_stride = self.window if window_stride is None else int(window_stride)
         self.local_layers = int(local_layers)
@@ -226,6 +248,12 @@ class SiTEncoder(Encoder):
     def _patch_grid(self) -> tuple[int, int]:
         """The global grid; a ``ValueError`` naming the valid sizes if the image does not fit."""
         h, w, _ = self.image_shape
+        if self.pool_padding < 0 or (self.pool_padding and self.pool_size < 2):
+            raise ValueError(
+                f"pool_padding must be >= 0, and 0 unless pool_size >= 2. "
+                f"Received: pool_padding={self.pool_padding}, pool_size={self.pool_size}"
+            )
+        h, w = h + 2 * self.pool_padding, w + 2 * self.pool_padding
         step = self.pool_size * (self.window if self.window_stride == self.window else 1)
         if self.pool_size < 1 or h % self.pool_size or w % self.pool_size:
             raise ValueError(self._size_message(step))
@@ -239,21 +267,38 @@ class SiTEncoder(Encoder):
 
     def _size_message(self, step: int) -> str:
         h, w, c = self.image_shape
+        pad = 2 * self.pool_padding
         examples = ", ".join(
-            str(step * n) for n in (max(1, 64 // step - 1), max(2, 64 // step), max(3, 64 // step + 1))
+            str(step * n - pad)
+            for n in (max(1, 64 // step - 1), max(2, 64 // step), max(3, 64 // step + 1))
         )
+        padded = f" once padded by {pad}" if pad else ""
         return (
-            f"{self.variant} with pool_size={self.pool_size}, window={self.window} and "
-            f"window_stride={self.window_stride} needs images whose height and width are multiples of "
-            f"{step} (e.g. {examples}); square images keep the rotation symmetry. "
-            f"Received: image_shape=({h}, {w}, {c})"
+            f"{self.variant} with pool_size={self.pool_size}, pool_padding={self.pool_padding}, "
+            f"window={self.window} and window_stride={self.window_stride} needs images whose height and "
+            f"width{padded} are multiples of {step} (e.g. {examples}); square images keep the rotation "
+            f"symmetry. Received: image_shape=({h}, {w}, {c})"
         )
+
+    @property
+    def mirror_blind(self) -> bool:
+        """True when no triangle sum reaches the output: the invariant part is then invariant under flips too.
+
+        Triangle sums run in blocks that are not the last of their level (the
+        class-token rows of the last blocks pass them unchanged, Listing 3), so
+        a SiT needs two local or two global blocks to tell mirror images apart.
+        """
+        chiral_blocks = max(self.local_layers, self.global_layers) >= 2
+        return self.symmetry == "rotation" and not (self.triangles and chiral_blocks)
 
     # -- forward ---------------------------------------------------------------
     def _features(self, images: tf.Tensor, training: bool | None) -> tuple[tf.Tensor, tf.Tensor]:
         x = images
         if self.stem is not None:
             x = self.stem(x)
+        if self.pool_padding:
+            p = self.pool_padding
+            x = tf.pad(x, [[0, 0], [p, p], [p, p], [0, 0]])
         if self.pool_size > 1:
             x = tf.nn.max_pool2d(x, self.pool_size, self.pool_size, "VALID")
         token, patches = self.global_gsa(self.local_gsa(x, training=training), training=training)
@@ -290,6 +335,7 @@ class SiTEncoder(Encoder):
             num_heads=self.num_heads,
             stem_kernel_size=self.stem_kernel_size,
             pool_size=self.pool_size,
+            pool_padding=self.pool_padding,
             window=self.window,
             window_stride=self.window_stride,
             local_layers=self.local_layers,
