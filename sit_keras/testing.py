@@ -8,7 +8,9 @@ action ``g'`` on the output (SiT paper, section 2).
 The actions of the dihedral group D4 (90-degree rotations and the four
 reflections) permute the pixels of a square grid exactly, so the checks can
 be tight: errors are relative to the output's largest magnitude and must stay
-under ``tolerance(dtype)``.
+under ``tolerance(dtype)`` in float64 and float32. In float16 and bfloat16 the
+tolerance comes from the model's own rounding against its float64 twin
+(``ErrorModel``, ``float64_twin``; docs/testing.md).
 
 ``f`` is evaluated once on the batch ``concat([x, g x])``: layers whose
 training-mode randomness is shared by the whole batch (graph-symmetric
@@ -104,8 +106,8 @@ def tolerance(dtype: tf.DType | str) -> float:
     against the eager call). It is not an error model: the rounding of a
     symmetry check grows with the length of each sum and with depth, and
     depends on the kernels that run. Symmetry checks in low precision pass
-    ``exact=`` (a float64 twin) to ``assert_invariant`` / ``assert_equivariant``
-    instead, which derive their tolerance from the model (``ErrorModel``).
+    ``model=ErrorModel(float64 twin, dtype)`` to ``assert_invariant`` /
+    ``assert_equivariant`` instead, which derive their tolerance from the model.
     """
     dtype = tf.as_dtype(dtype)
     if dtype == tf.float16:
@@ -130,7 +132,7 @@ def rounding_budget(dtype: tf.DType | str) -> float:
     Not a symmetry tolerance (see ``ErrorModel``): a bound on the model's own
     accuracy, so that a low-precision-only bug (a wrong cast, a branch that only
     the compute dtype takes) cannot hide inside a tolerance derived from it.
-    Relative to ``max |f64|``, the largest entry's error: float16 128 u = 6.3e-2,
+    Relative to ``max |f|``, the largest entry's error: float16 128 u = 6.3e-2,
     bfloat16 128 u = 0.5. Measured on every kernel setting of ``docs/testing.md``:
     at most 2.0e-2 (float16) and 0.23 (bfloat16, the SeT patch grid, whose
     projection cancels; 0.12 elsewhere): a wrong branch errs by order 1.

@@ -136,6 +136,8 @@ def teacher(tmp_path_factory):
     return root_dir
 
 
+# sit-distill end to end; BC through sit-train is test_harness' (its DAgger rounds: test_dagger_rounds_*).
+@pytest.mark.large
 def test_distill_a_tiny_teacher_into_a_pi_student_end_to_end(teacher, tmp_path):
     root_dir = str(tmp_path / "student")
     # 2 streams of 60 teacher steps (120 in all) in chunks of 20: 3 gradient steps per epoch.

@@ -114,7 +114,11 @@ def _run_until_two_checkpoints_then_kill(command: list[str], root_dir: str, log_
             pytest.fail(f"the run ended before it was killed: {log.read()[-2000:]}")
 
 
-@pytest.mark.parametrize("agent", ["ppo", "sac", "dqn", "bc"])
+@pytest.mark.parametrize(
+    "agent",
+    # BC's resume: its checkpointed schedule step in test_distill (the whole run in make test-large).
+    ["ppo", "sac", "dqn", pytest.param("bc", marks=pytest.mark.large)],
+)
 def test_every_agent_runs_is_killed_resumes_and_writes_the_same_layout(agent, teacher, tmp_path):
     root_dir = str(tmp_path / agent)
     bindings = _bindings(agent, teacher)

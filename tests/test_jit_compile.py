@@ -407,6 +407,9 @@ def test_ppo_with_xla_matches_graph_mode(ppo_graph_run, tmp_path, xla_traces, cl
     assert _hyperparameter(str(tmp_path / "collect"), "train_eval.jit_compile") is True
 
 
+# The default run keeps PPO's XLA = graph check (test_ppo_with_xla_matches_graph_mode); the other
+# agents' compiled float32 steps are also run by test_precision_networks' XLA tests.
+@pytest.mark.large
 @pytest.mark.usefixtures("synchronous_replay_sampling", "clean_gin")
 def test_sac_with_xla_matches_graph_mode(tmp_path, xla_traces, monkeypatch):
     # Sampling replaced by the mode in both runs: see the module docstring.
@@ -424,6 +427,7 @@ def test_sac_with_xla_matches_graph_mode(tmp_path, xla_traces, monkeypatch):
     assert _hyperparameter(str(tmp_path / "xla" / "collect"), "train_eval.jit_compile") is True
 
 
+@pytest.mark.large  # as test_sac_with_xla_matches_graph_mode
 @pytest.mark.usefixtures("synchronous_replay_sampling", "clean_gin")
 @pytest.mark.parametrize("algorithm", ["dqn", "c51"])
 def test_dqn_and_c51_with_xla_match_graph_mode(algorithm, tmp_path, xla_traces):
@@ -438,6 +442,7 @@ def test_dqn_and_c51_with_xla_match_graph_mode(algorithm, tmp_path, xla_traces):
     assert _hyperparameter(str(tmp_path / "xla" / "collect"), "train_eval.jit_compile") is True
 
 
+@pytest.mark.large  # as test_sac_with_xla_matches_graph_mode
 def test_behaviour_cloning_with_xla_matches_graph_mode(ppo_graph_run, tmp_path, xla_traces, clean_gin):
     teacher, _ = ppo_graph_run
     run = {**DISTILL_RUN, "agent": "bc", "teacher_dir": teacher}

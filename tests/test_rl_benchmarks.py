@@ -1,5 +1,5 @@
 """Smoke runs of the RL benchmarks (benchmarks/ppo_throughput.py, benchmarks/minigrid_rotation.py,
-benchmarks/atari100k.py, benchmarks/dmc_walker.py)."""
+benchmarks/atari100k.py, benchmarks/dmc_walker.py, benchmarks/lavacrossing_probe.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -224,3 +225,40 @@ def test_pi_cartpole_distill_refuses_a_bad_previous_action_noise_before_training
     assert exit_info.value.code == 2
     assert "--previous_action_noise must be a finite number >= 0" in capsys.readouterr().err
     assert not root.exists()
+
+
+def test_lavacrossing_probe_expert_reaches_the_goal_in_its_own_number_of_moves():
+    """benchmarks/lavacrossing_probe.py: following any optimal move never lengthens the way to the goal."""
+    from sit_keras.agents.environments.minigrid_env import SiTMiniGrid
+
+    probe = _load("lavacrossing_probe")
+    env = SiTMiniGrid("MiniGrid-LavaCrossingS9N2-v0")
+    for seed in range(3):
+        env.reset(seed=seed)
+        masks = probe.optimal_actions(env)
+        minigrid = env.minigrid
+        start = (*(int(v) for v in minigrid.agent_pos), int(minigrid.agent_dir))
+        assert start in masks
+        rng = np.random.default_rng(seed)
+        for _ in range(100):  # a shortest way on a 9x9 level is far shorter
+            state = (*(int(v) for v in minigrid.agent_pos), int(minigrid.agent_dir))
+            action = int(rng.choice(np.flatnonzero(masks[state])))
+            _, reward, terminated, _, info = env.step(action)
+            if terminated:
+                break
+        assert info["is_success"] and reward > 0, seed
+
+
+@pytest.mark.parametrize("argv", [["--models", "cnn,nope"], ["--steps", "0"], ["--seeds", "a"]])
+def test_lavacrossing_probe_refuses_bad_arguments_in_one_sentence(argv, capsys):
+    assert _load("lavacrossing_probe").main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err and "\n" not in err and "Traceback" not in err
+
+
+@pytest.mark.large  # a benchmark run (about 20 s); its parts are tested above
+def test_lavacrossing_probe_quick(tmp_path):
+    out = tmp_path / "probe.json"
+    assert _load("lavacrossing_probe").main(["--quick", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["results"] and {"command", "commit", "settings"} <= set(report)

@@ -23,6 +23,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -241,7 +242,7 @@ def _env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory) -> dict[str, tuple[str, subprocess.Popen]]:
+def served(tmp_path_factory) -> Iterator[dict[str, tuple[str, subprocess.Popen]]]:
     """Each family's SavedModel version folder (small random-weight policies) and its request process.
 
     A family's requests start as soon as it is exported, while the next family exports.
@@ -259,11 +260,20 @@ def served(tmp_path_factory) -> dict[str, tuple[str, subprocess.Popen]]:
             )  # fmt: skip
             families[family] = (path, process)
     except BaseException:  # an export failed: the requests already running are not needed
-        for _, process in families.values():
-            process.kill()
-            process.communicate()
+        _stop(families.values())
         raise
-    return families
+    yield families
+    # A worker that ran only the tests needing `exports` (pytest-xdist splits the module) never read
+    # the requests' outcomes: end those processes, not leave them to the garbage collector.
+    _stop(families.values())
+
+
+def _stop(processes: Iterable[tuple[str, subprocess.Popen]]) -> None:
+    for _, process in processes:
+        if process.poll() is None:
+            process.kill()
+        if process.stdout and not process.stdout.closed:  # not read by `outcomes`
+            process.communicate()
 
 
 @pytest.fixture(scope="module")
