@@ -83,10 +83,9 @@ class SiTEncoder(Encoder):
     pattern from its mirror image, and the class token's entries pass it
     unchanged (Listing 3). The last block of each level returns only class
     tokens, so its triangle sums change nothing: a ``"sit"`` or ``"sit_star"``
-    with one local and one global block (the small SiT of the LavaCrossing and
-    demo configs before the fix of ``benchmarks/reference/lavacrossing_probe.json``)
-    is invariant under all of D4, like ``"sit_dihedral"``
-    (``mirror_blind``). With relative moves, a mirrored state needs "left" and
+    with one local and one global block (``lavacrossing_sit_small.gin`` and the
+    demo's SiT; docs/lavacrossing.md) is invariant under all of D4, like
+    ``"sit_dihedral"`` (``mirror_blind``). With relative moves, a mirrored state needs "left" and
     "right" swapped, which such an encoder cannot see; two blocks at either
     level make it chiral.
 
