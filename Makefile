@@ -14,7 +14,8 @@ TF_AGENTS_VERSION ?= 0.19.0
 # Extra arguments for pytest, e.g. `make test PYTEST_ARGS="-k attention -x"`.
 PYTEST_ARGS ?=
 # pytest-xdist workers: one per core, each with one TensorFlow thread (tests/conftest.py);
-# `make test PYTEST_WORKERS=0` runs in one process.
+# `make test PYTEST_WORKERS=0` runs in one process. `--dist loadgroup`: the tests that share a
+# module-scoped fixture run on one worker (tests/conftest.py), so it is built once.
 PYTEST_WORKERS ?= 2
 # The kernel settings `make test-precision` runs the precision-sensitive tests under: oneDNN as
 # the host offers it, oneDNN without BF16 / AMX / FP16 instructions, and Eigen's kernels.
@@ -36,7 +37,7 @@ INSTALL_INPUTS := requirements.txt requirements-dev.txt constraints.txt setup.py
 # pytest exits 5 when it collected no test (e.g. no test marked `large` yet):
 # report that and count it as success; any other failure stays a failure.
 define run_pytest
-	status=0; $(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist worksteal --durations=15 $(1) $(PYTEST_ARGS) || status=$$?; \
+	status=0; $(BIN)/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=15 $(1) $(PYTEST_ARGS) || status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests (exit 5); treated as success"; exit 0; fi; \
 	exit $$status
 endef

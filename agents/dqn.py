@@ -202,7 +202,7 @@ def sample_sequences(
         return experience, info
 
     sequences = replay_buffer.as_dataset(sample_batch_size=batch_size, num_steps=n_step + 1)
-    return sequences.map(replace_boundaries).prefetch(2)
+    return sequences.map(replace_boundaries)
 
 
 def make_agent(
@@ -319,8 +319,9 @@ class DQNAlgorithm(OnlineAlgorithm):
         if due > 0:
             if self._iterator is None:
                 dataset = self.run.strategy.distribute_datasets_from_function(
-                    lambda _: sample_sequences(
-                        self.replay_buffer, self.settings.n_step, self.settings.batch_size
+                    lambda _: self.run.prefetch(
+                        sample_sequences(self.replay_buffer, self.settings.n_step, self.settings.batch_size),
+                        2,
                     )
                 )
                 self._iterator = iter(dataset)

@@ -126,6 +126,11 @@ class RunSettings:
       checkpoint_replay_buffer: save replay-based agents' buffers with each
         checkpoint (exact resumption; a 100k-step Atari buffer is 2.8 GB).
       seed: Python, NumPy, TensorFlow and environment seed.
+      deterministic: rerun-exact training (``Run.prefetch``): TensorFlow's
+        deterministic kernels (``tf.config.experimental.enable_op_determinism``,
+        for the whole process) and replay samples drawn after each collection,
+        not prefetched during it. A rerun with the same seed on the same host
+        repeats every loss; the cost in speed is in the README.
       precision: ``"float32"``, ``"mixed_bfloat16"`` or ``"mixed_float16"``
         (``sit_keras.mixed_precision``): the networks' compute dtype; their
         variables and output heads stay float32.
@@ -151,6 +156,7 @@ class RunSettings:
     policy_save_interval: int | None = None
     checkpoint_replay_buffer: bool = True
     seed: int = 0
+    deterministic: bool = False
     precision: str = "float32"
     jit_compile: bool | str = "auto"
     progress: bool = True
@@ -286,6 +292,15 @@ class Run:
     strategy: tf.distribute.Strategy
     jit_compile: bool
 
+    def prefetch(self, dataset: tf.data.Dataset, buffer_size: int) -> tf.data.Dataset:
+        """``dataset.prefetch(buffer_size)``, or ``dataset`` itself in a deterministic run.
+
+        A replay dataset that prefetches samples the buffer while the next
+        collection adds to it, so which steps a batch can hold depends on
+        thread timing; read without prefetching, it samples after collection.
+        """
+        return dataset if self.settings.deterministic else dataset.prefetch(buffer_size)
+
     def compile_train(self, agent) -> None:
         """XLA for ``agent.train`` when asked (before a learner traces it)."""
         if self.jit_compile:
@@ -384,6 +399,8 @@ def train_eval(root_dir: str, strategy: tf.distribute.Strategy | None = None, **
     os.makedirs(root_dir, exist_ok=True)
     # Python's, NumPy's and TensorFlow's seeds: unseeded Keras initializers draw from Python's.
     tf_keras.utils.set_random_seed(run_settings.seed)
+    if run_settings.deterministic:
+        tf.config.experimental.enable_op_determinism()
     with contextlib.ExitStack() as cleanup:
         try:
             algorithm, loop = _set_up(root_dir, module, run_settings, settings, strategy, cleanup)

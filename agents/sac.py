@@ -185,13 +185,13 @@ class SACAlgorithm(OnlineAlgorithm):
 
         def experience_dataset() -> tf.data.Dataset:
             # Sample pairs of steps, drop those that start at a LAST step, batch.
-            return (
+            transitions = (
                 self.replay_buffer.as_dataset(sample_batch_size=batch_size, num_steps=2)
                 .unbatch()
                 .filter(_starts_a_transition)
                 .batch(batch_size, drop_remainder=True)
-                .prefetch(1)
             )
+            return run.prefetch(transitions, 1)
 
         self.learner = learner.Learner(
             run.root_dir,

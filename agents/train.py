@@ -94,6 +94,11 @@ def _define_flags() -> None:
     # Passed to the trainer only when given: otherwise the config's binding (or the default) holds.
     xla.define_jit_compile_flag()
     mixed_precision.define_precision_flag()
+    flags.DEFINE_bool(
+        "deterministic", None,
+        "Rerun-exact training: deterministic kernels, replay read after collection (slower); "
+        "default: train_eval.deterministic.",
+    )  # fmt: skip
     flags.register_multi_flags_validator(["strategy", "jit_compile"], _check_jit_compile_strategy)
 
 
@@ -118,7 +123,8 @@ def _main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     quiet_library_logs()
-    overrides = {name: _FLAGS[name].value for name in ("jit_compile", "precision") if _FLAGS[name].present}
+    given = [name for name in ("jit_compile", "precision", "deterministic") if _FLAGS[name].present]
+    overrides = {name: _FLAGS[name].value for name in given}
     try:
         parse_gin(_FLAGS.gin_file, _FLAGS.gin_bindings)
         strategy = make_strategy(_FLAGS.strategy)

@@ -253,8 +253,14 @@ def _check_with_model(
         dtype = tf.as_dtype(model.dtype).name
         held = error <= tol and exact_error <= tolerance(tf.float64) and rounding <= budget
         SYMMETRY_RECORDS.append(
-            {"transform": name, "dtype": dtype, "error": error, "tolerance": tol, "rounding": rounding,
-             "held": held}
+            {
+                "transform": name,
+                "dtype": dtype,
+                "error": error,
+                "tolerance": tol,
+                "rounding": rounding,
+                "held": held,
+            }
         )
         report[name] = (
             f"error {error:.3g} / tolerance {tol:.3g} (rounding {rounding:.3g}, float64 {exact_error:.3g})"

@@ -24,7 +24,10 @@ from sit_keras import testing  # noqa: E402
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # One TensorFlow thread per xdist worker (make test runs one worker per core): two workers with
-    # one thread each keep both cores busy without the contention of 2 x 2 threads.
+    # one thread each keep both cores busy without the contention of 2 x 2 threads. The variables
+    # reach the processes the tests start (CLI runs, exports, serving requests) as well.
+    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
+    os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
     import tensorflow as tf  # noqa: E402
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
@@ -43,10 +46,31 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "mixed_float16" in item.nodeid:
             item.add_marker(pytest.mark.float16)
+        module = _module_sharing_a_fixture(item)
+        if module:
+            item.add_marker(pytest.mark.xdist_group(module))
+
+
+def _module_sharing_a_fixture(item: pytest.Item) -> str | None:
+    """The test's module if the test uses a module-scoped fixture that the module defines.
+
+    ``make test`` runs ``--dist loadgroup``: a module's tests that share such a fixture (a trained
+    policy, exports, serving processes) run on one worker, one after the other. Spread over both
+    workers, or interleaved with other modules' tests on one, pytest would tear the fixture down and
+    build it again (the serving fixture three times in one run, 100 s).
+    """
+    module = item.nodeid.split("::")[0]
+    definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    for name in getattr(item, "fixturenames", ()):
+        for definition in definitions.get(name, ()):
+            if definition.scope == "module" and definition.baseid == module:
+                return module
+    return None
 
 
 @pytest.fixture(autouse=True)

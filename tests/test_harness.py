@@ -116,8 +116,12 @@ def _run_until_two_checkpoints_then_kill(command: list[str], root_dir: str, log_
 
 @pytest.mark.parametrize(
     "agent",
-    # BC's resume: its checkpointed schedule step in test_distill (the whole run in make test-large).
-    ["ppo", "sac", "dqn", pytest.param("bc", marks=pytest.mark.large)],
+    # The kill and the layout are the harness's, the same for every agent: PPO's in the default run.
+    # SAC's and DQN's resume (counters, replay buffer, target schedule) are checked by
+    # test_sac_training::test_rerun_resumes_counters_and_replay_buffer and
+    # test_dqn_training::test_rerun_resumes_counters_target_schedule_and_replay, BC's (its
+    # checkpointed schedule step) in test_distill; their whole runs are in make test-large.
+    ["ppo", *(pytest.param(agent, marks=pytest.mark.large) for agent in ("sac", "dqn", "bc"))],
 )
 def test_every_agent_runs_is_killed_resumes_and_writes_the_same_layout(agent, teacher, tmp_path):
     root_dir = str(tmp_path / agent)
@@ -280,6 +284,60 @@ def test_every_agent_trains_in_mixed_precision(agent, precision, teacher, tmp_pa
     names = [name for name, _ in tf.train.list_variables(checkpoint)]
     dtypes = {np.asarray(tf.train.load_variable(checkpoint, name)).dtype for name in names}
     assert not dtypes & {np.dtype("float16"), tf.bfloat16.as_numpy_dtype}
+
+
+# Two runs of each agent in one process: enable_op_determinism cannot be undone, so not in pytest's.
+RERUN_SCRIPT = r"""
+import json, sys
+import gin
+from sit_keras.agents import harness, train
+
+root, runs = sys.argv[1], json.loads(sys.argv[2])
+losses = {}
+for agent, (bindings, budget) in runs.items():
+    losses[agent] = []
+    for attempt in range(2):
+        gin.clear_config()
+        train.parse_gin([], bindings)
+        results = harness.train_eval(
+            f"{root}/{agent}{attempt}", deterministic=True, total_env_steps=budget, policy_save_interval=0
+        )
+        losses[agent].append([entry["loss"] for entry in results["history"] if entry["train_step"] > 0])
+# sit-train's flag, on the last agent's settings.
+gin.clear_config()
+argv = ["sit-train", "--root_dir", f"{root}/cli", "--deterministic"]
+argv += [arg for binding in bindings for arg in ("--gin_bindings", binding)]
+argv += ["--gin_bindings", f"train_eval.total_env_steps = {budget}"]
+try:
+    train.main(argv)
+except SystemExit as exit:
+    assert not exit.code, exit.code
+print(json.dumps(losses))
+"""
+
+
+def test_deterministic_runs_repeat_every_loss(tmp_path):
+    """``train_eval.deterministic``: two runs with one seed give the same losses, bit for bit.
+
+    SAC and DQN sample their replay buffers (prefetched outside this mode), PPO shuffles minibatches.
+    """
+    runs = {
+        "ppo": (AGENT_BINDINGS["ppo"] + COMMON, 48),
+        "sac": (AGENT_BINDINGS["sac"] + COMMON, 60),
+        "dqn": (AGENT_BINDINGS["dqn"] + COMMON, 60),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", RERUN_SCRIPT, str(tmp_path), json.dumps(runs)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    losses = json.loads(done.stdout.strip().splitlines()[-1])
+    for agent, (first, second) in losses.items():
+        assert len(first) >= 2 and np.all(np.isfinite(first)), (agent, first)
+        assert first == second, agent  # exact: the same floats, not close ones
+    # `sit-train --deterministic` reaches the run, and the run records it.
+    with open(tmp_path / "cli" / "config.gin") as f:
+        assert "train_eval.deterministic = True" in f.read()
 
 
 def test_a_policy_trained_in_mixed_bfloat16_exports_with_parity(tmp_path):

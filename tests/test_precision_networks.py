@@ -442,7 +442,9 @@ def _sgd_step(case: Case, nets: dict[str, network.Network], loss_factor: float, 
         ("sac_cnn", "eager"),
         ("sac_cnn", "xla"),
         ("sensor_continuous", "eager"),
-        ("sensor_continuous", "xla"),  # the tf.scan over time inside the region, compiled
+        # The tf.scan over time inside the region, compiled: 15-55 s of XLA compilation, so `large`;
+        # the compiled scan is in the default run in the next test's ("sensor_discrete", "xla").
+        pytest.param("sensor_continuous", "xla", marks=pytest.mark.large),
     ],
 )
 def test_an_overflowing_step_leaves_the_torso_unchanged_and_halves_the_scale(case: str, mode: str) -> None:

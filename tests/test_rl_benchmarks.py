@@ -262,3 +262,22 @@ def test_lavacrossing_probe_quick(tmp_path):
     assert _load("lavacrossing_probe").main(["--quick", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["results"] and {"command", "commit", "settings"} <= set(report)
+
+
+@pytest.mark.parametrize("argv", [["--workloads", "ppo_lavacrossing_sit,nope"], ["--repeats", "0"]])
+def test_deterministic_cost_refuses_bad_arguments_in_one_sentence(argv, capsys):
+    assert _load("deterministic_cost").main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err and "\n" not in err and "Traceback" not in err
+
+
+@pytest.mark.large  # a benchmark run (six training processes); deterministic mode: test_harness
+def test_deterministic_cost_quick(tmp_path):
+    out = tmp_path / "cost.json"
+    assert _load("deterministic_cost").main(["--quick", "--workloads", "sac_dmc_state,dqn_cartpole",
+                                             "--out", str(out)]) == 0  # fmt: skip
+    report = json.loads(out.read_text())
+    for row in report["table"].values():
+        assert all(speed > 0 for speed in row["env_steps_per_second"].values())
+        assert row["deterministic_over_default"] > 0
+    assert {"command", "commit", "runs", "environment"} <= set(report)

@@ -216,7 +216,9 @@ def _values(variables) -> list[np.ndarray]:
     "encoder, encoder_kwargs",
     [
         ("cnn", TINY_CNN),
-        ("siet", TINY_SIET),
+        # 14-41 s; the shared-encoder logic is the CNN case's, and SiET's SAC train step is checked
+        # against TF-Agents' in test_encoder_passes.py::test_sac_train_step_equals_tf_agents_sac[siet].
+        pytest.param("siet", TINY_SIET, marks=pytest.mark.large),
     ],
 )  # fmt: skip
 def test_the_critic_trains_the_shared_encoder_and_the_actor_does_not(encoder, encoder_kwargs):

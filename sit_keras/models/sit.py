@@ -268,8 +268,7 @@ class SiTEncoder(Encoder):
         h, w, c = self.image_shape
         pad = 2 * self.pool_padding
         examples = ", ".join(
-            str(step * n - pad)
-            for n in (max(1, 64 // step - 1), max(2, 64 // step), max(3, 64 // step + 1))
+            str(step * n - pad) for n in (max(1, 64 // step - 1), max(2, 64 // step), max(3, 64 // step + 1))
         )
         padded = f" once padded by {pad}" if pad else ""
         return (
