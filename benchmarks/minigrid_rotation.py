@@ -100,15 +100,10 @@ FAMILIES: dict[str, tuple[str, list[str], dict[str, tuple[str, tuple[str | None,
     ),
 }
 ROWS = FAMILIES["lavacrossing"][2]
-# The paper's Table 4 (IMPALA, 20M steps on LavaCrossing): row -> (CNN, SiT) success rates.
+# The paper's Table 4 (IMPALA, 20M steps on LavaCrossing; benchmarks/papers.json): row -> (CNN, SiT).
+_TABLE4 = json.loads((Path(__file__).resolve().parent / "papers.json").read_text())["sit_icml2024"]["table_4"]
 PAPER_TABLE4 = {
-    "train: easy": (0.96, 0.94),
-    "train: medium": (0.69, 0.84),
-    "hard": (0.54, 0.46),
-    "rotations average": (0.00, 0.91),
-    "goal top-right": (0.08, 0.71),
-    "goal bottom-left": (0.08, 0.71),
-    "random goal": (0.07, 0.24),
+    row: (_TABLE4["columns"]["CNN"][row]["mean"], _TABLE4["columns"]["SiT"][row]["mean"]) for row in ROWS
 }
 
 

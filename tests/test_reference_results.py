@@ -17,8 +17,32 @@ REFERENCE = ROOT / "benchmarks" / "reference"
 README = (ROOT / "README.md").read_text()
 
 
+# The papers' numbers, with their table, row and column: the one place they are written down.
+PAPERS = json.loads((ROOT / "benchmarks" / "papers.json").read_text())
+TABLE4 = PAPERS["sit_icml2024"]["table_4"]["columns"]
+
+
 def _report(name: str) -> dict:
     return json.loads((REFERENCE / name).read_text())
+
+
+def _paper(column: str, row: str) -> float:
+    return TABLE4[column][row]["mean"]
+
+
+@pytest.mark.parametrize("name", ["table4_lavacrossing.json", "table4_lavacrossing_3m.json"])
+def test_the_reports_quote_the_papers_numbers(name):
+    quoted = _report(name)["paper_table4_cnn_sit_20M_steps"]
+    assert quoted == {row: [_paper("CNN", row), _paper("SiT", row)] for row in quoted}
+    assert set(quoted) == set(TABLE4["CNN"])
+
+
+def test_every_lavacrossing_config_has_its_paper_column():
+    tables = PAPERS["sit_icml2024"]
+    for model, columns in tables["our_configs"].items():
+        assert (ROOT / "configs" / "minigrid" / f"lavacrossing_{model}.gin").exists(), model
+        for table, column in columns.items():
+            assert column in tables[table]["columns"], (model, table, column)
 
 
 @pytest.mark.parametrize(
@@ -136,18 +160,28 @@ def test_table4_lavacrossing_3m_tables_are_the_report():
     by_run = {(run["model"], run["seed"]): run for run in report["runs"]}
     cnn = {row: sum(by_run["cnn", s]["greedy"][row]["success_rate"] for s in (0, 1)) / 2
            for row in report["rows"]}  # fmt: skip
-    assert f"N1 {cnn['train: easy']:.2f} (paper 0.96), N2 {cnn['train: medium']:.2f} (0.69)" in flat
-    assert f"hard N3 {cnn['hard']:.2f} (0.54)" in flat
-    assert f"under rotation, {cnn['rotations average']:.2f} (0.00)" in flat
+    paper = {row: _paper("CNN", row) for row in report["rows"]}
+    assert (
+        f"N1 {cnn['train: easy']:.2f} (paper {paper['train: easy']:.2f}), "
+        f"N2 {cnn['train: medium']:.2f} ({paper['train: medium']:.2f})" in flat
+    )
+    assert f"hard N3 {cnn['hard']:.2f} ({paper['hard']:.2f})" in flat
+    assert f"under rotation, {cnn['rotations average']:.2f} ({paper['rotations average']:.2f})" in flat
     # SiT seed 0, quoted beside the paper's SiT column.
     sit = {row: value["success_rate"] for row, value in by_run["sit_small", 0]["sampling"].items()}
+    paper = {row: _paper("SiT-1", row) for row in report["rows"]}  # one local, one global layer
     assert (
-        f"upright N1 {sit['train: easy']:.2f} (0.94) and rotated {sit['rotations average']:.2f} (0.91)"
-        in flat
+        f"upright N1 {sit['train: easy']:.2f} ({paper['train: easy']:.2f}) and rotated "
+        f"{sit['rotations average']:.2f} ({paper['rotations average']:.2f})" in flat
     )
     assert (
-        f"goal top-right {sit['goal top-right']:.2f} (0.71), bottom-left {sit['goal bottom-left']:.2f}"
-        in flat
+        f"goal top-right {sit['goal top-right']:.2f} ({paper['goal top-right']:.2f}), "
+        f"bottom-left {sit['goal bottom-left']:.2f} ({paper['goal bottom-left']:.2f}), "
+        f"random goal {sit['random goal']:.2f} ({paper['random goal']:.2f})" in flat
+    )
+    assert (
+        f"N2 {sit['train: medium']:.2f} ({paper['train: medium']:.2f}), N3 {sit['hard']:.2f} "
+        f"({paper['hard']:.2f})" in flat
     )
     greedy = by_run["sit_small", 0]["greedy"]
     tflite = by_run["sit_small", 0]["tflite greedy"]
@@ -229,3 +263,11 @@ def test_export_latency_table_is_the_report():
     ratios = [r["saved_model_vs_tflite_float32"] for r in report["results"].values()]
     flat = " ".join(README.split())
     assert f"Met for every policy: {min(ratios):.1f}x (IMPALA-CNN) to {max(ratios):.0f}x" in flat
+
+
+def test_the_papers_table4_in_the_readme_is_the_papers_file():
+    columns = ["CNN", "ViT", "SiT-1", "SiT"]
+    lines = ["| row | " + " | ".join(columns) + " |", "| --- | " + " | ".join("---:" for _ in columns) + " |"]
+    for row in TABLE4["CNN"]:
+        lines.append(f"| {row} | " + " | ".join(f"{_paper(c, row):.2f}" for c in columns) + " |")
+    assert "\n".join(lines) in README
