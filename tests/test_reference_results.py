@@ -271,3 +271,9 @@ def test_the_papers_table4_in_the_readme_is_the_papers_file():
     for row in TABLE4["CNN"]:
         lines.append(f"| {row} | " + " | ".join(f"{_paper(c, row):.2f}" for c in columns) + " |")
     assert "\n".join(lines) in README
+
+
+def test_every_learnability_run_has_its_provenance():
+    for run in _report("lavacrossing_learnability.json")["runs"]:
+        assert run["commit"] and run["command"].startswith("sit-train "), run["run"]
+        assert run["wall_time_minutes"] > 0 and "shared/" not in run["source"], run["run"]
