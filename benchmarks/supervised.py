@@ -49,6 +49,7 @@ import argparse
 import importlib.util
 import os
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -278,6 +279,26 @@ def _fmt(stat: dict[str, float], digits: int = 3) -> str:
     return f"{stat['mean']:.{digits}f} +- {stat['std']:.{digits}f}"
 
 
+def readme_table(report: dict[str, Any]) -> str:
+    """The README's accuracy table, computed from the report's per-seed runs.
+
+    Rotated-test accuracy, mean +- sample std over seeds, after training upright and after
+    training rotated; the train time of one run, mean over every run of the model.
+    """
+    lines = [
+        "| model | weights | upright -> rotated | rotated -> rotated | train s / run |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, record in report["models"].items():
+        cells = []
+        for setting in ("upright_to_rotated", "rotated"):
+            stat = _mean_std([run["accuracy"]["rotated"] for run in record["runs"][setting]])
+            cells.append(f"{stat['mean']:.2f} ± {stat['std']:.2f}")
+        train_s = _mean_std([run["train_s"] for runs in record["runs"].values() for run in runs])["mean"]
+        lines.append(f"| `{name}` | {record['params']:,} | {cells[0]} | {cells[1]} | {train_s:.1f} |")
+    return "\n".join(lines)
+
+
 def format_report(report: dict[str, Any]) -> str:
     settings = report["settings"]
     header = [
@@ -472,6 +493,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "accuracy_wall_time_s": accuracy_s,
     }
     report["wall_time_s"] = time.perf_counter() - start
+    report["readme_table"] = readme_table(report)
+    report["command"] = "python benchmarks/supervised.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    here = Path(__file__).parent
+    report["commit"] = subprocess.run(
+        ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=here
+    ).stdout.strip()  # fmt: skip
     print()
     print(format_report(report))
     print(

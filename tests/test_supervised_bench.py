@@ -29,7 +29,18 @@ def test_quick_run_reports_accuracy_train_time_and_layer_ratios(tmp_path, capsys
     printed = capsys.readouterr().out
 
     report = json.loads(out.read_text())
-    assert set(report) >= {"settings", "environment", "models", "matmul", "layers", "wall_time_s"}
+    assert set(report) >= {"settings", "environment", "models", "matmul", "layers", "wall_time_s", "commit"}
+    assert report["command"] == "python benchmarks/supervised.py --quick --models cnn --out " + str(out)
+    # The README's table, computed from the per-seed runs (one seed: std 0).
+    rotated = [
+        report["models"]["cnn"]["runs"][s][0]["accuracy"]["rotated"]
+        for s in ("upright_to_rotated", "rotated")
+    ]
+    params = report["models"]["cnn"]["params"]
+    assert (
+        f"| `cnn` | {params:,} | {rotated[0]:.2f} ± 0.00 | {rotated[1]:.2f} ± 0.00 |"
+        in report["readme_table"]
+    )
     settings = report["settings"]
     assert settings["quick"] and settings["train_examples"] == 128 and settings["test_examples"] == 360
     assert settings["settings"]["upright_to_rotated"] == {
