@@ -48,7 +48,7 @@ WORKLOADS: dict[str, tuple[str, list[str], int, int]] = {
     "ppo_lavacrossing_sit": (
         "configs/minigrid/lavacrossing_sit_corners.gin",
         ["ppo.collect_steps_per_env = 128", "ppo.num_minibatches = 8"],
-        8 * 16 * 128,
+        5 * 16 * 128,
         2 * 16 * 128,
     ),
     "sac_dmc_state": (
