@@ -38,7 +38,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sit_keras.benchmarking import environment, name_list, write_report
+from sit_keras.benchmarking import (
+    SentenceParser,
+    UsageError,
+    current_commit,
+    environment,
+    name_list,
+    parse_or_say_why,
+    write_report,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "deterministic_cost.json"
@@ -102,7 +110,7 @@ def measure(workload: str, deterministic: bool, env_steps: int) -> dict[str, Any
 
 
 def run(workloads: Sequence[str], repeats: int, quick: bool) -> dict[str, Any]:
-    started = time.time()
+    started, commit = time.time(), current_commit()
     measured: dict[str, dict[str, list[dict[str, Any]]]] = {w: {m: [] for m in MODES} for w in workloads}
     for workload in workloads:
         env_steps = WORKLOADS[workload][3 if quick else 2]
@@ -119,11 +127,10 @@ def run(workloads: Sequence[str], repeats: int, quick: bool) -> dict[str, Any]:
             "env_steps_per_second": medians,
             "deterministic_over_default": medians["deterministic"] / medians["default"],
         }
-    git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT)
     return {
         "what": "training env steps/s, train_eval.deterministic off and on (medians, alternating processes)",
         "command": "python benchmarks/deterministic_cost.py " + " ".join(sys.argv[1:]),
-        "commit": git.stdout.strip(),
+        "commit": commit,
         "repeats": repeats,
         "quick": quick,
         "workloads": {w: {"gin_file": WORKLOADS[w][0], "bindings": WORKLOADS[w][1]} for w in workloads},
@@ -134,18 +141,9 @@ def run(workloads: Sequence[str], repeats: int, quick: bool) -> dict[str, Any]:
     }
 
 
-class UsageError(ValueError):
-    """A bad command-line argument."""
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Parses and validates the arguments; raises ``UsageError`` with one sentence on a bad one."""
-
-    class Parser(argparse.ArgumentParser):
-        def error(self, message: str) -> None:  # type: ignore[override]
-            raise UsageError(f"{message[0].upper()}{message[1:]}.")
-
-    parser = Parser(description=__doc__.split("\n\n")[0])
+    parser = SentenceParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", type=name_list(list(WORKLOADS), "workload"), default=list(WORKLOADS))
     parser.add_argument("--repeats", type=int, default=3, help="processes per workload and mode")
     parser.add_argument("--out", default=str(DEFAULT_OUT))
@@ -158,10 +156,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the measurements; returns the exit code (2 on a bad argument)."""
-    try:
-        args = parse_args(argv)
-    except UsageError as error:
-        print(error, file=sys.stderr)
+    args = parse_or_say_why(parse_args, argv)
+    if args is None:
         return 2
     report = run(args.workloads, 1 if args.quick else args.repeats, args.quick)
     print(f"{'workload':24s} {'default':>10s} {'determ.':>10s} {'ratio':>7s}")

@@ -79,7 +79,6 @@ import sit_keras  # noqa: F401  (selects Keras 2 before TensorFlow is imported)
 import argparse
 import contextlib
 import math
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -103,13 +102,19 @@ def _one_thread() -> None:
 from minigrid.core.constants import DIR_TO_VEC  # noqa: E402
 from minigrid.core.world_object import Goal  # noqa: E402
 
-from sit_keras.benchmarking import environment, write_report  # noqa: E402
+from sit_keras.benchmarking import (  # noqa: E402
+    SentenceParser,
+    UsageError,
+    current_commit,
+    environment,
+    parse_or_say_why,
+    write_report,
+)
 from sit_keras.models import build_encoder  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agents.environments.minigrid_env import _TURNS, SiTMiniGrid  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 IMAGE_SHAPE = (14, 14, 3)
 NUM_ACTIONS = 4
 LEVELS = ("MiniGrid-LavaCrossingS9N1-v0", "MiniGrid-LavaCrossingS9N2-v0")
@@ -139,10 +144,6 @@ MODELS: dict[str, dict[str, Any]] = {
     },
 }
 """Probe models: registry encoder name, its kwargs (as in the gin configs) and the dense layers after it."""
-
-
-class UsageError(ValueError):
-    """A bad command-line argument."""
 
 
 # --- the expert -----------------------------------------------------------------------------------
@@ -518,12 +519,7 @@ def run_model(
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """Parses and validates the arguments; raises ``UsageError`` with one sentence on a bad one."""
-
-    class Parser(argparse.ArgumentParser):
-        def error(self, message: str) -> None:  # type: ignore[override]
-            raise UsageError(f"{message[0].upper()}{message[1:]}.")
-
-    parser = Parser(description=__doc__.splitlines()[0])
+    parser = SentenceParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="cnn,sit_small,sit_small_nopool,vit_small",
                         help=f"comma-separated, some of {', '.join(MODELS)}")  # fmt: skip
     parser.add_argument("--seeds", default="0", help="comma-separated model seeds (initialisation, batches)")
@@ -574,15 +570,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the probe; returns the exit code (2 on a bad argument)."""
-    try:
-        args = parse_args(argv)
-    except UsageError as error:
-        print(error, file=sys.stderr)
+    args = parse_or_say_why(parse_args, argv)
+    if args is None:
         return 2
     _one_thread()
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=REPO
-    ).stdout.strip()  # fmt: skip
+    commit = current_commit()
     start = time.perf_counter()
     rng = np.random.default_rng(args.data_seed)
     t0 = time.perf_counter()

@@ -49,7 +49,6 @@ import argparse
 import importlib.util
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -61,7 +60,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from sit_keras.benchmarking import environment, name_list, write_report
+from sit_keras.benchmarking import current_commit, environment, name_list, write_report
 from sit_keras.encoder_check import time_calls
 from sit_keras.groups import GROUP_NAMES, get_group
 from sit_keras.layers.group_self_attention import GroupSelfAttention, LiftingSelfAttention
@@ -439,6 +438,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     start = time.perf_counter()
+    commit = current_commit()  # the code that runs: the commit checked out when the run starts
     env = environment()
     print(
         f"TensorFlow {env['tensorflow']}, {env['cpus_available']} CPUs available, "
@@ -495,10 +495,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report["wall_time_s"] = time.perf_counter() - start
     report["readme_table"] = readme_table(report)
     report["command"] = "python benchmarks/supervised.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    here = Path(__file__).parent
-    report["commit"] = subprocess.run(
-        ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=here
-    ).stdout.strip()  # fmt: skip
+    report["commit"] = commit
     print()
     print(format_report(report))
     print(

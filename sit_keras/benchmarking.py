@@ -7,6 +7,8 @@ import datetime
 import json
 import os
 import platform
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,36 @@ def environment() -> dict[str, Any]:
             if k in os.environ
         },
     }
+
+
+def current_commit() -> str:
+    """The commit checked out in this repository ('' outside a git clone): record it when a run starts."""
+    here = Path(__file__).resolve().parent
+    return subprocess.run(
+        ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=here
+    ).stdout.strip()
+
+
+class UsageError(ValueError):
+    """A bad command-line argument of a benchmark: one sentence, exit status 2."""
+
+
+class SentenceParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors raise ``UsageError`` (one sentence) instead of exiting."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{message[0].upper()}{message[1:]}.")
+
+
+def parse_or_say_why(
+    parse: Callable[[Sequence[str] | None], argparse.Namespace], argv: Sequence[str] | None
+) -> argparse.Namespace | None:
+    """``parse(argv)``, or ``None`` after printing a ``UsageError``'s sentence on stderr."""
+    try:
+        return parse(argv)
+    except UsageError as error:
+        print(error, file=sys.stderr)
+        return None
 
 
 def write_report(report: dict[str, Any], out: str | Path) -> None:
