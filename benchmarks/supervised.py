@@ -208,8 +208,9 @@ def _forward_backward(layer: tf_keras.layers.Layer, call: Callable[[tf.Tensor], 
             tape.watch(x)
             loss = tf.reduce_mean(tf.square(call(x)))
         gradients = tape.gradient(loss, [x, *layer.trainable_variables])
-        # Summing every gradient keeps the backward pass from being pruned.
-        return loss + tf.add_n([tf.reduce_sum(g) for g in gradients]) * 0.0
+        # Summing every gradient keeps the backward pass from being pruned. A weight the loss does
+        # not reach has no gradient (None): nothing to compute, so nothing to keep.
+        return loss + tf.add_n([tf.reduce_sum(g) for g in gradients if g is not None]) * 0.0
 
     return step
 
