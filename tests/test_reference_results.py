@@ -8,6 +8,7 @@ the README prints them. A README number cannot drift from its file.
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -277,3 +278,16 @@ def test_every_learnability_run_has_its_provenance():
     for run in _report("lavacrossing_learnability.json")["runs"]:
         assert run["commit"] and run["command"].startswith("sit-train "), run["run"]
         assert run["wall_time_minutes"] > 0 and "shared/" not in run["source"], run["run"]
+
+
+def test_deterministic_cost_is_the_report():
+    report = _report("deterministic_cost.json")
+    flat = " ".join(README.split())
+    assert "`benchmarks/reference/deterministic_cost.json`" in README
+    assert report["commit"] and report["command"].startswith("python benchmarks/deterministic_cost.py")
+    for workload, row in report["table"].items():
+        runs = report["runs"][workload]
+        medians = {mode: statistics.median(r["sps"] for r in runs[mode]) for mode in runs}
+        assert medians == row["env_steps_per_second"]  # recomputed from the per-process runs
+        ratio = medians["deterministic"] / medians["default"]
+        assert f"{workload} {ratio:.2f}x" in flat, workload
