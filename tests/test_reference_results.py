@@ -291,3 +291,25 @@ def test_deterministic_cost_is_the_report():
         assert medians == row["env_steps_per_second"]  # recomputed from the per-process runs
         ratio = medians["deterministic"] / medians["default"]
         assert f"{workload} {ratio:.2f}x" in flat, workload
+
+
+def test_supervised_digits_table_is_computed_from_the_report():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("supervised", ROOT / "benchmarks" / "supervised.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    report = _report("supervised_digits.json")
+    assert bench.readme_table(report) == report["readme_table"]  # recomputed from the per-seed runs
+    for line in report["readme_table"].splitlines():  # the README indents it in a list item
+        assert line in README, line
+    assert "`benchmarks/reference/supervised_digits.json`" in README
+    assert report["commit"] and report["command"].startswith("python benchmarks/supervised.py")
+    for record in report["models"].values():
+        assert all(len(runs) == len(report["settings"]["seeds"]) for runs in record["runs"].values())
+    ratios = report["layers"]["p4"]["ratios"]["graph"]
+    flat = " ".join(README.split())
+    assert (
+        f"costs {ratios['lifting_over_mha']:.1f}x (lifting) and {ratios['group_over_mha']:.2f}x (group layer)"
+        in flat
+    )
