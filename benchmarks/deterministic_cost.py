@@ -28,11 +28,8 @@ import sit_keras  # noqa: F401  (selects Keras 2 before TensorFlow is imported)
 # isort: split
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,6 +42,7 @@ from sit_keras.benchmarking import (
     environment,
     name_list,
     parse_or_say_why,
+    training_speed,
     write_report,
 )
 
@@ -78,35 +76,15 @@ COMMON = [
     "train_eval.progress = False", "train_eval.num_eval_episodes = 0", "train_eval.policy_save_interval = 0",
 ]  # fmt: skip
 
-# One training run; prints its median SPS (first iteration left out) as the last line.
-RUN_SCRIPT = r"""
-import json, sys
-import gin
-from sit_keras.agents import demo, harness, train
-
-root, gin_files, bindings, deterministic = sys.argv[1:5]
-train.parse_gin(json.loads(gin_files), json.loads(bindings))
-results = harness.train_eval(root, deterministic=deterministic == "1")
-speed = demo.training_speed({"run": results})
-print(json.dumps({"sps": speed["env_steps_per_second"]["run"], "iterations": speed["iterations"]["run"],
-                  "env_steps": results["env_steps"]}))
-"""
-
 
 def measure(workload: str, deterministic: bool, env_steps: int) -> dict[str, Any]:
     """One process training ``workload``: its median env steps/s over the timed iterations."""
     gin_file, bindings, _, _ = WORKLOADS[workload]
     bindings = [*COMMON, *bindings, f"train_eval.total_env_steps = {env_steps}"]
-    with tempfile.TemporaryDirectory() as root:
-        command = [
-            sys.executable, "-c", RUN_SCRIPT, root,
-            json.dumps([str(ROOT / gin_file)] if gin_file else []), json.dumps(bindings),
-            "1" if deterministic else "0",
-        ]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
-    if done.returncode != 0:
-        raise RuntimeError(f"{workload} ({MODES[deterministic]}) failed: {done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    try:
+        return training_speed([ROOT / gin_file] if gin_file else [], bindings, deterministic, cwd=ROOT)
+    except RuntimeError as error:
+        raise RuntimeError(f"{workload} ({MODES[deterministic]}): {error}") from None
 
 
 def run(workloads: Sequence[str], repeats: int, quick: bool) -> dict[str, Any]:

@@ -137,6 +137,24 @@ MODELS: dict[str, dict[str, Any]] = {
         "kwargs": {**_SIT_SMALL, "global_layers": 2, "pool_padding": 1},
         "fc": (),
     },
+    # A chiral 5x5 stem (sit_keras.graphs "chiral") instead of a second global block: mirror-aware
+    # with one block per level. "_m4": four stem channels per colour channel.
+    "sit_small_chiral_corners": {
+        "encoder": "sit",
+        "kwargs": {**_SIT_SMALL, "pool_padding": 1, "stem_kernel_size": 5, "stem_symmetry": "chiral"},
+        "fc": (),
+    },
+    "sit_small_chiral_m4_corners": {
+        "encoder": "sit",
+        "kwargs": {
+            **_SIT_SMALL,
+            "pool_padding": 1,
+            "stem_kernel_size": 5,
+            "stem_symmetry": "chiral",
+            "stem_depth_multiplier": 4,
+        },
+        "fc": (),
+    },
     "vit_small": {
         "encoder": "vit",
         "kwargs": {"patch_size": 2, "embed_dim": 64, "num_heads": 8, "num_layers": 2, "mlp_dim": 0},

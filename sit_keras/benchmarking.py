@@ -9,6 +9,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -104,3 +105,46 @@ def name_list(valid: Sequence[str], what: str) -> Callable[[str], list[str]]:
         return names
 
     return parse
+
+
+# One training run in its own process; prints its median SPS (first iteration left out) as the last line.
+_TRAINING_SPEED_SCRIPT = r"""
+import json, sys
+from sit_keras.agents import demo, harness, train
+
+root, gin_files, bindings, deterministic = sys.argv[1:5]
+train.parse_gin(json.loads(gin_files), json.loads(bindings))
+results = harness.train_eval(root, deterministic=deterministic == "1")
+speed = demo.training_speed({"run": results})
+print(json.dumps({"sps": speed["env_steps_per_second"]["run"], "iterations": speed["iterations"]["run"],
+                  "env_steps": results["env_steps"]}))
+"""
+
+
+def training_speed(
+    gin_files: Sequence[str | Path],
+    bindings: Sequence[str],
+    deterministic: bool = False,
+    cwd: Path | None = None,
+) -> dict[str, Any]:
+    """Trains once with ``harness.train_eval`` in a fresh process, in a temporary folder.
+
+    Each measurement gets its own process because TensorFlow's global settings
+    (deterministic kernels, thread pools) hold for the whole process.
+
+    Returns:
+      ``{"sps": median env steps/s over the iterations after the first, "iterations", "env_steps"}``.
+
+    Raises:
+      RuntimeError: the run failed (with the end of its stderr).
+    """
+    with tempfile.TemporaryDirectory() as root:
+        command = [
+            sys.executable, "-c", _TRAINING_SPEED_SCRIPT, root,
+            json.dumps([str(f) for f in gin_files]), json.dumps(list(bindings)),
+            "1" if deterministic else "0",
+        ]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, cwd=cwd)
+    if done.returncode != 0:
+        raise RuntimeError(f"training with {list(gin_files)} failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -9,11 +9,20 @@ directed edges ``i -> j``; an edge's class depends only on its offset
 symmetry        key of (dy, dx)      symmetries of G (square grid)          paper
 ==============  ===================  ====================================  ===========
 "rotation"      dy^2 + dx^2          all of D4: rotations and reflections   Fig. 2c
+"chiral"        orbit of (dy, dx)    the rotations (C4), not reflections    (ours)
+                under 90-deg turns
 "flip_hv"       (|dy|, |dx|)         flips h and v, rotation by 180         Fig. 2b
 "flip_h"        (dy, |dx|)           the left-right flip                    Fig. 2a
 "translation"   (dy, dx)             translations (away from the border)   rel. bias
 "permutation"   dy = dx = 0          every permutation: G = a I + b 1 1^T   PI attention
 ==============  ===================  ====================================  ===========
+
+``"chiral"`` is the C4 analogue of ``"rotation"``: offsets a quarter turn
+apart share a weight, mirror images (``(1, 2)`` and ``(2, 1)``) do not. It
+differs from ``"rotation"`` only for offsets off the axes and diagonals, so a
+kernel needs ``k >= 4`` (a grid ``max(H, W) >= 3``) to be chiral; the SiT
+stem uses it to tell mirror images apart before any triangle sum
+(``SiTEncoder(stem_symmetry="chiral")``).
 
 A grid permutation ``g`` maps ``G`` to itself (``G[g i, g j] = G[i, j]``)
 exactly when it keeps every key, which is the proof of Proposition 3.1 for
@@ -61,7 +70,7 @@ from collections.abc import Hashable
 
 import numpy as np
 
-SYMMETRIES: tuple[str, ...] = ("rotation", "flip_hv", "flip_h", "translation", "permutation")
+SYMMETRIES: tuple[str, ...] = ("rotation", "chiral", "flip_hv", "flip_h", "translation", "permutation")
 SEQUENCE_SYMMETRIES: dict[str, str] = {"shift": "translation", "shift_flip": "flip_hv"}
 """The 1-D symmetries of appendix A.1 and the grid symmetry each is on a ``(1, L)`` grid."""
 
@@ -80,6 +89,10 @@ def _offset_key(dy2: int, dx2: int, symmetry: str) -> Hashable:
     """The class key of an offset given in half-pixel units (``2 * dy``, ``2 * dx``)."""
     if symmetry == "rotation":
         return dy2 * dy2 + dx2 * dx2
+    if symmetry == "chiral":
+        # The smallest of the offset's four quarter turns (dy, dx) -> (dx, -dy).
+        turns = [(dy2, dx2), (dx2, -dy2), (-dy2, -dx2), (-dx2, dy2)]
+        return min(turns)
     if symmetry == "flip_hv":
         return (abs(dy2), abs(dx2))
     if symmetry == "flip_h":

@@ -39,11 +39,17 @@ RECTANGLE = ("rot180", "flip_h", "flip_v")  # the D4 elements that map any H x W
 # The module docstring's table: the D4 elements each symmetry keeps on a square grid.
 PROMISED: dict[str, frozenset[str]] = {
     "rotation": frozenset(D4),
+    "chiral": frozenset({"rot90", "rot180", "rot270"}),
     "flip_hv": frozenset({"flip_h", "flip_v", "rot180"}),
     "flip_h": frozenset({"flip_h"}),
     "translation": frozenset(),
     "permutation": frozenset(D4),
 }
+
+
+def _promised(symmetry: str, kernel_size: int) -> frozenset[str]:
+    """``PROMISED``, except that a chiral kernel below 4 x 4 has no mirror-image offsets: all of D4."""
+    return frozenset(D4) if symmetry == "chiral" and kernel_size < 4 else PROMISED[symmetry]
 
 sides = st.integers(min_value=2, max_value=6)
 grids = st.tuples(st.integers(min_value=1, max_value=6), st.integers(min_value=1, max_value=6))
@@ -104,7 +110,7 @@ def test_grid_indices_keep_exactly_the_promised_d4_elements(symmetry: str, n: in
     assert indices.shape == (n * n, n * n) and indices.dtype == np.int32
     assert 0 <= indices.min() and indices.max() < num_classes  # full kernel: no zero entries
     kept = {name for name in D4 if _keeps(indices, graphs.grid_permutation((n, n), name))}
-    assert kept == PROMISED[symmetry]
+    assert kept == _promised(symmetry, graphs.full_kernel_size((n, n)))
 
 
 @given(n=sides)
@@ -191,9 +197,9 @@ def test_kernel_indices_keep_the_promised_d4_elements(symmetry: str, k: int) -> 
     assert kernel.shape == (k, k) and kernel.dtype == np.int32 and not kernel.flags.writeable
     assert sorted(np.unique(kernel)) == list(range(num_classes))  # every class is used
     kept = {name for name, op in KERNEL_SYMMETRIES.items() if np.array_equal(op(kernel), kernel)}
-    assert kept >= PROMISED[symmetry]
+    assert kept >= _promised(symmetry, k)
     if k >= 3:  # a 2 x 2 kernel has too few offsets to tell flip_hv or permutation apart from D4
-        assert kept == PROMISED[symmetry]
+        assert kept == _promised(symmetry, k)
 
 
 @pytest.mark.parametrize(
@@ -206,6 +212,9 @@ def test_kernel_indices_keep_the_promised_d4_elements(symmetry: str, k: int) -> 
         (5, "rotation", 6),  # distances^2 0, 1, 2, 4, 5, 8
         (7, "rotation", 10),
         (11, "rotation", 20),  # 21 pairs 0 <= |dy| <= |dx| <= 5, but 0^2 + 5^2 = 3^2 + 4^2
+        (3, "chiral", 3),  # as "rotation": no offset on a 3x3 kernel has a distinct mirror image
+        (4, "chiral", 4),  # (1, 3) and (3, 1) in half pixels are mirror images, not quarter turns
+        (5, "chiral", 7),  # "rotation"'s 6, with distance^2 5 split into (1, 2) and (2, 1)
         (3, "flip_hv", 4),
         (5, "flip_hv", 9),
         (3, "flip_h", 6),

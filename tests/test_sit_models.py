@@ -276,6 +276,9 @@ SIT_SMALL = {  # configs/minigrid/lavacrossing_sit_small.gin before the probe
         ({"local_layers": 2}, False),
         ({"global_layers": 2, "pool_padding": 1}, False),
         ({"pool_padding": 1}, True),
+        ({"pool_padding": 1, "stem_symmetry": "chiral", "stem_kernel_size": 5}, False),
+        ({"stem_symmetry": "chiral", "stem_kernel_size": 5, "stem_depth_multiplier": 2}, False),
+        ({"stem_symmetry": "chiral", "stem_kernel_size": 3}, True),  # a 3x3 chiral kernel is D4's
     ],
 )
 def test_a_sit_with_one_block_per_level_is_mirror_blind(

@@ -87,7 +87,9 @@ class SiTEncoder(Encoder):
     demo's SiT; docs/lavacrossing.md) is invariant under all of D4, like
     ``"sit_dihedral"`` (``mirror_blind``). With relative moves, a mirrored state needs "left" and
     "right" swapped, which such an encoder cannot see; two blocks at either
-    level make it chiral.
+    level make it chiral, and so, more cheaply, does a chiral stem
+    (``stem_symmetry="chiral"``, ``stem_kernel_size >= 5``: a kernel that keeps
+    the quarter turns but not the reflections, ``sit_keras.graphs``).
 
     Exactness needs the stem, pooling and windows to map the image grid to
     itself: a square image whose side is a multiple of ``pool_size * window``
@@ -100,6 +102,11 @@ class SiTEncoder(Encoder):
       dim: token size of local and global GSA (Table 2 "channels").
       num_heads: attention heads.
       stem_kernel_size: odd kernel of the initial graph convolution, 0 for none.
+      stem_symmetry: graph symmetry of the stem, ``None`` for ``symmetry``;
+        ``"chiral"`` keeps the rotations and breaks the flips (from a 5x5
+        kernel on), which makes a one-block-per-level SiT tell mirror images
+        apart.
+      stem_depth_multiplier: stem output channels per input channel.
       pool_size: max-pooling after the stem, 1 for none.
       pool_padding: pixels of zeros added on every side before the pooling.
         With ``pool_size=2`` and ``pool_padding=1`` the pooling windows sit on
@@ -117,7 +124,8 @@ class SiTEncoder(Encoder):
       local_graph_kernel_size: reach of the first local block's graphs on the
         pixel map (may exceed the window), ``None`` to cover the window.
       global_graph_kernel_size: reach of the global graphs, ``None`` for all.
-      symmetry: graph symmetry of every GSA layer and of the stem.
+      symmetry: graph symmetry of every GSA layer (and of the stem unless
+        ``stem_symmetry`` is given).
       triangles: triangle sums per GSA layer; ``None`` takes the variant's.
       graph_qkv: which of q, k, v get graph matrices (eq. 11).
       equivariant_dim: features per patch of the equivariant part.
@@ -169,6 +177,8 @@ class SiTEncoder(Encoder):
         seed: int | None = None,
         implementation: str = "fast",
         pool_padding: int = 0,
+        stem_symmetry: str | None = None,
+        stem_depth_multiplier: int = 1,
         **kwargs: Any,
     ):
         super().__init__(image_shape, output_dim, **kwargs)
@@ -178,6 +188,8 @@ class SiTEncoder(Encoder):
         self.dim = int(dim)
         self.num_heads = int(num_heads)
         self.stem_kernel_size = int(stem_kernel_size)
+        self.stem_symmetry = symmetry if stem_symmetry is None else graphs.resolve_symmetry(stem_symmetry)
+        self.stem_depth_multiplier = int(stem_depth_multiplier)
         self.pool_size = int(pool_size)
         self.pool_padding = int(pool_padding)
         self.window = int(window)
@@ -213,7 +225,12 @@ class SiTEncoder(Encoder):
         self.stem = None
         if self.stem_kernel_size:
             self.stem = GraphConv2D(
-                self.stem_kernel_size, symmetry=symmetry, seed=seed, dtype=self.dtype_policy, name="stem"
+                self.stem_kernel_size,
+                symmetry=self.stem_symmetry,
+                depth_multiplier=self.stem_depth_multiplier,
+                seed=seed,
+                dtype=self.dtype_policy,
+                name="stem",
             )
         self.local_gsa = LocalGSA(
             window=self.window,
@@ -284,10 +301,12 @@ class SiTEncoder(Encoder):
 
         Triangle sums run in blocks that are not the last of their level (the
         class-token rows of the last blocks pass them unchanged, Listing 3), so
-        a SiT needs two local or two global blocks to tell mirror images apart.
+        a SiT needs two local or two global blocks to tell mirror images apart,
+        or a chiral stem (a ``"chiral"`` kernel of 5x5 or more).
         """
         chiral_blocks = max(self.local_layers, self.global_layers) >= 2
-        return self.symmetry == "rotation" and not (self.triangles and chiral_blocks)
+        chiral_stem = self.stem is not None and self.stem_symmetry == "chiral" and self.stem_kernel_size >= 4
+        return self.symmetry == "rotation" and not (self.triangles and chiral_blocks) and not chiral_stem
 
     # -- forward ---------------------------------------------------------------
     def _features(self, images: tf.Tensor, training: bool | None) -> tuple[tf.Tensor, tf.Tensor]:
@@ -332,6 +351,8 @@ class SiTEncoder(Encoder):
             dim=self.dim,
             num_heads=self.num_heads,
             stem_kernel_size=self.stem_kernel_size,
+            stem_symmetry=self.stem_symmetry,
+            stem_depth_multiplier=self.stem_depth_multiplier,
             pool_size=self.pool_size,
             pool_padding=self.pool_padding,
             window=self.window,
