@@ -82,7 +82,7 @@ setup(
             "sit-eval = sit_keras.agents.evaluate:main",
             "sit-train-supervised = sit_keras.supervised.train:main",
             "sit-export = sit_keras.export.cli:main",
-            "sit-distill = sit_keras.agents.bc:main",
+            "sit-distill = sit_keras.agents.algorithms.bc:main",
         ]
     },
     # configs/*.gin (top-level folder) is not packaged yet.

@@ -38,8 +38,8 @@ import gin
 from tf_agents.policies import random_py_policy
 
 from sit_keras.agents import evaluate, train
-from sit_keras.agents.console import quiet_library_logs
 from sit_keras.agents.environments import load
+from sit_keras.command_line import quiet_library_logs
 from sit_keras.export.exporter import export_policy
 from sit_keras.export.tflite_py_policy import TFLitePyPolicy
 from sit_keras.mixed_precision import PRECISIONS

@@ -60,11 +60,10 @@ from tf_agents.policies import py_policy, py_tf_eager_policy
 from tf_agents.train import learner
 from tf_agents.trajectories import trajectory
 
-from sit_keras.agents.collection import EpisodeRecorder
-from sit_keras.agents.console import quiet_library_logs
 from sit_keras.agents.environments import load
 from sit_keras.agents.environments.transforms import SHUFFLE_PATCHES, TRANSFORMS, parse_transform
-from sit_keras.command_line import parse_flags
+from sit_keras.agents.training.collection import EpisodeRecorder
+from sit_keras.command_line import parse_flags, quiet_library_logs
 
 # A batch step of every environment counts once towards this limit, so a
 # policy that never ends an episode cannot hang the evaluation.

@@ -24,9 +24,9 @@ import tensorflow as tf
 from absl import app, flags
 
 from sit_keras import mixed_precision, xla
-from sit_keras.agents import harness
-from sit_keras.agents.console import quiet_library_logs
-from sit_keras.agents.harness import train_eval
+from sit_keras.agents.training import harness
+from sit_keras.agents.training.harness import train_eval
+from sit_keras.command_line import quiet_library_logs
 
 __all__ = ["STRATEGIES", "main", "make_strategy", "parse_gin", "train_eval"]
 

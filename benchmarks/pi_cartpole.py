@@ -50,8 +50,9 @@ import gin
 import numpy as np
 import tensorflow as tf
 
-from sit_keras.agents import policy_network, train
+from sit_keras.agents import train
 from sit_keras.agents.environments import load
+from sit_keras.agents.networks import policy_network
 from sit_keras.benchmarking import environment, write_report
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "pi_cartpole.json"

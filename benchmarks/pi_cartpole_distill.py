@@ -41,7 +41,9 @@ from typing import Any
 import gin
 import numpy as np
 
-from sit_keras.agents import harness, policy_network, train
+from sit_keras.agents import train
+from sit_keras.agents.networks import policy_network
+from sit_keras.agents.training import harness
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pi_cartpole  # noqa: E402  (the Table 2 / 6 tests, beside this script)

@@ -47,7 +47,8 @@ from typing import Any
 
 import gin
 
-from sit_keras.agents import ppo, train
+from sit_keras.agents import train
+from sit_keras.agents.algorithms import ppo
 from sit_keras.benchmarking import environment, write_report
 from sit_keras.mixed_precision import PRECISIONS
 

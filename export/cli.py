@@ -26,8 +26,7 @@ from collections.abc import Sequence
 
 from absl import flags
 
-from sit_keras.agents.console import quiet_library_logs
-from sit_keras.command_line import parse_flags
+from sit_keras.command_line import parse_flags, quiet_library_logs
 from sit_keras.export import tflite
 from sit_keras.export.exporter import FORMATS, check_export_arguments, export_policy
 

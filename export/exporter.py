@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from sit_keras.agents import policy_network
+from sit_keras.agents.networks import policy_network
 from sit_keras.export import saved_model, tflite
 from sit_keras.export.metadata import build_metadata
 from sit_keras.export.parity import compare

@@ -27,7 +27,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from sit_keras.agents.policy_network import spec_to_json
+from sit_keras.agents.networks.policy_network import spec_to_json
 from sit_keras.export import saved_model
 from sit_keras.export.policy_model import NEXT_STATE_PREFIX, TrainedPolicy, axis_names
 

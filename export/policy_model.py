@@ -1,7 +1,7 @@
 """A trained policy's acting network, restored from a training folder, as one serving function.
 
 ``load_trained_policy(root_dir)`` reads ``policy_network.json`` (written by
-every trainer, see ``sit_keras.agents.policy_network``), rebuilds the network
+every trainer, see ``sit_keras.agents.networks.policy_network``), rebuilds the network
 and restores its newest training checkpoint. ``TrainedPolicy.outputs`` is the
 one forward pass every export format shares:
 
@@ -39,7 +39,7 @@ from tf_agents.networks import network
 from tf_agents.policies import actor_policy, categorical_q_policy, greedy_policy, q_policy, tf_policy
 from tf_agents.trajectories import time_step as ts
 
-from sit_keras.agents import policy_network
+from sit_keras.agents.networks import policy_network
 
 OBSERVATION = "observation"
 SENSOR_MASK = "sensor_mask"

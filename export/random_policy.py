@@ -19,8 +19,8 @@ import tensorflow as tf
 import tf_keras
 from tf_agents.train.utils import spec_utils
 
-from sit_keras.agents import policy_network
 from sit_keras.agents.environments import load
+from sit_keras.agents.networks import policy_network
 
 _SMALL_SIT = {"dim": 16, "num_heads": 2, "local_layers": 1, "global_layers": 1, "output_dim": 16}
 # The demo's SiT (configs/demo/sit.gin).

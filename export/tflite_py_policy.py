@@ -14,7 +14,7 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import policy_step
 from tf_agents.trajectories import time_step as ts
 
-from sit_keras.agents.policy_network import spec_from_json
+from sit_keras.agents.networks.policy_network import spec_from_json
 from sit_keras.export.runtime import ModelFileError, TFLitePolicy, metadata_path
 
 # The metadata entries this policy reads (besides those TFLitePolicy reads).

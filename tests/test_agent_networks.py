@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 from tf_agents.specs import tensor_spec
 
-from sit_keras.agents import networks
+from sit_keras.agents.networks import actor_critic
 from sit_keras.testing import ROTATIONS, assert_invariant, tolerance
 
 IMAGE_SPEC = tensor_spec.BoundedTensorSpec((14, 14, 3), tf.uint8, 0, 255)
@@ -37,7 +37,7 @@ def _images(*outer: int, seed: int = 0) -> tf.Tensor:
 def test_actor_trains_the_encoder(encoder, kwargs):
     # A Keras-3 encoder inside a tf-agents Network would be missing here and
     # silently never train (shared/notes/dependencies.md).
-    actor = networks.EncoderActorNetwork(IMAGE_SPEC, DISCRETE, encoder, kwargs)
+    actor = actor_critic.EncoderActorNetwork(IMAGE_SPEC, DISCRETE, encoder, kwargs)
     actor.create_variables()
     encoder_layer = actor._torso.layers[0]
     assert encoder_layer.trainable_variables
@@ -54,8 +54,8 @@ def test_actor_trains_the_encoder(encoder, kwargs):
 
 
 def test_actor_and_value_accept_time_and_batch_dims():
-    actor = networks.EncoderActorNetwork(IMAGE_SPEC, DISCRETE, "cnn", CNN, fc_layer_params=(8,))
-    value = networks.EncoderValueNetwork(IMAGE_SPEC, "cnn", CNN)
+    actor = actor_critic.EncoderActorNetwork(IMAGE_SPEC, DISCRETE, "cnn", CNN, fc_layer_params=(8,))
+    value = actor_critic.EncoderValueNetwork(IMAGE_SPEC, "cnn", CNN)
     for outer in [(5,), (3, 2)]:
         distribution, _ = actor(_images(*outer))
         assert distribution.logits.shape == (*outer, 4)
@@ -64,7 +64,7 @@ def test_actor_and_value_accept_time_and_batch_dims():
 
 
 def test_continuous_actions_get_a_normal_projection():
-    actor = networks.EncoderActorNetwork(IMAGE_SPEC, CONTINUOUS, "cnn", CNN)
+    actor = actor_critic.EncoderActorNetwork(IMAGE_SPEC, CONTINUOUS, "cnn", CNN)
     distribution, _ = actor(_images(3))
     assert distribution.sample().shape == (3, 2)
     # The mean is squashed into the action bounds (PPO clips samples to them).
@@ -72,7 +72,7 @@ def test_continuous_actions_get_a_normal_projection():
 
 
 def test_copy_gives_fresh_weights():
-    actor = networks.EncoderActorNetwork(IMAGE_SPEC, DISCRETE, "cnn", CNN)
+    actor = actor_critic.EncoderActorNetwork(IMAGE_SPEC, DISCRETE, "cnn", CNN)
     actor.create_variables()
     twin = actor.copy(name="twin")
     twin.create_variables()
@@ -83,7 +83,7 @@ def test_copy_gives_fresh_weights():
 def test_sit_policy_is_rotation_invariant():
     # Relative actions (forward/backward/left/right) make the invariant policy
     # the right one for a rotated MiniGrid: the rotated state needs the same action.
-    actor = networks.EncoderActorNetwork(IMAGE_SPEC, DISCRETE, "sit", SMALL_SIT)
+    actor = actor_critic.EncoderActorNetwork(IMAGE_SPEC, DISCRETE, "sit", SMALL_SIT)
     actor.create_variables()
     for variable in actor.trainable_variables:  # away from the initial near-identity weights
         variable.assign_add(tf.random.normal(variable.shape, stddev=0.05, seed=1))
@@ -96,7 +96,7 @@ def test_sit_policy_is_rotation_invariant():
 
 def test_vector_observations_use_the_mlp():
     spec = tensor_spec.TensorSpec((4,), tf.float32)
-    value = networks.EncoderValueNetwork(spec, "mlp", {"units": (8, 8)})
+    value = actor_critic.EncoderValueNetwork(spec, "mlp", {"units": (8, 8)})
     values, _ = value(tf.zeros((6, 4)))
     assert values.shape == (6,)
 
@@ -112,4 +112,4 @@ def test_vector_observations_use_the_mlp():
 )
 def test_bad_encoder_choices_are_clear(spec, encoder, kwargs, match):
     with pytest.raises(ValueError, match=match):
-        networks.EncoderValueNetwork(spec, encoder, kwargs)
+        actor_critic.EncoderValueNetwork(spec, encoder, kwargs)

@@ -37,8 +37,11 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 from tf_agents.policies import random_py_policy
 from tf_agents.trajectories import time_step as ts
 
-from sit_keras.agents import bc, evaluate, harness, policy_network, train
+from sit_keras.agents import evaluate, train
+from sit_keras.agents.algorithms import bc
 from sit_keras.agents.environments import load
+from sit_keras.agents.networks import policy_network
+from sit_keras.agents.training import harness
 
 ENV = "gymnasium:Pendulum-v1"  # 3 sensors, continuous action, 200-step episodes
 STUDENT = {"encoder_kwargs": {"output_dim": 16, "num_queries": 8}, "fc_layer_params": (16,)}
@@ -219,7 +222,7 @@ def test_sit_distill_cli(teacher, tmp_path):
     root_dir = tmp_path / "cli"
     run = subprocess.run(
         [
-            sys.executable, "-m", "sit_keras.agents.bc", "--root_dir", str(root_dir),
+            sys.executable, "-m", "sit_keras.agents.algorithms.bc", "--root_dir", str(root_dir),
             "--teacher_dir", teacher, "--num_envs", "2", "--total_env_steps", "40",
             "--sequence_length", "10", "--num_epochs", "1", "--fc_layer_params", "8",
             "--encoder_kwargs", '{"output_dim": 8}', "--num_eval_episodes", "2",
@@ -236,7 +239,7 @@ def test_sit_distill_cli(teacher, tmp_path):
     # A bad setting: one sentence and exit status 1, nothing written.
     bad = subprocess.run(
         [
-            sys.executable, "-m", "sit_keras.agents.bc", "--root_dir", str(tmp_path / "bad"),
+            sys.executable, "-m", "sit_keras.agents.algorithms.bc", "--root_dir", str(tmp_path / "bad"),
             "--teacher_dir", teacher, "--num_envs", "2", "--total_env_steps", "40", "--sequence_length", "7",
         ],
         capture_output=True, text=True, timeout=300,

@@ -21,8 +21,11 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
-from sit_keras.agents import checkpoints, dqn, evaluate, harness, policy_network, q_networks, train
+from sit_keras.agents import evaluate, train
+from sit_keras.agents.algorithms import dqn
 from sit_keras.agents.environments import load
+from sit_keras.agents.networks import policy_network, q_networks
+from sit_keras.agents.training import checkpoints, harness
 
 CARTPOLE_RUN = {
     "agent": "dqn",

@@ -23,9 +23,9 @@ from tf_agents.agents.sac import sac_agent as tfa_sac_agent
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
-from sit_keras.agents import networks, sac_networks
-from sit_keras.agents.ppo_agent import DrACPPOAgent
-from sit_keras.agents.sac_agent import SharedEncoderSacAgent
+from sit_keras.agents.algorithms.ppo_agent import DrACPPOAgent
+from sit_keras.agents.algorithms.sac_agent import SharedEncoderSacAgent
+from sit_keras.agents.networks import actor_critic, sac_networks
 from sit_keras.models.base import Encoder
 
 TINY_CNN = {"filters": (4,), "strides": 4, "output_dim": 16}
@@ -57,7 +57,7 @@ def encoder_calls(monkeypatch) -> collections.Counter:
 
 
 def _image_encoder(torso: tf_keras.layers.Layer) -> Encoder:
-    """The image encoder inside a torso (``networks.build_torso``'s Sequential)."""
+    """The image encoder inside a torso (``actor_critic.build_torso``'s Sequential)."""
     (encoder,) = [layer for layer in torso.layers if isinstance(layer, Encoder)]
     return encoder
 
@@ -93,9 +93,13 @@ def _sac_agent(agent_class, encoder: str, encoder_kwargs) -> tfa_sac_agent.SacAg
         SAC_ACTION_SPEC,
         actor_network=actor,
         **sac_networks.twin_critics(actor, SAC_ACTION_SPEC, (8,)),
-        actor_optimizer=tf_keras.optimizers.Adam(1e-2),
-        critic_optimizer=tf_keras.optimizers.Adam(1e-2),
-        alpha_optimizer=tf_keras.optimizers.Adam(1e-2),
+        # Adam's first step is lr * g / (|g| + epsilon): with the default epsilon (1e-7) a gradient
+        # entry near zero, equal to the reference within the gradients' atol (1e-6), can move its
+        # weight by up to lr. epsilon 1e-3 makes the step smooth in g, so equal gradients give
+        # weights equal to lr / epsilon * 1e-6 = 1e-5 (the weights' atol) however they are rounded.
+        actor_optimizer=tf_keras.optimizers.Adam(1e-2, epsilon=1e-3),
+        critic_optimizer=tf_keras.optimizers.Adam(1e-2, epsilon=1e-3),
+        alpha_optimizer=tf_keras.optimizers.Adam(1e-2, epsilon=1e-3),
         target_update_tau=0.5,
         target_update_period=1,
         initial_log_alpha=-1.0,
@@ -226,8 +230,8 @@ class _ReferenceDrACAgent(ppo_clip_agent.PPOClipAgent):
 
 
 def _ppo_agent(agent_class, value_clipping: float, **kwargs):
-    actor = networks.EncoderActorNetwork(PPO_OBSERVATION_SPEC, PPO_ACTION_SPEC, "cnn", PPO_CNN, (8,))
-    value = networks.EncoderValueNetwork(PPO_OBSERVATION_SPEC, "cnn", PPO_CNN, (8,))
+    actor = actor_critic.EncoderActorNetwork(PPO_OBSERVATION_SPEC, PPO_ACTION_SPEC, "cnn", PPO_CNN, (8,))
+    value = actor_critic.EncoderValueNetwork(PPO_OBSERVATION_SPEC, "cnn", PPO_CNN, (8,))
     agent = agent_class(
         ts.time_step_spec(PPO_OBSERVATION_SPEC),
         PPO_ACTION_SPEC,

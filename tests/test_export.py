@@ -17,7 +17,7 @@ from tensorflow_serving.apis import predict_pb2
 from tf_agents.policies import py_tf_eager_policy
 from tf_agents.trajectories import time_step as ts
 
-from sit_keras.agents import policy_network
+from sit_keras.agents.networks import policy_network
 from sit_keras.export import int8_weights, op_profile, saved_model, serving_client, tflite
 from sit_keras.export import parity as parity_module
 from sit_keras.export.exporter import export_policy

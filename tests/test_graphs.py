@@ -51,6 +51,7 @@ def _promised(symmetry: str, kernel_size: int) -> frozenset[str]:
     """``PROMISED``, except that a chiral kernel below 4 x 4 has no mirror-image offsets: all of D4."""
     return frozenset(D4) if symmetry == "chiral" and kernel_size < 4 else PROMISED[symmetry]
 
+
 sides = st.integers(min_value=2, max_value=6)
 grids = st.tuples(st.integers(min_value=1, max_value=6), st.integers(min_value=1, max_value=6))
 odd_kernels = st.integers(min_value=0, max_value=6).map(lambda r: 2 * r + 1)

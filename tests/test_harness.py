@@ -21,7 +21,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from sit_keras.agents import bc, dqn, harness, ppo, sac, train
+from sit_keras.agents import train
+from sit_keras.agents.algorithms import bc, dqn, ppo, sac
+from sit_keras.agents.training import harness
 
 SIT_TRAIN = os.path.join(os.path.dirname(sys.executable), "sit-train")
 TINY_CNN = "{'filters': (4,), 'strides': 1, 'output_dim': 8}"
@@ -290,7 +292,8 @@ def test_every_agent_trains_in_mixed_precision(agent, precision, teacher, tmp_pa
 RERUN_SCRIPT = r"""
 import json, sys
 import gin
-from sit_keras.agents import harness, train
+from sit_keras.agents import train
+from sit_keras.agents.training import harness
 
 root, runs = sys.argv[1], json.loads(sys.argv[2])
 losses = {}

@@ -62,7 +62,9 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 from tf_agents.distributions import utils as distribution_utils
 
 from sit_keras import xla
-from sit_keras.agents import harness, ppo, train
+from sit_keras.agents import train
+from sit_keras.agents.algorithms import ppo
+from sit_keras.agents.training import harness
 from sit_keras.supervised import train as supervised_train
 
 RTOL, ATOL = 1e-4, 1e-5

@@ -17,9 +17,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from sit_keras.agents import evaluate, harness, ppo, train
-from sit_keras.agents.augmentation import make_augmentation, random_crop
-from sit_keras.agents.ppo_agent import explained_variance
+from sit_keras.agents import evaluate, train
+from sit_keras.agents.algorithms import ppo
+from sit_keras.agents.algorithms.augmentation import make_augmentation, random_crop
+from sit_keras.agents.algorithms.ppo_agent import explained_variance
+from sit_keras.agents.training import harness
 
 # 4 environments x 16 steps per iteration, 2 iterations: seconds on a CPU. Evaluated (4 episodes)
 # after each iteration. train_eval splits the names between train_eval.* and ppo.*.
@@ -403,8 +405,8 @@ def _drac_agent(augmentation):
     from tf_agents.specs import tensor_spec
     from tf_agents.trajectories import time_step as ts
 
-    from sit_keras.agents import networks
-    from sit_keras.agents.ppo_agent import DrACPPOAgent
+    from sit_keras.agents.algorithms.ppo_agent import DrACPPOAgent
+    from sit_keras.agents.networks import actor_critic
 
     observation_spec = tensor_spec.BoundedTensorSpec((14, 14, 3), tf.uint8, 0, 255)
     action_spec = tensor_spec.BoundedTensorSpec((), tf.int64, 0, 3)
@@ -413,8 +415,8 @@ def _drac_agent(augmentation):
         ts.time_step_spec(observation_spec),
         action_spec,
         optimizer=tf.keras.optimizers.Adam(1e-3),
-        actor_net=networks.EncoderActorNetwork(observation_spec, action_spec, "cnn", kwargs),
-        value_net=networks.EncoderValueNetwork(observation_spec, "cnn", kwargs),
+        actor_net=actor_critic.EncoderActorNetwork(observation_spec, action_spec, "cnn", kwargs),
+        value_net=actor_critic.EncoderValueNetwork(observation_spec, "cnn", kwargs),
         augmentation=augmentation,
         drac_coef=0.1,
     )
@@ -442,7 +444,7 @@ def test_drac_regularisers_vanish_exactly_without_augmentation(augmentation, pos
 
 def test_drac_needs_a_valid_setting():
     with pytest.raises(ValueError, match="drac_coef must be >= 0"):
-        from sit_keras.agents.ppo_agent import DrACPPOAgent
+        from sit_keras.agents.algorithms.ppo_agent import DrACPPOAgent
 
         DrACPPOAgent(None, None, drac_coef=-1.0)
     with pytest.raises(ValueError, match="needs an augmentation"):
@@ -491,7 +493,7 @@ def test_train_eval_agent_dispatches(agent, tmp_path, monkeypatch):
     DQN agent (C51 here), each with its own settings (``sac.*``, ``dqn.*``) and outputs."""
     from tf_agents.agents.dqn import dqn_agent
 
-    from sit_keras.agents.sac_agent import SharedEncoderSacAgent
+    from sit_keras.agents.algorithms.sac_agent import SharedEncoderSacAgent
 
     module = harness.algorithm_module(agent)
     built = []

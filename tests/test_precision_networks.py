@@ -11,7 +11,7 @@ the AttentionNeuron actor and value networks), built inside
   trainable variable gets a finite float32 gradient;
 - a checkpoint written in a mixed precision restores into a float32 network,
   whose outputs then match within ``testing.tolerance(compute dtype)``;
-- float16 loss scaling (``agents/loss_scaling.py``): the gradients through a
+- float16 loss scaling (``agents/networks/loss_scaling.py``): the gradients through a
   scaled torso equal the float32 network's on the same weights (within
   float16's tolerance), also where unscaled float16 gradients underflow to
   zero; a step that overflows gives the torso zero gradients (an SGD step
@@ -45,15 +45,8 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
 from sit_keras import mixed_precision, testing, xla
-from sit_keras.agents import (
-    loss_scaling,
-    networks,
-    ppo_agent,
-    q_networks,
-    sac_agent,
-    sac_networks,
-    sensor_networks,
-)
+from sit_keras.agents.algorithms import ppo_agent, sac_agent
+from sit_keras.agents.networks import actor_critic, loss_scaling, q_networks, sac_networks, sensor_networks
 
 pytestmark = pytest.mark.precision  # make test-precision runs these under several kernels
 
@@ -101,7 +94,7 @@ class Case:
 
 def _actor_case(spec, encoder, kwargs, actions_spec, observations, actions) -> Case:
     def build():
-        return {"actor": networks.EncoderActorNetwork(spec, actions_spec, encoder, kwargs, (8,))}
+        return {"actor": actor_critic.EncoderActorNetwork(spec, actions_spec, encoder, kwargs, (8,))}
 
     def forward(nets):
         distribution, _ = nets["actor"](observations(), training=True)
@@ -112,7 +105,7 @@ def _actor_case(spec, encoder, kwargs, actions_spec, observations, actions) -> C
 
 def _value_case() -> Case:
     def build():
-        return {"value": networks.EncoderValueNetwork(IMAGES, "cnn", CNN, (8,))}
+        return {"value": actor_critic.EncoderValueNetwork(IMAGES, "cnn", CNN, (8,))}
 
     def forward(nets):
         return {"values": nets["value"](_images(), training=True)[0]}
@@ -532,8 +525,8 @@ def _agent(algorithm: str, time_step_spec: ts.TimeStep):
     if algorithm == "ppo":
         return ppo_agent.DrACPPOAgent(
             time_step_spec, DISCRETE, optimizer=optimizer(),
-            actor_net=networks.EncoderActorNetwork(IMAGES, DISCRETE, "cnn", CNN, (8,)),
-            value_net=networks.EncoderValueNetwork(IMAGES, "cnn", CNN, (8,)),
+            actor_net=actor_critic.EncoderActorNetwork(IMAGES, DISCRETE, "cnn", CNN, (8,)),
+            value_net=actor_critic.EncoderValueNetwork(IMAGES, "cnn", CNN, (8,)),
             num_epochs=2, gradient_clipping=0.5, normalize_observations=False,
             drac_coef=0.1, augmentation=tf.image.flip_left_right,  # the torsos run twice per loss
         )  # fmt: skip

@@ -20,7 +20,10 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
-from sit_keras.agents import dqn, evaluate, harness, policy_network, q_networks, sac, sac_networks, train
+from sit_keras.agents import evaluate, train
+from sit_keras.agents.algorithms import dqn, sac
+from sit_keras.agents.networks import policy_network, q_networks, sac_networks
+from sit_keras.agents.training import harness
 
 # PolicySaver records the squashed Normal's type spec; loading it needs tf_agents imported (it is).
 pytestmark = pytest.mark.filterwarnings(
@@ -345,7 +348,7 @@ def _run_settings(agent: str, encoder: str) -> harness.RunSettings:
 
 
 def test_sac_and_dqn_take_data_efficient_cnn_and_refuse_attention_neuron(tmp_path):
-    """The one encoder registry (agents/encoders.py): every feed-forward torso, no recurrent one."""
+    """The one encoder registry (agents/networks/encoders.py): every feed-forward torso, no recurrent one."""
     images = tf.constant(np.random.default_rng(0).integers(0, 256, (3, 16, 16, 3)), tf.uint8)
     # Accepted by both agents' checks, and their networks build on it.
     sac.check(_run_settings("sac", "data_efficient_cnn"), sac.SAC())

@@ -43,8 +43,11 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
 from sit_keras import testing
-from sit_keras.agents import evaluate, harness, policy_network, ppo, train
-from sit_keras.agents.sensor_networks import SensorActorNetwork, SensorValueNetwork
+from sit_keras.agents import evaluate, train
+from sit_keras.agents.algorithms import ppo
+from sit_keras.agents.networks import policy_network
+from sit_keras.agents.networks.sensor_networks import SensorActorNetwork, SensorValueNetwork
+from sit_keras.agents.training import harness
 
 DTYPE = "float64"
 TOL = testing.tolerance(DTYPE)

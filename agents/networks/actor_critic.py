@@ -38,8 +38,8 @@ from tf_agents.networks import utils as network_utils
 from tf_agents.specs import tensor_spec
 from tf_agents.utils import nest_utils
 
-from sit_keras.agents import loss_scaling
-from sit_keras.agents.policy_network import register_network
+from sit_keras.agents.networks import loss_scaling
+from sit_keras.agents.networks.policy_network import register_network
 from sit_keras.mixed_precision import full_precision
 from sit_keras.models import ENCODER_NAMES, build_encoder
 

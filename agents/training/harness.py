@@ -76,21 +76,23 @@ from tf_agents.train.utils import spec_utils, train_utils
 from tqdm import tqdm
 
 from sit_keras import mixed_precision, xla
-from sit_keras.agents import checkpoints, evaluate, policy_network
-from sit_keras.agents.collection import (
+from sit_keras.agents import evaluate
+from sit_keras.agents.environments import load
+from sit_keras.agents.networks import policy_network
+from sit_keras.agents.training import checkpoints
+from sit_keras.agents.training.collection import (
     EpisodeSuccessMetric,
     FixedLengthDriver,
     NormalizedReturnMetric,
     metric_results,
 )
-from sit_keras.agents.environments import load
 
 # sit-train's agents: the module of each (its SETTINGS is the gin configurable of the same name).
 ALGORITHMS: dict[str, str] = {
-    "ppo": "sit_keras.agents.ppo",
-    "sac": "sit_keras.agents.sac",
-    "dqn": "sit_keras.agents.dqn",
-    "bc": "sit_keras.agents.bc",
+    "ppo": "sit_keras.agents.algorithms.ppo",
+    "sac": "sit_keras.agents.algorithms.sac",
+    "dqn": "sit_keras.agents.algorithms.dqn",
+    "bc": "sit_keras.agents.algorithms.bc",
 }
 RUN_CONFIGURABLE = "train_eval"
 EVAL_SEED_OFFSET = 1_000_000
@@ -109,7 +111,7 @@ class RunSettings:
         C51: ``dqn.algorithm``) or ``"bc"`` (behaviour cloning of a teacher).
       env_name, env_kwargs, num_envs: ``environments.load``'s arguments.
       encoder, encoder_kwargs: the torso by name, for every agent: any
-        ``networks.NETWORK_ENCODERS`` name (images: the SiT family, ViT,
+        ``actor_critic.NETWORK_ENCODERS`` name (images: the SiT family, ViT,
         CNNs, ``"data_efficient_cnn"``; vectors: ``"mlp"``), or
         ``"attention_neuron"`` (permutation-invariant, recurrent; PPO and BC).
       total_env_steps: the budget, in environment steps summed over the

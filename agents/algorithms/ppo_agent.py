@@ -37,7 +37,7 @@ from tf_agents.agents.ppo import ppo_agent, ppo_clip_agent
 from tf_agents.specs import tensor_spec
 from tf_agents.utils import common, nest_utils
 
-from sit_keras.agents.augmentation import Augmentation
+from sit_keras.agents.algorithms.augmentation import Augmentation
 
 
 def _weighted_mean(values: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:

@@ -55,7 +55,7 @@ from tf_agents.policies import actor_policy
 from tf_agents.trajectories import time_step as ts
 from tf_agents.utils import common, nest_utils, object_identity
 
-from sit_keras.agents.sac_networks import SacActorNetwork, SacCriticNetwork
+from sit_keras.agents.networks.sac_networks import SacActorNetwork, SacCriticNetwork
 
 # Encoder features and the number of outer dims (1: (B, D); 2: (B, T, D)).
 Features = tuple[tf.Tensor, int]

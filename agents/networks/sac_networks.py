@@ -57,16 +57,16 @@ from tf_agents.networks import utils as network_utils
 from tf_agents.specs import tensor_spec
 from tf_agents.utils import nest_utils, object_identity
 
-from sit_keras.agents import loss_scaling
-from sit_keras.agents.networks import MLP_ENCODER, build_torso, call_torso, head_input
-from sit_keras.agents.policy_network import register_network
+from sit_keras.agents.networks import loss_scaling
+from sit_keras.agents.networks.actor_critic import MLP_ENCODER, build_torso, call_torso, head_input
+from sit_keras.agents.networks.policy_network import register_network
 from sit_keras.mixed_precision import full_precision
 
 
 def build_shared_encoder(
     observation_spec: tf.TensorSpec, encoder: str, encoder_kwargs: Mapping[str, Any] | None
 ) -> tf_keras.Sequential:
-    """The encoder E by name (``networks.build_torso`` without dense layers).
+    """The encoder E by name (``actor_critic.build_torso`` without dense layers).
 
     ``encoder="mlp"`` with ``encoder_kwargs=None`` is the identity (no shared
     layers); pass ``{"units": (...)}`` to share dense layers. Under float16 it
@@ -113,7 +113,7 @@ class SacActorNetwork(network.DistributionNetwork):
     Args:
       input_tensor_spec: the observation spec (one tensor).
       output_tensor_spec: a continuous ``BoundedTensorSpec`` of actions.
-      encoder: an encoder name (``networks.NETWORK_ENCODERS``).
+      encoder: an encoder name (``actor_critic.NETWORK_ENCODERS``).
       encoder_kwargs: ``build_encoder`` arguments, or ``{"units": ...}`` for
         ``"mlp"`` (default: no shared layers).
       fc_layer_params: the actor head's ReLU dense layers.

@@ -69,10 +69,12 @@ from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory as trajectory_lib
 
 from sit_keras import xla
-from sit_keras.agents import encoders, evaluate, harness, policy_network, sensor_networks
-from sit_keras.agents.collection import FixedLengthDriver
-from sit_keras.agents.console import quiet_library_logs
-from sit_keras.agents.harness import Algorithm, Run, RunSettings, TrainingLoop
+from sit_keras.agents import evaluate
+from sit_keras.agents.networks import encoders, policy_network, sensor_networks
+from sit_keras.agents.training import harness
+from sit_keras.agents.training.collection import FixedLengthDriver
+from sit_keras.agents.training.harness import Algorithm, Run, RunSettings, TrainingLoop
+from sit_keras.command_line import quiet_library_logs
 
 AGENT = "bc"
 """The ``agent`` of the student's ``policy_network.json``: a distribution actor, acting by its mode."""

@@ -7,7 +7,7 @@ import os
 import tensorflow as tf
 from tf_agents.utils import common
 
-from sit_keras.agents.policy_network import CHECKPOINT_DIR
+from sit_keras.agents.networks.policy_network import CHECKPOINT_DIR
 
 REPLAY_BUFFER_DIR = "replay_buffer"
 

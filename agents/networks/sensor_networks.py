@@ -76,9 +76,9 @@ from tf_agents.networks import categorical_projection_network, network, normal_p
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
-from sit_keras.agents import loss_scaling
-from sit_keras.agents.networks import head_input
-from sit_keras.agents.policy_network import register_network
+from sit_keras.agents.networks import loss_scaling
+from sit_keras.agents.networks.actor_critic import head_input
+from sit_keras.agents.networks.policy_network import register_network
 from sit_keras.layers.sublayers import build_sublayer
 from sit_keras.mixed_precision import full_precision
 from sit_keras.models.sensor_encoder import SensorSetEncoder

@@ -2,7 +2,7 @@
 
 ``ENCODERS`` lists every name ``train_eval.encoder`` takes:
 
-- ``networks.NETWORK_ENCODERS``: feed-forward torsos that every agent takes
+- ``actor_critic.NETWORK_ENCODERS``: feed-forward torsos that every agent takes
   (images: the SiT family, ViT, IMPALA-CNN, CNN, ``"data_efficient_cnn"``;
   vectors: ``"mlp"``);
 - ``"attention_neuron"`` (``sensor_networks``): the permutation-invariant
@@ -20,10 +20,10 @@ from typing import Any
 import tensorflow as tf
 from tf_agents.networks import network
 
-from sit_keras.agents import networks, sensor_networks
+from sit_keras.agents.networks import actor_critic, sensor_networks
 
 RECURRENT_ENCODERS: tuple[str, ...] = (sensor_networks.SENSOR_ENCODER,)
-ENCODERS: tuple[str, ...] = (*networks.NETWORK_ENCODERS, *RECURRENT_ENCODERS)
+ENCODERS: tuple[str, ...] = (*actor_critic.NETWORK_ENCODERS, *RECURRENT_ENCODERS)
 
 
 def check_encoder(encoder: str, agent: str, recurrent: bool = True) -> None:
@@ -33,7 +33,7 @@ def check_encoder(encoder: str, agent: str, recurrent: bool = True) -> None:
     if encoder in RECURRENT_ENCODERS and not recurrent:
         raise ValueError(
             f"Encoder {encoder!r} is recurrent, and {agent!r} trains on single transitions. "
-            f"Expected one of: {', '.join(networks.NETWORK_ENCODERS)}."
+            f"Expected one of: {', '.join(actor_critic.NETWORK_ENCODERS)}."
         )
 
 
@@ -48,8 +48,8 @@ def actor_network(
     """The actor for ``encoder`` and its constructor arguments after the two specs (``policy_network.json``).
 
     ``"attention_neuron"``: ``sensor_networks.SensorActorNetwork`` (with
-    ``previous_action_noise`` when it is not 0); any ``networks.NETWORK_ENCODERS``
-    name: ``networks.EncoderActorNetwork``, which has no previous action.
+    ``previous_action_noise`` when it is not 0); any ``actor_critic.NETWORK_ENCODERS``
+    name: ``actor_critic.EncoderActorNetwork``, which has no previous action.
     """
     check_encoder(encoder, "actor")
     if encoder == sensor_networks.SENSOR_ENCODER:
@@ -67,7 +67,7 @@ def actor_network(
         "encoder_kwargs": dict(encoder_kwargs or {}),
         "fc_layer_params": tuple(fc_layer_params),
     }
-    return networks.EncoderActorNetwork(observation_spec, action_spec, **kwargs), kwargs
+    return actor_critic.EncoderActorNetwork(observation_spec, action_spec, **kwargs), kwargs
 
 
 def value_network(
@@ -80,4 +80,4 @@ def value_network(
     check_encoder(encoder, "value")
     if encoder == sensor_networks.SENSOR_ENCODER:
         return sensor_networks.SensorValueNetwork(observation_spec, encoder_kwargs, fc_layer_params)
-    return networks.EncoderValueNetwork(observation_spec, encoder, encoder_kwargs, fc_layer_params)
+    return actor_critic.EncoderValueNetwork(observation_spec, encoder, encoder_kwargs, fc_layer_params)

@@ -38,9 +38,9 @@ from tf_agents.policies import greedy_policy, py_tf_eager_policy, random_py_poli
 from tf_agents.replay_buffers import tf_uniform_replay_buffer
 from tf_agents.train import learner
 
-from sit_keras.agents import encoders, sac_networks
-from sit_keras.agents.harness import OnlineAlgorithm, Run, RunSettings, TrainingLoop
-from sit_keras.agents.sac_agent import SharedEncoderSacAgent
+from sit_keras.agents.algorithms.sac_agent import SharedEncoderSacAgent
+from sit_keras.agents.networks import encoders, sac_networks
+from sit_keras.agents.training.harness import OnlineAlgorithm, Run, RunSettings, TrainingLoop
 
 
 @gin.configurable("sac")

@@ -30,10 +30,10 @@ CHECKPOINT_DIR = "checkpoints"
 
 # Modules whose networks can act; imported before a network is built by name.
 NETWORK_MODULES = (
-    "sit_keras.agents.networks",
-    "sit_keras.agents.sac_networks",
-    "sit_keras.agents.q_networks",
-    "sit_keras.agents.sensor_networks",
+    "sit_keras.agents.networks.actor_critic",
+    "sit_keras.agents.networks.sac_networks",
+    "sit_keras.agents.networks.q_networks",
+    "sit_keras.agents.networks.sensor_networks",
 )
 
 _NETWORKS: dict[str, type] = {}

@@ -27,10 +27,10 @@ from tf_agents.specs import tensor_spec
 from tf_agents.train import ppo_learner
 from tf_agents.utils import common
 
-from sit_keras.agents import encoders
-from sit_keras.agents.augmentation import make_augmentation
-from sit_keras.agents.harness import OnlineAlgorithm, Run, RunSettings
-from sit_keras.agents.ppo_agent import DrACPPOAgent
+from sit_keras.agents.algorithms.augmentation import make_augmentation
+from sit_keras.agents.algorithms.ppo_agent import DrACPPOAgent
+from sit_keras.agents.networks import encoders
+from sit_keras.agents.training.harness import OnlineAlgorithm, Run, RunSettings
 
 
 @gin.configurable("ppo")

@@ -1,7 +1,7 @@
 """Q-networks on any encoder of this package: DQN (Q-values) and C51 (return distributions).
 
     observation (B, H, W, C) uint8 or (B, D) float
-        -> encoder  (any networks.NETWORK_ENCODERS name; default "data_efficient_cnn")
+        -> encoder  (any actor_critic.NETWORK_ENCODERS name; default "data_efficient_cnn")
         -> [Dense + ReLU] * len(fc_layer_params)
         -> EncoderQNetwork:            Dense(A)              -> Q-values  (B, A)
            EncoderCategoricalQNetwork: Dense(A * num_atoms)  -> logits    (B, A, num_atoms)
@@ -18,7 +18,7 @@ float32, so Q-values and C51 logits are float32; variables are float32.
 reinforcement learning?", appendix: two convolutions, 32 and 64 channels,
 5x5 kernels, stride 5, then 256 hidden units), the CNN baseline of the SiT
 paper's Atari 100k experiments (Table 2, Table 3). It is ``build_encoder("cnn")``
-with these settings (``networks.DATA_EFFICIENT_CNN_KWARGS``); ``encoder_kwargs`` override them.
+with these settings (``actor_critic.DATA_EFFICIENT_CNN_KWARGS``); ``encoder_kwargs`` override them.
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ import tf_keras
 from tf_agents.networks import network
 from tf_agents.specs import tensor_spec
 
-from sit_keras.agents import networks
-from sit_keras.agents.policy_network import register_network
+from sit_keras.agents.networks import actor_critic
+from sit_keras.agents.networks.policy_network import register_network
 from sit_keras.mixed_precision import full_precision
 
-# The Q-networks' default torso (data-efficient Rainbow's); every networks.NETWORK_ENCODERS name fits.
-DATA_EFFICIENT_CNN = networks.DATA_EFFICIENT_CNN
+# The Q-networks' default torso (data-efficient Rainbow's); every actor_critic.NETWORK_ENCODERS name fits.
+DATA_EFFICIENT_CNN = actor_critic.DATA_EFFICIENT_CNN
 
 
 def _discrete_action_spec(action_spec: Any) -> tensor_spec.BoundedTensorSpec:
@@ -50,7 +50,7 @@ def _discrete_action_spec(action_spec: Any) -> tensor_spec.BoundedTensorSpec:
     return spec
 
 
-class _EncoderQNetworkBase(networks._EncoderNetwork, network.Network):
+class _EncoderQNetworkBase(actor_critic._EncoderNetwork, network.Network):
     """Torso and a linear head with ``num_actions * outputs_per_action`` units."""
 
     def __init__(
@@ -63,12 +63,12 @@ class _EncoderQNetworkBase(networks._EncoderNetwork, network.Network):
         outputs_per_action: int,
         name: str,
     ):
-        observation_spec = networks._single_spec(input_tensor_spec, "input_tensor_spec")
+        observation_spec = actor_critic._single_spec(input_tensor_spec, "input_tensor_spec")
         action_spec = _discrete_action_spec(action_spec)
         super().__init__(input_tensor_spec=input_tensor_spec, state_spec=(), name=name)
         self._action_spec = action_spec
         self._num_actions = int(action_spec.maximum - action_spec.minimum + 1)
-        self._torso = networks.build_torso(observation_spec, encoder, encoder_kwargs, fc_layer_params)
+        self._torso = actor_critic.build_torso(observation_spec, encoder, encoder_kwargs, fc_layer_params)
         with full_precision():  # float32 Q-values / logits
             self._head = tf_keras.layers.Dense(self._num_actions * outputs_per_action, name="q_head")
 
@@ -78,7 +78,7 @@ class _EncoderQNetworkBase(networks._EncoderNetwork, network.Network):
 
     def _head_outputs(self, observations: tf.Tensor, training: bool) -> tf.Tensor:
         features, _ = self._encode(observations, training)
-        return self._head(networks.head_input(features, self._head), training=training)
+        return self._head(actor_critic.head_input(features, self._head), training=training)
 
 
 @register_network
@@ -89,7 +89,7 @@ class EncoderQNetwork(_EncoderQNetworkBase):
       input_tensor_spec: the observation spec (one tensor): ``(H, W, C)``
         images or ``(D,)`` vectors (``encoder="mlp"``).
       action_spec: one scalar discrete ``BoundedTensorSpec`` with minimum 0.
-      encoder: a ``networks.NETWORK_ENCODERS`` name.
+      encoder: an ``actor_critic.NETWORK_ENCODERS`` name.
       encoder_kwargs: arguments of ``build_encoder`` (or of the mlp,
         ``{"units": (64, 64)}``, or overrides of ``DATA_EFFICIENT_CNN_KWARGS``).
       fc_layer_params: dense ReLU layers between the encoder and the head.

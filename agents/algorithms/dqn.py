@@ -52,8 +52,8 @@ from tf_agents.policies import epsilon_greedy_policy, py_tf_eager_policy
 from tf_agents.replay_buffers import tf_uniform_replay_buffer
 from tf_agents.train import learner
 
-from sit_keras.agents import encoders, q_networks
-from sit_keras.agents.harness import OnlineAlgorithm, Run, RunSettings
+from sit_keras.agents.networks import encoders, q_networks
+from sit_keras.agents.training.harness import OnlineAlgorithm, Run, RunSettings
 
 ALGORITHMS = ("dqn", "ddqn", "c51")
 """``dqn``: ``DqnAgent``; ``ddqn``: ``DdqnAgent`` (double DQN); ``c51``: ``CategoricalDqnAgent``."""

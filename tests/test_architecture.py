@@ -1,0 +1,80 @@
+"""docs/architecture.md stays true: the modules it names exist and the imports follow its arrows."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PAGE = (REPO / "docs" / "architecture.md").read_text()
+FOLDERS = {"core": REPO / "sit_keras", "agents": REPO / "agents", "export": REPO / "export"}
+
+
+def _package(module: str) -> str | None:
+    """The package (core, agents, export) of an imported module name; None outside sit_keras."""
+    if module == "sit_keras" or module.startswith("sit_keras."):
+        for name in ("agents", "export"):
+            if module == f"sit_keras.{name}" or module.startswith(f"sit_keras.{name}."):
+                return name
+        return "core"
+    return None
+
+
+def _imports(path: Path) -> set[str]:
+    """Every absolute module a file imports, at module level or inside functions."""
+    modules = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules.add(node.module)
+            modules.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return modules
+
+
+def _import_table() -> dict[tuple[str, str], set[str]]:
+    """``{(package, file relative to the repo): imported sit_keras modules of another package}``."""
+    table = {}
+    for package, folder in FOLDERS.items():
+        for path in folder.rglob("*.py"):
+            crossing = {m for m in _imports(path) if _package(m) not in (None, package, "core")}
+            if crossing:
+                table[package, path.relative_to(REPO).as_posix()] = crossing
+    return table
+
+
+def test_every_path_on_the_page_exists():
+    paths = {p for p in re.findall(r"`([\w./-]+)`", PAGE) if "/" in p}
+    assert len(paths) >= 25
+    missing = sorted(p for p in paths if not (REPO / p).exists())
+    assert not missing, f"docs/architecture.md names files that do not exist: {missing}"
+
+
+def test_core_imports_neither_agents_nor_export():
+    table = _import_table()
+    assert not [f for (package, f) in table if package == "core"]
+
+
+def test_only_the_commands_that_evaluate_exports_import_export():
+    importers = {f for (package, f) in _import_table() if package == "agents"}
+    assert importers == {"agents/demo.py", "agents/evaluate.py"}
+
+
+def test_export_reads_only_the_policy_description_and_the_environments():
+    allowed = ("sit_keras.agents.networks.policy_network", "sit_keras.agents.environments")
+    for (package, f), modules in _import_table().items():
+        if package == "export":
+            wrong = sorted(
+                m for m in modules if not m.startswith(allowed) and m != "sit_keras.agents.networks"
+            )
+            assert not wrong, f"{f} imports {wrong}"
+
+
+def test_agents_keeps_few_modules_at_its_top_level():
+    modules = sorted(p.name for p in FOLDERS["agents"].glob("*.py"))
+    folders = sorted(p.name for p in FOLDERS["agents"].iterdir() if (p / "__init__.py").exists())
+    assert len(modules) <= 8, modules
+    assert folders == ["algorithms", "environments", "networks", "training"]
+    for folder in folders:
+        assert f"`agents/{folder}/`" in PAGE
