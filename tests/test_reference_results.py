@@ -313,3 +313,54 @@ def test_supervised_digits_table_is_computed_from_the_report():
         f"costs {ratios['lifting_over_mha']:.1f}x (lifting) and {ratios['group_over_mha']:.2f}x (group layer)"
         in flat
     )
+
+
+# docs/lavacrossing.md's probe table: column -> (split, key) of a probe result; loss is the last window's.
+PROBE_COLUMNS = {
+    "all": ("heldout_greedy_accuracy", "all"),
+    "open floor": ("heldout_greedy_accuracy", "open_floor"),
+    "left/right only": ("heldout_greedy_accuracy", "turn_only"),
+    "training states": ("train_greedy_accuracy", "all"),
+    "final loss": ("loss_last", None),
+}
+
+
+def _probe_results() -> dict[tuple[str, int], dict]:
+    """Every 3,000-step probe run on the 20,000-state data, by (model, seed)."""
+    results = {}
+    for path in sorted(REFERENCE.glob("lavacrossing_probe*.json")):
+        report = json.loads(path.read_text())
+        settings = report["settings"]
+        if settings["steps"] == 3000 and settings["num_states"] == 20000:
+            for run in report["results"]:
+                assert (run["model"], run["seed"]) not in results, path.name  # one report per cell
+                results[run["model"], run["seed"]] = run
+    return results
+
+
+def _agrees(cell: str, value: float) -> bool:
+    """The cell is ``value`` rounded to the cell's own number of decimals."""
+    decimals = len(cell.split(".")[1]) if "." in cell else 0
+    return abs(float(cell) - value) <= 0.5 * 10**-decimals + 1e-9
+
+
+def test_lavacrossing_probe_table_is_the_reports():
+    page = (ROOT / "docs" / "lavacrossing.md").read_text()
+    lines = [line for line in page.splitlines() if line.startswith("| ")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header[1:] == list(PROBE_COLUMNS)
+    results = _probe_results()
+    rows = 0
+    for line in lines[1:]:
+        cells = [c.strip().replace("*", "") for c in line.strip("|").split("|")]
+        if cells[0].startswith("---"):
+            continue
+        model = cells[0].split("`")[1]
+        for column, cell in zip(PROBE_COLUMNS, cells[1:], strict=True):
+            split, key = PROBE_COLUMNS[column]
+            for seed, part in enumerate(cell.split(" / ")):
+                measured = results[model, seed][split]
+                value = measured if key is None else measured[key]
+                assert _agrees(part, value), (model, seed, column, part, value)
+        rows += 1
+    assert rows >= 7
