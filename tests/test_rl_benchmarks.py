@@ -281,3 +281,62 @@ def test_deterministic_cost_quick(tmp_path):
         assert all(speed > 0 for speed in row["env_steps_per_second"].values())
         assert row["deterministic_over_default"] > 0
     assert {"command", "commit", "runs", "environment"} <= set(report)
+
+
+@pytest.mark.parametrize("argv", [["--models", "sit_small,nope"], ["--repeats", "0"], ["--env_steps", "100"]])
+def test_lavacrossing_cost_refuses_bad_arguments_in_one_sentence(argv, capsys):
+    assert _load("lavacrossing_cost").main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err and "\n" not in err and "Traceback" not in err
+
+
+def test_lavacrossing_cost_knows_every_lavacrossing_config():
+    cost = _load("lavacrossing_cost")
+    assert {"cnn", "sit_small", "sit_chiral", "sit_corners"} <= set(cost.MODELS)
+    assert cost.parse_args(["--quick"]).env_steps == 2 * cost.ITERATION
+
+
+@pytest.mark.large  # a benchmark run (two PPO processes); PPO on LavaCrossing: test_minigrid_rotation_quick
+def test_lavacrossing_cost_quick(tmp_path):
+    out = tmp_path / "cost.json"
+    assert _load("lavacrossing_cost").main(["--quick", "--models", "cnn,sit_small", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["relative_to"] == "cnn" and report["table"]["cnn"]["cost_per_env_step"] == 1.0
+    assert report["table"]["sit_small"]["env_steps_per_second"] > 0
+    assert {"command", "commit", "runs", "environment"} <= set(report)
+
+
+def _curve_report(path, runs: dict[str, list[list[float]]]) -> str:
+    curves = {name: {"success_every_100k": points} for name, points in runs.items()}
+    path.write_text(json.dumps({"training_curves": curves}))
+    return str(path)
+
+
+def test_plot_curves_draws_one_colour_per_model(tmp_path):
+    plot = _load("plot_curves")
+    report = _curve_report(tmp_path / "r.json", {
+        "cnn_seed0": [[100000, 0.5], [200000, 1.0]], "cnn_seed1": [[100000, 0.2], [200000, 0.9]],
+        "sit_seed0": [[100000, 0.0], [200000, 0.1]],
+    })  # fmt: skip
+    out = tmp_path / "curves.png"
+    assert plot.main(["--reports", report, "--out", str(out), "--max_steps", "200000"]) == 0
+    from PIL import Image
+
+    image = Image.open(out).convert("RGB")
+    pixels = {image.getpixel((x, y)) for x in range(image.width) for y in range(image.height)}
+    assert {plot.COLOURS[0], plot.COLOURS[1]} <= pixels and plot.COLOURS[2] not in pixels
+    by_model = plot.curves([tmp_path / "r.json"])
+    assert sorted(by_model) == ["cnn", "sit"] and len(by_model["cnn"]) == 2
+    assert by_model["sit"][0] == [(0.0, 0.0), (100000.0, 0.0), (200000.0, 0.1)]
+
+
+@pytest.mark.parametrize("bad", ["missing", "no_curves", "max_steps"])
+def test_plot_curves_refuses_bad_arguments_in_one_sentence(bad, tmp_path, capsys):
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps({"training_curves": {}} if bad != "no_curves" else {"runs": []}))
+    argv = ["--reports", str(tmp_path / "nope.json") if bad == "missing" else str(report), "--out", "x.png"]
+    if bad == "max_steps":
+        argv += ["--max_steps", "0"]
+    assert _load("plot_curves").main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err and "\n" not in err and "Traceback" not in err
