@@ -346,7 +346,7 @@ def _agrees(cell: str, value: float) -> bool:
 
 def test_lavacrossing_probe_table_is_the_reports():
     page = (ROOT / "docs" / "lavacrossing.md").read_text()
-    lines = [line for line in page.splitlines() if line.startswith("| ")]
+    lines = page[page.index("| model | all |") :].split("\n\n")[0].splitlines()
     header = [c.strip() for c in lines[0].strip("|").split("|")]
     assert header[1:] == list(PROBE_COLUMNS)
     results = _probe_results()
@@ -364,3 +364,33 @@ def test_lavacrossing_probe_table_is_the_reports():
                 assert _agrees(part, value), (model, seed, column, part, value)
         rows += 1
     assert rows >= 7
+
+
+def test_lavacrossing_probe_step_time_ratios_are_the_reports():
+    """docs/lavacrossing.md's cost table: each model's median train step over SiT-small's, per host."""
+    hosts = [_report(f"lavacrossing_probe_timing{suffix}.json") for suffix in ("", "_chiral")]
+    steps = [{r["model"]: r["seconds_per_step_median"] for r in report["results"]} for report in hosts]
+    page = (ROOT / "docs" / "lavacrossing.md").read_text()
+    table = page[page.index("| model | first host | second host |") :].split("\n\n")[0].splitlines()[2:]
+    assert len(table) >= 5
+    for line in table:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        model = cells[0].split("`")[1]
+        for host, cell in zip(steps, cells[1:], strict=True):
+            assert (model in host) == bool(cell), (model, cell)
+            if cell:
+                assert _agrees(cell.removesuffix("x"), host[model] / host["sit_small"]), (model, cell)
+
+
+def test_readme_quotes_the_chiral_probe():
+    results = _probe_results()
+    held_out = " / ".join(
+        f"{results['sit_small_chiral_m4_corners', seed]['heldout_greedy_accuracy']['all']:.2f}"
+        for seed in (0, 1)
+    )
+    timing = {
+        r["model"]: r["seconds_per_step_median"]
+        for r in _report("lavacrossing_probe_timing_chiral.json")["results"]
+    }
+    ratio = timing["sit_small_chiral_m4_corners"] / timing["sit_small"]
+    assert f"brings it to {held_out}, at {ratio:.2f}x" in " ".join(README.split())
