@@ -394,3 +394,65 @@ def test_readme_quotes_the_chiral_probe():
     }
     ratio = timing["sit_small_chiral_m4_corners"] / timing["sit_small"]
     assert f"brings it to {held_out}, at {ratio:.2f}x" in " ".join(README.split())
+
+
+def _chiral_runs_quoted() -> dict[str, str]:
+    """The sentences docs/lavacrossing.md quotes from lavacrossing_chiral_1m.json and the 3M runs."""
+    report = _report("lavacrossing_chiral_1m.json")
+    curves = report["training_curves"]
+    old = _report("table4_lavacrossing_3m.json")["training_curves"]
+
+    def at(curve: list, steps: int) -> float:
+        return next(success for step, success in curve if step >= steps)
+
+    def pair(values) -> str:
+        return " / ".join(f"{v:.2f}" for v in values)
+
+    chiral = [curves[f"sit_chiral_seed{s}"] for s in (0, 1)]
+    grid = "success_every_250k"
+    rows = {(run["seed"]): run["greedy"] for run in report["runs"]}
+    diagnostics = [report["learner_diagnostics_per_100k_env_steps"][f"sit_chiral_seed{s}"] for s in (0, 1)]
+    return {
+        "last": f"training success over the last episodes {pair(c['last']['success'] for c in chiral)}",
+        "max": f"at most {pair(c['max_success'] for c in chiral)}",
+        "old": (
+            f"SiT-small {pair(at(old[f'sit_small_seed{s}'][grid], 1_000_000) for s in (0, 1))}, "
+            f"the CNN {pair(at(old[f'cnn_seed{s}'][grid], 1_000_000) for s in (0, 1))}"
+        ),
+        "greedy": (
+            f"greedy N1 {pair(rows[s]['train: easy']['success_rate'] for s in (0, 1))}, rotated "
+            f"{pair(rows[s]['rotations average']['success_rate'] for s in (0, 1))}"
+        ),
+        "entropy": (
+            f"entropy {pair(d[0]['entropy'] for d in diagnostics)} in the first 100k steps and "
+            f"{pair(d[-1]['entropy'] for d in diagnostics)} in the last"
+        ),
+        "clipfrac": f"clip fraction {pair(d[-1]['clipfrac'] for d in diagnostics)}",
+    }
+
+
+def test_lavacrossing_chiral_runs_are_the_report():
+    report = _report("lavacrossing_chiral_1m.json")
+    assert {(run["model"], run["seed"]) for run in report["runs"]} == {("sit_chiral", 0), ("sit_chiral", 1)}
+    assert report["settings"]["env_steps"] == report["budget_env_steps_per_run"] == 1_000_000
+    assert all(part["commit"] and part["command"] for part in report["parts"])
+    page = " ".join((ROOT / "docs" / "lavacrossing.md").read_text().split())
+    for name, sentence in _chiral_runs_quoted().items():
+        assert sentence in page, name
+    quoted = _chiral_runs_quoted()
+    last, cnn = quoted["last"].split()[-3:], quoted["old"].split("the CNN ")[1]
+    assert f"(training success {' '.join(last)}; the CNN had {cnn} at 1M)" in " ".join(README.split())
+
+
+def test_lavacrossing_curves_png_is_drawn_from_the_reports(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("plot_curves", ROOT / "benchmarks" / "plot_curves.py")
+    plot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plot)
+    from PIL import Image, ImageChops
+
+    reports = [REFERENCE / "table4_lavacrossing_3m.json", REFERENCE / "lavacrossing_chiral_1m.json"]
+    drawn = plot.draw(plot.curves(reports), 3_000_000, "MiniGrid LavaCrossing, PPO: training success per run")
+    committed = Image.open(ROOT / "docs" / "lavacrossing_curves.png").convert("RGB")
+    assert ImageChops.difference(drawn, committed).getbbox() is None
