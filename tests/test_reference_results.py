@@ -428,6 +428,7 @@ def _chiral_runs_quoted() -> dict[str, str]:
             f"{pair(d[-1]['entropy'] for d in diagnostics)} in the last"
         ),
         "clipfrac": f"clip fraction {pair(d[-1]['clipfrac'] for d in diagnostics)}",
+        "lowest": f"seed 0 went down to {min(row['entropy'] for row in diagnostics[0]):.2f}",
     }
 
 
