@@ -23,6 +23,7 @@ What this file proves:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,14 @@ def _perturb(layer: tf_keras.layers.Layer, seed: int = 0, scale: float = 0.1) ->
     rng = np.random.default_rng(seed)
     for v in layer.weights:
         v.assign(v + rng.normal(0.0, scale, v.shape).astype(v.dtype.as_numpy_dtype))
+
+
+@pytest.fixture(autouse=True)
+def _forget_the_global_seed() -> Iterator[None]:
+    """These tests set TensorFlow's global seed: the next test in the worker must not inherit it
+    (tf.data warns, and the warning is an error, when a function may reuse an outer seed)."""
+    yield
+    tf.random.set_seed(None)
 
 
 def _values_and_gradients(layer, x: tf.Tensor, training: bool) -> list[np.ndarray]:
