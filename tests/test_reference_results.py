@@ -437,6 +437,7 @@ def test_lavacrossing_chiral_runs_are_the_report():
     assert {(run["model"], run["seed"]) for run in report["runs"]} == {("sit_chiral", 0), ("sit_chiral", 1)}
     assert report["settings"]["env_steps"] == report["budget_env_steps_per_run"] == 1_000_000
     assert all(part["commit"] and part["command"] for part in report["parts"])
+    assert "`benchmarks/reference/lavacrossing_chiral_1m.json`" in README
     page = " ".join((ROOT / "docs" / "lavacrossing.md").read_text().split())
     for name, sentence in _chiral_runs_quoted().items():
         assert sentence in page, name
