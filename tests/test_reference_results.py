@@ -443,7 +443,7 @@ def test_lavacrossing_chiral_runs_are_the_report():
         assert sentence in page, name
     quoted = _chiral_runs_quoted()
     last, cnn = quoted["last"].split()[-3:], quoted["old"].split("the CNN ")[1]
-    assert f"(training success {' '.join(last)}; the CNN had {cnn} at 1M)" in " ".join(README.split())
+    assert f"(training success {' '.join(last)}; the CNN had {cnn} at 1M;" in " ".join(README.split())
 
 
 def test_lavacrossing_curves_png_is_drawn_from_the_reports(tmp_path):
