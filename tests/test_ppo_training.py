@@ -401,7 +401,7 @@ def test_sit_eval_names_a_missing_policy(tmp_path):
         evaluate.load_policy(str(tmp_path))
 
 
-def _drac_agent(augmentation):
+def _drac_agent(augmentation, drac_coef: float = 0.1, **agent_kwargs):
     from tf_agents.specs import tensor_spec
     from tf_agents.trajectories import time_step as ts
 
@@ -418,7 +418,8 @@ def _drac_agent(augmentation):
         actor_net=actor_critic.EncoderActorNetwork(observation_spec, action_spec, "cnn", kwargs),
         value_net=actor_critic.EncoderValueNetwork(observation_spec, "cnn", kwargs),
         augmentation=augmentation,
-        drac_coef=0.1,
+        drac_coef=drac_coef,
+        **agent_kwargs,
     )
 
 
@@ -449,6 +450,44 @@ def test_drac_needs_a_valid_setting():
         DrACPPOAgent(None, None, drac_coef=-1.0)
     with pytest.raises(ValueError, match="needs an augmentation"):
         _drac_agent(None)
+
+
+def test_unnormalised_advantages_are_the_returns_minus_the_old_values():
+    """``normalize_advantages=False``: the surrogate reads ``A = R^lambda - V_old``, not the argument."""
+    from tf_agents.trajectories import time_step as ts
+
+    rng = np.random.default_rng(0)
+    batch = (8, 1)
+    time_steps = ts.TimeStep(
+        step_type=tf.ones(batch, tf.int32),
+        reward=tf.zeros(batch),
+        discount=tf.ones(batch),
+        observation=tf.constant(rng.integers(0, 256, (*batch, 14, 14, 3), dtype=np.uint8)),
+    )
+    actions = tf.constant(rng.integers(0, 4, batch), tf.int64)
+    returns = tf.constant(rng.normal(size=batch), tf.float32)
+    old_values = tf.constant(rng.normal(size=batch), tf.float32)
+    gae = dict(use_gae=True, use_td_lambda_return=True, entropy_regularization=0.0)
+
+    def policy_loss(agent, advantages_argument) -> float:
+        logits = agent._actor_net(time_steps.observation, time_steps.step_type, (), training=False)[0].logits
+        # Log-probabilities 0.3 below the current ones: the ratio is exp(0.3), clipped in one direction.
+        log_probs = tf.gather(tf.nn.log_softmax(logits), actions, batch_dims=2) - 0.3
+        loss = agent.get_loss(
+            time_steps, actions, log_probs, returns, advantages_argument, {"logits": logits},
+            tf.ones(batch), agent.train_step_counter, False, old_value_predictions=old_values,
+        )  # fmt: skip
+        return float(loss.extra.policy_gradient_loss)
+
+    raw = _drac_agent(None, drac_coef=0.0, normalize_advantages=False, **gae)
+    normalised = _drac_agent(None, drac_coef=0.0, **gae)
+    normalised._actor_net.set_weights(raw._actor_net.get_weights())
+    noise = tf.constant(rng.normal(size=batch), tf.float32)
+    assert policy_loss(raw, noise) == pytest.approx(policy_loss(normalised, returns - old_values), rel=1e-6)
+    assert policy_loss(raw, noise) == pytest.approx(policy_loss(raw, 100 * noise), rel=1e-6)
+    assert policy_loss(normalised, noise) != pytest.approx(policy_loss(normalised, 100 * noise), rel=1e-3)
+    with pytest.raises(ValueError, match="use_td_lambda_return"):
+        _drac_agent(None, drac_coef=0.0, normalize_advantages=False)
 
 
 def test_annealed_learning_rate_decays_to_zero(tmp_path):

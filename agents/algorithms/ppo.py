@@ -56,6 +56,8 @@ class PPO:
         minibatches it is split into (``num_envs * T`` must divide; recurrent
         networks train on whole sequences, ``num_envs`` must divide).
       max_grad_norm: gradient clipping by global norm.
+      normalize_advantages: scale each minibatch's advantages to unit variance
+        (TF-Agents' PPO); False uses the GAE advantages as they are (IMPALA).
       drac_coef, augmentation: DrAC (0 disables it).
     """
 
@@ -75,6 +77,7 @@ class PPO:
     num_epochs: int = 2
     num_minibatches: int = 128
     normalize_rewards: bool = True
+    normalize_advantages: bool = True
     drac_coef: float = 0.1
     augmentation: str = "crop"
 
@@ -175,6 +178,7 @@ class PPOAlgorithm(OnlineAlgorithm):
                     make_augmentation(settings.augmentation, image_size) if settings.drac_coef > 0 else None
                 ),
                 drac_coef=settings.drac_coef,
+                normalize_advantages=settings.normalize_advantages,
             )
             agent.initialize()
         run.compile_train(agent)

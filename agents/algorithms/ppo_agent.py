@@ -69,10 +69,22 @@ class DrACPPOAgent(ppo_clip_agent.PPOClipAgent):
       augmentation: ``f``, a function of a batch of observations; required
         when ``drac_coef > 0``.
       drac_coef: ``alpha_r``; 0.1 in the paper's Procgen runs.
+      normalize_advantages: True (TF-Agents' PPO): the surrogate sees each
+        minibatch's advantages scaled to zero mean and unit variance. False
+        (IMPALA's and CleanRL's ``norm_adv=False``): it sees the GAE
+        advantages themselves, ``A = R^lambda - V_old`` (``returns`` minus the
+        stored value predictions, as ``use_td_lambda_return`` builds them).
+        Normalising scales pure value noise up to unit variance when no reward
+        has been seen yet.
     """
 
     def __init__(
-        self, *args: Any, augmentation: Augmentation | None = None, drac_coef: float = 0.0, **kwargs
+        self,
+        *args: Any,
+        augmentation: Augmentation | None = None,
+        drac_coef: float = 0.0,
+        normalize_advantages: bool = True,
+        **kwargs,
     ):
         if drac_coef < 0:
             raise ValueError(f"drac_coef must be >= 0. Received: drac_coef={drac_coef}")
@@ -85,6 +97,12 @@ class DrACPPOAgent(ppo_clip_agent.PPOClipAgent):
             )
         self._augmentation = augmentation
         self._drac_coef = float(drac_coef)
+        if not normalize_advantages and not (self._use_gae and self._use_td_lambda_return):
+            raise ValueError(
+                "normalize_advantages=False reads the advantages as returns - value predictions, "
+                "which needs use_gae=True and use_td_lambda_return=True."
+            )
+        self._normalize_advantages = bool(normalize_advantages)
 
     def get_loss(
         self,
@@ -127,11 +145,15 @@ class DrACPPOAgent(ppo_clip_agent.PPOClipAgent):
         value_estimation_loss = self._value_loss_from_predictions(
             values, returns, weights, old_value_predictions, debug_summaries
         )
+        if self._normalize_advantages:
+            advantages = normalized_advantages
+        else:
+            advantages = returns - old_value_predictions
         policy_gradient_loss = self.policy_gradient_loss(
             time_steps,
             actions,
             tf.stop_gradient(act_log_probs),
-            tf.stop_gradient(normalized_advantages),
+            tf.stop_gradient(advantages),
             current,
             weights,
             debug_summaries=debug_summaries,
