@@ -1,6 +1,6 @@
 """What ``train_eval.deterministic`` costs: training env steps/s with and without it, per agent.
 
-Deterministic mode (README, "Deterministic mode") turns on TensorFlow's
+Deterministic mode (docs/training.md, "Deterministic mode") turns on TensorFlow's
 deterministic kernels for the whole process, so every measurement is its own
 process. For each workload and mode, ``--repeats`` processes alternate
 (default, deterministic, default, ...) so that a slow spell of a noisy host
@@ -23,7 +23,7 @@ Usage::
 
 from __future__ import annotations
 
-import sit_keras  # noqa: F401  (selects Keras 2 before TensorFlow is imported)
+import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up chatter)
 
 # isort: split
 

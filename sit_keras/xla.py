@@ -5,8 +5,7 @@ Every trainer (``sit-train``'s PPO, SAC and DQN / C51, ``sit-distill``,
 ``--jit_compile`` flag:
 
 - ``"auto"`` (the default): XLA when a GPU is visible, none on a CPU, where
-  XLA made the train steps of these models slower (see the README's speed
-  section);
+  XLA made the train steps of these models slower (docs/speed.md, "XLA");
 - ``"true"`` / ``"on"`` (or ``True``): compile the train step with XLA;
 - ``"false"`` / ``"off"`` (or ``False``): TensorFlow's graph executor.
 

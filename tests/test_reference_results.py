@@ -1,8 +1,8 @@
-"""The README's result tables come from the committed reports in benchmarks/reference/.
+"""The documentation's result tables come from the committed reports in benchmarks/reference/.
 
-Each test reads one report and checks that the README quotes it: the
-markdown table the benchmark wrote, verbatim, or the numbers formatted as
-the README prints them. A README number cannot drift from its file.
+Each test reads one report and checks that the page quoting it (README.md or a page of
+docs/) quotes it: the markdown table the benchmark wrote, verbatim, or the numbers
+formatted as the page prints them. A quoted number cannot drift from its file.
 """
 
 from __future__ import annotations
@@ -16,6 +16,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "benchmarks" / "reference"
 README = (ROOT / "README.md").read_text()
+DOCS = ROOT / "docs"
+RESULTS = (DOCS / "results.md").read_text()  # results beside the papers
+TRAINING = (DOCS / "training.md").read_text()  # deterministic mode's cost, the demo under both precisions
+SPEED = (DOCS / "speed.md").read_text()
+EXPORT = (DOCS / "export.md").read_text()
 
 
 # The papers' numbers, with their table, row and column: the one place they are written down.
@@ -60,8 +65,8 @@ def test_cartpole_distillation_tables_are_the_reports(name):
     report = _report(name)
     # Every row of the benchmark's table (the teacher's is printed once, above the first table).
     for line in report["markdown"].splitlines():
-        assert line in README, line
-    assert f"`benchmarks/reference/{name}`" in README
+        assert line in RESULTS, line
+    assert f"`benchmarks/reference/{name}`" in RESULTS
     assert report["commit"] and report["command"].startswith("benchmarks/pi_cartpole_distill.py")
     # Every cell of the table is a measured mean over the stated number of episodes.
     for per_test in report["results"].values():
@@ -77,20 +82,20 @@ def test_lavacrossing_learnability_numbers_are_the_report():
         f"reached 0.5 at {first['0.5'] / 1e6:.2f}M steps, 0.8 at {first['0.8'] / 1e6:.2f}M and "
         f"{last['success']:.2f} at {last['env_steps'] / 1e6:.2f}M"
     )
-    assert " ".join(quoted.split()) in " ".join(README.split())
-    assert f"({run['wall_time_minutes']:.0f} min on the shared machine" in README
+    assert " ".join(quoted.split()) in " ".join(RESULTS.split())
+    assert f"({run['wall_time_minutes']:.0f} min on the shared machine" in RESULTS
 
 
 def test_demo_precision_table_is_the_report():
     report = _report("demo_precision.json")
     for policy, per_precision in _demo_rows(report).items():
         cells = " | ".join(f"{v:.2f}" for pair in per_precision for v in pair)
-        assert f"| {policy} | {cells} |" in README, policy
-    assert "`benchmarks/reference/demo_precision.json`" in README
+        assert f"| {policy} | {cells} |" in TRAINING, policy
+    assert "`benchmarks/reference/demo_precision.json`" in TRAINING
 
 
 def _demo_rows(report: dict) -> dict[str, list[tuple[float, float]]]:
-    """Upright and rotation-average success per policy and precision, as the README's table."""
+    """Upright and rotation-average success per policy and precision, as docs/training.md's table."""
     rows = {}
     for policy in ("sit (greedy)", "sit (sampling)", "cnn (greedy)", "cnn (sampling)", "sit (TFLite float32)",
                    "sit (TFLite int8)"):  # fmt: skip
@@ -105,22 +110,35 @@ def _demo_rows(report: dict) -> dict[str, list[tuple[float, float]]]:
 def test_table4_lavagap_tables_are_the_report():
     report = _report("table4_lavagap.json")
     for kind in ("sampling", "greedy", "tflite greedy"):
-        assert report["tables"][kind] in README, kind
-    assert "`benchmarks/reference/table4_lavagap.json`" in README
-    # The per-seed rotation figures quoted in the README.
-    flat = " ".join(README.split())
-    for run in report["runs"]:
-        if run["model"] == "sit":
-            rows = run["sampling"]
-            upright, rotated = rows["train: easy"]["success_rate"], rows["rotations average"]["success_rate"]
-            assert f"seed {run['seed']}: {upright:.2f} upright and {rotated:.2f} rotated" in flat
+        assert report["tables"][kind] in RESULTS, kind
+    assert "`benchmarks/reference/table4_lavagap.json`" in RESULTS
+    # The per-seed rotation figures, quoted in docs/results.md and in the README's summary.
+    for page in (RESULTS, README):
+        flat = " ".join(page.split())
+        for run in report["runs"]:
+            if run["model"] == "sit":
+                rows = run["sampling"]
+                upright, rotated = (
+                    rows["train: easy"]["success_rate"],
+                    rows["rotations average"]["success_rate"],
+                )
+                assert f"seed {run['seed']}: {upright:.2f} upright and {rotated:.2f} rotated" in flat
+    # The README's summary: the CNN's rotated score, sampling and greedy alike.
+    cnn = [
+        statistics.mean(
+            run[kind]["rotations average"]["success_rate"] for run in report["runs"] if run["model"] == "cnn"
+        )
+        for kind in ("sampling", "greedy")
+    ]
+    assert f"{cnn[0]:.2f}" == f"{cnn[1]:.2f}"
+    assert f"the CNN scores {cnn[0]:.2f} rotated" in " ".join(README.split())
 
 
 def _check_lavacrossing_report(report: dict, name: str, budget: int) -> None:
-    """The README quotes the report's tables and names it; 2 seeds of each model at ``budget`` steps."""
+    """docs/results.md quotes the report's tables and names it; 2 seeds of each model at ``budget`` steps."""
     for kind in ("sampling", "greedy", "tflite greedy"):
-        assert report["tables"][kind] in README, kind
-    assert f"`benchmarks/reference/{name}`" in README
+        assert report["tables"][kind] in RESULTS, kind
+    assert f"`benchmarks/reference/{name}`" in RESULTS
     assert {(run["model"], run["seed"]) for run in report["runs"]} == {
         (model, seed) for model in ("cnn", "sit_small") for seed in (0, 1)
     }
@@ -130,7 +148,7 @@ def _check_lavacrossing_report(report: dict, name: str, budget: int) -> None:
 def test_table4_lavacrossing_tables_are_the_report():
     report = _report("table4_lavacrossing.json")
     _check_lavacrossing_report(report, "table4_lavacrossing.json", 1_500_000)
-    flat = " ".join(README.split())
+    flat = " ".join(RESULTS.split())
     # The CNN's greedy column quoted beside the paper's.
     greedy = {row: [run["greedy"][row]["success_rate"] for run in report["runs"] if run["model"] == "cnn"]
               for row in report["rows"]}  # fmt: skip
@@ -150,6 +168,50 @@ def test_table4_lavacrossing_tables_are_the_report():
     assert f"ended at {lasts[0]:.2f} and {lasts[1]:.2f}" in flat
 
 
+def _lavacrossing_3m_quoted() -> dict[str, str]:
+    """The sentences docs/results.md quotes from table4_lavacrossing_3m.json, beside the paper's numbers."""
+    report = _report("table4_lavacrossing_3m.json")
+    by_run = {(run["model"], run["seed"]): run for run in report["runs"]}
+    cnn = {row: sum(by_run["cnn", s]["greedy"][row]["success_rate"] for s in (0, 1)) / 2
+           for row in report["rows"]}  # fmt: skip
+    paper = {row: _paper("CNN", row) for row in report["rows"]}
+    # SiT seed 0, quoted beside the paper's SiT-1 column (one local, one global layer).
+    sit = {row: value["success_rate"] for row, value in by_run["sit_small", 0]["sampling"].items()}
+    sit_paper = {row: _paper("SiT-1", row) for row in report["rows"]}
+    curves = report["training_curves"]
+    first = curves["sit_small_seed0"]["first_step_with_success_at_least"]["0.5"] / 1e6
+    return {
+        "cnn_n1_n2": (
+            f"N1 {cnn['train: easy']:.2f} (paper {paper['train: easy']:.2f}), "
+            f"N2 {cnn['train: medium']:.2f} ({paper['train: medium']:.2f})"
+        ),
+        "cnn_n3": f"hard N3 {cnn['hard']:.2f} ({paper['hard']:.2f})",
+        "cnn_rotation": f"under rotation, {cnn['rotations average']:.2f} ({paper['rotations average']:.2f})",
+        "sit_upright_rotated": (
+            f"upright N1 {sit['train: easy']:.2f} ({sit_paper['train: easy']:.2f}) and rotated "
+            f"{sit['rotations average']:.2f} ({sit_paper['rotations average']:.2f})"
+        ),
+        "sit_goals": (
+            f"goal top-right {sit['goal top-right']:.2f} ({sit_paper['goal top-right']:.2f}), "
+            f"bottom-left {sit['goal bottom-left']:.2f} ({sit_paper['goal bottom-left']:.2f}), "
+            f"random goal {sit['random goal']:.2f} ({sit_paper['random goal']:.2f})"
+        ),
+        "sit_harder": (
+            f"N2 {sit['train: medium']:.2f} ({sit_paper['train: medium']:.2f}), N3 {sit['hard']:.2f} "
+            f"({sit_paper['hard']:.2f})"
+        ),
+        "sit_curve": (
+            f"reached 0.5 at {first:.2f}M steps and ended at "
+            f"{curves['sit_small_seed0']['last']['success']:.2f}"
+        ),
+        "sit_seed1": f"Seed 1 ended at {curves['sit_small_seed1']['last']['success']:.2f}",
+    }
+
+
+# The README's summary of the 3M-step runs quotes these of docs/results.md's sentences.
+README_LAVACROSSING_3M = ("cnn_n1_n2", "cnn_rotation", "sit_upright_rotated")
+
+
 def test_table4_lavacrossing_3m_tables_are_the_report():
     report = _report("table4_lavacrossing_3m.json")
     _check_lavacrossing_report(report, "table4_lavacrossing_3m.json", 3_000_000)
@@ -157,64 +219,38 @@ def test_table4_lavacrossing_3m_tables_are_the_report():
     for key, wall in report["train_wall_minutes"].items():
         first = _report("table4_lavacrossing.json")["train_wall_minutes"][key]
         assert wall["first_1.5M_steps"] == first and wall["total"] > first
-    flat = " ".join(README.split())
+    quoted = _lavacrossing_3m_quoted()
+    flat = " ".join(RESULTS.split())
+    for name, sentence in quoted.items():
+        assert sentence in flat, name
+    readme = " ".join(README.split())
+    for name in README_LAVACROSSING_3M:
+        assert quoted[name] in readme, name
     by_run = {(run["model"], run["seed"]): run for run in report["runs"]}
-    cnn = {row: sum(by_run["cnn", s]["greedy"][row]["success_rate"] for s in (0, 1)) / 2
-           for row in report["rows"]}  # fmt: skip
-    paper = {row: _paper("CNN", row) for row in report["rows"]}
-    assert (
-        f"N1 {cnn['train: easy']:.2f} (paper {paper['train: easy']:.2f}), "
-        f"N2 {cnn['train: medium']:.2f} ({paper['train: medium']:.2f})" in flat
-    )
-    assert f"hard N3 {cnn['hard']:.2f} ({paper['hard']:.2f})" in flat
-    assert f"under rotation, {cnn['rotations average']:.2f} ({paper['rotations average']:.2f})" in flat
-    # SiT seed 0, quoted beside the paper's SiT column.
-    sit = {row: value["success_rate"] for row, value in by_run["sit_small", 0]["sampling"].items()}
-    paper = {row: _paper("SiT-1", row) for row in report["rows"]}  # one local, one global layer
-    assert (
-        f"upright N1 {sit['train: easy']:.2f} ({paper['train: easy']:.2f}) and rotated "
-        f"{sit['rotations average']:.2f} ({paper['rotations average']:.2f})" in flat
-    )
-    assert (
-        f"goal top-right {sit['goal top-right']:.2f} ({paper['goal top-right']:.2f}), "
-        f"bottom-left {sit['goal bottom-left']:.2f} ({paper['goal bottom-left']:.2f}), "
-        f"random goal {sit['random goal']:.2f} ({paper['random goal']:.2f})" in flat
-    )
-    assert (
-        f"N2 {sit['train: medium']:.2f} ({paper['train: medium']:.2f}), N3 {sit['hard']:.2f} "
-        f"({paper['hard']:.2f})" in flat
-    )
     greedy = by_run["sit_small", 0]["greedy"]
     tflite = by_run["sit_small", 0]["tflite greedy"]
     assert greedy["train: easy"] == greedy["rotations average"] == tflite["rotations average"]
-    curves = report["training_curves"]
-    first = curves["sit_small_seed0"]["first_step_with_success_at_least"]["0.5"] / 1e6
-    assert (
-        f"reached 0.5 at {first:.2f}M steps and ended at {curves['sit_small_seed0']['last']['success']:.2f}"
-        in flat
-    )
-    assert f"Seed 1 ended at {curves['sit_small_seed1']['last']['success']:.2f}" in flat
 
 
 def test_cartpole_teacher_is_the_report():
     final = _report("cartpole_sac_teacher.json")["final"]
-    flat = " ".join(README.split())
+    flat = " ".join(RESULTS.split())
     assert f"{final['mean_return']:.0f} ± {final['std_return']:.0f} greedy over its last 5 evaluation" in flat
     assert len(final["returns"]) == 5
 
 
 def test_ppo_precision_table_is_the_report():
     report = _report("ppo_precision.json")
-    assert report["table"] in README
+    assert report["table"] in SPEED
     ratio = report["ratios"]["sit:mixed_bfloat16_over_sit_env_steps_per_second"]
-    assert f"{ratio:.2f}x as many env steps/s" in " ".join(README.split())
+    assert f"{ratio:.2f}x as many env steps/s" in " ".join(SPEED.split())
 
 
 def test_cartpole_student_seed_study_is_the_report():
     report = _report("pi_cartpole_dagger_h32_seeds.json")
     for line in report["markdown"].splitlines():
-        assert line in README, line
-    assert "`benchmarks/reference/pi_cartpole_dagger_h32_seeds.json`" in README
+        assert line in RESULTS, line
+    assert "`benchmarks/reference/pi_cartpole_dagger_h32_seeds.json`" in RESULTS
     for run in report["runs"]:
         assert run["commit"] and run["command"].startswith("benchmarks/pi_cartpole_distill.py")
         assert f"--seed {run['seed']}" in run["command"] or run["seed"] == 0
@@ -237,8 +273,8 @@ def test_cartpole_direct_ppo_route_is_the_report():
     report = _report("pi_cartpole_ppo.json")
     for table in report["markdown"].values():
         for line in table.splitlines():
-            assert line in README, line
-    assert "`benchmarks/reference/pi_cartpole_ppo.json`" in README
+            assert line in RESULTS, line
+    assert "`benchmarks/reference/pi_cartpole_ppo.json`" in RESULTS
     for budget, per_policy in report["budgets"].items():
         steps = {"1.5M": 1_500_000, "3M": 3_000_000}[budget]
         for name, run in per_policy.items():
@@ -255,23 +291,28 @@ def test_cartpole_direct_ppo_route_is_the_report():
 
 def test_export_latency_table_is_the_report():
     report = _report("export_latency.json")
-    assert report["table"] in README
-    assert "`benchmarks/reference/export_latency.json`" in README
+    assert report["table"] in EXPORT
+    assert "`benchmarks/reference/export_latency.json`" in EXPORT
     assert report["commit"] and report["command"].startswith(
         "TF_USE_LEGACY_KERAS=1 python benchmarks/export.py"
     )
     assert report["wall_seconds"] > 0 and report["budget"]
     ratios = [r["saved_model_vs_tflite_float32"] for r in report["results"].values()]
-    flat = " ".join(README.split())
-    assert f"Met for every policy: {min(ratios):.1f}x (IMPALA-CNN) to {max(ratios):.0f}x" in flat
+    assert f"Met for every policy: {min(ratios):.1f}x (IMPALA-CNN) to {max(ratios):.0f}x" in " ".join(
+        EXPORT.split()
+    )
+    # The README's summary.
+    assert f"{min(ratios):.1f}x (IMPALA-CNN) to {max(ratios):.0f}x faster than the SavedModel" in " ".join(
+        README.split()
+    )
 
 
-def test_the_papers_table4_in_the_readme_is_the_papers_file():
+def test_the_papers_table4_in_the_results_page_is_the_papers_file():
     columns = ["CNN", "ViT", "SiT-1", "SiT"]
     lines = ["| row | " + " | ".join(columns) + " |", "| --- | " + " | ".join("---:" for _ in columns) + " |"]
     for row in TABLE4["CNN"]:
         lines.append(f"| {row} | " + " | ".join(f"{_paper(c, row):.2f}" for c in columns) + " |")
-    assert "\n".join(lines) in README
+    assert "\n".join(lines) in RESULTS
 
 
 def test_every_learnability_run_has_its_provenance():
@@ -282,8 +323,8 @@ def test_every_learnability_run_has_its_provenance():
 
 def test_deterministic_cost_is_the_report():
     report = _report("deterministic_cost.json")
-    flat = " ".join(README.split())
-    assert "`benchmarks/reference/deterministic_cost.json`" in README
+    flat = " ".join(TRAINING.split())
+    assert "`benchmarks/reference/deterministic_cost.json`" in TRAINING
     assert report["commit"] and report["command"].startswith("python benchmarks/deterministic_cost.py")
     for workload, row in report["table"].items():
         runs = report["runs"][workload]
@@ -301,14 +342,14 @@ def test_supervised_digits_table_is_computed_from_the_report():
     spec.loader.exec_module(bench)
     report = _report("supervised_digits.json")
     assert bench.readme_table(report) == report["readme_table"]  # recomputed from the per-seed runs
-    for line in report["readme_table"].splitlines():  # the README indents it in a list item
-        assert line in README, line
-    assert "`benchmarks/reference/supervised_digits.json`" in README
+    for line in report["readme_table"].splitlines():
+        assert line in RESULTS, line
+    assert "`benchmarks/reference/supervised_digits.json`" in RESULTS
     assert report["commit"] and report["command"].startswith("python benchmarks/supervised.py")
     for record in report["models"].values():
         assert all(len(runs) == len(report["settings"]["seeds"]) for runs in record["runs"].values())
     ratios = report["layers"]["p4"]["ratios"]["graph"]
-    flat = " ".join(README.split())
+    flat = " ".join(RESULTS.split())
     assert (
         f"costs {ratios['lifting_over_mha']:.1f}x (lifting) and {ratios['group_over_mha']:.2f}x (group layer)"
         in flat
@@ -382,7 +423,7 @@ def test_lavacrossing_probe_step_time_ratios_are_the_reports():
                 assert _agrees(cell.removesuffix("x"), host[model] / host["sit_small"]), (model, cell)
 
 
-def test_readme_quotes_the_chiral_probe():
+def test_the_results_page_quotes_the_chiral_probe():
     results = _probe_results()
     held_out = " / ".join(
         f"{results['sit_small_chiral_m4_corners', seed]['heldout_greedy_accuracy']['all']:.2f}"
@@ -393,7 +434,7 @@ def test_readme_quotes_the_chiral_probe():
         for r in _report("lavacrossing_probe_timing_chiral.json")["results"]
     }
     ratio = timing["sit_small_chiral_m4_corners"] / timing["sit_small"]
-    assert f"brings it to {held_out}, at {ratio:.2f}x" in " ".join(README.split())
+    assert f"brings it to {held_out}, at {ratio:.2f}x" in " ".join(RESULTS.split())
 
 
 def _chiral_runs_quoted() -> dict[str, str]:
@@ -437,13 +478,13 @@ def test_lavacrossing_chiral_runs_are_the_report():
     assert {(run["model"], run["seed"]) for run in report["runs"]} == {("sit_chiral", 0), ("sit_chiral", 1)}
     assert report["settings"]["env_steps"] == report["budget_env_steps_per_run"] == 1_000_000
     assert all(part["commit"] and part["command"] for part in report["parts"])
-    assert "`benchmarks/reference/lavacrossing_chiral_1m.json`" in README
+    assert "`benchmarks/reference/lavacrossing_chiral_1m.json`" in RESULTS
     page = " ".join((ROOT / "docs" / "lavacrossing.md").read_text().split())
     for name, sentence in _chiral_runs_quoted().items():
         assert sentence in page, name
     quoted = _chiral_runs_quoted()
     last, cnn = quoted["last"].split()[-3:], quoted["old"].split("the CNN ")[1]
-    assert f"(training success {' '.join(last)}; the CNN had {cnn} at 1M;" in " ".join(README.split())
+    assert f"(training success {' '.join(last)}; the CNN had {cnn} at 1M;" in " ".join(RESULTS.split())
 
 
 def test_lavacrossing_curves_png_is_drawn_from_the_reports(tmp_path):
@@ -458,3 +499,117 @@ def test_lavacrossing_curves_png_is_drawn_from_the_reports(tmp_path):
     drawn = plot.draw(plot.curves(reports), 3_000_000, "MiniGrid LavaCrossing, PPO: training success per run")
     committed = Image.open(ROOT / "docs" / "lavacrossing_curves.png").convert("RGB")
     assert ImageChops.difference(drawn, committed).getbbox() is None
+
+
+# The README's demo table: row -> the policy's name in demo.json.
+DEMO_ROWS = {
+    "SiT, greedy": "sit (greedy)",
+    "SiT, sampling": "sit (sampling)",
+    "SiT, TFLite float32 (greedy)": "sit (TFLite float32)",
+    "SiT, TFLite int8 (greedy)": "sit (TFLite int8)",
+    "CNN, greedy": "cnn (greedy)",
+    "CNN, sampling": "cnn (sampling)",
+    "random": "random",
+}
+
+
+def test_demo_table_is_the_report():
+    report = _report("demo.json")
+    evaluation = report["success"]["evaluation"]
+    for row, policy in DEMO_ROWS.items():
+        cells = " | ".join(
+            f"{evaluation[policy][t]['success_rate']:.2f}" for t in ("none", "rot90", "rot180", "rot270")
+        )
+        assert f"| {row} | {cells} |" in README, row
+    assert all(cell["num_episodes"] == 200 for per in evaluation.values() for cell in per.values())
+    flat = " ".join(README.split())
+    minutes = report["wall_time_s"] / 60
+    assert f"({minutes:.1f} minutes, the code of commit 0646267; `benchmarks/reference/demo.json`)" in flat
+    assert report["commit"].startswith("226dde1") and "0646267" in report["commit"]
+    steps = {model: run["env_steps"] for model, run in report["success"]["training"].items()}
+    assert steps["sit"] == steps["cnn"] and f"after {steps['sit']:,} environment steps per model" in flat
+    # The exported models: TF vs TFLite parity and file sizes.
+    models = report["success"]["export"]["models"]
+    f32, int8 = models["tflite_float32"], models["tflite_int8"]
+    assert f32["parity"]["num_examples"] == int8["parity"]["num_examples"]
+    difference = f"{f32['parity']['max_abs_diff/logits']:.1e}".replace("e-0", "e-")
+    assert f32["parity"]["action_agreement"] == 1.0
+    steps = f32["parity"]["num_examples"]
+    assert f"on all {steps} held-out rollout steps (largest logit difference {difference})" in flat
+    assert f"int8 agreed on {int8['parity']['action_agreement']:.0%} of them" in flat
+    loss = (
+        evaluation["sit (greedy)"]["none"]["success_rate"]
+        - evaluation["sit (TFLite int8)"]["none"]["success_rate"]
+    )
+    assert f"loses {loss:.2f} success" in flat
+    assert (
+        f"Their files are {f32['bytes'] / 1e3:.0f} kB (float32) and {int8['bytes'] / 1e3:.0f} kB (int8)"
+        in flat
+    )
+    # Training speed, in the README and in docs/speed.md.
+    speed = report["speed"]["env_steps_per_second"]
+    ratio = report["sit_over_cnn_env_steps_per_second"]
+    assert ratio == speed["sit"] / speed["cnn"]
+    assert (
+        f"the SiT trained at {speed['sit']:.0f} env steps/s and the CNN at {speed['cnn']:.0f} "
+        f"(the SiT at {ratio:.2f}x the CNN" in flat
+    )
+    assert (
+        f"trained at {speed['sit']:.0f} env steps/s against the CNN's {speed['cnn']:.0f} ({ratio:.2f}x;"
+        in " ".join(SPEED.split())
+    )
+
+
+def test_readme_summary_of_the_cartpole_students_is_the_reports():
+    dagger = _report("pi_cartpole_dagger.json")
+    pi, mlp, teacher = (dagger["results"][name] for name in ("pi", "mlp", "teacher"))
+    readings = {f"{pi[t]['mean']:.0f} ± {pi[t]['std']:.0f}" for t in ("5 obs", "5 obs (shuffled)", "10 obs")}
+    assert len(readings) == 1  # in order, shuffled or duplicated: the same
+    paper = dagger["paper"]["mlp"]
+    flat = " ".join(README.split())
+    assert f"scores {readings.pop()} with its readings in order, shuffled or duplicated" in flat
+    assert (
+        f"falls from {mlp['5 obs']['mean']:.0f} to {mlp['5 obs (shuffled)']['mean']:.0f} when they are "
+        f"shuffled (the paper's FNN: {paper['5 obs'][0]} to {paper['5 obs (shuffled)'][0]})" in flat
+    )
+    # The best PI student of every committed distillation report, against the teacher.
+    students = [
+        _report(name)["results"]["pi"]["5 obs"]["mean"]
+        for name in ("pi_cartpole_distill.json", "pi_cartpole_dagger.json", "pi_cartpole_dagger_pi128.json",
+                     "pi_cartpole_dagger_h32.json", "pi_cartpole_dagger_h32_anneal.json")
+    ]  # fmt: skip
+    students += [
+        run["results"]["5 obs"]["mean"] for run in _report("pi_cartpole_dagger_h32_seeds.json")["runs"]
+    ]
+    assert f"reach at most {max(students):.0f} of the teacher's {teacher['5 obs']['mean']:.0f}" in flat
+
+
+def test_readme_summary_of_the_rotated_digits_is_the_report():
+    table = _report("supervised_digits.json")["readme_table"]
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in table.splitlines()[2:]
+    }
+    flat = " ".join(README.split())
+    for model in ("`sit`", "`group_transformer:p4m`", "`vit`"):
+        assert f"{model} {rows[model][2]}" in flat, model  # rotated -> rotated
+
+
+def test_encoder_speed_table_is_the_report():
+    report = _report("speed_encoders.json")
+    ratios = report["ratios"]["train_step_over_vit"]
+    rows = 0
+    for line in SPEED[SPEED.index("| model (64x64x3) |") :].split("\n\n")[0].splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        model = cells[0].split("`")[1]
+        assert cells[2] == f"{report['train_step_ms'][model]['graph']:.0f} ms", model
+        assert cells[3] == f"{report['train_step_matmul_times'][model]['graph']:.1f}", model
+        for cell, mode in ((cells[4], "graph"), (cells[5], "xla")):
+            expected = "1" if model == "vit" else f"{ratios[model][mode]:.2f}"
+            assert cell.strip("*") == expected, (model, mode, cell)
+        # The report keeps these ratios to 3 decimals (0.865); the table rounds them half up (0.87).
+        assert _agrees(cells[6], report["precision_over_float32"][model]["mixed_bfloat16"]), model
+        rows += 1
+    assert rows == len(report["train_step_ms"])
+    assert "`benchmarks/reference/speed_encoders.json`" in SPEED
+    assert f"a SiT train step costs {ratios['sit']['graph']:.2f}x the ViT's" in " ".join(README.split())

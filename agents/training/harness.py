@@ -132,7 +132,7 @@ class RunSettings:
         deterministic kernels (``tf.config.experimental.enable_op_determinism``,
         for the whole process) and replay samples drawn after each collection,
         not prefetched during it. A rerun with the same seed on the same host
-        repeats every loss; the cost in speed is in the README.
+        repeats every loss; the cost in speed is in docs/training.md ("Deterministic mode").
       precision: ``"float32"``, ``"mixed_bfloat16"`` or ``"mixed_float16"``
         (``sit_keras.mixed_precision``): the networks' compute dtype; their
         variables and output heads stay float32.
