@@ -76,13 +76,13 @@ setup(
     extras_require={"dev": read_requirements("requirements-dev.txt")},
     entry_points={
         "console_scripts": [
-            "sit-demo = sit_keras.agents.demo:main",
-            "sit-check-encoders = sit_keras.encoder_check:main",
-            "sit-train = sit_keras.agents.train:main",
-            "sit-eval = sit_keras.agents.evaluate:main",
-            "sit-train-supervised = sit_keras.supervised.train:main",
-            "sit-export = sit_keras.export.cli:main",
-            "sit-distill = sit_keras.agents.algorithms.bc:main",
+            "sit-demo = sit_keras.entry_points:sit_demo",
+            "sit-check-encoders = sit_keras.entry_points:sit_check_encoders",
+            "sit-train = sit_keras.entry_points:sit_train",
+            "sit-eval = sit_keras.entry_points:sit_eval",
+            "sit-train-supervised = sit_keras.entry_points:sit_train_supervised",
+            "sit-export = sit_keras.entry_points:sit_export",
+            "sit-distill = sit_keras.entry_points:sit_distill",
         ]
     },
     # configs/*.gin (top-level folder) is not packaged yet.

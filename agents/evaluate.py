@@ -479,7 +479,14 @@ def main(argv: Sequence[str] | None = None) -> int:
       arguments (found before the first episode), 1 for an evaluation that
       failed once started (results printed so far stay on the console).
     """
-    extra = parse_flags(_FLAGS, PROGRAM, argv, __doc__)
+    extra = parse_flags(
+        _FLAGS,
+        PROGRAM,
+        argv,
+        __doc__,
+        required=("policy_dir", "tflite"),
+        advanced=("env_kwarg", "num_envs", "seed"),
+    )
     if isinstance(extra, int):
         return extra
     try:

@@ -26,7 +26,7 @@ from absl import app, flags
 from sit_keras import mixed_precision, xla
 from sit_keras.agents.training import harness
 from sit_keras.agents.training.harness import train_eval
-from sit_keras.command_line import quiet_library_logs
+from sit_keras.command_line import flags_help, quiet_library_logs, wants_help
 
 __all__ = ["STRATEGIES", "main", "make_strategy", "parse_gin", "train_eval"]
 
@@ -39,7 +39,7 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
     ``"default"``: one device. ``"mirrored"``: ``MirroredStrategy`` over every
     GPU, or else every logical CPU. ``"multi_worker"``:
     ``MultiWorkerMirroredStrategy``, which reads the cluster from the
-    ``TF_CONFIG`` environment variable (see the README); without it, the one
+    ``TF_CONFIG`` environment variable (docs/training.md, "More than one device"); without it, the one
     local worker.
     """
     if name == "default":
@@ -112,9 +112,17 @@ def _check_jit_compile_strategy(values: Mapping[str, Any]) -> bool:
     return True
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of ``sit-train``."""
+# --help: sit-train's flags (absl's global FLAGS also holds absl's own), grouped.
+_FLAG_MODULES = (__name__, xla.__name__, mixed_precision.__name__)
+_ADVANCED_FLAGS = ("strategy", "jit_compile", "precision", "deterministic")
+
+
+def main(argv: Sequence[str] | None = None) -> int | None:
+    """Entry point of ``sit-train`` (``argv[0]`` is the program, as ``app.run`` takes it)."""
     _define_flags()
+    if wants_help((sys.argv if argv is None else argv)[1:]):
+        print(flags_help(__doc__, _FLAGS, ("root_dir",), _ADVANCED_FLAGS, modules=_FLAG_MODULES))
+        return 0
     flags.mark_flag_as_required("root_dir")
     app.run(_main, argv=argv)
 

@@ -21,7 +21,7 @@ Usage (slow: 100k steps take hours with the CNN and days with SieT on 2 CPU core
 
 from __future__ import annotations
 
-import sit_keras  # noqa: F401  (selects Keras 2 before TensorFlow is imported)
+import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up chatter)
 
 # isort: split
 

@@ -41,6 +41,10 @@ See benchmarks/README.md for how to read the output.
 
 from __future__ import annotations
 
+import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up chatter)
+
+# isort: split
+
 # isort: split
 
 import argparse

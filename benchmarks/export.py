@@ -31,6 +31,10 @@ Usage::
 
 from __future__ import annotations
 
+import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up chatter)
+
+# isort: split
+
 # isort: split
 
 import argparse

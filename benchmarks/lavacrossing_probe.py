@@ -72,7 +72,7 @@ Usage (one core, one TensorFlow thread)::
 
 from __future__ import annotations
 
-import sit_keras  # noqa: F401  (selects Keras 2 before TensorFlow is imported)
+import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up chatter)
 
 # isort: split
 

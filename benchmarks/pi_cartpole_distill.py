@@ -24,7 +24,7 @@ same evaluation seeds for every cell). Networks that take exactly 5 inputs
 
 from __future__ import annotations
 
-import sit_keras  # noqa: F401  (selects Keras 2 before TensorFlow is imported)
+import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up chatter)
 
 # isort: split
 

@@ -41,7 +41,7 @@ Usage::
 
 from __future__ import annotations
 
-import sit_keras  # noqa: F401  (selects Keras 2 behind tf.keras: must come before TensorFlow)
+import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up chatter)
 
 # isort: split
 

@@ -2,7 +2,7 @@
 
     sit-export --root_dir runs/demo/sit --output_dir runs/demo/sit/export --model_name sit_policy
 
-See ``export.exporter`` for the layout and ``README.md`` (Export) for serving them.
+See ``export.exporter`` for the layout and docs/export.md for serving them.
 
 Every argument is checked before TensorFlow builds the policy or a folder is
 created. A mistake (an unknown flag, ``--num_examples 0``, ``--version -3``,
@@ -90,7 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
       The exit status: 0 after the export, 2 for a mistake in the arguments,
       1 for an export that failed (nothing written either way).
     """
-    extra = parse_flags(FLAGS, PROGRAM, argv, __doc__)
+    advanced = ("max_sensors", "num_examples", "allow_flex_ops", "allow_parity_failure", "serving_base_path")
+    extra = parse_flags(FLAGS, PROGRAM, argv, __doc__, required=("root_dir",), advanced=advanced)
     if isinstance(extra, int):
         return extra
     if extra:

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from sit_keras import quiet
 from sit_keras.export.rollouts import Example
 from sit_keras.export.runtime import NEXT_STATE_PREFIX, make_interpreter
 
@@ -84,7 +85,8 @@ def compare(
     if not examples:
         raise ValueError("Parity needs at least one held-out example; received none.")
     runner = make_interpreter(model_path, num_threads).get_signature_runner()
-    results = [runner(**example.inputs) for example in examples]
+    with quiet.filtered_stderr():  # LiteRT's "Created TensorFlow Lite XNNPACK delegate" at the first run
+        results = [runner(**example.inputs) for example in examples]
     references = [example.outputs for example in examples]
     diffs: dict[str, float] = {}
     non_finite: set[str] = set()

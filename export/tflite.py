@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
+from sit_keras import quiet
 from sit_keras.export.int8_weights import store_weights_as_int8
 from sit_keras.export.policy_model import TrainedPolicy
 
@@ -111,7 +112,8 @@ def convert_function(
         ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
     converter.target_spec.supported_ops = ops
     try:
-        with warnings.catch_warnings():
+        # The converter prints its passes through C++ (dozens of lines): shown only if it fails.
+        with warnings.catch_warnings(), quiet.captured_stderr():
             # The converter's own calibrator uses tf.lite.Interpreter, which warns about its deprecation.
             warnings.filterwarnings("ignore", message=r"\s*Warning: tf.lite.Interpreter is deprecated")
             if quantization == "int8" and float_ops:

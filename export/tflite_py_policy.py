@@ -14,6 +14,7 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import policy_step
 from tf_agents.trajectories import time_step as ts
 
+from sit_keras import quiet
 from sit_keras.agents.networks.policy_network import spec_from_json
 from sit_keras.export.runtime import ModelFileError, TFLitePolicy, metadata_path
 
@@ -54,12 +55,20 @@ class TFLitePyPolicy(py_policy.PyPolicy):
                 "export the model again with sit-export."
             ) from error
         super().__init__(ts.time_step_spec(observation_spec), action_spec)
+        self._invoked = False
 
     @property
     def metadata(self) -> dict:
         return self._models[0].metadata
 
     def _action(self, time_step: ts.TimeStep, policy_state=()) -> policy_step.PolicyStep:
+        if self._invoked:
+            return self._actions(time_step, policy_state)
+        self._invoked = True
+        with quiet.filtered_stderr():  # LiteRT's "Created TensorFlow Lite XNNPACK delegate" at the first run
+            return self._actions(time_step, policy_state)
+
+    def _actions(self, time_step: ts.TimeStep, policy_state) -> policy_step.PolicyStep:
         observations = np.asarray(time_step.observation)
         while len(self._models) < len(observations):
             self._models.append(TFLitePolicy(self._model_path, num_threads=self._num_threads))

@@ -9,29 +9,115 @@ repeatedly and a mistake is one line on stderr.
 
 from __future__ import annotations
 
+import argparse
+import re
 import sys
-import warnings
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
-import tensorflow as tf
-from absl import flags, logging
+from absl import flags
+
+from sit_keras import quiet
 
 USAGE_ERROR = 2
 """The exit status of a mistake in the arguments."""
 
+HELP_ARGUMENTS = frozenset({"-h", "--help", "--helpshort"})
+VERBOSE_HELP = (
+    "Show every library message (TensorFlow, absl, gym); by default known start-up noise is dropped."
+)
+
+
+def wants_help(argv: Sequence[str]) -> bool:
+    """True if ``argv`` asks for the short help (``-h``, ``--help``, ``--helpshort``)."""
+    return bool(HELP_ARGUMENTS & set(argv))
+
+
+def _summary(doc: str) -> str:
+    """The first paragraph of a module docstring."""
+    return doc.strip().split("\n\n", 1)[0]
+
+
+def _one_line(flag: flags.Flag) -> str:
+    """``--name  help  One of: ...  Repeatable.  (default: value)`` on one line."""
+    name = f"--[no]{flag.name}" if flag.boolean else f"--{flag.name}"
+    text = " ".join(flag.help.split())
+    # absl writes the choices and "repeat this option" into the help text; said once here instead.
+    text = re.sub(r"^<[^>]*>: ", "", text).removesuffix("; repeat this option to specify a list of values")
+    choices = getattr(flag.parser, "enum_values", None)
+    if choices:
+        text += f" One of: {', '.join(choices)}."
+    if isinstance(flag, flags.MultiFlag):
+        text += " Repeatable."
+    if flag.default not in (None, [], ""):
+        text += f" (default: {flag.default_as_str})"
+    return f"  {name:<26} {text}"
+
+
+def flags_help(
+    doc: str,
+    flag_values: flags.FlagValues,
+    required: Collection[str] = (),
+    advanced: Collection[str] = (),
+    modules: Collection[str] | None = None,
+) -> str:
+    """A command's ``--help``: ``doc``'s first paragraph, then its flags one line each, grouped.
+
+    Args:
+      doc: the command's module docstring.
+      flag_values: where its flags live.
+      required, advanced: flag names of those groups; every other flag of the
+        command is "common".
+      modules: the modules whose flags are the command's (for absl's global
+        ``FLAGS``, which also holds absl's own); ``None``: all of ``flag_values``.
+    """
+    if modules is None:
+        own = [flag_values[name] for name in sorted(flag_values) if flag_values[name].name == name]
+    else:
+        by_module = flag_values.flags_by_module_dict()
+        own = sorted({flag for module in modules for flag in by_module.get(module, [])}, key=lambda f: f.name)
+    groups = {
+        "Required": [f for f in own if f.name in required],
+        "Common": [f for f in own if f.name not in required and f.name not in advanced],
+        "Advanced": [f for f in own if f.name in advanced],
+    }
+    lines = [_summary(doc), ""]
+    for title, members in groups.items():
+        if members:
+            lines += [f"{title} flags:", *(_one_line(flag) for flag in members), ""]
+    lines += [
+        "Output:",
+        f"  {'--verbose':<26} {VERBOSE_HELP}",
+        f"  {'--helpfull':<26} Every flag with its full description.",
+    ]
+    return "\n".join(lines)
+
+
+def add_verbose_flag(parser: argparse.ArgumentParser) -> None:
+    """``--verbose`` in an argparse command's help (``sit_keras.entry_points`` acts on it before ``main``)."""
+    parser.add_argument_group("output").add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
+
 
 def parse_flags(
-    flag_values: flags.FlagValues, program: str, argv: Sequence[str] | None, doc: str
+    flag_values: flags.FlagValues,
+    program: str,
+    argv: Sequence[str] | None,
+    doc: str,
+    required: Collection[str] = (),
+    advanced: Collection[str] = (),
 ) -> list[str] | int:
     """Parses ``argv`` (``sys.argv[1:]`` when ``None``) into ``flag_values``, from their defaults.
 
     Returns:
       The arguments left after the flags, or an exit status once the call is
-      answered: 0 after printing ``doc`` and the flags for ``--help``,
-      ``USAGE_ERROR`` after printing one line for a bad flag.
+      answered: 0 after printing ``flags_help`` for ``--help`` (or absl's full
+      list for ``--helpfull``), ``USAGE_ERROR`` after printing one line for a
+      bad flag.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
-    if {"-h", "--help", "--helpshort"} & set(argv):
+    if wants_help(argv):
+        print(flags_help(doc, flag_values, required, advanced))
+        return 0
+    if "--helpfull" in argv:
         print(f"{doc}\nFlags:\n{flag_values.get_help()}")
         return 0
     flag_values.unparse_flags()  # a second main() in one process starts from the defaults
@@ -43,14 +129,5 @@ def parse_flags(
 
 
 def quiet_library_logs() -> None:
-    """Errors only from absl and TensorFlow's Python loggers: the progress bar and results, not chatter.
-
-    TF-Agents logs each SavedModel file at INFO, and warns that its learner
-    does not checkpoint (``sit-train`` checkpoints instead); TensorFlow warns
-    about deprecated calls inside TF-Agents; saving a policy warns that its
-    distribution spec needs tensorflow-probability to load (it is imported).
-    """
-    logging.set_verbosity(logging.ERROR)
-    tf.get_logger().setLevel("ERROR")
-    for package in ("tfp", "tf_agents"):
-        warnings.filterwarnings("ignore", message=f"Encoding a StructuredValue with type {package}.distrib")
+    """Errors only from absl and TensorFlow's Python loggers (``quiet.quiet_python_logs``)."""
+    quiet.quiet_python_logs()

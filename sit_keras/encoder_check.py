@@ -41,6 +41,7 @@ import tf_keras
 
 import sit_keras
 from sit_keras import testing
+from sit_keras.command_line import add_verbose_flag
 from sit_keras.models import ENCODER_NAMES, Encoder, build_encoder
 
 # Constructor overrides; the others use the registry's defaults (Table 2).
@@ -184,11 +185,16 @@ def _max(errors: dict[str, dict[str, float]], key: str) -> float | None:
     return max(errors[key].values()) if key in errors else None
 
 
+def build_checked_encoder(name: str, image_size: int) -> Encoder:
+    """``name`` for ``image_size`` square RGB images, with this check's ``OVERRIDES``."""
+    return build_encoder(name, (image_size, image_size, 3), **OVERRIDES.get(name, {}))
+
+
 def run_encoder(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """Builds, perturbs, checks and times one encoder; returns its JSON record."""
     tf_keras.utils.set_random_seed(args.seed)
     size = args.image_size
-    encoder = build_encoder(name, (size, size, 3), **OVERRIDES.get(name, {}))
+    encoder = build_checked_encoder(name, size)
     perturb_weights(encoder, args.noise, args.seed)
     rng = np.random.default_rng(args.seed)
     images = tf.constant(rng.integers(0, 256, size=(args.batch, size, size, 3), dtype=np.uint8))
@@ -287,42 +293,72 @@ def _names(text: str) -> list[str]:
     return names
 
 
+# Dashed spellings of the flags before they took underscores like every other command's; still accepted.
+_OLD_SPELLINGS = {"--image-size": "--image_size", "--train-models": "--train_models"}
+
+
+def _respell(argv: Sequence[str]) -> list[str]:
+    """``argv`` with old flag spellings replaced, each replacement announced on stderr."""
+    respelled = []
+    for arg in argv:
+        name, equals, value = arg.partition("=")
+        if name in _OLD_SPELLINGS:
+            print(f"sit-check-encoders: {name} is deprecated; use {_OLD_SPELLINGS[name]}.", file=sys.stderr)
+            arg = _OLD_SPELLINGS[name] + equals + value
+        respelled.append(arg)
+    return respelled
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="sit-check-encoders",
         description="Build every encoder, perturb its weights, check its promised symmetries and time it.",
     )
-    parser.add_argument(
+    common = parser.add_argument_group("common flags")
+    common.add_argument(
         "--models", type=_names, default=list(ENCODER_NAMES), help="comma-separated encoders (default: all)"
     )
-    parser.add_argument("--image-size", type=int, default=64, help="side of the square RGB images")
-    parser.add_argument("--batch", type=int, default=8, help="images per batch (checks and timings)")
-    parser.add_argument("--json", default=None, help="also write the results to this JSON file")
-    parser.add_argument("--repeats", type=int, default=3, help="timed calls per measurement (median)")
-    parser.add_argument(
-        "--train-models",
+    common.add_argument("--image_size", type=int, default=64, help="side of the square RGB images")
+    common.add_argument("--batch", type=int, default=8, help="images per batch (checks and timings)")
+    common.add_argument("--json", default=None, help="also write the results to this JSON file")
+    advanced = parser.add_argument_group("advanced flags")
+    advanced.add_argument("--repeats", type=int, default=3, help="timed calls per measurement (median)")
+    advanced.add_argument(
+        "--train_models",
         type=_names,
         default=None,
         help="encoders whose XLA train step is timed, or 'all' (default: all of --models); "
         "leave out slow ones to save their compilation time",
     )
-    parser.add_argument("--noise", type=float, default=0.05, help="stddev of the noise added to every weight")
-    parser.add_argument(
+    advanced.add_argument(
+        "--noise", type=float, default=0.05, help="stddev of the noise added to every weight"
+    )
+    advanced.add_argument(
         "--tolerance", type=float, default=DEFAULT_TOLERANCE, help="relative error allowed for a symmetry"
     )
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+    advanced.add_argument("--seed", type=int, default=0)
+    add_verbose_flag(parser)
+    args = parser.parse_args(_respell(sys.argv[1:] if argv is None else argv))
     if args.train_models is None:
         args.train_models = list(args.models)
     for flag in ("image_size", "batch", "repeats"):
         if getattr(args, flag) < 1:
-            parser.error(f"--{flag.replace('_', '-')} must be positive, got {getattr(args, flag)}")
+            parser.error(f"--{flag} must be positive, got {getattr(args, flag)}")
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the check; returns 0 if every promised symmetry holds, else 1."""
     args = parse_args(argv)
+    for name in args.models:  # a size that an encoder cannot take fails before any check runs
+        try:
+            build_checked_encoder(name, args.image_size)
+        except ValueError as error:
+            print(
+                f"sit-check-encoders: --image_size {args.image_size} does not fit {name}: {error}",
+                file=sys.stderr,
+            )
+            return 2
     start = time.perf_counter()
     print(
         f"sit-keras {sit_keras.__version__}, TensorFlow {tf.__version__}: "

@@ -24,10 +24,13 @@ def _load_benchmark() -> ModuleType:
 
 def test_check_reports_the_promised_symmetries(tmp_path, capsys):
     out = tmp_path / "check.json"
+    # The old dashed spelling still works, with a deprecation message on stderr.
     status = encoder_check.main(
         ["--models", "sit,cnn", "--image-size", "16", "--batch", "2", "--json", str(out)]
     )
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed = captured.out
+    assert captured.err == "sit-check-encoders: --image-size is deprecated; use --image_size.\n"
 
     assert status == 0, printed
     report = json.loads(out.read_text())
@@ -48,11 +51,20 @@ def test_check_reports_the_promised_symmetries(tmp_path, capsys):
     assert "| sit " in printed and "perturbed" in printed
 
 
+def test_a_size_an_encoder_cannot_take_is_one_sentence(tmp_path, capsys):
+    out = tmp_path / "check.json"
+    status = encoder_check.main(["--models", "cnn,sit", "--image_size", "3", "--json", str(out)])
+    captured = capsys.readouterr()
+    assert status == 2 and not out.exists() and captured.out == ""
+    assert captured.err.startswith("sit-check-encoders: --image_size 3 does not fit sit: ")
+    assert len(captured.err.splitlines()) == 1
+
+
 def test_check_fails_when_a_promise_is_broken(tmp_path, monkeypatch):
     # Promise rotation invariance for the CNN baseline: the check must flag it.
     monkeypatch.setitem(encoder_check.PROMISES, "cnn", ("C4 invariant", (("output", "rotations"),)))
     out = tmp_path / "check.json"
-    status = encoder_check.main(["--models", "cnn", "--image-size", "16", "--batch", "2", "--json", str(out)])
+    status = encoder_check.main(["--models", "cnn", "--image_size", "16", "--batch", "2", "--json", str(out)])
     assert status == 1
     report = json.loads(out.read_text())
     assert report["all_ok"] is False and report["encoders"]["cnn"]["status"] == "FAIL"

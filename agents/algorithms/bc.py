@@ -53,6 +53,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -74,7 +75,7 @@ from sit_keras.agents.networks import encoders, policy_network, sensor_networks
 from sit_keras.agents.training import harness
 from sit_keras.agents.training.collection import FixedLengthDriver
 from sit_keras.agents.training.harness import Algorithm, Run, RunSettings, TrainingLoop
-from sit_keras.command_line import quiet_library_logs
+from sit_keras.command_line import flags_help, quiet_library_logs, wants_help
 
 AGENT = "bc"
 """The ``agent`` of the student's ``policy_network.json``: a distribution actor, acting by its mode."""
@@ -594,9 +595,19 @@ def _define_flags() -> None:
     xla.define_jit_compile_flag()
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+_ADVANCED_FLAGS = (
+    "env_kwarg", "encoder_kwargs", "fc_layer_params", "sequence_length", "anneal_learning_rate",
+    "max_grad_norm", "dagger_teacher_probability", "previous_action_noise", "jit_compile",
+)  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int | None:
     """Entry point of ``sit-distill``: ``train_eval`` with ``agent='bc'`` and these flags."""
     _define_flags()
+    if wants_help((sys.argv if argv is None else argv)[1:]):
+        modules = (__name__, xla.__name__)
+        print(flags_help(__doc__, _FLAGS, ("root_dir", "teacher_dir"), _ADVANCED_FLAGS, modules=modules))
+        return 0
     flags.mark_flags_as_required(["root_dir", "teacher_dir"])
     app.run(_main, argv=argv)
 

@@ -314,7 +314,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
       The exit status: 0 after training, 2 for bad flags or a bad gin configuration.
     """
-    status = parse_flags(FLAGS, PROGRAM, argv, __doc__)
+    status = parse_flags(
+        FLAGS, PROGRAM, argv, __doc__, required=("root_dir",), advanced=("jit_compile", "precision")
+    )
     if isinstance(status, int):
         return status
     gin.clear_config()
