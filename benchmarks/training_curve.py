@@ -8,11 +8,17 @@ training metrics over the last 100 episodes, against environment steps) and
 ``charts/SPS``, and reports the first log at or after every ``--every`` steps,
 the first step at which the success rate reached each of ``--thresholds``,
 the last log, and the median steps/s.
+
+``--diagnostics_every N`` (PPO runs) adds the learner's diagnostics from
+``train/``: the mean of each of ``DIAGNOSTICS`` over the train steps of every
+``N`` environment steps. A train step is one minibatch, so it stands for
+``num_envs * collect_steps_per_env / (num_epochs * num_minibatches)``
+environment steps (read from the run's ``config.gin``).
 """
 
 from __future__ import annotations
 
-import sit_keras  # noqa: F401  (selects Keras 2 before TensorFlow is imported)
+import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up chatter)
 
 # isort: split
 
@@ -20,6 +26,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import statistics
 from collections.abc import Sequence
 from typing import Any
@@ -27,25 +34,69 @@ from typing import Any
 import tensorflow as tf
 
 TAGS = {"Metrics/SuccessRate": "success", "Metrics/AverageReturn": "return", "charts/SPS": "sps"}
+DIAGNOSTICS = {
+    "Losses/entropy": "entropy",
+    "losses/approx_kl": "approx_kl",
+    "losses/clipfrac": "clipfrac",
+    "Losses/value_estimation_loss": "value_loss",
+    "losses/explained_variance": "explained_variance",
+}
+_PPO_SHAPE = ("train_eval.num_envs", "ppo.collect_steps_per_env", "ppo.num_epochs", "ppo.num_minibatches")
 
 
-def read_logs(root_dir: str) -> list[dict[str, float]]:
-    """One entry per logged environment step of ``<root_dir>/collect``: ``env_steps`` and ``TAGS`` values."""
-    paths = sorted(glob.glob(os.path.join(root_dir, "collect", "events.out.tfevents.*")))
+def read_logs(root_dir: str, folder: str = "collect", tags: dict[str, str] = TAGS) -> list[dict[str, float]]:
+    """One entry per logged step of ``<root_dir>/<folder>``: ``step`` -> the ``tags`` values (renamed)."""
+    paths = sorted(glob.glob(os.path.join(root_dir, folder, "events.out.tfevents.*")))
     if not paths:
-        raise FileNotFoundError(f"No TensorBoard logs in {os.path.join(root_dir, 'collect')!r}.")
+        raise FileNotFoundError(f"No TensorBoard logs in {os.path.join(root_dir, folder)!r}.")
     by_step: dict[int, dict[str, float]] = {}
     for path in paths:
         for event in tf.compat.v1.train.summary_iterator(path):
             for value in event.summary.value:
-                if value.tag in TAGS:
+                if value.tag in tags:
                     number = (
                         float(tf.make_ndarray(value.tensor))
                         if value.HasField("tensor")
                         else value.simple_value
                     )
-                    by_step.setdefault(int(event.step), {})[TAGS[value.tag]] = number
-    return [{"env_steps": step, **values} for step, values in sorted(by_step.items())]
+                    by_step.setdefault(int(event.step), {})[tags[value.tag]] = number
+    key = "env_steps" if folder == "collect" else "train_step"
+    return [{key: step, **values} for step, values in sorted(by_step.items())]
+
+
+def env_steps_per_train_step(root_dir: str) -> float:
+    """Environment steps per PPO minibatch step, from the run's ``config.gin``."""
+    path = os.path.join(root_dir, "config.gin")
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as error:
+        raise FileNotFoundError(f"No run configuration at {path!r} ({error.strerror}).") from None
+    values = {}
+    for name in _PPO_SHAPE:
+        match = re.search(rf"^{re.escape(name)} = (\d+)$", text, re.MULTILINE)
+        if match is None:
+            raise ValueError(f"{path!r} has no {name} binding: --diagnostics_every needs a PPO run.")
+        values[name] = int(match.group(1))
+    num_envs, steps, epochs, minibatches = (values[name] for name in _PPO_SHAPE)
+    return num_envs * steps / (epochs * minibatches)
+
+
+def diagnostics(train_logs: Sequence[dict[str, float]], per_train_step: float, every: int) -> list[dict]:
+    """The mean of each ``DIAGNOSTICS`` value over the train steps of every ``every`` env steps."""
+    windows: dict[int, list[dict[str, float]]] = {}
+    for entry in train_logs:
+        env_steps = entry["train_step"] * per_train_step
+        windows.setdefault(int(env_steps // every), []).append(entry)
+    rows = []
+    for window, entries in sorted(windows.items()):
+        row: dict[str, Any] = {"env_steps": (window + 1) * every, "train_steps": len(entries)}
+        for name in DIAGNOSTICS.values():
+            numbers = [e[name] for e in entries if name in e]
+            if numbers:
+                row[name] = round(statistics.fmean(numbers), 5)
+        rows.append(row)
+    return rows
 
 
 def summarize(logs: Sequence[dict[str, float]], every: int, thresholds: Sequence[float]) -> dict[str, Any]:
@@ -75,13 +126,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--thresholds", default="0.5,0.8,0.9", help="success rates to report the first step of"
     )
+    parser.add_argument(
+        "--diagnostics_every", type=int, default=0, help="PPO learner diagnostics every this many steps"
+    )
     parser.add_argument("--out", default=None, help="JSON file (default: print only)")
     args = parser.parse_args(argv)
-    if args.every < 1:
-        parser.error(f"--every must be >= 1. Received: {args.every}")
+    if args.every < 1 or args.diagnostics_every < 0:
+        parser.error(f"--every must be >= 1 and --diagnostics_every >= 0. Received: {args.every}, "
+                     f"{args.diagnostics_every}")  # fmt: skip
     try:
         thresholds = [float(t) for t in args.thresholds.split(",") if t]
         report = summarize(read_logs(args.root_dir), args.every, thresholds)
+        if args.diagnostics_every:
+            train_logs = read_logs(args.root_dir, "train", DIAGNOSTICS)
+            per_train_step = env_steps_per_train_step(args.root_dir)
+            report["learner_diagnostics"] = diagnostics(train_logs, per_train_step, args.diagnostics_every)
     except (ValueError, FileNotFoundError) as error:
         parser.error(str(error))
     text = json.dumps({"root_dir": args.root_dir, **report}, indent=2)
