@@ -21,6 +21,7 @@ PACKAGE_ROOTS = {
     "sit_keras": "sit_keras",
     "sit_keras.agents": "agents",
     "sit_keras.export": "export",
+    "sit_keras.commands": "commands",
 }
 
 
@@ -76,13 +77,13 @@ setup(
     extras_require={"dev": read_requirements("requirements-dev.txt")},
     entry_points={
         "console_scripts": [
-            "sit-demo = sit_keras.entry_points:sit_demo",
-            "sit-check-encoders = sit_keras.entry_points:sit_check_encoders",
-            "sit-train = sit_keras.entry_points:sit_train",
-            "sit-eval = sit_keras.entry_points:sit_eval",
-            "sit-train-supervised = sit_keras.entry_points:sit_train_supervised",
-            "sit-export = sit_keras.entry_points:sit_export",
-            "sit-distill = sit_keras.entry_points:sit_distill",
+            "sit-demo = sit_keras.commands.entry_points:sit_demo",
+            "sit-check-encoders = sit_keras.commands.entry_points:sit_check_encoders",
+            "sit-train = sit_keras.commands.entry_points:sit_train",
+            "sit-eval = sit_keras.commands.entry_points:sit_eval",
+            "sit-train-supervised = sit_keras.commands.entry_points:sit_train_supervised",
+            "sit-export = sit_keras.commands.entry_points:sit_export",
+            "sit-distill = sit_keras.commands.entry_points:sit_distill",
         ]
     },
     # configs/*.gin (top-level folder) is not packaged yet.

@@ -110,7 +110,8 @@ def name_list(valid: Sequence[str], what: str) -> Callable[[str], list[str]]:
 # One training run in its own process; prints its median SPS (first iteration left out) as the last line.
 _TRAINING_SPEED_SCRIPT = r"""
 import json, sys
-from sit_keras.agents import demo, train
+from sit_keras.agents import train
+from sit_keras.commands import demo
 from sit_keras.agents.training import harness
 
 root, gin_files, bindings, deterministic = sys.argv[1:5]

@@ -93,7 +93,7 @@ def flags_help(
 
 
 def add_verbose_flag(parser: argparse.ArgumentParser) -> None:
-    """``--verbose`` in an argparse command's help (``sit_keras.entry_points`` acts on it before ``main``)."""
+    """``--verbose`` in an argparse command's help (``commands.entry_points`` acts on it before ``main``)."""
     parser.add_argument_group("output").add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
 
 

@@ -21,7 +21,7 @@ So ``import_tensorflow()``, once per process,
 3. writes back to stderr every captured line that is not in ``NOISE``, so a
    message nobody has listed still reaches the user.
 
-Every console script (``sit_keras.entry_points``) and benchmark calls it
+Every console script (``sit_keras.commands.entry_points``) and benchmark calls it
 first, by importing ``sit_keras.quiet_start``. The TFLite converter and
 interpreter print through C++ too: ``captured_stderr`` and ``filtered_stderr``
 keep that off the console. ``SIT_KERAS_VERBOSE=1`` (a command's

@@ -15,7 +15,8 @@ import sys
 
 import pytest
 
-from sit_keras import entry_points, quiet
+from sit_keras import quiet
+from sit_keras.commands import entry_points
 
 BIN = os.path.dirname(sys.executable)
 # Library chatter of any kind, listed or not: TensorFlow / absl C++ log lines, absl and

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from sit_keras.agents import demo
+from sit_keras.commands import demo
 
 # The demo's own configs, shortened to one PPO iteration of 4 environments and a final evaluation
 # of 2 episodes by the trainer.

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from sit_keras.agents import evaluate
+from sit_keras.commands import evaluate as sit_eval
 from sit_keras.export.exporter import export_policy
 from sit_keras.export.random_policy import write_example_policy_folder
 
@@ -79,21 +80,21 @@ def test_boolean_env_kwargs_are_the_environments_boolean_parameters():
 
 def test_default_output_is_named_by_policy_env_and_keywords(tmp_path):
     root = str(tmp_path)
-    greedy = evaluate.default_output(os.path.join(root, "policies", "greedy_policy"), ENV, {})
-    sampling = evaluate.default_output(os.path.join(root, "policies", "policy/"), ENV, {})
+    greedy = sit_eval.default_output(os.path.join(root, "policies", "greedy_policy"), ENV, {})
+    sampling = sit_eval.default_output(os.path.join(root, "policies", "policy/"), ENV, {})
     assert greedy == os.path.join(root, "eval_greedy_policy_minigrid_LavaGapS5.json")
     assert sampling == os.path.join(root, "eval_policy_minigrid_LavaGapS5.json")
-    test_split = evaluate.default_output(
+    test_split = sit_eval.default_output(
         os.path.join(root, "policies", "policy"), "procgen:coinrun", {"split": "test", "num_levels": 0}
     )
     assert test_split == os.path.join(root, "eval_policy_procgen_coinrun_num_levels=0,split=test.json")
     model = os.path.join(root, "tflite", "cnn_int8.tflite")
-    assert evaluate.default_output(model, ENV, {}, tflite=True) == model[:-7] + "_minigrid_LavaGapS5.json"
-    assert evaluate.default_output(
+    assert sit_eval.default_output(model, ENV, {}, tflite=True) == model[:-7] + "_minigrid_LavaGapS5.json"
+    assert sit_eval.default_output(
         model, "dmc:walker-walk", {"sensor_permutation": "every:5"}, True
     ).endswith("cnn_int8_dmc_walker-walk_sensor_permutation=every-5.json")
-    long = evaluate.default_output(model, ENV, {f"k{i}": "v" * 20 for i in range(10)}, tflite=True)
-    other = evaluate.default_output(model, ENV, {f"k{i}": "w" * 20 for i in range(10)}, tflite=True)
+    long = sit_eval.default_output(model, ENV, {f"k{i}": "v" * 20 for i in range(10)}, tflite=True)
+    other = sit_eval.default_output(model, ENV, {f"k{i}": "w" * 20 for i in range(10)}, tflite=True)
     assert len(os.path.basename(long)) <= 210 and long != other
 
 
@@ -128,7 +129,7 @@ def trained(tmp_path_factory) -> dict[str, str]:
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
-    status = evaluate.main(list(argv))
+    status = sit_eval.main(list(argv))
     captured = capsys.readouterr()
     return status, captured.out, captured.err
 
@@ -159,19 +160,19 @@ def test_mistakes_are_found_before_the_first_episode(trained, tmp_path, capsys, 
     ]
     for extra, match in cases:
         status, out, err = _run(capsys, "--tflite", model, *extra)
-        assert status == evaluate.USAGE_ERROR and match in err, (extra, err)
+        assert status == sit_eval.USAGE_ERROR and match in err, (extra, err)
         assert err.startswith("sit-eval: ") and err.count("\n") == 1 and "Traceback" not in err
         assert "return" not in out
     status, _, err = _run(capsys, "--tflite", str(tmp_path / "missing.tflite"))
-    assert status == evaluate.USAGE_ERROR and "missing.tflite' does not exist" in err
+    assert status == sit_eval.USAGE_ERROR and "missing.tflite' does not exist" in err
     status, _, err = _run(capsys, "--num_episodes", "1")
-    assert status == evaluate.USAGE_ERROR and "policy_dir" in err and "tflite" in err
+    assert status == sit_eval.USAGE_ERROR and "policy_dir" in err and "tflite" in err
     assert os.listdir(tmp_path) == []
 
 
 def test_a_wrong_environment_is_one_sentence_naming_both_specs(trained, capsys, no_episodes):
     status, _, err = _run(capsys, "--tflite", trained["tflite"], "--env", "gymnasium:CartPole-v1")
-    assert status == evaluate.USAGE_ERROR and err.count("\n") == 1
+    assert status == sit_eval.USAGE_ERROR and err.count("\n") == 1
     assert "trained on minigrid:LavaGapS5 and takes observations (14, 14, 3) uint8 in [0, 255] with 4 " in err
     assert "gymnasium:CartPole-v1 gives observations (4,) float32 in per-element bounds with 2 actions" in err
     assert "4 actions (int64 0..3)" in err and "2 actions (int64 0..1)" in err
@@ -199,7 +200,7 @@ def test_results_are_printed_then_written_under_their_own_name(trained, capsys, 
 
     monkeypatch.setattr(evaluate, "write_json_atomically", full_disk)
     status, out, err = _run(capsys, "--tflite", trained["tflite"], *argv[:4])
-    assert status == evaluate.EVALUATION_FAILED and "the results are printed above" in err
+    assert status == sit_eval.EVALUATION_FAILED and "the results are printed above" in err
     assert "none: return" in out
 
 
@@ -207,7 +208,7 @@ def test_policy_outside_a_training_folder_needs_env(trained, tmp_path, capsys, n
     policy_dir = tmp_path / "elsewhere" / "policies" / "greedy_policy"
     shutil.copytree(os.path.join(trained["root"], "policies", "greedy_policy"), policy_dir)
     status, _, err = _run(capsys, "--policy_dir", str(policy_dir))
-    assert status == evaluate.USAGE_ERROR and "--env is required" in err
+    assert status == sit_eval.USAGE_ERROR and "--env is required" in err
 
 
 def test_gif_shows_the_newest_colour_frame_at_a_readable_size(tmp_path):

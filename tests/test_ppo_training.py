@@ -382,7 +382,7 @@ def test_sit_eval_cli_writes_json_and_gif(trained_run, tmp_path):
     output, gif = tmp_path / "eval.json", tmp_path / "episode.gif"
     run = subprocess.run(
         [
-            sys.executable, "-m", "sit_keras.agents.evaluate",
+            sys.executable, "-m", "sit_keras.commands.evaluate",
             "--policy_dir", os.path.join(root_dir, "policies", "greedy_policy"),
             "--env", "minigrid:LavaGapS5", "--transform", "none", "--transform", "flip_h",
             "--num_episodes", "3", "--num_envs", "3", "--output", str(output), "--gif", str(gif),

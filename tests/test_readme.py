@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from sit_keras import entry_points
+from sit_keras.commands import entry_points
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -345,7 +345,7 @@ def _request_key(program: str, args: tuple[str, ...], names_only: bool) -> tuple
 
 def test_the_console_scripts_are_setup_pys() -> None:
     declared = re.findall(
-        r"\"(sit-[\w-]+) = sit_keras\.entry_points:(\w+)\"", (ROOT / "setup.py").read_text()
+        r"\"(sit-[\w-]+) = sit_keras\.commands\.entry_points:(\w+)\"", (ROOT / "setup.py").read_text()
     )
     assert sorted(declared) == sorted((name, name.replace("-", "_")) for name in CONSOLE_SCRIPTS)
 

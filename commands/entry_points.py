@@ -17,10 +17,10 @@ VERBOSE_FLAG = "--verbose"
 VERBOSE_VARIABLE = "SIT_KERAS_VERBOSE"  # read by sit_keras.quiet
 
 COMMANDS: dict[str, str] = {
-    "sit-demo": "sit_keras.agents.demo",
+    "sit-demo": "sit_keras.commands.demo",
     "sit-check-encoders": "sit_keras.encoder_check",
     "sit-train": "sit_keras.agents.train",
-    "sit-eval": "sit_keras.agents.evaluate",
+    "sit-eval": "sit_keras.commands.evaluate",
     "sit-train-supervised": "sit_keras.supervised.train",
     "sit-export": "sit_keras.export.cli",
     "sit-distill": "sit_keras.agents.algorithms.bc",
