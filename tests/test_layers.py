@@ -395,6 +395,17 @@ def test_local_gsa_output_map_is_equivariant(
         _assert_not_equivariant(f, x, testing.REFLECTIONS)
 
 
+def test_global_gsa_without_patches_is_a_one_output_keras_layer() -> None:
+    """``output_patches=False`` gives the token alone: Keras' layer harness and a functional model take it."""
+    from tf_keras.src.testing_infra import test_utils
+
+    kwargs = {"grid_shape": (2, 2), "num_heads": 2, "num_layers": 2, "output_patches": False}
+    test_utils.layer_test(GlobalGSA, kwargs=kwargs, input_shape=(3, 2, 2, 8), expected_output_shape=(None, 8))
+    inputs = tf.keras.Input((2, 2, 8))
+    model = tf.keras.Model(inputs, GlobalGSA(**kwargs)(inputs))
+    assert model(tf.zeros((3, 2, 2, 8))).shape == (3, 8)
+
+
 @MODES
 @pytest.mark.parametrize("triangles", [0, 1, 2])
 def test_global_gsa_token_is_invariant_and_patches_are_equivariant(triangles: int, training: bool) -> None:

@@ -41,7 +41,9 @@ class GlobalGSA(tf_keras.layers.Layer):
 
     Returns:
       ``(token, patches)``: ``(B, D)`` and ``(B, h, w, D)`` after a final
-      LayerNorm; ``patches`` is ``None`` when ``output_patches=False``.
+      LayerNorm; with ``output_patches=False``, the token alone (one tensor,
+      as ``MultiHeadAttention``'s return changes with
+      ``return_attention_scores``), so the layer fits a functional model.
     """
 
     def __init__(
@@ -101,7 +103,9 @@ class GlobalGSA(tf_keras.layers.Layer):
         build_sublayer(self.norm, tokens)
         super().build(input_shape)
 
-    def call(self, patches: tf.Tensor, training: bool | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+    def call(
+        self, patches: tf.Tensor, training: bool | None = None
+    ) -> tf.Tensor | tuple[tf.Tensor, tf.Tensor]:
         self._check_patches(patches.shape)
         h, w = self.grid_shape
         flat = tf.reshape(patches, [-1, h * w, self.dim])
@@ -113,7 +117,7 @@ class GlobalGSA(tf_keras.layers.Layer):
         token_only = not self.output_patches and not last.attention.score_mixing
         tokens = self.norm(last(tokens, training=training, token_only=token_only))
         if not self.output_patches:
-            return tokens[:, 0], None
+            return tokens[:, 0]
         return tokens[:, 0], tf.reshape(tokens[:, 1:], [-1, h, w, self.dim])
 
     def get_config(self) -> dict[str, Any]:

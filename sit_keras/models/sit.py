@@ -318,8 +318,8 @@ class SiTEncoder(Encoder):
             x = tf.pad(x, [[0, 0], [p, p], [p, p], [0, 0]])
         if self.pool_size > 1:
             x = tf.nn.max_pool2d(x, self.pool_size, self.pool_size, "VALID")
-        token, patches = self.global_gsa(self.local_gsa(x, training=training), training=training)
-        return token, patches
+        features = self.global_gsa(self.local_gsa(x, training=training), training=training)
+        return features if self.global_gsa.output_patches else (features, None)
 
     def _parts(self, images: tf.Tensor, training: bool | None) -> dict[str, tf.Tensor]:
         token, patches = self._features(images, training)
