@@ -9,6 +9,7 @@ every library message instead.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
@@ -37,29 +38,11 @@ def run(program: str) -> int | None:
     return importlib.import_module(COMMANDS[program]).main()
 
 
-def sit_demo() -> int | None:
-    return run("sit-demo")
-
-
-def sit_check_encoders() -> int | None:
-    return run("sit-check-encoders")
-
-
-def sit_train() -> int | None:
-    return run("sit-train")
-
-
-def sit_eval() -> int | None:
-    return run("sit-eval")
-
-
-def sit_train_supervised() -> int | None:
-    return run("sit-train-supervised")
-
-
-def sit_export() -> int | None:
-    return run("sit-export")
-
-
-def sit_distill() -> int | None:
-    return run("sit-distill")
+# The console scripts of setup.py, one per command.
+sit_demo = functools.partial(run, "sit-demo")
+sit_check_encoders = functools.partial(run, "sit-check-encoders")
+sit_train = functools.partial(run, "sit-train")
+sit_eval = functools.partial(run, "sit-eval")
+sit_train_supervised = functools.partial(run, "sit-train-supervised")
+sit_export = functools.partial(run, "sit-export")
+sit_distill = functools.partial(run, "sit-distill")
