@@ -36,6 +36,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2
 
+from sit_keras.export import runtime
+
 SIGNATURE = "serving_default"
 METADATA_PATH = os.path.join("assets.extra", "sit_metadata.json")
 SENSOR_MASK = "sensor_mask"
@@ -53,12 +55,12 @@ def read_metadata(path: str) -> dict[str, Any]:
 
     Raises:
       FileNotFoundError: no metadata there.
+      runtime.ModelFileError: the file is not a JSON object (a damaged or foreign file).
     """
     file = os.path.join(path, METADATA_PATH) if os.path.isdir(path) else path
     if not os.path.isfile(file):
         raise FileNotFoundError(f"{file!r} does not exist; pass a SavedModel version folder from sit-export.")
-    with open(file) as f:
-        return json.load(f)
+    return runtime.read_metadata(file)
 
 
 def _shape_text(axes: Sequence[Any]) -> str:

@@ -524,3 +524,11 @@ def test_client_without_metadata_checks_what_holds_for_every_model(exports):
         serving_client.rest_predict_body({"observation": image}, "action", metadata=exports["cnn"])
     with pytest.raises(FileNotFoundError, match="sit-export"):
         serving_client.read_metadata(os.path.join(exports["cnn"], "missing"))
+
+
+def test_damaged_serving_metadata_is_named(tmp_path):
+    damaged = tmp_path / "metadata.json"
+    for text in ("{not json", "[1, 2]"):
+        damaged.write_text(text)
+        with pytest.raises(ValueError, match=f"{damaged}.*(not valid metadata JSON|expected a JSON object)"):
+            serving_client.read_metadata(str(damaged))

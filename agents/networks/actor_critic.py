@@ -124,7 +124,8 @@ def head_input(features: tf.Tensor, head: tf_keras.layers.Layer) -> tf.Tensor:
     return tf.cast(features, head.compute_dtype)
 
 
-def _single_spec(spec: Any, what: str) -> Any:
+def single_spec(spec: Any, what: str) -> Any:
+    """The one tensor spec in ``spec``; ``ValueError`` naming ``what`` for a nest of several."""
     flat = tf.nest.flatten(spec)
     if len(flat) != 1:
         raise ValueError(f"{what} must be a single tensor spec. Received: {spec}")
@@ -170,8 +171,8 @@ class EncoderActorNetwork(_EncoderNetwork, network.DistributionNetwork):
         fc_layer_params: Sequence[int] = (),
         name: str = "EncoderActorNetwork",
     ):
-        observation_spec = _single_spec(input_tensor_spec, "input_tensor_spec")
-        action_spec = _single_spec(output_tensor_spec, "output_tensor_spec")
+        observation_spec = single_spec(input_tensor_spec, "input_tensor_spec")
+        action_spec = single_spec(output_tensor_spec, "output_tensor_spec")
         with full_precision():  # float32 logits / distribution parameters
             if tensor_spec.is_discrete(action_spec):
                 projection = categorical_projection_network.CategoricalProjectionNetwork(action_spec)
@@ -210,7 +211,7 @@ class EncoderValueNetwork(_EncoderNetwork, network.Network):
         fc_layer_params: Sequence[int] = (),
         name: str = "EncoderValueNetwork",
     ):
-        observation_spec = _single_spec(input_tensor_spec, "input_tensor_spec")
+        observation_spec = single_spec(input_tensor_spec, "input_tensor_spec")
         super().__init__(input_tensor_spec=input_tensor_spec, state_spec=(), name=name)
         self._torso = build_torso(observation_spec, encoder, encoder_kwargs, fc_layer_params)
         with full_precision():  # float32 values

@@ -58,7 +58,13 @@ from tf_agents.specs import tensor_spec
 from tf_agents.utils import nest_utils, object_identity
 
 from sit_keras.agents.networks import loss_scaling
-from sit_keras.agents.networks.actor_critic import MLP_ENCODER, build_torso, call_torso, head_input
+from sit_keras.agents.networks.actor_critic import (
+    MLP_ENCODER,
+    build_torso,
+    call_torso,
+    head_input,
+    single_spec,
+)
 from sit_keras.agents.networks.policy_network import register_network
 from sit_keras.mixed_precision import full_precision
 
@@ -90,13 +96,6 @@ def _encode(encoder: tf_keras.layers.Layer, observations: tf.Tensor, spec: tf.Te
     outer_rank = nest_utils.get_outer_rank(observations, spec)
     squash = network_utils.BatchSquash(outer_rank)
     return squash.unflatten(call_torso(encoder, squash.flatten(observations), training)), outer_rank
-
-
-def _single_spec(spec: Any, what: str) -> Any:
-    flat = tf.nest.flatten(spec)
-    if len(flat) != 1:
-        raise ValueError(f"{what} must be a single tensor spec. Received: {spec}")
-    return flat[0]
 
 
 @register_network
@@ -138,8 +137,8 @@ class SacActorNetwork(network.DistributionNetwork):
         fc_layer_params: Sequence[int] = (1024, 1024),
         name: str = "SacActorNetwork",
     ):
-        observation_spec = _single_spec(input_tensor_spec, "input_tensor_spec")
-        action_spec = _single_spec(output_tensor_spec, "output_tensor_spec")
+        observation_spec = single_spec(input_tensor_spec, "input_tensor_spec")
+        action_spec = single_spec(output_tensor_spec, "output_tensor_spec")
         if not tensor_spec.is_continuous(action_spec):
             raise ValueError(f"SAC needs a continuous action spec. Received: {action_spec}")
         with full_precision():  # float32 distribution parameters
@@ -227,8 +226,8 @@ class SacCriticNetwork(network.Network):
                 f"input_tensor_spec must be (observation_spec, action_spec). Received: {input_tensor_spec}"
             )
         super().__init__(input_tensor_spec=input_tensor_spec, state_spec=(), name=name)
-        self._observation_spec = _single_spec(input_tensor_spec[0], "observation spec")
-        self._action_size = _single_spec(input_tensor_spec[1], "action spec").shape.num_elements()
+        self._observation_spec = single_spec(input_tensor_spec[0], "observation spec")
+        self._action_size = single_spec(input_tensor_spec[1], "action spec").shape.num_elements()
         if shared_encoder is None:
             shared_encoder = build_shared_encoder(self._observation_spec, encoder, encoder_kwargs)
         self._encoder = shared_encoder

@@ -77,7 +77,7 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
 from sit_keras.agents.networks import loss_scaling
-from sit_keras.agents.networks.actor_critic import head_input
+from sit_keras.agents.networks.actor_critic import head_input, single_spec
 from sit_keras.agents.networks.policy_network import register_network
 from sit_keras.layers.sublayers import build_sublayer
 from sit_keras.mixed_precision import full_precision
@@ -93,13 +93,6 @@ DEFAULT_ENCODER_KWARGS: dict[str, Any] = {"output_dim": 64, "activation": "tanh"
 _SET_BY_THE_NETWORK = ("num_features", "action_dim", "num_sensor_types")
 
 State = dict[str, tf.Tensor]
-
-
-def _single_spec(spec: Any, what: str) -> Any:
-    flat = tf.nest.flatten(spec)
-    if len(flat) != 1:
-        raise ValueError(f"{what} must be a single tensor spec. Received: {spec}")
-    return flat[0]
 
 
 def _vector_spec(observation_spec: tf.TensorSpec) -> int:
@@ -393,8 +386,8 @@ class SensorActorNetwork(_SensorNetwork, network.DistributionNetwork):
             raise ValueError(
                 f"previous_action_noise must be a finite number >= 0. Received: {previous_action_noise}"
             )
-        observation_spec = _single_spec(input_tensor_spec, "input_tensor_spec")
-        action_spec = _single_spec(output_tensor_spec, "output_tensor_spec")
+        observation_spec = single_spec(input_tensor_spec, "input_tensor_spec")
+        action_spec = single_spec(output_tensor_spec, "output_tensor_spec")
         num_sensors = _vector_spec(observation_spec)
         discrete = tensor_spec.is_discrete(action_spec)
         if discrete and action_spec.shape.rank != 0:
@@ -513,7 +506,7 @@ class SensorValueNetwork(_SensorNetwork, network.Network):
         count_scaling: bool = True,
         name: str = "SensorValueNetwork",
     ):
-        observation_spec = _single_spec(input_tensor_spec, "input_tensor_spec")
+        observation_spec = single_spec(input_tensor_spec, "input_tensor_spec")
         num_sensors = _vector_spec(observation_spec)
         dtype = tf.as_dtype(tf_keras.backend.floatx())
         # A value network gets observations only: its sensory neurons see a zero action of size 1.
