@@ -34,7 +34,7 @@ Usage::
 
     python benchmarks/encoders.py [--models sit,sit:reference,siet,vit,impala_cnn] [--repeats 7]
         [--precisions float32,mixed_bfloat16,mixed_float16]
-        [--out benchmarks/results/encoders.json] [--quick] [--no-profile]
+        [--out benchmarks/results/encoders.json] [--quick] [--no_profile]
 
 See benchmarks/README.md for how to read the output.
 """
@@ -468,7 +468,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     parser.add_argument(
-        "--image-size", type=int, default=64, help="side of the square RGB images (default 64)"
+        "--image_size",
+        "--image-size",
+        type=int,
+        default=64,
+        help="side of the square RGB images (default 64)",
     )
     parser.add_argument(
         "--quick",
@@ -482,6 +486,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help=f"Keras dtype policies of the extra train-step timings (default: {','.join(PRECISIONS)})",
     )
     parser.add_argument(
+        "--no_profile",
         "--no-profile",
         dest="profile",
         action="store_false",
@@ -491,7 +496,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.repeats is None:
         args.repeats = 3 if args.quick else 7
     if args.repeats < 1 or args.warmup < 0 or args.image_size < 1:
-        parser.error("--repeats and --image-size must be positive and --warmup non-negative")
+        parser.error("--repeats and --image_size must be positive and --warmup non-negative")
     return args
 
 

@@ -10,7 +10,7 @@ every model (``--models``; classifiers of ``sit_keras.supervised.build_classifie
 in their ``"digits"`` preset) is trained for ``--epochs`` epochs from fresh
 seeded weights, once per seed (``--seeds``), with what ``sit-train-supervised``
 uses: tf_keras ``fit``, Adam, sparse categorical cross-entropy on the logits,
-batches of ``--batch-size`` reshuffled every epoch. Reported per model and
+batches of ``--batch_size`` reshuffled every epoch. Reported per model and
 setting: test accuracy (mean +- std over seeds) on the rotated test digits
 and on the upright ones, and the train time of one run.
 
@@ -35,7 +35,7 @@ benchmarks/encoders.py) and as ratios GSA / MHA, in graph and XLA mode.
 Usage::
 
     python benchmarks/supervised.py [--models group_transformer:z2,group_transformer:p4,...]
-        [--seeds 0,1,2] [--epochs 5] [--batch-size 32] [--learning-rate 3e-3]
+        [--seeds 0,1,2] [--epochs 5] [--batch_size 32] [--learning_rate 3e-3]
         [--layer-groups p4,p4m] [--repeats 5] [--out benchmarks/results/supervised.json] [--quick]
 """
 
@@ -394,15 +394,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--models", type=_models, default=None, help="comma-separated classifier names")
     parser.add_argument("--seeds", type=_ints, default=None, help="comma-separated seeds (default 0,1,2)")
     parser.add_argument("--epochs", type=int, default=None, help="epochs per run (default 5, quick 1)")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--learning-rate", type=float, default=3e-3)
+    parser.add_argument("--batch_size", "--batch-size", type=int, default=32)
+    parser.add_argument("--learning_rate", "--learning-rate", type=float, default=3e-3)
     parser.add_argument(
         "--train-examples", type=int, default=None, help="first N training digits, 0 for all (quick 128)"
     )
     parser.add_argument(
         "--layer-groups", type=_groups, default=None, help="groups of the layer timing (default p4,p4m)"
     )
-    parser.add_argument("--layer-batch", type=int, default=None, help="layer timing batch (default 32)")
+    parser.add_argument(
+        "--layer_batch", "--layer-batch", type=int, default=None, help="layer timing batch (default 32)"
+    )
     parser.add_argument("--repeats", type=int, default=None, help="timed layer calls (default 5, quick 1)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed layer calls after the first")
     parser.add_argument(
@@ -430,7 +432,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         if getattr(args, key) is None:
             setattr(args, key, value)
     if not args.seeds or min(args.epochs, args.batch_size, args.layer_batch, args.repeats) < 1:
-        parser.error("--seeds must be non-empty; --epochs, --batch-size, --layer-batch, --repeats positive")
+        parser.error("--seeds must be non-empty; --epochs, --batch_size, --layer_batch, --repeats positive")
     if args.train_examples < 0 or args.warmup < 0:
         parser.error("--train-examples and --warmup must be non-negative")
     return args

@@ -18,7 +18,7 @@ For each encoder (SiT paper, section 4 and Table 1) the check
 
 Usage::
 
-    sit-check-encoders [--models sit,vit] [--image-size 64] [--batch 8] [--json out.json]
+    sit-check-encoders [--models sit,vit] [--image_size 64] [--batch 8] [--json out.json]
              [--train-models sit] [--repeats 3] [--noise 0.05] [--tolerance 1e-4]
 
 On 2 CPU cores the default run (all encoders, 64x64, batch 8) took 63-83 s in

@@ -106,7 +106,7 @@ def test_benchmark_times_fast_and_reference_gsa_and_profiles_the_stages(tmp_path
     bench = _load_benchmark()
     out = tmp_path / "encoders.json"
     models = "sit_dihedral,sit_dihedral:reference"
-    argv = ["--quick", "--models", models, "--repeats", "2", "--image-size", "16", "--out", str(out)]
+    argv = ["--quick", "--models", models, "--repeats", "2", "--image_size", "16", "--out", str(out)]
     assert bench.main(argv) == 0
     printed = capsys.readouterr().out
     report = json.loads(out.read_text())
