@@ -63,7 +63,7 @@ class _EncoderQNetworkBase(actor_critic._EncoderNetwork, network.Network):
         outputs_per_action: int,
         name: str,
     ):
-        observation_spec = actor_critic._single_spec(input_tensor_spec, "input_tensor_spec")
+        observation_spec = actor_critic.single_spec(input_tensor_spec, "input_tensor_spec")
         action_spec = _discrete_action_spec(action_spec)
         super().__init__(input_tensor_spec=input_tensor_spec, state_spec=(), name=name)
         self._action_spec = action_spec
