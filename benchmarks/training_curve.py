@@ -83,11 +83,18 @@ def env_steps_per_train_step(root_dir: str) -> float:
 
 
 def diagnostics(train_logs: Sequence[dict[str, float]], per_train_step: float, every: int) -> list[dict]:
-    """The mean of each ``DIAGNOSTICS`` value over the train steps of every ``every`` env steps."""
+    """The mean of each ``DIAGNOSTICS`` value over the train steps of every ``every`` env steps.
+
+    A run ends on a whole iteration, a little past its budget: a last window
+    with less than half the train steps of the one before joins that one.
+    """
     windows: dict[int, list[dict[str, float]]] = {}
     for entry in train_logs:
         env_steps = entry["train_step"] * per_train_step
         windows.setdefault(int(env_steps // every), []).append(entry)
+    keys = sorted(windows)
+    if len(keys) > 1 and 2 * len(windows[keys[-1]]) < len(windows[keys[-2]]):
+        windows[keys[-2]] += windows.pop(keys[-1])
     rows = []
     for window, entries in sorted(windows.items()):
         row: dict[str, Any] = {"env_steps": (window + 1) * every, "train_steps": len(entries)}

@@ -613,3 +613,52 @@ def test_encoder_speed_table_is_the_report():
     assert rows == len(report["train_step_ms"])
     assert "`benchmarks/reference/speed_encoders.json`" in SPEED
     assert f"a SiT train step costs {ratios['sit']['graph']:.2f}x the ViT's" in " ".join(README.split())
+
+
+def _advantage_scale_table() -> list[str]:
+    """docs/lavacrossing.md's advantage table, recomputed from lavacrossing_advantage_scale.json."""
+    runs = {run["name"]: run for run in _report("lavacrossing_advantage_scale.json")["runs"]}
+
+    def cells(*names: str) -> list[str]:
+        chosen = [runs[name] for name in names]
+        diagnostics = [run["learner_diagnostics_per_100k"] for run in chosen]
+
+        def pair(values) -> str:
+            return " / ".join(f"{v:.2f}" for v in values)
+
+        steps = " / ".join(dict.fromkeys(f"{round(run['env_steps_reached'], -4) / 1e6:g}M" for run in chosen))
+        return [
+            steps,
+            f"{pair(d[0]['entropy'] for d in diagnostics)} → {pair(d[-1]['entropy'] for d in diagnostics)}",
+            pair(d[-1]["clipfrac"] for d in diagnostics),
+            pair(run["max_success_at_the_50k_marks"] for run in chosen),
+        ]
+
+    rows = {
+        "CNN, normalised": cells("cnn_normalised_seed0"),
+        "chiral SiT, normalised (the 1M runs above, 2 seeds)": cells(
+            "sit_chiral_normalised_seed0", "sit_chiral_normalised_seed1"
+        ),
+        "chiral SiT, not normalised (2 seeds)": cells(
+            "sit_chiral_unnormalised_seed0", "sit_chiral_unnormalised_seed1"
+        ),
+        "chiral SiT, not normalised, rewards scaled": cells("sit_chiral_reward_scaled_seed0"),
+        "CNN, not normalised, rewards scaled": cells("cnn_reward_scaled_seed0"),
+    }
+    return ["| " + " | ".join([label, *values]) + " |" for label, values in rows.items()]
+
+
+def test_the_advantage_scale_table_is_the_report():
+    page = (ROOT / "docs" / "lavacrossing.md").read_text()
+    for row in _advantage_scale_table():
+        assert row in page, row
+    report = _report("lavacrossing_advantage_scale.json")
+    assert all(run["command"] and run["curve_command"] for run in report["runs"]) and report["commit"]
+    cnn = {run["name"]: run for run in report["runs"]}["cnn_reward_scaled_seed0"]
+    greedy = report["cnn_reward_scaled_seed0_evaluation"]["rows"]["greedy"]
+    sentence = (
+        f"{cnn['success_every_50k'][-1][1]:.2f} training success at 1M, greedy N1 "
+        f"{greedy['train: easy']['success_rate']:.2f} and N2 {greedy['train: medium']['success_rate']:.2f} "
+        "over 200 episodes"
+    )
+    assert sentence in " ".join(page.split())
