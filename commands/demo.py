@@ -39,7 +39,7 @@ from tf_agents.policies import random_py_policy
 
 from sit_keras.agents import evaluate, train
 from sit_keras.agents.environments import load
-from sit_keras.command_line import add_verbose_flag, quiet_library_logs
+from sit_keras.command_line import ONE_LINE_HELP, add_verbose_flag, quiet_library_logs
 from sit_keras.export.exporter import export_policy
 from sit_keras.export.tflite_py_policy import TFLitePyPolicy
 from sit_keras.mixed_precision import PRECISIONS
@@ -176,7 +176,7 @@ def format_table(results: dict[str, dict[str, dict[str, float]]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``sit-demo``."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=ONE_LINE_HELP)
     common = parser.add_argument_group("common flags")
     common.add_argument("--root_dir", default="runs/demo", help="output folder (resumes if it exists)")
     common.add_argument("--num_episodes", type=int, default=200, help="evaluation episodes per rotation")
@@ -186,7 +186,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--gin_bindings", action="append", default=[], help="extra bindings for both runs (repeatable)"
     )
     advanced.add_argument(
-        "--precision", choices=PRECISIONS, default="float32", help="train_eval.precision of both runs"
+        "--precision",
+        choices=PRECISIONS,
+        default="float32",
+        metavar="POLICY",
+        help=f"train_eval.precision of both runs: {', '.join(PRECISIONS)}",
     )
     add_verbose_flag(parser)
     args = parser.parse_args(argv)

@@ -10,6 +10,7 @@ repeatedly and a mistake is one line on stderr.
 from __future__ import annotations
 
 import argparse
+import functools
 import re
 import sys
 from collections.abc import Collection, Sequence
@@ -37,9 +38,13 @@ def _summary(doc: str) -> str:
     return doc.strip().split("\n\n", 1)[0]
 
 
-def _one_line(flag: flags.Flag) -> str:
-    """``--name  help  One of: ...  Repeatable.  (default: value)`` on one line."""
-    name = f"--[no]{flag.name}" if flag.boolean else f"--{flag.name}"
+def _flag_name(flag: flags.Flag) -> str:
+    return f"--[no]{flag.name}" if flag.boolean else f"--{flag.name}"
+
+
+def _one_line(flag: flags.Flag, width: int) -> str:
+    """``--name  help  One of: ...  Repeatable.  (default: value)`` on one line, the help at ``width``."""
+    name = _flag_name(flag)
     text = " ".join(flag.help.split())
     # absl writes the choices and "repeat this option" into the help text; said once here instead.
     text = re.sub(r"^<[^>]*>: ", "", text).removesuffix("; repeat this option to specify a list of values")
@@ -50,7 +55,7 @@ def _one_line(flag: flags.Flag) -> str:
         text += " Repeatable."
     if flag.default not in (None, [], ""):
         text += f" (default: {flag.default_as_str})"
-    return f"  {name:<26} {text}"
+    return f"  {name:<{width}}{text}"
 
 
 def flags_help(
@@ -80,16 +85,21 @@ def flags_help(
         "Common": [f for f in own if f.name not in required and f.name not in advanced],
         "Advanced": [f for f in own if f.name in advanced],
     }
+    width = max(len(_flag_name(flag)) for flag in own) + 2
     lines = [_summary(doc), ""]
     for title, members in groups.items():
         if members:
-            lines += [f"{title} flags:", *(_one_line(flag) for flag in members), ""]
+            lines += [f"{title} flags:", *(_one_line(flag, width) for flag in members), ""]
     lines += [
         "Output:",
-        f"  {'--verbose':<26} {VERBOSE_HELP}",
-        f"  {'--helpfull':<26} Every flag with its full description.",
+        f"  {'--verbose':<{width}}{VERBOSE_HELP}",
+        f"  {'--helpfull':<{width}}Every flag with its full description.",
     ]
     return "\n".join(lines)
+
+
+# argparse's --help with each flag and its help on one line (argparse wraps at 80 columns).
+ONE_LINE_HELP = functools.partial(argparse.HelpFormatter, max_help_position=34, width=240)
 
 
 def add_verbose_flag(parser: argparse.ArgumentParser) -> None:

@@ -41,7 +41,7 @@ import tf_keras
 
 import sit_keras
 from sit_keras import testing
-from sit_keras.command_line import add_verbose_flag
+from sit_keras.command_line import ONE_LINE_HELP, add_verbose_flag
 from sit_keras.models import ENCODER_NAMES, Encoder, build_encoder
 
 # Constructor overrides; the others use the registry's defaults (Table 2).
@@ -313,6 +313,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="sit-check-encoders",
         description="Build every encoder, perturb its weights, check its promised symmetries and time it.",
+        formatter_class=ONE_LINE_HELP,
     )
     common = parser.add_argument_group("common flags")
     common.add_argument(
@@ -336,7 +337,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     advanced.add_argument(
         "--tolerance", type=float, default=DEFAULT_TOLERANCE, help="relative error allowed for a symmetry"
     )
-    advanced.add_argument("--seed", type=int, default=0)
+    advanced.add_argument("--seed", type=int, default=0, help="seed of the weight noise and the images")
     add_verbose_flag(parser)
     args = parser.parse_args(_respell(sys.argv[1:] if argv is None else argv))
     if args.train_models is None:

@@ -64,6 +64,8 @@ NOISE: tuple[re.Pattern[str], ...] = tuple(
         r"^See the migration guide at https://gymnasium\.farama\.org/introduction/migration_guide/ "
         r"for additional information\.$",
         r"^INFO: Created TensorFlow Lite XNNPACK delegate for CPU\.$",
+        r"^A\.L\.E: Arcade Learning Environment \(version [\w.+]+\)$",
+        r"^\[Powered by Stella\]$",
     )
 )
 

@@ -60,9 +60,11 @@ def test_help_is_silent_and_lists_the_flags(program):
     assert result.returncode == 0, result.stderr
     assert result.stderr == "" and not _noise(result), result.stderr
     assert "--verbose" in result.stdout
-    # The command's own flags, one per line (the common ones at least).
+    # The command's own flags, each with its help on its own line (the common ones at least).
     flag_lines = [line for line in result.stdout.splitlines() if line.lstrip().startswith("--")]
     assert len(flag_lines) >= 4, result.stdout
+    for line in flag_lines:
+        assert re.match(r"^  --\S+( [A-Z_]+)?  +\S", line), line
     assert "common flags" in result.stdout.lower(), result.stdout
 
 

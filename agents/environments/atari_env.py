@@ -50,6 +50,8 @@ from tf_agents.environments import py_environment
 from tf_agents.specs import array_spec
 from tf_agents.trajectories import time_step as ts
 
+from sit_keras import quiet
+
 gymnasium.register_envs(ale_py)
 
 ATARI_GAMES = tuple(
@@ -125,15 +127,16 @@ class AtariEnvironment(py_environment.PyEnvironment):
             raise ValueError(
                 f"sticky_action_probability must be in [0, 1]; received {sticky_action_probability!r}"
             )
-        self._env = gymnasium.make(
-            game_id(game),
-            obs_type="grayscale",
-            frameskip=1,
-            repeat_action_probability=float(sticky_action_probability),
-            full_action_space=bool(full_action_space),
-            max_num_frames_per_episode=int(max_episode_frames),
-            disable_env_checker=True,
-        )
+        with quiet.filtered_stderr():  # ALE's "A.L.E: ... [Powered by Stella]" banner
+            self._env = gymnasium.make(
+                game_id(game),
+                obs_type="grayscale",
+                frameskip=1,
+                repeat_action_probability=float(sticky_action_probability),
+                full_action_space=bool(full_action_space),
+                max_num_frames_per_episode=int(max_episode_frames),
+                disable_env_checker=True,
+            )
         if noop_max > 0 and self._env.unwrapped.get_action_meanings()[0] != "NOOP":
             raise ValueError(f"{game}: action 0 is not NOOP, so no-op starts are impossible; use noop_max=0")
         self._ale = self._env.unwrapped.ale
