@@ -52,7 +52,11 @@ class _ResidualBlock(tf_keras.layers.Layer):
         super().build(input_shape)
 
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
-        x = self.conv_0(tf.nn.relu(inputs))
+        # `maximum`, not `relu`, on the input: Grappler's remapper fuses the
+        # previous block's Conv2D + BiasAdd + Add with a Relu that reads the
+        # sum, then fails on this block's sum, which reads it too ("remapper
+        # failed: Mutation::Apply error"), and drops the graph's fusions.
+        x = self.conv_0(tf.maximum(inputs, tf.zeros((), inputs.dtype)))
         x = self.conv_1(tf.nn.relu(x))
         return inputs + x
 
