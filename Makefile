@@ -42,7 +42,7 @@ define run_pytest
 	exit $$status
 endef
 
-.PHONY: install test test-large test-precision lint demo bench constraints clean distclean
+.PHONY: install test test-large test-precision coverage lint demo bench constraints clean distclean
 
 install: $(STAMP)
 
@@ -61,6 +61,13 @@ test: install
 
 test-large: install
 	$(call run_pytest,-m large)
+
+# The default suite with line coverage; the per-folder summary goes to coverage.json
+# (benchmarks/coverage_summary.py). Tests that run a console script in a subprocess
+# count only for what they import in the test process.
+coverage: install
+	$(call run_pytest,--cov --cov-report=json:coverage.json --cov-report=term:skip-covered)
+	$(BIN)/python benchmarks/coverage_summary.py coverage.json
 
 # The tests marked `precision` under each of PRECISION_SETTINGS, with the largest error / tolerance
 # ratio of every mixed-precision symmetry check (reports in .precision/; docs/testing.md).

@@ -9,18 +9,21 @@ created. A mistake (an unknown flag, ``--num_examples 0``, ``--version -3``,
 a folder that is not a training folder, an existing SavedModel version)
 prints one sentence to stderr, no traceback, and exits with status 2; an
 export that fails once started (a TFLite model that needs Flex ops, a failed
-parity check, a full disk) exits with status 1. Either way nothing is left
-behind (``export.exporter``). A TFLite model that does not act like the
-TensorFlow policy on held-out rollout steps (``export.parity``) fails the
-export, naming the model and the failed check, unless
-``--allow_parity_failure`` is given: then it is exported, marked as failed in
-its report, with a warning on stderr.
+parity check, a full disk, another export writing into the same folder)
+exits with status 1; Ctrl-C or SIGTERM stops it with status 130. Either way
+nothing is left behind (``export.exporter``). One export at a time writes
+into an output folder (``sit_keras.folder_lock``). A TFLite model that does
+not act like the TensorFlow policy on held-out rollout steps
+(``export.parity``) fails the export, naming the model and the failed check,
+unless ``--allow_parity_failure`` is given: then it is exported, marked as
+failed in its report, with a warning on stderr.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -32,6 +35,7 @@ from sit_keras.export.exporter import FORMATS, check_export_arguments, export_po
 
 PROGRAM = "sit-export"
 USAGE_ERROR, EXPORT_FAILED = 2, 1
+INTERRUPTED = 130  # as a shell reports a command stopped by Ctrl-C
 
 # Flags live in their own FlagValues, not absl's global FLAGS: sit-eval and sit-train define flags of
 # the same names, and main() can run more than once in one process (tests).
@@ -65,6 +69,9 @@ flags.DEFINE_bool(
 flags.DEFINE_integer(
     "version", None, "SavedModel version, at least 1 (default: the next free one).", flag_values=FLAGS
 )
+flags.DEFINE_bool(
+    "overwrite", False, "Replace the SavedModel --version if it exists (default: refuse).", flag_values=FLAGS
+)
 flags.DEFINE_string(
     "serving_base_path",
     "/models",
@@ -72,6 +79,10 @@ flags.DEFINE_string(
     flag_values=FLAGS,
 )
 flags.mark_flag_as_required("root_dir", flag_values=FLAGS)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _error(message: str, status: int) -> int:
@@ -90,7 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
       The exit status: 0 after the export, 2 for a mistake in the arguments,
       1 for an export that failed (nothing written either way).
     """
-    advanced = ("max_sensors", "num_examples", "allow_flex_ops", "allow_parity_failure", "serving_base_path")
+    advanced = (
+        "max_sensors", "num_examples", "allow_flex_ops", "allow_parity_failure", "overwrite",
+        "serving_base_path",
+    )  # fmt: skip
     extra = parse_flags(FLAGS, PROGRAM, argv, __doc__, required=("root_dir",), advanced=advanced)
     if isinstance(extra, int):
         return extra
@@ -100,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         check_export_arguments(
             output_dir, FLAGS.model_name, FLAGS.formats, FLAGS.quantizations, FLAGS.max_sensors,
-            FLAGS.num_examples, FLAGS.version,
+            FLAGS.num_examples, FLAGS.version, FLAGS.overwrite,
         )  # fmt: skip
     except ValueError as error:
         return _error(str(error), USAGE_ERROR)
@@ -111,14 +125,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             USAGE_ERROR,
         )
     quiet_library_logs()
+    # SIGTERM (a scheduler, `kill`) unwinds like Ctrl-C, so the export removes what it staged.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         report = export_policy(
             FLAGS.root_dir, output_dir, FLAGS.model_name, FLAGS.formats, FLAGS.quantizations,
             FLAGS.max_sensors, FLAGS.num_examples, FLAGS.allow_flex_ops, FLAGS.version,
             FLAGS.serving_base_path, allow_parity_failure=FLAGS.allow_parity_failure,
+            overwrite=FLAGS.overwrite,
         )  # fmt: skip
     except (OSError, ValueError) as error:  # FileNotFoundError, ParityError, UnsupportedOpsError, ...
         return _error(str(error), EXPORT_FAILED)
+    except KeyboardInterrupt:
+        return _error(f"interrupted; nothing was exported to {output_dir}.", INTERRUPTED)
     print(json.dumps(report["models"], indent=2))
     for name in report.get("parity_failures", []):
         model = report["models"][name]

@@ -25,17 +25,21 @@ model folder is what a model server or a robot's deploy script would pick up:
 from __future__ import annotations
 
 import contextlib
+import glob
+import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from sit_keras import folder_lock
 from sit_keras.agents.networks import policy_network
-from sit_keras.export import saved_model, tflite
+from sit_keras.export import runtime, saved_model, tflite
 from sit_keras.export.metadata import build_metadata
 from sit_keras.export.parity import compare
 from sit_keras.export.policy_model import TrainedPolicy, load_trained_policy
@@ -67,6 +71,7 @@ def check_export_arguments(
     max_sensors: int | None = None,
     num_examples: int = 256,
     version: int | None = None,
+    overwrite: bool = False,
 ) -> None:
     """Raises ``ValueError`` with one sentence for the first argument of ``export_policy`` that cannot work.
 
@@ -108,12 +113,17 @@ def check_export_arguments(
     existing = _nearest_existing(output_dir)
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ValueError(f"Cannot write to {existing!r} (for output_dir {output_dir!r}): permission denied.")
-    if "saved_model" in formats and version is not None:
-        version_dir = os.path.join(output_dir, "saved_model", model_name, str(version))
-        if os.path.exists(version_dir):
-            raise ValueError(
-                f"{version_dir!r} exists; TF Serving versions are immutable: pass another version."
-            )
+    if "saved_model" in formats and version is not None and not overwrite:
+        _check_new_version(output_dir, model_name, version)
+
+
+def _check_new_version(output_dir: str, model_name: str, version: int) -> None:
+    version_dir = os.path.join(output_dir, "saved_model", model_name, str(version))
+    if os.path.exists(version_dir):
+        raise ValueError(
+            f"{version_dir!r} exists; TF Serving versions are immutable: pass another version "
+            "(or --overwrite to replace it)."
+        )
 
 
 def export_policy(
@@ -129,6 +139,7 @@ def export_policy(
     serving_base_path: str = "/models",
     seed: int = 20_000,
     allow_parity_failure: bool = False,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Exports the policy of ``root_dir``; returns (and writes) the export report.
 
@@ -151,16 +162,21 @@ def export_policy(
       serving_base_path: the model server's path of ``<output_dir>/saved_model``.
       allow_parity_failure: export TFLite models that fail parity (recorded
         in the report) instead of failing.
+      overwrite: replace the SavedModel ``version`` if it exists (default:
+        refuse; without ``version`` the next free one is taken).
 
     Raises:
       ValueError: an argument that cannot work (``check_export_arguments``),
         or ``max_sensors`` for a policy without a sensor set.
+      folder_lock.FolderInUse: another export writes into ``output_dir``.
       FileNotFoundError: ``root_dir`` is not a training folder.
       ParityError: a TFLite model failed parity (and ``allow_parity_failure`` is False).
       tflite.UnsupportedOpsError: a TFLite model would need non-built-in ops.
     """
     formats, quantizations = _unique(formats), _unique(quantizations)
-    check_export_arguments(output_dir, model_name, formats, quantizations, max_sensors, num_examples, version)
+    check_export_arguments(
+        output_dir, model_name, formats, quantizations, max_sensors, num_examples, version, overwrite
+    )
     policy = _load_policy(root_dir)
     if max_sensors is not None and not policy.takes_sensor_set:
         raise ValueError(
@@ -169,10 +185,13 @@ def export_policy(
     _check_zero_initial_state(policy)
     options = {"allow_flex_ops": allow_flex_ops, "num_examples": num_examples, "seed": seed}
     serving_dir = os.path.join(output_dir, "saved_model")
-    if "saved_model" in formats and version is None:
-        version = saved_model.next_version(os.path.join(serving_dir, model_name))
-    transaction = _Transaction(output_dir)
+    transaction = _Transaction(output_dir)  # holds output_dir's lock from here
     try:
+        # Chosen under the lock, so that two exports cannot take the same version.
+        if "saved_model" in formats and version is None:
+            version = saved_model.next_version(os.path.join(serving_dir, model_name))
+        elif "saved_model" in formats and not overwrite:
+            _check_new_version(output_dir, model_name, version)
         report: dict[str, Any] = {"root_dir": root_dir, "checkpoint": policy.checkpoint, "models": {}}
         tflite_models: dict[str, Any] = {}
         if "tflite" in formats:  # first: a failed parity check stops the export before the SavedModel
@@ -268,6 +287,8 @@ def _export_tflite(
             parity["failure_allowed"] = True
         metadata = build_metadata(policy, function, "tflite", {**options, "quantization": quantization})
         metadata["export"]["parity"] = parity
+        # What the exported bytes must be: the runtime refuses a file that differs (runtime.check_checksum).
+        metadata["export"]["sha256"] = hashlib.sha256(flatbuffer).hexdigest()
         with open(os.path.join(staging, name + ".json"), "w") as f:
             json.dump(metadata, f, indent=2)
         path = os.path.join(tflite_dir, name + ".tflite")
@@ -275,6 +296,10 @@ def _export_tflite(
         transaction.add(os.path.join(staging, name + ".json"), os.path.join(tflite_dir, name + ".json"))
         models[f"tflite_{quantization}"] = {"path": path, "bytes": len(flatbuffer), "parity": parity}
     return models
+
+
+# Staging folders inside output_dir; the runtime refuses models inside one (runtime.check_not_staged).
+STAGING_PREFIX = runtime.STAGING_PREFIX
 
 
 class _Transaction:
@@ -288,8 +313,17 @@ class _Transaction:
     """
 
     def __init__(self, output_dir: str):
+        self._output_dir = output_dir
         self._created = _make_dirs(output_dir)
-        self._staging = tempfile.mkdtemp(prefix=".sit-export-", dir=output_dir)
+        # One export at a time per output folder (sit_keras.folder_lock), until finish() or abort().
+        self._lock = contextlib.ExitStack()
+        try:
+            self._lock.enter_context(folder_lock.exclusive(output_dir, "sit-export", took_over=_say))
+        except BaseException:
+            self._remove_created_folders()
+            raise
+        _remove_unfinished_exports(output_dir)
+        self._staging = tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=output_dir)
         self._moves: list[tuple[str, str]] = []
         self._done: list[tuple[str, str | None]] = []  # (final path, its backup or None)
 
@@ -314,6 +348,7 @@ class _Transaction:
     def finish(self) -> None:
         """Removes the staging folder (and the replaced files kept in it): the export stands."""
         shutil.rmtree(self._staging, ignore_errors=True)
+        self._lock.close()
 
     def abort(self) -> None:
         for final, backup in reversed(self._done):
@@ -324,10 +359,28 @@ class _Transaction:
             if backup is not None:
                 os.replace(backup, final)
         shutil.rmtree(self._staging, ignore_errors=True)
+        self._lock.close()
+        self._remove_created_folders()
+
+    def _remove_created_folders(self) -> None:
+        if os.path.abspath(self._output_dir) in self._created:  # its lock file is this export's
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(self._output_dir, folder_lock.LOCK_FILE))
         for folder in sorted(set(self._created), key=len, reverse=True):  # deepest first
             # Only if empty: never a folder that holds someone else's files.
             with contextlib.suppress(OSError):
                 os.rmdir(folder)
+
+
+def _say(sentence: str) -> None:
+    print(f"sit-export: {sentence}", file=sys.stderr)
+
+
+def _remove_unfinished_exports(output_dir: str) -> None:
+    """Staging folders of killed exports (under the lock, no other export is running): removed, and said."""
+    for folder in sorted(glob.glob(os.path.join(glob.escape(output_dir), STAGING_PREFIX + "*"))):
+        shutil.rmtree(folder, ignore_errors=True)
+        _say(f"removed {folder}, the staging folder of an export that did not finish.")
 
 
 def _make_dirs(path: str) -> list[str]:

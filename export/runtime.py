@@ -44,6 +44,7 @@ or metadata file raises ``FileNotFoundError``; a damaged one raises
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from typing import Any
@@ -86,6 +87,44 @@ def make_interpreter(model_path: str, num_threads: int = 1) -> Any:
         raise ModelFileError(
             f"{model_path!r} is not a readable TFLite model ({error}); export it again with sit-export."
         ) from error
+
+
+# sit-export writes its models into a folder of this prefix, then moves them into place.
+STAGING_PREFIX = ".sit-export-"
+
+
+def check_not_staged(model_path: str) -> None:
+    """Refuses a model inside an export's staging folder: that export was killed before it finished.
+
+    Raises:
+      ModelFileError: naming the folder.
+    """
+    parts = os.path.abspath(model_path).split(os.sep)
+    staged = [part for part in parts if part.startswith(STAGING_PREFIX)]
+    if staged:
+        raise ModelFileError(
+            f"{model_path!r} lies in {staged[0]!r}, the staging folder of an export that did not finish; "
+            "its models were never checked: export the policy again with sit-export."
+        )
+
+
+def check_checksum(model_path: str, metadata: dict[str, Any], metadata_file: str) -> None:
+    """Refuses a model whose bytes differ from the SHA-256 its export recorded (exports since it was added).
+
+    Raises:
+      ModelFileError: naming both files.
+    """
+    export = metadata.get("export")
+    recorded = export.get("sha256") if isinstance(export, dict) else None
+    if recorded is None:
+        return
+    with open(model_path, "rb") as f:
+        actual = hashlib.sha256(f.read()).hexdigest()
+    if actual != recorded:
+        raise ModelFileError(
+            f"{model_path!r} does not match the SHA-256 recorded in {metadata_file!r}: the file is damaged "
+            "or was changed after export; export the policy again with sit-export."
+        )
 
 
 def metadata_path(model_path: str) -> str:
@@ -201,7 +240,9 @@ class TFLitePolicy:
         for path in (model_path, metadata_file):
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"{path!r} does not exist; export a policy with sit-export first.")
+        check_not_staged(model_path)
         self.metadata: dict[str, Any] = read_metadata(metadata_file)
+        check_checksum(model_path, self.metadata, metadata_file)
         self._interpreter = make_interpreter(model_path, int(num_threads))
         self._runner = self._interpreter.get_signature_runner()
         self._inputs = {

@@ -185,7 +185,7 @@ def test_a_failed_export_leaves_nothing_and_restores_what_it_replaced(cnn_root, 
     with pytest.raises(OSError, match="Input/output"):
         export_policy(cnn_root, str(output), quantizations=["float32"], num_examples=6)
     assert _tree(output) == before  # version 2 removed, the replaced TFLite files and report restored
-    assert sorted(os.listdir(output)) == ["export_report.json", "saved_model", "tflite"]
+    assert sorted(os.listdir(output)) == [".lock", "export_report.json", "saved_model", "tflite"]
 
 
 def _run_cli(capsys, *argv: str) -> tuple[int, str, str]:

@@ -124,6 +124,13 @@ def test_damaged_files_are_named(models, tmp_path):
     shutil.copy(metadata_path(source), metadata_path(model))
     with open(model, "wb") as f:
         f.write(b"not a flatbuffer" * 4)
+    with pytest.raises(ModelFileError, match="damaged.tflite' does not match the SHA-256 recorded in"):
+        TFLitePolicy(model)
+    with open(metadata_path(source)) as f:  # an export from before checksums: the interpreter finds it
+        metadata = json.load(f)
+    del metadata["export"]["sha256"]
+    with open(metadata_path(model), "w") as f:
+        json.dump(metadata, f)
     with pytest.raises(ModelFileError, match="damaged.tflite' is not a readable TFLite model"):
         TFLitePolicy(model)
     shutil.copy(source, model)

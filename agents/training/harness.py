@@ -61,6 +61,7 @@ import importlib
 import json
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -75,11 +76,11 @@ from tf_agents.train import learner, triggers
 from tf_agents.train.utils import spec_utils, train_utils
 from tqdm import tqdm
 
-from sit_keras import mixed_precision, xla
+from sit_keras import folder_lock, mixed_precision, xla
 from sit_keras.agents import evaluate
 from sit_keras.agents.environments import load
 from sit_keras.agents.networks import policy_network
-from sit_keras.agents.training import checkpoints
+from sit_keras.agents.training import checkpoints, run_record
 from sit_keras.agents.training.collection import (
     EpisodeSuccessMetric,
     FixedLengthDriver,
@@ -399,18 +400,41 @@ def train_eval(root_dir: str, strategy: tf.distribute.Strategy | None = None, **
     strategy = strategy or tf.distribute.get_strategy()
     created = not os.path.exists(root_dir)
     os.makedirs(root_dir, exist_ok=True)
-    # Python's, NumPy's and TensorFlow's seeds: unseeded Keras initializers draw from Python's.
-    tf_keras.utils.set_random_seed(run_settings.seed)
-    if run_settings.deterministic:
-        tf.config.experimental.enable_op_determinism()
     with contextlib.ExitStack() as cleanup:
+        # One writer per run folder, for the whole run (sit_keras.folder_lock).
+        try:
+            cleanup.enter_context(folder_lock.exclusive(root_dir, _program(), took_over=_say))
+        except folder_lock.FolderInUse as error:
+            raise SettingsError(str(error)) from error
+        # A resume must be the same run (run_record), from checkpoints that can be read: checked
+        # before anything is built or written.
+        values = hyperparameters(run_settings, settings)
+        try:
+            resumed = run_record.check_resume(root_dir, values)
+            checkpoints.check_readable(root_dir)
+        except ValueError as error:
+            raise SettingsError(str(error)) from error
+        # Python's, NumPy's and TensorFlow's seeds: unseeded Keras initializers draw from Python's.
+        tf_keras.utils.set_random_seed(run_settings.seed)
+        if run_settings.deterministic:
+            tf.config.experimental.enable_op_determinism()
         try:
             algorithm, loop = _set_up(root_dir, module, run_settings, settings, strategy, cleanup)
         except ValueError as error:
             if created:  # nothing of a run that never started stays behind
                 cleanup.callback(shutil.rmtree, root_dir, ignore_errors=True)
             raise SettingsError(str(error)) from error
+        run_record.record(root_dir, values, loop.env_steps(), resumed)
         return algorithm.train(loop)
+
+
+def _program() -> str:
+    """The command that runs this process (``sit-train``, a benchmark script), for lock records."""
+    return os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+
+
+def _say(sentence: str) -> None:
+    print(f"{_program()}: {sentence}", file=sys.stderr)
 
 
 def _settings(overrides: Mapping[str, Any], strategy) -> tuple[Any, RunSettings, Any]:

@@ -1,0 +1,168 @@
+"""Damaged files are reported with their path, never silently used or replaced.
+
+Checkpoints (truncated or missing data, a garbled or missing index), an
+exported TFLite file changed after export, the staging copy of an export that
+was killed, and an export stopped by SIGTERM.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sit_keras import folder_lock
+from sit_keras.export import exporter, runtime
+from sit_keras.export.random_policy import write_example_policy_folder
+
+BIN = os.path.dirname(sys.executable)
+TINY_PPO = [
+    "train_eval.env_name = 'minigrid:LavaGapS5'", "train_eval.num_envs = 2", "train_eval.encoder = 'cnn'",
+    "train_eval.encoder_kwargs = {'filters': (4,), 'strides': 1, 'output_dim': 8}",
+    "ppo.collect_steps_per_env = 8", "ppo.num_minibatches = 2", "ppo.drac_coef = 0.0",
+    "train_eval.num_eval_episodes = 0", "train_eval.progress = False",
+]  # fmt: skip
+
+
+def _run(*command: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [os.path.join(BIN, command[0]), *command[1:]], capture_output=True, text=True, timeout=600
+    )
+
+
+def _train(root_dir: str, total_env_steps: int) -> subprocess.CompletedProcess:
+    bindings = [*TINY_PPO, f"train_eval.total_env_steps = {total_env_steps}"]
+    return _run("sit-train", "--root_dir", root_dir, *[a for b in bindings for a in ("--gin_bindings", b)])
+
+
+def _tree(folder: str) -> dict[str, str]:
+    tree = {}
+    for directory, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(directory, name)
+            with open(path, "rb") as f:
+                tree[os.path.relpath(path, folder)] = hashlib.sha1(f.read()).hexdigest()
+    tree.pop(folder_lock.LOCK_FILE, None)
+    return tree
+
+
+def _one_sentence(result: subprocess.CompletedProcess, program: str) -> str:
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{program}: "), result.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> str:
+    root_dir = str(tmp_path_factory.mktemp("trained") / "run")
+    result = _train(root_dir, 32)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return root_dir
+
+
+def _data_file(folder: str) -> str:
+    (path,) = glob.glob(os.path.join(folder, "checkpoints", "ckpt-*.data-*"))
+    return path
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def _truncate(path: str) -> None:
+    with open(path, "r+b") as f:
+        f.truncate(100)
+
+
+@pytest.mark.parametrize(
+    "damage, named",
+    [
+        (lambda root: _truncate(_data_file(root)), "checkpoints/ckpt-8 cannot be read"),
+        (lambda root: os.remove(_data_file(root)), "checkpoints/ckpt-8 cannot be read"),
+        (lambda root: _write(os.path.join(root, "checkpoints", "checkpoint"), "garbage{{"),
+         "checkpoints/checkpoint is missing or damaged"),
+        (lambda root: os.remove(os.path.join(root, "checkpoints", "checkpoint")),
+         "checkpoints/checkpoint is missing or damaged"),
+    ],
+    ids=["truncated data", "missing data", "garbled index", "missing index"],
+)  # fmt: skip
+def test_a_damaged_checkpoint_is_named_and_the_run_is_not_restarted(trained, tmp_path, damage, named):
+    root_dir = str(tmp_path / "run")
+    shutil.copytree(trained, root_dir)
+    damage(root_dir)
+    before = _tree(root_dir)
+    message = _one_sentence(_train(root_dir, 48), "sit-train")
+    assert f"{root_dir}/{named}" in message and "nothing was changed" in message, message
+    assert _tree(root_dir) == before  # no new checkpoint, config or events: not restarted from step 0
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> str:
+    root = str(tmp_path_factory.mktemp("policy"))
+    write_example_policy_folder(root, "cnn")
+    exporter.export_policy(root, os.path.join(root, "export"), formats=["tflite"], quantizations=["float32"])
+    return os.path.join(root, "export", "tflite", "policy_float32.tflite")
+
+
+def test_a_changed_tflite_file_is_refused_by_the_runtime_and_sit_eval(exported, tmp_path):
+    runtime.TFLitePolicy(exported)  # as exported: loads
+    flipped = str(tmp_path / "policy_float32.tflite")
+    shutil.copy(exported, flipped)
+    shutil.copy(runtime.metadata_path(exported), runtime.metadata_path(flipped))
+    with open(flipped, "r+b") as f:  # one bit of a weight, far from the header: still a valid model
+        f.seek(os.path.getsize(flipped) // 2)
+        byte = f.read(1)[0]
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte ^ 0x10]))
+    with pytest.raises(runtime.ModelFileError, match="does not match the SHA-256 recorded in"):
+        runtime.TFLitePolicy(flipped)
+    message = _one_sentence(_run("sit-eval", f"--tflite={flipped}", "--num_episodes=1"), "sit-eval")
+    assert flipped in message and "SHA-256" in message
+
+
+def test_a_killed_exports_staging_copy_is_refused_and_cleared_by_the_next_export(exported, tmp_path):
+    output = tmp_path / "export"
+    staged = output / f"{runtime.STAGING_PREFIX}killed" / "tflite"
+    staged.mkdir(parents=True)
+    shutil.copy(exported, staged / "policy_float32.tflite")
+    shutil.copy(runtime.metadata_path(exported), staged / "policy_float32.json")
+    with pytest.raises(runtime.ModelFileError, match="staging folder of an export that did not finish"):
+        runtime.TFLitePolicy(str(staged / "policy_float32.tflite"))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(exported)))
+    result = _run(
+        "sit-export", f"--root_dir={root}", f"--output_dir={output}", "--formats=tflite",
+        "--quantizations=float32", "--num_examples=4",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"removed {output}/{runtime.STAGING_PREFIX}killed, the staging folder" in result.stderr
+    assert not glob.glob(str(output / f"{runtime.STAGING_PREFIX}*"))
+
+
+def test_sigterm_during_an_export_leaves_nothing(exported, tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(exported)))
+    output = tmp_path / "export"
+    command = [
+        os.path.join(BIN, "sit-export"), f"--root_dir={root}", f"--output_dir={output}", "--formats=tflite",
+        "--quantizations=float32,float16,int8", "--num_examples=64", "--allow_parity_failure",
+    ]  # fmt: skip
+    with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as export:
+        deadline = time.time() + 300
+        while time.time() < deadline and export.poll() is None:
+            if glob.glob(str(output / f"{runtime.STAGING_PREFIX}*" / "tflite" / "*.tflite")):
+                break
+            time.sleep(0.05)
+        assert export.poll() is None, "the export ended before a model was staged"
+        export.send_signal(signal.SIGTERM)
+        _, stderr = export.communicate(timeout=120)
+    assert export.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1] == f"sit-export: interrupted; nothing was exported to {output}."
+    assert not output.exists()  # the folder, its staging copy and its lock: this export created them all
