@@ -17,7 +17,7 @@ import logging as std_logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import gin
 import tensorflow as tf
@@ -28,7 +28,7 @@ from sit_keras.agents.training import harness
 from sit_keras.agents.training.harness import train_eval
 from sit_keras.command_line import flags_help, quiet_library_logs, wants_help
 
-__all__ = ["STRATEGIES", "main", "make_strategy", "parse_gin", "train_eval"]
+__all__ = ["STRATEGIES", "define_flags", "fail", "main", "make_strategy", "parse_gin", "run", "train_eval"]
 
 STRATEGIES = ("default", "mirrored", "multi_worker")
 
@@ -84,22 +84,37 @@ def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str]) -> None:
 
 
 _FLAGS = flags.FLAGS
+PROGRAM = "sit-train"
 
 
-def _define_flags() -> None:
-    flags.DEFINE_string("root_dir", None, "Output folder; rerun with the same one to resume.")
-    flags.DEFINE_multi_string("gin_file", [], "Gin config files (configs/...).")
-    flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings, e.g. 'train_eval.num_envs = 8'.")
-    flags.DEFINE_enum("strategy", "default", list(STRATEGIES), "tf.distribute strategy of the learner.")
+def define_flags(flag_values: flags.FlagValues = _FLAGS) -> None:
+    """sit-train's flags (also sit-distill's, ``agents/distill.py``)."""
+    flags.DEFINE_string(
+        "root_dir", None, "Output folder; rerun with the same one to resume.", flag_values=flag_values
+    )
+    flags.DEFINE_multi_string("gin_file", [], "Gin config files (configs/...).", flag_values=flag_values)
+    flags.DEFINE_multi_string(
+        "gin_bindings", [], "Gin bindings, e.g. 'train_eval.num_envs = 8'.", flag_values=flag_values
+    )
+    flags.DEFINE_enum(
+        "strategy",
+        "default",
+        list(STRATEGIES),
+        "tf.distribute strategy of the learner.",
+        flag_values=flag_values,
+    )
     # Passed to the trainer only when given: otherwise the config's binding (or the default) holds.
-    xla.define_jit_compile_flag()
-    mixed_precision.define_precision_flag()
+    xla.define_jit_compile_flag(flag_values)
+    mixed_precision.define_precision_flag(flag_values)
     flags.DEFINE_bool(
         "deterministic", None,
         "Rerun-exact training: deterministic kernels, replay read after collection (slower); "
         "default: train_eval.deterministic.",
+        flag_values=flag_values,
     )  # fmt: skip
-    flags.register_multi_flags_validator(["strategy", "jit_compile"], _check_jit_compile_strategy)
+    flags.register_multi_flags_validator(
+        ["strategy", "jit_compile"], _check_jit_compile_strategy, flag_values=flag_values
+    )
 
 
 def _check_jit_compile_strategy(values: Mapping[str, Any]) -> bool:
@@ -113,15 +128,17 @@ def _check_jit_compile_strategy(values: Mapping[str, Any]) -> bool:
 
 
 # --help: sit-train's flags (absl's global FLAGS also holds absl's own), grouped.
-_FLAG_MODULES = (__name__, xla.__name__, mixed_precision.__name__)
-_ADVANCED_FLAGS = ("strategy", "jit_compile", "precision", "deterministic")
+FLAG_MODULES = (__name__, xla.__name__, mixed_precision.__name__)
+ADVANCED_FLAGS = ("strategy", "jit_compile", "precision", "deterministic")
+# Given on the command line, these flags override the gin configuration's binding.
+_OVERRIDING_FLAGS = ("jit_compile", "precision", "deterministic")
 
 
 def main(argv: Sequence[str] | None = None) -> int | None:
     """Entry point of ``sit-train`` (``argv[0]`` is the program, as ``app.run`` takes it)."""
-    _define_flags()
+    define_flags()
     if wants_help((sys.argv if argv is None else argv)[1:]):
-        print(flags_help(__doc__, _FLAGS, ("root_dir",), _ADVANCED_FLAGS, modules=_FLAG_MODULES))
+        print(flags_help(__doc__, _FLAGS, ("root_dir",), ADVANCED_FLAGS, modules=FLAG_MODULES))
         return 0
     flags.mark_flag_as_required("root_dir")
     app.run(_main, argv=argv)
@@ -130,22 +147,30 @@ def main(argv: Sequence[str] | None = None) -> int | None:
 def _main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    run(PROGRAM, _FLAGS.gin_bindings)
+
+
+def run(program: str, gin_bindings: Sequence[str], flag_values: flags.FlagValues = _FLAGS) -> None:
+    """Trains as the parsed ``define_flags`` flags say, with ``gin_bindings`` for ``--gin_bindings``.
+
+    A mistake is one sentence on stderr, ``program: ...``, and exit status 1.
+    """
     quiet_library_logs()
-    given = [name for name in ("jit_compile", "precision", "deterministic") if _FLAGS[name].present]
-    overrides = {name: _FLAGS[name].value for name in given}
+    given = [name for name in _OVERRIDING_FLAGS if flag_values[name].present]
+    overrides = {name: flag_values[name].value for name in given}
     try:
-        parse_gin(_FLAGS.gin_file, _FLAGS.gin_bindings)
-        strategy = make_strategy(_FLAGS.strategy)
+        parse_gin(flag_values.gin_file, gin_bindings)
+        strategy = make_strategy(flag_values.strategy)
     except ValueError as error:
-        _fail(error)
+        fail(program, error)
     try:
-        results = train_eval(_FLAGS.root_dir, strategy=strategy, **overrides)
+        results = train_eval(flag_values.root_dir, strategy=strategy, **overrides)
     except harness.SettingsError as error:
-        _fail(error)
+        fail(program, error)
     print(harness.summary_line(results))
 
 
-def _fail(error: Exception) -> None:
+def fail(program: str, error: Exception | str) -> NoReturn:
     """A user's mistake: one sentence on stderr, exit status 1."""
-    print(f"sit-train: {error}", file=sys.stderr)
+    print(f"{program}: {error}", file=sys.stderr)
     sys.exit(1)

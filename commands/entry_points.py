@@ -24,7 +24,7 @@ COMMANDS: dict[str, str] = {
     "sit-eval": "sit_keras.commands.evaluate",
     "sit-train-supervised": "sit_keras.supervised.train",
     "sit-export": "sit_keras.export.cli",
-    "sit-distill": "sit_keras.agents.algorithms.bc",
+    "sit-distill": "sit_keras.agents.distill",
 }
 """Console script -> the module whose ``main()`` it runs."""
 

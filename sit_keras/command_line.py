@@ -64,6 +64,8 @@ def flags_help(
     required: Collection[str] = (),
     advanced: Collection[str] = (),
     modules: Collection[str] | None = None,
+    hidden: Collection[str] = (),
+    sections: Sequence[str] = (),
 ) -> str:
     """A command's ``--help``: ``doc``'s first paragraph, then its flags one line each, grouped.
 
@@ -74,12 +76,15 @@ def flags_help(
         command is "common".
       modules: the modules whose flags are the command's (for absl's global
         ``FLAGS``, which also holds absl's own); ``None``: all of ``flag_values``.
+      hidden: flag names left out (deprecated ones, which ``--helpfull`` still lists).
+      sections: lines shown after the flags (e.g. the gin bindings that matter).
     """
     if modules is None:
         own = [flag_values[name] for name in sorted(flag_values) if flag_values[name].name == name]
     else:
         by_module = flag_values.flags_by_module_dict()
         own = sorted({flag for module in modules for flag in by_module.get(module, [])}, key=lambda f: f.name)
+    own = [flag for flag in own if flag.name not in hidden]
     groups = {
         "Required": [f for f in own if f.name in required],
         "Common": [f for f in own if f.name not in required and f.name not in advanced],
@@ -90,6 +95,8 @@ def flags_help(
     for title, members in groups.items():
         if members:
             lines += [f"{title} flags:", *(_one_line(flag, width) for flag in members), ""]
+    if sections:
+        lines += [*sections, ""]
     lines += [
         "Output:",
         f"  {'--verbose':<{width}}{VERBOSE_HELP}",

@@ -12,8 +12,12 @@ What this file proves:
   ``policy_network.restore_network`` reads, ``policy_network.json``, saved
   greedy policy, ``evaluations.json`` with the student's evaluation beside
   the teacher's in the results) on which ``sit-eval`` runs and which a rerun
-  resumes; the rebuilt network acts as the saved policy; the CLI runs and
-  refuses bad settings with one sentence (``large``);
+  resumes; the rebuilt network acts as the saved policy;
+- ``sit-distill`` is ``sit-train`` with the BC agent: its run folder is the
+  one ``harness.train_eval`` writes with the same settings as keywords (what
+  the old command ran), the old flags give the same ``config.gin`` and name
+  the binding that replaces each (``large``); every old flag is the binding it
+  announces; a bad old value or a bad setting is one sentence and exit status 1;
 - ``previous_action_noise`` (A.4.2) is recorded with the student, which acts
   without it, and is refused for students without a previous action;
 - bad settings raise a ``harness.SettingsError`` (a ``ValueError``) that says
@@ -25,6 +29,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -33,11 +38,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_probability as tfp
+from absl import flags
 from tensorboard.plugins.hparams import plugin_data_pb2
 from tf_agents.policies import random_py_policy
 from tf_agents.trajectories import time_step as ts
 
-from sit_keras.agents import evaluate, train
+from sit_keras.agents import distill, evaluate, train
 from sit_keras.agents.algorithms import bc
 from sit_keras.agents.environments import load
 from sit_keras.agents.networks import policy_network
@@ -114,7 +120,7 @@ def test_settings_errors_are_clear(tmp_path):
     # No environment, and a teacher folder without policy_network.json to read it from.
     with pytest.raises(
         harness.SettingsError,
-        match=r"No environment given.*no policy_network.json.*train_eval.env_name \(sit-distill --env\)",
+        match=r"No environment given.*no policy_network.json.*set train_eval.env_name\.",
     ):
         run(num_envs=2, total_env_steps=40, sequence_length=10)
     # No teacher policy (policies/greedy_policy/saved_model.pb) in the teacher's folder.
@@ -217,36 +223,225 @@ def _tags(log_dir: str, hparams: bool = False):
     return values if hparams else tags
 
 
-@pytest.mark.large
-def test_sit_distill_cli(teacher, tmp_path):
-    root_dir = tmp_path / "cli"
-    run = subprocess.run(
-        [
-            sys.executable, "-m", "sit_keras.agents.algorithms.bc", "--root_dir", str(root_dir),
-            "--teacher_dir", teacher, "--num_envs", "2", "--total_env_steps", "40",
-            "--sequence_length", "10", "--num_epochs", "1", "--fc_layer_params", "8",
-            "--encoder_kwargs", '{"output_dim": 8}', "--num_eval_episodes", "2",
-        ],
-        capture_output=True, text=True, timeout=300,
+# sit-distill is sit-train with the BC agent (agents/distill.py). A tiny student: 2 streams of 20
+# teacher steps in chunks of 10, 1 epoch: 2 gradient steps; 2 evaluation episodes.
+TINY_STUDENT = {
+    "train_eval.num_envs": 2, "train_eval.total_env_steps": 40, "bc.sequence_length": 10, "bc.num_epochs": 1,
+    "bc.fc_layer_params": (8,), "train_eval.encoder_kwargs": {"output_dim": 8},
+    "train_eval.num_eval_episodes": 2,
+}  # fmt: skip
+# The same student with the old sit-distill's flags.
+TINY_STUDENT_OLD_FLAGS = [
+    "--num_envs", "2", "--total_env_steps", "40", "--sequence_length", "10", "--num_epochs", "1",
+    "--fc_layer_params", "8", "--encoder_kwargs", '{"output_dim": 8}', "--num_eval_episodes", "2",
+]  # fmt: skip
+
+
+def _sit_distill(*args: str) -> subprocess.CompletedProcess:
+    """The installed console script (absl's flags and app.run are once per process)."""
+    return subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "sit-distill"), *args],
+        capture_output=True, text=True, timeout=600,
     )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def new_form_run(teacher, tmp_path_factory):
+    """``sit-distill --root_dir R --teacher_dir T --gin_bindings ...``, the tiny student: (R, the process)."""
+    root_dir = tmp_path_factory.mktemp("new_form") / "student"
+    bindings = [
+        arg for name, value in TINY_STUDENT.items() for arg in ("--gin_bindings", f"{name} = {value!r}")
+    ]
+    return root_dir, _sit_distill("--root_dir", str(root_dir), "--teacher_dir", teacher, *bindings)
+
+
+def _layout(root_dir) -> list[str]:
+    """The files of a run folder; event files, whose names hold a time and a host, by their folder."""
+    paths = (os.path.relpath(path, root_dir) for path in glob.glob(f"{root_dir}/**", recursive=True))
+    return sorted({path.partition("events.out.tfevents.")[0] for path in paths})
+
+
+@pytest.mark.large
+def test_sit_distill_trains_a_student_as_the_old_command_did(teacher, new_form_run, tmp_path):
+    root_dir, run = new_form_run
     assert run.returncode == 0, run.stderr[-3000:]
-    # 2 streams of 20 steps in chunks of 10: 2 gradient steps; the teacher's and the student's returns.
+    assert "deprecated" not in run.stderr
+    # 2 gradient steps; the teacher's and the student's returns.
     assert "'train_step': 2" in run.stdout and "'teacher'" in run.stdout
     assert "'EvalAverageReturn'" in run.stdout
-    assert (root_dir / "policies" / "greedy_policy" / "saved_model.pb").exists()
+    # The old sit-distill called harness.train_eval with its settings as keywords: the same folder.
+    before = tmp_path / "before"
+    gin.clear_config()
+    settings = {name.partition(".")[2]: value for name, value in TINY_STUDENT.items()}
+    harness.train_eval(str(before), agent="bc", teacher_dir=teacher, **settings)
+    assert _layout(root_dir) == _layout(before)
+    assert {"policies/greedy_policy/saved_model.pb", bc.DATA_FILE, "checkpoints", "train/"} <= set(
+        _layout(root_dir)
+    )
+    assert (root_dir / harness.CONFIG_FILE).read_text() == (before / harness.CONFIG_FILE).read_text()
+    assert policy_network.read_description(str(root_dir)) == policy_network.read_description(str(before))
     assert len(json.loads((root_dir / harness.EVALUATIONS_FILE).read_text())) == 1
 
-    # A bad setting: one sentence and exit status 1, nothing written.
-    bad = subprocess.run(
-        [
-            sys.executable, "-m", "sit_keras.agents.algorithms.bc", "--root_dir", str(tmp_path / "bad"),
-            "--teacher_dir", teacher, "--num_envs", "2", "--total_env_steps", "40", "--sequence_length", "7",
-        ],
-        capture_output=True, text=True, timeout=300,
+
+@pytest.mark.large
+def test_the_old_flags_run_the_same_student_and_name_their_bindings(teacher, new_form_run, tmp_path):
+    new_root_dir, _ = new_form_run
+    root_dir = tmp_path / "old_form"
+    run = _sit_distill("--root_dir", str(root_dir), "--teacher_dir", teacher, *TINY_STUDENT_OLD_FLAGS)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stderr.splitlines()[:8] == [
+        "sit-distill: --num_envs is deprecated; use --gin_bindings 'train_eval.num_envs = 2'.",
+        "sit-distill: --total_env_steps is deprecated; use --gin_bindings 'train_eval.total_env_steps = 40'.",
+        "sit-distill: --encoder_kwargs is deprecated; use --gin_bindings "
+        "\"train_eval.encoder_kwargs = {'output_dim': 8}\".",
+        "sit-distill: --fc_layer_params is deprecated; use --gin_bindings 'bc.fc_layer_params = (8,)'.",
+        "sit-distill: --sequence_length is deprecated; use --gin_bindings 'bc.sequence_length = 10'.",
+        "sit-distill: --num_epochs is deprecated; use --gin_bindings 'bc.num_epochs = 1'.",
+        "sit-distill: --num_eval_episodes is deprecated; use --gin_bindings "
+        "'train_eval.num_eval_episodes = 2'.",
+        run.stderr.splitlines()[7],  # the progress bar
+    ]
+    assert "deprecated" not in run.stderr.splitlines()[7]
+    assert (root_dir / harness.CONFIG_FILE).read_text() == (new_root_dir / harness.CONFIG_FILE).read_text()
+
+
+# Every old flag, none at its default, and the binding each one stands for.
+EVERY_OLD_FLAG = {
+    "env": (ENV, "train_eval.env_name = 'gymnasium:Pendulum-v1'"),
+    "env_kwarg": ("g=9.5", "train_eval.env_kwargs = {'g': 9.5}"),
+    "num_envs": ("4", "train_eval.num_envs = 4"),
+    "total_env_steps": ("800", "train_eval.total_env_steps = 800"),
+    "encoder": ("attention_neuron", "train_eval.encoder = 'attention_neuron'"),
+    "encoder_kwargs": ('{"output_dim": 8, "num_queries": 4}',
+                       "train_eval.encoder_kwargs = {'output_dim': 8, 'num_queries': 4}"),
+    "fc_layer_params": ("8,4", "bc.fc_layer_params = (8, 4)"),
+    "sequence_length": ("20", "bc.sequence_length = 20"),
+    "num_epochs": ("3", "bc.num_epochs = 3"),
+    "learning_rate": ("0.002", "bc.learning_rate = 0.002"),
+    "anneal_learning_rate": (None, "bc.anneal_learning_rate = True"),
+    "max_grad_norm": ("1.5", "bc.max_grad_norm = 1.5"),
+    "dagger_rounds": ("1", "bc.dagger_rounds = 1"),
+    "dagger_teacher_probability": ("0.25", "bc.dagger_teacher_probability = 0.25"),
+    "previous_action_noise": ("0.03", "bc.previous_action_noise = 0.03"),
+    "num_eval_episodes": ("0", "train_eval.num_eval_episodes = 0"),
+    "seed": ("7", "train_eval.seed = 7"),
+}  # fmt: skip
+
+
+def _parsed(*args: str) -> flags.FlagValues:
+    """sit-distill's flags parsed from ``args``, on their own ``FlagValues``."""
+    flag_values = flags.FlagValues()
+    distill.define_flags(flag_values)
+    flag_values(["sit-distill", *args])
+    return flag_values
+
+
+def _run_config(bindings: list[str]) -> str:
+    """The ``config.gin`` a run with ``bindings`` would write (the run's checks, nothing built)."""
+    gin.clear_config()
+    try:
+        train.parse_gin([], bindings)
+        _, run_settings, settings = harness._settings({}, None)
+        return harness.run_config(run_settings, settings)
+    finally:
+        gin.clear_config()
+
+
+def test_every_old_flag_is_the_gin_binding_it_announces(teacher):
+    assert set(EVERY_OLD_FLAG) == set(distill.OLD_FLAGS)
+    old_args = [arg for name, (value, _) in EVERY_OLD_FLAG.items() for arg in (f"--{name}", value) if arg]
+    bindings, notices = distill.gin_bindings(_parsed("--root_dir", "r", "--teacher_dir", teacher, *old_args))
+    expected = [binding for _, binding in EVERY_OLD_FLAG.values()]
+    assert bindings == ["train_eval.agent = 'bc'", f"bc.teacher_dir = {teacher!r}", *expected]
+    assert len(notices) == len(EVERY_OLD_FLAG)
+    assert notices[-1] == "--seed is deprecated; use --gin_bindings 'train_eval.seed = 7'."
+    assert notices[1] == (
+        "--env_kwarg is deprecated; use --gin_bindings \"train_eval.env_kwargs = {'g': 9.5}\"."
+    )
+    # The settings of the run are those of the new form, sit-train's bindings.
+    new_args = [arg for binding in expected for arg in ("--gin_bindings", binding)]
+    new_bindings, new_notices = distill.gin_bindings(
+        _parsed("--root_dir", "r", "--teacher_dir", teacher, *new_args)
+    )
+    assert new_notices == [] and new_bindings == bindings
+    config = _run_config(bindings)
+    assert "bc.dagger_rounds = 1" in config and "train_eval.env_kwargs = {'g': 9.5}" in config
+    assert config == _run_config(["train_eval.agent = 'bc'", f"bc.teacher_dir = {teacher!r}", *expected])
+    # Explicit bindings come after the old flags' and win.
+    bindings, _ = distill.gin_bindings(
+        _parsed(
+            "--root_dir",
+            "r",
+            "--teacher_dir",
+            teacher,
+            "--num_epochs",
+            "3",
+            "--gin_bindings",
+            "bc.num_epochs = 5",
+        )
+    )
+    assert "bc.num_epochs = 5" in _run_config(bindings)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--num_epochs", "many"), "--num_epochs 'many' is not an integer (bc.num_epochs)."),
+        (("--learning_rate", "fast"), "--learning_rate 'fast' is not a number (bc.learning_rate)."),
+        (("--fc_layer_params", "8,x"),
+         "--fc_layer_params '8,x' is not comma-separated integers (bc.fc_layer_params)."),
+        (("--encoder_kwargs", "[8]"),
+         "--encoder_kwargs '[8]' is not a JSON object (train_eval.encoder_kwargs)."),
+        (("--encoder_kwargs", "{8}"),
+         "--encoder_kwargs '{8}' is not a JSON object (train_eval.encoder_kwargs; Expecting property name "
+         "enclosed in double quotes: line 1 column 2 (char 1))."),
+        (("--env_kwarg", "g"), "--env_kwarg must be key=value with a keyword name as key; received 'g'."),
+    ],
+)  # fmt: skip
+def test_a_bad_old_flag_value_is_one_sentence(args, message):
+    with pytest.raises(ValueError) as raised:
+        distill.gin_bindings(_parsed("--root_dir", "r", "--teacher_dir", "t", *args))
+    assert str(raised.value) == message
+
+
+def test_sit_distill_help_says_it_is_sit_train_and_lists_the_bindings():
+    run = _sit_distill("--help")
+    assert run.returncode == 0 and run.stderr == ""
+    assert "``sit-train`` with the behaviour-cloning agent" in run.stdout
+    # sit-train's flags and --teacher_dir; the old flags as the bindings that replace them.
+    flag_lines = [line.split()[0] for line in run.stdout.splitlines() if line.lstrip().startswith("--")]
+    assert {
+        "--root_dir",
+        "--teacher_dir",
+        "--gin_file",
+        "--gin_bindings",
+        "--strategy",
+        "--jit_compile",
+    } <= set(flag_lines)
+    assert not {f"--{name}" for name in distill.OLD_FLAGS} & set(flag_lines)
+    for name, old in distill.OLD_FLAGS.items():
+        assert re.search(rf"^  {re.escape(old.binding)} = .*\[--{name}\]$", run.stdout, re.MULTILINE), name
+    assert "  bc.num_epochs = 10 " in run.stdout and "  train_eval.num_envs = 16 " in run.stdout
+
+
+def test_sit_distill_refuses_a_bad_old_flag_value_in_one_line(tmp_path):
+    root_dir = tmp_path / "bad"
+    run = _sit_distill("--root_dir", str(root_dir), "--teacher_dir", "runs/t", "--num_epochs", "many")
+    assert run.returncode == 1
+    assert run.stderr.splitlines() == ["sit-distill: --num_epochs 'many' is not an integer (bc.num_epochs)."]
+    assert run.stdout == "" and not root_dir.exists()
+
+
+def test_sit_distill_refuses_bad_settings_as_sit_train_does(teacher, tmp_path):
+    root_dir = tmp_path / "bad"
+    run = _sit_distill(
+        "--root_dir", str(root_dir), "--teacher_dir", teacher, "--gin_bindings", "train_eval.num_envs = 2",
+        "--gin_bindings", "train_eval.total_env_steps = 40", "--gin_bindings", "bc.sequence_length = 7",
     )  # fmt: skip
-    assert bad.returncode == 1, bad.stderr[-3000:]
-    assert "multiple of sequence_length = 7" in bad.stderr and "Traceback" not in bad.stderr
-    assert not (tmp_path / "bad").exists()
+    assert run.returncode == 1
+    (line,) = run.stderr.splitlines()
+    assert line.startswith("sit-distill: total_env_steps = 40 must be") and "sequence_length = 7" in line
+    assert not root_dir.exists()
 
 
 def test_dagger_rounds_record_the_students_states_with_the_teachers_labels(teacher, tmp_path):

@@ -292,11 +292,13 @@ CAVEFLYER = "configs/procgen/caveflyer_sit.gin"
 MUST_FAIL = [
     ("sit-train", ("--root_dir", "runs/x", "--gin_file", CAVEFLYER, "--no_such_flag")),
     ("sit-train", ("--root_dir", "runs/x", "--gin_file", "configs/procgen/no_such_config.gin")),
-    ("sit-train", ("--root_dir", "runs/x", "--gin_file", CAVEFLYER, "--gin_bindings", "sac.batch_size = 64")),
+    ("sit-train", ("--root_dir", "runs/x", "--gin_file", CAVEFLYER, "--gin_bindings", "sac.discount=1")),
     ("sit-train", ("--root_dir", "runs/x", "--gin_bindings", "ppo.num_minibatches = 7")),
     ("sit-eval", ("--policy_dir", "runs/x", "--transfrom", "rot90")),
     ("sit-export", ("--root_dir", "runs/x", "--num_examples", "many")),
     ("sit-distill", ("--root_dir", "runs/x", "--teacher_dir", "runs/y", "--dagger_round", "4")),
+    ("sit-distill", ("--root_dir", "runs/x", "--teacher_dir", "runs/y", "--num_epochs", "many")),
+    ("sit-distill", ("--root_dir", "runs/x", "--teacher_dir", "runs/y", "--gin_bindings", "sac.discount=1")),
     ("sit-train-supervised", ("--root_dir", "runs/x", "--gin_bindings", "train_supervised.epoch = 5")),
     ("sit-demo", ("--precision", "float8")),
     ("benchmarks/minigrid_rotation.py", ("--models", "cnn", "--no_such_flag", "1")),
@@ -371,11 +373,13 @@ def _check_after_parsing(program: str, values: Any) -> None:
     """What a command checks before it runs, beyond its flags: gin files and bindings."""
     import gin
 
-    from sit_keras.agents import train
+    from sit_keras.agents import distill, train
     from sit_keras.agents.training import harness
 
     files, bindings = (getattr(values, name, None) or [] for name in ("gin_file", "gin_bindings"))
     files, bindings = ([v] if isinstance(v, str) else list(v) for v in (files, bindings))
+    if program == "sit-distill":  # its --teacher_dir and old flags are gin bindings too
+        bindings, _ = distill.gin_bindings(values)
     if not (files or bindings or program == "sit-train"):
         return
     gin.clear_config()
@@ -384,6 +388,8 @@ def _check_after_parsing(program: str, values: Any) -> None:
         if program == "sit-train":
             given = [n for n in ("jit_compile", "precision", "deterministic") if values[n].present]
             harness._settings({n: values[n].value for n in given}, None)  # the run's checks, nothing built
+        elif program == "sit-distill":
+            harness.check_bindings("bc")  # its run's other checks need the teacher's folder
     finally:
         gin.clear_config()
 

@@ -1,4 +1,4 @@
-"""Behaviour cloning for the harness (``train_eval.agent = 'bc'``, ``bc.*``) and ``sit-distill``.
+"""Behaviour cloning for the harness (``train_eval.agent = 'bc'``, ``bc.*``), which ``sit-distill`` runs.
 
 Tang & Ha (NeurIPS 2021) section 4.2 and appendix A.4.2 (Ant) / A.4.3 (Pong)
 turn policies trained with other methods into permutation-invariant ones:
@@ -45,15 +45,13 @@ teacher's episodes), the final evaluation of the student into ``eval/`` and
 results), ``policies/`` and ``policy_network.json`` (agent ``"bc"``).
 
     sit-distill --root_dir runs/cartpole_pi_bc --teacher_dir runs/cartpole_mlp \\
-        --num_envs 16 --total_env_steps 32000 --num_epochs 20
+        --gin_bindings 'train_eval.total_env_steps = 32000' --gin_bindings 'bc.num_epochs = 20'
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -62,7 +60,6 @@ import gin
 import numpy as np
 import tensorflow as tf
 import tf_keras
-from absl import app, flags
 from tf_agents.policies import actor_policy, greedy_policy, py_policy, py_tf_eager_policy
 from tf_agents.specs import tensor_spec
 from tf_agents.train import learner
@@ -75,7 +72,6 @@ from sit_keras.agents.networks import encoders, policy_network, sensor_networks
 from sit_keras.agents.training import harness
 from sit_keras.agents.training.collection import FixedLengthDriver
 from sit_keras.agents.training.harness import Algorithm, Run, RunSettings, TrainingLoop
-from sit_keras.command_line import flags_help, quiet_library_logs, wants_help
 
 AGENT = "bc"
 """The ``agent`` of the student's ``policy_network.json``: a distribution actor, acting by its mode."""
@@ -168,7 +164,7 @@ def defaults(run: RunSettings, settings: BC) -> dict[str, Any]:
         except FileNotFoundError as error:
             raise ValueError(
                 f"No environment given and {settings.teacher_dir!r} has no {policy_network.DESCRIPTION_FILE} "
-                "to read it from: set train_eval.env_name (sit-distill --env)."
+                "to read it from: set train_eval.env_name."
             ) from error
         values.update(
             env_name=description.env_name, env_kwargs={**description.env_kwargs, **dict(run.env_kwargs or {})}
@@ -548,96 +544,3 @@ def _train_chunk_fn(student, optimizer, train_step: tf.Variable, discrete: bool,
         return loss, tf.nest.map_structure(tf.stop_gradient, new_state)
 
     return tf.function(xla.compile_with_xla(train_chunk) if jit_compile else train_chunk, autograph=False)
-
-
-_FLAGS = flags.FLAGS
-
-
-def _define_flags() -> None:
-    flags.DEFINE_string(
-        "root_dir", None, "Output folder (a training folder); rerun with the same one to resume."
-    )
-    flags.DEFINE_string("teacher_dir", None, "The teacher: a sit-train folder or a saved policy folder.")
-    flags.DEFINE_string("env", None, "Environment (default: the teacher's, from its policy_network.json).")
-    flags.DEFINE_multi_string("env_kwarg", [], "key=value passed to environments.load.")
-    flags.DEFINE_integer("num_envs", 16, "Environments (streams of teacher data).")
-    flags.DEFINE_integer("total_env_steps", 16_000, "Teacher steps recorded, over all environments.")
-    flags.DEFINE_string(
-        "encoder", sensor_networks.SENSOR_ENCODER, "The student's encoder (train_eval.encoder)."
-    )
-    flags.DEFINE_string("encoder_kwargs", "{}", "The student's encoder arguments, as JSON.")
-    flags.DEFINE_list("fc_layer_params", ["128", "128"], "Dense layers of the student after the encoder.")
-    flags.DEFINE_integer("sequence_length", 50, "Steps per chunk of truncated back-propagation through time.")
-    flags.DEFINE_integer("num_epochs", 10, "Passes over the teacher data.")
-    flags.DEFINE_float("learning_rate", 1e-3, "Adam learning rate.")
-    flags.DEFINE_bool(
-        "anneal_learning_rate", False, "Decay the learning rate linearly to 0 within each round."
-    )
-    flags.DEFINE_float("max_grad_norm", 0.5, "Gradient clipping norm.")
-    flags.DEFINE_integer(
-        "dagger_rounds", 0, "DAgger rounds after the teacher's (0: plain behaviour cloning)."
-    )
-    flags.DEFINE_float(
-        "dagger_teacher_probability",
-        0.0,
-        "In DAgger rounds, the chance that the teacher's action is executed.",
-    )
-    flags.DEFINE_float(
-        "previous_action_noise",
-        0.0,
-        "Std of N(0, std) noise on an AttentionNeuron student's previous action while it trains "
-        "(the paper: 0.03).",
-    )
-    flags.DEFINE_integer(
-        "num_eval_episodes", 10, "Episodes of teacher and student evaluation at the end (0: none)."
-    )
-    flags.DEFINE_integer("seed", 0, "Seed.")
-    xla.define_jit_compile_flag()
-
-
-_ADVANCED_FLAGS = (
-    "env_kwarg", "encoder_kwargs", "fc_layer_params", "sequence_length", "anneal_learning_rate",
-    "max_grad_norm", "dagger_teacher_probability", "previous_action_noise", "jit_compile",
-)  # fmt: skip
-
-
-def main(argv: Sequence[str] | None = None) -> int | None:
-    """Entry point of ``sit-distill``: ``train_eval`` with ``agent='bc'`` and these flags."""
-    _define_flags()
-    if wants_help((sys.argv if argv is None else argv)[1:]):
-        modules = (__name__, xla.__name__)
-        print(flags_help(__doc__, _FLAGS, ("root_dir", "teacher_dir"), _ADVANCED_FLAGS, modules=modules))
-        return 0
-    flags.mark_flags_as_required(["root_dir", "teacher_dir"])
-    app.run(_main, argv=argv)
-
-
-def _main(argv: Sequence[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    quiet_library_logs()
-    try:
-        encoder_kwargs = json.loads(_FLAGS.encoder_kwargs)
-        fc_layer_params = [int(n) for n in _FLAGS.fc_layer_params]
-        env_kwargs = evaluate.parse_env_kwargs(_FLAGS.env_kwarg) if _FLAGS.env_kwarg else None
-    except ValueError as error:
-        raise app.UsageError(f"Bad --encoder_kwargs, --fc_layer_params or --env_kwarg: {error}") from error
-    try:
-        results = harness.train_eval(
-            _FLAGS.root_dir, agent=AGENT, teacher_dir=_FLAGS.teacher_dir, env_name=_FLAGS.env,
-            env_kwargs=env_kwargs, num_envs=_FLAGS.num_envs, total_env_steps=_FLAGS.total_env_steps,
-            encoder=_FLAGS.encoder, encoder_kwargs=encoder_kwargs, fc_layer_params=fc_layer_params,
-            sequence_length=_FLAGS.sequence_length, num_epochs=_FLAGS.num_epochs,
-            learning_rate=_FLAGS.learning_rate, anneal_learning_rate=_FLAGS.anneal_learning_rate,
-            max_grad_norm=_FLAGS.max_grad_norm,
-            dagger_rounds=_FLAGS.dagger_rounds, dagger_teacher_probability=_FLAGS.dagger_teacher_probability,
-            previous_action_noise=_FLAGS.previous_action_noise,
-            num_eval_episodes=_FLAGS.num_eval_episodes, seed=_FLAGS.seed, jit_compile=_FLAGS.jit_compile,
-        )  # fmt: skip
-    except ValueError as error:
-        raise app.UsageError(str(error)) from error
-    print(harness.summary_line(results))
-
-
-if __name__ == "__main__":
-    main()
