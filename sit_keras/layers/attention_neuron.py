@@ -35,6 +35,7 @@ import tensorflow as tf
 import tf_keras
 
 from sit_keras.layers.precision import stable_dtype
+from sit_keras.symmetry import SENSORS, Symmetry
 
 ATTENTIONS = ("tanh", "softmax")
 
@@ -462,6 +463,11 @@ class AttentionNeuron(tf_keras.layers.Layer):
         # The mask marks padded *inputs*; the fixed-size code has no padding.
         del inputs, mask
         return None
+
+    @property
+    def declared_symmetry(self) -> Symmetry:
+        """``S_N``: the code is invariant, the per-input state permutes with the inputs (eq. 1-2)."""
+        return SENSORS
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

@@ -18,6 +18,7 @@ from sit_keras.layers.attention_neuron import (
 )
 from sit_keras.layers.precision import stable_dtype
 from sit_keras.layers.sublayers import build_sublayer
+from sit_keras.symmetry import PATCHES, Symmetry
 
 
 def extract_patches(images: tf.Tensor, patch_size: int) -> tf.Tensor:
@@ -254,6 +255,11 @@ class VisionAttentionNeuron(tf_keras.layers.Layer):
         # The mask marks hidden *patches*; the fixed-size code has no padding.
         del inputs, mask
         return None
+
+    @property
+    def declared_symmetry(self) -> Symmetry:
+        """``S_N`` over the patches: the code is invariant (Tang & Ha eq. 1-2, section 4)."""
+        return PATCHES
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

@@ -26,6 +26,7 @@ import tf_keras
 
 from sit_keras.layers.attention_neuron import ATTENTIONS, AttentionNeuron, check_mask, shape_list
 from sit_keras.layers.sublayers import build_sublayer
+from sit_keras.symmetry import SENSORS, Symmetry
 
 
 @tf_keras.saving.register_keras_serializable(package="sit_keras")
@@ -290,6 +291,11 @@ class SensorSetEncoder(tf_keras.Model):
             return {"code": code, "hidden": new_hidden, "cell": new_cell}
 
         return tf.function(serve, input_signature=signature, autograph=False)
+
+    @property
+    def declared_symmetry(self) -> Symmetry:
+        """``S_N``: the code is invariant, the per-sensor state permutes with the sensors."""
+        return SENSORS
 
     def get_config(self) -> dict[str, Any]:
         # tf_keras gives subclassed models an empty base config: keep the name and the dtype policy.
