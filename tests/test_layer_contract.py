@@ -124,17 +124,21 @@ CASES: dict[str, Case] = {
         "(B, H, W, 2)",
     ),
     "GraphSymmetricAttention": Case(
-        _layer(layers.GraphSymmetricAttention, grid_shape=(3, 3), **GSA), (10, 4), (BATCH, 9, 4), "10",
-        grid=((3, 3), True), keras_kwargs={"grid_shape": (3, 3), **GSA},
+        _layer(layers.GraphSymmetricAttention, grid_shape=(3, 3), **GSA), (10, 4), (BATCH, 9, 4),
+        "(B, 10, 4)", grid=((3, 3), True), keras_kwargs={"grid_shape": (3, 3), **GSA},
     ),
     "GraphSymmetricAttention_dihedral": Case(
         _layer(layers.GraphSymmetricAttention, grid_shape=(3, 3), num_heads=2, class_token=False,
                score_graph=True, seed=0),
-        (9, 4), (BATCH, 10, 4), "9", grid=((3, 3), False),
+        (9, 4), (BATCH, 10, 4), "(B, 9, 4)", grid=((3, 3), False),
+    ),
+    "GraphSymmetricAttention_flip_hv": Case(  # keeps {e, rot180}; the triangle sums break both mirrors
+        _layer(layers.GraphSymmetricAttention, grid_shape=(3, 3), symmetry="flip_hv", **GSA), (10, 4),
+        (BATCH, 10, 5), "(B, 10, 4)", grid=((3, 3), True),
     ),
     "GraphSymmetricAttentionBlock": Case(
         _layer(layers.GraphSymmetricAttentionBlock, grid_shape=(3, 3), mlp_dim=4, **GSA), (10, 4),
-        (BATCH, 9, 4), "10", grid=((3, 3), True), keras_kwargs={"grid_shape": (3, 3), **GSA},
+        (BATCH, 9, 4), "(B, 10, 4)", grid=((3, 3), True), keras_kwargs={"grid_shape": (3, 3), **GSA},
     ),
     "LocalGSA": Case(
         _layer(layers.LocalGSA, window=2, dim=4, num_layers=2, **GSA), (4, 4, 2), (BATCH, 4, 4),
@@ -161,18 +165,18 @@ CASES: dict[str, Case] = {
     "LiftingSelfAttention": Case(
         _layer(layers.LiftingSelfAttention, group="p4m", output_dim=4, num_heads=2, key_dim=2,
                neighbourhood=3),
-        (4, 4, 2), (BATCH, 4, 4), "(B, H, W",
+        (4, 4, 2), (BATCH, 4, 4), "(B, H, W, 2)",
         keras_kwargs={"group": "p4m", "output_dim": 4, "num_heads": 2, "neighbourhood": 3},
     ),
     "GroupSelfAttention": Case(
         _layer(layers.GroupSelfAttention, group="p4m", output_dim=3, num_heads=2, key_dim=2, neighbourhood=3),
-        (4, 4, 8, 3), (BATCH, 4, 4, 4, 3), "|H|",
+        (4, 4, 8, 3), (BATCH, 4, 4, 4, 3), "(B, H, W, 8, 3)",
         keras_kwargs={"group": "p4m", "output_dim": 3, "num_heads": 2, "neighbourhood": 3},
     ),
     "GroupSelfAttention_gsa_nets": Case(
         _layer(layers.GroupSelfAttention, group="p4m", output_dim=3, num_heads=2, key_dim=2,
                positional_encoding="gsa_nets"),
-        (3, 3, 8, 3), (BATCH, 3, 3, 4, 3), "|H|",
+        (3, 3, 8, 3), (BATCH, 3, 3, 4, 3), "(B, H, W, 8, 3)",
     ),
     "GroupPositionalEncoding": Case(
         _layer(layers.GroupPositionalEncoding, group="p4", num_heads=2, key_dim=3), (5, 2), (BATCH, 5, 3),
