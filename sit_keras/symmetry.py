@@ -88,6 +88,11 @@ class Symmetry:
             unknown = sorted(set(self.elements + self.broken) - set(D4_ELEMENTS))
             if unknown:
                 raise ValueError(f"{unknown} are not elements of D4. Expected some of: {tuple(D4_ELEMENTS)}")
+        if self.acts_on in ("group_signal", "offsets"):
+            names = _plane_group_element_names(self.group)
+            unknown = sorted(set(self.elements + self.broken) - set(names))
+            if unknown:
+                raise ValueError(f"{unknown} are not elements of {self.group!r}. Expected some of: {names}")
         if set(self.elements) & set(self.broken):
             raise ValueError(f"An element cannot be kept and broken: {set(self.elements) & set(self.broken)}")
         if self.kind == NONE and (self.elements or self.parts):
@@ -114,6 +119,12 @@ class Symmetry:
         elif self.broken:
             text += f", {', '.join(self.broken)} broken"
         return text
+
+
+def _plane_group_element_names(name: str) -> tuple[str, ...]:
+    """``r<a>[m]`` for the non-trivial elements of a GSA-Nets plane group (``groups.group_actions``' names)."""
+    group = get_group(name)
+    return tuple(f"r{a}" + ("m" if b else "") for a, b in group.elements)[1:]
 
 
 NO_SYMMETRY = Symmetry(
@@ -282,7 +293,7 @@ def plane_group_symmetry(
     non-abelian ``H`` (``{e, r^2}`` of ``p4m``): the other elements break it.
     """
     group = get_group(group_name)
-    names = [f"r{a}" + ("m" if b else "") for a, b in group.elements][1:]
+    names = list(_plane_group_element_names(group_name))
     elements: tuple[str, ...] = tuple(names) if group.is_grid_exact else ()
     broken: tuple[str, ...] = ()
     reference = "GSA-Nets Prop. 5.1-5.2, eq. 14, 16; GE-ViT eq. 24-25"
