@@ -122,7 +122,7 @@ class Symmetry:
 
 
 def _plane_group_element_names(name: str) -> tuple[str, ...]:
-    """``r<a>[m]`` for the non-trivial elements of a GSA-Nets plane group (``groups.group_actions``' names)."""
+    """``r<a>[m]`` for the non-trivial elements of a plane group (as ``groups.group_actions`` names them)."""
     group = get_group(name)
     return tuple(f"r{a}" + ("m" if b else "") for a, b in group.elements)[1:]
 

@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import tensorflow as tf
 import tf_keras
@@ -126,7 +126,7 @@ class SensorTorso(tf_keras.layers.Layer):
       count_scaling: scale ``m_t`` by ``D / N`` under tanh attention.
     """
 
-    SYMMETRY: Symmetry = SENSORS
+    SYMMETRY: ClassVar[Symmetry] = SENSORS
 
     @property
     def declared_symmetry(self) -> Symmetry:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import tensorflow as tf
@@ -258,6 +258,9 @@ class AttentionNeuron(tf_keras.layers.Layer):
     TensorShape([2, 16])
     """
 
+    SYMMETRY: ClassVar[Symmetry] = SENSORS
+    """The same for every configuration: no weight depends on the number or order of the inputs."""
+
     def __init__(
         self,
         action_dim: int,
@@ -467,7 +470,7 @@ class AttentionNeuron(tf_keras.layers.Layer):
     @property
     def declared_symmetry(self) -> Symmetry:
         """``S_N``: the code is invariant, the per-input state permutes with the inputs (eq. 1-2)."""
-        return SENSORS
+        return self.SYMMETRY
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import tensorflow as tf
 import tf_keras
@@ -106,6 +106,9 @@ class VisionAttentionNeuron(tf_keras.layers.Layer):
     >>> layer(tf.zeros((2, 84, 84, 4)), tf.zeros((2, 6))).shape
     TensorShape([2, 20, 8])
     """
+
+    SYMMETRY: ClassVar[Symmetry] = PATCHES
+    """The same for every configuration: no weight depends on the number or order of the patches."""
 
     def __init__(
         self,
@@ -259,7 +262,7 @@ class VisionAttentionNeuron(tf_keras.layers.Layer):
     @property
     def declared_symmetry(self) -> Symmetry:
         """``S_N`` over the patches: the code is invariant (Tang & Ha eq. 1-2, section 4)."""
-        return PATCHES
+        return self.SYMMETRY
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

@@ -19,7 +19,7 @@ mixed in one unordered set and still be permuted freely.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import tensorflow as tf
 import tf_keras
@@ -101,6 +101,9 @@ class SensorSetEncoder(tf_keras.Model):
     >>> code.shape, state[0].shape
     (TensorShape([5, 12]), TensorShape([5, 7, 8]))
     """
+
+    SYMMETRY: ClassVar[Symmetry] = SENSORS
+    """The same for every configuration (``AttentionNeuron``'s)."""
 
     def __init__(
         self,
@@ -295,7 +298,7 @@ class SensorSetEncoder(tf_keras.Model):
     @property
     def declared_symmetry(self) -> Symmetry:
         """``S_N``: the code is invariant, the per-sensor state permutes with the sensors."""
-        return SENSORS
+        return self.SYMMETRY
 
     def get_config(self) -> dict[str, Any]:
         # tf_keras gives subclassed models an empty base config: keep the name and the dtype policy.
