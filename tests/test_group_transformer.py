@@ -160,7 +160,8 @@ def test_config_clone_and_keras_file_round_trips(tmp_path: Path) -> None:
     assert (
         config["group"] == "p4m" and config["positional_encoding"] == "gsa_nets" and config["dtype"] == DTYPE
     )
-    rebuilt = GroupTransformer.from_config(config)
+    rebuilt = testing.config_round_trip(model)
+    assert type(rebuilt) is GroupTransformer
     rebuilt(x)
     rebuilt.set_weights(model.get_weights())
     np.testing.assert_array_equal(rebuilt(x), model(x))
