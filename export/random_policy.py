@@ -86,7 +86,8 @@ EXAMPLE_POLICIES: dict[str, ExamplePolicy] = {
         "dmc:cartpole-swingup",
     ),
 }  # fmt: skip
-"""Small policies of every encoder family and agent, each with an environment."""
+"""Small policies of every encoder family of the registry (``sit_keras.models.registry.ENCODERS``) and
+every agent, each with an environment (``SensorActorNetwork`` is the ``"attention_neuron"`` encoder)."""
 
 
 def write_example_policy_folder(root_dir: str, name: str, seed: int = 0) -> Any:

@@ -7,7 +7,8 @@ For each encoder (SiT paper, section 4 and Table 1) the check
    their Table 2 defaults),
 2. adds Gaussian noise to every weight, so that a symmetry that holds is a
    property of the architecture and not of a symmetric initialisation,
-3. measures on a random ``uint8`` batch the relative invariance error
+3. measures, for the symmetry the encoder declares (its registry entry,
+   ``sit_keras.symmetry``), on a random ``uint8`` batch the relative invariance error
    (``sit_keras.testing.invariance_error``) under the 3 rotations and the
    4 reflections of the square, and the equivariance error of the equivariant
    part (``symmetry_parts``) under the rotations (inference mode, compiled
@@ -43,6 +44,8 @@ import sit_keras
 from sit_keras import testing
 from sit_keras.command_line import ONE_LINE_HELP, add_verbose_flag
 from sit_keras.models import ENCODER_NAMES, Encoder, build_encoder
+from sit_keras.models.registry import ENCODERS
+from sit_keras.symmetry import INVARIANT, Symmetry
 
 # Constructor overrides; the others use the registry's defaults (Table 2).
 OVERRIDES: dict[str, dict[str, Any]] = {
@@ -50,32 +53,36 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "impala_cnn": {"channels": (4, 8, 16), "output_dim": 64},
 }
 
-# What each encoder promises (SiT paper, Table 1), and the checks that test it:
-# (part, group). part: "output" (the features), "invariant" or "equivariant"
-# (``Encoder.symmetry_parts``); the equivariant part is checked for
-# equivariance, the others for invariance.
-PROMISES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
-    "sit": ("C4 invariant, flips broken", (("output", "rotations"), ("invariant", "rotations"))),
-    "sit_star": ("C4 invariant, flips broken", (("output", "rotations"), ("invariant", "rotations"))),
-    "set": ("C4 equivariant patch grid", (("equivariant", "rotations"),)),
-    "siet": ("C4 invariant + equivariant", (("invariant", "rotations"), ("equivariant", "rotations"))),
-    "sit_dihedral": (
-        "D4 invariant",
-        (
-            ("output", "rotations"),
-            ("output", "reflections"),
-            ("invariant", "rotations"),
-            ("invariant", "reflections"),
-        ),
-    ),
-    "vit": ("none", ()),
-    "impala_cnn": ("none", ()),
-    "cnn": ("none", ()),
-}
-
 GROUPS: dict[str, dict[str, testing.Transform]] = {
     "rotations": testing.ROTATIONS,
     "reflections": testing.REFLECTIONS,
+}
+
+
+def promise(symmetry: Symmetry) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """``(summary, checks)`` of a declared symmetry (``sit_keras.symmetry``; SiT paper, Table 1).
+
+    A check is ``(part, group)``: part ``"output"`` (the features),
+    ``"invariant"`` or ``"equivariant"`` (``Encoder.symmetry_parts``); group
+    ``"rotations"`` or ``"reflections"`` when the declaration keeps all of
+    them. The invariant parts are checked for invariance under each kept
+    group, the equivariant part (a patch grid) for equivariance under the
+    rotations.
+    """
+    kept = set(symmetry.elements)
+    kept_groups = [name for name, g in GROUPS.items() if set(g) <= kept]
+    checks: list[tuple[str, str]] = []
+    for part, kind in symmetry.parts:
+        if kind == INVARIANT:
+            checks += [(part, group) for group in kept_groups]
+        elif "rotations" in kept_groups:
+            checks.append((part, "rotations"))
+    return symmetry.summary, tuple(checks)
+
+
+# What each encoder promises, from its declaration in the registry.
+PROMISES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
+    name: promise(ENCODERS[name].symmetry) for name in ENCODER_NAMES
 }
 
 # Relative error allowed for an exact symmetry in float32. The 90-degree
@@ -145,11 +152,8 @@ def time_calls(fn: Callable[[tf.Tensor], tf.Tensor], x: tf.Tensor, repeats: int,
 
 # -- the check ------------------------------------------------------------------
 def perturb_weights(encoder: Encoder, stddev: float, seed: int) -> None:
-    """Adds ``N(0, stddev^2)`` noise to every trainable weight, in place."""
-    rng = np.random.default_rng(seed)
-    for variable in encoder.trainable_variables:
-        noise = rng.normal(0.0, stddev, size=variable.shape).astype(variable.dtype.as_numpy_dtype)
-        variable.assign_add(noise)
+    """Adds ``N(0, stddev^2)`` noise to every trainable weight, in place (``testing.perturb_weights``)."""
+    testing.perturb_weights(encoder, stddev, seed, trainable_only=True)
 
 
 def symmetry_errors(encoder: Encoder, images: tf.Tensor) -> dict[str, dict[str, float]]:

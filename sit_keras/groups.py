@@ -38,6 +38,31 @@ import tensorflow as tf
 GROUP_NAMES: tuple[str, ...] = ("z2", "p4", "p8", "p12", "p16", "mz2", "p4m", "p8m")
 """The groups of GSA-Nets' experiments, by model name (GSA-Nets Table 2)."""
 
+D4_ELEMENTS: dict[str, tuple[int, int]] = {
+    "rot90": (1, 0),
+    "rot180": (2, 0),
+    "rot270": (3, 0),
+    "flip_h": (0, 1),
+    "flip_v": (2, 1),
+    "transpose": (1, 1),
+    "anti_transpose": (3, 1),
+}
+"""The seven non-trivial symmetries of the square by name, as ``r^a m^b`` of ``p4m`` (``(a, b)``).
+
+The one naming of the square's group elements: ``sit_keras.testing`` acts
+with them on tensors, ``sit_keras.symmetry`` declares which of them each layer
+keeps, and the environments' observation transforms take the same names. With
+``r`` the counter-clockwise quarter turn and ``m`` the left-right mirror,
+``r m`` is the reflection in the main diagonal and ``r^2 m`` the top-bottom
+mirror (``tests/test_groups.py`` checks each against ``transform_image``).
+"""
+
+ROTATION_NAMES: tuple[str, ...] = ("rot90", "rot180", "rot270")
+"""The non-trivial elements of C4 (SiT paper: the rotations its encoders are invariant to)."""
+
+REFLECTION_NAMES: tuple[str, ...] = ("flip_h", "flip_v", "transpose", "anti_transpose")
+"""The four reflections of D4 (what the SiT's triangle sums break, eq. 4)."""
+
 
 class Group:
     """A finite stabiliser ``H = {r^a m^b}`` of a plane group ``Z^2 x| H``.

@@ -21,12 +21,16 @@ Images and patch grids are ``(B, H, W, C)``; the spatial axes are 1 and 2.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import tensorflow as tf
+import tf_keras
+
+from sit_keras import groups
 
 Transform = Callable[[tf.Tensor], tf.Tensor]
 
@@ -77,19 +81,20 @@ def shift(x: tf.Tensor, dy: int, dx: int) -> tf.Tensor:
     return tf.roll(tf.convert_to_tensor(x), shift=[dy, dx], axis=[1, 2])
 
 
-ROTATIONS: dict[str, Transform] = {
+_D4_ACTIONS: dict[str, Transform] = {
     "rot90": lambda x: rot90(x, 1),
     "rot180": lambda x: rot90(x, 2),
     "rot270": lambda x: rot90(x, 3),
-}
-"""The non-trivial elements of the rotation group C4."""
-
-REFLECTIONS: dict[str, Transform] = {
     "flip_h": flip_h,
     "flip_v": flip_v,
     "transpose": transpose,
     "anti_transpose": anti_transpose,
 }
+
+ROTATIONS: dict[str, Transform] = {name: _D4_ACTIONS[name] for name in groups.ROTATION_NAMES}
+"""The non-trivial elements of the rotation group C4 (named in ``sit_keras.groups.D4_ELEMENTS``)."""
+
+REFLECTIONS: dict[str, Transform] = {name: _D4_ACTIONS[name] for name in groups.REFLECTION_NAMES}
 """The four reflections of the dihedral group D4."""
 
 DIHEDRAL: dict[str, Transform] = {**ROTATIONS, **REFLECTIONS}
@@ -145,7 +150,8 @@ def rounding_budget(dtype: tf.DType | str) -> float:
     return 1e3 * tolerance(dtype)
 
 
-def _relative_error(a: tf.Tensor, b: tf.Tensor) -> float:
+def relative_error(a: tf.Tensor, b: tf.Tensor) -> float:
+    """``max |a - b| / max(|a|, |b|)``: the error measure of every check here."""
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     scale = max(np.max(np.abs(a)), np.max(np.abs(b)), 1e-30)
@@ -162,7 +168,7 @@ def _paired_outputs(fn: Callable[[tf.Tensor], tf.Tensor], x: tf.Tensor, transfor
 def invariance_error(fn: Callable[[tf.Tensor], tf.Tensor], x: tf.Tensor, transform: Transform) -> float:
     """``max |f(g x) - f(x)| / max |f(x)|``."""
     original, transformed = _paired_outputs(fn, x, transform)
-    return _relative_error(transformed, original)
+    return relative_error(transformed, original)
 
 
 def equivariance_error(
@@ -173,7 +179,7 @@ def equivariance_error(
 ) -> float:
     """``max |f(g x) - g' f(x)| / max |f(x)|``; ``g'`` defaults to ``g``."""
     original, transformed = _paired_outputs(fn, x, transform)
-    return _relative_error(transformed, (output_transform or transform)(original))
+    return relative_error(transformed, (output_transform or transform)(original))
 
 
 def _identity(y: tf.Tensor) -> tf.Tensor:
@@ -368,3 +374,186 @@ def float64_twin(layer: Any, build: Callable[[Any], Any]) -> Any:
         build(twin)
     twin.set_weights(layer.get_weights())
     return twin
+
+
+# -- the layer contract: weights, inputs, round trips and the declared group actions ----------------
+def perturb_weights(layer: Any, stddev: float = 0.3, seed: int = 0, trainable_only: bool = False) -> None:
+    """Adds ``N(0, stddev^2)`` noise to every weight of a built layer or model, in place.
+
+    Zero biases and near-identity graph initialisations are symmetric by
+    themselves; after the noise, a symmetry that holds is a property of the
+    architecture. ``trainable_only`` leaves the non-trainable weights alone.
+    """
+    variables = layer.trainable_weights if trainable_only else layer.weights
+    if not variables:
+        raise ValueError(f"{layer.name} has no weights: build it first.")
+    rng = np.random.default_rng(seed)
+    for variable in variables:
+        noise = rng.normal(0.0, stddev, size=variable.shape).astype(variable.dtype.as_numpy_dtype)
+        variable.assign(variable + noise)
+
+
+def random_normal(shape: tuple[int, ...], seed: int = 1, dtype: tf.DType | str = "float64") -> tf.Tensor:
+    """A fixed ``N(0, 1)`` tensor of ``shape`` (numpy's generator, so it does not depend on TF's seed)."""
+    return tf.constant(np.random.default_rng(seed).normal(size=shape), dtype=dtype)
+
+
+def config_round_trip(layer: Any) -> Any:
+    """``type(layer).from_config(get_config())`` through JSON, after asserting that the config is plain data.
+
+    Plain data means JSON types only (lists, not tuples), so that a config
+    written to a file comes back equal.
+    """
+    config = layer.get_config()
+    restored = json.loads(json.dumps(config))
+    if restored != config:
+        raise AssertionError(f"{type(layer).__name__}.get_config() is not plain JSON data: {config}")
+    return type(layer).from_config(restored)
+
+
+def serialization_round_trip(layer: Any) -> Any:
+    """Through JSON and ``tf_keras.saving.serialize_keras_object`` / ``deserialize_keras_object``."""
+    serialized = json.loads(json.dumps(tf_keras.saving.serialize_keras_object(layer)))
+    return tf_keras.saving.deserialize_keras_object(serialized)
+
+
+def _permutation(n: int) -> np.ndarray:
+    """A fixed permutation of ``n`` items that moves some (the reversal if the draw moves none)."""
+    permutation = np.random.default_rng(0).permutation(n)
+    return permutation[::-1].copy() if (permutation == np.arange(n)).all() else permutation
+
+
+def _permute_axis_1(x: tf.Tensor) -> tf.Tensor:
+    return tf.gather(x, _permutation(int(x.shape[1])), axis=1)
+
+
+def _grid_token_action(element: str, grid_shape: tuple[int, int], class_token: bool) -> Transform:
+    """A D4 element on ``(B, [1 +] H * W, D)`` tokens: the grid is permuted, the class token stays."""
+    h, w = grid_shape
+
+    def act(tokens: tf.Tensor) -> tf.Tensor:
+        head, grid = (tokens[:, :1], tokens[:, 1:]) if class_token else (tokens[:, :0], tokens)
+        moved = _D4_ACTIONS[element](tf.reshape(grid, [-1, h, w, int(grid.shape[-1])]))
+        return tf.concat([head, tf.reshape(moved, tf.shape(grid))], axis=1)
+
+    return act
+
+
+def _plane_group_action(group: groups.Group, element: str) -> Transform:
+    """``L_g`` of ``sit_keras.groups`` on images ``(B, H, W, C)`` or signals ``(B, H, W, |H|, D)``."""
+    index = [f"r{a}" + ("m" if b else "") for a, b in group.elements].index(element)
+
+    def act(x: tf.Tensor) -> tf.Tensor:
+        if x.shape.rank == 4:
+            return groups.transform_image(x, group, index)
+        return groups.transform_group_signal(x, group, index)
+
+    return act
+
+
+def _offset_actions(group: groups.Group, element: str) -> tuple[Transform, Transform]:
+    """``g`` on ``(B, K, 2)`` offsets, and its regular action on the ``(B, |H|, ...)`` group axis."""
+    index = [f"r{a}" + ("m" if b else "") for a, b in group.elements].index(element)
+    matrix = group.matrices[index]
+
+    def on_offsets(offsets: tf.Tensor) -> tf.Tensor:
+        return tf.einsum("bkj,ij->bki", offsets, tf.constant(matrix, offsets.dtype))
+
+    def on_output(y: tf.Tensor) -> tf.Tensor:
+        return tf.gather(y, group.regular_permutation(index), axis=1)
+
+    return on_offsets, on_output
+
+
+def declared_actions(
+    symmetry: Any,
+    elements: tuple[str, ...],
+    grid_shape: tuple[int, int] | None = None,
+    class_token: bool = True,
+) -> dict[str, tuple[Transform, Transform]]:
+    """``{element: (g on the input, g on an equivariant output)}`` for a ``sit_keras.symmetry.Symmetry``.
+
+    The actions follow ``symmetry.acts_on`` (``sit_keras.symmetry.ACTIONS``):
+    D4 elements on images and feature maps, or on grid tokens (``grid_shape``,
+    ``class_token``); ``L_g`` of the plane group on images and group signals;
+    ``g`` on offsets with the regular action on the group axis; a fixed
+    permutation of axis 1 for sensors and patches (their state moves with them).
+    """
+    actions = {}
+    for element in elements:
+        if symmetry.acts_on == "image":
+            actions[element] = (_D4_ACTIONS[element], _D4_ACTIONS[element])
+        elif symmetry.acts_on == "grid_tokens":
+            act = _grid_token_action(element, grid_shape, class_token)
+            actions[element] = (act, act)
+        elif symmetry.acts_on == "group_signal":
+            act = _plane_group_action(groups.get_group(symmetry.group), element)
+            actions[element] = (act, act)
+        elif symmetry.acts_on == "offsets":
+            actions[element] = _offset_actions(groups.get_group(symmetry.group), element)
+        elif symmetry.acts_on in ("sensors", "patches"):
+            actions[element] = (_permute_axis_1, _permute_axis_1)
+        else:
+            raise ValueError(f"No group acts on {symmetry.acts_on!r} inputs.")
+    return actions
+
+
+def declared_symmetry_errors(
+    fn: Callable[[tf.Tensor], Mapping[str, tf.Tensor]],
+    x: tf.Tensor,
+    symmetry: Any,
+    elements: tuple[str, ...],
+    grid_shape: tuple[int, int] | None = None,
+    class_token: bool = True,
+) -> dict[str, dict[str, float]]:
+    """``{element: {part: relative error}}`` of the declared action on each part of ``symmetry.parts``.
+
+    ``fn`` maps a batch to its outputs by part name (``"output"`` for a single
+    output); it is evaluated once on ``concat([x, g x])``. An invariant part
+    is compared with itself, an equivariant one with the element's action on
+    the output (``declared_actions``).
+    """
+    actions = declared_actions(symmetry, elements, grid_shape, class_token)
+    kinds = dict(symmetry.parts)
+    batch = int(x.shape[0])
+    errors = {}
+    for element, (g_in, g_out) in actions.items():
+        both = fn(tf.concat([x, g_in(x)], axis=0))
+        if not set(kinds) <= set(both):
+            raise AssertionError(f"declared parts {sorted(kinds)}, but the outputs are {sorted(both)}")
+        errors[element] = {}
+        for part, kind in kinds.items():
+            original, moved = both[part][:batch], both[part][batch:]
+            errors[element][part] = relative_error(
+                moved, original if kind == "invariant" else g_out(original)
+            )
+    return errors
+
+
+def assert_declared_symmetry(
+    fn: Callable[[tf.Tensor], Mapping[str, tf.Tensor]],
+    x: tf.Tensor,
+    symmetry: Any,
+    grid_shape: tuple[int, int] | None = None,
+    class_token: bool = True,
+) -> dict[str, dict[str, float]]:
+    """Asserts a ``sit_keras.symmetry.Symmetry``: its elements hold and its broken elements break it.
+
+    Every part holds under every element within ``tolerance(x.dtype)``; under
+    each element of ``symmetry.broken`` some part errs by more than
+    ``broken_threshold(x.dtype)`` (the break is exact in the architecture, so
+    perturbed weights and random inputs show it). Returns the errors of the
+    kept elements.
+    """
+    if not symmetry.elements:
+        raise AssertionError(f"{symmetry.summary!r} covers no element: nothing to check")
+    held = declared_symmetry_errors(fn, x, symmetry, symmetry.elements, grid_shape, class_token)
+    failed = {e: p for e, p in held.items() if max(p.values()) > tolerance(x.dtype)}
+    if failed:
+        raise AssertionError(f"declared {symmetry.summary!r}, but the errors are {failed}")
+    if symmetry.broken:
+        broken = declared_symmetry_errors(fn, x, symmetry, symmetry.broken, grid_shape, class_token)
+        kept = {e: p for e, p in broken.items() if max(p.values()) <= broken_threshold(x.dtype)}
+        if kept:
+            raise AssertionError(f"{symmetry.broken} must change the output, but the errors are {kept}")
+    return held

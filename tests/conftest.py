@@ -102,3 +102,15 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     for test, ratio in sorted(worst.items(), key=lambda item: -item[1]):
         terminalreporter.write_line(f"{ratio:6.3f}  {test}")
     terminalreporter.write_line(f"checks that found a violation (expected only in bug tests): {caught}")
+
+
+@pytest.fixture
+def fixed_seed() -> None:
+    """Seeds Python, numpy and TensorFlow with 0 (``tf_keras.utils.set_random_seed``): initial weights repeat.
+
+    Modules whose tests build layers from random initialisers use it for every test
+    (``pytestmark = pytest.mark.usefixtures("fixed_seed")``).
+    """
+    import tf_keras
+
+    tf_keras.utils.set_random_seed(0)

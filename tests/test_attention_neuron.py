@@ -28,7 +28,6 @@ Symmetry checks run in float64 on random inputs with perturbed weights.
 from __future__ import annotations
 
 import doctest
-import json
 import re
 from typing import Any
 
@@ -56,24 +55,10 @@ VARIANTS = {"scalar": (None, None), "features": (3, None), "value_dim": (2, 5), 
 VARIANT = pytest.mark.parametrize("num_features, value_dim", VARIANTS.values(), ids=VARIANTS.keys())
 
 
-@pytest.fixture(autouse=True)
-def _seed() -> None:
-    tf_keras.utils.set_random_seed(0)
+pytestmark = pytest.mark.usefixtures("fixed_seed")  # tests/conftest.py
 
 
 # -- helpers -----------------------------------------------------------------------
-def _perturb(layer: tf_keras.layers.Layer, seed: int = 0, scale: float = 0.3) -> None:
-    """Adds N(0, scale^2) noise to every trainable weight, away from the initialisation."""
-    rng = np.random.default_rng(seed)
-    assert layer.trainable_weights, "build the layer first"
-    for v in layer.trainable_weights:
-        v.assign(v + rng.normal(0.0, scale, v.shape).astype(v.dtype.as_numpy_dtype))
-
-
-def _random(shape: tuple[int, ...], seed: int = 1, dtype: str = DTYPE) -> tf.Tensor:
-    return tf.constant(np.random.default_rng(seed).normal(size=shape), dtype=dtype)
-
-
 def _neuron(num_features: int | None = None, value_dim: int | None = None, **options: Any) -> AttentionNeuron:
     options = {
         "action_dim": 2,
@@ -84,17 +69,17 @@ def _neuron(num_features: int | None = None, value_dim: int | None = None, **opt
     } | options
     layer = AttentionNeuron(num_features=num_features, value_dim=value_dim, **options)
     layer.build((None, None) if num_features is None else (None, None, num_features))
-    _perturb(layer)
+    testing.perturb_weights(layer, trainable_only=True)
     return layer
 
 
 def _readings(layer: AttentionNeuron, batch: int, count: int, seed: int = 1) -> tf.Tensor:
     shape = (batch, count) if layer.num_features is None else (batch, count, layer.num_features)
-    return _random(shape, seed)
+    return testing.random_normal(shape, seed)
 
 
 def _state(layer: AttentionNeuron, batch: int, count: int, seed: int = 2) -> list[tf.Tensor]:
-    return [_random((batch, count, layer.hidden_size), seed + k) for k in range(2)]
+    return [testing.random_normal((batch, count, layer.hidden_size), seed + k) for k in range(2)]
 
 
 def _permute(x: tf.Tensor, order: np.ndarray) -> tf.Tensor:
@@ -141,7 +126,7 @@ def test_code_is_invariant_under_permutations_of_inputs_and_state(
     attention: str, num_features: int | None, value_dim: int | None
 ) -> None:
     layer = _neuron(num_features, value_dim, attention=attention)
-    x, state, action = _readings(layer, 3, 7), _state(layer, 3, 7), _random((3, 2), seed=9)
+    x, state, action = _readings(layer, 3, 7), _state(layer, 3, 7), testing.random_normal((3, 2), seed=9)
     packed = _pack(x, state)
     testing.assert_invariant(_packed_call(layer, action), packed, _permutations(7))
     # Equivariance of the new state: it is permuted along with the inputs.
@@ -156,7 +141,7 @@ def test_code_is_invariant_under_permutations_of_inputs_and_state(
 def test_moving_the_inputs_without_their_state_changes_the_code(attention: str) -> None:
     # The per-input state is what identifies an input: the check above can fail.
     layer = _neuron(attention=attention)
-    x, state, action = _readings(layer, 3, 7), _state(layer, 3, 7), _random((3, 2), seed=9)
+    x, state, action = _readings(layer, 3, 7), _state(layer, 3, 7), testing.random_normal((3, 2), seed=9)
     order = np.roll(np.arange(7), 1)
     code, _ = layer(x, action, state=state)
     moved, _ = layer(_permute(x, order), action, state=state)
@@ -171,7 +156,7 @@ def test_reshuffling_mid_sequence_keeps_every_output(
     layer = _neuron(num_features, value_dim, attention=attention)
     steps, batch, count = 6, 2, 5
     xs = [_readings(layer, batch, count, seed=10 + t) for t in range(steps)]
-    actions = [_random((batch, 2), seed=30 + t) for t in range(steps)]
+    actions = [testing.random_normal((batch, 2), seed=30 + t) for t in range(steps)]
     rng = np.random.default_rng(4)
     reference, state = [], None
     for x, a in zip(xs, actions, strict=True):
@@ -197,11 +182,11 @@ def test_reshuffling_mid_sequence_keeps_every_output(
 @ATTENTIONS
 def test_one_layer_runs_on_5_then_10_inputs(attention: str) -> None:
     layer = _neuron(attention=attention)
-    action = _random((2, 2), seed=9)
+    action = testing.random_normal((2, 2), seed=9)
     x5 = _readings(layer, 2, 5)
     code5, state5 = layer(x5, action)
     code10, state10 = layer(tf.concat([x5, x5], axis=1), action)
-    noisy, _ = layer(tf.concat([x5, 0.1 * _random((2, 5), seed=3)], axis=1), action)
+    noisy, _ = layer(tf.concat([x5, 0.1 * testing.random_normal((2, 5), seed=3)], axis=1), action)
     assert code5.shape == code10.shape == noisy.shape == (2, layer.num_queries)
     assert state10[0].shape == (2, 10, layer.hidden_size)
     assert all(np.all(np.isfinite(c.numpy())) for c in (code5, code10, noisy))
@@ -233,7 +218,7 @@ def test_padded_and_masked_inputs_contribute_nothing(
     state, padded_state = None, _pad(np.zeros((batch, count, layer.hidden_size)), slots, size, 7.0)
     padded_state = [padded_state, padded_state]  # padded slots hold memories that must stay as they are
     for t in range(3):
-        x, a = _readings(layer, batch, count, seed=40 + t), _random((batch, 2), seed=50 + t)
+        x, a = _readings(layer, batch, count, seed=40 + t), testing.random_normal((batch, 2), seed=50 + t)
         padded_x = _pad(x, slots, size, fill)
         readings = padded_x if layer.num_features is not None else padded_x[..., None]
         readings = tf.where(mask[..., None], readings, tf.zeros_like(readings))
@@ -256,8 +241,8 @@ def test_masked_padding_leaves_gradients_finite_and_everything_masked_gives_zero
     mask = tf.constant(~np.isnan(x.numpy()))
     mask = tf.tensor_scatter_nd_update(mask, [[1, 0], [1, 2], [1, 3], [1, 5]], [False] * 4)  # row 1: no input
     with tf.GradientTape() as tape:
-        code, _ = layer(x, _random((2, 2), seed=9), mask=mask)
-        loss = tf.reduce_sum(code * _random(code.shape, seed=8))
+        code, _ = layer(x, testing.random_normal((2, 2), seed=9), mask=mask)
+        loss = tf.reduce_sum(code * testing.random_normal(code.shape, seed=8))
     gradients = tape.gradient(loss, layer.trainable_variables)
     assert all(np.all(np.isfinite(g.numpy())) for g in gradients)
     np.testing.assert_array_equal(code[1].numpy(), 0.0)
@@ -271,7 +256,7 @@ def test_code_changes_with_each_value_the_action_and_the_state(
     attention: str, num_features: int | None, value_dim: int | None
 ) -> None:
     layer = _neuron(num_features, value_dim, attention=attention)
-    x, state, action = _readings(layer, 2, 5), _state(layer, 2, 5), _random((2, 2), seed=9)
+    x, state, action = _readings(layer, 2, 5), _state(layer, 2, 5), testing.random_normal((2, 2), seed=9)
     code, _ = layer(x, action, state=state)
     for i in range(5):
         changed = x.numpy().copy()
@@ -293,7 +278,7 @@ def test_invariance_and_masks_hold_for_any_shape(
 ) -> None:
     layer = _layer_for_features(features)
     x, state = _readings(layer, batch, count, seed), _state(layer, batch, count, seed)
-    action = _random((batch, 2), seed)
+    action = testing.random_normal((batch, 2), seed)
     code, new_state = layer(x, action, state=state)
     assert code.shape == (batch, *layer.output_shape_per_example)
     assert np.all(np.isfinite(code.numpy()))
@@ -346,7 +331,7 @@ def _vision(**options: Any) -> VisionAttentionNeuron:
     } | options
     layer = VisionAttentionNeuron(**options)
     layer.build((None, 24, 18, options.get("num_frames", 4)))
-    _perturb(layer)
+    testing.perturb_weights(layer, trainable_only=True)
     return layer
 
 
@@ -379,7 +364,7 @@ def test_extract_patches_cuts_row_major_patches() -> None:
 @pytest.mark.parametrize("attention", ["softmax", "tanh"])
 def test_vision_code_is_invariant_under_shuffled_patches(attention: str) -> None:
     layer = _vision(attention=attention)
-    frames, action = _frames(), _random((2, 3), seed=9)
+    frames, action = _frames(), testing.random_normal((2, 3), seed=9)
     rng = np.random.default_rng(2)
     shuffles = {f"shuffle{k}": _shuffle_patches(rng.permutation(12)) for k in range(3)}
 
@@ -397,7 +382,7 @@ def test_vision_code_is_invariant_under_shuffled_patches(attention: str) -> None
 
 def test_vision_occlusion_by_indices_mask_or_list_gives_one_code() -> None:
     layer = _vision()
-    frames, action = _frames(), _random((2, 3), seed=9)
+    frames, action = _frames(), testing.random_normal((2, 3), seed=9)
     visible = np.array([1, 4, 5, 9, 11])
     by_indices = layer(frames, action, patch_indices=visible)
     per_example = layer(frames, action, patch_indices=np.stack([visible, visible[::-1]]))
@@ -419,7 +404,7 @@ def test_vision_occlusion_by_indices_mask_or_list_gives_one_code() -> None:
 
 def test_vision_code_depends_on_the_frames_and_normalises_its_output() -> None:
     layer = _vision()
-    frames, action = _frames(), _random((2, 3), seed=9)
+    frames, action = _frames(), testing.random_normal((2, 3), seed=9)
     code = layer(frames, action)
     changed = frames.numpy().copy()
     changed[:, 7, 8, 2] += 0.5  # one pixel of one frame
@@ -437,7 +422,7 @@ def test_vision_code_depends_on_the_frames_and_normalises_its_output() -> None:
 def test_softmax_cancels_the_previous_action_in_the_vision_keys() -> None:
     # eq. 2 with linear keys: a_{t-1} shifts all of a query's patch scores
     # equally, which the softmax over the patches removes; tanh keeps it.
-    frames, action = _frames(), _random((2, 3), seed=9)
+    frames, action = _frames(), testing.random_normal((2, 3), seed=9)
     softmax, tanh = _vision(attention="softmax"), _vision(attention="tanh")
     assert _rel(softmax(frames, action + 1.0), softmax(frames, action)) <= TOL
     assert _rel(tanh(frames, action + 1.0), tanh(frames, action)) > 1e-3
@@ -445,8 +430,7 @@ def test_softmax_cancels_the_previous_action_in_the_vision_keys() -> None:
 
 # -- serialisation, XLA, gradients -----------------------------------------------------
 def _round_trip(layer: tf_keras.layers.Layer) -> tf_keras.layers.Layer:
-    config = json.loads(json.dumps(tf_keras.layers.serialize(layer)))
-    restored = tf_keras.layers.deserialize(config)
+    restored = testing.serialization_round_trip(layer)
     assert type(restored) is type(layer)
     assert restored.get_config() == layer.get_config()
     return restored
@@ -456,7 +440,7 @@ def _round_trip(layer: tf_keras.layers.Layer) -> tf_keras.layers.Layer:
 def test_attention_neuron_config_round_trip(num_features: int | None, value_dim: int | None) -> None:
     layer = _neuron(num_features, value_dim, attention="softmax")
     restored = _round_trip(layer)
-    x, action, state = _readings(layer, 2, 4), _random((2, 2)), _state(layer, 2, 4)
+    x, action, state = _readings(layer, 2, 4), testing.random_normal((2, 2)), _state(layer, 2, 4)
     restored(x, action)
     restored.set_weights(layer.get_weights())
     assert restored.compute_dtype == DTYPE
@@ -467,7 +451,7 @@ def test_attention_neuron_config_round_trip(num_features: int | None, value_dim:
 def test_vision_config_round_trip() -> None:
     layer = _vision(attention="tanh", epsilon=1e-4)
     restored = _round_trip(layer)
-    frames, action = _frames(), _random((2, 3))
+    frames, action = _frames(), testing.random_normal((2, 3))
     restored(frames, action)
     restored.set_weights(layer.get_weights())
     np.testing.assert_array_equal(restored(frames, action).numpy(), layer(frames, action).numpy())
@@ -476,7 +460,7 @@ def test_vision_config_round_trip() -> None:
 @ATTENTIONS
 def test_xla_matches_eager(attention: str) -> None:
     layer = _neuron(3, attention=attention)
-    x, action, state = _readings(layer, 2, 6), _random((2, 2)), _state(layer, 2, 6)
+    x, action, state = _readings(layer, 2, 6), testing.random_normal((2, 2)), _state(layer, 2, 6)
     mask = tf.constant(np.random.default_rng(0).uniform(size=(2, 6)) > 0.3)
 
     @tf.function(jit_compile=True)
@@ -487,7 +471,7 @@ def test_xla_matches_eager(attention: str) -> None:
     for a, b in zip(tf.nest.flatten(compiled(x, action, *state, mask)), tf.nest.flatten(eager), strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12, atol=1e-12)
     vision = _vision(attention=attention)
-    frames, vision_action = _frames(), _random((2, 3))
+    frames, vision_action = _frames(), testing.random_normal((2, 3))
     fast = tf.function(lambda f, a: vision(f, a, patch_indices=[0, 2, 7], training=True), jit_compile=True)
     np.testing.assert_allclose(
         fast(frames, vision_action).numpy(),
@@ -501,16 +485,16 @@ def test_xla_matches_eager(attention: str) -> None:
 def test_gradients_reach_every_weight(which: str) -> None:
     if which == "vision":
         layer = _vision()
-        inputs = (_frames(), _random((2, 3)))
+        inputs = (_frames(), testing.random_normal((2, 3)))
     else:
         layer = _neuron(3, 4 if which == "neuron_value_dim" else None)
-        inputs = (_readings(layer, 2, 5), _random((2, 2)))
+        inputs = (_readings(layer, 2, 5), testing.random_normal((2, 2)))
     with tf.GradientTape() as tape:
         # Two steps, so that the recurrent kernel matters too.
         out = layer(*inputs)
         if which != "vision":
             out = layer(*inputs, state=out[1])[0]
-        loss = tf.reduce_sum(out * _random(out.shape, seed=7))
+        loss = tf.reduce_sum(out * testing.random_normal(out.shape, seed=7))
     gradients = tape.gradient(loss, layer.trainable_variables)
     for variable, gradient in zip(layer.trainable_variables, gradients, strict=True):
         assert gradient is not None and np.any(gradient.numpy() != 0), variable.name

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import doctest
-import json
 import re
 from types import ModuleType
 from typing import Any
@@ -11,7 +10,6 @@ from typing import Any
 import numpy as np
 import pytest
 import tensorflow as tf
-import tf_keras
 from train_step_checks import assert_jit_train_step_updates_every_weight
 
 from sit_keras.models import Encoder, build_encoder, cnn, impala_cnn, vit
@@ -29,9 +27,7 @@ SMALL: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {
 NAMES = tuple(SMALL)
 
 
-@pytest.fixture(autouse=True)
-def _seed() -> None:
-    tf_keras.utils.set_random_seed(0)
+pytestmark = pytest.mark.usefixtures("fixed_seed")  # tests/conftest.py
 
 
 def _build_small(name: str, **extra: Any) -> Encoder:
@@ -131,19 +127,6 @@ def test_uint8_is_scaled_to_unit_interval(name: str) -> None:
 def test_no_promised_symmetry(name: str) -> None:
     encoder = _build_small(name)
     assert encoder.symmetry_parts(_images(1, encoder.image_shape)) == {}
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_config_round_trip(name: str) -> None:
-    encoder = _build_small(name)
-    config = encoder.get_config()
-    assert json.loads(json.dumps(config)) == config  # plain JSON types: tuples stored as lists
-    clone = type(encoder).from_config(config)
-    clone.build((None, *encoder.image_shape))
-    assert clone.get_config() == config
-    clone.set_weights(encoder.get_weights())
-    images = _images(3, encoder.image_shape)
-    np.testing.assert_array_equal(clone(images).numpy(), encoder(images).numpy())
 
 
 @pytest.mark.parametrize("name", NAMES)

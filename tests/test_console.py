@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from run_folders import TINY_PPO
 
 from sit_keras import quiet
 from sit_keras.commands import entry_points
@@ -27,12 +28,6 @@ LIBRARY_LINE = re.compile(
     r"Gym has been unmaintained|Gymnasium|XNNPACK|Powered by Stella|TensorFlow binary",
     re.IGNORECASE,
 )
-TINY_PPO = [
-    "train_eval.env_name = 'minigrid:LavaGapS5'", "train_eval.num_envs = 2", "train_eval.encoder = 'cnn'",
-    "train_eval.encoder_kwargs = {'filters': (4,), 'strides': 1, 'output_dim': 8}",
-    "ppo.collect_steps_per_env = 8", "ppo.num_minibatches = 2", "ppo.drac_coef = 0.0",
-    "train_eval.total_env_steps = 32", "train_eval.num_eval_episodes = 0",
-]  # fmt: skip
 
 
 def _clean_environment() -> dict[str, str]:

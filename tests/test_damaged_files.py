@@ -8,7 +8,6 @@ was killed, and an export stopped by SIGTERM.
 from __future__ import annotations
 
 import glob
-import hashlib
 import os
 import shutil
 import signal
@@ -17,18 +16,12 @@ import sys
 import time
 
 import pytest
+from run_folders import TINY_PPO, file_hashes
 
-from sit_keras import folder_lock
 from sit_keras.export import exporter, runtime
 from sit_keras.export.random_policy import write_example_policy_folder
 
 BIN = os.path.dirname(sys.executable)
-TINY_PPO = [
-    "train_eval.env_name = 'minigrid:LavaGapS5'", "train_eval.num_envs = 2", "train_eval.encoder = 'cnn'",
-    "train_eval.encoder_kwargs = {'filters': (4,), 'strides': 1, 'output_dim': 8}",
-    "ppo.collect_steps_per_env = 8", "ppo.num_minibatches = 2", "ppo.drac_coef = 0.0",
-    "train_eval.num_eval_episodes = 0", "train_eval.progress = False",
-]  # fmt: skip
 
 
 def _run(*command: str) -> subprocess.CompletedProcess:
@@ -38,19 +31,8 @@ def _run(*command: str) -> subprocess.CompletedProcess:
 
 
 def _train(root_dir: str, total_env_steps: int) -> subprocess.CompletedProcess:
-    bindings = [*TINY_PPO, f"train_eval.total_env_steps = {total_env_steps}"]
+    bindings = [*TINY_PPO, "train_eval.progress = False", f"train_eval.total_env_steps = {total_env_steps}"]
     return _run("sit-train", "--root_dir", root_dir, *[a for b in bindings for a in ("--gin_bindings", b)])
-
-
-def _tree(folder: str) -> dict[str, str]:
-    tree = {}
-    for directory, _, files in os.walk(folder):
-        for name in files:
-            path = os.path.join(directory, name)
-            with open(path, "rb") as f:
-                tree[os.path.relpath(path, folder)] = hashlib.sha1(f.read()).hexdigest()
-    tree.pop(folder_lock.LOCK_FILE, None)
-    return tree
 
 
 def _one_sentence(result: subprocess.CompletedProcess, program: str) -> str:
@@ -99,10 +81,10 @@ def test_a_damaged_checkpoint_is_named_and_the_run_is_not_restarted(trained, tmp
     root_dir = str(tmp_path / "run")
     shutil.copytree(trained, root_dir)
     damage(root_dir)
-    before = _tree(root_dir)
+    before = file_hashes(root_dir)
     message = _one_sentence(_train(root_dir, 48), "sit-train")
     assert f"{root_dir}/{named}" in message and "nothing was changed" in message, message
-    assert _tree(root_dir) == before  # no new checkpoint, config or events: not restarted from step 0
+    assert file_hashes(root_dir) == before  # no new checkpoint, config or events: not restarted from step 0
 
 
 @pytest.fixture(scope="module")

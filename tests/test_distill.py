@@ -39,7 +39,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_probability as tfp
 from absl import flags
-from tensorboard.plugins.hparams import plugin_data_pb2
+from summaries import hyperparameters, summary_tags
 from tf_agents.policies import random_py_policy
 from tf_agents.trajectories import time_step as ts
 
@@ -196,9 +196,9 @@ def test_distill_a_tiny_teacher_into_a_pi_student_end_to_end(teacher, tmp_path):
     assert results["EvalAverageReturn"] == evaluation["mean_return"]
     assert json.loads((tmp_path / "student" / harness.EVALUATIONS_FILE).read_text()) == [evaluation]
     assert (tmp_path / "student" / harness.CONFIG_FILE).exists()
-    assert {"Eval/AverageReturn", "Eval/AverageEpisodeLength"} <= _tags(os.path.join(root_dir, "eval"))
-    assert "Losses/bc_loss" in _tags(os.path.join(root_dir, "train"))
-    hparams = _tags(os.path.join(root_dir, "collect"), hparams=True)
+    assert {"Eval/AverageReturn", "Eval/AverageEpisodeLength"} <= summary_tags(os.path.join(root_dir, "eval"))
+    assert "Losses/bc_loss" in summary_tags(os.path.join(root_dir, "train"))
+    hparams = hyperparameters(os.path.join(root_dir, "collect"))
     assert hparams["bc.teacher_dir"] == teacher and hparams["bc.num_epochs"] == 6
     assert hparams["train_eval.agent"] == "bc" and hparams["train_eval.encoder"] == "attention_neuron"
 
@@ -207,20 +207,6 @@ def test_distill_a_tiny_teacher_into_a_pi_student_end_to_end(teacher, tmp_path):
     resumed = harness.train_eval(root_dir, **{**settings, "num_epochs": 7})
     assert resumed["train_step"] == 7 * 3 and [h["epoch"] for h in resumed["history"]] == [7]
     assert [e["train_step"] for e in resumed["evaluations"]] == [21]
-
-
-def _tags(log_dir: str, hparams: bool = False):
-    """The summary tags of a log folder, or (``hparams``) the HParams plugin's hyper-parameters."""
-    tags, values = set(), {}
-    for path in glob.glob(os.path.join(log_dir, "events.out.tfevents.*")):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for value in event.summary.value:
-                tags.add(value.tag)
-                if value.tag == "_hparams_/session_start_info":
-                    data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
-                    for name, v in data.session_start_info.hparams.items():
-                        values[name] = getattr(v, v.WhichOneof("kind"))
-    return values if hparams else tags
 
 
 # sit-distill is sit-train with the BC agent (agents/distill.py). A tiny student: 2 streams of 20

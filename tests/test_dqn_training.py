@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
+from summaries import summary_tags
 from tf_agents.agents.dqn import dqn_agent
 from tf_agents.replay_buffers import tf_uniform_replay_buffer
 from tf_agents.specs import tensor_spec
@@ -78,14 +79,6 @@ ATARI_BINDINGS = [
 ATARI_CONFIGS = sorted(glob.glob("configs/atari/*.gin"))
 
 
-def _tags(log_dir: str) -> set[str]:
-    tags = set()
-    for path in glob.glob(os.path.join(log_dir, "events.out.tfevents.*")):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            tags.update(value.tag for value in event.summary.value)
-    return tags
-
-
 def _parse_atari_config(path: str, bindings: list[str] = ()) -> None:
     """A config of configs/atari and ``bindings`` through sit-train's parser, on a clear gin config."""
     gin.clear_config()
@@ -133,8 +126,8 @@ def test_cartpole_dqn_collects_trains_evaluates_and_logs(cartpole_run):
     with open(os.path.join(root_dir, harness.EVALUATIONS_FILE)) as f:
         assert json.load(f) == results["evaluations"]
     assert [h["env_steps"] for h in results["history"]] == [40, 80, 120, 160]
-    assert {"Losses/td_loss", "Losses/total_loss"} <= _tags(os.path.join(root_dir, "train"))
-    collect_tags = _tags(os.path.join(root_dir, "collect"))
+    assert {"Losses/td_loss", "Losses/total_loss"} <= summary_tags(os.path.join(root_dir, "train"))
+    collect_tags = summary_tags(os.path.join(root_dir, "collect"))
     for tag in [
         "Metrics/AverageReturn",
         "Metrics/epsilon",
@@ -144,7 +137,7 @@ def test_cartpole_dqn_collects_trains_evaluates_and_logs(cartpole_run):
         "_hparams_/session_start_info",
     ]:
         assert tag in collect_tags, collect_tags
-    eval_tags = _tags(os.path.join(root_dir, "eval"))
+    eval_tags = summary_tags(os.path.join(root_dir, "eval"))
     assert {f"Eval/{tag}" for tag in harness.EVAL_TAGS} <= eval_tags, eval_tags
     for path in [
         "config.gin",
@@ -214,7 +207,7 @@ def test_atari_c51_from_the_pong_config(atari_c51_run):
     assert description.extra["eval_env_kwargs"]["terminal_on_life_loss"] is False
     assert description.env_kwargs["terminal_on_life_loss"] is True
     assert tuple(description.observation_spec.shape) == (84, 84, 4)
-    assert {"Losses/critic_loss"} <= _tags(os.path.join(root_dir, "train"))
+    assert {"Losses/critic_loss"} <= summary_tags(os.path.join(root_dir, "train"))
 
 
 def test_atari_dqn_short_run(tmp_path):

@@ -3,7 +3,6 @@ TFLite model that does not act like the policy (parity: agreement, relative tole
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -12,6 +11,7 @@ import sys
 
 import numpy as np
 import pytest
+from run_folders import file_hashes
 
 from sit_keras.export import cli, exporter, parity
 from sit_keras.export.exporter import ParityError, check_export_arguments, export_policy
@@ -139,17 +139,6 @@ def test_output_dir_and_existing_version_are_checked(tmp_path):
     check_export_arguments(str(tmp_path / "out"), formats=["tflite"], version=2)  # no SavedModel written
 
 
-def _tree(folder) -> dict[str, str]:
-    """Relative path -> content hash of every file under ``folder``."""
-    tree = {}
-    for directory, _, files in os.walk(folder):
-        for name in files:
-            path = os.path.join(directory, name)
-            with open(path, "rb") as f:
-                tree[os.path.relpath(path, folder)] = hashlib.sha1(f.read()).hexdigest()
-    return tree
-
-
 @pytest.fixture(scope="module")
 def cnn_root(tmp_path_factory) -> str:
     root = str(tmp_path_factory.mktemp("cnn"))
@@ -171,7 +160,7 @@ def test_a_failed_export_leaves_nothing_and_restores_what_it_replaced(cnn_root, 
 
     output = tmp_path / "existing"
     export_policy(cnn_root, str(output), quantizations=["float32"], num_examples=4)
-    before = _tree(output)
+    before = file_hashes(output)
     assert "saved_model/policy/1/saved_model.pb" in before and "tflite/policy_float32.tflite" in before
 
     write_models_config = exporter.saved_model.write_models_config
@@ -184,7 +173,7 @@ def test_a_failed_export_leaves_nothing_and_restores_what_it_replaced(cnn_root, 
     monkeypatch.setattr(exporter.saved_model, "write_models_config", broken_config)
     with pytest.raises(OSError, match="Input/output"):
         export_policy(cnn_root, str(output), quantizations=["float32"], num_examples=6)
-    assert _tree(output) == before  # version 2 removed, the replaced TFLite files and report restored
+    assert file_hashes(output) == before  # version 2 removed, the replaced TFLite files and report restored
     assert sorted(os.listdir(output)) == [".lock", "export_report.json", "saved_model", "tflite"]
 
 

@@ -50,13 +50,6 @@ MODES = pytest.mark.parametrize("training", [True, False], ids=["training", "inf
 FORMS = pytest.mark.parametrize("triangle_form", ["matrix", "pairs"])
 
 
-def _perturb(layer: tf_keras.layers.Layer, seed: int = 0, scale: float = 0.1) -> None:
-    """Adds N(0, scale^2) noise to every weight, away from the near-identity start."""
-    rng = np.random.default_rng(seed)
-    for v in layer.weights:
-        v.assign(v + rng.normal(0.0, scale, v.shape).astype(v.dtype.as_numpy_dtype))
-
-
 @pytest.fixture(autouse=True)
 def _forget_the_global_seed() -> Iterator[None]:
     """These tests set TensorFlow's global seed: the next test in the worker must not inherit it
@@ -120,7 +113,7 @@ def _gsa_pair(
     fast = GraphSymmetricAttention(grid, implementation="fast", triangle_form=triangle_form, **options)
     for layer in (reference, fast):
         layer.build((None, layer.num_tokens, dim))
-    _perturb(reference, scale=0.3)
+    testing.perturb_weights(reference, 0.3)
     fast.set_weights(reference.get_weights())
     return reference, fast
 
@@ -211,7 +204,7 @@ def test_local_gsa_from_pixels_equals_the_reference_and_compiles(
         )
         layer.build((None, 4, 4, 3))
         layers[implementation] = layer
-    _perturb(layers["reference"])
+    testing.perturb_weights(layers["reference"], 0.1)
     layers["fast"].set_weights(layers["reference"].get_weights())
     x = tf.constant(np.random.default_rng(4).uniform(size=(3, 4, 4, 3)))
     # The composed path computes the LayerNorm variance as a quadratic form
@@ -262,7 +255,7 @@ def test_fast_encoder_equals_the_reference(case: str, dtype: str, training: bool
     assert [v.name.split("/", 1)[1] for v in fast.weights] == [
         v.name.split("/", 1)[1] for v in reference.weights
     ]
-    _perturb(reference)
+    testing.perturb_weights(reference, 0.1)
     fast.set_weights(reference.get_weights())
     x = tf.constant(np.random.default_rng(5).uniform(size=(2, *shape)), dtype)
     _assert_same(
@@ -274,7 +267,7 @@ def test_fast_encoder_equals_the_reference(case: str, dtype: str, training: bool
 
 def test_a_checkpoint_of_one_implementation_restores_into_the_other(tmp_path) -> None:
     reference = build_encoder("siet", (16, 16, 3), implementation="reference", seed=0)
-    _perturb(reference)
+    testing.perturb_weights(reference, 0.1)
     tf.train.Checkpoint(encoder=reference).write(str(tmp_path / "ckpt"))
     fast = build_encoder("siet", (16, 16, 3), implementation="fast", seed=1)
     tf.train.Checkpoint(encoder=fast).read(str(tmp_path / "ckpt")).assert_consumed()

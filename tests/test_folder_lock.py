@@ -7,7 +7,6 @@ long run would); the second is the real console script, as a user runs it.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import signal
@@ -17,35 +16,22 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from run_folders import TINY_PPO, file_hashes
 
 from sit_keras import folder_lock
 from sit_keras.export import exporter
 from sit_keras.export.random_policy import write_example_policy_folder
 
 BIN = os.path.dirname(sys.executable)
-TINY_PPO = [
-    "train_eval.env_name = 'minigrid:LavaGapS5'", "train_eval.num_envs = 2", "train_eval.encoder = 'cnn'",
-    "train_eval.encoder_kwargs = {'filters': (4,), 'strides': 1, 'output_dim': 8}",
-    "ppo.collect_steps_per_env = 8", "ppo.num_minibatches = 2", "ppo.drac_coef = 0.0",
-    "train_eval.total_env_steps = 32", "train_eval.num_eval_episodes = 0",
-]  # fmt: skip
 HOLDER = """
 import sys, time
+from run_folders import TINY_PPO, file_hashes
+
 from sit_keras import folder_lock
 with folder_lock.exclusive(sys.argv[1], sys.argv[2]):
     print("holding", flush=True)
     time.sleep(600)
 """
-
-
-def _tree(folder) -> dict[str, str]:
-    tree = {}
-    for directory, _, files in os.walk(folder):
-        for name in files:
-            path = os.path.join(directory, name)
-            with open(path, "rb") as f:
-                tree[os.path.relpath(path, folder)] = hashlib.sha1(f.read()).hexdigest()
-    return tree
 
 
 @contextlib.contextmanager
@@ -104,7 +90,7 @@ def test_sit_train_refuses_a_run_folder_in_use_and_changes_nothing(tmp_path):
     flags = [arg for binding in TINY_PPO for arg in ("--gin_bindings", binding)]
     first = _run("sit-train", "--root_dir", root_dir, *flags)
     assert first.returncode == 0, first.stderr[-2000:]
-    before = _tree(root_dir)
+    before = file_hashes(root_dir)
     with _holding(root_dir, "sit-train"):
         again = _run(
             "sit-train", "--root_dir", root_dir, *flags, "--gin_bindings", "train_eval.total_env_steps = 64"
@@ -115,10 +101,7 @@ def test_sit_train_refuses_a_run_folder_in_use_and_changes_nothing(tmp_path):
         .splitlines()[-1]
         .startswith(f"sit-train: {root_dir} is in use by sit-train (pid ")
     )
-    after = _tree(root_dir)
-    after.pop(folder_lock.LOCK_FILE)
-    before.pop(folder_lock.LOCK_FILE)
-    assert after == before
+    assert file_hashes(root_dir) == before
 
 
 @pytest.fixture(scope="module")

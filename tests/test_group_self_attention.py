@@ -54,29 +54,15 @@ GRID_EXACT = ("z2", "p4", "mz2", "p4m")
 NEIGHBOURHOODS = pytest.mark.parametrize("neighbourhood", [None, 3], ids=["global", "local3"])
 
 
-@pytest.fixture(autouse=True)
-def _seed() -> None:
-    tf_keras.utils.set_random_seed(0)
+pytestmark = pytest.mark.usefixtures("fixed_seed")  # tests/conftest.py
 
 
 # -- helpers ---------------------------------------------------------------------------------
-def _perturb(layer: tf_keras.layers.Layer, seed: int = 0, scale: float = 0.3) -> None:
-    """Adds N(0, scale^2) noise to every weight: zero biases and symmetric starts would hide bugs."""
-    rng = np.random.default_rng(seed)
-    assert layer.weights, "build the layer first"
-    for v in layer.weights:
-        v.assign(v + rng.normal(0.0, scale, v.shape).astype(v.dtype.as_numpy_dtype))
-
-
-def _random(shape: tuple[int, ...], seed: int = 1) -> tf.Tensor:
-    return tf.constant(np.random.default_rng(seed).normal(size=shape), dtype=DTYPE)
-
-
 def _lifting(group: str, channels: int = 3, scale: float = 0.3, **options: Any) -> LiftingSelfAttention:
     options = {"output_dim": 4, "num_heads": 2, "key_dim": 3, "dtype": DTYPE, **options}
     layer = LiftingSelfAttention(group, **options)
     layer.build((None, 5, 5, channels))
-    _perturb(layer, scale=scale)
+    testing.perturb_weights(layer, scale)
     return layer
 
 
@@ -86,7 +72,7 @@ def _group_layer(
     options = {"output_dim": 4, "num_heads": 2, "key_dim": 3, "dtype": DTYPE, **options}
     layer = GroupSelfAttention(group, **options)
     layer.build((None, 5, 5, groups.get_group(group).order, channels))
-    _perturb(layer, seed, scale)
+    testing.perturb_weights(layer, scale, seed)
     return layer
 
 
@@ -122,7 +108,7 @@ def test_lifting_is_equivariant_with_the_regular_representation(
     group: str, neighbourhood: int | None, side: int
 ) -> None:
     layer = _lifting(group, neighbourhood=neighbourhood)
-    x = _random((2, side, side, 3))
+    x = testing.random_normal((2, side, side, 3))
     assert layer(x).shape == (2, side, side, groups.get_group(group).order, 4)
     testing.assert_equivariant(layer, x, _lifting_actions(group))
 
@@ -133,7 +119,7 @@ def test_group_self_attention_with_ge_vit_encoding_is_equivariant(
     group: str, neighbourhood: int | None
 ) -> None:
     layer = _group_layer(group, neighbourhood=neighbourhood, output_dim=5)
-    y = _random((2, 5, 5, groups.get_group(group).order, 4))
+    y = testing.random_normal((2, 5, 5, groups.get_group(group).order, 4))
     assert layer(y).shape == (2, 5, 5, groups.get_group(group).order, 5)
     testing.assert_equivariant(layer, y, groups.group_actions(group, "group"))
 
@@ -145,7 +131,7 @@ def test_gsa_nets_encoding_is_equivariant_exactly_for_the_abelian_groups(
 ) -> None:
     # A strong perturbation (scale 1): the size of a broken symmetry grows with the group embedding.
     layer = _group_layer(group, neighbourhood=neighbourhood, positional_encoding="gsa_nets", scale=1.0)
-    y = _random((2, 5, 5, groups.get_group(group).order, 4))
+    y = testing.random_normal((2, 5, 5, groups.get_group(group).order, 4))
     actions = groups.group_actions(group, "group")
     if group != "p4m":
         testing.assert_equivariant(layer, y, actions)
@@ -161,14 +147,14 @@ def test_gsa_nets_encoding_is_equivariant_exactly_for_the_abelian_groups(
 @pytest.mark.parametrize("group", GRID_EXACT)
 def test_stacked_layers_with_pooling_are_invariant(group: str, neighbourhood: int | None) -> None:
     f = _stack(group, neighbourhood)
-    x = _random((2, 5, 5, 3))
+    x = testing.random_normal((2, 5, 5, 3))
     assert f(x).shape == (2, 4)
     testing.assert_invariant(f, x, groups.group_actions(group))
 
 
 @NEIGHBOURHOODS
 def test_stacked_layers_with_gsa_nets_encoding_are_not_p4m_invariant(neighbourhood: int | None) -> None:
-    x = _random((2, 5, 5, 3))
+    x = testing.random_normal((2, 5, 5, 3))
     # p4 is abelian: eq. 21 is exact there.
     testing.assert_invariant(_stack("p4", neighbourhood, "gsa_nets", 1.0), x, groups.group_actions("p4"))
     # Scale-1 perturbations: with 0.3 the pooled error can be as small as 1e-6 (still 10^4 x TOL).
@@ -192,7 +178,7 @@ def test_p4m_stack_is_invariant_for_any_batch_image_size_and_neighbourhood(
     batch: int, side: int, neighbourhood: int | None
 ) -> None:
     f = _stack("p4m", neighbourhood)
-    x = _random((batch, side, side, 3), seed=batch + 7 * side)
+    x = testing.random_normal((batch, side, side, 3), seed=batch + 7 * side)
     assert f(x).shape == (batch, 4)
     testing.assert_invariant(f, x, groups.group_actions("p4m"))
 
@@ -200,7 +186,7 @@ def test_p4m_stack_is_invariant_for_any_batch_image_size_and_neighbourhood(
 def test_mirror_equivariance_holds_on_non_square_images() -> None:
     lift = _lifting("mz2", neighbourhood=3)
     layer = _group_layer("mz2", neighbourhood=3)
-    x = _random((2, 4, 7, 3))
+    x = testing.random_normal((2, 4, 7, 3))
     testing.assert_equivariant(lambda t: layer(lift(t)), x, _lifting_actions("mz2"))
 
 
@@ -208,7 +194,7 @@ def test_mirror_equivariance_holds_on_non_square_images() -> None:
 def test_local_layers_are_translation_equivariant_away_from_the_borders(group: str) -> None:
     lift = _lifting(group, neighbourhood=3)
     layer = _group_layer(group, neighbourhood=3)
-    canvas = _random((2, 11, 11, 3))
+    canvas = testing.random_normal((2, 11, 11, 3))
     shift = (1, 2)
     original = layer(lift(canvas[:, :9, :9]))
     shifted = layer(lift(canvas[:, shift[0] : shift[0] + 9, shift[1] : shift[1] + 9]))
@@ -221,7 +207,7 @@ def test_local_layers_are_translation_equivariant_away_from_the_borders(group: s
 # -- rotations finer than the grid -----------------------------------------------------------------
 def test_rotation_equivariance_error_is_zero_for_p4_at_quarter_turns() -> None:
     layer = _lifting("p4", channels=1, neighbourhood=3)
-    images = _random((2, 7, 7, 1))
+    images = testing.random_normal((2, 7, 7, 1))
     errors = groups.rotation_equivariance_error(layer, images, [90.0, 180.0, 270.0])
     assert max(errors.values()) <= TOL
     pooled = groups.rotation_equivariance_error(lambda t: GroupPooling(dtype=DTYPE)(layer(t)), images, [90.0])
@@ -230,7 +216,7 @@ def test_rotation_equivariance_error_is_zero_for_p4_at_quarter_turns() -> None:
 
 def test_p8_is_exact_on_its_grid_elements_and_approximate_in_between() -> None:
     layer = _lifting("p8", channels=1, neighbourhood=3)
-    images = _random((2, 9, 9, 1))
+    images = testing.random_normal((2, 9, 9, 1))
     errors = groups.rotation_equivariance_error(layer, images, [45.0, 90.0, 180.0])
     assert errors[90.0] <= 1e-12 and errors[180.0] <= 1e-12  # r^2, r^4: integer matrices up to rounding
     assert np.isfinite(errors[45.0]) and errors[45.0] > BROKEN  # bilinear resampling is not exact
@@ -244,7 +230,7 @@ def test_positional_encoding_is_steerable(group: str) -> None:
     encoding = GroupPositionalEncoding(group, num_heads=2, key_dim=3, dtype=DTYPE)
     offsets = groups.window_offsets(5)
     encoding(tf.constant(offsets / 2.0))  # builds
-    _perturb(encoding)
+    testing.perturb_weights(encoding)
     spatial = encoding(tf.constant(offsets / 2.0)).numpy()
     table = encoding.group_encoding().numpy()
     g_group = groups.get_group(group)
@@ -271,7 +257,7 @@ def test_finer_rotations_turn_positions_without_interpolation() -> None:
 @pytest.mark.parametrize("group", GRID_EXACT)
 @pytest.mark.parametrize("side", [4, 5, 6, 7])
 def test_group_pooling_is_invariant_and_spatial_pooling_equivariant(group: str, side: int) -> None:
-    y = _random((2, side, side, groups.get_group(group).order, 3))
+    y = testing.random_normal((2, side, side, groups.get_group(group).order, 3))
     pooled = GroupPooling(dtype=DTYPE)
     assert pooled(y).shape == (2, 3)
     testing.assert_invariant(pooled, y, groups.group_actions(group, "group"))
@@ -313,8 +299,8 @@ def _built(case: str) -> tuple[tf_keras.layers.Layer, tf.Tensor]:
     cls, options, shape = LAYERS[case]
     layer = cls(output_dim=4, num_heads=2, key_dim=3, dtype=DTYPE, name=case, **options)
     layer.build(shape)
-    _perturb(layer)
-    return layer, _random(shape)
+    testing.perturb_weights(layer)
+    return layer, testing.random_normal(shape)
 
 
 @pytest.mark.parametrize("case", LAYERS)
@@ -322,10 +308,7 @@ def test_config_round_trip_and_serialisation(case: str) -> None:
     layer, x = _built(case)
     config = layer.get_config()
     assert config["group"] == LAYERS[case][1]["group"] and config["key_dim"] == 3
-    for clone in (
-        type(layer).from_config(config),
-        tf_keras.layers.deserialize(tf_keras.layers.serialize(layer)),
-    ):
+    for clone in (testing.config_round_trip(layer), testing.serialization_round_trip(layer)):
         assert type(clone) is type(layer) and clone.get_config() == config
         clone.build(x.shape)
         clone.set_weights(layer.get_weights())
@@ -342,8 +325,8 @@ def _model(group: str, neighbourhood: int | None) -> tf_keras.Model:
 
 def test_a_model_of_the_layers_clones_saves_and_loads(tmp_path: Path) -> None:
     model = _model("p4m", 3)
-    _perturb(model)
-    x = _random((3, 5, 5, 2))
+    testing.perturb_weights(model)
+    x = testing.random_normal((3, 5, 5, 2))
     clone = tf_keras.models.clone_model(model)
     clone.set_weights(model.get_weights())
     np.testing.assert_array_equal(clone(x), model(x))
@@ -370,7 +353,7 @@ def test_float32_xla_and_gradients_reach_every_weight() -> None:
     x = tf.random.normal((2, 5, 5, 2))
     layer(lift(x))
     for lay in (lift, layer):
-        _perturb(lay)
+        testing.perturb_weights(lay)
 
     @tf.function(jit_compile=True)
     def loss_and_grads(t):

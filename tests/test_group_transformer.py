@@ -44,25 +44,13 @@ BROKEN = 1e-6
 TINY = {"channels": (4, 4), "block_sizes": (1, 1), "num_heads": 2, "key_dim": 2}
 
 
-@pytest.fixture(autouse=True)
-def _seed() -> None:
-    tf_keras.utils.set_random_seed(0)
-
-
-def _perturb(model: tf_keras.Model, seed: int = 0, scale: float = 0.3) -> None:
-    rng = np.random.default_rng(seed)
-    for v in model.weights:
-        v.assign(v + rng.normal(0.0, scale, v.shape).astype(v.dtype.as_numpy_dtype))
-
-
-def _random(shape: tuple[int, ...], seed: int = 1, dtype: str = DTYPE) -> tf.Tensor:
-    return tf.constant(np.random.default_rng(seed).normal(size=shape), dtype=dtype)
+pytestmark = pytest.mark.usefixtures("fixed_seed")  # tests/conftest.py
 
 
 def _tiny(group: str, side: int, channels: int = 2, scale: float = 0.3, **overrides: Any) -> GroupTransformer:
     options = {**TINY, "dtype": DTYPE, **overrides}
     model = build_group_transformer(group, (side, side, channels), 3, preset="digits", **options)
-    _perturb(model, scale=scale)
+    testing.perturb_weights(model, scale)
     return model
 
 
@@ -74,7 +62,7 @@ CASES = [(None, 6), (3, 7)]  # global on an even side (2x2 pooling), local on an
 @pytest.mark.parametrize("group", ["z2", "p4", "mz2", "p4m"])
 def test_logits_are_invariant_to_the_stabiliser(group: str, neighbourhood: int | None, side: int) -> None:
     model = _tiny(group, side, neighbourhood=neighbourhood)
-    x = _random((2, side, side, 2))
+    x = testing.random_normal((2, side, side, 2))
     assert model(x).shape == (2, 3)
     # z2's stabiliser is {e}: the check is then that the batch does not mix samples.
     testing.assert_invariant(model, x, groups.group_actions(group))
@@ -85,7 +73,7 @@ def test_logits_are_invariant_to_the_stabiliser(group: str, neighbourhood: int |
 
 def test_feature_maps_follow_the_regular_representation() -> None:
     model = _tiny("p4m", 6, neighbourhood=3)
-    x = _random((2, 6, 6, 2))
+    x = testing.random_normal((2, 6, 6, 2))
     assert model.feature_maps(x).shape == (2, 3, 3, 8, 4)
     images, signals = groups.group_actions("p4m", "image"), groups.group_actions("p4m", "group")
     testing.assert_equivariant(
@@ -97,7 +85,7 @@ def test_feature_maps_follow_the_regular_representation() -> None:
 def test_gsa_nets_encoding_breaks_p4m_invariance_of_the_model(neighbourhood: int | None) -> None:
     # Scale-1 perturbations make the broken symmetry large (see test_group_self_attention.py).
     model = _tiny("p4m", 6, neighbourhood=neighbourhood, positional_encoding="gsa_nets", scale=1.0)
-    x = _random((2, 6, 6, 2))
+    x = testing.random_normal((2, 6, 6, 2))
     actions = groups.group_actions("p4m")
     testing.assert_invariant(model, x, {name: actions[name] for name in ("r0", "r2")})
     broken = {name: g for name, g in actions.items() if name not in ("r0", "r2")}
@@ -105,7 +93,7 @@ def test_gsa_nets_encoding_breaks_p4m_invariance_of_the_model(neighbourhood: int
 
 
 def test_rotation_equivariance_error_of_models() -> None:
-    images = _random((2, 9, 9, 1))
+    images = testing.random_normal((2, 9, 9, 1))
     p4 = _tiny("p4", 9, channels=1, neighbourhood=3)
     errors = groups.rotation_equivariance_error(p4, images, [90.0, 180.0, 270.0])
     assert max(errors.values()) <= TOL, errors
@@ -153,7 +141,7 @@ def test_uint8_images_are_scaled_and_float_images_used_as_given() -> None:
 
 def test_dropout_is_active_only_in_training() -> None:
     model = build_group_transformer("p4", (6, 6, 1), 4, preset="rotmnist", **TINY)
-    x = _random((2, 6, 6, 1), dtype="float32")
+    x = testing.random_normal((2, 6, 6, 1), dtype="float32")
     assert np.max(np.abs(model(x, training=True) - model(x, training=True))) > 1e-6
     np.testing.assert_array_equal(model(x), model(x, training=False))
 
@@ -167,12 +155,13 @@ def _serialisable_model() -> GroupTransformer:
 
 def test_config_clone_and_keras_file_round_trips(tmp_path: Path) -> None:
     model = _serialisable_model()
-    x = _random((2, 6, 6, 2))
+    x = testing.random_normal((2, 6, 6, 2))
     config = model.get_config()
     assert (
         config["group"] == "p4m" and config["positional_encoding"] == "gsa_nets" and config["dtype"] == DTYPE
     )
-    rebuilt = GroupTransformer.from_config(config)
+    rebuilt = testing.config_round_trip(model)
+    assert type(rebuilt) is GroupTransformer
     rebuilt(x)
     rebuilt.set_weights(model.get_weights())
     np.testing.assert_array_equal(rebuilt(x), model(x))
@@ -189,7 +178,7 @@ def test_config_clone_and_keras_file_round_trips(tmp_path: Path) -> None:
 def test_saved_model_round_trip(tmp_path: Path) -> None:
     # About 10 s of tracing: the call is saved for training and inference.
     model = _serialisable_model()
-    x = _random((2, 6, 6, 2))
+    x = testing.random_normal((2, 6, 6, 2))
     model.save(tmp_path / "saved_model")
     restored = tf_keras.models.load_model(tmp_path / "saved_model")
     np.testing.assert_allclose(restored(x), model(x), rtol=0, atol=1e-12)

@@ -241,3 +241,13 @@ def test_bilinear_rotation_is_exact_at_quarter_turns() -> None:
     inner = groups.disk_mask(5, 5)  # radius 2: every bilinear tap stays within the radius-4 disk
     np.testing.assert_allclose(turned[2:7, 2:7][inner > 0], 1.0, atol=1e-12)
     assert 0 < turned.sum() < 81
+
+
+@pytest.mark.parametrize("name", sorted(groups.D4_ELEMENTS))
+def test_the_named_square_symmetries_are_the_p4m_elements_they_name(name: str) -> None:
+    # The one naming of D4 (groups.D4_ELEMENTS) agrees with the tensor actions of sit_keras.testing.
+    a, b = groups.D4_ELEMENTS[name]
+    x = _random((2, 4, 4, 3))
+    expected = groups.transform_image(x, "p4m", get_group("p4m").element_index(a, bool(b)))
+    np.testing.assert_array_equal(testing.DIHEDRAL[name](x).numpy(), expected.numpy())
+    assert set(groups.ROTATION_NAMES) | set(groups.REFLECTION_NAMES) == set(groups.D4_ELEMENTS)

@@ -20,6 +20,7 @@ import gin
 import numpy as np
 import pytest
 import tensorflow as tf
+from summaries import summary_tags
 
 from sit_keras.agents import train
 from sit_keras.agents.algorithms import bc, dqn, ppo, sac
@@ -60,14 +61,6 @@ AGENT_BINDINGS = {
 # Environment steps added by the resumed run (BC: one more epoch of its 4 chunks).
 RESUME_STEPS = {"ppo": 16, "sac": 10, "dqn": 10}
 BC_CHUNKS = 2  # 40 steps over 2 environments, in chunks of 10
-
-
-def _tags(log_dir: str) -> set[str]:
-    tags = set()
-    for path in glob.glob(os.path.join(log_dir, "events.out.tfevents.*")):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            tags.update(value.tag for value in event.summary.value)
-    return tags
 
 
 @pytest.fixture(scope="module")
@@ -160,13 +153,16 @@ def test_every_agent_runs_is_killed_resumes_and_writes_the_same_layout(agent, te
     assert os.path.isdir(os.path.join(root_dir, "replay_buffer")) == (agent in ("sac", "dqn"))
     with open(os.path.join(root_dir, "policy_network.json")) as f:
         assert json.load(f)["agent"] == {"dqn": "dqn"}.get(agent, agent)
-    assert {"Metrics/AverageReturn", "Metrics/loss", "charts/SPS", "config/operative_gin"} <= _tags(
+    assert {"Metrics/AverageReturn", "Metrics/loss", "charts/SPS", "config/operative_gin"} <= summary_tags(
         os.path.join(root_dir, "collect")
     )
-    assert {"Eval/AverageReturn", "Eval/StdReturn", "Eval/AverageEpisodeLength", "Eval/SuccessRate"} <= _tags(
-        os.path.join(root_dir, "eval")
-    )
-    assert any(tag.startswith("Losses/") for tag in _tags(os.path.join(root_dir, "train")))
+    assert {
+        "Eval/AverageReturn",
+        "Eval/StdReturn",
+        "Eval/AverageEpisodeLength",
+        "Eval/SuccessRate",
+    } <= summary_tags(os.path.join(root_dir, "eval"))
+    assert any(tag.startswith("Losses/") for tag in summary_tags(os.path.join(root_dir, "train")))
     for key in ("AverageReturn", "SuccessRate", "env_steps", "train_step", "SPS", "evaluations", "history"):
         assert key in results, key
     with open(os.path.join(root_dir, harness.EVALUATIONS_FILE)) as f:

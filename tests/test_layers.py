@@ -64,24 +64,10 @@ ROTATIONS = tuple(testing.ROTATIONS)
 REFLECTIONS = tuple(testing.REFLECTIONS)
 
 
-@pytest.fixture(autouse=True)
-def _seed() -> None:
-    tf_keras.utils.set_random_seed(0)
+pytestmark = pytest.mark.usefixtures("fixed_seed")  # tests/conftest.py
 
 
 # -- helpers -----------------------------------------------------------------------
-def _perturb(layer: tf_keras.layers.Layer, seed: int = 0, scale: float = 0.3) -> None:
-    """Adds N(0, scale^2) noise to every weight, moving it far from the near-identity start."""
-    rng = np.random.default_rng(seed)
-    assert layer.weights, "build the layer first"
-    for v in layer.weights:
-        v.assign(v + rng.normal(0.0, scale, v.shape).astype(v.dtype.as_numpy_dtype))
-
-
-def _random(shape: tuple[int, ...], seed: int = 1) -> tf.Tensor:
-    return tf.constant(np.random.default_rng(seed).normal(size=shape), dtype=DTYPE)
-
-
 def _token_action(g: np.ndarray, class_token: bool = True) -> testing.Transform:
     """The action of a grid permutation ``g`` on ``(B, T, D)`` tokens.
 
@@ -114,12 +100,12 @@ def _gsa(grid=(4, 4), dim: int = 8, **options: Any) -> GraphSymmetricAttention:
     options = {"num_heads": 2, "graph_dropout": DROPOUT, "seed": 0, "dtype": DTYPE, **options}
     layer = GraphSymmetricAttention(grid, **options)
     layer.build((None, layer.num_tokens, dim))
-    _perturb(layer)
+    testing.perturb_weights(layer)
     return layer
 
 
 def _tokens(layer: GraphSymmetricAttention, batch: int = 2, dim: int = 8, seed: int = 1) -> tf.Tensor:
-    return _random((batch, layer.num_tokens, dim), seed)
+    return testing.random_normal((batch, layer.num_tokens, dim), seed)
 
 
 # -- GraphSymmetricAttention: which grid permutations it respects ------------------
@@ -257,8 +243,8 @@ def test_gsa_block_keeps_the_symmetry_of_its_attention(triangles: int, mlp_dim: 
         dtype=DTYPE,
     )
     block.build((None, 10, 8))
-    _perturb(block)
-    x = _random((2, 10, 8))
+    testing.perturb_weights(block)
+    x = testing.random_normal((2, 10, 8))
 
     def f(z):
         return block(z, training=training)
@@ -283,7 +269,7 @@ def test_dense_and_conv_graph_forms_compute_the_same_function(kernel_size: int, 
     conv = GraphSymmetricAttention.from_config({**dense.get_config(), "graph_form": "conv"})
     conv.build((None, 26, 8))
     conv.set_weights(dense.get_weights())
-    x = _random((3, 26, 8))
+    x = testing.random_normal((3, 26, 8))
     np.testing.assert_allclose(conv(x).numpy(), dense(x).numpy(), rtol=1e-12, atol=1e-12)
 
 
@@ -303,7 +289,7 @@ def test_graph_symmetric_dropout_is_random_but_keeps_the_symmetry() -> None:
 def _graph_conv(kernel_size: int, channels: int = 3, **options: Any) -> GraphConv2D:
     layer = GraphConv2D(kernel_size, dtype=DTYPE, seed=0, **options)
     layer.build((None, None, None, channels))
-    _perturb(layer)
+    testing.perturb_weights(layer)
     return layer
 
 
@@ -312,7 +298,7 @@ def _graph_conv(kernel_size: int, channels: int = 3, **options: Any) -> GraphCon
 @pytest.mark.parametrize("side", [6, 7])
 def test_rotation_graph_conv_is_d4_equivariant(side: int, kernel_size: int, depth_multiplier: int) -> None:
     layer = _graph_conv(kernel_size, depth_multiplier=depth_multiplier)
-    x = _random((2, side, side, 3))
+    x = testing.random_normal((2, side, side, 3))
     assert layer(x).shape == (2, side, side, 3 * depth_multiplier)
     testing.assert_equivariant(layer, x, testing.DIHEDRAL)
 
@@ -325,14 +311,14 @@ def test_rotation_graph_conv_kernel_is_d4_invariant() -> None:
 
 def test_flip_h_graph_conv_is_flip_h_equivariant_only() -> None:
     layer = _graph_conv(3, symmetry="flip_h")
-    x = _random((2, 6, 6, 3))
+    x = testing.random_normal((2, 6, 6, 3))
     testing.assert_equivariant(layer, x, _images(("flip_h",)))
     _assert_not_equivariant(layer, x, _images(("rot90", "flip_v", "transpose")))
 
 
 def test_flip_hv_graph_conv_keeps_flips_and_half_turn() -> None:
     layer = _graph_conv(5, symmetry="flip_hv")
-    x = _random((2, 6, 6, 3))
+    x = testing.random_normal((2, 6, 6, 3))
     testing.assert_equivariant(layer, x, _images(("flip_h", "flip_v", "rot180")))
     _assert_not_equivariant(layer, x, _images(("rot90", "transpose")))
 
@@ -341,7 +327,7 @@ def test_flip_hv_graph_conv_keeps_flips_and_half_turn() -> None:
 def test_window_summary_graph_conv_is_d4_equivariant_when_windows_tile(kernel_size: int, side: int) -> None:
     # Appendix F.5: kernel = stride = window, "valid" padding; the windows tile the map.
     layer = _graph_conv(kernel_size, strides=kernel_size, padding="valid")
-    x = _random((2, side, side, 3))
+    x = testing.random_normal((2, side, side, 3))
     assert layer(x).shape == (2, side // kernel_size, side // kernel_size, 3)
     testing.assert_equivariant(layer, x, testing.DIHEDRAL)
 
@@ -350,7 +336,7 @@ def test_window_summary_graph_conv_is_not_rotation_equivariant_when_windows_do_n
     # 9 = 2 * 4 + 1: the valid convolution drops the last row and column, so a
     # rotation moves a dropped border into the windows. Tiling is necessary.
     layer = _graph_conv(4, strides=4, padding="valid")
-    _assert_not_equivariant(layer, _random((2, 9, 9, 3)), _images(("rot90",)))
+    _assert_not_equivariant(layer, testing.random_normal((2, 9, 9, 3)), _images(("rot90",)))
 
 
 # -- LocalGSA and GlobalGSA -------------------------------------------------------------
@@ -382,8 +368,8 @@ def test_local_gsa_output_map_is_equivariant(
         **options,
     )
     layer.build((None, side, side, 3))
-    _perturb(layer)
-    x = _random((2, side, side, 3))
+    testing.perturb_weights(layer)
+    x = testing.random_normal((2, side, side, 3))
     stride = options.get("stride", options["window"])
     assert layer(x).shape == (2, side // stride, side // stride, 8)
 
@@ -413,8 +399,8 @@ def test_global_gsa_token_is_invariant_and_patches_are_equivariant(triangles: in
         (3, 3), num_heads=2, num_layers=2, triangles=triangles, graph_dropout=DROPOUT, seed=0, dtype=DTYPE
     )
     layer.build((None, 3, 3, 8))
-    _perturb(layer)
-    x = _random((2, 3, 3, 8))
+    testing.perturb_weights(layer)
+    x = testing.random_normal((2, 3, 3, 8))
 
     def token(z):
         return layer(z, training=training)[0]
@@ -520,9 +506,9 @@ LAYER_NAMES = tuple(LAYERS)
 def _built(name: str) -> tuple[tf_keras.layers.Layer, tf.Tensor]:
     factory, shape = LAYERS[name]
     layer = factory()
-    x = _random(shape, seed=5)
+    x = testing.random_normal(shape, seed=5)
     layer(x)
-    _perturb(layer)
+    testing.perturb_weights(layer)
     return layer, x
 
 
@@ -549,8 +535,7 @@ def _dead_by_design(layer: tf_keras.layers.Layer) -> set[int]:
 def test_config_round_trip_gives_the_same_layer(name: str) -> None:
     layer, x = _built(name)
     config = layer.get_config()
-    assert json.loads(json.dumps(config)) == config  # plain JSON types
-    clone = type(layer).from_config(config)
+    clone = testing.config_round_trip(layer)  # asserts plain JSON types
     clone(x)
     assert clone.get_config() == config
     assert [w.shape for w in clone.weights] == [w.shape for w in layer.weights]
@@ -598,7 +583,9 @@ def test_gradients_reach_every_weight(name: str) -> None:
     with tf.GradientTape() as tape:
         outputs = tf.nest.flatten(layer(x, training=True))
         # Random output weights, so that no gradient cancels by symmetry.
-        loss = sum(tf.reduce_sum(o * _random(o.shape, seed=7 + n)) for n, o in enumerate(outputs))
+        loss = sum(
+            tf.reduce_sum(o * testing.random_normal(o.shape, seed=7 + n)) for n, o in enumerate(outputs)
+        )
     gradients = tape.gradient(loss, layer.trainable_variables)
     assert len(gradients) == len(layer.trainable_variables) > 0
     dead = _dead_by_design(layer)
@@ -617,7 +604,9 @@ def test_gradients_match_finite_differences(name: str) -> None:
     layer, x = _built(name)
     variables = layer.trainable_variables
     rng = np.random.default_rng(11)
-    projections = [_random(o.shape, seed=20 + n) for n, o in enumerate(tf.nest.flatten(layer(x)))]
+    projections = [
+        testing.random_normal(o.shape, seed=20 + n) for n, o in enumerate(tf.nest.flatten(layer(x)))
+    ]
 
     def loss(inputs: tf.Tensor) -> tf.Tensor:
         outputs = tf.nest.flatten(layer(inputs, training=False))
@@ -639,7 +628,7 @@ def test_gradients_match_finite_differences(name: str) -> None:
         numeric = (up - down) / (2 * eps)
         analytic = np.sum(tf.convert_to_tensor(gradient).numpy() * direction)
         assert analytic == pytest.approx(numeric, rel=1e-5, abs=1e-6), variable.name
-    direction = _random(x.shape, seed=12)
+    direction = testing.random_normal(x.shape, seed=12)
     numeric = (loss(x + eps * direction) - loss(x - eps * direction)).numpy() / (2 * eps)
     assert np.sum(input_gradient.numpy() * direction.numpy()) == pytest.approx(numeric, rel=1e-5, abs=1e-6)
 
@@ -647,9 +636,9 @@ def test_gradients_match_finite_differences(name: str) -> None:
 def test_float64_block_mlp_computes_in_float64() -> None:
     block = GraphSymmetricAttentionBlock(grid_shape=(3, 3), num_heads=2, mlp_dim=16, dtype=DTYPE)
     block.build((None, 10, 8))
-    _perturb(block)
+    testing.perturb_weights(block)
     assert all(layer.compute_dtype == DTYPE for layer in block.mlp_layers)
-    x = _random((2, 10, 8))
+    x = testing.random_normal((2, 10, 8))
     norm, hidden, out = block.mlp_layers
     np.testing.assert_array_equal(block.feed_forward(x).numpy(), (x + out(hidden(norm(x)))).numpy())
 
@@ -713,7 +702,7 @@ def test_bad_input_shapes_name_the_expected_shape(factory, shape: tuple[int, ...
 def test_built_gsa_rejects_a_wrong_token_count_at_call_time() -> None:
     layer = _gsa((3, 3))
     with pytest.raises(ValueError, match=re.escape("expects (B, 10, 8) tokens")):
-        layer(_random((2, 9, 8)))
+        layer(testing.random_normal((2, 9, 8)))
 
 
 # -- invalid options --------------------------------------------------------------

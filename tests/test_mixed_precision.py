@@ -169,7 +169,7 @@ def test_config_saved_model_and_h5_round_trips_keep_the_outputs(policy: str, tmp
     x = _images(batch=2)
     expected = encoder(x).numpy()
 
-    clone = SiTEncoder.from_config(encoder.get_config())
+    clone = testing.config_round_trip(encoder)
     clone(x)
     clone.set_weights(encoder.get_weights())
     assert clone.dtype_policy.name == policy

@@ -85,14 +85,6 @@ def _compute(policy: str) -> tf.DType:
 
 
 # -- helpers -------------------------------------------------------------------------------------------
-def _perturb(layer: tf_keras.layers.Layer, scale: float = 0.3, seed: int = 0) -> None:
-    """Adds N(0, scale^2) noise to every weight: zero biases and symmetric starts would hide bugs."""
-    rng = np.random.default_rng(seed)
-    assert layer.weights, "build the layer first"
-    for v in layer.weights:
-        v.assign(v + rng.normal(0.0, scale, v.shape).astype(np.float32))
-
-
 def _random(shape: tuple[int, ...], seed: int = 1) -> tf.Tensor:
     return tf.constant(np.random.default_rng(seed).normal(size=shape), tf.float32)
 
@@ -128,7 +120,7 @@ def _assert_same(actual: Any, expected: Any) -> None:
 def _lifting(neighbourhood: int | None = 3) -> LiftingSelfAttention:
     layer = LiftingSelfAttention("p4m", 4, num_heads=2, key_dim=3, neighbourhood=neighbourhood)
     layer.build((None, 5, 5, 3))
-    _perturb(layer)
+    testing.perturb_weights(layer)
     return layer
 
 
@@ -142,21 +134,21 @@ def _group_attention(
         "p4m", 4, num_heads=2, key_dim=3, neighbourhood=neighbourhood, positional_encoding=positional_encoding
     )
     layer.build((None, 5, 5, 8, 3))
-    _perturb(layer, scale, seed)
+    testing.perturb_weights(layer, scale, seed)
     return layer
 
 
 def _positional_encoding() -> GroupPositionalEncoding:
     layer = GroupPositionalEncoding("p4m", num_heads=2, key_dim=3)
     layer.build(None)
-    _perturb(layer)
+    testing.perturb_weights(layer)
     return layer
 
 
 def _block() -> GroupTransformerBlock:
     layer = GroupTransformerBlock("p4", 6, num_heads=2, key_dim=2, neighbourhood=3)
     layer.build((None, 5, 5, 4, 3))
-    _perturb(layer)
+    testing.perturb_weights(layer)
     return layer
 
 
@@ -165,7 +157,7 @@ def _group_transformer(
 ) -> GroupTransformer:
     options = {**TINY, "neighbourhood": 3, **overrides}
     model = build_group_transformer(group, (side, side, 2), 3, preset="digits", **options)
-    _perturb(model, scale, seed)
+    testing.perturb_weights(model, scale, seed)
     return model
 
 
@@ -174,14 +166,14 @@ def _neuron(**options: Any) -> AttentionNeuron:
     layer = AttentionNeuron(ACTION_DIM, **options)
     features = options.get("num_features")
     layer.build((None, None) if features is None else (None, None, features))
-    _perturb(layer)
+    testing.perturb_weights(layer)
     return layer
 
 
 def _vision(**options: Any) -> VisionAttentionNeuron:
     layer = VisionAttentionNeuron(3, num_queries=10, projection_dim=8, value_dim=6, **options)
     layer.build((None, 24, 18, 4))
-    _perturb(layer)
+    testing.perturb_weights(layer)
     return layer
 
 
@@ -189,7 +181,7 @@ def _sensor_encoder(seed: int = 0, **options: Any) -> SensorSetEncoder:
     options = {"num_queries": 6, "hidden_size": HIDDEN, "projection_dim": 8, "activation": "tanh", **options}
     encoder = SensorSetEncoder(3, ACTION_DIM, output_dim=7, **options)
     encoder.build((None, None, 3))
-    _perturb(encoder, seed=seed)
+    testing.perturb_weights(encoder, seed=seed)
     return encoder
 
 
@@ -216,7 +208,7 @@ def _baseline(name: str, seed: int = 0) -> tf_keras.Model:
     shape, overrides = BASELINES[name]
     encoder = build_encoder(name, shape, **overrides)
     encoder.build((None, *shape))
-    _perturb(encoder, 0.05, seed)
+    testing.perturb_weights(encoder, 0.05, seed)
     return encoder
 
 
@@ -429,7 +421,7 @@ CONFIG_SUBJECTS = [
 def test_config_round_trip_keeps_the_policy_and_the_outputs(policy: str, name: str) -> None:
     subject = _subject(name)
     expected = subject()
-    clone = type(subject.layer).from_config(subject.layer.get_config())
+    clone = testing.config_round_trip(subject.layer)
     assert clone.dtype_policy.name == policy
     subject.apply(clone, False)  # builds every weight
     clone.set_weights(subject.layer.get_weights())
@@ -450,7 +442,7 @@ def _functional_group_layers(seed: int) -> Saveable:
     grouped = GroupSelfAttention("p4m", 3, num_heads=2, key_dim=3, positional_encoding="gsa_nets")(lifted)
     pooled = GroupPooling()(GroupSpatialMaxPooling()(grouped))
     model = tf_keras.Model(images, pooled)
-    _perturb(model, seed=seed)
+    testing.perturb_weights(model, seed=seed)
     x = _random((2, 5, 5, 3))
     return Saveable(model, lambda m: m(x))
 
@@ -461,7 +453,7 @@ def _functional_neuron(seed: int) -> Saveable:
     layer = AttentionNeuron(ACTION_DIM, num_queries=6, hidden_size=HIDDEN, projection_dim=8)
     code, (new_hidden, new_cell) = layer(readings, action, state=[hidden, cell])
     model = tf_keras.Model([readings, action, hidden, cell], [code, new_hidden, new_cell])
-    _perturb(model, seed=seed)
+    testing.perturb_weights(model, seed=seed)
     inputs = [
         _random((2, 5)),
         _random((2, ACTION_DIM), 2),
@@ -475,7 +467,7 @@ def _functional_vision(seed: int) -> Saveable:
     frames, action = tf_keras.Input((24, 18, 4)), tf_keras.Input((3,))
     code = VisionAttentionNeuron(3, num_queries=10, projection_dim=8, value_dim=6)(frames, action)
     model = tf_keras.Model([frames, action], code)
-    _perturb(model, seed=seed)
+    testing.perturb_weights(model, seed=seed)
     inputs = [_frames(), _random((2, 3), 2)]
     return Saveable(model, lambda m: m(inputs))
 

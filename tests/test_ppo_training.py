@@ -16,6 +16,7 @@ import gin
 import numpy as np
 import pytest
 import tensorflow as tf
+from summaries import hyperparameters, summary_tags
 
 from sit_keras.agents import evaluate, train
 from sit_keras.agents.algorithms import ppo
@@ -44,30 +45,6 @@ SHORT_RUN = {
 }
 
 
-def _tags(log_dir: str) -> set[str]:
-    tags = set()
-    for path in glob.glob(os.path.join(log_dir, "events.out.tfevents.*")):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            tags.update(value.tag for value in event.summary.value)
-    return tags
-
-
-def _hyperparameters(log_dir: str) -> dict[str, Any]:
-    """The hyper-parameters of the TensorBoard HParams tab written to ``log_dir``."""
-    from tensorboard.plugins.hparams import plugin_data_pb2
-
-    for path in glob.glob(os.path.join(log_dir, "events.out.tfevents.*")):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for value in event.summary.value:
-                if value.tag == "_hparams_/session_start_info":
-                    data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
-                    return {
-                        name: getattr(hparam, hparam.WhichOneof("kind"))
-                        for name, hparam in data.session_start_info.hparams.items()
-                    }
-    raise AssertionError(f"no hyper-parameters in {log_dir}")
-
-
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
     root_dir = str(tmp_path_factory.mktemp("ppo"))
@@ -82,7 +59,7 @@ def test_short_run_collects_trains_and_logs(trained_run):
     # 2 iterations x 2 epochs x 4 minibatches.
     assert results["train_step"] == 16
     assert 0.0 <= results["SuccessRate"] <= 1.0
-    train_tags = _tags(os.path.join(root_dir, "train"))
+    train_tags = summary_tags(os.path.join(root_dir, "train"))
     for tag in [
         "losses/approx_kl",
         "losses/clipfrac",
@@ -91,7 +68,7 @@ def test_short_run_collects_trains_and_logs(trained_run):
         "losses/drac_value",
     ]:
         assert tag in train_tags, train_tags
-    collect_tags = _tags(os.path.join(root_dir, "collect"))
+    collect_tags = summary_tags(os.path.join(root_dir, "collect"))
     for tag in [
         "Metrics/AverageReturn",
         "Metrics/AverageEpisodeLength",
@@ -118,7 +95,7 @@ def test_short_run_collects_trains_and_logs(trained_run):
         "ppo.learning_rate = 0.0005",
     ]:
         assert binding in config, config
-    hparams = _hyperparameters(os.path.join(root_dir, "collect"))
+    hparams = hyperparameters(os.path.join(root_dir, "collect"))
     assert hparams["train_eval.num_envs"] == 4 and hparams["ppo.collect_steps_per_env"] == 16
     assert hparams["train_eval.log_interval"] == 64 and hparams["train_eval.eval_interval"] == 64
     assert os.path.exists(os.path.join(root_dir, "policy_network.json"))
@@ -130,7 +107,7 @@ def test_short_run_collects_trains_and_logs(trained_run):
 def test_short_run_evaluates_into_eval_and_evaluations_json(trained_run):
     """PPO evaluates its policy on separate environments every eval_interval and at the end."""
     root_dir, results = trained_run
-    eval_tags = _tags(os.path.join(root_dir, "eval"))
+    eval_tags = summary_tags(os.path.join(root_dir, "eval"))
     for tag in ["Eval/AverageReturn", "Eval/StdReturn", "Eval/AverageEpisodeLength", "Eval/SuccessRate"]:
         assert tag in eval_tags, eval_tags
     with open(os.path.join(root_dir, harness.EVALUATIONS_FILE)) as f:

@@ -2,42 +2,28 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
 import sys
 
 import pytest
+from run_folders import TINY_PPO, file_hashes
 
-from sit_keras import folder_lock
 from sit_keras.agents.training import run_record
 
 SIT_TRAIN = os.path.join(os.path.dirname(sys.executable), "sit-train")
-TINY_PPO = [
-    "train_eval.env_name = 'minigrid:LavaGapS5'", "train_eval.num_envs = 2", "train_eval.encoder = 'cnn'",
-    "train_eval.encoder_kwargs = {'filters': (4,), 'strides': 1, 'output_dim': 8}",
-    "ppo.collect_steps_per_env = 8", "ppo.num_minibatches = 2", "ppo.drac_coef = 0.0",
-    "train_eval.total_env_steps = 32", "train_eval.num_eval_episodes = 0", "train_eval.progress = False",
-]  # fmt: skip
 
 
 def _train(root_dir: str, *extra: str) -> subprocess.CompletedProcess:
-    bindings = [arg for binding in [*TINY_PPO, *extra] for arg in ("--gin_bindings", binding)]
+    bindings = [
+        arg
+        for binding in [*TINY_PPO, "train_eval.progress = False", *extra]
+        for arg in ("--gin_bindings", binding)
+    ]
     return subprocess.run(
         [SIT_TRAIN, "--root_dir", root_dir, *bindings], capture_output=True, text=True, timeout=600
     )
-
-
-def _tree(folder: str) -> dict[str, str]:
-    tree = {}
-    for directory, _, files in os.walk(folder):
-        for name in files:
-            path = os.path.join(directory, name)
-            with open(path, "rb") as f:
-                tree[os.path.relpath(path, folder)] = hashlib.sha1(f.read()).hexdigest()
-    tree.pop(folder_lock.LOCK_FILE, None)
-    return tree
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +53,7 @@ def test_the_first_start_records_every_setting(first_run):
     ],
 )  # fmt: skip
 def test_a_resume_that_changes_the_run_is_refused_in_one_sentence(first_run, change, listed):
-    before = _tree(first_run)
+    before = file_hashes(first_run)
     result = _train(first_run, *change, "train_eval.total_env_steps = 64")
     assert result.returncode != 0 and "Traceback" not in result.stderr
     message = result.stderr.strip().splitlines()[-1]
@@ -75,7 +61,7 @@ def test_a_resume_that_changes_the_run_is_refused_in_one_sentence(first_run, cha
         f"sit-train: {first_run} holds a ppo run with encoder cnn, and this start changes"
     )
     assert listed in message and "total_env_steps" not in message, message
-    assert _tree(first_run) == before  # nothing rewritten: config.gin, record, checkpoints, events
+    assert file_hashes(first_run) == before  # nothing rewritten: config.gin, record, checkpoints, events
 
 
 def test_a_longer_budget_resumes_from_the_checkpoint_and_is_logged(tmp_path):

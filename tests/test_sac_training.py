@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
-from tensorboard.plugins.hparams import plugin_data_pb2
+from summaries import hyperparameters, summary_tags
 from tf_agents.agents.sac import sac_agent
 from tf_agents.policies import actor_policy, greedy_policy
 from tf_agents.specs import tensor_spec
@@ -63,26 +63,6 @@ TINY_SIET = {
 }  # fmt: skip
 
 
-def _tags(log_dir: str) -> set[str]:
-    tags = set()
-    for path in glob.glob(os.path.join(log_dir, "events.out.tfevents.*")):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            tags.update(value.tag for value in event.summary.value)
-    return tags
-
-
-def _hparams(log_dir: str) -> dict[str, object]:
-    """The HParams plugin's hyper-parameters of a run (``collect/``)."""
-    for path in glob.glob(os.path.join(log_dir, "events.out.tfevents.*")):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for value in event.summary.value:
-                if value.tag == "_hparams_/session_start_info":
-                    data = plugin_data_pb2.HParamsPluginData.FromString(value.metadata.plugin_data.content)
-                    hparams = data.session_start_info.hparams
-                    return {name: getattr(v, v.WhichOneof("kind")) for name, v in hparams.items()}
-    raise AssertionError(f"no hyper-parameters in {log_dir}")
-
-
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
     root_dir = str(tmp_path_factory.mktemp("sac"))
@@ -108,8 +88,8 @@ def test_state_run_collects_trains_evaluates_and_logs(trained_run):
     with open(os.path.join(root_dir, harness.EVALUATIONS_FILE)) as f:
         assert json.load(f) == results["evaluations"]
     for tag in ["Losses/critic_loss", "Losses/actor_loss", "Losses/alpha_loss"]:
-        assert tag in _tags(os.path.join(root_dir, "train"))
-    collect_tags = _tags(os.path.join(root_dir, "collect"))
+        assert tag in summary_tags(os.path.join(root_dir, "train"))
+    collect_tags = summary_tags(os.path.join(root_dir, "collect"))
     for tag in [
         "Metrics/AverageReturn",
         "Metrics/alpha",
@@ -121,10 +101,10 @@ def test_state_run_collects_trains_evaluates_and_logs(trained_run):
     ]:
         assert tag in collect_tags, collect_tags
     assert not any(tag.startswith("Eval/") for tag in collect_tags), collect_tags
-    eval_tags = _tags(os.path.join(root_dir, "eval"))
+    eval_tags = summary_tags(os.path.join(root_dir, "eval"))
     assert {f"Eval/{tag}" for tag in harness.EVAL_TAGS} <= eval_tags, eval_tags
     # The hyper-parameters are the settings the run was built from: train_eval.* and sac.*.
-    hparams = _hparams(os.path.join(root_dir, "collect"))
+    hparams = hyperparameters(os.path.join(root_dir, "collect"))
     assert hparams["train_eval.agent"] == "sac" and hparams["train_eval.num_envs"] == 1
     assert hparams["sac.batch_size"] == 32 and hparams["sac.collect_steps_per_env"] == 4
     assert os.path.exists(os.path.join(root_dir, harness.CONFIG_FILE))

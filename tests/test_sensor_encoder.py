@@ -25,7 +25,6 @@ What this file proves:
 from __future__ import annotations
 
 import doctest
-import json
 import re
 from typing import Any
 
@@ -57,16 +56,10 @@ TWO = ("typed_softmax_value_dim", "untyped_tanh")
 TWO_CONFIGS = pytest.mark.parametrize("options", [CONFIGS[name] for name in TWO], ids=TWO)
 
 
-@pytest.fixture(autouse=True)
-def _seed() -> None:
-    tf_keras.utils.set_random_seed(0)
+pytestmark = pytest.mark.usefixtures("fixed_seed")  # tests/conftest.py
 
 
 # -- helpers -----------------------------------------------------------------------
-def _random(shape: tuple[int, ...], seed: int = 1, dtype: str = DTYPE) -> tf.Tensor:
-    return tf.constant(np.random.default_rng(seed).normal(size=shape), dtype=dtype)
-
-
 def _encoder(num_features: int = 3, dtype: str = DTYPE, **options: Any) -> SensorSetEncoder:
     defaults = {"num_queries": 6, "hidden_size": HIDDEN, "projection_dim": 8, "activation": "tanh"}
     encoder = SensorSetEncoder(num_features, ACTION_DIM, output_dim=7, dtype=dtype, **(defaults | options))
@@ -218,7 +211,7 @@ def test_gradients_are_finite_with_nan_padding_and_reach_every_weight() -> None:
         code, _ = encoder(
             _pad(ep.readings, slots, 8, np.inf), ep.action, _pad(ep.types, slots, 8, 0), state, mask
         )
-        loss = tf.reduce_sum(code * _random(code.shape, seed=7))
+        loss = tf.reduce_sum(code * testing.random_normal(code.shape, seed=7))
     gradients = tape.gradient(loss, encoder.trainable_variables)
     assert len(gradients) == 10
     for variable, gradient in zip(encoder.trainable_variables, gradients, strict=True):
@@ -300,8 +293,7 @@ def test_one_feature_without_types_is_a_linear_layer_on_the_attention_neuron() -
 @CONFIG
 def test_config_and_weights_round_trip(options: dict[str, Any], tmp_path) -> None:
     encoder = _encoder(**options)
-    config = json.loads(json.dumps(encoder.get_config()))
-    restored = SensorSetEncoder.from_config(config)
+    restored = testing.config_round_trip(encoder)
     assert restored.get_config() == encoder.get_config() and restored.compute_dtype == DTYPE
     ep = Episode(encoder, 2, 4)
     restored(ep.readings, ep.action, sensor_types=ep.types)

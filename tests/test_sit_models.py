@@ -23,7 +23,6 @@ paper's 64x64x3 Procgen size for every variant.
 from __future__ import annotations
 
 import doctest
-import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -60,20 +59,10 @@ PARTS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _seed() -> None:
-    tf_keras.utils.set_random_seed(0)
+pytestmark = pytest.mark.usefixtures("fixed_seed")  # tests/conftest.py
 
 
 # -- helpers -----------------------------------------------------------------------
-def _perturb(model: tf_keras.Model, seed: int = 0, scale: float = 0.3) -> None:
-    """Adds N(0, scale^2) noise to every weight, far from the near-identity start."""
-    rng = np.random.default_rng(seed)
-    assert model.weights, "build the model first"
-    for v in model.weights:
-        v.assign(v + rng.normal(0.0, scale, v.shape).astype(v.dtype.as_numpy_dtype))
-
-
 def _images(
     batch: int, shape: tuple[int, int, int] = SMALL, dtype: str = "float32", seed: int = 1
 ) -> tf.Tensor:
@@ -86,7 +75,7 @@ def _images(
 def _perturbed_encoder(variant: str, shape=SMALL, dtype: str = "float64", **overrides: Any) -> SiTEncoder:
     tf_keras.utils.set_random_seed(0)
     encoder = build_encoder(variant, shape, dtype=dtype, graph_dropout=DROPOUT, seed=0, **overrides)
-    _perturb(encoder)
+    testing.perturb_weights(encoder)
     return encoder
 
 
@@ -451,9 +440,8 @@ def test_wrong_image_shape_at_call_time_names_the_expected_shape(encoders, bad: 
 def test_float64_config_round_trip_keeps_dtype_and_outputs() -> None:
     encoder = _perturbed_encoder("siet", dim=16, num_heads=2)
     config = encoder.get_config()
-    assert json.loads(json.dumps(config)) == config
     assert config["dtype"] == "float64" and config["variant"] == "siet" and config["graph_dropout"] == DROPOUT
-    clone = SiTEncoder.from_config(config)
+    clone = testing.config_round_trip(encoder)  # asserts plain JSON types
     clone.build((None, *SMALL))
     assert clone.get_config() == config
     assert {v.dtype for v in clone.variables} == {tf.float64}

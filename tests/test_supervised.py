@@ -59,12 +59,6 @@ def _arrays(dataset: tf.data.Dataset) -> tuple[np.ndarray, np.ndarray]:
     return images.numpy(), labels.numpy()
 
 
-def _perturb(model: tf_keras.Model, scale: float = 0.3) -> None:
-    rng = np.random.default_rng(0)
-    for v in model.weights:
-        v.assign(v + rng.normal(0.0, scale, v.shape).astype(v.dtype.as_numpy_dtype))
-
-
 # -- datasets ----------------------------------------------------------------------
 def test_digits_are_a_fixed_stratified_split_of_real_digits():
     train_x, train_y = _arrays(load_dataset("digits", "train"))
@@ -188,7 +182,7 @@ def test_every_encoder_makes_a_digits_classifier(model):
 def test_sit_classifier_is_rotation_invariant_with_perturbed_weights():
     tf_keras.utils.set_random_seed(0)
     classifier = build_classifier("sit", (8, 8, 1), 10)
-    _perturb(classifier)
+    testing.perturb_weights(classifier)
     images = tf.constant(np.random.default_rng(1).integers(0, 256, (4, 8, 8, 1)), tf.uint8)
     tol = testing.tolerance("float32")
     forward = lambda x: classifier(x, training=False)  # noqa: E731
@@ -196,7 +190,7 @@ def test_sit_classifier_is_rotation_invariant_with_perturbed_weights():
     testing.assert_not_invariant(forward, images, {"flip_h": testing.flip_h})
     # The ViT baseline is not invariant.
     vit = build_classifier("vit", (8, 8, 1), 10)
-    _perturb(vit)
+    testing.perturb_weights(vit)
     testing.assert_not_invariant(lambda x: vit(x, training=False), images, testing.ROTATIONS)
 
 
@@ -205,7 +199,7 @@ def test_group_transformer_classifiers_are_invariant_to_their_group(group):
     tf_keras.utils.set_random_seed(0)
     classifier = build_classifier(f"group_transformer:{group}", (8, 8, 1), 10)
     assert classifier.output_dim == 10 and classifier.group.name == group
-    _perturb(classifier, scale=0.1)
+    testing.perturb_weights(classifier, 0.1)
     images = tf.constant(np.random.default_rng(2).integers(0, 256, (3, 8, 8, 1)), tf.uint8)
     forward = lambda x: classifier(x, training=False)  # noqa: E731
     transforms = testing.ROTATIONS if group == "p4" else testing.DIHEDRAL

@@ -17,8 +17,12 @@ from tf_agents.environments import py_environment, wrappers
 from tf_agents.specs import array_spec
 from tf_agents.trajectories import time_step as ts
 
-TRANSFORMS = ("rot90", "rot180", "rot270", "flip_h", "flip_v")
-"""The fixed transforms; ``"shuffle_patches:<p>"`` (see ``shuffle_patches``) is the parametrised one."""
+from sit_keras.groups import ROTATION_NAMES
+
+TRANSFORMS: tuple[str, ...] = (*ROTATION_NAMES, "flip_h", "flip_v")
+"""The fixed transforms, named as their elements of D4 (``sit_keras.groups.D4_ELEMENTS``): the three
+rotations and the two axis mirrors. ``"shuffle_patches:<p>"`` (see ``shuffle_patches``) is the
+parametrised one."""
 
 SHUFFLE_PATCHES = "shuffle_patches"
 

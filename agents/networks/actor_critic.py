@@ -2,8 +2,8 @@
 
     observation (B, [T,] H, W, C) uint8
         -> flatten outer dims (B*T, H, W, C)
-        -> encoder  (build_encoder name: sit, sit_star, set, siet, vit, impala_cnn, cnn;
-                     "data_efficient_cnn"; "mlp" for vector observations)
+        -> encoder  (a feed-forward name of sit_keras.models.registry.ENCODERS: sit, sit_star,
+                     set, siet, vit, impala_cnn, cnn, "data_efficient_cnn"; "mlp" for vectors)
         -> [Dense + ReLU] * len(fc_layer_params)
         -> actor: categorical (discrete) or normal (continuous) projection
            value: Dense(1)
@@ -41,18 +41,13 @@ from tf_agents.utils import nest_utils
 from sit_keras.agents.networks import loss_scaling
 from sit_keras.agents.networks.policy_network import register_network
 from sit_keras.mixed_precision import full_precision
-from sit_keras.models import ENCODER_NAMES, build_encoder
+from sit_keras.models import registry
 
 MLP_ENCODER = "mlp"
 DATA_EFFICIENT_CNN = "data_efficient_cnn"
-# van Hasselt et al. 2019, appendix (data-efficient Rainbow's network): a preset of "cnn".
-DATA_EFFICIENT_CNN_KWARGS: dict[str, Any] = {
-    "filters": (32, 64),
-    "kernel_size": 5,
-    "strides": 5,
-    "output_dim": 256,
-}
-NETWORK_ENCODERS: tuple[str, ...] = (*ENCODER_NAMES, DATA_EFFICIENT_CNN, MLP_ENCODER)
+DATA_EFFICIENT_CNN_KWARGS: dict[str, Any] = dict(registry.ENCODERS[DATA_EFFICIENT_CNN].defaults)
+"""van Hasselt et al. 2019 (data-efficient Rainbow's network), a preset of "cnn" in the registry."""
+NETWORK_ENCODERS: tuple[str, ...] = registry.FEED_FORWARD_NAMES
 """The feed-forward torsos every network family of ``sit_keras.agents`` takes (actor, value, SAC, Q)."""
 
 
@@ -76,29 +71,7 @@ def build_torso(
       ValueError: unknown encoder name, or an encoder that does not fit the
         observation's rank.
     """
-    if encoder not in NETWORK_ENCODERS:
-        raise ValueError(f"Unknown encoder {encoder!r}. Expected one of: {', '.join(NETWORK_ENCODERS)}.")
-    shape = tuple(observation_spec.shape)
-    kwargs = dict(encoder_kwargs or {})
-    if encoder == DATA_EFFICIENT_CNN:
-        encoder, kwargs = "cnn", {**DATA_EFFICIENT_CNN_KWARGS, **kwargs}
-    if encoder == MLP_ENCODER:
-        if len(shape) != 1:
-            raise ValueError(
-                "The 'mlp' encoder takes vector observations of shape (D,). "
-                f"Received: observation shape={shape}"
-            )
-        units = tuple(kwargs.pop("units", (64, 64)))
-        if kwargs:
-            raise ValueError(f"Unknown 'mlp' encoder arguments: {sorted(kwargs)}. Expected: ['units'].")
-        layers = [tf_keras.layers.Dense(n, activation="relu") for n in units]
-    else:
-        if len(shape) != 3:
-            raise ValueError(
-                f"Encoder {encoder!r} takes image observations of shape (H, W, C). "
-                f"Received: observation shape={shape}; use encoder='mlp' for vectors."
-            )
-        layers = [build_encoder(encoder, shape, **kwargs)]
+    layers = registry.build_feed_forward(encoder, tuple(observation_spec.shape), **dict(encoder_kwargs or {}))
     layers += [tf_keras.layers.Dense(n, activation="relu") for n in fc_layer_params]
     torso = tf_keras.Sequential(layers, name="torso")
     loss_scaling.attach(torso)

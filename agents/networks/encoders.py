@@ -1,8 +1,9 @@
-"""The one encoder registry of the trainers: every torso name, and the actor and value networks on it.
+"""The trainers' view of the encoder registry: actor and value networks on any encoder.
 
-``ENCODERS`` lists every name ``train_eval.encoder`` takes:
+The names are those of ``sit_keras.models.registry.ENCODERS`` (the one
+registry), which says for each whether it is recurrent:
 
-- ``actor_critic.NETWORK_ENCODERS``: feed-forward torsos that every agent takes
+- feed-forward torsos (``actor_critic.NETWORK_ENCODERS``) that every agent takes
   (images: the SiT family, ViT, IMPALA-CNN, CNN, ``"data_efficient_cnn"``;
   vectors: ``"mlp"``);
 - ``"attention_neuron"`` (``sensor_networks``): the permutation-invariant
@@ -21,9 +22,10 @@ import tensorflow as tf
 from tf_agents.networks import network
 
 from sit_keras.agents.networks import actor_critic, sensor_networks
+from sit_keras.models import registry
 
-RECURRENT_ENCODERS: tuple[str, ...] = (sensor_networks.SENSOR_ENCODER,)
-ENCODERS: tuple[str, ...] = (*actor_critic.NETWORK_ENCODERS, *RECURRENT_ENCODERS)
+RECURRENT_ENCODERS: tuple[str, ...] = registry.RECURRENT_NAMES
+ENCODERS: tuple[str, ...] = tuple(registry.ENCODERS)
 
 
 def check_encoder(encoder: str, agent: str, recurrent: bool = True) -> None:

@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import tensorflow as tf
 import tf_keras
@@ -82,9 +82,10 @@ from sit_keras.agents.networks.policy_network import register_network
 from sit_keras.layers.sublayers import build_sublayer
 from sit_keras.mixed_precision import full_precision
 from sit_keras.models.sensor_encoder import SensorSetEncoder
+from sit_keras.symmetry import SENSORS, Symmetry
 
 SENSOR_ENCODER = "attention_neuron"
-"""The ``train_eval(encoder=...)`` name of these networks."""
+"""The ``train_eval(encoder=...)`` name of these networks: the recurrent entry of the registry."""
 
 DEFAULT_ENCODER_KWARGS: dict[str, Any] = {"output_dim": 64, "activation": "tanh"}
 """``SensorSetEncoder`` arguments used unless given; the others default to Table 1's CartPole
@@ -124,6 +125,13 @@ class SensorTorso(tf_keras.layers.Layer):
       fc_layer_params: dense ReLU layers after the encoder.
       count_scaling: scale ``m_t`` by ``D / N`` under tanh attention.
     """
+
+    SYMMETRY: ClassVar[Symmetry] = SENSORS
+
+    @property
+    def declared_symmetry(self) -> Symmetry:
+        """As its ``SensorSetEncoder``: ``S_N``-invariant features, equivariant per-sensor state."""
+        return self.SYMMETRY
 
     def __init__(
         self,

@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import tensorflow as tf
 import tf_keras
 
 from sit_keras.layers.precision import stable_dtype
+from sit_keras.symmetry import SENSORS, Symmetry
 
 ATTENTIONS = ("tanh", "softmax")
 
@@ -257,6 +258,9 @@ class AttentionNeuron(tf_keras.layers.Layer):
     TensorShape([2, 16])
     """
 
+    SYMMETRY: ClassVar[Symmetry] = SENSORS
+    """The same for every configuration: no weight depends on the number or order of the inputs."""
+
     def __init__(
         self,
         action_dim: int,
@@ -462,6 +466,11 @@ class AttentionNeuron(tf_keras.layers.Layer):
         # The mask marks padded *inputs*; the fixed-size code has no padding.
         del inputs, mask
         return None
+
+    @property
+    def declared_symmetry(self) -> Symmetry:
+        """``S_N``: the code is invariant, the per-input state permutes with the inputs (eq. 1-2)."""
+        return self.SYMMETRY
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

@@ -9,6 +9,7 @@ import tf_keras
 
 from sit_keras.layers.gsa_block import GraphSymmetricAttentionBlock
 from sit_keras.layers.sublayers import build_sublayer
+from sit_keras.symmetry import EQUIVARIANT, INVARIANT, Symmetry, graph_symmetry
 
 
 @tf_keras.saving.register_keras_serializable(package="sit_keras")
@@ -119,6 +120,27 @@ class GlobalGSA(tf_keras.layers.Layer):
         if not self.output_patches:
             return tokens[:, 0]
         return tokens[:, 0], tf.reshape(tokens[:, 1:], [-1, h, w, self.dim])
+
+    @property
+    def declared_symmetry(self) -> Symmetry:
+        """Class token invariant, patches equivariant (Prop. 3.1).
+
+        The last block's class-token row has no triangle sum (Listing 3), so the
+        flips are broken only when an earlier block's, or the returned patches',
+        triangle sums reach the output.
+        """
+        triangles = self.block_kwargs.get("triangles", 0)
+        reaches = self.num_layers >= 2 or self.output_patches
+        parts = (("token", INVARIANT), ("patches", EQUIVARIANT)) if self.output_patches else ()
+        return graph_symmetry(
+            self.block_kwargs.get("symmetry", "rotation"),
+            triangles if reaches else 0,
+            square=self.grid_shape[0] == self.grid_shape[1],
+            acts_on="image",
+            output="the class token is invariant; the patch grid transforms with the input",
+            parts=parts or (("output", INVARIANT),),
+            reference="SiT Fig. 3, Prop. 3.1",
+        )
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

@@ -10,6 +10,7 @@ import tf_keras
 from sit_keras import graphs
 from sit_keras.layers.graph_weights import NearIdentity
 from sit_keras.layers.indexing import expand_shared
+from sit_keras.symmetry import EQUIVARIANT, Symmetry, graph_symmetry
 
 
 @tf_keras.saving.register_keras_serializable(package="sit_keras")
@@ -110,6 +111,25 @@ class GraphConv2D(tf_keras.layers.Layer):
         stride = [1, self.strides, self.strides, 1]
         out = tf.nn.depthwise_conv2d(inputs, self.kernel(), strides=stride, padding=self.padding.upper())
         return out + self.bias if self.use_bias else out
+
+    @property
+    def declared_symmetry(self) -> Symmetry:
+        """Output feature maps transform with the input under the D4 elements that keep the kernel's graph.
+
+        Exact with ``"same"`` padding at stride 1 (or windows that tile the map);
+        a ``"chiral"`` kernel of 5x5 or more keeps the rotations and breaks the
+        flips (SiT Listing 4, ``sit_keras.graphs``).
+        """
+        return graph_symmetry(
+            self.symmetry,
+            triangles=0,
+            square=True,
+            acts_on="image",
+            output="output feature maps transform with the input: f(g x) = g f(x)",
+            parts=(("output", EQUIVARIANT),),
+            chiral_breaks=self.kernel_size >= 5,
+            reference="SiT Listing 4, Table 2 (graph conv)",
+        )
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

@@ -15,6 +15,7 @@ from sit_keras.layers.graph_weights import NearIdentity, graph_symmetric_dropout
 from sit_keras.layers.indexing import expand_shared
 from sit_keras.layers.precision import stable_dtype
 from sit_keras.layers.triangle_sums import TRIANGLE_FORMS, TriangleSums, theta_table
+from sit_keras.symmetry import EQUIVARIANT, Symmetry, graph_symmetry
 
 GRAPH_FORMS = ("auto", "dense", "conv")
 IMPLEMENTATIONS = ("fast", "reference")
@@ -577,6 +578,19 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         """eq. 8: ``Theta_j S[i, j] + Theta_k S[j, k] + Theta_i S[k, i]`` with ``k = T(i, j)``."""
         weights = graph_symmetric_dropout(weights, self.graph_dropout, training)
         return self._triangle_sums.gather_sum(scores, theta_table(weights))
+
+    @property
+    def declared_symmetry(self) -> Symmetry:
+        """Grid tokens permute with the grid, the class token is invariant (eq. 3, 11; eq. 4 breaks flips)."""
+        return graph_symmetry(
+            self.symmetry,
+            self.triangles,
+            square=self.grid_shape[0] == self.grid_shape[1],
+            acts_on="grid_tokens",
+            output="grid tokens permute with the input grid, f(g x) = g f(x); the class token is invariant",
+            parts=(("output", EQUIVARIANT),),
+            reference="SiT eq. 3, 5-8, 11-15; Listings 1-4",
+        )
 
     def compute_output_shape(self, input_shape: tf.TensorShape) -> tf.TensorShape:
         return tf.TensorShape(input_shape)

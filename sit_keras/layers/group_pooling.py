@@ -6,6 +6,11 @@ import tensorflow as tf
 import tf_keras
 
 from sit_keras.layers.precision import stable_dtype
+from sit_keras.symmetry import EQUIVARIANT, INVARIANT, Symmetry, plane_group_symmetry
+
+# The pooling layers take signals on any plane group; they are declared (and checked) on p4m, the
+# largest grid-exact group of GSA-Nets, which contains z2, p4 and mz2.
+_POOLING_GROUP = "p4m"
 
 
 def _check_group_signal(layer: tf_keras.layers.Layer, shape: tf.TensorShape, need_spatial: bool) -> None:
@@ -49,6 +54,13 @@ class GroupPooling(tf_keras.layers.Layer):
         pooled = tf.reduce_max(inputs, axis=3)
         mean = tf.reduce_mean(tf.cast(pooled, stable_dtype(pooled.dtype)), axis=[1, 2])
         return tf.cast(mean, pooled.dtype)
+
+    @property
+    def declared_symmetry(self) -> Symmetry:
+        """Invariant under every element of the plane group (GSA-Nets Fig. F.1)."""
+        return plane_group_symmetry(
+            _POOLING_GROUP, INVARIANT, "group_signal", "the pooled features are invariant: f(L_g y) = f(y)"
+        )
 
     def compute_output_shape(self, input_shape: tf.TensorShape) -> tf.TensorShape:
         input_shape = tf.TensorShape(input_shape)
@@ -95,6 +107,13 @@ class GroupSpatialMaxPooling(tf_keras.layers.Layer):
         pooled = tf.nn.max_pool2d(flat, ksize=[2 + pad_h, 2 + pad_w], strides=[2, 2], padding="VALID")
         out_h, out_w = (height + 1) // 2, (width + 1) // 2
         return tf.reshape(pooled, [-1, out_h, out_w, order, dim])
+
+    @property
+    def declared_symmetry(self) -> Symmetry:
+        """Equivariant: the pooled grid is mapped to itself by the dihedral group (GSA-Nets appendix F)."""
+        return plane_group_symmetry(
+            _POOLING_GROUP, EQUIVARIANT, "group_signal", "the pooled signal transforms with the input"
+        )
 
     def compute_output_shape(self, input_shape: tf.TensorShape) -> tf.TensorShape:
         b, h, w, n, d = tf.TensorShape(input_shape).as_list()

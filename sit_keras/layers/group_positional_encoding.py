@@ -10,6 +10,7 @@ import tf_keras
 
 from sit_keras.groups import Group, get_group, relative_group_indices
 from sit_keras.layers.precision import stable_dtype
+from sit_keras.symmetry import EQUIVARIANT, Symmetry, plane_group_symmetry
 
 POSITIONAL_ENCODINGS = ("ge_vit", "gsa_nets")
 
@@ -165,6 +166,16 @@ class GroupPositionalEncoding(tf_keras.layers.Layer):
         )
         n = self.group.order
         return tf.reshape(table, [n, n, n, self.num_heads, self.key_dim])
+
+    @property
+    def declared_symmetry(self) -> Symmetry:
+        """``L_{g h}[rho](g a) = L_h[rho](a)``: turning the offsets by ``g`` moves the group axis by ``g``."""
+        return plane_group_symmetry(
+            self.group.name,
+            EQUIVARIANT,
+            acts_on="offsets",
+            output="offsets turned by g give the encoding of g h where the original gave that of h",
+        )
 
     def compute_output_shape(self, input_shape: tf.TensorShape) -> tf.TensorShape:
         return tf.TensorShape([self.group.order, input_shape[0], self.num_heads, self.key_dim])

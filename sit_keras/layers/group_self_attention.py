@@ -31,6 +31,7 @@ from sit_keras.groups import Group, all_offsets, get_group, window_offsets
 from sit_keras.layers.group_positional_encoding import POSITIONAL_ENCODINGS, GroupPositionalEncoding
 from sit_keras.layers.precision import stable_dtype
 from sit_keras.layers.sublayers import build_sublayer
+from sit_keras.symmetry import EQUIVARIANT, Symmetry, plane_group_symmetry
 
 
 @functools.lru_cache(maxsize=64)
@@ -275,6 +276,18 @@ class _GroupAttention(tf_keras.layers.Layer):
         input_shape = tf.TensorShape(input_shape)
         return tf.TensorShape(
             [input_shape[0], input_shape[1], input_shape[2], self.group.order, self.output_dim]
+        )
+
+    @property
+    def declared_symmetry(self) -> Symmetry:
+        """Equivariant with the regular representation on the plane group (GSA-Nets Prop. 5.1-5.2)."""
+        return plane_group_symmetry(
+            self.group.name,
+            EQUIVARIANT,
+            acts_on="group_signal",
+            output="f(L_g x) = L_g f(x): the output's image transforms and its group axis is permuted "
+            "by the regular representation",
+            positional_encoding="ge_vit" if self._lifting else self.positional_encoding,
         )
 
     def get_config(self) -> dict[str, Any]:

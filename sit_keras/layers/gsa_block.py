@@ -10,6 +10,7 @@ import tf_keras
 from sit_keras.layers.graph_symmetric_attention import GraphSymmetricAttention
 from sit_keras.layers.normalization import standardize
 from sit_keras.layers.sublayers import build_sublayer
+from sit_keras.symmetry import Symmetry
 
 
 @tf_keras.saving.register_keras_serializable(package="sit_keras")
@@ -101,6 +102,11 @@ class GraphSymmetricAttentionBlock(tf_keras.layers.Layer):
         for layer in self.mlp_layers:
             update = layer(update)
         return tokens + update if self.mlp_layers else tokens
+
+    @property
+    def declared_symmetry(self) -> Symmetry:
+        """That of its ``GraphSymmetricAttention``: LayerNorm, skip and MLP act per token (Fig. 9)."""
+        return self.attention.declared_symmetry
 
     def compute_output_shape(self, input_shape: tf.TensorShape) -> tf.TensorShape:
         return tf.TensorShape(input_shape)

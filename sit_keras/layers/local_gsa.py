@@ -12,6 +12,7 @@ from sit_keras.layers.gsa_block import GraphSymmetricAttentionBlock
 from sit_keras.layers.indexing import ConstantGather
 from sit_keras.layers.precision import stable_dtype
 from sit_keras.layers.sublayers import build_sublayer
+from sit_keras.symmetry import EQUIVARIANT, Symmetry, graph_symmetry
 
 
 @tf_keras.saving.register_keras_serializable(package="sit_keras")
@@ -258,6 +259,24 @@ class LocalGSA(tf_keras.layers.Layer):
         tokens = self._with_class_tokens(self._cut_windows(x), x.dtype)
         tokens = tokens + gsa.attend(tf.transpose(windows, [2, 0, 1]), training=training)
         return first.feed_forward(tokens)
+
+    @property
+    def declared_symmetry(self) -> Symmetry:
+        """The output map transforms with the input (Fig. 10).
+
+        Only each window's class token moves on, and its row is untouched by the
+        last block's triangle sums (Listing 3): one block keeps the flips too.
+        """
+        triangles = self.block_kwargs.get("triangles", 0) if self.num_layers >= 2 else 0
+        return graph_symmetry(
+            self.block_kwargs.get("symmetry", "rotation"),
+            triangles,
+            square=True,
+            acts_on="image",
+            output="the output map transforms with the input: f(g x) = g f(x)",
+            parts=(("output", EQUIVARIANT),),
+            reference="SiT Fig. 3, 10; appendix B",
+        )
 
     def compute_output_shape(self, input_shape: tf.TensorShape) -> tf.TensorShape:
         input_shape = tf.TensorShape(input_shape)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import tensorflow as tf
 import tf_keras
@@ -18,6 +18,7 @@ from sit_keras.layers.attention_neuron import (
 )
 from sit_keras.layers.precision import stable_dtype
 from sit_keras.layers.sublayers import build_sublayer
+from sit_keras.symmetry import PATCHES, Symmetry
 
 
 def extract_patches(images: tf.Tensor, patch_size: int) -> tf.Tensor:
@@ -105,6 +106,9 @@ class VisionAttentionNeuron(tf_keras.layers.Layer):
     >>> layer(tf.zeros((2, 84, 84, 4)), tf.zeros((2, 6))).shape
     TensorShape([2, 20, 8])
     """
+
+    SYMMETRY: ClassVar[Symmetry] = PATCHES
+    """The same for every configuration: no weight depends on the number or order of the patches."""
 
     def __init__(
         self,
@@ -254,6 +258,11 @@ class VisionAttentionNeuron(tf_keras.layers.Layer):
         # The mask marks hidden *patches*; the fixed-size code has no padding.
         del inputs, mask
         return None
+
+    @property
+    def declared_symmetry(self) -> Symmetry:
+        """``S_N`` over the patches: the code is invariant (Tang & Ha eq. 1-2, section 4)."""
+        return self.SYMMETRY
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

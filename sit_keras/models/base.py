@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import tensorflow as tf
 import tf_keras
+
+from sit_keras.symmetry import NO_SYMMETRY, Symmetry
 
 
 class Encoder(tf_keras.Model):
     """Maps images ``(B, H, W, C)`` to features ``(B, output_dim)``.
 
     Subclasses implement ``encode(images, training)`` on float images in
-    ``[0, 1]`` and, where they have symmetric parts, ``symmetry_parts``.
+    ``[0, 1]`` and, where they have symmetric parts, ``symmetry_parts``; they
+    declare their symmetry in ``SYMMETRY`` (or ``declared_symmetry`` when it
+    depends on the constructor's arguments): the baselines keep none.
 
     Args:
       image_shape: ``(H, W, C)`` of the images the encoder accepts.
@@ -28,6 +32,9 @@ class Encoder(tf_keras.Model):
     Returns:
       ``(B, output_dim)`` features in the layer's compute dtype.
     """
+
+    SYMMETRY: ClassVar[Symmetry] = NO_SYMMETRY
+    """The declaration of every instance of the class (``sit_keras.symmetry``)."""
 
     def __init__(self, image_shape: Sequence[int], output_dim: int, **kwargs: Any):
         super().__init__(**kwargs)
@@ -62,8 +69,13 @@ class Encoder(tf_keras.Model):
         # Subclasses define `encode(images, training)` on preprocessed images.
         return self.encode(self.preprocess(images), training=training)
 
+    @property
+    def declared_symmetry(self) -> Symmetry:
+        """What this encoder promises; its ``parts`` name the keys of ``symmetry_parts`` it checks."""
+        return self.SYMMETRY
+
     def symmetry_parts(self, images: tf.Tensor, training: bool | None = None) -> dict[str, tf.Tensor]:
-        """The parts of the representation with a promised symmetry.
+        """The parts of the representation with a promised symmetry (``declared_symmetry.parts``).
 
         Returns a dict with ``"invariant"``: ``(B, D_i)`` and/or
         ``"equivariant"``: ``(B, h, w, D_e)`` on the patch grid. Encoders

@@ -27,6 +27,7 @@ def _is_positive_int(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, numbers.Integral) and value >= 1
 
 
+@tf_keras.saving.register_keras_serializable(package="sit_keras")
 class ConvEncoder(Encoder):
     """Plain CNN: strided ReLU convolutions, then one ReLU Dense layer.
 

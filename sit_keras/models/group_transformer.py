@@ -40,6 +40,7 @@ from sit_keras.layers.group_self_attention import GroupSelfAttention, LiftingSel
 from sit_keras.layers.precision import stable_dtype
 from sit_keras.layers.sublayers import build_sublayer
 from sit_keras.models.base import Encoder
+from sit_keras.symmetry import INVARIANT, Symmetry, plane_group_symmetry
 
 # PyTorch's default GroupNorm epsilon (GSA-Nets' code uses 1e-12, below float32's resolution of most inputs).
 _LAYER_NORM_EPSILON = 1e-5
@@ -405,6 +406,17 @@ class GroupTransformer(Encoder):
                 else:
                     x = layer(x, training=training)
         return x
+
+    @property
+    def declared_symmetry(self) -> Symmetry:
+        """Logits invariant under the stabiliser ``H`` (lift, group blocks, pooling: GSA-Nets section 5)."""
+        return plane_group_symmetry(
+            self.group.name,
+            INVARIANT,
+            acts_on="group_signal",
+            output="logits invariant under H: f(L_h x) = f(x)",
+            positional_encoding=self.positional_encoding,
+        )
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()

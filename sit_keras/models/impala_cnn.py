@@ -107,6 +107,7 @@ class _ConvSequence(tf_keras.layers.Layer):
         return config
 
 
+@tf_keras.saving.register_keras_serializable(package="sit_keras")
 class ImpalaCNNEncoder(Encoder):
     """IMPALA ResNet (Espeholt et al., 2018) in the form DrAC uses on Procgen.
 

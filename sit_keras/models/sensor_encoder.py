@@ -19,13 +19,14 @@ mixed in one unordered set and still be permuted freely.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import tensorflow as tf
 import tf_keras
 
 from sit_keras.layers.attention_neuron import ATTENTIONS, AttentionNeuron, check_mask, shape_list
 from sit_keras.layers.sublayers import build_sublayer
+from sit_keras.symmetry import SENSORS, Symmetry
 
 
 @tf_keras.saving.register_keras_serializable(package="sit_keras")
@@ -100,6 +101,9 @@ class SensorSetEncoder(tf_keras.Model):
     >>> code.shape, state[0].shape
     (TensorShape([5, 12]), TensorShape([5, 7, 8]))
     """
+
+    SYMMETRY: ClassVar[Symmetry] = SENSORS
+    """The same for every configuration (``AttentionNeuron``'s)."""
 
     def __init__(
         self,
@@ -290,6 +294,11 @@ class SensorSetEncoder(tf_keras.Model):
             return {"code": code, "hidden": new_hidden, "cell": new_cell}
 
         return tf.function(serve, input_signature=signature, autograph=False)
+
+    @property
+    def declared_symmetry(self) -> Symmetry:
+        """``S_N``: the code is invariant, the per-sensor state permutes with the sensors."""
+        return self.SYMMETRY
 
     def get_config(self) -> dict[str, Any]:
         # tf_keras gives subclassed models an empty base config: keep the name and the dtype policy.

@@ -11,6 +11,16 @@ import tf_keras
 from sit_keras import graphs
 from sit_keras.layers import GlobalGSA, GraphConv2D, LocalGSA
 from sit_keras.models.base import Encoder
+from sit_keras.symmetry import (
+    EQUIVARIANT,
+    INVARIANT,
+    SET,
+    SIET,
+    SIT,
+    SIT_MIRROR_BLIND,
+    Symmetry,
+    graph_symmetry,
+)
 
 # What each variant promises (section 4, Table 1): triangle sums that keep
 # rotations and break flips, and which parts of the representation it uses.
@@ -307,6 +317,55 @@ class SiTEncoder(Encoder):
         chiral_blocks = max(self.local_layers, self.global_layers) >= 2
         chiral_stem = self.stem is not None and self.stem_symmetry == "chiral" and self.stem_kernel_size >= 4
         return self.symmetry == "rotation" and not (self.triangles and chiral_blocks) and not chiral_stem
+
+    @property
+    def declared_symmetry(self) -> Symmetry:
+        """What this configuration promises (section 4, Table 1; ``sit_keras.symmetry``).
+
+        With rotation graphs: the SiT and SiT* are ``SIT`` (C4 invariant, flips
+        broken by eq. 4) unless ``mirror_blind`` (then D4 invariant, as the
+        dihedral SiT); the SeT's patch grid and the SieT's two parts are C4
+        invariant / equivariant. Other graph symmetries keep what their
+        graphs and the stem's keep (``symmetry.graph_symmetry``).
+        """
+        parts = tuple(
+            (part, kind)
+            for part, kind, used in (
+                ("output", INVARIANT, not self.uses_equivariant),
+                ("invariant", INVARIANT, self.uses_invariant),
+                ("equivariant", EQUIVARIANT, self.uses_equivariant),
+            )
+            if used
+        )
+        h, w, _ = self.image_shape
+        if self.symmetry == "rotation" and self.stem_symmetry in ("rotation", "chiral") and h == w:
+            if self.uses_equivariant:
+                return SIET if self.uses_invariant else SET
+            return SIT_MIRROR_BLIND if self.mirror_blind else SIT
+        stem = graph_symmetry(self.stem_symmetry, 0, h == w, "image", "", (("output", EQUIVARIANT),))
+        blocks = graph_symmetry(
+            self.symmetry,
+            0 if self.mirror_blind else self.triangles,
+            h == w,
+            "image",
+            "the invariant part is invariant and the patch grid transforms with the input",
+            parts,
+            reference="SiT section 4, Table 1",
+        )
+        kept = tuple(e for e in blocks.elements if self.stem is None or e in stem.elements)
+        if kept == blocks.elements:
+            return blocks
+        if not kept:
+            return Symmetry("none", "none", "image", "no D4 element keeps both the stem and the blocks")
+        return Symmetry(
+            group="{e, " + ", ".join(kept) + "}",
+            kind=blocks.kind,
+            acts_on="image",
+            output=blocks.output,
+            elements=kept,
+            parts=parts,
+            reference=blocks.reference,
+        )
 
     # -- forward ---------------------------------------------------------------
     def _features(self, images: tf.Tensor, training: bool | None) -> tuple[tf.Tensor, tf.Tensor]:

@@ -171,6 +171,7 @@ class _TransformerBlock(tf_keras.layers.Layer):
         return config
 
 
+@tf_keras.saving.register_keras_serializable(package="sit_keras")
 class ViTEncoder(Encoder):
     """Vision Transformer baseline: patch embedding, class token, pre-norm blocks.
 

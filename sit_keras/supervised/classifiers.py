@@ -29,7 +29,7 @@ import tensorflow as tf
 import tf_keras
 
 from sit_keras.groups import GROUP_NAMES
-from sit_keras.models import ENCODER_NAMES, build_encoder
+from sit_keras.models import ENCODER_NAMES, build_encoder, registry
 
 GROUP_TRANSFORMER_PREFIX = "group_transformer:"
 
@@ -37,7 +37,6 @@ PRESETS: tuple[str, ...] = ("digits", "rotmnist", "cifar10")
 # Image side -> preset, for callers that give no preset.
 PRESET_FOR_SIDE: dict[int, str] = {8: "digits", 28: "rotmnist", 32: "cifar10"}
 
-_SIT_FAMILY = ("sit", "sit_star", "set", "siet", "sit_dihedral")
 
 # Encoder constructor arguments per preset; a caller's overrides replace them.
 # The registry's defaults are for 64x64 Procgen frames (SiT paper, Table 2);
@@ -97,7 +96,7 @@ def encoder_overrides(model: str, preset: str) -> dict[str, Any]:
     """The preset's constructor arguments for encoder ``model`` (a copy)."""
     if preset not in PRESETS:
         raise ValueError(f"Unknown preset {preset!r}. Expected one of: {', '.join(PRESETS)}.")
-    key = "sit" if model in _SIT_FAMILY else model
+    key = registry.ENCODERS[model].family if model in registry.ENCODERS else model
     return dict(ENCODER_OVERRIDES[preset].get(key, {}))
 
 

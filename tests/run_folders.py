@@ -1,0 +1,31 @@
+"""What the hostile tests share: a tiny PPO run's bindings and the content of a folder.
+
+``from run_folders import TINY_PPO, file_hashes`` (``tests/`` is on the path, as for ``summaries``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+from sit_keras import folder_lock
+
+# PPO on MiniGrid LavaGapS5 with a 4-filter CNN: 32 steps over 2 environments, seconds to train.
+TINY_PPO = [
+    "train_eval.env_name = 'minigrid:LavaGapS5'", "train_eval.num_envs = 2", "train_eval.encoder = 'cnn'",
+    "train_eval.encoder_kwargs = {'filters': (4,), 'strides': 1, 'output_dim': 8}",
+    "ppo.collect_steps_per_env = 8", "ppo.num_minibatches = 2", "ppo.drac_coef = 0.0",
+    "train_eval.total_env_steps = 32", "train_eval.num_eval_episodes = 0",
+]  # fmt: skip
+
+
+def file_hashes(folder: str) -> dict[str, str]:
+    """Relative path -> SHA-1 of every file under ``folder``, but its lock file (which says who writes)."""
+    hashes = {}
+    for directory, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(directory, name)
+            with open(path, "rb") as f:
+                hashes[os.path.relpath(path, folder)] = hashlib.sha1(f.read()).hexdigest()
+    hashes.pop(folder_lock.LOCK_FILE, None)
+    return hashes
