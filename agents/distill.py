@@ -14,7 +14,7 @@ The flags sit-distill had before it was an alias (``--num_epochs 20``,
 ``--env``, ``--encoder_kwargs '{...}'``, ...) still work: each becomes the
 binding of ``OLD_FLAGS`` (after ``--gin_file``'s, before ``--gin_bindings``)
 and is announced once on stderr, with that binding. A value that does not
-parse is one sentence and exit status 1, as every mistake of sit-train.
+parse is one sentence and exit status 2, as every mistake of sit-train.
 """
 
 from __future__ import annotations
@@ -25,16 +25,15 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from absl import app, flags
+from absl import flags
 
 from sit_keras.agents import evaluate, train
 from sit_keras.agents.algorithms import bc
 from sit_keras.agents.training import harness
 from sit_keras.agents.training.harness import RUN_CONFIGURABLE, RunSettings
-from sit_keras.command_line import flags_help, wants_help
+from sit_keras.command_line import parse_flags
 
 PROGRAM = "sit-distill"
-_FLAGS = flags.FLAGS
 
 
 class OldFlag(NamedTuple):
@@ -95,7 +94,7 @@ OLD_FLAGS: dict[str, OldFlag] = {
 """The old sit-distill's flags (``--jit_compile`` is sit-train's own), by name."""
 
 
-def define_flags(flag_values: flags.FlagValues = _FLAGS) -> None:
+def define_flags(flag_values: flags.FlagValues) -> None:
     """sit-train's flags, ``--teacher_dir`` and the old flags (left out of ``--help``)."""
     train.define_flags(flag_values)
     flags.DEFINE_string(
@@ -107,9 +106,10 @@ def define_flags(flag_values: flags.FlagValues = _FLAGS) -> None:
         # Values are parsed in gin_bindings, where a mistake is one sentence (absl's would be two lines).
         define = {"bool": flags.DEFINE_bool, "key=value": flags.DEFINE_multi_string}.get(old.kind)
         (define or flags.DEFINE_string)(name, None, text, flag_values=flag_values)
+    flags.mark_flag_as_required("teacher_dir", flag_values=flag_values)
 
 
-def gin_bindings(flag_values: flags.FlagValues = _FLAGS) -> tuple[list[str], list[str]]:
+def gin_bindings(flag_values: flags.FlagValues) -> tuple[list[str], list[str]]:
     """The gin bindings sit-distill's parsed flags give sit-train, and a notice per old flag given.
 
     Raises:
@@ -163,38 +163,29 @@ def bindings_help() -> list[str]:
     return lines
 
 
-def main(argv: Sequence[str] | None = None) -> int | None:
-    """Entry point of ``sit-distill`` (``argv[0]`` is the program, as ``app.run`` takes it)."""
-    define_flags()
-    if wants_help((sys.argv if argv is None else argv)[1:]):
-        modules = (*train.FLAG_MODULES, __name__)
-        print(
-            flags_help(
-                __doc__,
-                _FLAGS,
-                ("root_dir", "teacher_dir"),
-                train.ADVANCED_FLAGS,
-                modules=modules,
-                hidden=OLD_FLAGS,
-                sections=bindings_help(),
-            )  # fmt: skip
-        )
-        return 0
-    flags.mark_flags_as_required(["root_dir", "teacher_dir"])
-    app.run(_main, argv=argv)
+FLAGS = flags.FlagValues()  # sit-distill's own, apart from absl's global flags
+define_flags(FLAGS)
 
 
-def _main(argv: Sequence[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``sit-distill`` (``argv[0]`` is the program); returns the exit status."""
+    argv = sys.argv if argv is None else argv
+    extra = parse_flags(
+        FLAGS, PROGRAM, argv[1:], __doc__, required=("root_dir", "teacher_dir"),
+        advanced=train.ADVANCED_FLAGS, hidden=OLD_FLAGS, sections=bindings_help(),
+    )  # fmt: skip
+    if isinstance(extra, int):
+        return extra
+    if extra:
+        return train.fail(PROGRAM, f"unexpected arguments {' '.join(extra)!r}; every option is a --flag.")
     try:
-        bindings, notices = gin_bindings()
+        bindings, notices = gin_bindings(FLAGS)
     except ValueError as error:
-        train.fail(PROGRAM, error)
+        return train.fail(PROGRAM, error)
     for notice in notices:
         print(f"{PROGRAM}: {notice}", file=sys.stderr)
-    train.run(PROGRAM, bindings)
+    return train.run(PROGRAM, bindings, FLAGS)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

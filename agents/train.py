@@ -6,9 +6,11 @@
 
 ``train_eval.agent`` selects the agent (``ppo``, ``sac``, ``dqn``, ``bc``;
 ``harness.ALGORITHMS``); ``train_eval.*`` binds what every agent shares and
-``<agent>.*`` its hyper-parameters. A mistake (a missing file, a bad or
-unread binding, a setting out of range) prints one sentence and exits with
-status 1 before anything is written.
+``<agent>.*`` its hyper-parameters. A mistake (an unknown flag, a missing
+file, a bad or unread binding, a setting out of range) prints one sentence
+and exits with status 2 before anything is written. Ctrl-C (or SIGTERM)
+stops the run after the iteration it is in, with a checkpoint, and exits
+with status 130; rerunning the same command resumes it.
 """
 
 from __future__ import annotations
@@ -17,16 +19,16 @@ import logging as std_logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 import gin
 import tensorflow as tf
-from absl import app, flags
+from absl import flags
 
 from sit_keras import mixed_precision, xla
 from sit_keras.agents.training import harness
 from sit_keras.agents.training.harness import train_eval
-from sit_keras.command_line import flags_help, quiet_library_logs, wants_help
+from sit_keras.command_line import INTERRUPTED, USAGE_ERROR, parse_flags, quiet_library_logs
 
 __all__ = ["STRATEGIES", "define_flags", "fail", "main", "make_strategy", "parse_gin", "run", "train_eval"]
 
@@ -83,12 +85,11 @@ def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str]) -> None:
         std_logging.getLogger().removeFilter(search_misses)
 
 
-_FLAGS = flags.FLAGS
 PROGRAM = "sit-train"
 
 
-def define_flags(flag_values: flags.FlagValues = _FLAGS) -> None:
-    """sit-train's flags (also sit-distill's, ``agents/distill.py``)."""
+def define_flags(flag_values: flags.FlagValues) -> None:
+    """sit-train's flags (also sit-distill's, ``agents/distill.py``); ``--root_dir`` is required."""
     flags.DEFINE_string(
         "root_dir", None, "Output folder; rerun with the same one to resume.", flag_values=flag_values
     )
@@ -115,6 +116,7 @@ def define_flags(flag_values: flags.FlagValues = _FLAGS) -> None:
     flags.register_multi_flags_validator(
         ["strategy", "jit_compile"], _check_jit_compile_strategy, flag_values=flag_values
     )
+    flags.mark_flag_as_required("root_dir", flag_values=flag_values)
 
 
 def _check_jit_compile_strategy(values: Mapping[str, Any]) -> bool:
@@ -127,33 +129,32 @@ def _check_jit_compile_strategy(values: Mapping[str, Any]) -> bool:
     return True
 
 
-# --help: sit-train's flags (absl's global FLAGS also holds absl's own), grouped.
-FLAG_MODULES = (__name__, xla.__name__, mixed_precision.__name__)
+# --help: the flags that change how, not what, the run trains.
 ADVANCED_FLAGS = ("strategy", "jit_compile", "precision", "deterministic")
 # Given on the command line, these flags override the gin configuration's binding.
 _OVERRIDING_FLAGS = ("jit_compile", "precision", "deterministic")
+FLAGS = flags.FlagValues()  # sit-train's own, apart from absl's global flags
+define_flags(FLAGS)
 
 
-def main(argv: Sequence[str] | None = None) -> int | None:
-    """Entry point of ``sit-train`` (``argv[0]`` is the program, as ``app.run`` takes it)."""
-    define_flags()
-    if wants_help((sys.argv if argv is None else argv)[1:]):
-        print(flags_help(__doc__, _FLAGS, ("root_dir",), ADVANCED_FLAGS, modules=FLAG_MODULES))
-        return 0
-    flags.mark_flag_as_required("root_dir")
-    app.run(_main, argv=argv)
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``sit-train`` (``argv[0]`` is the program); returns the exit status."""
+    argv = sys.argv if argv is None else argv
+    extra = parse_flags(FLAGS, PROGRAM, argv[1:], __doc__, required=("root_dir",), advanced=ADVANCED_FLAGS)
+    if isinstance(extra, int):
+        return extra
+    if extra:
+        return fail(PROGRAM, f"unexpected arguments {' '.join(extra)!r}; every option is a --flag.")
+    return run(PROGRAM, FLAGS.gin_bindings, FLAGS)
 
 
-def _main(argv: Sequence[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    run(PROGRAM, _FLAGS.gin_bindings)
-
-
-def run(program: str, gin_bindings: Sequence[str], flag_values: flags.FlagValues = _FLAGS) -> None:
+def run(program: str, gin_bindings: Sequence[str], flag_values: flags.FlagValues) -> int:
     """Trains as the parsed ``define_flags`` flags say, with ``gin_bindings`` for ``--gin_bindings``.
 
-    A mistake is one sentence on stderr, ``program: ...``, and exit status 1.
+    Returns:
+      The exit status: 0 after training, ``USAGE_ERROR`` after one sentence
+      for a mistake, 1 for a loss that is not finite, ``INTERRUPTED`` after
+      Ctrl-C or SIGTERM.
     """
     quiet_library_logs()
     given = [name for name in _OVERRIDING_FLAGS if flag_values[name].present]
@@ -162,15 +163,29 @@ def run(program: str, gin_bindings: Sequence[str], flag_values: flags.FlagValues
         parse_gin(flag_values.gin_file, gin_bindings)
         strategy = make_strategy(flag_values.strategy)
     except ValueError as error:
-        fail(program, error)
+        return fail(program, error)
     try:
         results = train_eval(flag_values.root_dir, strategy=strategy, **overrides)
     except harness.SettingsError as error:
-        fail(program, error)
+        return fail(program, error)
+    except harness.TrainingDiverged as diverged:
+        print(f"{program}: {diverged}", file=sys.stderr)
+        return 1
+    except harness.Interrupted as stop:
+        print(f"{program}: {stop}", file=sys.stderr)
+        return INTERRUPTED
+    except KeyboardInterrupt:  # a second Ctrl-C, or one outside the training loop
+        print(
+            f"{program}: interrupted; rerun the same command to resume from the last checkpoint in "
+            f"{os.path.join(flag_values.root_dir, 'checkpoints')}.",
+            file=sys.stderr,
+        )
+        return INTERRUPTED
     print(harness.summary_line(results))
+    return 0
 
 
-def fail(program: str, error: Exception | str) -> NoReturn:
-    """A user's mistake: one sentence on stderr, exit status 1."""
+def fail(program: str, error: Exception | str) -> int:
+    """A user's mistake: one sentence on stderr; returns ``USAGE_ERROR``."""
     print(f"{program}: {error}", file=sys.stderr)
-    sys.exit(1)
+    return USAGE_ERROR

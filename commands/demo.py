@@ -26,7 +26,6 @@ A rerun with the same ``--root_dir`` resumes (or skips) the training.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -39,7 +38,7 @@ from tf_agents.policies import random_py_policy
 
 from sit_keras.agents import evaluate, train
 from sit_keras.agents.environments import load
-from sit_keras.command_line import ONE_LINE_HELP, add_verbose_flag, quiet_library_logs
+from sit_keras.command_line import ONE_LINE_HELP, ArgumentParser, add_verbose_flag, quiet_library_logs
 from sit_keras.export.exporter import export_policy
 from sit_keras.export.tflite_py_policy import TFLitePyPolicy
 from sit_keras.mixed_precision import PRECISIONS
@@ -176,7 +175,7 @@ def format_table(results: dict[str, dict[str, dict[str, float]]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``sit-demo``."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=ONE_LINE_HELP)
+    parser = ArgumentParser(description=__doc__.split("\n")[0], formatter_class=ONE_LINE_HELP)
     common = parser.add_argument_group("common flags")
     common.add_argument("--root_dir", default="runs/demo", help="output folder (resumes if it exists)")
     common.add_argument("--num_episodes", type=int, default=200, help="evaluation episodes per rotation")

@@ -18,7 +18,7 @@ What ``sit-eval`` promises, because an evaluation can run for hours:
   values, that the policy's observation and action specs match the
   environment's (one sentence naming both), and that ``--output`` and
   ``--gif`` can be written. A mistake prints one sentence on stderr, no
-  traceback, and exits with status 1.
+  traceback, and exits with status 2 (1: a failure that is not the user's).
 - **The environment defaults to the training one.** ``--policy_dir`` reads
   ``<root_dir>/policy_network.json`` and ``--tflite`` the model's metadata;
   without ``--env`` the policy runs in its training environment with its
@@ -130,6 +130,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _warn_if_parity_failed(path: str, metadata: dict[str, Any]) -> None:
+    """A model exported with ``--allow_parity_failure`` is evaluated, but never silently."""
+    export = metadata.get("export")
+    parity = export.get("parity") if isinstance(export, dict) else None
+    if isinstance(parity, dict) and parity.get("passed") is False:
+        checks = "; ".join(map(str, parity.get("failed_checks") or ())) or "see its metadata"
+        print(
+            f"WARNING: {path} failed its parity check at export ({checks}) and was exported only "
+            "because of --allow_parity_failure: these results may not be the trained policy's.",
+            file=sys.stderr,
+        )
+
+
 class _Failure(Exception):
     """A mistake or failure ``sit-eval`` reports in one sentence, with its exit status."""
 
@@ -186,7 +199,9 @@ def _trained_environment(policy_dir: str) -> tuple[str, dict[str, Any]] | None:
     try:
         with open(path, encoding="utf-8") as f:
             description = json.load(f)
-        return str(description["env_name"]), dict(description.get("env_kwargs") or {})
+        # The run's evaluation settings (Atari: whole games), else (older folders) its training ones.
+        kwargs = description.get("eval_env_kwargs")
+        return str(description["env_name"]), dict(description.get("env_kwargs") if kwargs is None else kwargs)
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise _Failure(f"{path!r} is damaged ({error}); pass --env to evaluate without it.") from None
 
@@ -238,13 +253,15 @@ def _run(argv: Sequence[str]) -> None:
             raise _Failure(str(error)) from None
         try:
             environment = policy.metadata["environment"]
-            trained = (str(environment["name"]), dict(environment.get("kwargs") or {}))
+            kwargs = environment.get("evaluation_kwargs", environment.get("kwargs"))
+            trained = (str(environment["name"]), dict(kwargs or {}))
         except (AttributeError, KeyError, TypeError, ValueError) as error:
             raise _Failure(
                 f"the metadata of {_FLAGS.tflite!r} does not name its environment ({error!r}); "
                 "export the model again with sit-export."
             ) from None
         source = _FLAGS.tflite
+        _warn_if_parity_failed(_FLAGS.tflite, policy.metadata)
     else:
         if not os.path.exists(os.path.join(_FLAGS.policy_dir, "saved_model.pb")):
             try:
@@ -280,11 +297,20 @@ def _run(argv: Sequence[str]) -> None:
         raise _Failure(str(error).rstrip(".") + ".") from None
     except ImportError as error:  # an environment family whose package is not installed
         raise _Failure(f"cannot build {env_name}: {error}.", EVALUATION_FAILED) from None
+    if _FLAGS.gif:  # a GIF shows image observations: known now, not after every episode has run
+        observation = getattr(policy.time_step_spec, "observation", None)
+        shape = tuple(getattr(observation, "shape", ()) or ())
+        if len(shape) not in (2, 3):
+            raise _Failure(
+                f"--gif needs image observations, and {env_name} gives observations of shape {shape}: "
+                "leave --gif out."
+            )
 
+    origin = "--env" if _FLAGS.env is not None else "the run's evaluation settings"
+    origin += " and --env_kwarg" if given_kwargs else ""
     print(
-        f"Evaluating {source} on {env_name}{f' {env_kwargs}' if env_kwargs else ''}: "
-        f"{_FLAGS.num_episodes} episodes per "
-        f"transform, {len(transform_names)} transform(s).",
+        f"Evaluating {source} on {env_name}{f' {env_kwargs}' if env_kwargs else ''} (from {origin}): "
+        f"{_FLAGS.num_episodes} episodes per transform, {len(transform_names)} transform(s).",
         flush=True,
     )
     try:

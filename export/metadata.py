@@ -69,7 +69,14 @@ def build_metadata(
             f"returns them: {observation.dtype.name}, shape {observation.shape.as_list()[1:]} per example; "
             "scaling (e.g. /255 for images) happens inside the model."
         ),
-        "environment": {"name": description.env_name, "kwargs": dict(description.env_kwargs)},
+        "environment": {
+            "name": description.env_name,
+            "kwargs": dict(description.env_kwargs),
+            # What the run evaluated with (Atari: whole games), which sit-eval uses.
+            "evaluation_kwargs": dict(
+                description.env_kwargs if description.eval_env_kwargs is None else description.eval_env_kwargs
+            ),
+        },
         "training": {
             "root_dir": os.path.abspath(policy.root_dir),
             "checkpoint": os.path.abspath(policy.checkpoint),

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -44,8 +45,30 @@ SENSOR_MASK = "sensor_mask"
 BATCH, SENSORS = "batch", "sensors"
 
 
+# A host name or IPv4 address (RFC 1123 labels), or an IPv6 address in brackets.
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOST = re.compile(rf"{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]+\]")
+_MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
 def rest_predict_url(host: str, model_name: str, version: int | None = None, port: int = 8501) -> str:
-    """The REST ``:predict`` URL of a model (its newest version unless ``version``)."""
+    """The REST ``:predict`` URL of a model (its newest version unless ``version``).
+
+    Raises:
+      ValueError: a host, model name, version or port that cannot make a valid URL, in one sentence.
+    """
+    if not isinstance(host, str) or not _HOST.fullmatch(host):
+        raise ValueError(f"host must be a host name or an IP address (IPv6 in brackets); received {host!r}.")
+    if not isinstance(model_name, str) or not _MODEL_NAME.fullmatch(model_name):
+        raise ValueError(
+            f"model_name must be a plain name (letters, digits, _ . -); received {model_name!r}."
+        )
+    for name, value, low, high in (("port", port, 1, 65535), ("version", version, 1, None)):
+        if value is None and name == "version":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < low or (high and value > high):
+            limits = f"from {low} to {high}" if high else f"at least {low}"
+            raise ValueError(f"{name} must be an integer {limits}; received {value!r}.")
     version_part = f"/versions/{version}" if version is not None else ""
     return f"http://{host}:{port}/v1/models/{model_name}{version_part}:predict"
 

@@ -14,12 +14,16 @@ import functools
 import re
 import sys
 from collections.abc import Collection, Sequence
+from typing import Any, NoReturn
 
 from absl import flags
 
 from sit_keras import quiet
 
 USAGE_ERROR = 2
+"""Exit status of every console script for a user's mistake (0: done; 1: a failure that is not the
+user's; 130: stopped by Ctrl-C or SIGTERM)."""
+INTERRUPTED = 130
 """The exit status of a mistake in the arguments."""
 
 HELP_ARGUMENTS = frozenset({"-h", "--help", "--helpshort"})
@@ -109,6 +113,14 @@ def flags_help(
 ONE_LINE_HELP = functools.partial(argparse.HelpFormatter, max_help_position=34, width=240)
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse for a console script: a bad argument is one line, ``<prog>: ... See <prog> --help.``,
+    and exit status ``USAGE_ERROR`` (argparse's own prints the usage first)."""
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        self.exit(USAGE_ERROR, f"{self.prog}: {message[0].upper()}{message[1:]}. See {self.prog} --help.\n")
+
+
 def add_verbose_flag(parser: argparse.ArgumentParser) -> None:
     """``--verbose`` in an argparse command's help (``commands.entry_points`` acts on it before ``main``)."""
     parser.add_argument_group("output").add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
@@ -121,8 +133,11 @@ def parse_flags(
     doc: str,
     required: Collection[str] = (),
     advanced: Collection[str] = (),
+    **help_options: Any,
 ) -> list[str] | int:
     """Parses ``argv`` (``sys.argv[1:]`` when ``None``) into ``flag_values``, from their defaults.
+
+    ``help_options`` go to ``flags_help`` (``hidden``, ``sections``).
 
     Returns:
       The arguments left after the flags, or an exit status once the call is
@@ -132,7 +147,7 @@ def parse_flags(
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     if wants_help(argv):
-        print(flags_help(doc, flag_values, required, advanced))
+        print(flags_help(doc, flag_values, required, advanced, **help_options))
         return 0
     if "--helpfull" in argv:
         print(f"{doc}\nFlags:\n{flag_values.get_help()}")

@@ -42,7 +42,7 @@ import tf_keras
 
 import sit_keras
 from sit_keras import testing
-from sit_keras.command_line import ONE_LINE_HELP, add_verbose_flag
+from sit_keras.command_line import ONE_LINE_HELP, ArgumentParser, add_verbose_flag
 from sit_keras.models import ENCODER_NAMES, Encoder, build_encoder
 from sit_keras.models.registry import ENCODERS
 from sit_keras.symmetry import INVARIANT, Symmetry
@@ -314,7 +314,7 @@ def _respell(argv: Sequence[str]) -> list[str]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="sit-check-encoders",
         description="Build every encoder, perturb its weights, check its promised symmetries and time it.",
         formatter_class=ONE_LINE_HELP,

@@ -16,7 +16,7 @@ import sys
 import pytest
 from run_folders import TINY_PPO
 
-from sit_keras import quiet
+from sit_keras import command_line, quiet
 from sit_keras.commands import entry_points
 
 BIN = os.path.dirname(sys.executable)
@@ -61,6 +61,16 @@ def test_help_is_silent_and_lists_the_flags(program):
     for line in flag_lines:
         assert re.match(r"^  --\S+( [A-Z_]+)?  +\S", line), line
     assert "common flags" in result.stdout.lower(), result.stdout
+
+
+@pytest.mark.parametrize("program", sorted(entry_points.COMMANDS))
+def test_a_mistake_is_one_sentence_and_exit_status_2(program):
+    result = _run(program, "--no_such_flag")
+    assert result.returncode == command_line.USAGE_ERROR and result.stdout == "", result.stderr
+    (line,) = result.stderr.splitlines()
+    assert (
+        line.startswith(f"{program}: ") and "no_such_flag" in line and line.endswith(f"See {program} --help.")
+    )
 
 
 def test_a_tiny_run_evaluation_and_export_are_silent(tmp_path):

@@ -17,7 +17,7 @@ What this file proves:
   one ``harness.train_eval`` writes with the same settings as keywords (what
   the old command ran), the old flags give the same ``config.gin`` and name
   the binding that replaces each (``large``); every old flag is the binding it
-  announces; a bad old value or a bad setting is one sentence and exit status 1;
+  announces; a bad old value or a bad setting is one sentence and exit status 2;
 - ``previous_action_noise`` (A.4.2) is recorded with the student, which acts
   without it, and is refused for students without a previous action;
 - bad settings raise a ``harness.SettingsError`` (a ``ValueError``) that says
@@ -413,7 +413,7 @@ def test_sit_distill_help_says_it_is_sit_train_and_lists_the_bindings():
 def test_sit_distill_refuses_a_bad_old_flag_value_in_one_line(tmp_path):
     root_dir = tmp_path / "bad"
     run = _sit_distill("--root_dir", str(root_dir), "--teacher_dir", "runs/t", "--num_epochs", "many")
-    assert run.returncode == 1
+    assert run.returncode == 2
     assert run.stderr.splitlines() == ["sit-distill: --num_epochs 'many' is not an integer (bc.num_epochs)."]
     assert run.stdout == "" and not root_dir.exists()
 
@@ -424,7 +424,7 @@ def test_sit_distill_refuses_bad_settings_as_sit_train_does(teacher, tmp_path):
         "--root_dir", str(root_dir), "--teacher_dir", teacher, "--gin_bindings", "train_eval.num_envs = 2",
         "--gin_bindings", "train_eval.total_env_steps = 40", "--gin_bindings", "bc.sequence_length = 7",
     )  # fmt: skip
-    assert run.returncode == 1
+    assert run.returncode == 2
     (line,) = run.stderr.splitlines()
     assert line.startswith("sit-distill: total_env_steps = 40 must be") and "sequence_length = 7" in line
     assert not root_dir.exists()

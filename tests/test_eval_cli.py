@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from sit_keras.agents import evaluate
+from sit_keras.agents.training import harness
 from sit_keras.commands import evaluate as sit_eval
 from sit_keras.export.exporter import export_policy
 from sit_keras.export.random_policy import write_example_policy_folder
@@ -237,3 +238,54 @@ def test_sit_eval_process_prints_one_sentence(tmp_path):
     assert result.stderr.strip().splitlines()[-1] == (
         "sit-eval: --env_kwarg pixels=no is ambiguous: write pixels=true or pixels=false for a boolean."
     )
+
+
+def test_a_model_exported_despite_failed_parity_is_evaluated_with_a_warning(trained, tmp_path, capsys):
+    model = str(tmp_path / "cnn_float32.tflite")
+    shutil.copy(trained["tflite"], model)
+    with open(trained["tflite"][: -len(".tflite")] + ".json") as f:
+        metadata = json.load(f)
+    metadata["export"]["parity"].update(passed=False, failed_checks=["action agreement 0.50 < 0.90"])
+    with open(model[: -len(".tflite")] + ".json", "w") as f:
+        json.dump(metadata, f)
+    status, out, err = _run(
+        capsys, "--tflite", model, "--num_episodes", "1", "--output", str(tmp_path / "e.json")
+    )
+    assert status == 0, err
+    (warning,) = err.splitlines()
+    assert warning.startswith(f"WARNING: {model} failed its parity check at export (action agreement 0.50")
+    status, out, err = _run(capsys, "--tflite", trained["tflite"], "--num_episodes", "1", "--output",
+                            str(tmp_path / "f.json"))  # fmt: skip
+    assert status == 0 and "WARNING" not in err
+
+
+def test_a_gif_of_vector_observations_is_refused_before_the_first_episode(tmp_path, capsys, no_episodes):
+    root = str(tmp_path / "mlp")
+    write_example_policy_folder(root, "mlp")  # CartPole: observations of shape (4,)
+    policy_dir = os.path.join(root, "policies", "greedy_policy")
+    if not os.path.exists(os.path.join(policy_dir, "saved_model.pb")):
+        report = export_policy(
+            root, os.path.join(root, "export"), "mlp", formats=["saved_model"], num_examples=4
+        )
+        shutil.copytree(report["models"]["saved_model"]["path"], policy_dir)
+    status, out, err = _run(capsys, "--policy_dir", policy_dir, "--gif", str(tmp_path / "cartpole.gif"))
+    assert status == sit_eval.USAGE_ERROR and out == "", err
+    assert err.strip() == (
+        "sit-eval: --gif needs image observations, and gymnasium:CartPole-v1 gives observations of shape "
+        "(4,): leave --gif out."
+    )
+    assert not (tmp_path / "cartpole.gif").exists()
+
+
+def test_the_runs_evaluation_settings_are_used_not_its_training_ones(tmp_path):
+    policy_dir = tmp_path / "policies" / "greedy_policy"
+    policy_dir.mkdir(parents=True)
+    description = {"env_name": "atari:Pong", "env_kwargs": {"terminal_on_life_loss": True, "frame_skip": 4}}
+    (tmp_path / "policy_network.json").write_text(json.dumps(description))
+    # A folder from before the evaluation settings were recorded: its training settings.
+    assert sit_eval._trained_environment(str(policy_dir)) == ("atari:Pong", description["env_kwargs"])
+    recorded = {"terminal_on_life_loss": False, "frame_skip": 4}
+    (tmp_path / "policy_network.json").write_text(json.dumps({**description, "eval_env_kwargs": recorded}))
+    assert sit_eval._trained_environment(str(policy_dir)) == ("atari:Pong", recorded)
+    settings = harness.RunSettings(env_name="atari:Pong", env_kwargs={"terminal_on_life_loss": True})
+    assert settings.eval_kwargs == {"terminal_on_life_loss": False}  # what the harness records

@@ -25,8 +25,6 @@ from sit_keras.export.random_policy import write_example_policy_folder
 BIN = os.path.dirname(sys.executable)
 HOLDER = """
 import sys, time
-from run_folders import TINY_PPO, file_hashes
-
 from sit_keras import folder_lock
 with folder_lock.exclusive(sys.argv[1], sys.argv[2]):
     print("holding", flush=True)

@@ -532,3 +532,23 @@ def test_damaged_serving_metadata_is_named(tmp_path):
         damaged.write_text(text)
         with pytest.raises(ValueError, match=f"{damaged}.*(not valid metadata JSON|expected a JSON object)"):
             serving_client.read_metadata(str(damaged))
+
+
+def test_the_rest_url_is_valid_or_refused_in_one_sentence():
+    assert serving_client.rest_predict_url("localhost", "sit_policy") == (
+        "http://localhost:8501/v1/models/sit_policy:predict"
+    )
+    assert serving_client.rest_predict_url("10.0.0.2", "p", version=3, port=9000) == (
+        "http://10.0.0.2:9000/v1/models/p/versions/3:predict"
+    )
+    assert serving_client.rest_predict_url("[::1]", "p").startswith("http://[::1]:8501/")
+    for kwargs, named in [
+        ({"host": "my host"}, "host"), ({"host": "a/b"}, "host"), ({"host": ""}, "host"),
+        ({"model_name": "a b"}, "model_name"), ({"model_name": "../x"}, "model_name"),
+        ({"port": 0}, "port"), ({"port": 70000}, "port"), ({"port": "80"}, "port"),
+        ({"version": 0}, "version"), ({"version": True}, "version"),
+    ]:  # fmt: skip
+        arguments = {"host": "localhost", "model_name": "p", **kwargs}
+        with pytest.raises(ValueError, match=f"^{named} must be") as refused:
+            serving_client.rest_predict_url(**arguments)
+        assert "\n" not in str(refused.value)

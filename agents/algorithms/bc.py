@@ -69,7 +69,7 @@ from tf_agents.trajectories import trajectory as trajectory_lib
 from sit_keras import xla
 from sit_keras.agents import evaluate
 from sit_keras.agents.networks import encoders, policy_network, sensor_networks
-from sit_keras.agents.training import harness
+from sit_keras.agents.training import harness, settings_check
 from sit_keras.agents.training.collection import FixedLengthDriver
 from sit_keras.agents.training.harness import Algorithm, Run, RunSettings, TrainingLoop
 
@@ -114,6 +114,7 @@ class BC:
     previous_action_noise: float = 0.0
 
     def __post_init__(self):
+        settings_check.check(self, "bc", RANGES)
         if not self.teacher_dir:
             raise ValueError("bc.teacher_dir is not set: give the teacher's training folder.")
         for name in ("sequence_length", "num_epochs"):
@@ -136,6 +137,11 @@ class BC:
 
 
 SETTINGS = BC
+# Checked before the run starts (settings_check).
+RANGES = {
+    "max_grad_norm": settings_check.POSITIVE, "dagger_rounds": settings_check.NON_NEGATIVE,
+    "dagger_teacher_probability": settings_check.FRACTION,
+}  # fmt: skip
 
 
 def teacher_policy_dir(teacher_dir: str) -> str:

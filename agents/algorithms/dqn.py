@@ -53,7 +53,9 @@ from tf_agents.replay_buffers import tf_uniform_replay_buffer
 from tf_agents.train import learner
 
 from sit_keras.agents.networks import encoders, q_networks
+from sit_keras.agents.training import settings_check
 from sit_keras.agents.training.harness import OnlineAlgorithm, Run, RunSettings
+from sit_keras.agents.training.settings_check import Range
 
 ALGORITHMS = ("dqn", "ddqn", "c51")
 """``dqn``: ``DqnAgent``; ``ddqn``: ``DdqnAgent`` (double DQN); ``c51``: ``CategoricalDqnAgent``."""
@@ -104,6 +106,7 @@ class DQN:
     collect_steps_per_env: int = 1
 
     def __post_init__(self):
+        settings_check.check(self, "dqn", RANGES)
         if self.algorithm not in ALGORITHMS:
             raise ValueError(
                 f"Unknown algorithm {self.algorithm!r} (dqn.algorithm). "
@@ -120,6 +123,14 @@ class DQN:
 
 
 SETTINGS = DQN
+# Checked before the run starts (settings_check).
+RANGES = {
+    "learning_rate": settings_check.POSITIVE, "adam_epsilon": settings_check.POSITIVE,
+    "max_grad_norm": settings_check.POSITIVE, "reward_clip": settings_check.POSITIVE,
+    "discount": settings_check.FRACTION, "epsilon_final": settings_check.FRACTION,
+    "epsilon_eval": settings_check.FRACTION, "num_atoms": Range(2),
+    "min_replay_size": settings_check.NON_NEGATIVE, "epsilon_decay_steps": settings_check.NON_NEGATIVE,
+}  # fmt: skip
 
 
 def defaults(run: RunSettings, settings: DQN) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from tf_agents.utils import common
 from sit_keras.agents.algorithms.augmentation import make_augmentation
 from sit_keras.agents.algorithms.ppo_agent import DrACPPOAgent
 from sit_keras.agents.networks import encoders
+from sit_keras.agents.training import settings_check
 from sit_keras.agents.training.harness import OnlineAlgorithm, Run, RunSettings
 
 
@@ -82,12 +83,21 @@ class PPO:
     augmentation: str = "crop"
 
     def __post_init__(self):
+        settings_check.check(self, "ppo", RANGES)
         for name in ("collect_steps_per_env", "num_epochs", "num_minibatches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ppo.{name} must be >= 1. Received: {name}={getattr(self, name)}")
 
 
 SETTINGS = PPO
+# Checked before the run starts (settings_check): a negative rate would train to NaN.
+RANGES = {
+    "learning_rate": settings_check.POSITIVE, "adam_epsilon": settings_check.POSITIVE,
+    "discount": settings_check.FRACTION, "gae_lambda": settings_check.FRACTION,
+    "entropy_coef": settings_check.NON_NEGATIVE, "value_coef": settings_check.NON_NEGATIVE,
+    "clip_ratio": settings_check.POSITIVE, "max_grad_norm": settings_check.POSITIVE,
+    "drac_coef": settings_check.NON_NEGATIVE,
+}  # fmt: skip
 
 
 def defaults(run: RunSettings, settings: PPO) -> dict[str, Any]:

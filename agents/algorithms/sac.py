@@ -40,6 +40,7 @@ from tf_agents.train import learner
 
 from sit_keras.agents.algorithms.sac_agent import SharedEncoderSacAgent
 from sit_keras.agents.networks import encoders, sac_networks
+from sit_keras.agents.training import settings_check
 from sit_keras.agents.training.harness import OnlineAlgorithm, Run, RunSettings, TrainingLoop
 
 
@@ -88,6 +89,7 @@ class SAC:
     max_grad_norm: float | None = None
 
     def __post_init__(self):
+        settings_check.check(self, "sac", RANGES)
         for name in (
             "collect_steps_per_env",
             "train_steps_per_iteration",
@@ -101,6 +103,15 @@ class SAC:
 
 
 SETTINGS = SAC
+# Checked before the run starts (settings_check).
+RANGES = {
+    **{name: settings_check.POSITIVE for name in (
+        "actor_learning_rate", "critic_learning_rate", "alpha_learning_rate", "max_grad_norm",
+        "reward_scale_factor")},
+    **{name: settings_check.FRACTION for name in (
+        "actor_beta_1", "critic_beta_1", "alpha_beta_1", "target_update_tau", "discount")},
+    "initial_collect_steps": settings_check.NON_NEGATIVE,
+}  # fmt: skip
 
 
 def defaults(run: RunSettings, settings: SAC) -> dict[str, Any]:
@@ -122,6 +133,11 @@ def defaults(run: RunSettings, settings: SAC) -> dict[str, Any]:
 def check(run: RunSettings, settings: SAC) -> None:
     """Raises ``ValueError`` for settings that do not fit together (before the run starts)."""
     encoders.check_encoder(run.encoder, "sac", recurrent=False)
+    if settings.initial_collect_steps >= run.total_env_steps:
+        raise ValueError(
+            f"sac.initial_collect_steps = {settings.initial_collect_steps} (random steps before the first "
+            f"update) must be below train_eval.total_env_steps = {run.total_env_steps}, or no update is made."
+        )
     if settings.replay_capacity < 2 * run.num_envs:
         raise ValueError(
             f"sac.replay_capacity must hold 2 steps per environment (>= {2 * run.num_envs}). "

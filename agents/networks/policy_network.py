@@ -86,6 +86,9 @@ class PolicyNetworkDescription:
       env_name, env_kwargs: the training environment (``environments.load``).
       extra: agent-specific facts export needs (e.g. C51's ``min_q_value`` /
         ``max_q_value``), JSON.
+      eval_env_kwargs: the keywords the run evaluated with (``env_kwargs``
+        updated by ``train_eval.eval_env_kwargs``; Atari: whole games), which
+        ``sit-eval`` uses; ``None`` in folders written before it was recorded.
     """
 
     agent: str
@@ -97,6 +100,7 @@ class PolicyNetworkDescription:
     env_name: str
     env_kwargs: Mapping[str, Any]
     extra: Mapping[str, Any]
+    eval_env_kwargs: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -133,6 +137,7 @@ def write_description(
     env_name: str,
     env_kwargs: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
+    eval_env_kwargs: Mapping[str, Any] | None = None,
 ) -> PolicyNetworkDescription:
     """Writes ``<root_dir>/policy_network.json`` for ``network`` (a registered class) and returns it."""
     name = type(network).__name__
@@ -148,6 +153,7 @@ def write_description(
         env_name=env_name,
         env_kwargs=_jsonable(dict(env_kwargs or {})),
         extra=_jsonable(dict(extra or {})),
+        eval_env_kwargs=None if eval_env_kwargs is None else _jsonable(dict(eval_env_kwargs)),
     )
     with open(os.path.join(root_dir, DESCRIPTION_FILE), "w") as f:
         json.dump(description.to_json(), f, indent=2)

@@ -61,12 +61,15 @@ import importlib
 import json
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import gin
+import numpy as np
 import tensorflow as tf
 import tf_keras
 from tensorboard.plugins.hparams import api as hparams_api
@@ -76,11 +79,11 @@ from tf_agents.train import learner, triggers
 from tf_agents.train.utils import spec_utils, train_utils
 from tqdm import tqdm
 
-from sit_keras import folder_lock, mixed_precision, xla
+from sit_keras import folder_lock, mixed_precision, run_kind, xla
 from sit_keras.agents import evaluate
 from sit_keras.agents.environments import load
 from sit_keras.agents.networks import policy_network
-from sit_keras.agents.training import checkpoints, run_record
+from sit_keras.agents.training import checkpoints, run_record, settings_check
 from sit_keras.agents.training.collection import (
     EpisodeSuccessMetric,
     FixedLengthDriver,
@@ -169,7 +172,8 @@ class RunSettings:
         return dataclasses.replace(self, **{k: v for k, v in defaults.items() if getattr(self, k) is None})
 
     def check(self) -> None:
-        """Raises ``ValueError`` naming the first setting out of range."""
+        """Raises ``ValueError`` naming the first setting of the wrong type or out of range."""
+        settings_check.check(self, RUN_CONFIGURABLE)
         for name in (
             "num_envs",
             "total_env_steps",
@@ -369,6 +373,49 @@ class OnlineAlgorithm(Algorithm):
         return loop.run(self)
 
 
+class TrainingDiverged(RuntimeError):
+    """The loss is not finite: the run stops before it checkpoints or saves that policy."""
+
+
+def _check_finite_loss(learned: Mapping[str, float], env_steps: int, train_step: int) -> None:
+    loss = learned.get("loss")
+    if loss is not None and not np.isfinite(loss):
+        raise TrainingDiverged(
+            f"the loss became {loss} at {env_steps} environment steps (train step {train_step}), so the run "
+            "stopped without checkpointing or saving that policy; the folder keeps what came before. Lower "
+            "the learning rate or check the rewards and observations."
+        )
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped the loop after an iteration, with a checkpoint; the message says where."""
+
+
+class _StopRequests:
+    """SIGINT and SIGTERM ask the loop to stop after the iteration it is in; a second one stops at once.
+
+    Python delivers signals to the main thread only: elsewhere (a training
+    loop in a worker thread) the handlers stay as they are.
+    """
+
+    def __enter__(self) -> _StopRequests:
+        self.requested = False
+        self._previous: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            for number in (signal.SIGINT, signal.SIGTERM):
+                self._previous[number] = signal.signal(number, self._request)
+        return self
+
+    def _request(self, number: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __exit__(self, *exception: Any) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+
+
 class SettingsError(ValueError):
     """A user's mistake found while a run is set up (settings, bindings, names): one sentence to print."""
 
@@ -396,7 +443,8 @@ def train_eval(root_dir: str, strategy: tf.distribute.Strategy | None = None, **
     try:
         module, run_settings, settings = _settings(overrides, strategy)
     except ValueError as error:
-        raise SettingsError(str(error)) from error
+        # gin adds "In call to configurable ..." lines to a settings class's own sentence.
+        raise SettingsError(str(error).split("\n  In call to configurable")[0]) from error
     strategy = strategy or tf.distribute.get_strategy()
     created = not os.path.exists(root_dir)
     os.makedirs(root_dir, exist_ok=True)
@@ -410,6 +458,7 @@ def train_eval(root_dir: str, strategy: tf.distribute.Strategy | None = None, **
         # before anything is built or written.
         values = hyperparameters(run_settings, settings)
         try:
+            run_kind.check(root_dir, run_kind.RL, _program())
             resumed = run_record.check_resume(root_dir, values)
             checkpoints.check_readable(root_dir)
         except ValueError as error:
@@ -424,6 +473,7 @@ def train_eval(root_dir: str, strategy: tf.distribute.Strategy | None = None, **
             if created:  # nothing of a run that never started stays behind
                 cleanup.callback(shutil.rmtree, root_dir, ignore_errors=True)
             raise SettingsError(str(error)) from error
+        run_kind.claim(root_dir, run_kind.RL, _program())
         run_record.record(root_dir, values, loop.env_steps(), resumed)
         return algorithm.train(loop)
 
@@ -483,8 +533,9 @@ def _set_up(root_dir: str, module, run_settings: RunSettings, settings, strategy
     if algorithm.replay_buffer is not None and run_settings.checkpoint_replay_buffer:
         buffer_checkpointer = checkpoints.restore_replay_buffer(root_dir, algorithm.replay_buffer)
     policy_network.write_description(
-        root_dir, env_name=run_settings.env_name, env_kwargs=run_settings.env_kwargs, **algorithm.description
-    )
+        root_dir, env_name=run_settings.env_name, env_kwargs=run_settings.env_kwargs,
+        eval_env_kwargs=run_settings.eval_kwargs, **algorithm.description,
+    )  # fmt: skip
     collect_writer = tf.summary.create_file_writer(os.path.join(root_dir, "collect"))
     config = run_config(run_settings, settings)
     if int(run.env_steps.numpy()) == 0:
@@ -728,25 +779,34 @@ class TrainingLoop:
         history: list[dict[str, Any]] = []
         learned: dict[str, float] = {}
         timer = Timer()
-        while steps < total:
-            driver.reset_timings()
-            start = time.perf_counter()
-            self.time_step, self.policy_state = driver.run(self.time_step, self.policy_state)
-            learn_start = time.perf_counter()
-            self.context.env_steps.assign_add(algorithm.env_steps_per_iteration)
-            previous, steps = steps, self.env_steps()
-            learned = algorithm.learn(steps) or learned
-            timer.add(algorithm.env_steps_per_iteration, driver, learn_start - start,
-                      time.perf_counter() - learn_start)  # fmt: skip
-            bar.update(min(steps, total) - min(previous, total))
-            done = steps >= total
-            # Evaluations first, so that a log at the same step carries them.
-            self.triggers(previous, steps, done)
-            if done or crosses(previous, steps, settings.log_interval):
-                results = self.log(steps, {**learned, **algorithm.log_values(steps)}, timer.speed())
-                history.append(dict(results))
-                bar.set_postfix(ret=f"{results['AverageReturn']:.2f}", refresh=False)
-                timer = Timer()
+        with _StopRequests() as stop:  # Ctrl-C / SIGTERM: a checkpoint after this iteration, then stop
+            while steps < total:
+                if stop.requested:
+                    bar.close()
+                    self.save_checkpoint()
+                    raise Interrupted(
+                        f"stopped at {steps} environment steps, saved in "
+                        f"{self.checkpointer.manager.latest_checkpoint}; rerun the same command to resume."
+                    )
+                driver.reset_timings()
+                start = time.perf_counter()
+                self.time_step, self.policy_state = driver.run(self.time_step, self.policy_state)
+                learn_start = time.perf_counter()
+                self.context.env_steps.assign_add(algorithm.env_steps_per_iteration)
+                previous, steps = steps, self.env_steps()
+                learned = algorithm.learn(steps) or learned
+                _check_finite_loss(learned, steps, self.train_step())
+                timer.add(algorithm.env_steps_per_iteration, driver, learn_start - start,
+                          time.perf_counter() - learn_start)  # fmt: skip
+                bar.update(min(steps, total) - min(previous, total))
+                done = steps >= total
+                # Evaluations first, so that a log at the same step carries them.
+                self.triggers(previous, steps, done)
+                if done or crosses(previous, steps, settings.log_interval):
+                    results = self.log(steps, {**learned, **algorithm.log_values(steps)}, timer.speed())
+                    history.append(dict(results))
+                    bar.set_postfix(ret=f"{results['AverageReturn']:.2f}", refresh=False)
+                    timer = Timer()
         bar.close()
         if not results:  # resumed at or past the budget: nothing ran
             results = {"env_steps": steps, "train_step": self.train_step()}

@@ -41,12 +41,14 @@ import tensorflow as tf
 import tf_keras
 from absl import flags
 
-from sit_keras import mixed_precision, xla
+from sit_keras import mixed_precision, run_kind, xla
 from sit_keras.command_line import parse_flags
 from sit_keras.supervised.classifiers import build_classifier
 from sit_keras.supervised.datasets import dataset_spec, load_dataset
 
 RESULT_FILE = "result.json"
+# The lines gin adds to an error raised inside a configurable function.
+GIN_CONTEXT = "\n  In call to configurable"
 
 
 class _CheckpointAndClock(tf_keras.callbacks.Callback):
@@ -176,6 +178,7 @@ def train_supervised(
     mixed_precision.check_precision(precision)
     if eval_interval < 0:
         raise ValueError(f"eval_interval must be >= 0. Received: eval_interval={eval_interval}")
+    run_kind.check(root_dir, run_kind.SUPERVISED, "sit-train-supervised")  # never an RL run's folder
     test_dataset = dataset if test_dataset is None else test_dataset
     train_spec, test_spec = dataset_spec(dataset), dataset_spec(test_dataset)
     if (train_spec.image_shape, train_spec.num_classes) != (test_spec.image_shape, test_spec.num_classes):
@@ -211,6 +214,7 @@ def train_supervised(
     )
 
     os.makedirs(root_dir, exist_ok=True)
+    run_kind.claim(root_dir, run_kind.SUPERVISED, "sit-train-supervised")
     epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
     train_time = tf.Variable(0.0, dtype=tf.float64, trainable=False, name="train_time_s")
     checkpoint = tf.train.Checkpoint(
@@ -335,7 +339,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         kwargs["jit_compile"] = FLAGS.jit_compile
     if FLAGS["precision"].present:
         kwargs["precision"] = FLAGS.precision
-    result = train_supervised(FLAGS.root_dir, **kwargs)
+    try:
+        result = train_supervised(FLAGS.root_dir, **kwargs)
+    except (
+        ValueError,
+        FileNotFoundError,
+    ) as error:  # a setting, a folder of another kind, a missing data set
+        sentence = str(error).split(GIN_CONTEXT)[0]  # gin adds where it called train_supervised
+        print(f"{PROGRAM}: {sentence}", file=sys.stderr)
+        return 2
     print(
         f"{result['model']} on {result['dataset']} -> {result['test_dataset']}: "
         f"test accuracy {result['test_accuracy']:.4f} after {result['epochs']} epochs, "

@@ -1,0 +1,76 @@
+"""Every setting's type and range is checked before a run folder exists; a NaN loss never becomes a policy."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import subprocess
+import sys
+
+import gin
+import pytest
+from run_folders import TINY_PPO
+
+from sit_keras.agents import train
+from sit_keras.agents.algorithms import ppo
+from sit_keras.agents.training import harness, settings_check
+
+SIT_TRAIN = os.path.join(os.path.dirname(sys.executable), "sit-train")
+
+
+@pytest.mark.parametrize(
+    "binding, sentence",
+    [
+        ("train_eval.num_envs = True", "train_eval.num_envs must be an integer. Received: num_envs=True"),
+        ("train_eval.total_env_steps = 64.5", "train_eval.total_env_steps must be an integer."),
+        ("ppo.learning_rate = -1.0", "ppo.learning_rate must be > 0. Received: learning_rate=-1.0"),
+        ("ppo.clip_ratio = 0", "ppo.clip_ratio must be > 0."),
+        ("ppo.discount = 1.5", "ppo.discount must be >= 0 and <= 1."),
+        ("ppo.entropy_coef = 'a lot'", "ppo.entropy_coef must be a number."),
+        ("ppo.normalize_rewards = 1", "ppo.normalize_rewards must be true or false."),
+    ],
+)
+def test_a_bad_setting_is_one_sentence_and_no_folder(tmp_path, binding, sentence):
+    root_dir = tmp_path / "run"
+    bindings = [*TINY_PPO, binding]
+    run = subprocess.run(
+        [SIT_TRAIN, "--root_dir", str(root_dir), *[a for b in bindings for a in ("--gin_bindings", b)]],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert run.returncode == 2 and run.stdout == "", run.stderr[-2000:]
+    assert run.stderr.splitlines() == [f"sit-train: {run.stderr.splitlines()[0][len('sit-train: ') :]}"]
+    assert sentence in run.stderr and not root_dir.exists()
+
+
+def test_types_follow_the_annotations():
+    @dataclasses.dataclass(frozen=True)
+    class Settings:
+        count: int = 1
+        rate: float = 0.5
+        flag: bool = False
+        name: str = "x"
+        limit: int | None = None
+
+    settings_check.check(Settings(rate=1), "s")  # an integer is a float
+    settings_check.check(Settings(limit=3), "s")
+    for field, value in [("count", 2.0), ("count", False), ("rate", math.inf), ("rate", "1"), ("flag", 0),
+                         ("name", 3), ("limit", 2.5)]:  # fmt: skip
+        with pytest.raises(ValueError, match=f"^s.{field} must be "):
+            settings_check.check(Settings(**{field: value}), "s")
+    with pytest.raises(ValueError, match=r"^s.rate must be > 0 and <= 1. Received: rate=0"):
+        settings_check.check(Settings(rate=0), "s", {"rate": settings_check.Range(0, 1, low_inclusive=False)})
+
+
+def test_a_non_finite_loss_stops_the_run_before_it_saves_a_policy(tmp_path, monkeypatch):
+    root_dir = str(tmp_path / "run")
+    monkeypatch.setattr(ppo.PPOAlgorithm, "learn", lambda self, env_steps: {"loss": math.nan})
+    gin.clear_config()
+    train.parse_gin([], [*TINY_PPO, "train_eval.progress = False", "train_eval.checkpoint_interval = 16"])
+    try:
+        with pytest.raises(harness.TrainingDiverged, match="the loss became nan at 16 environment steps"):
+            harness.train_eval(root_dir)
+    finally:
+        gin.clear_config()
+    assert not os.path.exists(os.path.join(root_dir, "checkpoints", "checkpoint"))
+    assert not os.path.exists(os.path.join(root_dir, "policies"))
