@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from sit_keras import folder_lock
+from sit_keras import folder_lock, output_folder
 from sit_keras.agents.networks import policy_network
 from sit_keras.export import runtime, saved_model, tflite
 from sit_keras.export.metadata import build_metadata
@@ -108,11 +108,7 @@ def check_export_arguments(
         )
     if max_sensors is not None and (not _is_int(max_sensors) or max_sensors < 1):
         raise ValueError(f"max_sensors must be a positive integer; received {max_sensors!r}.")
-    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise ValueError(f"output_dir {output_dir!r} exists and is not a folder.")
-    existing = _nearest_existing(output_dir)
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"Cannot write to {existing!r} (for output_dir {output_dir!r}): permission denied.")
+    output_folder.check(output_dir, "output_dir")
     if "saved_model" in formats and version is not None and not overwrite:
         _check_new_version(output_dir, model_name, version)
 
@@ -393,13 +389,6 @@ def _make_dirs(path: str) -> list[str]:
     for folder in reversed(missing):
         os.mkdir(folder)
     return missing
-
-
-def _nearest_existing(path: str) -> str:
-    path = os.path.abspath(path)
-    while not os.path.exists(path):
-        path = os.path.dirname(path)
-    return path
 
 
 def _is_int(value: Any) -> bool:

@@ -130,7 +130,7 @@ def test_invalid_arguments_create_nothing(tmp_path, kwargs, match):
 
 def test_output_dir_and_existing_version_are_checked(tmp_path):
     (tmp_path / "file").write_text("x")
-    with pytest.raises(ValueError, match="exists and is not a folder"):
+    with pytest.raises(ValueError, match="is a file, not a folder"):
         check_export_arguments(str(tmp_path / "file"))
     (tmp_path / "out" / "saved_model" / "policy" / "2").mkdir(parents=True)
     with pytest.raises(ValueError, match="immutable"):

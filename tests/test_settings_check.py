@@ -26,7 +26,7 @@ SIT_TRAIN = os.path.join(os.path.dirname(sys.executable), "sit-train")
         ("train_eval.total_env_steps = 64.5", "train_eval.total_env_steps must be an integer."),
         ("ppo.learning_rate = -1.0", "ppo.learning_rate must be > 0. Received: learning_rate=-1.0"),
         ("ppo.clip_ratio = 0", "ppo.clip_ratio must be > 0."),
-        ("ppo.discount = 1.5", "ppo.discount must be >= 0 and <= 1."),
+        ("ppo.discount = 1.5", "ppo.discount must be in [0, 1]."),
         ("ppo.entropy_coef = 'a lot'", "ppo.entropy_coef must be a number."),
         ("ppo.normalize_rewards = 1", "ppo.normalize_rewards must be true or false."),
     ],
@@ -58,19 +58,68 @@ def test_types_follow_the_annotations():
                          ("name", 3), ("limit", 2.5)]:  # fmt: skip
         with pytest.raises(ValueError, match=f"^s.{field} must be "):
             settings_check.check(Settings(**{field: value}), "s")
-    with pytest.raises(ValueError, match=r"^s.rate must be > 0 and <= 1. Received: rate=0"):
+    with pytest.raises(ValueError, match=r"^s.rate must be in \(0, 1\]. Received: rate=0"):
         settings_check.check(Settings(rate=0), "s", {"rate": settings_check.Range(0, 1, low_inclusive=False)})
 
 
 def test_a_non_finite_loss_stops_the_run_before_it_saves_a_policy(tmp_path, monkeypatch):
     root_dir = str(tmp_path / "run")
-    monkeypatch.setattr(ppo.PPOAlgorithm, "learn", lambda self, env_steps: {"loss": math.nan})
+
+    def diverged(self, env_steps):  # one update, whose loss is not a number
+        self.agent.train_step_counter.assign_add(1)
+        return {"loss": math.nan}
+
+    monkeypatch.setattr(ppo.PPOAlgorithm, "learn", diverged)
     gin.clear_config()
     train.parse_gin([], [*TINY_PPO, "train_eval.progress = False", "train_eval.checkpoint_interval = 16"])
     try:
-        with pytest.raises(harness.TrainingDiverged, match="the loss became nan at 16 environment steps"):
+        diverged_at = r"the loss became nan at 16 environment steps \(train step 1\)"
+        with pytest.raises(harness.TrainingDiverged, match=diverged_at):
             harness.train_eval(root_dir)
     finally:
         gin.clear_config()
     assert not os.path.exists(os.path.join(root_dir, "checkpoints", "checkpoint"))
     assert not os.path.exists(os.path.join(root_dir, "policies"))
+
+
+@pytest.mark.parametrize(
+    "given, sentence",
+    [
+        ("", "sit-train: root_dir is empty: give the folder to write to."),
+        ("/proc/sit_run", "sit-train: root_dir '/proc/sit_run' lies in /proc, a virtual file system"),
+        ("{file}", "sit-train: root_dir '{file}' is a file, not a folder."),
+        (
+            "{file}/run",
+            "sit-train: root_dir '{file}/run' lies under '{file}', which is a file, not a folder.",
+        ),
+    ],
+    ids=["empty", "proc", "a file", "under a file"],
+)
+def test_a_root_dir_that_cannot_hold_a_run_is_one_sentence(tmp_path, given, sentence):
+    file = tmp_path / "notes.txt"
+    file.write_text("not a folder")
+    root_dir = given.format(file=file)
+    run = subprocess.run(
+        [SIT_TRAIN, "--root_dir", root_dir, *[a for b in TINY_PPO for a in ("--gin_bindings", b)]],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert run.stderr.splitlines() == [run.stderr.splitlines()[0]]
+    assert run.stderr.startswith(sentence.format(file=file)), run.stderr
+    assert file.read_text() == "not a folder"
+
+
+def test_a_misspelt_encoder_keyword_is_one_sentence_with_a_guess_and_no_folder(tmp_path):
+    root_dir = tmp_path / "run"
+    bindings = [*TINY_PPO, "train_eval.encoder_kwargs = {'filters': (4,), 'strides': 1, 'output_dimm': 8}"]
+    run = subprocess.run(
+        [SIT_TRAIN, "--root_dir", str(root_dir), *[a for b in bindings for a in ("--gin_bindings", b)]],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    (line,) = run.stderr.splitlines()
+    assert line.startswith(
+        "sit-train: train_eval.encoder_kwargs has the key 'output_dimm', which encoder 'cnn' does not take: "
+        "did you mean 'output_dim'? it takes "
+    ), line
+    assert not root_dir.exists()

@@ -57,9 +57,11 @@ from __future__ import annotations
 import abc
 import contextlib
 import dataclasses
+import difflib
 import importlib
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -79,7 +81,7 @@ from tf_agents.train import learner, triggers
 from tf_agents.train.utils import spec_utils, train_utils
 from tqdm import tqdm
 
-from sit_keras import folder_lock, mixed_precision, run_kind, xla
+from sit_keras import folder_lock, mixed_precision, output_folder, run_kind, xla
 from sit_keras.agents import evaluate
 from sit_keras.agents.environments import load
 from sit_keras.agents.networks import policy_network
@@ -90,6 +92,7 @@ from sit_keras.agents.training.collection import (
     NormalizedReturnMetric,
     metric_results,
 )
+from sit_keras.models import registry
 
 # sit-train's agents: the module of each (its SETTINGS is the gin configurable of the same name).
 ALGORITHMS: dict[str, str] = {
@@ -446,6 +449,10 @@ def train_eval(root_dir: str, strategy: tf.distribute.Strategy | None = None, **
         # gin adds "In call to configurable ..." lines to a settings class's own sentence.
         raise SettingsError(str(error).split("\n  In call to configurable")[0]) from error
     strategy = strategy or tf.distribute.get_strategy()
+    try:
+        output_folder.check(root_dir, "root_dir")
+    except ValueError as error:
+        raise SettingsError(str(error)) from error
     created = not os.path.exists(root_dir)
     os.makedirs(root_dir, exist_ok=True)
     with contextlib.ExitStack() as cleanup:
@@ -469,13 +476,46 @@ def train_eval(root_dir: str, strategy: tf.distribute.Strategy | None = None, **
             tf.config.experimental.enable_op_determinism()
         try:
             algorithm, loop = _set_up(root_dir, module, run_settings, settings, strategy, cleanup)
-        except ValueError as error:
+        except (ValueError, TypeError) as error:
+            sentence = (
+                str(error)
+                if isinstance(error, ValueError)
+                else _unknown_keyword(error, run_settings, settings)
+            )
+            if sentence is None:  # a TypeError of the code, not of a setting
+                raise
             if created:  # nothing of a run that never started stays behind
                 cleanup.callback(shutil.rmtree, root_dir, ignore_errors=True)
-            raise SettingsError(str(error)) from error
+            raise SettingsError(sentence) from error
         run_kind.claim(root_dir, run_kind.RL, _program())
         run_record.record(root_dir, values, loop.env_steps(), resumed)
         return algorithm.train(loop)
+
+
+_UNEXPECTED_KEYWORD = re.compile(r"unexpected keyword argument '(\w+)'")
+
+
+def _unknown_keyword(error: TypeError, run_settings: RunSettings, settings: Any) -> str | None:
+    """The sentence for a key of an encoder's kwargs that its constructor refused, with a guess; else None."""
+    if len(error.args) == 2 and str(error.args[0]).startswith("Keyword argument not understood"):
+        keyword = str(error.args[1])  # Keras' Layer
+    else:
+        found = _UNEXPECTED_KEYWORD.search(str(error))
+        keyword = found.group(1) if found else None
+    given = [(f"{RUN_CONFIGURABLE}.encoder_kwargs", run_settings.encoder, run_settings.encoder_kwargs),
+             (f"{run_settings.agent}.value_encoder_kwargs", getattr(settings, "value_encoder", None),
+              getattr(settings, "value_encoder_kwargs", None))]  # fmt: skip
+    for binding, encoder, kwargs in given:
+        if keyword is None or encoder is None or keyword not in (kwargs or {}):
+            continue
+        accepted = registry.accepted_keywords(encoder)
+        guess = difflib.get_close_matches(keyword, sorted(accepted), n=1)
+        hint = f"did you mean {guess[0]!r}? " if guess else ""
+        return (
+            f"{binding} has the key {keyword!r}, which encoder {encoder!r} does not take: {hint}"
+            f"it takes {', '.join(sorted(accepted - {'name', 'dtype', 'dynamic', 'trainable'}))}."
+        )
+    return None
 
 
 def _program() -> str:
@@ -794,8 +834,10 @@ class TrainingLoop:
                 learn_start = time.perf_counter()
                 self.context.env_steps.assign_add(algorithm.env_steps_per_iteration)
                 previous, steps = steps, self.env_steps()
+                trained_before = self.train_step()
                 learned = algorithm.learn(steps) or learned
-                _check_finite_loss(learned, steps, self.train_step())
+                if self.train_step() > trained_before:  # a loss of this iteration's updates (DQN: none yet)
+                    _check_finite_loss(learned, steps, self.train_step())
                 timer.add(algorithm.env_steps_per_iteration, driver, learn_start - start,
                           time.perf_counter() - learn_start)  # fmt: skip
                 bar.update(min(steps, total) - min(previous, total))

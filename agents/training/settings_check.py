@@ -34,6 +34,8 @@ class Range:
         return self.high is None or value <= self.high
 
     def __str__(self) -> str:
+        if self.low is not None and self.high is not None:
+            return f"in {'[' if self.low_inclusive else '('}{self.low:g}, {self.high:g}]"
         parts = []
         if self.low is not None:
             parts.append(f"{'>=' if self.low_inclusive else '>'} {self.low:g}")

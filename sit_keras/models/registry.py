@@ -13,6 +13,8 @@ the declaration of the encoder built with its defaults (the built encoder's
 from __future__ import annotations
 
 import importlib
+import inspect
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -119,6 +121,27 @@ def get_entry(name: str) -> EncoderEntry:
     if name not in ENCODERS:
         raise ValueError(f"Unknown encoder {name!r}. Expected one of: {', '.join(ENCODERS)}.")
     return ENCODERS[name]
+
+
+def accepted_keywords(name: str) -> set[str]:
+    """The constructor keywords encoder ``name`` takes: its factory's, and the class's it builds.
+
+    For a "did you mean" when a user's ``encoder_kwargs`` has a key none of them takes.
+    """
+    factory = get_entry(name).load()
+    classes = [factory] if inspect.isclass(factory) else []
+    returned = typing.get_type_hints(factory).get("return") if not classes else None
+    if inspect.isclass(returned):
+        classes.append(returned)
+    callables = [factory] if not inspect.isclass(factory) else []
+    callables += [klass.__init__ for cls in classes for klass in cls.__mro__ if "__init__" in vars(klass)]
+    return {
+        parameter.name
+        for function in callables
+        for parameter in inspect.signature(function).parameters.values()
+        if parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL)
+        and parameter.name != "self"
+    }
 
 
 def build_encoder(name: str, input_shape: Sequence[int], **overrides: Any) -> Encoder:

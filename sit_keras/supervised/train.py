@@ -41,7 +41,7 @@ import tensorflow as tf
 import tf_keras
 from absl import flags
 
-from sit_keras import mixed_precision, run_kind, xla
+from sit_keras import mixed_precision, output_folder, run_kind, xla
 from sit_keras.command_line import parse_flags
 from sit_keras.supervised.classifiers import build_classifier
 from sit_keras.supervised.datasets import dataset_spec, load_dataset
@@ -178,6 +178,7 @@ def train_supervised(
     mixed_precision.check_precision(precision)
     if eval_interval < 0:
         raise ValueError(f"eval_interval must be >= 0. Received: eval_interval={eval_interval}")
+    output_folder.check(root_dir, "root_dir")
     run_kind.check(root_dir, run_kind.SUPERVISED, "sit-train-supervised")  # never an RL run's folder
     test_dataset = dataset if test_dataset is None else test_dataset
     train_spec, test_spec = dataset_spec(dataset), dataset_spec(test_dataset)
