@@ -123,3 +123,19 @@ def test_a_misspelt_encoder_keyword_is_one_sentence_with_a_guess_and_no_folder(t
         "did you mean 'output_dim'? it takes "
     ), line
     assert not root_dir.exists()
+
+
+@pytest.mark.parametrize("binding", ["env_kwargs", "eval_env_kwargs"])
+def test_an_environment_keyword_it_does_not_take_is_refused_before_training(tmp_path, binding):
+    root_dir = tmp_path / "run"
+    bindings = [*TINY_PPO, "train_eval.num_eval_episodes = 2", f"train_eval.{binding} = {{'colour': 'red'}}"]
+    run = subprocess.run(
+        [SIT_TRAIN, "--root_dir", str(root_dir), *[a for b in bindings for a in ("--gin_bindings", b)]],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert run.stderr.splitlines() == [
+        f"sit-train: train_eval.{binding} has the key 'colour', which environment 'minigrid:LavaGapS5' "
+        "does not take."
+    ]
+    assert not root_dir.exists()  # found at set-up, not after the budget has trained

@@ -505,6 +505,13 @@ def _unknown_keyword(error: TypeError, run_settings: RunSettings, settings: Any)
     given = [(f"{RUN_CONFIGURABLE}.encoder_kwargs", run_settings.encoder, run_settings.encoder_kwargs),
              (f"{run_settings.agent}.value_encoder_kwargs", getattr(settings, "value_encoder", None),
               getattr(settings, "value_encoder_kwargs", None))]  # fmt: skip
+    environment = {"env_kwargs": run_settings.env_kwargs, "eval_env_kwargs": run_settings.eval_env_kwargs}
+    for name, kwargs in environment.items():
+        if keyword is not None and keyword in (kwargs or {}):
+            return (
+                f"{RUN_CONFIGURABLE}.{name} has the key {keyword!r}, which environment "
+                f"{run_settings.env_name!r} does not take."
+            )
     for binding, encoder, kwargs in given:
         if keyword is None or encoder is None or keyword not in (kwargs or {}):
             continue
@@ -549,6 +556,11 @@ def _set_up(root_dir: str, module, run_settings: RunSettings, settings, strategy
         **dict(run_settings.env_kwargs or {}),
     )  # fmt: skip
     cleanup.callback(env.close)
+    if run_settings.num_eval_episodes and set(run_settings.eval_env_kwargs or {}) - set(
+        run_settings.env_kwargs or {}
+    ):
+        # Keys only the evaluation uses: tried now, not after the whole budget has trained.
+        load(run_settings.env_name, num_envs=1, seed=run_settings.seed, **run_settings.eval_kwargs).close()
     observation_spec, action_spec, time_step_spec = spec_utils.get_tensor_specs(env)
     with strategy.scope():  # the counters, as the agents' variables (each module's build)
         train_step = train_utils.create_train_step()
