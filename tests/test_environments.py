@@ -38,7 +38,7 @@ from tf_agents.environments import utils as env_utils
 from tf_agents.trajectories import time_step as ts
 
 from sit_keras import testing
-from sit_keras.agents import environments
+from sit_keras.agents import environments, evaluate
 from sit_keras.agents.environments import (
     gymnasium_env,
     minigrid_env,
@@ -282,8 +282,15 @@ def test_procgen_options():
     env = procgen_env.ProcgenEnvironment("maze", num_envs=2, num_levels=10, start_level=5)
     assert (env.options["num_levels"], env.options["start_level"]) == (10, 5)
     assert env.options["distribution_mode"] == "easy"
-    with pytest.raises(ValueError, match="full level distribution"):
+    with pytest.raises(
+        ValueError, match=r"full level distribution.*add num_levels=0 \(sit-eval: --env_kwarg"
+    ):
         procgen_env.ProcgenEnvironment("maze", split="test", num_levels=200)
+    # docs/evaluation.md's test-split example on the shipped configs' training keywords (ppo_drac.gin).
+    shipped = {"num_levels": 200, "start_level": 0, "distribution_mode": "easy"}
+    given = evaluate.parse_env_kwargs(["split=test", "num_levels=0"])
+    env = procgen_env.ProcgenEnvironment("maze", num_envs=2, **{**shipped, **given})
+    assert (env.options["num_levels"], env.options["start_level"]) == (0, 0)
     with pytest.raises(ValueError, match="valid splits: train, test"):
         procgen_env.ProcgenEnvironment("maze", split="validation")
     with pytest.raises(ValueError, match="easy, hard"):

@@ -95,7 +95,8 @@ class ProcgenEnvironment(py_environment.PyEnvironment):
         if split == "test":
             if num_levels not in (None, 0):
                 raise ValueError(
-                    f"split='test' uses the full level distribution; received num_levels={num_levels}"
+                    f"split='test' uses the full level distribution, so it takes no num_levels; received "
+                    f"num_levels={num_levels}: add num_levels=0 (sit-eval: --env_kwarg num_levels=0)"
                 )
             num_levels, start_level = 0, 0
         self._game = game
