@@ -15,9 +15,11 @@ with status 130; rerunning the same command resumes it.
 
 from __future__ import annotations
 
+import io
 import logging as std_logging
 import os
 import sys
+import tokenize
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -62,12 +64,39 @@ class _DropGinSearchMisses(std_logging.Filter):
         return record.msg != "Path not found: %s"
 
 
+def _check_gin_text(path: str) -> None:
+    """A gin file that is not UTF-8 text, or whose brackets or strings do not close, named with its line.
+
+    gin reports both with a Python traceback (a ``UnicodeDecodeError`` or a
+    ``tokenize.TokenError``) that names neither the file nor the line.
+    """
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8")  # decoded whole, so an error's position is the file's
+    except UnicodeDecodeError as error:
+        line = 1 + error.object[: error.start].count(b"\n")
+        byte = error.object[error.start]
+        raise ValueError(f"{path}, line {line}: not UTF-8 text (byte {byte:#04x}).") from None
+    except OSError as error:
+        raise ValueError(f"Cannot read the gin file {path!r}: {error.strerror}.") from None
+    try:
+        for _ in tokenize.generate_tokens(io.StringIO(text).readline):
+            pass
+    except tokenize.TokenError as error:
+        message, (line, _) = error.args
+        raise ValueError(f"{path}, line {line}: {message.lower()} (a bracket or string left open).") from None
+    except (SyntaxError, IndentationError) as error:  # e.g. an unterminated string on one line
+        text = (error.text or "").strip()
+        raise ValueError(f"{path}, line {error.lineno}: {error.msg}: {text!r}.") from None
+
+
 def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str]) -> None:
     """Parses gin files and bindings; a bad binding or file raises ``ValueError`` naming it."""
     harness.import_algorithms()
     for path in gin_files:
         if not os.path.exists(path):
             raise ValueError(f"Gin file not found: {path!r}")
+        _check_gin_text(path)
         # `include 'x.gin'` inside a config is relative to that config's
         # folder or its parent (configs/procgen/models/*.gin include ppo_drac.gin).
         folder = os.path.dirname(os.path.abspath(path))
@@ -77,7 +106,7 @@ def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str]) -> None:
     std_logging.getLogger().addFilter(search_misses)
     try:
         gin.parse_config_files_and_bindings(gin_files, gin_bindings)
-    except (ValueError, KeyError, TypeError, SyntaxError, NameError) as error:
+    except (ValueError, KeyError, TypeError, SyntaxError, NameError, tokenize.TokenError) as error:
         raise ValueError(
             f"Bad gin configuration ({error}). Files: {list(gin_files)}, bindings: {list(gin_bindings)}"
         ) from error

@@ -139,3 +139,24 @@ def test_an_environment_keyword_it_does_not_take_is_refused_before_training(tmp_
         "does not take."
     ]
     assert not root_dir.exists()  # found at set-up, not after the budget has trained
+
+
+@pytest.mark.parametrize(
+    "content, sentence",
+    [
+        (b"train_eval.num_envs = 2\ntrain_eval.seed = (1,\n", "line 3: eof in multi-line statement"),
+        (b"train_eval.num_envs = 2\n\xff\xfe\n", "line 2: not UTF-8 text (byte 0xff)"),
+    ],
+    ids=["open bracket", "not utf-8"],
+)
+def test_a_broken_gin_file_is_named_with_its_line(tmp_path, content, sentence):
+    config = tmp_path / "broken.gin"
+    config.write_bytes(content)
+    run = subprocess.run(
+        [SIT_TRAIN, "--root_dir", str(tmp_path / "run"), "--gin_file", str(config)],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    (line,) = run.stderr.splitlines()
+    assert line.startswith(f"sit-train: {config}, {sentence}"), line
+    assert not (tmp_path / "run").exists()
