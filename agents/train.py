@@ -80,8 +80,7 @@ def _check_gin_text(path: str) -> None:
     except OSError as error:
         raise ValueError(f"Cannot read the gin file {path!r}: {error.strerror}.") from None
     try:
-        for _ in tokenize.generate_tokens(io.StringIO(text).readline):
-            pass
+        list(tokenize.generate_tokens(io.StringIO(text).readline))  # tokenizing all of it is the check
     except tokenize.TokenError as error:
         message, (line, _) = error.args
         raise ValueError(f"{path}, line {line}: {message.lower()} (a bracket or string left open).") from None

@@ -59,15 +59,14 @@ def test_the_lock_records_its_holder_and_a_clean_end_clears_it(tmp_path):
     assert (tmp_path / folder_lock.LOCK_FILE).read_text() == ""
     said = []
     with folder_lock.exclusive(str(tmp_path), "sit-train", took_over=said.append):
-        pass
-    assert said == []  # a clean end leaves nothing to take over
+        assert said == []  # a clean end left nothing to take over
+        assert json.loads((tmp_path / folder_lock.LOCK_FILE).read_text())["pid"] == os.getpid()
 
 
 def test_a_second_writer_in_this_process_or_another_is_refused(tmp_path):
     with _holding(str(tmp_path), "sit-train") as holder:
-        with pytest.raises(folder_lock.FolderInUse) as refused:
-            with folder_lock.exclusive(str(tmp_path), "sit-export"):
-                pass
+        with pytest.raises(folder_lock.FolderInUse) as refused, contextlib.ExitStack() as stack:
+            stack.enter_context(folder_lock.exclusive(str(tmp_path), "sit-export"))
     message = str(refused.value)
     assert message.startswith(f"{tmp_path} is in use by sit-train (pid {holder.pid}, host ")
     assert message.endswith("use another folder.") and "\n" not in message
@@ -79,7 +78,7 @@ def test_a_killed_holder_is_taken_over_with_a_message(tmp_path):
         holder.wait()
     said = []
     with folder_lock.exclusive(str(tmp_path), "sit-train", took_over=said.append):
-        pass
+        assert json.loads((tmp_path / folder_lock.LOCK_FILE).read_text())["pid"] == os.getpid()
     assert len(said) == 1 and f"pid {holder.pid}" in said[0] and said[0].startswith(f"took over {tmp_path}")
 
 

@@ -662,3 +662,17 @@ def test_the_advantage_scale_table_is_the_report():
         "over 200 episodes"
     )
     assert sentence in " ".join(page.split())
+
+
+def test_the_unfinished_chiral_run_is_quoted_as_measured():
+    report = json.loads((REFERENCE / "lavacrossing_chiral_seed1_3m_partial.json").read_text())
+    assert {"command", "commit", "budget_env_steps", "wall_minutes_to_this_snapshot", "status"} <= set(report)
+    success = {point["env_steps"]: point["success"] for point in report["curve"]}
+    first, last = report["first_step_with_success_at_least"]["0.5"], report["last"]
+    latest = f"{last['success']:.2f} at {last['env_steps'] / 1e6:.2f}M"
+    quoted = [f"{success[steps]:.2f} at {label}" for steps, label in
+              ((1001472, "1.0M"), (1501184, "1.5M"), (1900544, "1.9M"))]  # fmt: skip
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    for text in [*quoted, f"first 0.5 at {first / 1e6:.2f}M", latest]:
+        assert text in page, text
+    assert f"first 0.5 at {first / 1e6:.2f}M steps, {latest}" in " ".join(README.split())
