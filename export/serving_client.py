@@ -22,7 +22,18 @@ reading in every example of a sensor set; values are converted to the
 model's dtypes where that changes none of them (int64 pixels to ``uint8``,
 float64 to ``float32``, rounded), since TF Serving would refuse other dtypes.
 Without it, only what holds for every model is checked: numeric arrays with
-one batch of at least 1 example across the inputs, and finite floats.
+one batch of at least 1 example across the inputs, and finite floats. A
+client without the model's files gets the same contract from the server:
+``metadata_from_server`` reads TF Serving's model metadata
+(``rest_metadata_url``), and ``metadata_from_signature`` a loaded signature.
+
+Where values change silently without these checks: a signature called with
+arrays converts them in the caller's process (int64 300 -> uint8 44, -1 ->
+255, NaN -> 0), before the model can see them; ``call_signature`` checks
+first. TF Serving's REST API takes any JSON integer of the int32 range for a
+uint8 input and keeps its low byte (300 -> 44; non-integers such as 2.5 or
+NaN are refused), and ``tf.make_tensor_proto`` does the same to a gRPC
+request: docs/export.md, "Values a uint8 input cannot hold".
 """
 
 from __future__ import annotations
@@ -35,6 +46,7 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.core.framework import types_pb2
 from tensorflow_serving.apis import predict_pb2
 
 from sit_keras.export import runtime
@@ -51,12 +63,8 @@ _HOST = re.compile(rf"{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]+\]")
 _MODEL_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 
-def rest_predict_url(host: str, model_name: str, version: int | None = None, port: int = 8501) -> str:
-    """The REST ``:predict`` URL of a model (its newest version unless ``version``).
-
-    Raises:
-      ValueError: a host, model name, version or port that cannot make a valid URL, in one sentence.
-    """
+def _rest_model_url(host: str, model_name: str, version: int | None, port: int) -> str:
+    """``http://<host>:<port>/v1/models/<model_name>[/versions/<version>]``, each part checked."""
     if not isinstance(host, str) or not _HOST.fullmatch(host):
         raise ValueError(f"host must be a host name or an IP address (IPv6 in brackets); received {host!r}.")
     if not isinstance(model_name, str) or not _MODEL_NAME.fullmatch(model_name):
@@ -70,7 +78,90 @@ def rest_predict_url(host: str, model_name: str, version: int | None = None, por
             limits = f"from {low} to {high}" if high else f"at least {low}"
             raise ValueError(f"{name} must be an integer {limits}; received {value!r}.")
     version_part = f"/versions/{version}" if version is not None else ""
-    return f"http://{host}:{port}/v1/models/{model_name}{version_part}:predict"
+    return f"http://{host}:{port}/v1/models/{model_name}{version_part}"
+
+
+def rest_predict_url(host: str, model_name: str, version: int | None = None, port: int = 8501) -> str:
+    """The REST ``:predict`` URL of a model (its newest version unless ``version``).
+
+    Raises:
+      ValueError: a host, model name, version or port that cannot make a valid URL, in one sentence.
+    """
+    return _rest_model_url(host, model_name, version, port) + ":predict"
+
+
+def rest_metadata_url(host: str, model_name: str, version: int | None = None, port: int = 8501) -> str:
+    """The REST URL of TF Serving's model metadata (``GET``): its answer goes to ``metadata_from_server``.
+
+    Raises:
+      ValueError: as ``rest_predict_url``.
+    """
+    return _rest_model_url(host, model_name, version, port) + "/metadata"
+
+
+def metadata_from_server(answer: str | Mapping[str, Any], signature_name: str = SIGNATURE) -> dict[str, Any]:
+    """The request contract in TF Serving's own model metadata, for a client without the model's files.
+
+    ``answer`` is the JSON of ``GET rest_metadata_url(...)`` (a
+    ``GetModelMetadataResponse`` whose ``signature_def`` metadata holds every
+    signature). The result works as ``metadata=`` of the request builders:
+    each input's dtype and shape, so that the client refuses what the server
+    would refuse, and what it would silently change (a uint8 input keeps the
+    low byte of a JSON integer: 300 arrives as 44).
+
+    Raises:
+      ValueError: an answer without that signature or with an input of unknown rank.
+    """
+    try:
+        body = json.loads(answer) if isinstance(answer, str) else answer
+        signatures = body["metadata"]["signature_def"]["signature_def"]
+    except (ValueError, TypeError, KeyError) as error:
+        raise ValueError(
+            "Not a TF Serving model metadata answer (expected metadata.signature_def.signature_def): "
+            f"{error}."
+        ) from None
+    if signature_name not in signatures:
+        raise ValueError(
+            f"The model has no signature {signature_name!r}; it has: "
+            f"{', '.join(sorted(n for n in signatures if not n.startswith('__')))}."
+        )
+    inputs = {}
+    for name, info in signatures[signature_name].get("inputs", {}).items():
+        shape = info.get("tensor_shape", {})
+        if shape.get("unknown_rank"):
+            raise ValueError(f"Input {name!r} has an unknown rank in the model metadata; cannot check it.")
+        dims = [int(d.get("size", -1)) for d in shape.get("dim", [])]
+        dtype = tf.dtypes.as_dtype(types_pb2.DataType.Value(info["dtype"])).name
+        inputs[name] = {"dtype": dtype, "shape": [None if d < 0 else d for d in dims]}
+    return {"signature_name": signature_name, "inputs": inputs}
+
+
+def metadata_from_signature(signature: Any) -> dict[str, Any]:
+    """The request contract of a loaded signature (``tf.saved_model.load(path).signatures[name]``).
+
+    For models without sit-export's metadata; with it, ``read_metadata`` also knows a sensor set's axis.
+    """
+    specs = signature.structured_input_signature[1]
+    inputs = {name: {"dtype": spec.dtype.name, "shape": spec.shape.as_list()} for name, spec in specs.items()}
+    return {"inputs": inputs}
+
+
+def call_signature(
+    signature: Any, inputs: Mapping[str, Any], metadata: Mapping[str, Any] | str | None = None
+) -> dict[str, np.ndarray]:
+    """Runs a loaded SavedModel signature on ``inputs`` after the client's checks; outputs as arrays.
+
+    Calling the signature with arrays directly converts them to its dtypes in
+    the caller's process, where the model cannot see them: int64 300 becomes
+    uint8 44, -1 becomes 255 and a float NaN 0. Here they are refused first,
+    against ``metadata`` (default: ``metadata_from_signature(signature)``).
+
+    Raises:
+      ValueError: an input the model would refuse or that its dtype would change (``check_inputs``).
+    """
+    arrays = check_inputs(inputs, metadata_from_signature(signature) if metadata is None else metadata)
+    outputs = signature(**{name: tf.constant(array) for name, array in arrays.items()})
+    return {name: value.numpy() for name, value in outputs.items()}
 
 
 def read_metadata(path: str) -> dict[str, Any]:
@@ -232,11 +323,14 @@ def check_inputs(
 def _checked(
     inputs: Mapping[str, Any], signature_name: str, metadata: Mapping[str, Any] | str | None
 ) -> dict[str, np.ndarray]:
-    if metadata is not None and signature_name != SIGNATURE:
-        raise ValueError(
-            f"The metadata describes the {SIGNATURE!r} signature; received signature_name "
-            f"{signature_name!r} (pass metadata=None for TF-Agents' signatures)."
-        )
+    if metadata is not None:
+        # sit-export's metadata describes serving_default; a server's answer names its signature.
+        described = metadata.get("signature_name", SIGNATURE) if isinstance(metadata, Mapping) else SIGNATURE
+        if signature_name != described:
+            raise ValueError(
+                f"The metadata describes the {described!r} signature; received signature_name "
+                f"{signature_name!r} (pass metadata=None for TF-Agents' signatures)."
+            )
     return check_inputs(inputs, metadata)
 
 

@@ -552,3 +552,94 @@ def test_the_rest_url_is_valid_or_refused_in_one_sentence():
         with pytest.raises(ValueError, match=f"^{named} must be") as refused:
             serving_client.rest_predict_url(**arguments)
         assert "\n" not in str(refused.value)
+
+
+def test_a_loaded_signature_is_called_after_the_models_checks(exports):
+    """``call_signature`` refuses what the signature's own conversion would change in the caller's process."""
+    signature = tf.saved_model.load(exports["cnn"]).signatures["serving_default"]
+    image = np.random.default_rng(0).integers(0, 256, (2, 14, 14, 3))
+    wrapped = image.copy()
+    wrapped[0, 0, 0, 0] = 300
+    # What the check prevents: called directly, the signature receives 300 as 44.
+    direct = signature(observation=tf.constant(wrapped, tf.uint8))["logits"].numpy()
+    low_byte = image.copy()
+    low_byte[0, 0, 0, 0] = 44
+    np.testing.assert_array_equal(direct, signature(observation=tf.constant(low_byte, tf.uint8))["logits"])
+    for bad, pattern in (
+        (wrapped, r"values 0 to 255\); received int64 values from 0 to 300"),
+        (image - 1, r"received int64 values from -1 to"),
+        (np.full((1, 14, 14, 3), np.nan), "'observation' must have dtype uint8; received float64"),
+    ):
+        with pytest.raises(ValueError, match=pattern):
+            serving_client.call_signature(signature, {"observation": bad})
+    # Valid pixels in a wider dtype are converted exactly and answered as the signature answers them.
+    outputs = serving_client.call_signature(signature, {"observation": image})
+    expected = signature(observation=tf.constant(image, tf.uint8))
+    np.testing.assert_array_equal(outputs["logits"], expected["logits"])
+    # The contract read from the signature is the metadata's.
+    from_signature = serving_client.metadata_from_signature(signature)["inputs"]["observation"]
+    described = serving_client.read_metadata(exports["cnn"])["inputs"]["observation"]
+    assert from_signature == {"dtype": described["dtype"], "shape": described["shape"]}
+
+
+def _server_metadata_answer(version_dir: str) -> str:
+    """What TF Serving answers to GET .../metadata: its GetModelMetadataResponse as JSON."""
+    from google.protobuf import json_format
+    from tensorflow.core.protobuf import saved_model_pb2
+    from tensorflow_serving.apis import get_model_metadata_pb2
+
+    saved = saved_model_pb2.SavedModel()
+    with open(os.path.join(version_dir, "saved_model.pb"), "rb") as f:
+        saved.ParseFromString(f.read())
+    signatures = get_model_metadata_pb2.SignatureDefMap()
+    for name, definition in saved.meta_graphs[0].signature_def.items():
+        signatures.signature_def[name].CopyFrom(definition)
+    response = get_model_metadata_pb2.GetModelMetadataResponse()
+    response.model_spec.name = "policy"
+    response.metadata["signature_def"].Pack(signatures)
+    return json_format.MessageToJson(response, preserving_proto_field_name=True)
+
+
+@pytest.mark.parametrize("family", ["cnn", "attention_neuron"])
+def test_a_client_without_files_gets_the_contract_from_the_server(exports, family):
+    answer = _server_metadata_answer(exports[family])
+    from_server = serving_client.metadata_from_server(answer)
+    described = serving_client.read_metadata(exports[family])["inputs"]
+    assert {n: (s["dtype"], s["shape"]) for n, s in from_server["inputs"].items()} == {
+        n: (s["dtype"], s["shape"]) for n, s in described.items()
+    }
+    if family == "cnn":
+        too_bright = np.full((1, 14, 14, 3), 300)
+        with pytest.raises(ValueError, match=r"values 0 to 255\); received int64 values from 300"):
+            serving_client.rest_predict_body({"observation": too_bright}, metadata=from_server)
+        action = serving_client.metadata_from_server(answer, "action")
+        assert "0/observation" in action["inputs"]
+        with pytest.raises(ValueError, match="describes the 'action' signature"):
+            serving_client.rest_predict_body({"observation": too_bright}, metadata=action)
+    with pytest.raises(ValueError, match="has no signature 'missing'; it has: action, "):
+        serving_client.metadata_from_server(answer, "missing")
+    with pytest.raises(ValueError, match="Not a TF Serving model metadata answer"):
+        serving_client.metadata_from_server('{"error": "Servable not found"}')
+    assert serving_client.rest_metadata_url("localhost", "p", version=2) == (
+        "http://localhost:8501/v1/models/p/versions/2/metadata"
+    )
+
+
+def test_what_tf_serving_does_with_values_a_uint8_input_cannot_hold():
+    """The narrowing that docs/export.md describes, on TensorFlow's own paths of a request.
+
+    TF Serving's REST handler (util/json_tensor.cc) puts any JSON integer of a
+    uint8 input into the TensorProto's ``int_val``; the server builds the
+    tensor from it as ``parse_tensor`` does here (``Tensor::FromProto``):
+    the low byte stays. A gRPC client's ``make_tensor_proto`` narrows the same way.
+    """
+    from tensorflow.core.framework import tensor_pb2, tensor_shape_pb2, types_pb2
+
+    proto = tensor_pb2.TensorProto(
+        dtype=types_pb2.DT_UINT8,
+        tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=4)]),
+        int_val=[300, -1, 255, 256],
+    )
+    np.testing.assert_array_equal(tf.io.parse_tensor(proto.SerializeToString(), tf.uint8), [44, 255, 255, 0])
+    grpc_tensor = tf.make_tensor_proto(np.array([300, -1]), dtype=tf.uint8)
+    np.testing.assert_array_equal(tf.make_ndarray(grpc_tensor), [44, 255])
