@@ -29,8 +29,7 @@ from absl import flags
 
 from sit_keras.agents import evaluate, train
 from sit_keras.agents.algorithms import bc
-from sit_keras.agents.training import harness
-from sit_keras.agents.training.harness import RUN_CONFIGURABLE, RunSettings
+from sit_keras.agents.training.run_settings import RUN_CONFIGURABLE, RunSettings, hyperparameters
 from sit_keras.command_line import parse_flags
 
 PROGRAM = "sit-distill"
@@ -149,7 +148,7 @@ _TEACHERS_ENVIRONMENT = ("train_eval.env_name", "train_eval.env_kwargs")
 def bindings_help() -> list[str]:
     """``--help``'s section: each old flag's binding with its default in a BC run, and what it sets."""
     settings, run = bc.BC(teacher_dir="teacher"), RunSettings(agent=bc.AGENT, env_name="env")
-    defaults = harness.hyperparameters(run.with_defaults(bc.defaults(run, settings)), settings)
+    defaults = hyperparameters(run.with_defaults(bc.defaults(run, settings)), settings)
     shown = {
         old.binding: "the teacher's" if old.binding in _TEACHERS_ENVIRONMENT else repr(defaults[old.binding])
         for old in OLD_FLAGS.values()

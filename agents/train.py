@@ -5,7 +5,7 @@
         --gin_bindings 'train_eval.total_env_steps = 1_000_000'
 
 ``train_eval.agent`` selects the agent (``ppo``, ``sac``, ``dqn``, ``bc``;
-``harness.ALGORITHMS``); ``train_eval.*`` binds what every agent shares and
+``run_settings.ALGORITHMS``); ``train_eval.*`` binds what every agent shares and
 ``<agent>.*`` its hyper-parameters. A mistake (an unknown flag, a missing
 file, a bad or unread binding, a setting out of range) prints one sentence
 and exits with status 2 before anything is written. Ctrl-C (or SIGTERM)
@@ -28,7 +28,7 @@ import tensorflow as tf
 from absl import flags
 
 from sit_keras import mixed_precision, xla
-from sit_keras.agents.training import harness
+from sit_keras.agents.training import harness, run_settings, stops
 from sit_keras.agents.training.harness import train_eval
 from sit_keras.command_line import INTERRUPTED, USAGE_ERROR, parse_flags, quiet_library_logs
 
@@ -91,7 +91,7 @@ def _check_gin_text(path: str) -> None:
 
 def parse_gin(gin_files: Sequence[str], gin_bindings: Sequence[str]) -> None:
     """Parses gin files and bindings; a bad binding or file raises ``ValueError`` naming it."""
-    harness.import_algorithms()
+    run_settings.import_algorithms()
     for path in gin_files:
         if not os.path.exists(path):
             raise ValueError(f"Gin file not found: {path!r}")
@@ -196,10 +196,10 @@ def run(program: str, gin_bindings: Sequence[str], flag_values: flags.FlagValues
         results = train_eval(flag_values.root_dir, strategy=strategy, **overrides)
     except harness.SettingsError as error:
         return fail(program, error)
-    except harness.TrainingDiverged as diverged:
+    except stops.TrainingDiverged as diverged:
         print(f"{program}: {diverged}", file=sys.stderr)
         return 1
-    except harness.Interrupted as stop:
+    except stops.Interrupted as stop:
         print(f"{program}: {stop}", file=sys.stderr)
         return INTERRUPTED
     except KeyboardInterrupt:  # a second Ctrl-C, or one outside the training loop

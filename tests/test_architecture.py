@@ -28,8 +28,12 @@ def _package(module: str) -> str | None:
 
 def _imports(path: Path) -> set[str]:
     """Every absolute module a file imports, at module level or inside functions."""
+    return _imported(ast.parse(path.read_text()))
+
+
+def _imported(tree: ast.AST) -> set[str]:
     modules = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             modules.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -90,3 +94,26 @@ def test_agents_keeps_few_modules_at_its_top_level():
     assert folders == ["algorithms", "environments", "networks", "training"]
     for folder in folders:
         assert f"`agents/{folder}/`" in PAGE
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """``_imports`` without those under ``if TYPE_CHECKING:`` (annotations only, never executed)."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            node.body = []
+    return _imported(tree)
+
+
+def test_the_harness_parts_do_not_import_the_harness():
+    """``agents/training/``'s other modules are the harness's parts: importing it back would be a cycle."""
+    harness = "sit_keras.agents.training.harness"
+    folder = REPO / "agents" / "training"
+    parts = [p for p in folder.glob("*.py") if p.name not in ("harness.py", "__init__.py")]
+    assert {"run_settings.py", "algorithm.py", "stops.py", "keyword_messages.py", "evaluation.py"} <= {
+        p.name for p in parts
+    }
+    wrong = sorted(
+        p.name for p in parts if any(m == harness or m.startswith(harness + ".") for m in _runtime_imports(p))
+    )
+    assert not wrong, f"import the harness: {wrong}"

@@ -48,6 +48,8 @@ from sit_keras.agents.algorithms import bc
 from sit_keras.agents.environments import load
 from sit_keras.agents.networks import policy_network
 from sit_keras.agents.training import harness
+from sit_keras.agents.training.evaluation import EVALUATIONS_FILE
+from sit_keras.agents.training.run_settings import RunSettings, run_config
 
 ENV = "gymnasium:Pendulum-v1"  # 3 sensors, continuous action, 200-step episodes
 STUDENT = {"encoder_kwargs": {"output_dim": 16, "num_queries": 8}, "fc_layer_params": (16,)}
@@ -194,7 +196,7 @@ def test_distill_a_tiny_teacher_into_a_pi_student_end_to_end(teacher, tmp_path):
     assert evaluation["env_steps"] == 120 and evaluation["train_step"] == 18
     assert evaluation["num_episodes"] == 2 and evaluation["mean_length"] == 200
     assert results["EvalAverageReturn"] == evaluation["mean_return"]
-    assert json.loads((tmp_path / "student" / harness.EVALUATIONS_FILE).read_text()) == [evaluation]
+    assert json.loads((tmp_path / "student" / EVALUATIONS_FILE).read_text()) == [evaluation]
     assert (tmp_path / "student" / harness.CONFIG_FILE).exists()
     assert {"Eval/AverageReturn", "Eval/AverageEpisodeLength"} <= summary_tags(os.path.join(root_dir, "eval"))
     assert "Losses/bc_loss" in summary_tags(os.path.join(root_dir, "train"))
@@ -266,7 +268,7 @@ def test_sit_distill_trains_a_student_as_the_old_command_did(teacher, new_form_r
     )
     assert (root_dir / harness.CONFIG_FILE).read_text() == (before / harness.CONFIG_FILE).read_text()
     assert policy_network.read_description(str(root_dir)) == policy_network.read_description(str(before))
-    assert len(json.loads((root_dir / harness.EVALUATIONS_FILE).read_text())) == 1
+    assert len(json.loads((root_dir / EVALUATIONS_FILE).read_text())) == 1
 
 
 @pytest.mark.large
@@ -328,7 +330,7 @@ def _run_config(bindings: list[str]) -> str:
     try:
         train.parse_gin([], bindings)
         _, run_settings, settings = harness._settings({}, None)
-        return harness.run_config(run_settings, settings)
+        return run_config(run_settings, settings)
     finally:
         gin.clear_config()
 
@@ -512,7 +514,7 @@ def test_annealed_learning_rate_falls_linearly_and_restarts_each_round():
     clone = bc.RoundLinearDecay.from_config(schedule.get_config())
     assert float(clone(tf.constant(6, tf.int64))) == pytest.approx(5e-4)
     # Rounds of num_epochs passes over (total / num_envs / rounds) / sequence_length chunks.
-    run = harness.RunSettings(agent="bc", num_envs=2, total_env_steps=160)
+    run = RunSettings(agent="bc", num_envs=2, total_env_steps=160)
     two_rounds = bc.BC(teacher_dir="t", sequence_length=20, num_epochs=3, dagger_rounds=1)
     assert bc.steps_per_round(run, two_rounds) == 6
     assert bc.steps_per_round(run, bc.BC(teacher_dir="t", sequence_length=10, num_epochs=1)) == 8

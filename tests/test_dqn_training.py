@@ -27,6 +27,8 @@ from sit_keras.agents.algorithms import dqn
 from sit_keras.agents.environments import load
 from sit_keras.agents.networks import policy_network, q_networks
 from sit_keras.agents.training import checkpoints, harness
+from sit_keras.agents.training.evaluation import EVAL_TAGS, EVALUATIONS_FILE
+from sit_keras.agents.training.run_settings import RunSettings, check_bindings
 
 CARTPOLE_RUN = {
     "agent": "dqn",
@@ -123,7 +125,7 @@ def test_cartpole_dqn_collects_trains_evaluates_and_logs(cartpole_run):
     assert [e["env_steps"] for e in results["evaluations"]] == [80, 160]
     assert [e["train_step"] for e in results["evaluations"]] == [dqn.updates_due(80, start, 1), 121]
     assert all(e["num_episodes"] == 2 and e["mean_return"] >= 8 for e in results["evaluations"])
-    with open(os.path.join(root_dir, harness.EVALUATIONS_FILE)) as f:
+    with open(os.path.join(root_dir, EVALUATIONS_FILE)) as f:
         assert json.load(f) == results["evaluations"]
     assert [h["env_steps"] for h in results["history"]] == [40, 80, 120, 160]
     assert {"Losses/td_loss", "Losses/total_loss"} <= summary_tags(os.path.join(root_dir, "train"))
@@ -138,7 +140,7 @@ def test_cartpole_dqn_collects_trains_evaluates_and_logs(cartpole_run):
     ]:
         assert tag in collect_tags, collect_tags
     eval_tags = summary_tags(os.path.join(root_dir, "eval"))
-    assert {f"Eval/{tag}" for tag in harness.EVAL_TAGS} <= eval_tags, eval_tags
+    assert {f"Eval/{tag}" for tag in EVAL_TAGS} <= eval_tags, eval_tags
     for path in [
         "config.gin",
         "policy_network.json",
@@ -185,7 +187,7 @@ def test_rerun_resumes_counters_target_schedule_and_replay(cartpole_run, capsys)
     assert tf.train.load_variable(replay, "replay_buffer/_last_id/.ATTRIBUTES/VARIABLE_VALUE") == 119
     # Evaluations keep their schedule (multiples of eval_interval) and their history.
     assert [e["env_steps"] for e in resumed["evaluations"]] == [80, 160, 240]
-    with open(os.path.join(root_dir, harness.EVALUATIONS_FILE)) as f:
+    with open(os.path.join(root_dir, EVALUATIONS_FILE)) as f:
         assert [e["env_steps"] for e in json.load(f)] == [80, 160, 240]
 
 
@@ -284,7 +286,7 @@ def test_updates_due_counts_one_update_per_period():
 
 def test_evaluation_plays_whole_atari_games():
     def eval_kwargs(env_name, env_kwargs, eval_env_kwargs):
-        return harness.RunSettings(
+        return RunSettings(
             env_name=env_name, env_kwargs=env_kwargs, eval_env_kwargs=eval_env_kwargs
         ).eval_kwargs
 
@@ -515,7 +517,7 @@ def test_atari_configs_parse_and_bind_the_dqn_trainer():
         assert gin.query_parameter("dqn.target_update_period") == 2000
         assert gin.query_parameter("train_eval.total_env_steps") == 100_000
         # Every binding is read by a DQN run (train_eval.* and dqn.*).
-        harness.check_bindings("dqn")
+        check_bindings("dqn")
         stem = os.path.basename(path)[: -len(".gin")]
         if stem != "dqn":
             game, model = stem.rsplit("_", 1)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from sit_keras.agents import evaluate
-from sit_keras.agents.training import harness
+from sit_keras.agents.training.run_settings import RunSettings
 from sit_keras.commands import evaluate as sit_eval
 from sit_keras.export.exporter import export_policy
 from sit_keras.export.random_policy import write_example_policy_folder
@@ -287,5 +287,5 @@ def test_the_runs_evaluation_settings_are_used_not_its_training_ones(tmp_path):
     recorded = {"terminal_on_life_loss": False, "frame_skip": 4}
     (tmp_path / "policy_network.json").write_text(json.dumps({**description, "eval_env_kwargs": recorded}))
     assert sit_eval._trained_environment(str(policy_dir)) == ("atari:Pong", recorded)
-    settings = harness.RunSettings(env_name="atari:Pong", env_kwargs={"terminal_on_life_loss": True})
+    settings = RunSettings(env_name="atari:Pong", env_kwargs={"terminal_on_life_loss": True})
     assert settings.eval_kwargs == {"terminal_on_life_loss": False}  # what the harness records

@@ -25,6 +25,8 @@ from summaries import summary_tags
 from sit_keras.agents import train
 from sit_keras.agents.algorithms import bc, dqn, ppo, sac
 from sit_keras.agents.training import harness
+from sit_keras.agents.training.evaluation import EVALUATIONS_FILE
+from sit_keras.agents.training.run_settings import RunSettings, algorithm_module, hyperparameters
 
 SIT_TRAIN = os.path.join(os.path.dirname(sys.executable), "sit-train")
 TINY_CNN = "{'filters': (4,), 'strides': 1, 'output_dim': 8}"
@@ -147,7 +149,7 @@ def test_every_agent_runs_is_killed_resumes_and_writes_the_same_layout(agent, te
         gin.clear_config()
 
     # The same output layout for every agent.
-    for path in ("config.gin", "policy_network.json", harness.EVALUATIONS_FILE, "checkpoints/checkpoint",
+    for path in ("config.gin", "policy_network.json", EVALUATIONS_FILE, "checkpoints/checkpoint",
                  "policies/greedy_policy/saved_model.pb", "policies/policy/saved_model.pb"):  # fmt: skip
         assert os.path.exists(os.path.join(root_dir, path)), path
     assert os.path.isdir(os.path.join(root_dir, "replay_buffer")) == (agent in ("sac", "dqn"))
@@ -165,17 +167,17 @@ def test_every_agent_runs_is_killed_resumes_and_writes_the_same_layout(agent, te
     assert any(tag.startswith("Losses/") for tag in summary_tags(os.path.join(root_dir, "train")))
     for key in ("AverageReturn", "SuccessRate", "env_steps", "train_step", "SPS", "evaluations", "history"):
         assert key in results, key
-    with open(os.path.join(root_dir, harness.EVALUATIONS_FILE)) as f:
+    with open(os.path.join(root_dir, EVALUATIONS_FILE)) as f:
         evaluations = json.load(f)
     assert evaluations == results["evaluations"] and evaluations[-1]["env_steps"] == results["env_steps"]
     # config.gin holds every setting the run was built from: parsed alone, it gives the same settings.
     gin.clear_config()
     train.parse_gin([os.path.join(root_dir, "config.gin")], [])
     try:
-        settings = harness.RunSettings()
-        module = harness.algorithm_module(settings.agent)
+        settings = RunSettings()
+        module = algorithm_module(settings.agent)
         assert settings.agent == agent
-        rebuilt = harness.hyperparameters(settings, module.SETTINGS())
+        rebuilt = hyperparameters(settings, module.SETTINGS())
     finally:
         gin.clear_config()
     assert rebuilt["train_eval.total_env_steps"] == (40 if agent == "bc" else results["env_steps"])
@@ -239,7 +241,7 @@ def test_sit_train_mistakes_are_one_sentence_before_anything_is_written(bindings
 @pytest.mark.parametrize("module", [ppo, sac, dqn, bc])
 def test_agent_settings_share_no_name_with_the_run_settings(module):
     """A keyword of ``train_eval`` goes to exactly one of the two settings objects."""
-    run_fields = {f.name for f in dataclasses.fields(harness.RunSettings)}
+    run_fields = {f.name for f in dataclasses.fields(RunSettings)}
     assert not run_fields & {f.name for f in dataclasses.fields(module.SETTINGS)}
 
 

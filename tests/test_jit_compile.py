@@ -65,6 +65,7 @@ from sit_keras import xla
 from sit_keras.agents import train
 from sit_keras.agents.algorithms import ppo
 from sit_keras.agents.training import harness
+from sit_keras.agents.training.run_settings import split_overrides
 from sit_keras.supervised import train as supervised_train
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -150,7 +151,7 @@ DISTILL_RUN = {
 
 def _bind_ppo(run: dict) -> None:
     """Binds ``run`` in gin as train_eval's keywords are split: ``train_eval.<name>`` and ``ppo.<name>``."""
-    run_settings, ppo_settings = harness.split_overrides(ppo.PPO, run)
+    run_settings, ppo_settings = split_overrides(ppo.PPO, run)
     for configurable, values in (("train_eval", run_settings), ("ppo", ppo_settings)):
         for name, value in values.items():
             gin.bind_parameter(f"{configurable}.{name}", value)

@@ -23,6 +23,8 @@ from sit_keras.agents.algorithms import ppo
 from sit_keras.agents.algorithms.augmentation import make_augmentation, random_crop
 from sit_keras.agents.algorithms.ppo_agent import explained_variance
 from sit_keras.agents.training import harness
+from sit_keras.agents.training.evaluation import EVALUATIONS_FILE
+from sit_keras.agents.training.run_settings import RunSettings, algorithm_module, check_bindings
 
 # 4 environments x 16 steps per iteration, 2 iterations: seconds on a CPU. Evaluated (4 episodes)
 # after each iteration. train_eval splits the names between train_eval.* and ppo.*.
@@ -110,7 +112,7 @@ def test_short_run_evaluates_into_eval_and_evaluations_json(trained_run):
     eval_tags = summary_tags(os.path.join(root_dir, "eval"))
     for tag in ["Eval/AverageReturn", "Eval/StdReturn", "Eval/AverageEpisodeLength", "Eval/SuccessRate"]:
         assert tag in eval_tags, eval_tags
-    with open(os.path.join(root_dir, harness.EVALUATIONS_FILE)) as f:
+    with open(os.path.join(root_dir, EVALUATIONS_FILE)) as f:
         evaluations = json.load(f)
     assert evaluations == results["evaluations"]
     assert [(e["env_steps"], e["train_step"]) for e in evaluations] == [(64, 8), (128, 16)]
@@ -285,11 +287,11 @@ def test_rl_configs_parse_and_their_rollouts_split_into_minibatches():
         gin.clear_config()
         train.parse_gin([path], [])
         # PPO configs: nothing bound that a PPO run would not read.
-        harness.check_bindings("ppo")
+        check_bindings("ppo")
         try:
             num_envs = gin.query_parameter("train_eval.num_envs")
         except ValueError:  # not bound: PPO's run default
-            num_envs = ppo.defaults(harness.RunSettings(), ppo.PPO())["num_envs"]
+            num_envs = ppo.defaults(RunSettings(), ppo.PPO())["num_envs"]
         steps = num_envs * setting("collect_steps_per_env")
         assert steps % setting("num_minibatches") == 0, f"{path}: {steps} steps per iteration"
     gin.clear_config()
@@ -511,7 +513,7 @@ def test_train_eval_agent_dispatches(agent, tmp_path, monkeypatch):
 
     from sit_keras.agents.algorithms.sac_agent import SharedEncoderSacAgent
 
-    module = harness.algorithm_module(agent)
+    module = algorithm_module(agent)
     built = []
     build = module.build
 

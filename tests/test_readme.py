@@ -375,6 +375,7 @@ def _check_after_parsing(program: str, values: Any) -> None:
 
     from sit_keras.agents import distill, train
     from sit_keras.agents.training import harness
+    from sit_keras.agents.training.run_settings import check_bindings
 
     files, bindings = (getattr(values, name, None) or [] for name in ("gin_file", "gin_bindings"))
     files, bindings = ([v] if isinstance(v, str) else list(v) for v in (files, bindings))
@@ -389,7 +390,7 @@ def _check_after_parsing(program: str, values: Any) -> None:
             given = [n for n in ("jit_compile", "precision", "deterministic") if values[n].present]
             harness._settings({n: values[n].value for n in given}, None)  # the run's checks, nothing built
         elif program == "sit-distill":
-            harness.check_bindings("bc")  # its run's other checks need the teacher's folder
+            check_bindings("bc")  # its run's other checks need the teacher's folder
     finally:
         gin.clear_config()
 
@@ -540,9 +541,9 @@ def _check_defaults(rows: list[list[str]], defaults: dict[str, Any], what: str) 
 
 @pytest.mark.parametrize("agent", ["ppo", "sac", "dqn", "bc"])
 def test_the_agent_tables_list_every_binding_with_its_default(agent: str) -> None:
-    from sit_keras.agents.training import harness
+    from sit_keras.agents.training.run_settings import algorithm_module
 
-    settings = harness.algorithm_module(agent).SETTINGS
+    settings = algorithm_module(agent).SETTINGS
     defaults = {}
     for field in dataclasses.fields(settings):
         assert field.default is not dataclasses.MISSING, f"{agent}.{field.name} has no plain default"
@@ -556,17 +557,17 @@ TEACHERS = {"env_name", "env_kwargs"}
 
 def test_the_train_eval_table_lists_every_binding_with_each_agents_default() -> None:
     from sit_keras.agents.algorithms import bc
-    from sit_keras.agents.training import harness
+    from sit_keras.agents.training.run_settings import RunSettings, algorithm_module
 
-    fields = dataclasses.fields(harness.RunSettings)
+    fields = dataclasses.fields(RunSettings)
     rows = _table_after("### `train_eval.*`")
     _check_defaults([row[:2] for row in rows], {f.name: f.default for f in fields}, "train_eval")
-    run = harness.RunSettings()
+    run = RunSettings()
     filled = {
-        agent: harness.algorithm_module(agent).defaults(run, harness.algorithm_module(agent).SETTINGS())
+        agent: algorithm_module(agent).defaults(run, algorithm_module(agent).SETTINGS())
         for agent in ("ppo", "sac", "dqn")
     }
-    filled["bc"] = bc.defaults(harness.RunSettings(env_name="gymnasium:CartPole-v1"), bc.BC(teacher_dir="t"))
+    filled["bc"] = bc.defaults(RunSettings(env_name="gymnasium:CartPole-v1"), bc.BC(teacher_dir="t"))
     for row in rows:
         name = row[0].strip("`")
         for agent, cell in zip(("ppo", "sac", "dqn", "bc"), row[2:6], strict=True):

@@ -24,6 +24,8 @@ from sit_keras.agents import evaluate, train
 from sit_keras.agents.algorithms import dqn, sac
 from sit_keras.agents.networks import policy_network, q_networks, sac_networks
 from sit_keras.agents.training import harness
+from sit_keras.agents.training.evaluation import EVAL_TAGS, EVALUATIONS_FILE
+from sit_keras.agents.training.run_settings import RunSettings, algorithm_module, check_bindings
 
 # PolicySaver records the squashed Normal's type spec; loading it needs tf_agents imported (it is).
 pytestmark = pytest.mark.filterwarnings(
@@ -85,7 +87,7 @@ def test_state_run_collects_trains_evaluates_and_logs(trained_run):
     assert evaluation["num_episodes"] == 2 and evaluation["mean_length"] == 50
     assert np.isfinite(evaluation["mean_return"]) and len(evaluation["returns"]) == 2
     assert results["EvalAverageReturn"] == evaluation["mean_return"]
-    with open(os.path.join(root_dir, harness.EVALUATIONS_FILE)) as f:
+    with open(os.path.join(root_dir, EVALUATIONS_FILE)) as f:
         assert json.load(f) == results["evaluations"]
     for tag in ["Losses/critic_loss", "Losses/actor_loss", "Losses/alpha_loss"]:
         assert tag in summary_tags(os.path.join(root_dir, "train"))
@@ -102,7 +104,7 @@ def test_state_run_collects_trains_evaluates_and_logs(trained_run):
         assert tag in collect_tags, collect_tags
     assert not any(tag.startswith("Eval/") for tag in collect_tags), collect_tags
     eval_tags = summary_tags(os.path.join(root_dir, "eval"))
-    assert {f"Eval/{tag}" for tag in harness.EVAL_TAGS} <= eval_tags, eval_tags
+    assert {f"Eval/{tag}" for tag in EVAL_TAGS} <= eval_tags, eval_tags
     # The hyper-parameters are the settings the run was built from: train_eval.* and sac.*.
     hparams = hyperparameters(os.path.join(root_dir, "collect"))
     assert hparams["train_eval.agent"] == "sac" and hparams["train_eval.num_envs"] == 1
@@ -268,7 +270,7 @@ def test_dmc_sac_configs_parse():
             assert gin.query_parameter("train_eval.total_env_steps") == 500_000
             assert gin.query_parameter("train_eval.env_kwargs")["image_size"] == 64
         # Every binding is read by a SAC run (train_eval.* and sac.*).
-        harness.check_bindings("sac")
+        check_bindings("sac")
     gin.clear_config()
 
 
@@ -306,7 +308,7 @@ def test_pixel_config_trains_on_dmc(tmp_path):
     assert [h["env_steps"] for h in results["history"]] == [12, 16]
     # num_eval_episodes = 0: no evaluation at all.
     assert results["evaluations"] == [] and not os.path.exists(os.path.join(root_dir, "eval"))
-    assert not os.path.exists(os.path.join(root_dir, harness.EVALUATIONS_FILE))
+    assert not os.path.exists(os.path.join(root_dir, EVALUATIONS_FILE))
     description = policy_network.read_description(root_dir)
     assert description.network_kwargs["encoder"] == "cnn"
     assert tuple(description.observation_spec.shape) == (64, 64, 9)
@@ -321,9 +323,9 @@ TINY_DATA_EFFICIENT_CNN = {"filters": (4, 8), "output_dim": 16}
 _PIXEL_SPEC = tensor_spec.BoundedTensorSpec((16, 16, 3), tf.uint8, 0, 255)
 
 
-def _run_settings(agent: str, encoder: str) -> harness.RunSettings:
-    module = harness.algorithm_module(agent)
-    settings = harness.RunSettings(agent=agent, encoder=encoder)
+def _run_settings(agent: str, encoder: str) -> RunSettings:
+    module = algorithm_module(agent)
+    settings = RunSettings(agent=agent, encoder=encoder)
     return settings.with_defaults(module.defaults(settings, module.SETTINGS()))
 
 
@@ -349,7 +351,7 @@ def test_sac_and_dqn_take_data_efficient_cnn_and_refuse_attention_neuron(tmp_pat
     # Refused by name, before anything is written.
     gin.clear_config()
     for agent in ("sac", "dqn"):
-        module = harness.algorithm_module(agent)
+        module = algorithm_module(agent)
         with pytest.raises(ValueError, match="'attention_neuron'"):
             module.check(_run_settings(agent, "attention_neuron"), module.SETTINGS())
         root_dir = tmp_path / agent

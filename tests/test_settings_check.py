@@ -15,6 +15,7 @@ from run_folders import TINY_PPO
 from sit_keras.agents import train
 from sit_keras.agents.algorithms import ppo
 from sit_keras.agents.training import harness, settings_check
+from sit_keras.agents.training.stops import TrainingDiverged
 
 SIT_TRAIN = os.path.join(os.path.dirname(sys.executable), "sit-train")
 
@@ -74,7 +75,7 @@ def test_a_non_finite_loss_stops_the_run_before_it_saves_a_policy(tmp_path, monk
     train.parse_gin([], [*TINY_PPO, "train_eval.progress = False", "train_eval.checkpoint_interval = 16"])
     try:
         diverged_at = r"the loss became nan at 16 environment steps \(train step 1\)"
-        with pytest.raises(harness.TrainingDiverged, match=diverged_at):
+        with pytest.raises(TrainingDiverged, match=diverged_at):
             harness.train_eval(root_dir)
     finally:
         gin.clear_config()

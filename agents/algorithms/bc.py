@@ -70,8 +70,10 @@ from sit_keras import xla
 from sit_keras.agents import evaluate
 from sit_keras.agents.networks import encoders, policy_network, sensor_networks
 from sit_keras.agents.training import harness, settings_check
+from sit_keras.agents.training.algorithm import Algorithm, Run
 from sit_keras.agents.training.collection import FixedLengthDriver
-from sit_keras.agents.training.harness import Algorithm, Run, RunSettings, TrainingLoop
+from sit_keras.agents.training.harness import TrainingLoop
+from sit_keras.agents.training.run_settings import RunSettings
 
 AGENT = "bc"
 """The ``agent`` of the student's ``policy_network.json``: a distribution actor, acting by its mode."""

@@ -54,7 +54,8 @@ from tf_agents.train import learner
 
 from sit_keras.agents.networks import encoders, q_networks
 from sit_keras.agents.training import settings_check
-from sit_keras.agents.training.harness import OnlineAlgorithm, Run, RunSettings
+from sit_keras.agents.training.algorithm import OnlineAlgorithm, Run
+from sit_keras.agents.training.run_settings import RunSettings
 from sit_keras.agents.training.settings_check import Range
 
 ALGORITHMS = ("dqn", "ddqn", "c51")

@@ -31,7 +31,8 @@ from sit_keras.agents.algorithms.augmentation import make_augmentation
 from sit_keras.agents.algorithms.ppo_agent import DrACPPOAgent
 from sit_keras.agents.networks import encoders
 from sit_keras.agents.training import settings_check
-from sit_keras.agents.training.harness import OnlineAlgorithm, Run, RunSettings
+from sit_keras.agents.training.algorithm import OnlineAlgorithm, Run
+from sit_keras.agents.training.run_settings import RunSettings
 
 
 @gin.configurable("ppo")

@@ -41,7 +41,9 @@ from tf_agents.train import learner
 from sit_keras.agents.algorithms.sac_agent import SharedEncoderSacAgent
 from sit_keras.agents.networks import encoders, sac_networks
 from sit_keras.agents.training import settings_check
-from sit_keras.agents.training.harness import OnlineAlgorithm, Run, RunSettings, TrainingLoop
+from sit_keras.agents.training.algorithm import OnlineAlgorithm, Run
+from sit_keras.agents.training.harness import TrainingLoop
+from sit_keras.agents.training.run_settings import RunSettings
 
 
 @gin.configurable("sac")

@@ -1,5 +1,7 @@
 """The training loop shared by every algorithm.
 
-``harness`` (run folder, settings, the loop, evaluation and policy saving), ``collection``
-(drivers and metrics) and ``checkpoints``.
+``harness`` (run folder, the loop, policy saving), ``run_settings`` (``train_eval``'s settings and
+bindings), ``algorithm`` (what an algorithm module implements), ``evaluation`` (episode metrics and
+evaluations), ``stops`` (divergence, Ctrl-C), ``keyword_messages``, ``collection`` (drivers and metrics)
+and ``checkpoints``.
 """

@@ -1,7 +1,7 @@
 """A resumed run is the same run: the settings a run folder was started with, and what a resume may change.
 
 The first start of a run writes every setting it runs with
-(``harness.hyperparameters``: ``train_eval.*`` and ``<agent>.*``, after gin,
+(``run_settings.hyperparameters``: ``train_eval.*`` and ``<agent>.*``, after gin,
 keyword overrides and the agent's defaults) to ``run_settings.json``. Each
 later start in the folder compares its own settings with that record before
 anything is built or written:
