@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import gin
 import pytest
+import tensorflow as tf
 from run_folders import TINY_PPO
 
 from sit_keras.agents import train
-from sit_keras.agents.algorithms import ppo
-from sit_keras.agents.training import harness, settings_check
+from sit_keras.agents.algorithms import dqn, ppo, sac
+from sit_keras.agents.training import harness, memory_check, run_settings, settings_check
 from sit_keras.agents.training.stops import TrainingDiverged
 
 SIT_TRAIN = os.path.join(os.path.dirname(sys.executable), "sit-train")
+REFERENCE = Path(__file__).resolve().parent.parent / "benchmarks" / "reference"
 
 
 @pytest.mark.parametrize(
@@ -161,3 +166,38 @@ def test_a_broken_gin_file_is_named_with_its_line(tmp_path, content, sentence):
     (line,) = run.stderr.splitlines()
     assert line.startswith(f"sit-train: {config}, {sentence}"), line
     assert not (tmp_path / "run").exists()
+
+
+def test_a_run_that_cannot_fit_in_memory_is_refused_with_the_estimate(tmp_path):
+    root_dir = tmp_path / "run"
+    bindings = [*TINY_PPO, "train_eval.num_envs = 10_000_000"]
+    run = subprocess.run(
+        [SIT_TRAIN, "--root_dir", str(root_dir), *[a for b in bindings for a in ("--gin_bindings", b)]],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    (line,) = run.stderr.splitlines()
+    assert line.startswith("sit-train: train_eval.num_envs = 10000000 needs at least ")
+    assert re.search(r"\(10000000 environments of 13.3 kB and \d+ stored observations of 588 bytes\)", line)
+    assert line.endswith("lower train_eval.num_envs or ppo.collect_steps_per_env.")
+    assert not root_dir.exists()
+
+
+def test_the_memory_estimate_is_a_lower_bound_of_what_was_measured():
+    # The per-environment sizes are at most the smallest measured (benchmarks/env_memory.py).
+    measured = json.loads((REFERENCE / "env_memory.json").read_text())["families"]
+    assert set(measured) == set(memory_check.ENV_BYTES)
+    for family, size in memory_check.ENV_BYTES.items():
+        assert 0.9 * measured[family]["bytes_per_env_min"] <= size <= measured[family]["bytes_per_env_min"]
+    image = {"pixels": tf.TensorSpec((84, 84, 9), tf.uint8), "state": tf.TensorSpec((5,), tf.float32)}
+    assert memory_check.observation_bytes(image) == 84 * 84 * 9 + 20
+    fits = memory_check.check("atari:Pong", 8, 1000, "dqn.replay_capacity", lambda: image, available=10**9)
+    assert fits.total == 8 * memory_check.ENV_BYTES["atari"] + 1000 * (84 * 84 * 9 + 20)
+    with pytest.raises(ValueError, match=r"more than the 1.0 MB available: lower train_eval.num_envs or dqn"):
+        memory_check.check("atari:Pong", 8, 1000, "dqn.replay_capacity", lambda: image, available=10**6)
+    # Every algorithm says what it stores: PPO a rollout of T + 1 steps, SAC and DQN their buffers.
+    run = run_settings.RunSettings(num_envs=4, total_env_steps=64)
+    rollout = ppo.stored_observations(run, ppo.PPO(collect_steps_per_env=16))
+    assert rollout == (68, "ppo.collect_steps_per_env")
+    assert sac.stored_observations(run, sac.SAC(replay_capacity=1000)) == (1000, "sac.replay_capacity")
+    assert dqn.stored_observations(run, dqn.DQN(replay_capacity=10, n_step=3)) == (20, "dqn.replay_capacity")

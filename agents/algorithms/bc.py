@@ -180,6 +180,11 @@ def defaults(run: RunSettings, settings: BC) -> dict[str, Any]:
     return values
 
 
+def stored_observations(run: RunSettings, settings: BC) -> tuple[int, str]:
+    """Observations kept at once (every round's recorded steps) and the binding that sets them."""
+    return run.total_env_steps, "train_eval.total_env_steps"
+
+
 def check(run: RunSettings, settings: BC) -> None:
     """Raises ``ValueError`` for settings that do not fit together (before the run starts)."""
     encoders.check_encoder(run.encoder, "bc")

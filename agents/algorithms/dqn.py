@@ -151,6 +151,17 @@ def defaults(run: RunSettings, settings: DQN) -> dict[str, Any]:
     }
 
 
+def replay_length(run: RunSettings, settings: DQN) -> int:
+    """Steps the replay buffer keeps per environment: the capacity split evenly, at least one n-step run."""
+    per_env_length = -(-settings.replay_capacity // run.num_envs)  # ceil
+    return max(per_env_length, settings.n_step + 2)
+
+
+def stored_observations(run: RunSettings, settings: DQN) -> tuple[int, str]:
+    """Observations kept at once (the replay buffer) and the binding that sets them (``memory_check``)."""
+    return run.num_envs * replay_length(run, settings), "dqn.replay_capacity"
+
+
 def check(run: RunSettings, settings: DQN) -> None:
     """Raises ``ValueError`` for settings that do not fit together (before the run starts)."""
     encoders.check_encoder(run.encoder, "dqn", recurrent=False)
@@ -273,11 +284,8 @@ class DQNAlgorithm(OnlineAlgorithm):
         run.compile_train(agent)
         # Allocated in full now (Atari: 28 kB per agent step, 2.8 GB for 100k); its size must
         # not change between a run and its resumption.
-        per_env_length = -(-settings.replay_capacity // rs.num_envs)  # ceil
         self.replay_buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(
-            agent.collect_data_spec,
-            batch_size=rs.num_envs,
-            max_length=max(per_env_length, settings.n_step + 2),
+            agent.collect_data_spec, batch_size=rs.num_envs, max_length=replay_length(rs, settings)
         )
         # The data iterator is made once the buffer can be sampled (an iterator may start
         # sampling as soon as it exists); the learner is made now, so that the optimizer's

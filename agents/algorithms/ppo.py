@@ -118,6 +118,11 @@ def defaults(run: RunSettings, settings: PPO) -> dict[str, Any]:
     }
 
 
+def stored_observations(run: RunSettings, settings: PPO) -> tuple[int, str]:
+    """Observations kept at once (a rollout of ``T + 1`` steps per environment) and their binding."""
+    return run.num_envs * (settings.collect_steps_per_env + 1), "ppo.collect_steps_per_env"
+
+
 def check(run: RunSettings, settings: PPO) -> None:
     """Raises ``ValueError`` for settings that do not fit together (before the run starts)."""
     encoders.check_encoder(run.encoder, "ppo")

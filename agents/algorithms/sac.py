@@ -132,6 +132,16 @@ def defaults(run: RunSettings, settings: SAC) -> dict[str, Any]:
     }
 
 
+def replay_length(run: RunSettings, settings: SAC) -> int:
+    """Steps the replay buffer keeps per environment: the capacity split evenly, at least one transition."""
+    return max(2, settings.replay_capacity // run.num_envs)
+
+
+def stored_observations(run: RunSettings, settings: SAC) -> tuple[int, str]:
+    """Observations kept at once (the replay buffer) and the binding that sets them (``memory_check``)."""
+    return run.num_envs * replay_length(run, settings), "sac.replay_capacity"
+
+
 def check(run: RunSettings, settings: SAC) -> None:
     """Raises ``ValueError`` for settings that do not fit together (before the run starts)."""
     encoders.check_encoder(run.encoder, "sac", recurrent=False)
@@ -197,7 +207,7 @@ class SACAlgorithm(OnlineAlgorithm):
         self.replay_buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(
             agent.collect_data_spec,
             batch_size=rs.num_envs,
-            max_length=max(2, settings.replay_capacity // rs.num_envs),
+            max_length=replay_length(rs, settings),
         )
         batch_size = settings.batch_size
 

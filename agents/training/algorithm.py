@@ -9,6 +9,9 @@ An algorithm module (``run_settings.ALGORITHMS`` names them) exposes:
 - ``defaults(run_settings, settings)``: the run defaults it fills in (the
   ``RunSettings`` fields left ``None``);
 - ``check(run_settings, settings)``: raises ``ValueError`` before anything is written;
+- ``stored_observations(run_settings, settings)``: how many observations it keeps at
+  once (rollout, replay buffer, recorded rounds) and the binding that sets them, for
+  the memory check (``memory_check``);
 - ``build(run, settings) -> Algorithm``: the agent on ``Run``'s environments and counters.
 
 The harness reads ``Algorithm``'s ``agent``, ``checkpoint_objects``,

@@ -50,8 +50,9 @@ bindings a run reads, its hyper-parameters and ``config.gin``), ``algorithm``
 (the contract of an algorithm module: ``Run``, ``Algorithm``,
 ``OnlineAlgorithm``), ``stops`` (a loss that is not finite, Ctrl-C and
 SIGTERM), ``keyword_messages`` (the sentence for a refused encoder or
-environment keyword) and ``evaluation`` (the training episodes' metrics and
-the evaluations); this module sets a run up and runs the loop.
+environment keyword), ``memory_check`` (whether the environments and stored
+observations fit in memory) and ``evaluation`` (the training episodes' metrics
+and the evaluations); this module sets a run up and runs the loop.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ from tqdm import tqdm
 from sit_keras import folder_lock, mixed_precision, output_folder, run_kind, xla
 from sit_keras.agents.environments import load
 from sit_keras.agents.networks import policy_network
-from sit_keras.agents.training import checkpoints, run_record
+from sit_keras.agents.training import checkpoints, memory_check, run_record
 from sit_keras.agents.training.algorithm import OnlineAlgorithm, Run
 from sit_keras.agents.training.collection import FixedLengthDriver, metric_results
 from sit_keras.agents.training.evaluation import Evaluator, episode_metrics
@@ -123,6 +124,15 @@ def train_eval(root_dir: str, strategy: tf.distribute.Strategy | None = None, **
     except ValueError as error:
         # gin adds "In call to configurable ..." lines to a settings class's own sentence.
         raise SettingsError(str(error).split("\n  In call to configurable")[0]) from error
+    try:
+        _check_memory(module, run_settings, settings)
+    except ValueError as error:
+        raise SettingsError(str(error)) from error
+    except TypeError as error:  # the probe environment refused a key of env_kwargs
+        sentence = unknown_keyword_sentence(error, run_settings, settings)
+        if sentence is None:
+            raise
+        raise SettingsError(sentence) from error
     strategy = strategy or tf.distribute.get_strategy()
     try:
         output_folder.check(root_dir, "root_dir")
@@ -165,6 +175,24 @@ def train_eval(root_dir: str, strategy: tf.distribute.Strategy | None = None, **
         run_kind.claim(root_dir, run_kind.RL, _program())
         run_record.record(root_dir, values, loop.env_steps(), resumed)
         return algorithm.train(loop)
+
+
+def _check_memory(module, run_settings: RunSettings, settings: Any) -> None:
+    """Refuses a run whose environments and stored observations cannot fit (``memory_check``).
+
+    One probe environment gives the observation's size, before ``num_envs`` of them are made.
+    """
+
+    def probe():
+        kwargs = dict(run_settings.env_kwargs or {})
+        env = load(run_settings.env_name, num_envs=1, seed=run_settings.seed, **kwargs)
+        try:
+            return env.observation_spec()
+        finally:
+            env.close()
+
+    stored, binding = module.stored_observations(run_settings, settings)
+    memory_check.check(run_settings.env_name, run_settings.num_envs, stored, binding, probe)
 
 
 def _program() -> str:
