@@ -178,7 +178,7 @@ def test_a_run_that_cannot_fit_in_memory_is_refused_with_the_estimate(tmp_path):
     assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
     (line,) = run.stderr.splitlines()
     assert line.startswith("sit-train: train_eval.num_envs = 10000000 needs at least ")
-    assert re.search(r"\(10000000 environments of 13.3 kB and \d+ stored observations of 588 bytes\)", line)
+    assert re.search(r"\(10000000 environments of 14.0 kB and \d+ stored observations of 588 bytes\)", line)
     assert line.endswith("lower train_eval.num_envs or ppo.collect_steps_per_env.")
     assert not root_dir.exists()
 
