@@ -22,7 +22,6 @@ import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up 
 
 # isort: split
 
-import json
 import statistics
 import subprocess
 import sys
@@ -70,7 +69,8 @@ print(rss() - before)
 
 def measure(name: str, num_envs: int) -> int:
     """The memory (bytes) that ``num_envs`` sub-environments of ``name`` add, after one warm-up env."""
-    done = subprocess.run([sys.executable, "-c", _MEASURE, name, str(num_envs)], capture_output=True, text=True)
+    command = [sys.executable, "-c", _MEASURE, name, str(num_envs)]
+    done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{name}: {done.stderr.strip().splitlines()[-1]}")
     return int(done.stdout.strip().splitlines()[-1])
@@ -78,7 +78,8 @@ def measure(name: str, num_envs: int) -> int:
 
 def parse(argv: Sequence[str] | None) -> Any:
     parser = SentenceParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--families", type=name_list(tuple(ENVIRONMENTS), "family"), default=list(ENVIRONMENTS))
+    families = name_list(tuple(ENVIRONMENTS), "family")
+    parser.add_argument("--families", type=families, default=list(ENVIRONMENTS))
     parser.add_argument("--num_envs", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default="benchmarks/results/env_memory.json")
@@ -109,8 +110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             "bytes_per_env_min": min(slopes),
             "bytes_per_env": slopes,
         }
-        print(f"{family:10s} {name:28s} median {statistics.median(slopes) / 1024:9.1f} KiB per environment "
-              f"(min {min(slopes) / 1024:.1f})")
+        print(
+            f"{family:10s} {name:28s} median {statistics.median(slopes) / 1024:9.1f} KiB per environment "
+            f"(min {min(slopes) / 1024:.1f})"
+        )
     write_report(report, args.out)
     return 0
 
