@@ -30,8 +30,13 @@ def _run(*command: str) -> subprocess.CompletedProcess:
     )
 
 
-def _train(root_dir: str, total_env_steps: int) -> subprocess.CompletedProcess:
-    bindings = [*TINY_PPO, "train_eval.progress = False", f"train_eval.total_env_steps = {total_env_steps}"]
+def _train(root_dir: str, total_env_steps: int, *more: str) -> subprocess.CompletedProcess:
+    bindings = [
+        *TINY_PPO,
+        "train_eval.progress = False",
+        f"train_eval.total_env_steps = {total_env_steps}",
+        *more,
+    ]
     return _run("sit-train", "--root_dir", root_dir, *[a for b in bindings for a in ("--gin_bindings", b)])
 
 
@@ -44,14 +49,22 @@ def _one_sentence(result: subprocess.CompletedProcess, program: str) -> str:
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> str:
+    """A run of 32 steps with checkpoints at 16 and 32 (the newest two are kept)."""
     root_dir = str(tmp_path_factory.mktemp("trained") / "run")
-    result = _train(root_dir, 32)
+    result = _train(root_dir, 32, "train_eval.checkpoint_interval = 16")
     assert result.returncode == 0, result.stderr[-2000:]
+    assert len(_checkpoints(root_dir)) == 2
     return root_dir
 
 
-def _data_file(folder: str) -> str:
-    (path,) = glob.glob(os.path.join(folder, "checkpoints", "ckpt-*.data-*"))
+def _checkpoints(root_dir: str) -> list[str]:
+    """The training checkpoints' prefixes, newest first."""
+    prefixes = [p[: -len(".index")] for p in glob.glob(os.path.join(root_dir, "checkpoints", "ckpt-*.index"))]
+    return sorted(prefixes, key=lambda p: int(p.rsplit("-", 1)[1]), reverse=True)
+
+
+def _data_file(prefix: str) -> str:
+    (path,) = glob.glob(prefix + ".data-*")
     return path
 
 
@@ -65,25 +78,66 @@ def _truncate(path: str) -> None:
         f.truncate(100)
 
 
-@pytest.mark.parametrize(
-    "damage, named",
-    [
-        (lambda root: _truncate(_data_file(root)), "checkpoints/ckpt-8 cannot be read"),
-        (lambda root: os.remove(_data_file(root)), "checkpoints/ckpt-8 cannot be read"),
-        (lambda root: _write(os.path.join(root, "checkpoints", "checkpoint"), "garbage{{"),
-         "checkpoints/checkpoint is missing or damaged"),
-        (lambda root: os.remove(os.path.join(root, "checkpoints", "checkpoint")),
-         "checkpoints/checkpoint is missing or damaged"),
-    ],
-    ids=["truncated data", "missing data", "garbled index", "missing index"],
-)  # fmt: skip
-def test_a_damaged_checkpoint_is_named_and_the_run_is_not_restarted(trained, tmp_path, damage, named):
+NEWEST_DAMAGED = {
+    "truncated data": lambda newest: _truncate(_data_file(newest)),
+    "missing data": lambda newest: os.remove(_data_file(newest)),
+    "missing index file": lambda newest: os.remove(newest + ".index"),
+}
+
+
+@pytest.mark.parametrize("damage", NEWEST_DAMAGED)
+def test_a_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_before(
+    trained, tmp_path, damage
+):
     root_dir = str(tmp_path / "run")
     shutil.copytree(trained, root_dir)
-    damage(root_dir)
+    newest, older = _checkpoints(trained)
+    newest, older = (os.path.join(root_dir, "checkpoints", os.path.basename(p)) for p in (newest, older))
+    NEWEST_DAMAGED[damage](newest)
+    kept = {p: file_hashes(os.path.dirname(p))[os.path.basename(p)] for p in glob.glob(newest + ".*")}
+    result = _train(root_dir, 48)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    aside = os.path.join(root_dir, "checkpoints", "damaged")
+    if damage != "missing index file":  # nothing of it is left to move
+        assert (
+            f"The checkpoint {newest} cannot be read (" in result.stdout
+            and f"moved to {aside}." in result.stdout
+        )
+    assert f"Resuming from {older}, the newest checkpoint that can be read." in result.stdout
+    assert "at 16 environment steps." in result.stdout  # the older checkpoint's step, not 0
+    for path, digest in kept.items():  # the damaged files are kept as they were, beside
+        assert file_hashes(aside)[os.path.basename(path)] == digest
+
+
+def test_a_damaged_index_is_set_aside_and_the_run_resumes_from_its_newest_checkpoint(trained, tmp_path):
+    for damage in ("garbled", "missing"):
+        root_dir = str(tmp_path / damage)
+        shutil.copytree(trained, root_dir)
+        index = os.path.join(root_dir, "checkpoints", "checkpoint")
+        if damage == "garbled":
+            _write(index, "garbage{{")
+        else:
+            os.remove(index)
+        result = _train(root_dir, 48)
+        assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+        newest = os.path.join(root_dir, "checkpoints", os.path.basename(_checkpoints(trained)[0]))
+        assert f"Resuming from {newest}, the newest checkpoint that can be read." in result.stdout
+        assert "at 32 environment steps." in result.stdout
+        if damage == "garbled":
+            with open(os.path.join(root_dir, "checkpoints", "damaged", "checkpoint")) as f:
+                assert f.read() == "garbage{{"
+
+
+def test_a_run_whose_checkpoints_are_all_damaged_is_refused_and_nothing_changes(trained, tmp_path):
+    root_dir = str(tmp_path / "run")
+    shutil.copytree(trained, root_dir)
+    newest, older = _checkpoints(root_dir)
+    _truncate(_data_file(newest))
+    os.remove(_data_file(older))
     before = file_hashes(root_dir)
     message = _one_sentence(_train(root_dir, 48), "sit-train")
-    assert f"{root_dir}/{named}" in message and "nothing was changed" in message, message
+    assert f"The checkpoint {newest} cannot be read (" in message and "nor can the older ones" in message
+    assert "nothing was changed" in message
     assert file_hashes(root_dir) == before  # no new checkpoint, config or events: not restarted from step 0
 
 
