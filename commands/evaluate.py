@@ -24,6 +24,9 @@ What ``sit-eval`` promises, because an evaluation can run for hours:
   without ``--env`` the policy runs in its training environment with its
   training keywords, updated by ``--env_kwarg``. With ``--env``, only the
   ``--env_kwarg`` keywords apply.
+- **A changed model is refused**: a ``--tflite`` file whose bytes differ
+  from the SHA-256 its export recorded is named in one sentence (status 1);
+  ``--skip_checksum`` runs it anyway.
 - **Results are never lost**: each transform's summary is printed when it
   finishes, and the JSON is written atomically (a temporary file in the same
   folder, then ``os.replace``), so an interrupted write leaves the previous
@@ -98,6 +101,12 @@ flags.DEFINE_string(
     flag_values=_FLAGS,
 )
 flags.DEFINE_string("gif", None, "Write one upright episode as a GIF here (a .gif path).", flag_values=_FLAGS)
+flags.DEFINE_bool(
+    "skip_checksum",
+    False,
+    "Run a --tflite model whose bytes differ from the SHA-256 its export recorded (refused by default).",
+    flag_values=_FLAGS,
+)
 flags.mark_flags_as_mutual_exclusive(["policy_dir", "tflite"], required=True, flag_values=_FLAGS)
 
 
@@ -248,7 +257,7 @@ def _run(argv: Sequence[str]) -> None:
 
     if _FLAGS.tflite:
         try:
-            policy = TFLitePyPolicy(_FLAGS.tflite)
+            policy = TFLitePyPolicy(_FLAGS.tflite, verify_checksum=not _FLAGS.skip_checksum)
         except (OSError, ValueError) as error:  # missing or damaged model / metadata, named in the message
             raise _Failure(str(error)) from None
         try:

@@ -108,6 +108,48 @@ def check_not_staged(model_path: str) -> None:
         )
 
 
+def file_sha256(path: str) -> str:
+    """The SHA-256 of a file's bytes, as exports record them."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def folder_sha256(folder: str, leave_out: str) -> dict[str, str]:
+    """Relative path -> SHA-256 of every file under ``folder`` but ``leave_out`` (its metadata)."""
+    digests = {}
+    for directory, _, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(directory, name)
+            relative = os.path.relpath(path, folder)
+            if relative != leave_out:
+                digests[relative] = file_sha256(path)
+    return dict(sorted(digests.items()))
+
+
+def check_folder_checksums(folder: str, metadata: dict[str, Any], metadata_file: str) -> None:
+    """Refuses a SavedModel folder whose files differ from the SHA-256s its export recorded.
+
+    Raises:
+      ModelFileError: naming the first changed, missing or added file and the metadata file.
+    """
+    export = metadata.get("export")
+    recorded = export.get("files_sha256") if isinstance(export, dict) else None
+    if recorded is None:
+        return
+    actual = folder_sha256(folder, os.path.relpath(metadata_file, folder))
+    for name in sorted(set(recorded) | set(actual)):
+        if recorded.get(name) != actual.get(name):
+            what = "is missing" if name not in actual else "was added" if name not in recorded else "changed"
+            raise ModelFileError(
+                f"{os.path.join(folder, name)!r} {what} since the export recorded its files in "
+                f"{metadata_file!r}: the SavedModel is damaged; export the policy again with sit-export "
+                "(or skip this check explicitly)."
+            )
+
+
 def check_checksum(model_path: str, metadata: dict[str, Any], metadata_file: str) -> None:
     """Refuses a model whose bytes differ from the SHA-256 its export recorded (exports since it was added).
 
@@ -118,12 +160,11 @@ def check_checksum(model_path: str, metadata: dict[str, Any], metadata_file: str
     recorded = export.get("sha256") if isinstance(export, dict) else None
     if recorded is None:
         return
-    with open(model_path, "rb") as f:
-        actual = hashlib.sha256(f.read()).hexdigest()
-    if actual != recorded:
+    if file_sha256(model_path) != recorded:
         raise ModelFileError(
             f"{model_path!r} does not match the SHA-256 recorded in {metadata_file!r}: the file is damaged "
-            "or was changed after export; export the policy again with sit-export."
+            "or was changed after export; export the policy again with sit-export (or skip this check "
+            "explicitly)."
         )
 
 
@@ -226,6 +267,8 @@ class TFLitePolicy:
       model_path: the ``.tflite`` file.
       metadata_file: its metadata; default: ``metadata_path(model_path)``.
       num_threads: interpreter threads, at least 1.
+      verify_checksum: refuse a model whose bytes differ from the SHA-256 its
+        export recorded (``check_checksum``); False skips that check.
 
     Raises:
       FileNotFoundError: the model or its metadata is missing.
@@ -233,7 +276,13 @@ class TFLitePolicy:
       ValueError: ``num_threads < 1``.
     """
 
-    def __init__(self, model_path: str, metadata_file: str | None = None, num_threads: int = 1):
+    def __init__(
+        self,
+        model_path: str,
+        metadata_file: str | None = None,
+        num_threads: int = 1,
+        verify_checksum: bool = True,
+    ):
         if int(num_threads) != num_threads or num_threads < 1:
             raise ValueError(f"num_threads must be a positive integer; received {num_threads!r}.")
         metadata_file = metadata_file or metadata_path(model_path)
@@ -242,7 +291,8 @@ class TFLitePolicy:
                 raise FileNotFoundError(f"{path!r} does not exist; export a policy with sit-export first.")
         check_not_staged(model_path)
         self.metadata: dict[str, Any] = read_metadata(metadata_file)
-        check_checksum(model_path, self.metadata, metadata_file)
+        if verify_checksum:
+            check_checksum(model_path, self.metadata, metadata_file)
         self._interpreter = make_interpreter(model_path, int(num_threads))
         self._runner = self._interpreter.get_signature_runner()
         self._inputs = {

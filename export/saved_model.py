@@ -34,6 +34,7 @@ from typing import Any
 import tensorflow as tf
 from tf_agents.policies import policy_saver, tf_policy
 
+from sit_keras.export import runtime
 from sit_keras.export.policy_model import TrainedPolicy
 
 MODELS_CONFIG = "models.config"
@@ -152,10 +153,14 @@ def export_saved_model(
     saver = _ServingPolicySaver(policy.tf_agents_policy(), batch_size=None)
     saver.add_signature(SERVING_SIGNATURE, policy.serving_function(batch_size=None))
     saver.save(version_dir)
+    metadata = dict(metadata)
+    # What every file of the SavedModel must be: the serving client refuses a folder that differs.
+    files = runtime.folder_sha256(version_dir, leave_out=METADATA_PATH)
+    metadata["export"] = {**metadata.get("export", {}), "files_sha256": files}
     metadata_path = os.path.join(version_dir, METADATA_PATH)
     os.makedirs(os.path.dirname(metadata_path), exist_ok=True)
     with open(metadata_path, "w") as f:
-        json.dump(dict(metadata), f, indent=2)
+        json.dump(metadata, f, indent=2)
     write_models_config(serving_dir, serving_base_path)
     return version_dir
 

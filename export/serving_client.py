@@ -164,17 +164,24 @@ def call_signature(
     return {name: value.numpy() for name, value in outputs.items()}
 
 
-def read_metadata(path: str) -> dict[str, Any]:
+def read_metadata(path: str, verify_checksums: bool = True) -> dict[str, Any]:
     """The metadata of an exported SavedModel: ``path`` is its version folder or the metadata file.
+
+    Given the version folder, its files are checked against the SHA-256s the
+    export recorded (``verify_checksums=False`` skips that).
 
     Raises:
       FileNotFoundError: no metadata there.
-      runtime.ModelFileError: the file is not a JSON object (a damaged or foreign file).
+      runtime.ModelFileError: the file is not a JSON object (a damaged or foreign file), or a file of
+        the version folder differs from what the export recorded.
     """
     file = os.path.join(path, METADATA_PATH) if os.path.isdir(path) else path
     if not os.path.isfile(file):
         raise FileNotFoundError(f"{file!r} does not exist; pass a SavedModel version folder from sit-export.")
-    return runtime.read_metadata(file)
+    metadata = runtime.read_metadata(file)
+    if os.path.isdir(path) and verify_checksums:
+        runtime.check_folder_checksums(path, metadata, file)
+    return metadata
 
 
 def _shape_text(axes: Sequence[Any]) -> str:

@@ -38,10 +38,10 @@ class TFLitePyPolicy(py_policy.PyPolicy):
       ModelFileError: either is damaged, or the metadata lacks the specs (the message names the file).
     """
 
-    def __init__(self, model_path: str, num_threads: int = 1):
+    def __init__(self, model_path: str, num_threads: int = 1, verify_checksum: bool = True):
         self._model_path = model_path
         self._num_threads = num_threads
-        self._models = [TFLitePolicy(model_path, num_threads=num_threads)]
+        self._models = [TFLitePolicy(model_path, num_threads=num_threads, verify_checksum=verify_checksum)]
         metadata = self._models[0].metadata
         missing = [key for key in REQUIRED_METADATA if key not in metadata]
         try:
@@ -71,7 +71,9 @@ class TFLitePyPolicy(py_policy.PyPolicy):
     def _actions(self, time_step: ts.TimeStep, policy_state) -> policy_step.PolicyStep:
         observations = np.asarray(time_step.observation)
         while len(self._models) < len(observations):
-            self._models.append(TFLitePolicy(self._model_path, num_threads=self._num_threads))
+            # The file was verified (or the check skipped) when the first copy loaded.
+            copy = TFLitePolicy(self._model_path, num_threads=self._num_threads, verify_checksum=False)
+            self._models.append(copy)
         first = np.asarray(time_step.step_type) == ts.StepType.FIRST
         actions = []
         for model, observation, is_first in zip(self._models, observations, first, strict=False):

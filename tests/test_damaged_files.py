@@ -15,10 +15,11 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 from run_folders import TINY_PPO, file_hashes
 
-from sit_keras.export import exporter, runtime
+from sit_keras.export import exporter, runtime, serving_client
 from sit_keras.export.random_policy import write_example_policy_folder
 
 BIN = os.path.dirname(sys.executable)
@@ -202,3 +203,42 @@ def test_sigterm_during_an_export_leaves_nothing(exported, tmp_path):
     assert export.returncode == 130, stderr
     assert stderr.strip().splitlines()[-1] == f"sit-export: interrupted; nothing was exported to {output}."
     assert not output.exists()  # the folder, its staging copy and its lock: this export created them all
+
+
+def test_a_flipped_bit_runs_only_when_the_check_is_skipped_explicitly(exported, tmp_path):
+    flipped = str(tmp_path / "policy_float32.tflite")
+    shutil.copy(exported, flipped)
+    shutil.copy(runtime.metadata_path(exported), runtime.metadata_path(flipped))
+    with open(flipped, "r+b") as f:
+        f.seek(os.path.getsize(flipped) // 2)
+        byte = f.read(1)[0]
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte ^ 0x10]))
+    runtime.TFLitePolicy(flipped, verify_checksum=False)  # loads: the user asked for it
+    result = _run("sit-eval", f"--tflite={flipped}", "--num_episodes=1", "--num_envs=1", "--skip_checksum")
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_a_changed_saved_model_is_refused_by_the_serving_client(tmp_path):
+    root = str(tmp_path / "policy")
+    write_example_policy_folder(root, "cnn")
+    report = exporter.export_policy(root, os.path.join(root, "export"), "cnn", ["saved_model"])
+    version_dir = report["models"]["saved_model"]["path"]
+    recorded = serving_client.read_metadata(version_dir)["export"]["files_sha256"]
+    assert "saved_model.pb" in recorded and any(name.startswith("variables") for name in recorded)
+    (data,) = glob.glob(os.path.join(version_dir, "variables", "variables.data-*"))
+    with open(data, "r+b") as f:
+        f.seek(os.path.getsize(data) // 2)
+        byte = f.read(1)[0]
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte ^ 0x10]))
+    changed = rf"'{data}' changed since the export recorded its files"
+    with pytest.raises(runtime.ModelFileError, match=changed):
+        serving_client.read_metadata(version_dir)
+    with pytest.raises(runtime.ModelFileError, match="changed since the export"):
+        image = np.zeros((1, 14, 14, 3), np.uint8)
+        serving_client.rest_predict_body({"observation": image}, metadata=version_dir)
+    serving_client.read_metadata(version_dir, verify_checksums=False)  # skipped explicitly
+    os.remove(os.path.join(version_dir, "fingerprint.pb"))
+    with pytest.raises(runtime.ModelFileError, match="fingerprint.pb' is missing since"):
+        serving_client.read_metadata(version_dir)
