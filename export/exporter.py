@@ -208,6 +208,9 @@ def export_policy(
             )
             final = os.path.join(serving_dir, model_name, str(version))
             transaction.add(staged, final)
+            # The metadata gets its name last: the completion marker (runtime.STAGED_SUFFIX).
+            metadata_path = os.path.join(final, saved_model.METADATA_PATH)
+            transaction.add(metadata_path + runtime.STAGED_SUFFIX, metadata_path)
             report["models"]["saved_model"] = {"path": final, "bytes": _folder_size(staged)}
         report["models"].update(tflite_models)
         report_path = transaction.stage(REPORT_FILE)
@@ -285,11 +288,12 @@ def _export_tflite(
         metadata["export"]["parity"] = parity
         # What the exported bytes must be: the runtime refuses a file that differs (runtime.check_checksum).
         metadata["export"]["sha256"] = hashlib.sha256(flatbuffer).hexdigest()
-        with open(os.path.join(staging, name + ".json"), "w") as f:
+        staged_metadata = os.path.join(staging, name + ".json" + runtime.STAGED_SUFFIX)
+        with open(staged_metadata, "w") as f:
             json.dump(metadata, f, indent=2)
         path = os.path.join(tflite_dir, name + ".tflite")
         transaction.add(staged, path)
-        transaction.add(os.path.join(staging, name + ".json"), os.path.join(tflite_dir, name + ".json"))
+        transaction.add(staged_metadata, os.path.join(tflite_dir, name + ".json"))
         models[f"tflite_{quantization}"] = {"path": path, "bytes": len(flatbuffer), "parity": parity}
     return models
 

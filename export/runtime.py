@@ -91,6 +91,9 @@ def make_interpreter(model_path: str, num_threads: int = 1) -> Any:
 
 # sit-export writes its models into a folder of this prefix, then moves them into place.
 STAGING_PREFIX = ".sit-export-"
+STAGED_SUFFIX = ".staged"
+"""An export writes each metadata file under this suffix and names it when it commits: a model whose
+metadata has only its staged name comes from an export that did not finish (the completion marker)."""
 
 
 def check_not_staged(model_path: str) -> None:
@@ -127,6 +130,20 @@ def folder_sha256(folder: str, leave_out: str) -> dict[str, str]:
             if relative != leave_out:
                 digests[relative] = file_sha256(path)
     return dict(sorted(digests.items()))
+
+
+def check_not_unfinished(metadata_file: str) -> None:
+    """Refuses a model whose metadata exists only under its staged name (an export that did not finish).
+
+    Raises:
+      ModelFileError: naming the staged file.
+    """
+    staged = metadata_file + STAGED_SUFFIX
+    if not os.path.exists(metadata_file) and os.path.exists(staged):
+        raise ModelFileError(
+            f"{staged!r} was never given its name: the export that wrote it did not finish, and its models "
+            "were never checked; export the policy again with sit-export."
+        )
 
 
 def check_folder_checksums(folder: str, metadata: dict[str, Any], metadata_file: str) -> None:
@@ -287,6 +304,7 @@ class TFLitePolicy:
             raise ValueError(f"num_threads must be a positive integer; received {num_threads!r}.")
         metadata_file = metadata_file or metadata_path(model_path)
         for path in (model_path, metadata_file):
+            check_not_unfinished(path)
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"{path!r} does not exist; export a policy with sit-export first.")
         check_not_staged(model_path)

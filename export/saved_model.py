@@ -136,7 +136,8 @@ def export_saved_model(
       serving_dir: the model server's base folder (mounted as
         ``serving_base_path`` in the TF Serving container).
       model_name: the name clients use (``/v1/models/<model_name>:predict``).
-      metadata: written to ``assets.extra/sit_metadata.json``.
+      metadata: written to ``assets.extra/sit_metadata.json.staged``; the export names it
+        ``sit_metadata.json`` when it commits (``runtime.STAGED_SUFFIX``).
       version: the version folder; default: the next free number.
       serving_base_path: where ``serving_dir`` is seen by the model server.
 
@@ -157,7 +158,8 @@ def export_saved_model(
     # What every file of the SavedModel must be: the serving client refuses a folder that differs.
     files = runtime.folder_sha256(version_dir, leave_out=METADATA_PATH)
     metadata["export"] = {**metadata.get("export", {}), "files_sha256": files}
-    metadata_path = os.path.join(version_dir, METADATA_PATH)
+    # Named METADATA_PATH when the export commits (exporter): until then the folder is unfinished.
+    metadata_path = os.path.join(version_dir, METADATA_PATH + runtime.STAGED_SUFFIX)
     os.makedirs(os.path.dirname(metadata_path), exist_ok=True)
     with open(metadata_path, "w") as f:
         json.dump(metadata, f, indent=2)

@@ -176,6 +176,7 @@ def read_metadata(path: str, verify_checksums: bool = True) -> dict[str, Any]:
         the version folder differs from what the export recorded.
     """
     file = os.path.join(path, METADATA_PATH) if os.path.isdir(path) else path
+    runtime.check_not_unfinished(file)
     if not os.path.isfile(file):
         raise FileNotFoundError(f"{file!r} does not exist; pass a SavedModel version folder from sit-export.")
     metadata = runtime.read_metadata(file)

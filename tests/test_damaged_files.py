@@ -242,3 +242,33 @@ def test_a_changed_saved_model_is_refused_by_the_serving_client(tmp_path):
     os.remove(os.path.join(version_dir, "fingerprint.pb"))
     with pytest.raises(runtime.ModelFileError, match="fingerprint.pb' is missing since"):
         serving_client.read_metadata(version_dir)
+
+
+# An export killed (SIGKILL) just before it moves its models into place.
+KILLED_BEFORE_COMMIT = r"""
+import os, signal, sys
+from sit_keras.export import exporter
+
+exporter._Transaction.commit = lambda self: os.kill(os.getpid(), signal.SIGKILL)
+exporter.export_policy(sys.argv[1], sys.argv[2], "policy", ["tflite", "saved_model"],
+                       quantizations=["float32"], num_examples=4)
+"""
+
+
+def test_models_of_an_export_that_did_not_finish_are_refused_wherever_they_are_moved(exported, tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(exported)))
+    output = tmp_path / "export"
+    killed = subprocess.run([sys.executable, "-c", KILLED_BEFORE_COMMIT, root, str(output)], timeout=600)
+    assert killed.returncode == -signal.SIGKILL
+    (staging,) = glob.glob(str(output / f"{runtime.STAGING_PREFIX}*"))
+    moved = tmp_path / "copied"  # out of the staging folder: its name no longer gives it away
+    shutil.move(staging, moved)
+    model = moved / "tflite" / "policy_float32.tflite"
+    unfinished = r"\.json\.staged' was never given its name: the export that wrote it did not finish"
+    with pytest.raises(runtime.ModelFileError, match="policy_float32" + unfinished):
+        runtime.TFLitePolicy(str(model))
+    (version_dir,) = glob.glob(str(moved / "saved_model" / "policy" / "*"))
+    with pytest.raises(runtime.ModelFileError, match="sit_metadata" + unfinished):
+        serving_client.read_metadata(version_dir)
+    message = _one_sentence(_run("sit-eval", f"--tflite={model}", "--num_episodes=1"), "sit-eval")
+    assert "the export that wrote it did not finish" in message
