@@ -7,8 +7,8 @@ can be told apart only by their shape; the legend names the models and how many 
 each has. Drawn with Pillow (no plotting library), so the picture is a function of the
 reports alone: ``tests/test_reference_results.py`` redraws it and compares the pixels.
 
-    python benchmarks/plot_curves.py --reports benchmarks/reference/table4_lavacrossing_3m.json,\\
-        benchmarks/reference/lavacrossing_chiral_1m.json --out docs/lavacrossing_curves.png
+    cd benchmarks/reference && python ../plot_curves.py --reports table4_lavacrossing_3m.json,\\
+        lavacrossing_chiral_1m.json,lavacrossing_chiral_seed1_3m.json --out ../../docs/lavacrossing_curves.png
 """
 
 from __future__ import annotations
@@ -28,16 +28,22 @@ COLOURS = [(31, 119, 180), (214, 39, 40), (44, 160, 44), (255, 127, 14), (148, 1
 
 
 def curves(reports: Sequence[Path]) -> dict[str, list[list[tuple[float, float]]]]:
-    """``{model: [one (env_steps, success) list per seed]}`` from the reports' ``training_curves``."""
-    by_model: dict[str, list[list[tuple[float, float]]]] = {}
+    """``{model: [one (env_steps, success) list per seed]}`` from the reports' ``training_curves``.
+
+    Runs are named ``<model>_seed<seed>``; a run in several reports is drawn from the last.
+    """
+    by_run: dict[str, list[tuple[float, float]]] = {}
     for path in reports:
         report = json.loads(path.read_text())
         if "training_curves" not in report:
             raise UsageError(f"{path} has no training_curves (written with benchmarks/training_curve.py).")
         for run, curve in report["training_curves"].items():
-            model = run.rsplit("_seed", 1)[0]
             series = next(v for k, v in curve.items() if k.startswith("success_every"))
-            by_model.setdefault(model, []).append([(0.0, 0.0), *((float(s), float(v)) for s, v in series)])
+            # A later report of the same run (resumed to a larger budget) replaces the earlier one.
+            by_run[run] = [(0.0, 0.0), *((float(s), float(v)) for s, v in series)]
+    by_model: dict[str, list[list[tuple[float, float]]]] = {}
+    for run, points in by_run.items():
+        by_model.setdefault(run.rsplit("_seed", 1)[0], []).append(points)
     return by_model
 
 

@@ -495,7 +495,8 @@ def test_lavacrossing_curves_png_is_drawn_from_the_reports(tmp_path):
     spec.loader.exec_module(plot)
     from PIL import Image, ImageChops
 
-    reports = [REFERENCE / "table4_lavacrossing_3m.json", REFERENCE / "lavacrossing_chiral_1m.json"]
+    names = ("table4_lavacrossing_3m", "lavacrossing_chiral_1m", "lavacrossing_chiral_seed1_3m")
+    reports = [REFERENCE / f"{name}.json" for name in names]
     drawn = plot.draw(plot.curves(reports), 3_000_000, "MiniGrid LavaCrossing, PPO: training success per run")
     committed = Image.open(ROOT / "docs" / "lavacrossing_curves.png").convert("RGB")
     assert ImageChops.difference(drawn, committed).getbbox() is None
@@ -664,15 +665,40 @@ def test_the_advantage_scale_table_is_the_report():
     assert sentence in " ".join(page.split())
 
 
-def test_the_unfinished_chiral_run_is_quoted_as_measured():
-    report = json.loads((REFERENCE / "lavacrossing_chiral_seed1_3m_partial.json").read_text())
-    assert {"command", "commit", "budget_env_steps", "wall_minutes_to_this_snapshot", "status"} <= set(report)
-    success = {point["env_steps"]: point["success"] for point in report["curve"]}
-    first, last = report["first_step_with_success_at_least"]["0.5"], report["last"]
+def test_the_chiral_run_is_quoted_as_measured():
+    """docs/lavacrossing.md's curve, table and README sentence, recomputed from the run's report."""
+    report = json.loads((REFERENCE / "lavacrossing_chiral_seed1_3m.json").read_text())
+    assert {"command", "commit", "budget_env_steps", "parts", "status"} <= set(report)
+    assert report["status"] == "finished" and len(report["parts"]) == 3
+    total = report["train_wall_minutes_total"]
+    assert round(sum(p["train_wall_minutes"] for p in report["parts"]), 1) == total
+    success = dict(report["training_curves"]["sit_chiral_seed1"]["success_every_50k"])
+    first, last = report["first_step_with_success_at_least"], report["last"]
     latest = f"{last['success']:.2f} at {last['env_steps'] / 1e6:.2f}M"
     quoted = [f"{success[steps]:.2f} at {label}" for steps, label in
               ((1001472, "1.0M"), (1501184, "1.5M"), (1900544, "1.9M"))]  # fmt: skip
     page = " ".join((DOCS / "lavacrossing.md").read_text().split())
-    for text in [*quoted, f"first 0.5 at {first / 1e6:.2f}M", latest]:
+    thresholds = [f"first {t} at {first[t] / 1e6:.2f}M" for t in ("0.5", "0.8")]
+    for text in [*quoted, *thresholds, latest, f"{total:.0f} minutes of training"]:
         assert text in page, text
-    assert f"first 0.5 at {first / 1e6:.2f}M steps, {latest}" in " ".join(README.split())
+    assert first["0.9"] is None and "it never reached 0.9" in page
+    paper = PAPERS["sit_icml2024"]["table_4"]["columns"]["SiT-1"]
+    labels = {"train: easy": "train: easy (N1)", "train: medium": "train: medium (N2)", "hard": "hard (N3)",
+              "rotations average": "rotations average (N1)"}  # fmt: skip
+    for row, greedy in report["greedy"].items():
+        sampling = report["sampling"][row]
+        cells = (
+            f"| {labels.get(row, row)} | {greedy['success_rate']:.2f} ({sampling['success_rate']:.2f}) | "
+            f"{greedy['mean_return']:.2f} ({sampling['mean_return']:.2f}) | {paper[row]['mean']:.2f} |"
+        )
+        assert cells in page, cells
+    greedy = report["greedy"]
+    rates = [greedy[row]["success_rate"] for row in ("train: easy", "rotations average", "train: medium")]
+    sentence = (
+        f"mean return N1 {greedy['train: easy']['mean_return']:.2f} (SiT-1's mean reward "
+        f"{paper['train: easy']['mean']:.2f}) and rotated {greedy['rotations average']['mean_return']:.2f} "
+        f"({paper['rotations average']['mean']:.2f}), but N2 {greedy['train: medium']['mean_return']:.2f} "
+        f"({paper['train: medium']['mean']:.2f}); success {rates[0]:.2f}, {rates[1]:.2f} and {rates[2]:.2f}; "
+        f"training success first 0.5 at {first['0.5'] / 1e6:.2f}M steps and {last['success']:.2f} at 3M"
+    )
+    assert sentence in " ".join(README.split()), sentence
