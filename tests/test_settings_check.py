@@ -25,6 +25,18 @@ SIT_TRAIN = os.path.join(os.path.dirname(sys.executable), "sit-train")
 REFERENCE = Path(__file__).resolve().parent.parent / "benchmarks" / "reference"
 
 
+def _refusal(root_dir, bindings: list[str], *arguments: str) -> str:
+    """The one line ``sit-train`` prints when it refuses ``bindings`` (exit 2, no traceback)."""
+    run = subprocess.run(
+        [SIT_TRAIN, "--root_dir", str(root_dir), *[a for b in bindings for a in ("--gin_bindings", b)],
+         *arguments],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert run.returncode == 2 and run.stdout == "" and "Traceback" not in run.stderr, run.stderr[-2000:]
+    (line,) = run.stderr.splitlines()
+    return line
+
+
 @pytest.mark.parametrize(
     "binding, sentence",
     [
@@ -39,14 +51,8 @@ REFERENCE = Path(__file__).resolve().parent.parent / "benchmarks" / "reference"
 )
 def test_a_bad_setting_is_one_sentence_and_no_folder(tmp_path, binding, sentence):
     root_dir = tmp_path / "run"
-    bindings = [*TINY_PPO, binding]
-    run = subprocess.run(
-        [SIT_TRAIN, "--root_dir", str(root_dir), *[a for b in bindings for a in ("--gin_bindings", b)]],
-        capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
-    assert run.returncode == 2 and run.stdout == "", run.stderr[-2000:]
-    assert run.stderr.splitlines() == [f"sit-train: {run.stderr.splitlines()[0][len('sit-train: ') :]}"]
-    assert sentence in run.stderr and not root_dir.exists()
+    line = _refusal(root_dir, [*TINY_PPO, binding])
+    assert line.startswith("sit-train: ") and sentence in line and not root_dir.exists()
 
 
 def test_types_follow_the_annotations():
@@ -105,25 +111,15 @@ def test_a_root_dir_that_cannot_hold_a_run_is_one_sentence(tmp_path, given, sent
     file = tmp_path / "notes.txt"
     file.write_text("not a folder")
     root_dir = given.format(file=file)
-    run = subprocess.run(
-        [SIT_TRAIN, "--root_dir", root_dir, *[a for b in TINY_PPO for a in ("--gin_bindings", b)]],
-        capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
-    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
-    assert run.stderr.splitlines() == [run.stderr.splitlines()[0]]
-    assert run.stderr.startswith(sentence.format(file=file)), run.stderr
+    line = _refusal(root_dir, TINY_PPO)
+    assert line.startswith(sentence.format(file=file)), line
     assert file.read_text() == "not a folder"
 
 
 def test_a_misspelt_encoder_keyword_is_one_sentence_with_a_guess_and_no_folder(tmp_path):
     root_dir = tmp_path / "run"
     bindings = [*TINY_PPO, "train_eval.encoder_kwargs = {'filters': (4,), 'strides': 1, 'output_dimm': 8}"]
-    run = subprocess.run(
-        [SIT_TRAIN, "--root_dir", str(root_dir), *[a for b in bindings for a in ("--gin_bindings", b)]],
-        capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
-    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
-    (line,) = run.stderr.splitlines()
+    line = _refusal(root_dir, bindings)
     assert line.startswith(
         "sit-train: train_eval.encoder_kwargs has the key 'output_dimm', which encoder 'cnn' does not take: "
         "did you mean 'output_dim'? it takes "
@@ -135,15 +131,10 @@ def test_a_misspelt_encoder_keyword_is_one_sentence_with_a_guess_and_no_folder(t
 def test_an_environment_keyword_it_does_not_take_is_refused_before_training(tmp_path, binding):
     root_dir = tmp_path / "run"
     bindings = [*TINY_PPO, "train_eval.num_eval_episodes = 2", f"train_eval.{binding} = {{'colour': 'red'}}"]
-    run = subprocess.run(
-        [SIT_TRAIN, "--root_dir", str(root_dir), *[a for b in bindings for a in ("--gin_bindings", b)]],
-        capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
-    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
-    assert run.stderr.splitlines() == [
+    assert _refusal(root_dir, bindings) == (
         f"sit-train: train_eval.{binding} has the key 'colour', which environment 'minigrid:LavaGapS5' "
         "does not take."
-    ]
+    )
     assert not root_dir.exists()  # found at set-up, not after the budget has trained
 
 
@@ -158,25 +149,14 @@ def test_an_environment_keyword_it_does_not_take_is_refused_before_training(tmp_
 def test_a_broken_gin_file_is_named_with_its_line(tmp_path, content, sentence):
     config = tmp_path / "broken.gin"
     config.write_bytes(content)
-    run = subprocess.run(
-        [SIT_TRAIN, "--root_dir", str(tmp_path / "run"), "--gin_file", str(config)],
-        capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
-    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
-    (line,) = run.stderr.splitlines()
+    line = _refusal(tmp_path / "run", [], "--gin_file", str(config))
     assert line.startswith(f"sit-train: {config}, {sentence}"), line
     assert not (tmp_path / "run").exists()
 
 
 def test_a_run_that_cannot_fit_in_memory_is_refused_with_the_estimate(tmp_path):
     root_dir = tmp_path / "run"
-    bindings = [*TINY_PPO, "train_eval.num_envs = 10_000_000"]
-    run = subprocess.run(
-        [SIT_TRAIN, "--root_dir", str(root_dir), *[a for b in bindings for a in ("--gin_bindings", b)]],
-        capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
-    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
-    (line,) = run.stderr.splitlines()
+    line = _refusal(root_dir, [*TINY_PPO, "train_eval.num_envs = 10_000_000"])
     assert line.startswith("sit-train: train_eval.num_envs = 10000000 needs at least ")
     assert re.search(r"\(10000000 environments of 14.0 kB and \d+ stored observations of 588 bytes\)", line)
     assert line.endswith("lower train_eval.num_envs or ppo.collect_steps_per_env.")
