@@ -366,13 +366,14 @@ PROBE_COLUMNS = {
 }
 
 
-def _probe_results() -> dict[tuple[str, int], dict]:
-    """Every 3,000-step probe run on the 20,000-state data, by (model, seed)."""
+def _probe_results(learning_rate: float = 1e-3) -> dict[tuple[str, int], dict]:
+    """Every 3,000-step probe run on the 20,000-state data at ``learning_rate``, by (model, seed)."""
     results = {}
     for path in sorted(REFERENCE.glob("lavacrossing_probe*.json")):
         report = json.loads(path.read_text())
         settings = report["settings"]
-        if settings["steps"] == 3000 and settings["num_states"] == 20000:
+        run_settings = (settings["steps"], settings["num_states"], settings["learning_rate"])
+        if run_settings == (3000, 20000, learning_rate):
             for run in report["results"]:
                 assert (run["model"], run["seed"]) not in results, path.name  # one report per cell
                 results[run["model"], run["seed"]] = run
@@ -435,6 +436,36 @@ def test_the_results_page_quotes_the_chiral_probe():
     }
     ratio = timing["sit_small_chiral_m4_corners"] / timing["sit_small"]
     assert f"brings it to {held_out}, at {ratio:.2f}x" in " ".join(RESULTS.split())
+
+
+def _loss_below(run: dict, level: float) -> int:
+    """The first logged step at which a probe run's training loss is below ``level``."""
+    return next(step for step, loss in run["loss_curve"] if loss < level)
+
+
+def test_a_larger_learning_rate_is_quoted_as_measured():
+    usual, larger = _probe_results(), _probe_results(3e-3)
+    chiral, cnn = "sit_small_chiral_m4_corners", "cnn"
+
+    def pair(results, model, quantity):
+        return " / ".join(quantity(results[model, seed]) for seed in (0, 1))
+
+    def steps(run):
+        return f"{_loss_below(run, 0.8):,}"
+
+    def accuracy(run):
+        return f"{run['heldout_greedy_accuracy']['all']:.2f}"
+
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    for text in (
+        f"stays above 0.8 for the first {pair(larger, chiral, steps)} steps (seeds 0 / 1; "
+        f"{pair(usual, chiral, steps)} at 1e-3)",
+        f"its held-out accuracy falls to {pair(larger, chiral, accuracy)} "
+        f"(from {pair(usual, chiral, accuracy)})",
+        f"The CNN's loss is below 0.8 by step {pair(larger, cnn, steps)} ({pair(usual, cnn, steps)} at 1e-3)",
+        f"its accuracy goes to {pair(larger, cnn, accuracy)} (from {pair(usual, cnn, accuracy)})",
+    ):
+        assert text in page, text
 
 
 def _chiral_runs_quoted() -> dict[str, str]:
