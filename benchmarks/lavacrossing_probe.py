@@ -62,12 +62,22 @@ total probability of the optimal actions, ``logsumexp(logits[optimal]) -
 logsumexp(logits)``, negated, minimised with Adam on minibatches drawn epoch by
 epoch from a shuffled training set.
 
+``--policy_dirs`` scores policies trained with ``sit-train`` instead (or as
+well) on the same states: each ``<root_dir>/policies/greedy_policy`` with its
+newest weights (``agents.evaluate.load_policy``), its action against the
+optimal set, split as above (``policies`` in the report). A PPO policy that
+fails a level family here, where the same encoder learns it by imitation,
+has not learned it; one that scores well here but fails in the environment
+fails on the states its own mistakes lead to.
+
 Usage (one core, one TensorFlow thread)::
 
     TF_USE_LEGACY_KERAS=1 taskset -c 1 .venv/bin/python benchmarks/lavacrossing_probe.py \\
         --models cnn,sit_small,sit_small_nopool,vit_small --seeds 0 --num_states 20000 \\
         --steps 3000 --out benchmarks/reference/lavacrossing_probe.json
     TF_USE_LEGACY_KERAS=1 taskset -c 1 .venv/bin/python benchmarks/lavacrossing_probe.py --quick
+    .venv/bin/python benchmarks/lavacrossing_probe.py --models "" \
+        --policy_dirs runs/chiral_1m/sit_chiral_seed1/policies/greedy_policy
 """
 
 from __future__ import annotations
@@ -402,6 +412,26 @@ def greedy_accuracy(logits: np.ndarray, data: dict[str, np.ndarray]) -> dict[str
     return result
 
 
+def policy_accuracy(policy_dir: str, data: dict[str, np.ndarray]) -> dict[str, Any]:
+    """``greedy_accuracy`` of a policy saved by ``sit-train`` (its newest weights) on ``data``'s states."""
+    from tf_agents.trajectories import time_step as ts
+
+    from sit_keras.agents.evaluate import load_policy
+
+    policy = load_policy(policy_dir)
+    actions = []
+    for start in range(0, len(data["obs"]), 256):
+        observation = data["obs"][start : start + 256]
+        n = len(observation)
+        step = ts.TimeStep(
+            step_type=np.full(n, ts.StepType.MID, np.int32), reward=np.zeros(n, np.float32),
+            discount=np.ones(n, np.float32), observation=observation,
+        )  # fmt: skip
+        actions.append(np.asarray(policy.action(step).action))
+    chosen = np.concatenate(actions)
+    return greedy_accuracy(np.eye(data["mask"].shape[1])[chosen], data)
+
+
 def aliasing(features: np.ndarray, mask: np.ndarray, near: float) -> dict[str, Any]:
     """Aliasing: the fraction of near pairs of states whose optimal-action sets are disjoint.
 
@@ -550,12 +580,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--near", type=float, default=0.01, help="near pairs: distance < near * median")
     parser.add_argument("--data_seed", type=int, default=0, help="seed of the rollouts' random actions")
     parser.add_argument("--out", default=None, help="JSON report")
+    parser.add_argument("--policy_dirs", default="", help="comma-separated <root_dir>/policies/greedy_policy")
     parser.add_argument("--quick", action="store_true", help="smoke run, under a minute")
     args = parser.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
+    args.policy_dirs = [p.strip() for p in args.policy_dirs.split(",") if p.strip()]
     unknown = [m for m in models if m not in MODELS]
-    if not models or unknown:
+    if (not models and not args.policy_dirs) or unknown:
         raise UsageError(f"--models must name some of {', '.join(MODELS)}; received {args.models!r}.")
+    missing = [p for p in args.policy_dirs if not (Path(p) / "saved_model.pb").is_file()]
+    if missing:
+        raise UsageError(f"--policy_dirs: {missing[0]!r} holds no saved policy (saved_model.pb).")
     args.models = models
     try:
         args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -641,6 +676,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{1000 * record['seconds_per_step_median']:.1f} ms/step",
                 flush=True,
             )
+    policies = []
+    for policy_dir in args.policy_dirs:
+        record = {
+            "policy_dir": policy_dir,
+            "train_greedy_accuracy": policy_accuracy(policy_dir, train),
+            "heldout_greedy_accuracy": policy_accuracy(policy_dir, heldout),
+        }
+        policies.append(record)
+        acc = record["heldout_greedy_accuracy"]
+        print(f"{policy_dir}: held-out greedy {acc['all']:.3f} (N1 {acc['n1']:.3f}, N2 {acc['n2']:.3f})")
     report = {
         "what": "LavaCrossing imitation probe: encoder + Dense(4) trained on an optimal expert's action sets",
         "command": " ".join(["python", *sys.argv]) if argv is None else " ".join(["python", __file__, *argv]),
@@ -659,6 +704,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "near",
                 "data_seed",
                 "quick",
+                "policy_dirs",
             )
         },  # fmt: skip
         "levels": list(LEVELS),
@@ -666,6 +712,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "data": data_info,
         "environment": environment(),
         "results": results,
+        "policies": policies,
         "wall_seconds": time.perf_counter() - start,
     }
     if args.out:
