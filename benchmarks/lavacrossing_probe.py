@@ -89,6 +89,7 @@ import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up 
 import argparse
 import contextlib
 import math
+import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -688,7 +689,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{policy_dir}: held-out greedy {acc['all']:.3f} (N1 {acc['n1']:.3f}, N2 {acc['n2']:.3f})")
     report = {
         "what": "LavaCrossing imitation probe: encoder + Dense(4) trained on an optimal expert's action sets",
-        "command": " ".join(["python", *sys.argv]) if argv is None else " ".join(["python", __file__, *argv]),
+        # Quoted as a shell needs it (an empty --models must stay an argument).
+        "command": shlex.join(["python", *sys.argv] if argv is None else ["python", __file__, *argv]),
         "commit": commit,
         "settings": {
             k: getattr(args, k)

@@ -31,6 +31,7 @@ import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up 
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -213,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out:
         report = {
             "what": "AttentionNeuron Tables 2 and 6 on dmc:cartpole-swingup, students cloned from a teacher",
-            "command": " ".join(sys.argv),
+            "command": shlex.join(sys.argv),
             "commit": commit,
             "machine_cores": os.cpu_count(),
             "wall_seconds": time.perf_counter() - start,
