@@ -468,6 +468,21 @@ def test_a_larger_learning_rate_is_quoted_as_measured():
         assert text in page, text
 
 
+def test_the_ppo_policy_probe_is_quoted_as_measured():
+    report = _report("lavacrossing_probe_ppo_chiral.json")
+    (policy,) = report["policies"]
+    assert policy["policy_dir"] == "runs/chiral_1m/sit_chiral_seed1/policies/greedy_policy"
+    train, held_out = policy["train_greedy_accuracy"], policy["heldout_greedy_accuracy"]
+    constant = report["data"]["heldout"]["best_constant_action_accuracy"]
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    for text in (
+        f"optimal move in {train['n1']:.2f} of the N1 and {train['n2']:.2f} of the N2 states",
+        f"in {held_out['all']:.2f} of the held-out states (N1 {held_out['n1']:.2f}, N2 {held_out['n2']:.2f})",
+        f"Always taking the most common optimal move scores {constant:.2f} there",
+    ):
+        assert text in page, text
+
+
 def _chiral_runs_quoted() -> dict[str, str]:
     """The sentences docs/lavacrossing.md quotes from lavacrossing_chiral_1m.json and the 3M runs."""
     report = _report("lavacrossing_chiral_1m.json")
