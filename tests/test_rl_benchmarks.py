@@ -340,3 +340,39 @@ def test_plot_curves_refuses_bad_arguments_in_one_sentence(bad, tmp_path, capsys
     assert _load("plot_curves").main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err and "\n" not in err and "Traceback" not in err
+
+
+def test_lavacrossing_probe_scores_a_policy_trained_with_sit_train(tmp_path):
+    """``--policy_dirs``: a trained policy's greedy actions against the expert, on the probe's states."""
+    import os
+    import subprocess
+    import sys
+
+    from run_folders import TINY_PPO
+
+    root = tmp_path / "run"
+    bindings = [*TINY_PPO, "train_eval.env_name = 'minigrid:LavaCrossingS9N1'", "train_eval.progress = False"]
+    bin_dir = os.path.dirname(sys.executable)
+    trained = subprocess.run(
+        [os.path.join(bin_dir, "sit-train"), "--root_dir", str(root),
+         *[a for b in bindings for a in ("--gin_bindings", b)]],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    policy_dir = str(root / "policies" / "greedy_policy")
+    out = tmp_path / "probe.json"
+    command = [sys.executable, str(BENCHMARKS / "lavacrossing_probe.py"), "--quick", "--models", "",
+               "--policy_dirs", policy_dir, "--out", str(out)]  # fmt: skip
+    probed = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert probed.returncode == 0, probed.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["results"] == [] and report["settings"]["policy_dirs"] == [policy_dir]
+    (policy,) = report["policies"]
+    for split, data in (("train_greedy_accuracy", "train"), ("heldout_greedy_accuracy", "heldout")):
+        accuracy = policy[split]
+        assert accuracy["n_all"] == report["data"][data]["states"] and 0 <= accuracy["all"] <= 1
+        assert accuracy["n_n1"] + accuracy["n_n2"] == accuracy["n_all"]
+    assert "--models '' --policy_dirs" in report["command"]  # reruns as written
+    missing = subprocess.run([*command[:-4], "--policy_dirs", str(tmp_path)], capture_output=True, text=True)
+    assert missing.returncode == 2 and "holds no saved policy" in missing.stderr
+    assert "Traceback" not in missing.stderr
