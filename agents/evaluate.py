@@ -63,14 +63,20 @@ def load_policy(policy_dir: str) -> py_policy.PyPolicy:
     policy = py_tf_eager_policy.SavedModelPyTFEagerPolicy(
         policy_dir, load_specs_from_pbtxt=True, batch_time_steps=False
     )
-    checkpoints_dir = os.path.join(
-        os.path.dirname(os.path.normpath(policy_dir)), learner.POLICY_CHECKPOINT_DIR
-    )
-    if os.path.isdir(checkpoints_dir):
-        checkpoints = sorted(c for c in os.listdir(checkpoints_dir) if c.startswith("policy_checkpoint_"))
-        if checkpoints:
-            policy.update_from_checkpoint(os.path.join(checkpoints_dir, checkpoints[-1]))
+    checkpoint = newest_policy_checkpoint(policy_dir)
+    if checkpoint is not None:
+        policy.update_from_checkpoint(checkpoint)
     return policy
+
+
+def newest_policy_checkpoint(policy_dir: str) -> str | None:
+    """The newest weights ``PolicySavedModelTrigger`` wrote beside ``policy_dir``, or ``None``."""
+    policies_dir = os.path.dirname(os.path.normpath(policy_dir))
+    checkpoints_dir = os.path.join(policies_dir, learner.POLICY_CHECKPOINT_DIR)
+    if not os.path.isdir(checkpoints_dir):
+        return None
+    checkpoints = sorted(c for c in os.listdir(checkpoints_dir) if c.startswith("policy_checkpoint_"))
+    return os.path.join(checkpoints_dir, checkpoints[-1]) if checkpoints else None
 
 
 def _quotas(num_episodes: int, num_envs: int) -> np.ndarray:

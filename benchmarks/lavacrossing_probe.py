@@ -113,6 +113,7 @@ def _one_thread() -> None:
 from minigrid.core.constants import DIR_TO_VEC  # noqa: E402
 from minigrid.core.world_object import Goal  # noqa: E402
 
+from sit_keras.agents.evaluate import load_policy, newest_policy_checkpoint  # noqa: E402
 from sit_keras.benchmarking import (  # noqa: E402
     SentenceParser,
     UsageError,
@@ -417,8 +418,6 @@ def policy_accuracy(policy_dir: str, data: dict[str, np.ndarray]) -> dict[str, A
     """``greedy_accuracy`` of a policy saved by ``sit-train`` (its newest weights) on ``data``'s states."""
     from tf_agents.trajectories import time_step as ts
 
-    from sit_keras.agents.evaluate import load_policy
-
     policy = load_policy(policy_dir)
     actions = []
     for start in range(0, len(data["obs"]), 256):
@@ -681,6 +680,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for policy_dir in args.policy_dirs:
         record = {
             "policy_dir": policy_dir,
+            "weights": newest_policy_checkpoint(policy_dir),  # None: the SavedModel's own
             "train_greedy_accuracy": policy_accuracy(policy_dir, train),
             "heldout_greedy_accuracy": policy_accuracy(policy_dir, heldout),
         }
