@@ -13,6 +13,10 @@ reports alone: ``tests/test_reference_results.py`` redraws it and compares the p
 
 from __future__ import annotations
 
+import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up chatter)
+
+# isort: split
+
 import json
 import sys
 from collections.abc import Sequence
