@@ -481,6 +481,10 @@ def test_the_ppo_policy_probe_is_quoted_as_measured():
         f"Always taking the most common optimal move scores {constant:.2f} there",
     ):
         assert text in page, text
+    diagnostics = _report("lavacrossing_chiral_seed1_3m.json")["learner_diagnostics_per_100k_env_steps"]
+    entropy = {entry["env_steps"]: entry["entropy"] for entry in diagnostics}
+    assert f"fell from {entropy[100000]:.2f} in the first 100k steps" in page
+    assert f"to {entropy[2800000]:.2f} at 2.8M" in page
 
 
 def _chiral_runs_quoted() -> dict[str, str]:
