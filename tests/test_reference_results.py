@@ -752,3 +752,18 @@ def test_the_chiral_run_is_quoted_as_measured():
         f"training success first 0.5 at {first['0.5'] / 1e6:.2f}M steps and {last['success']:.2f} at 3M"
     )
     assert sentence in " ".join(README.split()), sentence
+
+
+def test_the_cnn_policy_probe_is_quoted_as_measured():
+    cnn = _report("lavacrossing_probe_ppo_cnn.json")["policies"][0]
+    sit = _report("lavacrossing_probe_ppo_chiral.json")["policies"][0]["heldout_greedy_accuracy"]
+    assert cnn["policy_dir"] == "runs/table4_lavacrossing/cnn_seed2/policies/greedy_policy"
+    assert cnn["weights"].endswith("policy_checkpoint_0000046880")  # 3M steps: its final weights
+    held_out = cnn["heldout_greedy_accuracy"]
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    text = (
+        f"optimal move in {held_out['all']:.2f} of the held-out states (N1 {held_out['n1']:.2f}, "
+        f"N2 {held_out['n2']:.2f}), against the chiral SiT's {sit['all']:.2f} (N1 {sit['n1']:.2f}, "
+        f"N2 {sit['n2']:.2f})"
+    )
+    assert text in page, text
