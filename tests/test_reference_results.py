@@ -767,3 +767,16 @@ def test_the_cnn_policy_probe_is_quoted_as_measured():
         f"N2 {sit['n2']:.2f})"
     )
     assert text in page, text
+
+
+def test_the_third_cnn_seed_is_quoted_as_measured():
+    report = _report("lavacrossing_cnn_seed2_3m.json")
+    assert {"command", "commit", "budget_env_steps", "train_wall_minutes_total", "status"} <= set(report)
+    first, greedy = report["first_step_with_success_at_least"], report["greedy"]
+    rows = ("train: easy", "train: medium", "hard", "rotations average")
+    text = (
+        f"training success first 0.5 at {first['0.5'] / 1e6:.2f}M steps, 0.9 at {first['0.9'] / 1e6:.2f}M, "
+        f"{report['last']['success']:.2f} at 3M; greedy over 200 episodes "
+        + "N1 {:.2f}, N2 {:.2f}, N3 {:.2f}, rotated {:.2f}".format(*(greedy[r]["success_rate"] for r in rows))
+    )
+    assert text in " ".join((DOCS / "lavacrossing.md").read_text().split()), text
