@@ -169,6 +169,7 @@ def test_the_memory_estimate_is_a_lower_bound_of_what_was_measured():
     assert set(measured) == set(memory_check.ENV_BYTES)
     for family, size in memory_check.ENV_BYTES.items():
         assert 0.9 * measured[family]["bytes_per_env_min"] <= size <= measured[family]["bytes_per_env_min"]
+    assert 0 < memory_check.available_bytes() < 2**50  # this Linux machine's MemAvailable (or cgroup limit)
     image = {"pixels": tf.TensorSpec((84, 84, 9), tf.uint8), "state": tf.TensorSpec((5,), tf.float32)}
     assert memory_check.observation_bytes(image) == 84 * 84 * 9 + 20
     fits = memory_check.check("atari:Pong", 8, 1000, "dqn.replay_capacity", lambda: image, available=10**9)

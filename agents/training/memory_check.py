@@ -56,25 +56,25 @@ def observation_bytes(observation_spec) -> int:
     )
 
 
+def _read(path: str) -> str | None:
+    """A small system file's stripped text, or ``None`` where it does not exist (not Linux, no cgroup)."""
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
 def available_bytes() -> int | None:
     """The memory a new allocation can get: ``MemAvailable``, or a cgroup's remaining limit if lower."""
     candidates = []
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    candidates.append(int(line.split()[1]) * 1024)
-    except OSError:  # not Linux
-        pass
-    try:
-        with open("/sys/fs/cgroup/memory.max") as f:
-            limit = f.read().strip()
-        with open("/sys/fs/cgroup/memory.current") as f:
-            used = int(f.read().strip())
-        if limit != "max":
-            candidates.append(int(limit) - used)
-    except (OSError, ValueError):  # no cgroup v2 limit
-        pass
+    meminfo = _read("/proc/meminfo") or ""
+    for line in meminfo.splitlines():
+        if line.startswith("MemAvailable:"):
+            candidates.append(int(line.split()[1]) * 1024)
+    limit, used = _read("/sys/fs/cgroup/memory.max"), _read("/sys/fs/cgroup/memory.current")
+    if limit and limit.isdigit() and used and used.isdigit():  # "max": no cgroup v2 limit
+        candidates.append(int(limit) - int(used))
     return min(candidates) if candidates else None
 
 
