@@ -17,8 +17,9 @@ Targets (issue 6): TFLite float32 at least 3x faster than the SavedModel
 per step; int8 files at most 30% of float32.
 
 ``--profile_ops`` adds, per policy, ``tflite_int8_all_ops``: the int8 model
-with every op in int8 (``float_ops=()``; the export's int8 keeps
-``tflite.FLOAT_OPS_IN_INT8`` in float32), timed with the others, and the time
+with every op in int8 (``float_ops=()``, ``float_normalisations=False``; the
+export's int8 keeps ``tflite.FLOAT_OPS_IN_INT8`` and the normalisations in
+float32), timed with the others, and the time
 per op type of TFLite float32, int8 and int8_all_ops (``export.op_profile``:
 each op cut out and timed with the kernel it gets in the whole model,
 XNNPACK or built-in), as JSON (``op_profile``) and as a table.
@@ -31,9 +32,7 @@ Usage::
 
 from __future__ import annotations
 
-import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up chatter)
-
-# isort: split
+import sit_keras.quiet_start_one_thread  # noqa: F401  (first: one thread, no start-up chatter)
 
 # isort: split
 
@@ -49,12 +48,8 @@ from typing import Any
 import tensorflow as tf
 
 import sit_keras  # noqa: F401  (sets up Keras 2 before TensorFlow)
-
-tf.config.threading.set_intra_op_parallelism_threads(1)
-tf.config.threading.set_inter_op_parallelism_threads(1)
-
 from sit_keras.benchmarking import environment, name_list, write_report  # noqa: E402
-from sit_keras.export.exporter import export_policy  # noqa: E402
+from sit_keras.export.exporter import NUM_EXAMPLES, export_policy  # noqa: E402
 from sit_keras.export.op_profile import profile_ops  # noqa: E402
 from sit_keras.export.policy_model import load_trained_policy  # noqa: E402
 from sit_keras.export.random_policy import EXAMPLE_POLICIES, write_example_policy_folder  # noqa: E402
@@ -63,8 +58,8 @@ from sit_keras.export.runtime import make_interpreter  # noqa: E402
 from sit_keras.export.tflite import QUANTIZATIONS, convert_function  # noqa: E402
 
 DEFAULT_MODELS = ("sit", "siet", "vit", "impala_cnn", "cnn", "mlp")
-# The exporter's defaults (export_policy's num_examples and seed): the same calibration set.
-NUM_EXAMPLES, EXPORT_SEED = 256, 20_000
+# The exporter's seed (export_policy's default), with its num_examples: the same calibration set.
+EXPORT_SEED = 20_000
 ALL_OPS_INT8 = "tflite_int8_all_ops"
 PROFILED = ("tflite_float32", "tflite_int8", ALL_OPS_INT8)
 
@@ -95,10 +90,16 @@ def _time(function: Callable[[dict], Any], inputs: list[dict], calls: int) -> fl
 def _export_all_ops_int8(root_dir: str, path: str) -> int:
     """Writes the int8 model with every op in int8 (the exporter's calibration data); returns its size."""
     policy = load_trained_policy(root_dir)
-    calibration = collect_examples(policy, NUM_EXAMPLES, seed=EXPORT_SEED)[0::2]
+    views = policy.invariant_transforms
+    calibration = collect_examples(policy, NUM_EXAMPLES, seed=EXPORT_SEED, transforms=views)[0::2]
     function = policy.serving_function(batch_size=1)
     flatbuffer = convert_function(
-        function, policy.network, "int8", representative_data(calibration), float_ops=()
+        function,
+        policy.network,
+        "int8",
+        representative_data(calibration),
+        float_ops=(),
+        float_normalisations=False,
     )
     with open(path, "wb") as f:
         f.write(flatbuffer)

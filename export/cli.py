@@ -31,7 +31,7 @@ from absl import flags
 
 from sit_keras.command_line import parse_flags, quiet_library_logs
 from sit_keras.export import tflite
-from sit_keras.export.exporter import FORMATS, check_export_arguments, export_policy
+from sit_keras.export.exporter import FORMATS, NUM_EXAMPLES, check_export_arguments, export_policy
 
 PROGRAM = "sit-export"
 USAGE_ERROR, EXPORT_FAILED = 2, 1
@@ -54,8 +54,20 @@ flags.DEFINE_integer(
 )
 flags.DEFINE_integer(
     "num_examples",
-    256,
+    NUM_EXAMPLES,
     "Rollout steps for int8 calibration and parity checks (at least 2).",
+    flag_values=FLAGS,
+)
+flags.DEFINE_list(
+    "int8_float_ops",
+    list(tflite.FLOAT_OPS_IN_INT8),
+    "The int8 recipe: TFLite op types kept in float32 (empty: none).",
+    flag_values=FLAGS,
+)
+flags.DEFINE_bool(
+    "int8_float_normalisations",
+    True,
+    "The int8 recipe: keep LayerNorm and the other 1/sqrt normalisations in float32.",
     flag_values=FLAGS,
 )
 flags.DEFINE_bool("allow_flex_ops", False, "Allow TensorFlow (Flex) ops in TFLite models.", flag_values=FLAGS)
@@ -103,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     advanced = (
         "max_sensors", "num_examples", "allow_flex_ops", "allow_parity_failure", "overwrite",
-        "serving_base_path",
+        "serving_base_path", "int8_float_ops", "int8_float_normalisations",
     )  # fmt: skip
     extra = parse_flags(FLAGS, PROGRAM, argv, __doc__, required=("root_dir",), advanced=advanced)
     if isinstance(extra, int):
@@ -114,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         check_export_arguments(
             output_dir, FLAGS.model_name, FLAGS.formats, FLAGS.quantizations, FLAGS.max_sensors,
-            FLAGS.num_examples, FLAGS.version, FLAGS.overwrite,
+            FLAGS.num_examples, FLAGS.version, FLAGS.overwrite, FLAGS.int8_float_ops,
         )  # fmt: skip
     except ValueError as error:
         return _error(str(error), USAGE_ERROR)
@@ -132,7 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             FLAGS.root_dir, output_dir, FLAGS.model_name, FLAGS.formats, FLAGS.quantizations,
             FLAGS.max_sensors, FLAGS.num_examples, FLAGS.allow_flex_ops, FLAGS.version,
             FLAGS.serving_base_path, allow_parity_failure=FLAGS.allow_parity_failure,
-            overwrite=FLAGS.overwrite,
+            overwrite=FLAGS.overwrite, int8_float_ops=FLAGS.int8_float_ops,
+            int8_float_normalisations=FLAGS.int8_float_normalisations,
         )  # fmt: skip
     except (OSError, ValueError) as error:  # FileNotFoundError, ParityError, UnsupportedOpsError, ...
         return _error(str(error), EXPORT_FAILED)

@@ -12,6 +12,7 @@ inputs and states) and checks three things. A model passes only if all hold:
   an untrained or cautious actor may use 1% of ``[-1, 1]``, and a fixed
   tolerance of 0.1 would then accept any constant, which is how an int8 SAC
   actor that returned 0.0 for 200 distinct states once passed.
+  With rotated or flipped views (``Example.view``), every view must reach it.
 - **No clear discrete disagreement.** A discrete disagreement is explained
   only when TensorFlow's top two scores are within twice the TFLite scores'
   error of each other (a near-tie that rounding flips); any other counts in
@@ -72,7 +73,9 @@ def compare(
 
     Returns:
       ``passed`` and ``failed_checks`` (words, empty when passed);
-      ``num_examples``; ``action_agreement`` (with ``min_action_agreement``);
+      ``num_examples``; ``action_agreement`` (with ``min_action_agreement``),
+      and ``action_agreement_by_view`` when the examples come from several
+      views (``Example.view``: upright, rotated, flipped);
       ``unexplained_disagreements``; ``spread_output``, ``spread_ratio`` (None
       where TensorFlow's outputs do not vary) and ``min_spread_ratio``; for
       continuous actions ``action_tolerance`` per component; and
@@ -101,9 +104,15 @@ def compare(
     continuous = np.issubdtype(references[0]["action"].dtype, np.floating)
     report: dict[str, Any] = {"num_examples": len(examples)}
     if continuous:
-        report.update(_continuous_checks(results, references, action_range))
+        checks, same = _continuous_checks(results, references, action_range)
     else:
-        report.update(_discrete_checks(results, references))
+        checks, same = _discrete_checks(results, references)
+    report.update(checks)
+    views = sorted({example.view for example in examples})
+    if len(views) > 1:  # rotated or flipped rollouts too (rollouts.collect_examples)
+        report["action_agreement_by_view"] = {
+            view: float(np.mean(same[[e.view == view for e in examples]])) for view in views
+        }
     report["min_action_agreement"] = MIN_ACTION_AGREEMENT
     report["min_spread_ratio"] = MIN_SPREAD_RATIO
     report.update({f"max_abs_diff/{name}": value for name, value in sorted(diffs.items())})
@@ -115,6 +124,11 @@ def compare(
             f"greedy-action agreement {report['action_agreement']:.3f} is below {MIN_ACTION_AGREEMENT} "
             f"on {len(examples)} held-out steps"
         )
+    for view, agreement in report.get("action_agreement_by_view", {}).items():
+        if agreement < MIN_ACTION_AGREEMENT:
+            failed.append(
+                f"greedy-action agreement {agreement:.3f} on the {view} view is below {MIN_ACTION_AGREEMENT}"
+            )
     if report["unexplained_disagreements"]:
         failed.append(
             f"{report['unexplained_disagreements']} disagreements where TensorFlow's choice was clear "
@@ -135,7 +149,8 @@ def _continuous_checks(
     results: list[dict[str, np.ndarray]],
     references: list[dict[str, np.ndarray]],
     action_range: float | Sequence[float] | np.ndarray,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], np.ndarray]:
+    """The continuous checks, and whether each step's action agrees."""
     actions = np.stack([r["action"].reshape(-1) for r in results]).astype(np.float64)
     expected = np.stack([r["action"].reshape(-1) for r in references]).astype(np.float64)
     spec_range = np.broadcast_to(np.asarray(action_range, np.float64), expected.shape[1:])
@@ -146,18 +161,20 @@ def _continuous_checks(
     reference_std, std = expected.std(axis=0), actions.std(axis=0)
     varies = reference_std > _MIN_REFERENCE_SPREAD * spec_range
     ratio = float(np.min(std[varies] / reference_std[varies])) if np.any(varies) else None
-    return {
+    checks = {
         "action_agreement": float(np.mean(same)),
         "unexplained_disagreements": 0,
         "action_tolerance": [float(t) for t in tolerance],
         "spread_output": "action",
         "spread_ratio": ratio,
     }
+    return checks, same
 
 
 def _discrete_checks(
     results: list[dict[str, np.ndarray]], references: list[dict[str, np.ndarray]]
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], np.ndarray]:
+    """The discrete checks, and whether each step's action agrees."""
     name = "q_values" if "q_values" in references[0] else "logits"
     same = [bool(np.array_equal(r["action"], e["action"])) for r, e in zip(results, references, strict=True)]
     unexplained = sum(
@@ -170,12 +187,13 @@ def _discrete_checks(
         reference_spread = _centred_spread(expected)
         if reference_spread > _MIN_REFERENCE_SPREAD * (1.0 + float(np.mean(np.abs(expected)))):
             ratio = _centred_spread(scores) / reference_spread
-    return {
+    checks = {
         "action_agreement": float(np.mean(same)),
         "unexplained_disagreements": int(unexplained),
         "spread_output": name,
         "spread_ratio": ratio,
     }
+    return checks, np.asarray(same)
 
 
 def _centred_spread(scores: np.ndarray) -> float:

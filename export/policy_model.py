@@ -39,7 +39,10 @@ from tf_agents.networks import network
 from tf_agents.policies import actor_policy, categorical_q_policy, greedy_policy, q_policy, tf_policy
 from tf_agents.trajectories import time_step as ts
 
+from sit_keras.agents.environments.transforms import TRANSFORMS
 from sit_keras.agents.networks import policy_network
+from sit_keras.models.base import Encoder
+from sit_keras.symmetry import INVARIANT
 
 OBSERVATION = "observation"
 SENSOR_MASK = "sensor_mask"
@@ -226,6 +229,22 @@ class TrainedPolicy:
     @property
     def is_stateful(self) -> bool:
         return bool(tf.nest.flatten(self.network.state_spec))
+
+    @property
+    def invariant_transforms(self) -> tuple[str, ...]:
+        """The image transforms of ``environments.TRANSFORMS`` its encoder declares invariance to.
+
+        From the encoder's ``declared_symmetry`` (``sit_keras.symmetry``):
+        ``("rot90", "rot180", "rot270", "flip_h", "flip_v")`` for the SiT
+        family, ``()`` for the baselines and for vector or sensor observations.
+        """
+        for module in self.network.submodules:
+            if isinstance(module, Encoder):
+                symmetry = module.declared_symmetry
+                if symmetry.acts_on == "image" and symmetry.kind == INVARIANT:
+                    return tuple(t for t in TRANSFORMS if t in symmetry.elements)
+                return ()
+        return ()
 
     @property
     def state_names(self) -> list[str]:

@@ -3,26 +3,36 @@
 The policy (in TensorFlow, greedy) acts in its training environment
 (``policy_network.json``); every step of every environment gives one example:
 the serving inputs at batch size 1 and TensorFlow's outputs for them.
+``collect_examples(..., transforms=policy.invariant_transforms)`` adds
+rollouts whose observations are rotated or flipped (``environments.transforms``),
+one share per transform: the views a rotation-invariant policy must handle
+as it handles upright ones, in calibration and in the parity checks alike.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from sit_keras.agents.environments import load
+from sit_keras.agents.environments.transforms import TRANSFORMS
 from sit_keras.export.policy_model import OBSERVATION, SENSOR_MASK, TrainedPolicy
 from sit_keras.export.runtime import pad_sensors
 
 
 @dataclasses.dataclass
 class Example:
-    """One step of one environment: the serving inputs (batch axis 1) and TensorFlow's outputs."""
+    """One step of one environment: the serving inputs (batch axis 1) and TensorFlow's outputs.
+
+    ``view``: the observation transform of its environment (``"none"``: upright).
+    """
 
     inputs: dict[str, np.ndarray]
     outputs: dict[str, np.ndarray]
+    view: str = "none"
 
 
 def collect_examples(
@@ -31,22 +41,47 @@ def collect_examples(
     num_envs: int = 4,
     seed: int = 20_000,
     num_sensors: int | None = None,
+    transforms: Sequence[str] = (),
 ) -> list[Example]:
     """``num_examples`` steps of the greedy policy in its training environment.
 
     Seeds differ from training's (``seed`` onwards). Recurrent state is
     carried and reset at episode starts; sensor sets are padded to
     ``num_sensors`` rows (default: the observation's), padding masked out.
+    With ``transforms`` (names of ``environments.TRANSFORMS``) the steps are
+    shared equally between the upright environment and one environment per
+    transform, in that order.
 
     Raises:
-      ValueError: ``num_examples`` or ``num_envs`` below 1 (checked before the environment is built).
+      ValueError: ``num_examples`` or ``num_envs`` below 1, or an unknown
+        transform (checked before an environment is built).
     """
     for name, value in (("num_examples", num_examples), ("num_envs", num_envs)):
         if value < 1:
             raise ValueError(f"{name} must be at least 1; received {value}.")
-    description = policy.description
-    env = load(description.env_name, num_envs=num_envs, seed=seed, **dict(description.env_kwargs))
-    outputs_fn = tf.function(policy.outputs, autograph=False)
+    unknown = sorted(set(transforms) - set(TRANSFORMS))
+    if unknown:
+        raise ValueError(f"Unknown transforms {unknown}; expected some of: {', '.join(TRANSFORMS)}.")
+    views: list[str | None] = [None, *transforms]
+    share = -(-num_examples // len(views))  # ceil
+    outputs_fn = tf.function(policy.outputs, autograph=False)  # traced once for every view
+    examples: list[Example] = []
+    for view in views:
+        examples += _rollout_examples(policy, outputs_fn, share, num_envs, seed, num_sensors, view)
+    return examples[:num_examples]
+
+
+def _rollout_examples(
+    policy: TrainedPolicy,
+    outputs_fn: Callable[..., dict[str, tf.Tensor]],
+    num_examples: int,
+    num_envs: int,
+    seed: int,
+    num_sensors: int | None,
+    transform: str | None,
+) -> list[Example]:
+    name, env_kwargs = policy.description.env_name, dict(policy.description.env_kwargs)
+    env = load(name, num_envs=num_envs, seed=seed, transform=transform, **env_kwargs)
     examples: list[Example] = []
     try:
         time_step = env.reset()
@@ -61,6 +96,7 @@ def collect_examples(
                     Example(
                         {k: v[i : i + 1] for k, v in inputs.items()},
                         {k: v[i : i + 1] for k, v in outputs.items()},
+                        transform or "none",
                     )
                 )
             state = [outputs["next_" + name] for name in policy.state_names]

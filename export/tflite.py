@@ -5,8 +5,12 @@
 - ``dynamic_int8``: int8 weights; activations quantised on the fly.
 - ``int8``: int8 weights and activations, calibrated on a representative
   data set of real observations (``representative``), except the op types
-  in ``FLOAT_OPS_IN_INT8``: they run in float32 on weights stored as int8
-  (``float_ops=()``: every op in int8, the converter's full-integer model).
+  in ``FLOAT_OPS_IN_INT8`` and the normalisations (``export.normalisation``:
+  the ops that compute and apply each ``1 / sqrt`` of a LayerNorm or of the
+  local GSA's weights, whose int8 rounding changed 14-20% of the demo SiT's
+  greedy actions): they run in float32 on weights stored as int8
+  (``float_ops=()`` and ``float_normalisations=False``: every op in int8,
+  the converter's full-integer model).
   The model's inputs and outputs keep their types (uint8 images or float32
   vectors in; float32 logits / values and the action out), so every
   quantisation is called the same way.
@@ -43,12 +47,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
+from ai_edge_litert import schema_py_generated as schema
 
 from sit_keras import quiet
 from sit_keras.export.int8_weights import store_weights_as_int8
+from sit_keras.export.normalisation import normalisation_nodes
 from sit_keras.export.policy_model import TrainedPolicy
 
 QUANTIZATIONS = ("float32", "float16", "dynamic_int8", "int8")
+
+# TFLite's built-in op types, the names ``float_ops`` takes.
+OP_TYPES: tuple[str, ...] = tuple(sorted(k for k in vars(schema.BuiltinOperator) if not k.startswith("_")))
 
 # Op types that "int8" models run in float32: XNNPACK has no int8 kernel for
 # them (for ADD: not at every scale), so in int8 they fall back to TFLite's
@@ -69,6 +78,7 @@ def convert_function(
     representative_data: RepresentativeData | None = None,
     allow_flex_ops: bool = False,
     float_ops: Sequence[str] = FLOAT_OPS_IN_INT8,
+    float_normalisations: bool = True,
 ) -> bytes:
     """A ``.tflite`` flatbuffer of ``function`` (fixed input shapes) in the given quantisation.
 
@@ -81,8 +91,11 @@ def convert_function(
         with the batch axis).
       allow_flex_ops: also allow TensorFlow (Flex) ops; such a model needs
         the TensorFlow Lite Flex delegate, which ``ai_edge_litert`` lacks.
-      float_ops: for ``"int8"``: TFLite op types kept in float32 (their
-        constant operands stored as int8); ``()``: every op in int8.
+      float_ops: for ``"int8"``: TFLite op types (``OP_TYPES``) kept in
+        float32, their constant operands stored as int8.
+      float_normalisations: for ``"int8"``: also keep the normalisations
+        (``export.normalisation``) in float32. ``float_ops=()`` with
+        ``float_normalisations=False``: every op in int8.
 
     Raises:
       ValueError: unknown quantisation, or ``"int8"`` without representative data.
@@ -99,6 +112,11 @@ def convert_function(
     if quantization == "float16":
         converter.target_spec.supported_types = [tf.float16]
     float_ops = tuple(float_ops)
+    float_nodes: list[str] = []
+    if quantization == "int8" and float_normalisations:  # found in the float32 model (same tensor names)
+        float_nodes = normalisation_nodes(
+            convert_function(function, trackable, "float32", allow_flex_ops=allow_flex_ops)
+        )
     if quantization == "int8":
         if representative_data is None:
             raise ValueError("quantization='int8' needs representative_data (observations from rollouts).")
@@ -107,7 +125,8 @@ def convert_function(
             {name: np.asarray(value) for name, value in example.items()} for example in representative_data()
         )
         # With float ops the converter must also allow float built-in kernels.
-        ops = [tf.lite.OpsSet.TFLITE_BUILTINS if float_ops else tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        selective = bool(float_ops or float_nodes)
+        ops = [tf.lite.OpsSet.TFLITE_BUILTINS if selective else tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
     if allow_flex_ops:
         ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
     converter.target_spec.supported_ops = ops
@@ -116,8 +135,8 @@ def convert_function(
         with warnings.catch_warnings(), quiet.captured_stderr():
             # The converter's own calibrator uses tf.lite.Interpreter, which warns about its deprecation.
             warnings.filterwarnings("ignore", message=r"\s*Warning: tf.lite.Interpreter is deprecated")
-            if quantization == "int8" and float_ops:
-                return _int8_with_float_ops(converter, float_ops)
+            if quantization == "int8" and (float_ops or float_nodes):
+                return _int8_with_float_ops(converter, float_ops, float_nodes)
             return converter.convert()
     except Exception as error:  # the converter raises its own ConverterError subclasses
         unsupported = _unsupported_ops(str(error))
@@ -130,17 +149,19 @@ def convert_function(
         raise
 
 
-def _int8_with_float_ops(converter: tf.lite.TFLiteConverter, float_ops: tuple[str, ...]) -> bytes:
-    """Calibrates, quantizes every op but ``float_ops`` to int8, stores those ops' weights as int8.
+def _int8_with_float_ops(
+    converter: tf.lite.TFLiteConverter, float_ops: tuple[str, ...], float_nodes: Sequence[str]
+) -> bytes:
+    """Calibrates; every op but ``float_ops`` and ``float_nodes`` in int8; their weights stored as int8.
 
     The converter's selective quantisation (``QuantizationDebugger`` with
-    denylisted op types): the kept ops get DEQUANTIZE / QUANTIZE ops around
-    them, which XNNPACK runs inside its partitions.
+    denylisted op types and nodes, by output tensor name): the kept ops get
+    DEQUANTIZE / QUANTIZE ops around them, which XNNPACK runs inside its partitions.
     """
-    debugger = tf.lite.experimental.QuantizationDebugger(
-        converter=converter,
-        debug_options=tf.lite.experimental.QuantizationDebugOptions(denylisted_ops=list(float_ops)),
+    options = tf.lite.experimental.QuantizationDebugOptions(
+        denylisted_ops=list(float_ops), denylisted_nodes=list(float_nodes)
     )
+    debugger = tf.lite.experimental.QuantizationDebugger(converter=converter, debug_options=options)
     return store_weights_as_int8(debugger.get_nondebug_quantized_model())
 
 
@@ -158,16 +179,18 @@ def convert_policy(
     num_sensors: int | None = None,
     allow_flex_ops: bool = False,
     float_ops: Sequence[str] = FLOAT_OPS_IN_INT8,
+    float_normalisations: bool = True,
 ) -> bytes:
     """``convert_function`` of the policy's serving function at batch size 1.
 
     ``num_sensors``: the fixed number of rows of a sensor set model (the
     documented maximum; fewer readings are masked); default: the training
-    observation's. ``float_ops``: as in ``convert_function``.
+    observation's. ``float_ops``, ``float_normalisations``: as in ``convert_function``.
     """
     if policy.takes_sensor_set and num_sensors is None:
         num_sensors = int(policy.observation_spec.shape[0])
     function = policy.serving_function(batch_size=1, num_sensors=num_sensors)
     return convert_function(
-        function, policy.network, quantization, representative_data, allow_flex_ops, float_ops
-    )
+        function, policy.network, quantization, representative_data, allow_flex_ops, float_ops,
+        float_normalisations,
+    )  # fmt: skip

@@ -117,18 +117,25 @@ def captured_stderr() -> contextlib.AbstractContextManager[None]:
     return _file_descriptor_2(lambda text, failed: text if failed else "")
 
 
-def import_tensorflow() -> None:
-    """Imports TensorFlow, Keras 2 and gym and initialises the devices, with ``NOISE`` filtered out."""
-    if verbose():
-        return
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+def import_tensorflow(threads: int | None = None) -> None:
+    """Imports TensorFlow, Keras 2 and gym and initialises the devices, with ``NOISE`` filtered out.
+
+    ``threads``: TensorFlow's intra- and inter-op thread pools (default: its
+    own); they can only be set before the devices are initialised, so a
+    benchmark that times one thread calls this before ``quiet_start``.
+    """
     if "tensorflow" in sys.modules:
-        return  # too late: the import already printed what it prints
-    with filtered_stderr():
+        return  # too late: the import already printed what it prints, and the thread pools are set
+    if not verbose():
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    with contextlib.nullcontext() if verbose() else filtered_stderr():
         import tensorflow as tf
 
         with contextlib.suppress(ImportError):
             import gym  # noqa: F401  (TF-Agents imports it; its banner is printed once, here)
+        if threads is not None:
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+            tf.config.threading.set_inter_op_parallelism_threads(threads)
         tf.config.list_logical_devices()  # the cuInit line comes with the first device query
 
 

@@ -146,7 +146,9 @@ def test_a_run_whose_checkpoints_are_all_damaged_is_refused_and_nothing_changes(
 def exported(tmp_path_factory) -> str:
     root = str(tmp_path_factory.mktemp("policy"))
     write_example_policy_folder(root, "cnn")
-    exporter.export_policy(root, os.path.join(root, "export"), formats=["tflite"], quantizations=["float32"])
+    exporter.export_policy(
+        root, os.path.join(root, "export"), formats=["tflite"], quantizations=["float32"], num_examples=8
+    )
     return os.path.join(root, "export", "tflite", "policy_float32.tflite")
 
 

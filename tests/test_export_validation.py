@@ -119,6 +119,7 @@ def test_parity_discrete_collapse_and_non_finite_outputs_fail(monkeypatch):
         ({"quantizations": ["int4"]}, "Unknown quantization 'int4'"),
         ({"formats": ["tflite"], "quantizations": []}, "needs at least one quantization"),
         ({"max_sensors": 0}, "max_sensors must be a positive integer"),
+        ({"int8_float_ops": ["BATCH_MATMUL", "matmul"]}, "int8_float_ops names TFLite op types"),
     ],
 )
 def test_invalid_arguments_create_nothing(tmp_path, kwargs, match):
@@ -190,6 +191,7 @@ def test_cli_refuses_mistakes_in_one_sentence_before_writing(cnn_root, tmp_path,
         (["--version", "-3"], "version must be a positive integer"),
         (["--quantizations", "float32,int4"], "Unknown quantization 'int4'"),
         (["--num_examples", "many"], "num_examples"),
+        (["--int8_float_ops", "SOFTMAX,Softmax"], "'Softmax' is not one"),
         (["--no_such_flag"], "no_such_flag"),
         (["extra_argument"], "unexpected arguments 'extra_argument'"),
     ]

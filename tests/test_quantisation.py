@@ -1,0 +1,159 @@
+"""The int8 recipe (issue 29): normalisations stay in float32, calibration and parity in every view."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from ai_edge_litert.interpreter import Interpreter
+
+from sit_keras.agents.environments.transforms import TRANSFORMS
+from sit_keras.export import tflite
+from sit_keras.export.exporter import export_policy
+from sit_keras.export.normalisation import normalisation_nodes
+from sit_keras.export.policy_model import load_trained_policy
+from sit_keras.export.random_policy import write_example_policy_folder
+from sit_keras.export.rollouts import collect_examples
+from sit_keras.export.runtime import TFLitePolicy
+
+TOKENS, FEATURES = 8, 16
+
+
+def _layer_norm_module() -> tuple[tf.types.experimental.ConcreteFunction, tf.Module]:
+    """A LayerNorm over features (moments, rsqrt) followed by a dense layer, as in a GSA block."""
+    module = tf.Module()
+    rng = np.random.default_rng(0)
+    module.dense = tf.Variable(rng.normal(size=(FEATURES, 4)).astype(np.float32))
+
+    @tf.function(input_signature=[{"x": tf.TensorSpec((1, TOKENS, FEATURES), tf.float32, name="x")}])
+    def normalised(inputs):
+        mean, variance = tf.nn.moments(inputs["x"], axes=[-1], keepdims=True)
+        x = (inputs["x"] - mean) * tf.math.rsqrt(variance + 1e-6)
+        return {"y": tf.matmul(x, module.dense)}
+
+    return normalised.get_concrete_function(), module
+
+
+def _tokens(seed: int) -> np.ndarray:
+    """Tokens of unit spread, the last one nearly constant (as a uniform region of a grid world)."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(1, TOKENS, FEATURES))
+    x[0, -1] = rng.normal() + 0.01 * x[0, -1]
+    return x.astype(np.float32)
+
+
+def test_normalisation_nodes_name_the_variance_and_its_rsqrt_product():
+    function, module = _layer_norm_module()
+    names = normalisation_nodes(tflite.convert_function(function, module, "float32"))
+    assert any("moments/variance" in n for n in names) and any("add" in n for n in names), names
+    assert any(n.endswith("mul") for n in names), names
+    assert not any(n.endswith("moments/mean") for n in names), names  # the mean needs no float
+    without_rsqrt = tf.function(lambda: {"y": tf.ones((2,))}).get_concrete_function()
+    assert normalisation_nodes(tflite.convert_function(without_rsqrt, tf.Module(), "float32")) == []
+
+
+def test_int8_keeps_normalisations_in_float_so_one_flat_token_spoils_no_other(tmp_path):
+    """The nearly constant token's ``1 / sqrt(variance)`` is ~100; in int8 it sets the scale of every
+    token's factor, which then rounds to a step of ~0.8. The recipe keeps the factor in float32: the
+    other tokens come out as in TensorFlow, and far closer than with every op in int8."""
+    function, module = _layer_norm_module()
+    representative = lambda: ({"x": _tokens(seed)} for seed in range(16))  # noqa: E731
+    kept = normalisation_nodes(tflite.convert_function(function, module, "float32"))
+    errors = {}
+    for name, float_ops in (("recipe", tflite.FLOAT_OPS_IN_INT8), ("all_ops", ())):
+        recipe = {"float_ops": float_ops, "float_normalisations": bool(float_ops)}
+        model = tflite.convert_function(function, module, "int8", representative, **recipe)
+        interpreter = Interpreter(model_content=model)
+        if name == "recipe":
+            tensors = {t["name"]: t for t in interpreter.get_tensor_details()}
+            assert kept and all(tensors[n]["dtype"] == np.float32 for n in kept), kept
+        worst = 0.0
+        for seed in (97, 98, 99):
+            x = _tokens(seed)
+            expected = function(x=tf.constant(x))["y"].numpy()[0, :-1]  # the tokens of unit spread
+            got = interpreter.get_signature_runner()(x=x)["y"][0, :-1]
+            worst = max(worst, np.abs(got - expected).max() / np.abs(expected).max())
+        errors[name] = worst
+    assert errors["recipe"] < 0.08 and errors["all_ops"] > 2 * errors["recipe"], errors
+
+
+def test_invariant_transforms_come_from_the_encoders_declared_symmetry(tmp_path):
+    for family, expected in (("sit", ("rot90", "rot180", "rot270", "flip_h", "flip_v")), ("cnn", ())):
+        root = str(tmp_path / family)
+        write_example_policy_folder(root, family)
+        transforms = load_trained_policy(root).invariant_transforms
+        assert transforms == expected and set(transforms) <= set(TRANSFORMS)
+
+
+def test_collect_examples_shares_steps_between_views_and_rejects_unknown_ones(tmp_path):
+    root = str(tmp_path / "sit")
+    write_example_policy_folder(root, "sit")
+    policy = load_trained_policy(root)
+    examples = collect_examples(policy, 12, num_envs=2, transforms=("rot90", "flip_h"))
+    assert [e.view for e in examples] == ["none"] * 4 + ["rot90"] * 4 + ["flip_h"] * 4
+    # A rotation-invariant policy acts the same on the rotated view: the same episodes, turned.
+    for upright, turned in zip(examples[:4], examples[4:8], strict=True):
+        np.testing.assert_array_equal(np.rot90(upright.inputs["observation"], 1, axes=(1, 2)),
+                                      turned.inputs["observation"])  # fmt: skip
+        assert upright.outputs["action"] == turned.outputs["action"]
+    with pytest.raises(ValueError, match="Unknown transforms \\['spin'\\]"):
+        collect_examples(policy, 4, transforms=("spin",))
+
+
+def test_exported_int8_sit_is_checked_and_exactly_invariant_in_every_view(tmp_path):
+    root = str(tmp_path / "train")
+    write_example_policy_folder(root, "sit")
+    output = str(tmp_path / "out")
+    os.makedirs(output)
+    report = export_policy(root, output, formats=["tflite"], quantizations=["int8"], num_examples=48)
+    parity = report["models"]["tflite_int8"]["parity"]
+    assert set(parity["action_agreement_by_view"]) == {
+        "none",
+        "rot90",
+        "rot180",
+        "rot270",
+        "flip_h",
+        "flip_v",
+    }
+    assert parity["passed"], parity
+    policy = TFLitePolicy(report["models"]["tflite_int8"]["path"])
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+        image = rng.integers(0, 256, (14, 14, 3)).astype(np.uint8)
+        upright = policy.step(image)["logits"]
+        for moved in (*(np.rot90(image, k, axes=(0, 1)) for k in (1, 2, 3)), image[:, ::-1], image[::-1]):
+            np.testing.assert_array_equal(policy.step(np.ascontiguousarray(moved))["logits"], upright)
+
+
+def test_sit_export_recipe_options_reach_the_model_and_its_metadata(tmp_path, capsys):
+    """``--int8_float_ops=`` with ``--noint8_float_normalisations``: the full-integer model, recorded."""
+    from sit_keras.export import cli
+
+    root = str(tmp_path / "train")
+    write_example_policy_folder(root, "sit")
+    argv = ["--root_dir", root, "--formats", "tflite", "--quantizations", "int8", "--num_examples", "12"]
+    paths = {}
+    for name, options in (("recipe", []), ("full", ["--int8_float_ops=", "--noint8_float_normalisations"])):
+        output = str(tmp_path / name)
+        assert cli.main([*argv, "--output_dir", output, "--allow_parity_failure", *options]) == 0
+        paths[name] = os.path.join(output, "tflite", "policy_int8")
+    capsys.readouterr()
+    float_types = {}
+    for name, path in paths.items():
+        interpreter = Interpreter(model_path=path + ".tflite")
+        tensors = {t["index"]: t for t in interpreter.get_tensor_details()}
+        float_types[name] = {
+            op["op_name"] for op in interpreter._get_ops_details()
+            if op["op_name"] not in ("DEQUANTIZE", "QUANTIZE")
+            and tensors[op["outputs"][0]]["dtype"] == np.float32
+        }  # fmt: skip
+        with open(path + ".json") as f:
+            options = json.load(f)["export"]
+        full = name == "full"
+        assert options["int8_float_ops"] == ([] if full else list(tflite.FLOAT_OPS_IN_INT8))
+        assert options["int8_float_normalisations"] is not full
+    assert {"BATCH_MATMUL", "RSQRT", "MUL"} <= float_types["recipe"]
+    assert float_types["full"] <= {"CAST"}, float_types["full"]  # only the uint8 input, cast to float
