@@ -28,10 +28,11 @@ def _layer_norm_module() -> tuple[tf.types.experimental.ConcreteFunction, tf.Mod
     rng = np.random.default_rng(0)
     module.dense = tf.Variable(rng.normal(size=(FEATURES, 4)).astype(np.float32))
 
-    @tf.function(input_signature=[{"x": tf.TensorSpec((1, TOKENS, FEATURES), tf.float32, name="x")}])
+    @tf.function(input_signature=[{"x": tf.TensorSpec((1, TOKENS * FEATURES), tf.float32, name="x")}])
     def normalised(inputs):
-        mean, variance = tf.nn.moments(inputs["x"], axes=[-1], keepdims=True)
-        x = (inputs["x"] - mean) * tf.math.rsqrt(variance + 1e-6)
+        x = tf.reshape(inputs["x"], (1, TOKENS, FEATURES), name="tokens")  # a move into the normalisation
+        mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+        x = (x - mean) * tf.math.rsqrt(variance + 1e-6)
         return {"y": tf.matmul(x, module.dense)}
 
     return normalised.get_concrete_function(), module
@@ -42,7 +43,7 @@ def _tokens(seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(1, TOKENS, FEATURES))
     x[0, -1] = rng.normal() + 0.01 * x[0, -1]
-    return x.astype(np.float32)
+    return x.reshape(1, TOKENS * FEATURES).astype(np.float32)
 
 
 def test_normalisation_nodes_name_the_variance_and_its_rsqrt_product():
@@ -50,6 +51,8 @@ def test_normalisation_nodes_name_the_variance_and_its_rsqrt_product():
     names = normalisation_nodes(tflite.convert_function(function, module, "float32"))
     assert any("moments/variance" in n for n in names) and any("add" in n for n in names), names
     assert any(n.endswith("mul") for n in names), names
+    # The squares the variance sums, and the reshape that moves the tokens into them.
+    assert any("SquaredDifference" in n for n in names) and any("tokens" in n for n in names), names
     assert not any(n.endswith("moments/mean") for n in names), names  # the mean needs no float
     without_rsqrt = tf.function(lambda: {"y": tf.ones((2,))}).get_concrete_function()
     assert normalisation_nodes(tflite.convert_function(without_rsqrt, tf.Module(), "float32")) == []
