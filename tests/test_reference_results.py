@@ -552,6 +552,9 @@ def test_lavacrossing_curves_png_is_drawn_from_the_reports(tmp_path):
     assert ImageChops.difference(drawn, committed).getbbox() is None
 
 
+# The views of a SiT policy's parity check and evaluation: upright, its rotations and flips.
+SIT_VIEWS = {"none", "rot90", "rot180", "rot270", "flip_h", "flip_v"}
+
 # The README's demo table: row -> the policy's name in demo.json.
 DEMO_ROWS = {
     "SiT, greedy": "sit (greedy)",
@@ -575,8 +578,7 @@ def test_demo_table_is_the_report():
     assert all(cell["num_episodes"] == 200 for per in evaluation.values() for cell in per.values())
     flat = " ".join(README.split())
     minutes = report["wall_time_s"] / 60
-    assert f"({minutes:.1f} minutes, the code of commit 0646267; `benchmarks/reference/demo.json`)" in flat
-    assert report["commit"].startswith("226dde1") and "0646267" in report["commit"]
+    assert f"({minutes:.1f} minutes, the code of commit {report['commit']}, with a PPO run" in flat
     steps = {model: run["env_steps"] for model, run in report["success"]["training"].items()}
     assert steps["sit"] == steps["cnn"] and f"after {steps['sit']:,} environment steps per model" in flat
     # The exported models: TF vs TFLite parity and file sizes.
@@ -587,12 +589,14 @@ def test_demo_table_is_the_report():
     assert f32["parity"]["action_agreement"] == 1.0
     steps = f32["parity"]["num_examples"]
     assert f"on all {steps} held-out rollout steps (largest logit difference {difference})" in flat
-    assert f"int8 agreed on {int8['parity']['action_agreement']:.0%} of them" in flat
-    loss = (
-        evaluation["sit (greedy)"]["none"]["success_rate"]
-        - evaluation["sit (TFLite int8)"]["none"]["success_rate"]
+    assert set(f32["parity"]["action_agreement_by_view"]) == SIT_VIEWS
+    assert f"int8 agreed on {int8['parity']['action_agreement']:.0%} of them (largest logit" in flat
+    assert f"difference {int8['parity']['max_abs_diff/logits']:.2f})" in flat
+    assert (
+        f32["parity"]["passed"]
+        and int8["parity"]["passed"]
+        and "parity_failures" not in report["success"]["export"]
     )
-    assert f"loses {loss:.2f} success" in flat
     assert (
         f"Their files are {f32['bytes'] / 1e3:.0f} kB (float32) and {int8['bytes'] / 1e3:.0f} kB (int8)"
         in flat
@@ -780,3 +784,30 @@ def test_the_third_cnn_seed_is_quoted_as_measured():
         + "N1 {:.2f}, N2 {:.2f}, N3 {:.2f}, rotated {:.2f}".format(*(greedy[r]["success_rate"] for r in rows))
     )
     assert text in " ".join((DOCS / "lavacrossing.md").read_text().split()), text
+
+
+def test_deployment_table_is_the_report():
+    """docs/export.md's deployment table is the benchmark's, and the prose quotes its numbers."""
+    report = _report("export_quantisation.json")
+    assert report["table"] in EXPORT and "`benchmarks/reference/export_quantisation.json`" in EXPORT
+    results = report["results"]
+    for name in ("sit", "sit_bf16"):  # the demo's SiT, trained in float32 and under mixed_bfloat16
+        result = results[name]
+        assert set(result["views"]) == SIT_VIEWS
+        for quantization in ("float16", "int8"):
+            parity = result["parity"][quantization]
+            assert parity["passed"] and set(parity["action_agreement_by_view"]) == SIT_VIEWS
+            for view, summary in result["behaviour"][quantization].items():
+                assert summary["num_episodes"] == 200
+                float32 = result["behaviour"]["float32"][view]["success_rate"]
+                assert abs(summary["success_rate"] - float32) <= 0.02, (name, quantization, view)
+        assert max(result["symmetry_error"]["int8"].values()) == 0.0
+    flat = " ".join(EXPORT.split())
+    int8 = {name: results[name]["parity"]["int8"] for name in ("sit", "sit_bf16")}
+    largest = max(p["max_abs_diff/logits"] for p in int8.values())
+    assert all(p["action_agreement"] == 1.0 for p in int8.values())
+    assert f"The largest logit difference is {largest:.2f}" in flat
+    sizes = results["sit"]["bytes"]
+    assert f"({sizes['int8'] / 1e3:.0f} kB, {sizes['int8'] / sizes['float32']:.0%} of float32)" in flat
+    ratio = results["sit"]["latency"]["vs_float32"]["batch1"]["xnnpack"]["int8"]
+    assert f"int8 SiT at batch 1 takes {ratio:.2f}x float32's time" in flat
