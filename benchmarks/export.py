@@ -53,7 +53,7 @@ from sit_keras.export.exporter import NUM_EXAMPLES, export_policy  # noqa: E402
 from sit_keras.export.op_profile import profile_ops  # noqa: E402
 from sit_keras.export.policy_model import load_trained_policy  # noqa: E402
 from sit_keras.export.random_policy import EXAMPLE_POLICIES, write_example_policy_folder  # noqa: E402
-from sit_keras.export.rollouts import collect_examples, representative_data  # noqa: E402
+from sit_keras.export.rollouts import collect_examples, representative_data, split_steps  # noqa: E402
 from sit_keras.export.runtime import make_interpreter  # noqa: E402
 from sit_keras.export.tflite import QUANTIZATIONS, convert_function  # noqa: E402
 
@@ -91,7 +91,7 @@ def _export_all_ops_int8(root_dir: str, path: str) -> int:
     """Writes the int8 model with every op in int8 (the exporter's calibration data); returns its size."""
     policy = load_trained_policy(root_dir)
     views = policy.invariant_transforms
-    calibration = collect_examples(policy, NUM_EXAMPLES, seed=EXPORT_SEED, transforms=views)[0::2]
+    calibration, _ = split_steps(collect_examples(policy, NUM_EXAMPLES, seed=EXPORT_SEED, transforms=views))
     function = policy.serving_function(batch_size=1)
     flatbuffer = convert_function(
         function,

@@ -4,7 +4,7 @@ For each trained policy folder (``--policies name=root_dir,...``), in one proces
 
 - **export**: ``sit-export`` to TFLite float32, float16, dynamic_int8 and int8
   (``export.tflite``: the exporter's recipe and its parity gate, on its
-  default 2048 rollout steps: every other one calibrates int8, the rest
+  default 2048 rollout steps: the even steps calibrate int8, the odd ones
   check; rotated and flipped views too where the encoder is invariant);
 - **agreement**: the parity report's greedy-action agreement with
   TensorFlow, overall and per view;
@@ -54,7 +54,7 @@ from sit_keras.agents.environments.transforms import parse_transform
 from sit_keras.benchmarking import environment, write_report
 from sit_keras.export.exporter import NUM_EXAMPLES, export_policy
 from sit_keras.export.policy_model import TrainedPolicy, load_trained_policy
-from sit_keras.export.rollouts import Example, collect_examples
+from sit_keras.export.rollouts import Example, collect_examples, split_steps
 from sit_keras.export.runtime import TFLitePolicy
 from sit_keras.export.tflite import QUANTIZATIONS, convert_function
 from sit_keras.export.tflite_py_policy import TFLitePyPolicy
@@ -88,7 +88,7 @@ def _write_batch_models(
 ) -> dict[str, str]:
     """Every quantisation at ``batch_size``, with the export's recipe and calibration steps; their paths."""
     function = policy.serving_function(batch_size=batch_size)
-    calibration = _batched(examples[0::2], batch_size)
+    calibration = _batched(split_steps(examples)[0], batch_size)
     paths = {}
     for quantization in QUANTIZATIONS:
         flatbuffer = convert_function(
@@ -182,7 +182,7 @@ def benchmark_policy(name: str, root_dir: str, args: argparse.Namespace, work: s
     print(f"   exported: {result['bytes']}", flush=True)
     # The export's rollout steps again (greedy policy, same seeds: the same steps).
     examples = collect_examples(policy, NUM_EXAMPLES, seed=EXPORT_SEED, transforms=views)
-    held_out = examples[1::2]
+    held_out = split_steps(examples)[1]
     if views:
         result["symmetry_error"] = {q: symmetry_error(m["path"], held_out, views) for q, m in models.items()}
     elif policy.takes_sensor_set:

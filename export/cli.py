@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from absl import flags
 
 from sit_keras.command_line import parse_flags, quiet_library_logs
-from sit_keras.export import tflite
+from sit_keras.export import exporter, tflite
 from sit_keras.export.exporter import FORMATS, NUM_EXAMPLES, check_export_arguments, export_policy
 
 PROGRAM = "sit-export"
@@ -94,6 +94,7 @@ flags.mark_flag_as_required("root_dir", flag_values=FLAGS)
 
 
 def _interrupt(signum: int, frame: object) -> None:
+    exporter.INTERRUPTED.set()  # seen before the commit even if this exception is dropped
     raise KeyboardInterrupt
 
 
@@ -138,7 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     quiet_library_logs()
     # SIGTERM (a scheduler, `kill`) unwinds like Ctrl-C, so the export removes what it staged.
-    signal.signal(signal.SIGTERM, _interrupt)
+    exporter.INTERRUPTED.clear()
+    previous = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         report = export_policy(
             FLAGS.root_dir, output_dir, FLAGS.model_name, FLAGS.formats, FLAGS.quantizations,
@@ -151,6 +153,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _error(str(error), EXPORT_FAILED)
     except KeyboardInterrupt:
         return _error(f"interrupted; nothing was exported to {output_dir}.", INTERRUPTED)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     print(json.dumps(report["models"], indent=2))
     for name in report.get("parity_failures", []):
         model = report["models"][name]

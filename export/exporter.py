@@ -32,6 +32,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,14 +44,21 @@ from sit_keras.export import runtime, saved_model, tflite
 from sit_keras.export.metadata import build_metadata
 from sit_keras.export.parity import compare
 from sit_keras.export.policy_model import TrainedPolicy, load_trained_policy
-from sit_keras.export.rollouts import collect_examples, representative_data
+from sit_keras.export.rollouts import collect_examples, representative_data, split_steps
 
 FORMATS = ("saved_model", "tflite")
 REPORT_FILE = "export_report.json"
-# Held-out steps are every other rollout step: at least one to calibrate int8 and one to check parity.
+# Held-out steps are the odd rollout steps (rollouts.split_steps): at least one to calibrate int8 and one
+# to check parity.
 MIN_EXAMPLES = 2
 # The default: 1024 steps calibrate, 1024 check parity (issue 29 asks for at least 1000 real states).
 NUM_EXAMPLES = 2048
+
+
+# Set by sit-export's SIGTERM / Ctrl-C handler, which also raises KeyboardInterrupt. Python drops an
+# exception raised inside a finalizer (the converter's interpreters and generators are closed in
+# them), so the export checks this flag before it commits anything.
+INTERRUPTED = threading.Event()
 
 
 class ParityError(ValueError):
@@ -107,8 +115,8 @@ def check_export_arguments(
         )
     if not _is_int(num_examples) or num_examples < MIN_EXAMPLES:
         raise ValueError(
-            f"num_examples must be an integer of at least {MIN_EXAMPLES} (every other rollout step "
-            f"calibrates int8 models, the rest check parity); received {num_examples!r}."
+            f"num_examples must be an integer of at least {MIN_EXAMPLES} (half the rollout steps "
+            f"calibrate int8 models, the rest check parity); received {num_examples!r}."
         )
     if version is not None and (not _is_int(version) or version < 1):
         raise ValueError(
@@ -161,11 +169,12 @@ def export_policy(
       max_sensors: rows of a sensor set TFLite model (default: the training
         observation's); the SavedModel takes any number.
       num_examples: real rollout steps of the policy in its training
-        environment (seeds from ``seed``), at least 2: every other step
-        calibrates int8 models, the rest check every TFLite model against
-        TensorFlow. They are shared between the upright environment and one
-        per transform of ``policy.invariant_transforms`` (the SiT family:
-        rotations and flips), so both halves see every view.
+        environment (seeds from ``seed``), at least 2: the even steps of
+        every environment calibrate int8 models, the odd ones check every
+        TFLite model against TensorFlow (``rollouts.split_steps``). The steps
+        are shared between the upright environment and one per transform of
+        ``policy.invariant_transforms`` (the SiT family: rotations and flips),
+        so both halves see every view.
       allow_flex_ops: allow TensorFlow (Flex) ops in TFLite models.
       version: the SavedModel version, at least 1 (default: the next free one).
       serving_base_path: the model server's path of ``<output_dir>/saved_model``.
@@ -237,6 +246,8 @@ def export_policy(
         with open(report_path, "w") as f:
             json.dump(report, f, indent=2)
         transaction.add(report_path, os.path.join(output_dir, REPORT_FILE))
+        if INTERRUPTED.is_set():  # a signal whose KeyboardInterrupt was dropped: nothing is committed
+            raise KeyboardInterrupt
         transaction.commit()
         if "saved_model" in formats:
             saved_model.write_models_config(serving_dir, serving_base_path)
@@ -286,8 +297,7 @@ def _export_tflite(
     examples = collect_examples(
         policy, num_examples, seed=seed, num_sensors=num_sensors, transforms=policy.invariant_transforms
     )
-    # Alternate steps: both halves span the same stretch of episodes (int8 ranges need late states too).
-    calibration, held_out = examples[0::2], examples[1::2]
+    calibration, held_out = split_steps(examples)
     function = policy.serving_function(batch_size=1, num_sensors=num_sensors)
     staging = transaction.stage("tflite")
     os.makedirs(staging, exist_ok=True)

@@ -27,12 +27,14 @@ from sit_keras.export.runtime import pad_sensors
 class Example:
     """One step of one environment: the serving inputs (batch axis 1) and TensorFlow's outputs.
 
-    ``view``: the observation transform of its environment (``"none"``: upright).
+    ``view``: the observation transform of its environment (``"none"``: upright);
+    ``step``: its step in the rollout (all environments of a batch step together).
     """
 
     inputs: dict[str, np.ndarray]
     outputs: dict[str, np.ndarray]
     view: str = "none"
+    step: int = 0
 
 
 def collect_examples(
@@ -87,6 +89,7 @@ def _rollout_examples(
         time_step = env.reset()
         initial = [t.numpy() for t in policy.initial_state(num_envs, num_sensors)]
         state = initial
+        step = 0
         while len(examples) < num_examples:
             state = _reset_rows(state, initial, np.asarray(time_step.step_type) == 0)
             inputs = _inputs(policy, np.asarray(time_step.observation), state, num_sensors)
@@ -97,8 +100,10 @@ def _rollout_examples(
                         {k: v[i : i + 1] for k, v in inputs.items()},
                         {k: v[i : i + 1] for k, v in outputs.items()},
                         transform or "none",
+                        step,
                     )
                 )
+            step += 1
             state = [outputs["next_" + name] for name in policy.state_names]
             time_step = env.step(outputs["action"])
     finally:
@@ -133,6 +138,20 @@ def _call_arguments(policy: TrainedPolicy, inputs: dict[str, np.ndarray]) -> dic
         "state": [tf.constant(inputs[name]) for name in policy.state_names],
         "sensor_mask": tf.constant(inputs[SENSOR_MASK]) if SENSOR_MASK in inputs else None,
     }
+
+
+def split_steps(examples: list[Example]) -> tuple[list[Example], list[Example]]:
+    """``(calibration, held_out)``: the examples of even and of odd rollout steps.
+
+    Every environment and view is in both halves, over the same stretch of
+    its episodes: int8 ranges need the states a held-out step can reach. (An
+    alternate split by position would give each half whole environments,
+    and a long episode, such as DMC's 1000 steps, visits in one environment
+    what the others never do within the rollout.)
+    """
+    if len({e.step for e in examples}) < 2:  # one batched step (a few examples): alternate environments
+        return examples[0::2], examples[1::2]
+    return [e for e in examples if e.step % 2 == 0], [e for e in examples if e.step % 2 == 1]
 
 
 def representative_data(examples: list[Example]):

@@ -207,6 +207,22 @@ def test_sigterm_during_an_export_leaves_nothing(exported, tmp_path):
     assert not output.exists()  # the folder, its staging copy and its lock: this export created them all
 
 
+def test_an_interrupt_whose_exception_was_dropped_still_exports_nothing(exported, tmp_path):
+    """Python drops a KeyboardInterrupt raised inside a finalizer (the converter's interpreters): the
+    flag the signal handler sets stops the export before it commits, and nothing is left behind."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(exported)))
+    output = tmp_path / "export"
+    exporter.INTERRUPTED.set()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            exporter.export_policy(
+                root, str(output), formats=["tflite"], quantizations=["float32"], num_examples=8
+            )
+    finally:
+        exporter.INTERRUPTED.clear()
+    assert not output.exists()
+
+
 def test_a_flipped_bit_runs_only_when_the_check_is_skipped_explicitly(exported, tmp_path):
     flipped = str(tmp_path / "policy_float32.tflite")
     shutil.copy(exported, flipped)

@@ -66,7 +66,9 @@ def _max_diff(parity: dict) -> float:
 def test_float32_tflite_matches_tensorflow(exported):
     _, _, report = exported
     parity = report["models"]["tflite_float32"]["parity"]
-    assert parity["num_examples"] == NUM_EXAMPLES // 2
+    # The odd rollout steps (rollouts.split_steps): half, or a little less when the steps are shared
+    # between views (the SiT family's six: steps of 4, 4 and 3 examples each).
+    assert 3 * NUM_EXAMPLES // 8 <= parity["num_examples"] <= NUM_EXAMPLES // 2
     assert parity["action_agreement"] == 1.0 and parity["unexplained_disagreements"] == 0
     assert _max_diff(parity) < 1e-4
 

@@ -16,7 +16,7 @@ from sit_keras.export.exporter import export_policy
 from sit_keras.export.normalisation import normalisation_nodes
 from sit_keras.export.policy_model import load_trained_policy
 from sit_keras.export.random_policy import write_example_policy_folder
-from sit_keras.export.rollouts import collect_examples
+from sit_keras.export.rollouts import Example, collect_examples, split_steps
 from sit_keras.export.runtime import TFLitePolicy
 
 TOKENS, FEATURES = 8, 16
@@ -154,3 +154,19 @@ def test_sit_export_recipe_options_reach_the_model_and_its_metadata(tmp_path, ca
         assert options["int8_float_normalisations"] is not full
     assert {"BATCH_MATMUL", "RSQRT", "MUL"} <= float_types["recipe"]
     assert float_types["full"] <= {"CAST"}, float_types["full"]  # only the uint8 input, cast to float
+
+
+def test_split_steps_gives_both_halves_every_environment_and_view():
+    """Even steps calibrate, odd ones check: each half has every environment of every view (a split by
+    position would give each half whole environments, as two of four)."""
+    examples = [
+        Example({"env": np.array([env])}, {}, view, step)
+        for view in ("none", "rot90") for step in range(3) for env in range(4)
+    ]  # fmt: skip
+    calibration, held_out = split_steps(examples)
+    assert {e.step for e in calibration} == {0, 2} and {e.step for e in held_out} == {1}
+    every = {(view, env) for view in ("none", "rot90") for env in range(4)}
+    for half in (calibration, held_out):
+        assert {(e.view, int(e.inputs["env"][0])) for e in half} == every
+    one_step = examples[:4]
+    assert split_steps(one_step) == (one_step[0::2], one_step[1::2])
