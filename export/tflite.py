@@ -7,7 +7,7 @@
   data set of real observations (``representative``), except the op types
   in ``FLOAT_OPS_IN_INT8`` and the normalisations (``export.normalisation``:
   the ops that compute and apply each ``1 / sqrt`` of a LayerNorm or of the
-  local GSA's weights, whose int8 rounding changed 14-20% of the demo SiT's
+  local GSA's weights, whose int8 rounding changed 14-34% of the demo SiTs'
   greedy actions): they run in float32 on weights stored as int8
   (``float_ops=()`` and ``float_normalisations=False``: every op in int8,
   the converter's full-integer model).
