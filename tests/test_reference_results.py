@@ -811,3 +811,28 @@ def test_deployment_table_is_the_report():
     assert f"({sizes['int8'] / 1e3:.0f} kB, {sizes['int8'] / sizes['float32']:.0%} of float32)" in flat
     ratio = results["sit"]["latency"]["vs_float32"]["batch1"]["xnnpack"]["int8"]
     assert f"int8 SiT at batch 1 takes {ratio:.2f}x float32's time" in flat
+
+
+def test_the_chiral_seed0_run_to_3m_is_quoted_as_measured():
+    report = _report("lavacrossing_chiral_seed0_3m.json")
+    assert report["seed"] == 0 and report["budget_env_steps"] == 3_000_000
+    assert [part["env_steps"] for part in report["parts"]] == [
+        [0, 1001472],
+        [1001472, 1400832],
+        [1400832, 3000000],
+    ]
+    assert all(part["command"] and part["commit"] for part in report["parts"])
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    greedy, sampling = report["greedy"], report["sampling"]
+    for row in report["rows"]:
+        cells = (
+            f"| {row} | {greedy[row]['success_rate']:.2f} ({sampling[row]['success_rate']:.2f}) | "
+            f"{greedy[row]['mean_return']:.2f} ({sampling[row]['mean_return']:.2f}) |"
+        )
+        assert cells in page, row
+    easy = f"easy levels {greedy['train: easy']['success_rate']:.2f} greedy, "
+    easy += f"{sampling['train: easy']['success_rate']:.2f} sampling"
+    assert (
+        easy in " ".join(RESULTS.split())
+        and "`benchmarks/reference/lavacrossing_chiral_seed0_3m.json`" in RESULTS
+    )
