@@ -51,13 +51,15 @@ REPORT_FILE = "export_report.json"
 # Held-out steps are the odd rollout steps (rollouts.split_steps): at least one to calibrate int8 and one
 # to check parity.
 MIN_EXAMPLES = 2
-# The default: 1024 steps calibrate, 1024 check parity (issue 29 asks for at least 1000 real states).
+# The default: about 1024 steps calibrate and 1024 check parity (issue 29 asks for at least 1000 real
+# states); with several views the halves differ by a few steps (rollouts.split_steps).
 NUM_EXAMPLES = 2048
 
 
-# Set by sit-export's SIGTERM / Ctrl-C handler, which also raises KeyboardInterrupt. Python drops an
-# exception raised inside a finalizer (the converter's interpreters and generators are closed in
-# them), so the export checks this flag before it commits anything.
+# Set by sit-export's SIGTERM / Ctrl-C handler, which also raises KeyboardInterrupt. Once, under load, an
+# export finished normally after its SIGTERM: the exception can be lost (Python drops one raised inside a
+# finalizer, and the converter closes interpreters and generators in them), so the export checks this
+# flag before it commits anything.
 INTERRUPTED = threading.Event()
 
 

@@ -208,8 +208,8 @@ def test_sigterm_during_an_export_leaves_nothing(exported, tmp_path):
 
 
 def test_an_interrupt_whose_exception_was_dropped_still_exports_nothing(exported, tmp_path):
-    """Python drops a KeyboardInterrupt raised inside a finalizer (the converter's interpreters): the
-    flag the signal handler sets stops the export before it commits, and nothing is left behind."""
+    """A signal's KeyboardInterrupt can be lost (Python drops one raised inside a finalizer): the flag
+    the signal handler sets stops the export before it commits, and nothing is left behind."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(exported)))
     output = tmp_path / "export"
     exporter.INTERRUPTED.set()
