@@ -790,6 +790,7 @@ def test_deployment_table_is_the_report():
     """docs/export.md's deployment table is the benchmark's, and the prose quotes its numbers."""
     report = _report("export_quantisation.json")
     assert report["table"] in EXPORT and "`benchmarks/reference/export_quantisation.json`" in EXPORT
+    assert "`benchmarks/reference/export_quantisation.json`" in README
     results = report["results"]
     for name in ("sit", "sit_bf16"):  # the demo's SiT, trained in float32 and under mixed_bfloat16
         result = results[name]
