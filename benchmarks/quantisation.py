@@ -2,10 +2,13 @@
 
 For each trained policy folder (``--policies name=root_dir,...``), in one process:
 
-- **export**: ``sit-export`` to TFLite float32, float16, dynamic_int8 and int8
-  (``export.tflite``: the exporter's recipe and its parity gate, on its
-  default 2048 rollout steps: the even steps calibrate int8, the odd ones
-  check; rotated and flipped views too where the encoder is invariant);
+- **export**: ``sit-export`` to TFLite in every quantisation
+  (``export.tflite``: float32, float16, dynamic_int8, int8 and int16x8; the
+  exporter's recipes and its parity gate, on its default 2048 rollout
+  steps: the even steps calibrate int8 and int16x8, the odd ones check;
+  rotated and flipped views too where the encoder is invariant). A model
+  the runtime cannot run (the SiT family's int16x8, ``export.tflite``) is
+  reported as such and not measured further;
 - **agreement**: the parity report's greedy-action agreement with
   TensorFlow, overall and per view;
 - **behaviour**: success rate and mean return of each TFLite model (greedy,
@@ -19,8 +22,10 @@ For each trained policy folder (``--policies name=root_dir,...``), in one proces
   held-out readings are replayed with the sensors in another order, and
   its behaviour with the sensors shuffled every episode (``"shuffled"``);
 - **latency**: ms per call at batch 1 (what a robot runs) and batch 16,
-  with XNNPACK (the default delegate) and with TFLite's built-in kernels
-  (XNNPACK off), one thread, on held-out observations. A latency is the
+  with XNNPACK (the default delegate), with TFLite's built-in kernels
+  (XNNPACK off) and with its reference kernels (``BUILTIN_REF``: plain C++,
+  what a port to a new processor starts from), one thread, on held-out
+  observations. A latency is the
   median over ``--rounds`` of the mean call time; a ratio to float32 is the
   median of the per-round ratios (these machines are noisy).
 
@@ -60,7 +65,11 @@ from sit_keras.export.tflite import QUANTIZATIONS, convert_function
 from sit_keras.export.tflite_py_policy import TFLitePyPolicy
 
 BATCH_SIZES = (1, 16)
-KERNELS = {"xnnpack": OpResolverType.AUTO, "builtin": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES}
+KERNELS = {
+    "xnnpack": OpResolverType.AUTO,
+    "builtin": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+    "reference": OpResolverType.BUILTIN_REF,
+}
 # The exporter's rollout seed: the same held-out steps as its parity report.
 EXPORT_SEED = 20_000
 # Held-out upright observations transformed for the symmetry error.
@@ -84,13 +93,13 @@ def _batched(examples: list[Example], batch_size: int) -> list[dict[str, np.ndar
 
 
 def _write_batch_models(
-    policy: TrainedPolicy, examples: list[Example], batch_size: int, folder: str
+    policy: TrainedPolicy, examples: list[Example], batch_size: int, folder: str, quantizations: list[str]
 ) -> dict[str, str]:
-    """Every quantisation at ``batch_size``, with the export's recipe and calibration steps; their paths."""
+    """The quantisations at ``batch_size``, with the export's recipes and calibration steps; their paths."""
     function = policy.serving_function(batch_size=batch_size)
     calibration = _batched(split_steps(examples)[0], batch_size)
     paths = {}
-    for quantization in QUANTIZATIONS:
+    for quantization in quantizations:
         flatbuffer = convert_function(
             function, policy.network, quantization, lambda: iter(calibration), allow_flex_ops=False
         )
@@ -171,15 +180,18 @@ def benchmark_policy(name: str, root_dir: str, args: argparse.Namespace, work: s
         root_dir, os.path.join(work, name), model_name=name, formats=["tflite"], quantizations=QUANTIZATIONS,
         seed=EXPORT_SEED, allow_parity_failure=True,
     )  # fmt: skip
-    models = {q: report["models"][f"tflite_{q}"] for q in QUANTIZATIONS}
+    exported = {q: report["models"][f"tflite_{q}"] for q in QUANTIZATIONS}
     result: dict[str, Any] = {
         "root_dir": root_dir,
         "env": policy.description.env_name,
         "views": ["none", *views],
-        "bytes": {q: m["bytes"] for q, m in models.items()},
-        "parity": {q: m["parity"] for q, m in models.items()},
+        "bytes": {q: m["bytes"] for q, m in exported.items()},
+        "parity": {q: m["parity"] for q, m in exported.items()},
     }
     print(f"   exported: {result['bytes']}", flush=True)
+    # What the runtime refused to run (parity says why) is not measured further.
+    models = {q: m for q, m in exported.items() if "runtime_error" not in m["parity"]}
+    result["cannot_run"] = {q: m["parity"]["runtime_error"] for q, m in exported.items() if q not in models}
     # The export's rollout steps again (greedy policy, same seeds: the same steps).
     examples = collect_examples(policy, NUM_EXAMPLES, seed=EXPORT_SEED, transforms=views)
     held_out = split_steps(examples)[1]
@@ -192,7 +204,8 @@ def benchmark_policy(name: str, root_dir: str, args: argparse.Namespace, work: s
     paths = {1: {q: m["path"] for q, m in models.items()}}
     inputs = {1: [e.inputs for e in held_out]}
     for batch_size in BATCH_SIZES[1:]:
-        paths[batch_size] = _write_batch_models(policy, examples, batch_size, os.path.join(work, name))
+        folder = os.path.join(work, name)
+        paths[batch_size] = _write_batch_models(policy, examples, batch_size, folder, [*models])
         inputs[batch_size] = _batched(held_out, batch_size)
     result["latency"] = measure_latency(paths, inputs, args.rounds, args.calls)
     print(f"   latency: {result['latency']['vs_float32']}", flush=True)
@@ -224,12 +237,17 @@ def format_table(results: dict[str, dict[str, Any]]) -> str:
     """The deployment table: one row per policy and quantisation."""
     lines = [
         "| policy | quantisation | kB | b1 ms XNNPACK (x f32) | b16 ms XNNPACK (x f32) "
-        "| b1 ms built-in (x f32) | agreement (worst view) | success, views avg (return) | symmetry error |",
-        "|" + " --- |" * 9,
+        "| b1 ms built-in (x f32) | b1 ms reference (x f32) | agreement (worst view) "
+        "| success, views avg (return) | symmetry error |",
+        "|" + " --- |" * 10,
     ]
     for name, r in results.items():
         ms, ratio = r["latency"]["ms"], r["latency"]["vs_float32"]
         for q in QUANTIZATIONS:
+            if q in r["cannot_run"]:
+                size = f"{r['bytes'][q] / 1e3:.0f}"
+                lines.append(f"| {name} | {q} | {size} | the runtime cannot run it |" + " |" * 6)
+                continue
             parity = r["parity"][q]
             worst = min(parity.get("action_agreement_by_view", {"": parity["action_agreement"]}).values())
             runs = r["behaviour"][q].values()
@@ -241,6 +259,7 @@ def format_table(results: dict[str, dict[str, Any]]) -> str:
                 f"{ms['batch1']['xnnpack'][q]:.3f} ({ratio['batch1']['xnnpack'][q]:.2f})",
                 f"{ms['batch16']['xnnpack'][q]:.3f} ({ratio['batch16']['xnnpack'][q]:.2f})",
                 f"{ms['batch1']['builtin'][q]:.3f} ({ratio['batch1']['builtin'][q]:.2f})",
+                f"{ms['batch1']['reference'][q]:.3f} ({ratio['batch1']['reference'][q]:.2f})",
                 f"{parity['action_agreement']:.3f} ({worst:.3f})",
                 f"{success:.3f} ({returns:.2f})",
                 "-" if symmetry is None else f"{symmetry:.1e}",

@@ -48,7 +48,13 @@ flags.DEFINE_string(
     "model_name", "policy", "TF Serving model name and TFLite file prefix.", flag_values=FLAGS
 )
 flags.DEFINE_list("formats", list(FORMATS), "Formats to export.", flag_values=FLAGS)
-flags.DEFINE_list("quantizations", list(tflite.QUANTIZATIONS), "TFLite quantisations.", flag_values=FLAGS)
+flags.DEFINE_list(
+    "quantizations",
+    list(tflite.DEFAULT_QUANTIZATIONS),
+    f"TFLite quantisations, some of {', '.join(tflite.QUANTIZATIONS)} (int16x8: for policies on observation "
+    "vectors).",
+    flag_values=FLAGS,
+)
 flags.DEFINE_integer(
     "max_sensors", None, "Rows of a sensor set TFLite model (default: as trained).", flag_values=FLAGS
 )

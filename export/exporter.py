@@ -79,7 +79,7 @@ def check_export_arguments(
     output_dir: str,
     model_name: str = "policy",
     formats: Sequence[str] = FORMATS,
-    quantizations: Sequence[str] = tflite.QUANTIZATIONS,
+    quantizations: Sequence[str] = tflite.DEFAULT_QUANTIZATIONS,
     max_sensors: int | None = None,
     num_examples: int = NUM_EXAMPLES,
     version: int | None = None,
@@ -146,7 +146,7 @@ def export_policy(
     output_dir: str,
     model_name: str = "policy",
     formats: Sequence[str] = FORMATS,
-    quantizations: Sequence[str] = tflite.QUANTIZATIONS,
+    quantizations: Sequence[str] = tflite.DEFAULT_QUANTIZATIONS,
     max_sensors: int | None = None,
     num_examples: int = NUM_EXAMPLES,
     allow_flex_ops: bool = False,
@@ -167,12 +167,14 @@ def export_policy(
       output_dir: where the models go (layout in the module docstring);
         created if missing, and removed again if the export fails.
       model_name: the TF Serving model name and the TFLite file prefix.
-      formats, quantizations: subsets of ``FORMATS`` and ``tflite.QUANTIZATIONS``.
+      formats, quantizations: subsets of ``FORMATS`` and ``tflite.QUANTIZATIONS``
+        (default ``tflite.DEFAULT_QUANTIZATIONS``; ``int16x8`` is the recipe for
+        policies on observation vectors, docs/export.md).
       max_sensors: rows of a sensor set TFLite model (default: the training
         observation's); the SavedModel takes any number.
       num_examples: real rollout steps of the policy in its training
         environment (seeds from ``seed``), at least 2: the even steps of
-        every environment calibrate int8 models, the odd ones check every
+        every environment calibrate int8 and int16x8 models, the odd ones check every
         TFLite model against TensorFlow (``rollouts.split_steps``). The steps
         are shared between the upright environment and one per transform of
         ``policy.invariant_transforms`` (the SiT family: rotations and flips),

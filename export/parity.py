@@ -26,7 +26,8 @@ inputs and states) and checks three things. A model passes only if all hold:
   the action). A model that collapses to a constant fails even where the
   reference's spread is within the agreement tolerance.
 
-Non-finite TFLite outputs fail too. The report lists every failed check in
+Non-finite TFLite outputs fail too, and so does a model the runtime refuses to
+run (an op without a kernel for its types), with the runtime's reason. The report lists every failed check in
 words (``failed_checks``), so ``sit-export`` can name them in one sentence.
 """
 
@@ -88,8 +89,11 @@ def compare(
     if not examples:
         raise ValueError("Parity needs at least one held-out example; received none.")
     runner = make_interpreter(model_path, num_threads).get_signature_runner()
-    with quiet.filtered_stderr():  # LiteRT's "Created TensorFlow Lite XNNPACK delegate" at the first run
-        results = [runner(**example.inputs) for example in examples]
+    try:
+        with quiet.filtered_stderr():  # LiteRT's "Created TensorFlow Lite XNNPACK delegate" at the first run
+            results = [runner(**example.inputs) for example in examples]
+    except RuntimeError as error:  # e.g. an op the converter quantised but the runtime has no kernel for
+        return _cannot_run(len(examples), str(error))
     references = [example.outputs for example in examples]
     diffs: dict[str, float] = {}
     non_finite: set[str] = set()
@@ -143,6 +147,19 @@ def compare(
     report["failed_checks"] = failed
     report["passed"] = not failed
     return report
+
+
+def _cannot_run(num_examples: int, error: str) -> dict[str, Any]:
+    """The report of a model that the runtime refuses to run: failed, with the runtime's first sentence."""
+    reason = (error.strip().splitlines() or ["no reason given"])[0]
+    return {
+        "num_examples": num_examples,
+        "action_agreement": 0.0,
+        "min_action_agreement": MIN_ACTION_AGREEMENT,
+        "failed_checks": [f"the TFLite runtime cannot run it ({reason})"],
+        "runtime_error": reason,
+        "passed": False,
+    }
 
 
 def _continuous_checks(

@@ -1,4 +1,4 @@
-"""TFLite conversion of a trained policy's serving function, in four quantisations.
+"""TFLite conversion of a trained policy's serving function, in five quantisations.
 
 - ``float32``: no quantisation.
 - ``float16``: float16 weights (dequantised at load), float32 compute.
@@ -11,7 +11,22 @@
   greedy actions): they run in float32 on weights stored as int8
   (``float_ops=()`` and ``float_normalisations=False``: every op in int8,
   the converter's full-integer model).
-  The model's inputs and outputs keep their types (uint8 images or float32
+- ``int16x8``: int8 weights and int16 activations (TFLite's 16x8 mode),
+  calibrated the same way; ops without a 16x8 kernel run in float32. The
+  recipe for policies on float observation vectors (a SAC actor, the
+  AttentionNeuron): 8-bit activations with one scale per tensor cannot hold
+  a state whose components differ in range by orders of magnitude, nor the
+  tanh-normal head's location beside its clipped log-scale (one scale for
+  both made positive locations 0 in the cart-pole SAC actor); 16 bits can.
+  XNNPACK has no 16x8 kernels, so these run on TFLite's built-in kernels.
+  Not in ``DEFAULT_QUANTIZATIONS``, and not for the SiT family: the
+  converter quantises LayerNorm's SQUARED_DIFFERENCE to 16 bits, which the
+  runtime cannot run (its parity check fails and says so), and the
+  converter's selective quantisation, which keeps such ops in float32 for
+  ``int8``, ignores the 16x8 mode. For image policies ``int8`` keeps the
+  behaviour (docs/export.md).
+
+The model's inputs and outputs keep their types (uint8 images or float32
   vectors in; float32 logits / values and the action out), so every
   quantisation is called the same way.
 
@@ -54,7 +69,11 @@ from sit_keras.export.int8_weights import store_weights_as_int8
 from sit_keras.export.normalisation import normalisation_nodes
 from sit_keras.export.policy_model import TrainedPolicy
 
-QUANTIZATIONS = ("float32", "float16", "dynamic_int8", "int8")
+QUANTIZATIONS = ("float32", "float16", "dynamic_int8", "int8", "int16x8")
+# What sit-export writes unless told otherwise.
+DEFAULT_QUANTIZATIONS = ("float32", "float16", "dynamic_int8", "int8")
+# The quantisations calibrated on representative data.
+CALIBRATED_QUANTIZATIONS = ("int8", "int16x8")
 
 # TFLite's built-in op types, the names ``float_ops`` takes.
 OP_TYPES: tuple[str, ...] = tuple(sorted(k for k in vars(schema.BuiltinOperator) if not k.startswith("_")))
@@ -86,7 +105,7 @@ def convert_function(
       function: a concrete function of one dict argument (named inputs).
       trackable: the object that owns the function's variables.
       quantization: one of ``QUANTIZATIONS``.
-      representative_data: for ``"int8"``: a callable returning an iterable
+      representative_data: for ``"int8"`` and ``"int16x8"``: a callable returning an iterable
         of input dicts (the function's input names to one example's arrays,
         with the batch axis).
       allow_flex_ops: also allow TensorFlow (Flex) ops; such a model needs
@@ -98,7 +117,7 @@ def convert_function(
         ``float_normalisations=False``: every op in int8.
 
     Raises:
-      ValueError: unknown quantisation, or ``"int8"`` without representative data.
+      ValueError: unknown quantisation, or a calibrated one without representative data.
       UnsupportedOpsError: an op outside the allowed op sets, named in the message.
     """
     if quantization not in QUANTIZATIONS:
@@ -111,22 +130,31 @@ def convert_function(
         converter.optimizations = [tf.lite.Optimize.DEFAULT]
     if quantization == "float16":
         converter.target_spec.supported_types = [tf.float16]
-    float_ops = tuple(float_ops)
+    float_ops = tuple(float_ops) if quantization == "int8" else ()
     float_nodes: list[str] = []
     if quantization == "int8" and float_normalisations:  # found in the float32 model (same tensor names)
         float_nodes = normalisation_nodes(
             convert_function(function, trackable, "float32", allow_flex_ops=allow_flex_ops)
         )
-    if quantization == "int8":
+    if quantization in CALIBRATED_QUANTIZATIONS:
         if representative_data is None:
-            raise ValueError("quantization='int8' needs representative_data (observations from rollouts).")
+            raise ValueError(
+                f"quantization={quantization!r} needs representative_data (observations from rollouts)."
+            )
         # Inputs by name (the model's signature), not by position: TFLite orders them its own way.
         converter.representative_dataset = lambda: (
             {name: np.asarray(value) for name, value in example.items()} for example in representative_data()
         )
+    if quantization == "int8":
         # With float ops the converter must also allow float built-in kernels.
         selective = bool(float_ops or float_nodes)
         ops = [tf.lite.OpsSet.TFLITE_BUILTINS if selective else tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    if quantization == "int16x8":
+        # The built-in float kernels for ops that have no 16x8 one.
+        ops = [
+            tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8,
+            tf.lite.OpsSet.TFLITE_BUILTINS,
+        ]
     if allow_flex_ops:
         ops.append(tf.lite.OpsSet.SELECT_TF_OPS)
     converter.target_spec.supported_ops = ops
@@ -135,8 +163,8 @@ def convert_function(
         with warnings.catch_warnings(), quiet.captured_stderr():
             # The converter's own calibrator uses tf.lite.Interpreter, which warns about its deprecation.
             warnings.filterwarnings("ignore", message=r"\s*Warning: tf.lite.Interpreter is deprecated")
-            if quantization == "int8" and (float_ops or float_nodes):
-                return _int8_with_float_ops(converter, float_ops, float_nodes)
+            if float_ops or float_nodes:
+                return _with_float_ops(converter, float_ops, float_nodes)
             return converter.convert()
     except Exception as error:  # the converter raises its own ConverterError subclasses
         unsupported = _unsupported_ops(str(error))
@@ -149,10 +177,10 @@ def convert_function(
         raise
 
 
-def _int8_with_float_ops(
+def _with_float_ops(
     converter: tf.lite.TFLiteConverter, float_ops: tuple[str, ...], float_nodes: Sequence[str]
 ) -> bytes:
-    """Calibrates; every op but ``float_ops`` and ``float_nodes`` in int8; their weights stored as int8.
+    """Calibrates; every op but ``float_ops`` and ``float_nodes`` quantised; their weights stored as int8.
 
     The converter's selective quantisation (``QuantizationDebugger`` with
     denylisted op types and nodes, by output tensor name): the kept ops get

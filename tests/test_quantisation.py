@@ -170,3 +170,61 @@ def test_split_steps_gives_both_halves_every_environment_and_view():
         assert {(e.view, int(e.inputs["env"][0])) for e in half} == every
     one_step = examples[:4]
     assert split_steps(one_step) == (one_step[0::2], one_step[1::2])
+
+
+def _tanh_normal_module() -> tuple[tf.types.experimental.ConcreteFunction, tf.Module]:
+    """A SAC actor's tanh-normal head: one projection split into a location and a clipped log-scale."""
+    module = tf.Module()
+    module.dense = tf.Variable(np.array([[1.0, -0.5], [0.5, 0.25]], np.float32))
+
+    @tf.function(input_signature=[{"x": tf.TensorSpec((1, 2), tf.float32, name="x")}])
+    def act(inputs):
+        loc, log_scale = tf.split(tf.matmul(inputs["x"], module.dense), 2, axis=-1)
+        return {"loc": tf.tanh(loc), "scale": tf.exp(tf.clip_by_value(log_scale, -5.0, 0.0))}
+
+    return act.get_concrete_function(), module
+
+
+def _states(count: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(-2, 2, (count, 2)).astype(np.float32)
+
+
+def test_int16x8_keeps_the_tanh_normal_location_that_int8_clips(tmp_path):
+    """int8 gives the split a single scale, which the clip of the log-scale narrows, so the location
+    loses its positive half (the cause of the cart-pole SAC actor's int8 failure); 16 bits keep it."""
+    function, module = _tanh_normal_module()
+    calibration = _states(256, 0)
+    errors = {}
+    for quantization in ("int8", "int16x8"):
+        flatbuffer = tflite.convert_function(
+            function, module, quantization, lambda: ({"x": s[None]} for s in calibration)
+        )
+        runner = Interpreter(model_content=flatbuffer).get_signature_runner()
+        states = _states(64, 1)
+        got = np.concatenate([runner(x=s[None])["loc"] for s in states])
+        errors[quantization] = float(np.max(np.abs(got - np.tanh(states @ module.dense.numpy()[:, :1]))))
+    assert errors["int16x8"] < 0.02 < 0.2 < errors["int8"], errors
+
+
+def test_int16x8_exports_a_sac_actor_and_refuses_one_it_cannot_run_in_words(tmp_path, capsys):
+    """Opt-in (not a default quantisation); a SiT's int16x8 model fails parity with the runtime's reason."""
+    from sit_keras.export import cli
+
+    assert "int16x8" in tflite.QUANTIZATIONS and "int16x8" not in tflite.DEFAULT_QUANTIZATIONS
+    root = str(tmp_path / "sac")
+    write_example_policy_folder(root, "sac_state")
+    output = str(tmp_path / "sac_out")
+    argv = ["--formats", "tflite", "--quantizations", "int16x8", "--num_examples", "24"]
+    assert cli.main(["--root_dir", root, "--output_dir", output, *argv]) == 0
+    with open(os.path.join(output, "tflite", "policy_int16x8.json")) as f:
+        parity = json.load(f)["export"]["parity"]
+    assert parity["passed"], parity
+    interpreter = Interpreter(model_path=os.path.join(output, "tflite", "policy_int16x8.tflite"))
+    assert np.int16 in {t["dtype"] for t in interpreter.get_tensor_details()}
+    root = str(tmp_path / "sit")
+    write_example_policy_folder(root, "sit")
+    capsys.readouterr()
+    assert cli.main(["--root_dir", root, "--output_dir", str(tmp_path / "sit_out"), *argv]) == 1
+    err = capsys.readouterr().err
+    assert "the TFLite runtime cannot run it (SquaredDifference" in err and "Traceback" not in err, err
+    assert not os.path.exists(tmp_path / "sit_out" / "tflite")
