@@ -55,6 +55,12 @@ Models (``--models``), with the kwargs of the PPO configs:
   corners of the 2x2-pixel cells, 8x8 tokens: the heading becomes a pattern
   over tokens); ``sit_small_g2_corners``: both changes,
   ``configs/minigrid/lavacrossing_sit_corners.gin``;
+- ``sit_small_chiral_m4_corners``: ``configs/minigrid/lavacrossing_sit_chiral.gin``
+  (a chiral 5x5 stem with four maps per channel, corner pooling);
+  ``..._translation``: its graphs shared by translations only
+  (``lavacrossing_sit_chiral_translation.gin``: the symmetry removed),
+  ``..._translation_stem`` / ``..._translation_gsa``: only the stem's or only
+  the GSA layers' graphs;
 - ``vit_small``: ``configs/minigrid/lavacrossing_vit.gin``.
 
 Each is followed by ``Dense(4)`` logits. The loss is the negative log of the
@@ -136,6 +142,10 @@ _SIT_SMALL = {
     "preset": "minigrid", "dim": 32, "num_heads": 4, "stem_kernel_size": 3, "pool_size": 2,
     "window": 3, "local_layers": 1, "global_layers": 1, "output_dim": 32,
 }  # fmt: skip
+_CHIRAL_M4_CORNERS = {
+    **_SIT_SMALL, "pool_padding": 1, "stem_kernel_size": 5, "stem_symmetry": "chiral",
+    "stem_depth_multiplier": 4,
+}  # fmt: skip
 MODELS: dict[str, dict[str, Any]] = {
     "cnn": {"encoder": "cnn", "kwargs": {"filters": (16, 32), "strides": 1}, "fc": (64,)},
     "sit_small": {"encoder": "sit", "kwargs": dict(_SIT_SMALL), "fc": ()},
@@ -156,15 +166,23 @@ MODELS: dict[str, dict[str, Any]] = {
         "kwargs": {**_SIT_SMALL, "pool_padding": 1, "stem_kernel_size": 5, "stem_symmetry": "chiral"},
         "fc": (),
     },
-    "sit_small_chiral_m4_corners": {
+    "sit_small_chiral_m4_corners": {"encoder": "sit", "kwargs": dict(_CHIRAL_M4_CORNERS), "fc": ()},
+    # Controls with the symmetry removed (issue 24): graphs shared by translations only, in the stem
+    # and the GSA layers ("_translation", configs/minigrid/lavacrossing_sit_chiral_translation.gin),
+    # in the stem only ("_translation_stem") or in the GSA layers only ("_translation_gsa").
+    "sit_small_chiral_m4_corners_translation": {
         "encoder": "sit",
-        "kwargs": {
-            **_SIT_SMALL,
-            "pool_padding": 1,
-            "stem_kernel_size": 5,
-            "stem_symmetry": "chiral",
-            "stem_depth_multiplier": 4,
-        },
+        "kwargs": {**_CHIRAL_M4_CORNERS, "stem_symmetry": "translation", "symmetry": "translation"},
+        "fc": (),
+    },
+    "sit_small_chiral_m4_corners_translation_stem": {
+        "encoder": "sit",
+        "kwargs": {**_CHIRAL_M4_CORNERS, "stem_symmetry": "translation"},
+        "fc": (),
+    },
+    "sit_small_chiral_m4_corners_translation_gsa": {
+        "encoder": "sit",
+        "kwargs": {**_CHIRAL_M4_CORNERS, "symmetry": "translation"},
         "fc": (),
     },
     "vit_small": {
