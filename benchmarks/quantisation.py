@@ -27,7 +27,8 @@ For each trained policy folder (``--policies name=root_dir,...``), in one proces
   what a port to a new processor starts from), one thread, on held-out
   observations. A latency is the
   median over ``--rounds`` of the mean call time; a ratio to float32 is the
-  median of the per-round ratios (these machines are noisy).
+  median of the per-round ratios (these machines are noisy). Each round
+  times the models in a new order, each after ``WARM_CALLS`` untimed calls.
 
 Usage::
 
@@ -72,6 +73,8 @@ KERNELS = {
 }
 # The exporter's rollout seed: the same held-out steps as its parity report.
 EXPORT_SEED = 20_000
+# Untimed calls before each timed block of a round (module docstring).
+WARM_CALLS = 10
 # Held-out upright observations transformed for the symmetry error.
 SYMMETRY_OBSERVATIONS = 64
 # collect_examples' default number of environments: its examples cycle through them step by step.
@@ -121,9 +124,16 @@ def measure_latency(
                 runner(**inputs[batch_size][0])  # first call: allocation
                 runners[(batch_size, kernels, quantization)] = runner
     per_round: dict[tuple, list[float]] = {key: [] for key in runners}
-    for _ in range(rounds):
-        for key, runner in runners.items():
-            batch = inputs[key[0]]
+    keys = list(runners)
+    for round_index in range(rounds):
+        # A new order each round, and warm calls before the timed ones: the model timed first after
+        # another one runs with a cold cache (float32, always first, once measured 0.6-0.8x float16,
+        # which runs the same float32 kernels).
+        for position in np.random.default_rng(round_index).permutation(len(keys)):
+            key = keys[position]
+            runner, batch = runners[key], inputs[key[0]]
+            for i in range(WARM_CALLS):
+                runner(**batch[i % len(batch)])
             start = time.perf_counter()
             for i in range(calls):
                 runner(**batch[i % len(batch)])

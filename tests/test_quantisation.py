@@ -228,3 +228,26 @@ def test_int16x8_exports_a_sac_actor_and_refuses_one_it_cannot_run_in_words(tmp_
     err = capsys.readouterr().err
     assert "the TFLite runtime cannot run it (SquaredDifference" in err and "Traceback" not in err, err
     assert not os.path.exists(tmp_path / "sit_out" / "tflite")
+
+
+def test_quantisation_benchmark_times_every_model_against_float32(tmp_path):
+    """The deployment table's latency: every model in every kernel set, float32's own ratio exactly 1."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "quantisation.py"
+    spec = importlib.util.spec_from_file_location("quantisation_benchmark", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    function, module = _layer_norm_module()
+    calibration = [{"x": _tokens(seed)} for seed in range(8)]
+    paths = {}
+    for quantization in ("float32", "int8"):
+        paths[quantization] = str(tmp_path / f"{quantization}.tflite")
+        with open(paths[quantization], "wb") as f:
+            f.write(tflite.convert_function(function, module, quantization, lambda: iter(calibration)))
+    latency = bench.measure_latency({1: paths}, {1: calibration}, rounds=3, calls=4)
+    for kernels in bench.KERNELS:
+        ratios = latency["vs_float32"]["batch1"][kernels]
+        assert ratios["float32"] == 1.0 and ratios["int8"] > 0, ratios
+        assert all(ms > 0 for ms in latency["ms"]["batch1"][kernels].values())
