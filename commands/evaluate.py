@@ -40,6 +40,16 @@ What ``sit-eval`` promises, because an evaluation can run for hours:
   included when ``--env`` is not given). Runs that differ only in transforms,
   episodes or seed share a file, and the newest replaces it.
 
+- **A sensor set policy takes any number of readings** (AttentionNeuron,
+  Tang & Ha 2021 Table 2's "10 obs" and "5 obs + 5 noise"): when the
+  environment gives another number than training did
+  (``--env_kwarg duplicate_sensors=true``, ``noise_sensors=5``), a
+  ``--tflite`` model masks the rows it does not get (up to its exported
+  maximum, ``sit-export --max_sensors``), and ``--policy_dir
+  <root_dir>/policies/greedy_policy`` runs the training folder's network for
+  that number (``export.sensor_set_py_policy``; the saved policy's signature
+  fixes the training number).
+
 ``--env_kwarg key=value`` values are parsed by ``parse_env_kwargs`` (rules
 in its docstring): booleans must be ``true`` / ``false``, ``yes`` / ``no``
 and the like are refused as ambiguous.
@@ -62,6 +72,7 @@ from sit_keras.agents.environments import load
 from sit_keras.agents.environments.transforms import SHUFFLE_PATCHES, TRANSFORMS
 from sit_keras.command_line import parse_flags, quiet_library_logs
 from sit_keras.export.runtime import PolicyInputError
+from sit_keras.export.sensor_set_py_policy import SensorSetPyPolicy
 from sit_keras.export.tflite_py_policy import TFLitePyPolicy
 
 PROGRAM = "sit-eval"
@@ -215,6 +226,56 @@ def _trained_environment(policy_dir: str) -> tuple[str, dict[str, Any]] | None:
         raise _Failure(f"{path!r} is damaged ({error}); pass --env to evaluate without it.") from None
 
 
+def _readings(env_name: str, env_kwargs: Mapping[str, Any]) -> int | None:
+    """Readings per observation of an environment with vector observations (None: images, or unbuildable).
+
+    An environment that cannot be built is left to ``check_evaluation``, which names the reason.
+    """
+    try:
+        env = load(env_name, num_envs=1, seed=0, **dict(env_kwargs))
+    except Exception:  # noqa: BLE001 (check_evaluation reports it in one sentence)
+        return None
+    try:
+        shape = tuple(getattr(env.observation_spec(), "shape", ()))
+    finally:
+        env.close()
+    return int(shape[0]) if len(shape) == 1 else None
+
+
+def _for_readings(policy: Any, env_name: str, env_kwargs: Mapping[str, Any]) -> Any:
+    """The policy for the environment's number of readings, where a sensor set policy got another."""
+    trained_rows = tuple(getattr(policy.time_step_spec.observation, "shape", ()))
+    if len(trained_rows) != 1:
+        return policy
+    readings = _readings(env_name, env_kwargs)
+    if readings is None or readings == trained_rows[0]:
+        return policy
+    if _FLAGS.tflite:
+        if not policy.takes_sensor_set:
+            return policy  # check_evaluation names the mismatch
+        try:
+            verify = not _FLAGS.skip_checksum
+            return TFLitePyPolicy(_FLAGS.tflite, verify_checksum=verify, num_sensors=readings)
+        except ValueError as error:
+            raise _Failure(f"{env_name} gives {readings} sensor readings, but {error}") from None
+    from sit_keras.export.policy_model import load_trained_policy
+
+    root_dir = os.path.dirname(os.path.dirname(os.path.normpath(_FLAGS.policy_dir)))
+    try:
+        trained = load_trained_policy(root_dir)
+    except (OSError, ValueError):  # not a training folder: check_evaluation names the mismatch
+        return policy
+    if not trained.takes_sensor_set:
+        return policy
+    if os.path.basename(os.path.normpath(_FLAGS.policy_dir)) != "greedy_policy":
+        greedy = os.path.join(root_dir, "policies", "greedy_policy")
+        raise _Failure(
+            f"{env_name} gives {readings} sensor readings where training gave {trained_rows[0]}: another "
+            f"number is evaluated greedily, with --policy_dir {greedy}."
+        )
+    return SensorSetPyPolicy(trained, readings)
+
+
 def _print_summary(name: str, summary: Mapping[str, float]) -> None:
     logging.info("%s: %s", name, summary)
     print(
@@ -298,6 +359,7 @@ def _run(argv: Sequence[str]) -> None:
     output = _FLAGS.output or default_output(source, env_name, env_kwargs, tflite=bool(_FLAGS.tflite))
     if not _FLAGS.output:
         _check_writable_file(output, "the default output")
+    policy = _for_readings(policy, env_name, env_kwargs)
     try:
         evaluate.check_evaluation(
             policy, env_name, transform_names, env_kwargs, _FLAGS.seed, trained[0] if trained else None

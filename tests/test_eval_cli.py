@@ -289,3 +289,38 @@ def test_the_runs_evaluation_settings_are_used_not_its_training_ones(tmp_path):
     assert sit_eval._trained_environment(str(policy_dir)) == ("atari:Pong", recorded)
     settings = RunSettings(env_name="atari:Pong", env_kwargs={"terminal_on_life_loss": True})
     assert settings.eval_kwargs == {"terminal_on_life_loss": False}  # what the harness records
+
+
+def test_a_sensor_set_policy_is_evaluated_with_another_number_of_readings(tmp_path, capsys):
+    """AttentionNeuron (Table 2's "10 obs", "5 obs + 5 noise"): the training folder's greedy policy and a
+    TFLite model exported for 10 readings both run; duplicated readings act as the originals."""
+    root = str(tmp_path / "pi")
+    write_example_policy_folder(root, "attention_neuron")  # dmc:cartpole-swingup, 5 readings
+    report = export_policy(
+        root, os.path.join(root, "export"), "pi", quantizations=["float32"], num_examples=4, max_sensors=10
+    )
+    greedy = os.path.join(root, "policies", "greedy_policy")
+    shutil.copytree(report["models"]["saved_model"]["path"], greedy)
+    shutil.copytree(greedy, os.path.join(root, "policies", "policy"))
+    model = report["models"]["tflite_float32"]["path"]
+    episodes = ["--num_episodes", "2", "--num_envs", "2", "--env_kwarg", "episode_length=12"]
+
+    def returns(source: list[str], *kwargs: str) -> float:
+        output = str(tmp_path / f"eval_{len(os.listdir(tmp_path))}.json")
+        options = [a for kwarg in kwargs for a in ("--env_kwarg", kwarg)]
+        status, _, err = _run(capsys, *source, *episodes, *options, "--output", output)
+        assert status == 0, err
+        with open(output) as f:
+            return json.load(f)["results"]["none"]["mean_return"]
+
+    upright = returns(["--policy_dir", greedy])
+    assert returns(["--policy_dir", greedy], "duplicate_sensors=true") == pytest.approx(upright, rel=1e-4)
+    assert returns(["--tflite", model], "duplicate_sensors=true") == pytest.approx(upright, rel=1e-4)
+    returns(["--tflite", model], "noise_sensors=5")
+    returns(["--policy_dir", greedy], "noise_sensors=5")
+    status, out, err = _run(capsys, "--tflite", model, *episodes, "--env_kwarg", "noise_sensors=6")
+    assert status == sit_eval.USAGE_ERROR and out == ""
+    assert "gives 11 sensor readings" in err and "sit-export --max_sensors 11" in err, err
+    sampling = os.path.join(root, "policies", "policy")
+    status, out, err = _run(capsys, "--policy_dir", sampling, *episodes, "--env_kwarg", "noise_sensors=1")
+    assert status == sit_eval.USAGE_ERROR and f"with --policy_dir {greedy}" in err, err
