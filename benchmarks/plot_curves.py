@@ -8,7 +8,8 @@ each has. Drawn with Pillow (no plotting library), so the picture is a function 
 reports alone: ``tests/test_reference_results.py`` redraws it and compares the pixels.
 
     cd benchmarks/reference && python ../plot_curves.py --reports table4_lavacrossing_3m.json,\\
-        lavacrossing_chiral_1m.json,lavacrossing_chiral_seed1_3m.json --out ../../docs/lavacrossing_curves.png
+        lavacrossing_cnn_seed2_3m.json,lavacrossing_chiral_1m.json,lavacrossing_chiral_seed1_3m.json,\\
+        lavacrossing_chiral_seed0_3m.json --out ../../docs/lavacrossing_curves.png
 """
 
 from __future__ import annotations

@@ -576,7 +576,13 @@ def test_lavacrossing_curves_png_is_drawn_from_the_reports(tmp_path):
     spec.loader.exec_module(plot)
     from PIL import Image, ImageChops
 
-    names = ("table4_lavacrossing_3m", "lavacrossing_chiral_1m", "lavacrossing_chiral_seed1_3m")
+    names = (
+        "table4_lavacrossing_3m",
+        "lavacrossing_cnn_seed2_3m",
+        "lavacrossing_chiral_1m",
+        "lavacrossing_chiral_seed1_3m",
+        "lavacrossing_chiral_seed0_3m",
+    )
     reports = [REFERENCE / f"{name}.json" for name in names]
     drawn = plot.draw(plot.curves(reports), 3_000_000, "MiniGrid LavaCrossing, PPO: training success per run")
     committed = Image.open(ROOT / "docs" / "lavacrossing_curves.png").convert("RGB")
@@ -855,6 +861,8 @@ def test_the_chiral_seed0_run_to_3m_is_quoted_as_measured():
     ]
     assert all(part["command"] and part["commit"] for part in report["parts"])
     page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    curve = report["training_curves"]["sit_chiral_seed0"]["success_every_50k"]
+    assert curve[-1][0] == 3_000_320 and f"was at most {max(s for _, s in curve):.2f}" in page
     greedy, sampling = report["greedy"], report["sampling"]
     for row in report["rows"]:
         cells = (
