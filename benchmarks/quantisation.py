@@ -25,10 +25,10 @@ For each trained policy folder (``--policies name=root_dir,...``), in one proces
   with XNNPACK (the default delegate), with TFLite's built-in kernels
   (XNNPACK off) and with its reference kernels (``BUILTIN_REF``: plain C++,
   what a port to a new processor starts from), one thread, on held-out
-  observations. A latency is the
-  median over ``--rounds`` of the mean call time; a ratio to float32 is the
-  median of the per-round ratios (these machines are noisy). Each round
-  times the models in a new order, each after ``WARM_CALLS`` untimed calls.
+  observations. A latency is the median over ``--rounds`` of the mean call
+  time; a ratio to float32 is the median of the per-round ratios (these
+  machines are noisy). Each round times the models in a new order, each
+  after ``WARM_CALLS`` untimed calls.
 
 Usage::
 

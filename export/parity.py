@@ -26,9 +26,10 @@ inputs and states) and checks three things. A model passes only if all hold:
   the action). A model that collapses to a constant fails even where the
   reference's spread is within the agreement tolerance.
 
-Non-finite TFLite outputs fail too, and so does a model the runtime refuses to
-run (an op without a kernel for its types), with the runtime's reason. The report lists every failed check in
-words (``failed_checks``), so ``sit-export`` can name them in one sentence.
+Non-finite TFLite outputs fail too, and so does a model the runtime refuses
+to run (an op without a kernel for its types), with the runtime's reason.
+The report lists every failed check in words (``failed_checks``), so
+``sit-export`` can name them in one sentence.
 """
 
 from __future__ import annotations
