@@ -849,6 +849,22 @@ def test_deployment_table_is_the_report():
     assert f"({sizes['int8'] / 1e3:.0f} kB, {sizes['int8'] / sizes['float32']:.0%} of float32)" in flat
     ratio = results["sit"]["latency"]["vs_float32"]["batch1"]["xnnpack"]["int8"]
     assert f"int8 SiT at batch 1 takes {ratio:.2f}x float32's time" in flat
+    # Observation-vector policies: int8 fails the gate, int16x8 passes and keeps the return.
+    for name in ("sac", "pi"):
+        result = results[name]
+        assert not result["parity"]["int8"]["passed"] and result["parity"]["int16x8"]["passed"]
+        returns = {q: result["behaviour"][q]["none"]["mean_return"] for q in ("float32", "int16x8")}
+        assert abs(returns["int16x8"] - returns["float32"]) <= 0.03 * returns["float32"], (name, returns)
+    mean = {(n, q): f"{results[n]['behaviour'][q]['none']['mean_return']:.0f}" for n in ("sac", "pi")
+            for q in ("float32", "int16x8")}  # fmt: skip
+    assert (
+        f"return {mean['sac', 'int16x8']} (SAC) and {mean['pi', 'int16x8']} (student) against float32's "
+        f"{mean['sac', 'float32']} and {mean['pi', 'float32']}"
+    ) in flat
+    assert (
+        set(results["sit"]["cannot_run"]) == {"int16x8"}
+        and max(results["pi"]["symmetry_error"]["int16x8"].values()) == 0
+    )
 
 
 def test_the_chiral_seed0_run_to_3m_is_quoted_as_measured():
