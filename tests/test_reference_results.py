@@ -474,6 +474,26 @@ def test_what_the_symmetry_costs_the_optimisation_is_quoted_as_measured():
         assert text in page, text
 
 
+def test_the_translation_control_in_ppo_is_quoted_as_measured():
+    report = _report("lavacrossing_control_translation_1m.json")
+    assert report["budget_env_steps"] == 1_000_000 and report["command"] and report["commit"]
+    assert report["settings"]["num_episodes"] == 200
+    curve = report["training_curves"]["sit_chiral_translation_seed0"]["success_every_50k"]
+    greedy = {row: f"{v['success_rate']:.2f}" for row, v in report["greedy"].items()}
+    sampling = {row: f"{v['success_rate']:.2f}" for row, v in report["sampling"].items()}
+    entropy = [f"{d['entropy']:.2f}" for d in report["learner_diagnostics_per_100k_env_steps"]]
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    text = (
+        f"{report['train_wall_minutes']:.0f} minutes of training on one core; 5% of the paper's 20M IMPALA "
+        f"steps), did not learn either: its training success was at most {max(s for _, s in curve):.2f} "
+        f"at any 50k mark, and greedy evaluation over 200 episodes gave N1 {greedy['train: easy']} and "
+        f"rotated {greedy['rotations average']} (sampling {sampling['train: easy']} and "
+        f"{sampling['rotations average']})"
+    )
+    assert text in page, text
+    assert f"went from {entropy[0]} in the first 100k steps to {entropy[-1]}" in page
+
+
 def test_a_larger_learning_rate_is_quoted_as_measured():
     usual, larger = _probe_results(), _probe_results(3e-3)
     chiral, cnn = "sit_small_chiral_m4_corners", "cnn"
