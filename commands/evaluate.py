@@ -258,6 +258,8 @@ def _for_readings(policy: Any, env_name: str, env_kwargs: Mapping[str, Any]) -> 
             return TFLitePyPolicy(_FLAGS.tflite, verify_checksum=verify, num_sensors=readings)
         except ValueError as error:
             raise _Failure(f"{env_name} gives {readings} sensor readings, but {error}") from None
+    import tensorflow as tf
+
     from sit_keras.export.policy_model import load_trained_policy
 
     root_dir = os.path.dirname(os.path.dirname(os.path.normpath(_FLAGS.policy_dir)))
@@ -265,6 +267,9 @@ def _for_readings(policy: Any, env_name: str, env_kwargs: Mapping[str, Any]) -> 
         trained = load_trained_policy(root_dir)
     except (OSError, ValueError):  # not a training folder: check_evaluation names the mismatch
         return policy
+    except tf.errors.OpError as error:  # a damaged checkpoint
+        message = f"cannot load the network of {root_dir!r}: {error.message}"
+        raise _Failure(message, EVALUATION_FAILED) from None
     if not trained.takes_sensor_set:
         return policy
     if os.path.basename(os.path.normpath(_FLAGS.policy_dir)) != "greedy_policy":
