@@ -492,6 +492,10 @@ def test_the_translation_control_in_ppo_is_quoted_as_measured():
     )
     assert text in page, text
     assert f"went from {entropy[0]} in the first 100k steps to {entropy[-1]}" in page
+    readme = " ".join(README.split())
+    assert f"training success at most {max(s for _, s in curve):.2f}; " in readme
+    for name in ("lavacrossing_control_translation_1m.json", "lavacrossing_probe_translation.json"):
+        assert f"`benchmarks/reference/{name}`" in readme
 
 
 def test_a_larger_learning_rate_is_quoted_as_measured():
