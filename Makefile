@@ -11,6 +11,9 @@ PIP_VERSION ?= 26.3
 # Installed with --no-deps after the rest: its own pins conflict with TF 2.19
 # (see shared/notes/dependencies.md).
 TF_AGENTS_VERSION ?= 0.19.0
+# The AttentionNeuron paper's cart-pole dynamics (agents/environments/cartpole_swingup.py), also
+# with --no-deps: it asks for `pygame`, which requirements.txt has as pygame-ce (same module).
+CARTPOLE_SWINGUP_VERSION ?= 0.1.8
 # Extra arguments for pytest, e.g. `make test PYTEST_ARGS="-k attention -x"`.
 PYTEST_ARGS ?=
 # pytest-xdist workers: one per core, each with one TensorFlow thread (tests/conftest.py);
@@ -32,7 +35,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-INSTALL_INPUTS := requirements.txt requirements-dev.txt constraints.txt setup.py pyproject.toml
+INSTALL_INPUTS := requirements.txt requirements-dev.txt constraints.txt setup.py pyproject.toml Makefile
 
 # pytest exits 5 when it collected no test (e.g. no test marked `large` yet):
 # report that and count it as success; any other failure stays a failure.
@@ -52,7 +55,8 @@ $(BIN)/python:
 $(STAMP): $(BIN)/python $(INSTALL_INPUTS)
 	$(BIN)/python -m pip install --upgrade pip==$(PIP_VERSION)
 	$(BIN)/python -m pip install -c constraints.txt -r requirements.txt -r requirements-dev.txt
-	$(BIN)/python -m pip install --no-deps tf-agents==$(TF_AGENTS_VERSION)
+	$(BIN)/python -m pip install --no-deps tf-agents==$(TF_AGENTS_VERSION) \
+	  gymnasium-cartpole-swingup==$(CARTPOLE_SWINGUP_VERSION)
 	$(BIN)/python -m pip install --no-deps -e .
 	touch $@
 
@@ -99,8 +103,10 @@ constraints: install
 	{ echo "# Full pin of every installed package, transitive ones included; make install passes it to pip with -c."; \
 	  echo "# Made by \`make constraints\`: \`pip freeze --all --exclude-editable\` after \`make install\`"; \
 	  echo "# (Python $$($(BIN)/python -c 'import platform; print(platform.python_version())'), Linux x86_64),"; \
-	  echo "# minus pip (pinned by PIP_VERSION) and tf-agents (installed separately with --no-deps)."; \
-	  $(BIN)/pip freeze --all --exclude-editable | grep -v -i -E '^(pip|tf-agents|tf_agents|sit-keras|sit_keras)=='; \
+	  echo "# minus pip (pinned by PIP_VERSION) and tf-agents and gymnasium-cartpole-swingup (installed"; \
+	  echo "# separately with --no-deps)."; \
+	  $(BIN)/pip freeze --all --exclude-editable \
+	    | grep -v -i -E '^(pip|tf-agents|tf_agents|gymnasium-cartpole-swingup|gymnasium_cartpole_swingup|sit-keras|sit_keras)=='; \
 	} > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 	touch $(STAMP)

@@ -120,9 +120,11 @@ def load_actor(root_dir: str):
     return net
 
 
-def run_test(net, test: SensorTest, num_episodes: int, num_envs: int, seed: int) -> list[float]:
-    """Returns of ``num_episodes`` greedy episodes (``num_envs`` at a time) under ``test``."""
-    env = load(ENV, num_envs=num_envs, seed=seed, **test.env_kwargs)
+def run_test(
+    net, test: SensorTest, num_episodes: int, num_envs: int, seed: int, env_name: str = ENV
+) -> list[float]:
+    """Returns of ``num_episodes`` greedy episodes (``num_envs`` at a time) under ``test`` on ``env_name``."""
+    env = load(env_name, num_envs=num_envs, seed=seed, **test.env_kwargs)
     num_inputs = int(env.observation_spec().shape[0])
 
     @tf.function

@@ -2,8 +2,10 @@
 
 Tang & Ha (NeurIPS 2021) turn policies trained by other methods into
 permutation-invariant ones by behaviour cloning (section 4.2, Ant and Pong).
-Here the teacher is any trained cartpole-swingup policy on the 5 state inputs
-(e.g. the state SAC of ``configs/dmc/cartpole_swingup_state.gin``); it is
+Here the teacher is any trained cart-pole policy on the 5 state inputs (the state
+SAC of ``configs/dmc/cartpole_swingup_state.gin`` on dmc cartpole-swingup, or of
+``configs/cartpole/swingup_harder_sac.gin`` on the paper's CartPoleSwingUpHarder);
+the students learn and are tested on the teacher's environment. It is
 cloned (``sit-distill``, ``train_eval.agent = 'bc'``) into
 
 - ``pi``: the AttentionNeuron student (the encoder of ``cartpole_swingup_pi.gin``),
@@ -104,11 +106,14 @@ def test_policy(root_dir: str, tests: Sequence[pi_cartpole.SensorTest], args) ->
     """Mean, std and every return per test; N/A (absent) where the network takes a fixed 5 inputs."""
     net = pi_cartpole.load_actor(root_dir)
     fixed_inputs = not net.state_spec  # the PI networks are the recurrent ones
+    env_name = policy_network.read_description(args.teacher_dir).env_name  # the students' too
     results = {}
     for test in tests:
         if fixed_inputs and (test.duplicate or test.noise_channels):
             continue
-        returns = pi_cartpole.run_test(net, test, args.num_episodes, args.num_eval_envs, args.eval_seed)
+        returns = pi_cartpole.run_test(
+            net, test, args.num_episodes, args.num_eval_envs, args.eval_seed, env_name=env_name
+        )
         results[test.name] = {
             "mean": float(np.mean(returns)),
             "std": float(np.std(returns)),
@@ -189,6 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as error:
         parser.error(f"{error}")
     tests = (*pi_cartpole.TABLE2, *pi_cartpole.table6(reshuffles))
+    env_name = policy_network.read_description(args.teacher_dir).env_name
     names = [n for n in args.students.split(",") if n]
     if not names or set(names) - set(STUDENT_CONFIGS):
         parser.error(
@@ -213,7 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table)
     if args.out:
         report = {
-            "what": "AttentionNeuron Tables 2 and 6 on dmc:cartpole-swingup, students cloned from a teacher",
+            "what": f"AttentionNeuron Tables 2 and 6 on {env_name}, students cloned from a teacher",
+            "env_name": env_name,
             "command": shlex.join(sys.argv),
             "commit": commit,
             "machine_cores": os.cpu_count(),

@@ -261,11 +261,14 @@ def test_dmc_sac_configs_parse():
     # cartpole_swingup_pi.gin and _mlp.gin are PPO configs of the permutation-invariant policies.
     sac_configs = sorted(path for path in configs if not path.endswith(("_pi.gin", "_mlp.gin")))
     assert len(sac_configs) == 6, sac_configs
+    # The teacher on the AttentionNeuron paper's own cart-pole (a Gymnasium environment).
+    sac_configs.append("configs/cartpole/swingup_harder_sac.gin")
     for path in sac_configs:
         gin.clear_config()
         train.parse_gin([path], [])
         assert gin.query_parameter("train_eval.agent") == "sac"
-        assert gin.query_parameter("train_eval.env_name").startswith("dmc:")
+        env_name = gin.query_parameter("train_eval.env_name")
+        assert env_name.startswith(("dmc:", "gymnasium:CartPoleSwingUpHarder")), env_name
         if "walker_walk" in path:
             assert gin.query_parameter("train_eval.total_env_steps") == 500_000
             assert gin.query_parameter("train_eval.env_kwargs")["image_size"] == 64

@@ -43,6 +43,8 @@ def load(
       ``crop_border``, others go to ``gymnasium.make``.
     - ``"gymnasium:<id>"``: a registered Gymnasium id with a Box observation
       and a Discrete or Box action space; keywords go to ``gymnasium.make``.
+      This project registers ``"CartPoleSwingUpHarder-v0"``, the
+      AttentionNeuron paper's cart-pole (``cartpole_swingup``).
     - ``"dmc:<domain>-<task>"``: any task of ``dm_control.suite``
       (``dmc_env.DMC_TASKS``, e.g. ``"dmc:walker-walk"``); actions float32 in
       ``[-1, 1]``; episodes of 1000 environment steps ending in a truncation
@@ -155,17 +157,23 @@ def _gymnasium_envs(
 ) -> list[py_environment.PyEnvironment]:
     import gymnasium
 
-    from sit_keras.agents.environments import gymnasium_env
+    from sit_keras.agents.environments import cartpole_swingup, gymnasium_env
 
+    cartpole_swingup.register()  # this project's ids (the AttentionNeuron paper's cart-pole)
     if env_id not in gymnasium.registry:
         valid = sorted(gymnasium.registry)
         close = difflib.get_close_matches(env_id, valid, n=5)
         hint = f"; closest: {', '.join(close)}" if close else ""
         raise ValueError(f"Unknown Gymnasium id {env_id!r}{hint}; registered ids: {', '.join(valid)}")
-    return [
-        gymnasium_env.GymnasiumEnvironment(gymnasium.make(env_id, **kwargs), seed=seed + i)
-        for i in range(num_envs)
-    ]
+    try:
+        return [
+            gymnasium_env.GymnasiumEnvironment(gymnasium.make(env_id, **kwargs), seed=seed + i)
+            for i in range(num_envs)
+        ]
+    except ModuleNotFoundError as error:  # an optional package of one of this project's ids
+        if env_id == cartpole_swingup.ENV_ID:
+            raise ValueError(str(error)) from error
+        raise
 
 
 def _dmc_envs(task: str, num_envs: int, seed: int, **kwargs: Any) -> list[py_environment.PyEnvironment]:
