@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import typing
 
 import gin
 import numpy as np
@@ -25,6 +26,7 @@ from summaries import summary_tags
 from sit_keras.agents import train
 from sit_keras.agents.algorithms import bc, dqn, ppo, sac
 from sit_keras.agents.training import harness
+from sit_keras.agents.training.algorithm import Algorithm
 from sit_keras.agents.training.evaluation import EVALUATIONS_FILE
 from sit_keras.agents.training.run_settings import RunSettings, algorithm_module, hyperparameters
 
@@ -252,6 +254,36 @@ def test_one_name_for_each_shared_setting():
         assert "max_grad_norm" in names and "collect_steps_per_env" in names, module.__name__
         assert not names & {"gradient_clipping", "total_agent_steps", "collect_steps_per_iteration"}
     assert "max_grad_norm" in {f.name for f in dataclasses.fields(bc.BC)}
+
+
+@pytest.mark.parametrize("module", [ppo, sac, dqn, bc])
+def test_every_algorithm_module_has_the_contract_s_functions(module):
+    """``SETTINGS``, ``RANGES``, ``defaults``, ``check``, ``stored_observations`` and one ``build``
+    returning an ``Algorithm`` (``agents/training/algorithm.py``); no algorithm subclasses anything."""
+    for name in ("SETTINGS", "RANGES", "defaults", "check", "stored_observations", "build"):
+        assert hasattr(module, name), f"{module.__name__} has no {name}"
+    assert typing.get_type_hints(module.build)["return"] is Algorithm
+    assert not [
+        c
+        for c in vars(module).values()
+        if isinstance(c, type) and issubclass(c, Algorithm) and c is not Algorithm
+    ]
+
+
+def test_an_algorithm_collects_and_learns_or_trains_on_its_own_schedule():
+    """The contract refuses an algorithm with both ways to train, or neither, or no collection length."""
+    parts = dict(agent=None, eval_policy=None, checkpoint_objects={}, description={})
+    online = dict(
+        collect_policy=object(), learn=lambda env_steps: {}, batched_steps=2, env_steps_per_iteration=4
+    )
+    Algorithm(**parts, **online)
+    Algorithm(**parts, train=lambda loop: {})
+    with pytest.raises(ValueError, match="either collects and learns in turns"):
+        Algorithm(**parts, **online, train=lambda loop: {})
+    with pytest.raises(ValueError, match="either collects and learns in turns"):
+        Algorithm(**parts)
+    with pytest.raises(ValueError, match="needs batched_steps and env_steps_per_iteration >= 1"):
+        Algorithm(**parts, **{**online, "batched_steps": 0})
 
 
 def test_crosses_fires_on_multiples_of_the_interval():

@@ -77,11 +77,18 @@ def test_types_follow_the_annotations():
 def test_a_non_finite_loss_stops_the_run_before_it_saves_a_policy(tmp_path, monkeypatch):
     root_dir = str(tmp_path / "run")
 
-    def diverged(self, env_steps):  # one update, whose loss is not a number
-        self.agent.train_step_counter.assign_add(1)
-        return {"loss": math.nan}
+    build = ppo.build
 
-    monkeypatch.setattr(ppo.PPOAlgorithm, "learn", diverged)
+    def diverging_build(run, settings):
+        algorithm = build(run, settings)
+
+        def diverged(env_steps):  # one update, whose loss is not a number
+            algorithm.agent.train_step_counter.assign_add(1)
+            return {"loss": math.nan}
+
+        return dataclasses.replace(algorithm, learn=diverged)
+
+    monkeypatch.setattr(ppo, "build", diverging_build)
     gin.clear_config()
     train.parse_gin([], [*TINY_PPO, "train_eval.progress = False", "train_eval.checkpoint_interval = 16"])
     try:

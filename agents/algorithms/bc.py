@@ -285,35 +285,43 @@ def bc_loss(distribution, actions: tf.Tensor, weights: tf.Tensor, discrete: bool
     return tf.math.divide_no_nan(tf.reduce_sum(per_step * weights), tf.reduce_sum(weights))
 
 
-class BCAlgorithm(Algorithm):
-    """A student actor, Adam, and the chunked training of ``train`` (its own loop: epochs)."""
-
-    def __init__(self, run: Run, settings: BC):
-        rs = run.settings
-        student, network_kwargs = encoders.actor_network(
-            run.observation_spec, run.action_spec, rs.encoder, rs.encoder_kwargs,
-            settings.fc_layer_params, settings.previous_action_noise,
-        )  # fmt: skip
-        student.create_variables()
-        self.student = student
-        self.optimizer = tf_keras.optimizers.Adam(_learning_rate(settings, steps_per_round(rs, settings)))
-        stochastic = actor_policy.ActorPolicy(run.time_step_spec, run.action_spec, student)
-        self.agent = _StudentPolicies(stochastic)
+def build(run: Run, settings: BC) -> Algorithm:
+    """A student actor and Adam, trained on the recorded rounds by ``Cloning.train`` (its own schedule)."""
+    rs = run.settings
+    network_kwargs = encoders.actor_network_kwargs(
+        rs.encoder, rs.encoder_kwargs, settings.fc_layer_params, settings.previous_action_noise
+    )
+    student = encoders.actor_network(run.observation_spec, run.action_spec, **network_kwargs)
+    student.create_variables()
+    optimizer = tf_keras.optimizers.Adam(_learning_rate(settings, steps_per_round(rs, settings)))
+    stochastic = actor_policy.ActorPolicy(run.time_step_spec, run.action_spec, student)
+    eval_policy = greedy_policy.GreedyPolicy(stochastic)
+    return Algorithm(
+        agent=_StudentPolicies(stochastic),
+        eval_policy=eval_policy,
         # The object path of a TF-Agents agent's actor: policy_network.restore_network finds it.
-        self.checkpoint_objects = {
-            "agent": tf.train.Checkpoint(_actor_net=student),
-            "optimizer": self.optimizer,
-        }
-        self.description = {
-            "agent": AGENT, "network": student, "network_kwargs": network_kwargs,
+        checkpoint_objects={"agent": tf.train.Checkpoint(_actor_net=student), "optimizer": optimizer},
+        description={
+            "agent": AGENT,
+            "network": student,
+            "network_kwargs": network_kwargs,
             "checkpoint_attribute": "_actor_net",
             "extra": {"teacher": os.path.abspath(teacher_policy_dir(settings.teacher_dir))},
-        }  # fmt: skip
-        self.eval_policy = greedy_policy.GreedyPolicy(stochastic)
+        },
+        train=Cloning(run, settings, student, optimizer, eval_policy).train,
+    )
+
+
+class Cloning:
+    """The rounds of behaviour cloning (DAgger after the first): record, then train epochs on all rounds."""
+
+    def __init__(self, run: Run, settings: BC, student, optimizer, eval_policy: greedy_policy.GreedyPolicy):
         self.run = run
         self.settings = settings
+        self.student = student
+        self.eval_policy = eval_policy
         self._train_chunk = _train_chunk_fn(
-            student, self.optimizer, run.train_step, tensor_spec.is_discrete(run.action_spec),
+            student, optimizer, run.train_step, tensor_spec.is_discrete(run.action_spec),
             settings.max_grad_norm, run.jit_compile,
         )  # fmt: skip
 
@@ -499,10 +507,6 @@ class _StudentPolicies:
 
     def post_process_policy(self) -> actor_policy.ActorPolicy:
         return self.policy
-
-
-def build(run: Run, settings: BC) -> BCAlgorithm:
-    return BCAlgorithm(run, settings)
 
 
 def steps_per_round(run: RunSettings, settings: BC) -> int:

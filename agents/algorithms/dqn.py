@@ -48,13 +48,12 @@ import tensorflow as tf
 import tf_keras
 from tf_agents.agents.categorical_dqn import categorical_dqn_agent
 from tf_agents.agents.dqn import dqn_agent
-from tf_agents.policies import epsilon_greedy_policy, py_tf_eager_policy
+from tf_agents.policies import epsilon_greedy_policy
 from tf_agents.replay_buffers import tf_uniform_replay_buffer
-from tf_agents.train import learner
 
 from sit_keras.agents.networks import encoders, q_networks
 from sit_keras.agents.training import settings_check
-from sit_keras.agents.training.algorithm import OnlineAlgorithm, Run
+from sit_keras.agents.training.algorithm import Algorithm, Run
 from sit_keras.agents.training.run_settings import RunSettings
 from sit_keras.agents.training.settings_check import Range
 
@@ -242,119 +241,118 @@ def make_agent(
     return agent_class(time_step_spec, action_spec, q_network=q_net, **kwargs)
 
 
-class DQNAlgorithm(OnlineAlgorithm):
+def build(run: Run, settings: DQN) -> Algorithm:
     """A DQN agent and a ``Learner`` that runs the updates due after each collection."""
+    rs = run.settings
+    network_kwargs: dict[str, Any] = {
+        "encoder": rs.encoder, "encoder_kwargs": dict(rs.encoder_kwargs or {}),
+        "fc_layer_params": tuple(settings.fc_layer_params),
+    }  # fmt: skip
+    if settings.algorithm == "c51":
+        network_kwargs["num_atoms"] = settings.num_atoms
+    agent = run.make_agent(lambda: _agent(run, settings, network_kwargs))
+    # Allocated in full now (Atari: 28 kB per agent step, 2.8 GB for 100k); its size must
+    # not change between a run and its resumption.
+    replay_buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(
+        agent.collect_data_spec, batch_size=rs.num_envs, max_length=replay_length(rs, settings)
+    )
+    # The learner is made now, so that the optimizer's slots exist when the checkpoint is
+    # restored; its data iterator once the buffer can be sampled (an iterator may start
+    # sampling as soon as it exists).
+    dqn = run.learner(agent)
+    learn = _DueUpdates(run, settings, replay_buffer, dqn)
 
-    def __init__(self, run: Run, settings: DQN):
-        rs = run.settings
-        # Variables of the networks, agent and optimizers under the strategy; buffers and learner outside.
-        with run.strategy.scope():
-            network_kwargs: dict[str, Any] = {
-                "encoder": rs.encoder, "encoder_kwargs": dict(rs.encoder_kwargs or {}),
-                "fc_layer_params": tuple(settings.fc_layer_params),
-            }  # fmt: skip
-            if settings.algorithm == "c51":
-                network_kwargs["num_atoms"] = settings.num_atoms
-                q_net = q_networks.EncoderCategoricalQNetwork(
-                    run.observation_spec, run.action_spec, **network_kwargs
-                )
-            else:
-                q_net = q_networks.EncoderQNetwork(run.observation_spec, run.action_spec, **network_kwargs)
-            env_steps = run.env_steps
-            agent = make_agent(
-                settings.algorithm,
-                run.time_step_spec,
-                run.action_spec,
-                q_net,
-                optimizer=tf_keras.optimizers.Adam(
-                    learning_rate=settings.learning_rate, epsilon=settings.adam_epsilon
-                ),
-                epsilon_greedy=lambda: epsilon_schedule(
-                    env_steps, settings.min_replay_size, settings.epsilon_decay_steps, settings.epsilon_final
-                ),
-                n_step_update=settings.n_step,
-                target_update_period=settings.target_update_period,
-                gamma=settings.discount,
-                gradient_clipping=settings.max_grad_norm,
-                train_step_counter=run.train_step,
-                min_q_value=settings.min_q_value,
-                max_q_value=settings.max_q_value,
-            )
-            agent.initialize()
-        run.compile_train(agent)
-        # Allocated in full now (Atari: 28 kB per agent step, 2.8 GB for 100k); its size must
-        # not change between a run and its resumption.
-        self.replay_buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(
-            agent.collect_data_spec, batch_size=rs.num_envs, max_length=replay_length(rs, settings)
-        )
-        # The data iterator is made once the buffer can be sampled (an iterator may start
-        # sampling as soon as it exists); the learner is made now, so that the optimizer's
-        # slots exist when the checkpoint is restored.
-        self.learner = learner.Learner(
-            run.root_dir, run.train_step, agent,
-            # The harness checkpoints (with the agent-step counter).
-            checkpoint_interval=-1, summary_interval=rs.summary_interval, strategy=run.strategy,
-        )  # fmt: skip
-        self._iterator = None
-        self._start = learning_starts(settings.min_replay_size, rs.num_envs, settings.n_step)
-        self.agent = agent
-        self.settings = settings
-        self.run = run
-        self.checkpoint_objects = {"agent": agent}
-        extra: dict[str, Any] = {"epsilon_eval": settings.epsilon_eval, "eval_env_kwargs": rs.eval_kwargs}
-        if settings.algorithm == "c51":
-            extra.update(min_q_value=settings.min_q_value, max_q_value=settings.max_q_value)
-        self.description = {
-            "agent": "c51" if settings.algorithm == "c51" else "dqn", "network": q_net,
-            "network_kwargs": network_kwargs, "checkpoint_attribute": "_q_network", "extra": extra,
-        }  # fmt: skip
-        self.eval_policy = epsilon_greedy_policy.EpsilonGreedyPolicy(
-            agent.policy, epsilon=settings.epsilon_eval
-        )
-        self.collect_policy = py_tf_eager_policy.PyTFEagerPolicy(
-            agent.collect_policy, use_tf_function=True, batch_time_steps=False
-        )
-        replay_buffer = self.replay_buffer
-
-        @tf.function
-        def add_batch(trajectory) -> None:
-            replay_buffer.add_batch(trajectory)
-
-        reward_clip = settings.reward_clip
-
-        def add_to_replay(trajectory) -> None:
-            if reward_clip is not None:
-                trajectory = trajectory._replace(reward=np.clip(trajectory.reward, -reward_clip, reward_clip))
-            add_batch(trajectory)
-
-        self.observers = [add_to_replay]
-        self.batched_steps = settings.collect_steps_per_env
-        self.env_steps_per_iteration = settings.collect_steps_per_env * rs.num_envs
-        self._loss = float("nan")
-
-    def learn(self, env_steps: int) -> dict[str, float]:
-        due = updates_due(env_steps, self._start, self.settings.update_period) - int(
-            self.run.train_step.numpy()
-        )
-        if due > 0:
-            if self._iterator is None:
-                dataset = self.run.strategy.distribute_datasets_from_function(
-                    lambda _: self.run.prefetch(
-                        sample_sequences(self.replay_buffer, self.settings.n_step, self.settings.batch_size),
-                        2,
-                    )
-                )
-                self._iterator = iter(dataset)
-            self._loss = float(self.learner.run(iterations=due, iterator=self._iterator).loss)
-        return {"loss": self._loss}
-
-    def log_values(self, env_steps: int) -> dict[str, float]:
-        settings = self.settings
+    def log_values(env_steps: int) -> dict[str, float]:
         epsilon = epsilon_schedule(
             env_steps, settings.min_replay_size, settings.epsilon_decay_steps, settings.epsilon_final
         )
         return {"epsilon": float(epsilon)}
 
+    @tf.function
+    def add_batch(trajectory) -> None:
+        replay_buffer.add_batch(trajectory)
 
-def build(run: Run, settings: DQN) -> DQNAlgorithm:
-    return DQNAlgorithm(run, settings)
+    def add_to_replay(trajectory) -> None:
+        if settings.reward_clip is not None:
+            clip = settings.reward_clip
+            trajectory = trajectory._replace(reward=np.clip(trajectory.reward, -clip, clip))
+        add_batch(trajectory)
+
+    extra: dict[str, Any] = {"epsilon_eval": settings.epsilon_eval, "eval_env_kwargs": rs.eval_kwargs}
+    if settings.algorithm == "c51":
+        extra.update(min_q_value=settings.min_q_value, max_q_value=settings.max_q_value)
+    return Algorithm(
+        agent=agent,
+        eval_policy=epsilon_greedy_policy.EpsilonGreedyPolicy(agent.policy, epsilon=settings.epsilon_eval),
+        checkpoint_objects={"agent": agent},
+        description={
+            "agent": "c51" if settings.algorithm == "c51" else "dqn",
+            "network": agent._q_network,
+            "network_kwargs": network_kwargs,
+            "checkpoint_attribute": "_q_network",
+            "extra": extra,
+        },
+        replay_buffer=replay_buffer,
+        collect_policy=agent.collect_policy,
+        observers=[add_to_replay],
+        batched_steps=settings.collect_steps_per_env,
+        env_steps_per_iteration=settings.collect_steps_per_env * rs.num_envs,
+        learn=learn,
+        log_values=log_values,
+    )
+
+
+class _DueUpdates:
+    """``learn``: the gradient steps owed after a collection (``updates_due``); the replay
+    iterator is made at the first of them, once the buffer can be sampled."""
+
+    def __init__(self, run: Run, settings: DQN, replay_buffer, dqn_learner):
+        self._run = run
+        self._settings = settings
+        self._replay_buffer = replay_buffer
+        self._learner = dqn_learner
+        self._start = learning_starts(settings.min_replay_size, run.settings.num_envs, settings.n_step)
+        self._iterator = None
+        self._loss = float("nan")
+
+    def __call__(self, env_steps: int) -> dict[str, float]:
+        run, settings = self._run, self._settings
+        due = updates_due(env_steps, self._start, settings.update_period) - int(run.train_step.numpy())
+        if due > 0:
+            if self._iterator is None:
+                dataset = run.strategy.distribute_datasets_from_function(
+                    lambda _: run.prefetch(
+                        sample_sequences(self._replay_buffer, settings.n_step, settings.batch_size), 2
+                    )
+                )
+                self._iterator = iter(dataset)
+            self._loss = float(self._learner.run(iterations=due, iterator=self._iterator).loss)
+        return {"loss": self._loss}
+
+
+def _agent(run: Run, settings: DQN, network_kwargs: dict[str, Any]) -> dqn_agent.DqnAgent:
+    """The Q-network and the agent (``Run.make_agent`` calls it under the strategy)."""
+    if settings.algorithm == "c51":
+        q_net = q_networks.EncoderCategoricalQNetwork(run.observation_spec, run.action_spec, **network_kwargs)
+    else:
+        q_net = q_networks.EncoderQNetwork(run.observation_spec, run.action_spec, **network_kwargs)
+    env_steps = run.env_steps
+    return make_agent(
+        settings.algorithm,
+        run.time_step_spec,
+        run.action_spec,
+        q_net,
+        optimizer=tf_keras.optimizers.Adam(
+            learning_rate=settings.learning_rate, epsilon=settings.adam_epsilon
+        ),
+        epsilon_greedy=lambda: epsilon_schedule(
+            env_steps, settings.min_replay_size, settings.epsilon_decay_steps, settings.epsilon_final
+        ),
+        n_step_update=settings.n_step,
+        target_update_period=settings.target_update_period,
+        gamma=settings.discount,
+        gradient_clipping=settings.max_grad_norm,
+        train_step_counter=run.train_step,
+        min_q_value=settings.min_q_value,
+        max_q_value=settings.max_q_value,
+    )

@@ -21,7 +21,6 @@ from typing import Any
 import gin
 import tensorflow as tf
 import tf_keras
-from tf_agents.policies import py_tf_eager_policy
 from tf_agents.replay_buffers import tf_uniform_replay_buffer
 from tf_agents.specs import tensor_spec
 from tf_agents.train import ppo_learner
@@ -31,7 +30,7 @@ from sit_keras.agents.algorithms.augmentation import make_augmentation
 from sit_keras.agents.algorithms.ppo_agent import DrACPPOAgent
 from sit_keras.agents.networks import encoders
 from sit_keras.agents.training import settings_check
-from sit_keras.agents.training.algorithm import OnlineAlgorithm, Run
+from sit_keras.agents.training.algorithm import Algorithm, Run
 from sit_keras.agents.training.run_settings import RunSettings
 
 
@@ -146,107 +145,98 @@ def check(run: RunSettings, settings: PPO) -> None:
         make_augmentation(settings.augmentation, 64)  # an unknown name fails here
 
 
-class PPOAlgorithm(OnlineAlgorithm):
+def build(run: Run, settings: PPO) -> Algorithm:
     """``DrACPPOAgent`` with ``PPOLearner`` fed one iteration at a time (``IterationData``)."""
+    rs = run.settings
+    T = settings.collect_steps_per_env
+    steps_per_iteration = rs.num_envs * T
+    actor_kwargs = encoders.actor_network_kwargs(rs.encoder, rs.encoder_kwargs, settings.fc_layer_params)
+    agent = run.make_agent(lambda: _agent(run, settings, actor_kwargs, steps_per_iteration))
+    recurrent = bool(agent.actor_net.state_spec or agent._value_net.state_spec)
+    replay_buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(
+        agent.collect_data_spec, batch_size=rs.num_envs, max_length=T + 1
+    )
+    iterations = IterationData(
+        agent, replay_buffer, rs.num_envs, T, settings.num_minibatches if recurrent else None
+    )
+    ppo = run.learner(
+        agent,
+        ppo_learner.PPOLearner,
+        experience_dataset_fn=iterations.experience_dataset,
+        normalization_dataset_fn=iterations.normalization_dataset,
+        num_samples=iterations.num_samples,
+        num_epochs=settings.num_epochs,
+        minibatch_size=None if recurrent else steps_per_iteration // settings.num_minibatches,
+        shuffle_buffer_size=steps_per_iteration,
+    )
 
-    def __init__(self, run: Run, settings: PPO):
-        rs = run.settings
-        steps_per_iteration = rs.num_envs * settings.collect_steps_per_env
-        # Variables of the networks, agent and optimizers under the strategy; buffers and learner outside.
-        with run.strategy.scope():
-            actor_net, actor_kwargs = encoders.actor_network(
-                run.observation_spec, run.action_spec, rs.encoder, rs.encoder_kwargs, settings.fc_layer_params
-            )
-            value_encoder, value_kwargs = settings.value_encoder, settings.value_encoder_kwargs
-            if value_encoder is None:
-                value_encoder, value_kwargs = rs.encoder, rs.encoder_kwargs
-            value_net = encoders.value_network(
-                run.observation_spec, value_encoder, value_kwargs, settings.fc_layer_params
-            )
-            recurrent = bool(actor_net.state_spec or value_net.state_spec)
-            observation_shape = run.observation_spec.shape
-            image_size = int(observation_shape[0]) if observation_shape.rank == 3 else 0
-            agent = DrACPPOAgent(
-                run.time_step_spec,
-                run.action_spec,
-                optimizer=tf_keras.optimizers.Adam(
-                    learning_rate=_learning_rate(settings, rs.total_env_steps, steps_per_iteration),
-                    epsilon=settings.adam_epsilon,
-                ),
-                actor_net=actor_net,
-                value_net=value_net,
-                greedy_eval=False,
-                importance_ratio_clipping=settings.clip_ratio,
-                lambda_value=settings.gae_lambda,
-                discount_factor=settings.discount,
-                entropy_regularization=settings.entropy_coef,
-                value_pred_loss_coef=settings.value_coef,
-                num_epochs=1,  # the learner repeats the data num_epochs times
-                use_gae=True,
-                use_td_lambda_return=True,
-                normalize_rewards=settings.normalize_rewards,
-                normalize_observations=False,
-                gradient_clipping=settings.max_grad_norm,
-                compute_value_and_advantage_in_train=False,
-                update_normalizers_in_train=False,
-                train_step_counter=run.train_step,
-                augmentation=(
-                    make_augmentation(settings.augmentation, image_size) if settings.drac_coef > 0 else None
-                ),
-                drac_coef=settings.drac_coef,
-                normalize_advantages=settings.normalize_advantages,
-            )
-            agent.initialize()
-        run.compile_train(agent)
-        T = settings.collect_steps_per_env
-        self.replay_buffer_ = tf_uniform_replay_buffer.TFUniformReplayBuffer(
-            agent.collect_data_spec, batch_size=rs.num_envs, max_length=T + 1
-        )
-        self.iterations = IterationData(
-            agent, self.replay_buffer_, rs.num_envs, T, settings.num_minibatches if recurrent else None
-        )
-        self.learner = ppo_learner.PPOLearner(
-            run.root_dir,
-            run.train_step,
-            agent,
-            experience_dataset_fn=self.iterations.experience_dataset,
-            normalization_dataset_fn=self.iterations.normalization_dataset,
-            num_samples=self.iterations.num_samples,
-            num_epochs=settings.num_epochs,
-            minibatch_size=None if recurrent else steps_per_iteration // settings.num_minibatches,
-            shuffle_buffer_size=steps_per_iteration,
-            # The harness checkpoints (with the environment-step counter).
-            checkpoint_interval=-1,
-            summary_interval=rs.summary_interval,
-            strategy=run.strategy,
-        )
-        self.agent = agent
-        self.checkpoint_objects = {"agent": agent}
-        # PPO's buffer holds one iteration and is cleared after it: nothing to resume from.
-        self.replay_buffer = None
-        self.description = {
-            "agent": "ppo", "network": actor_net, "network_kwargs": actor_kwargs,
-            "checkpoint_attribute": "_actor_net",
-        }  # fmt: skip
-        self.eval_policy = agent.policy
-        self.collect_policy = py_tf_eager_policy.PyTFEagerPolicy(
-            agent.collect_policy, use_tf_function=True, batch_time_steps=False
-        )
-        self.observers = [self.replay_buffer_.add_batch]
-        self.batched_steps = T + 1
-        self.env_steps_per_iteration = steps_per_iteration
-
-    def learn(self, env_steps: int) -> dict[str, float]:
-        self.iterations.put()
-        loss_info = self.learner.run()
+    def learn(unused_env_steps: int) -> dict[str, float]:
+        iterations.put()
+        loss_info = ppo.run()
         return {"loss": float(loss_info.loss)} if loss_info is not None else {}
 
-    def close(self) -> None:
-        self.iterations.close()
+    return Algorithm(
+        agent=agent,
+        eval_policy=agent.policy,
+        checkpoint_objects={"agent": agent},
+        description={
+            "agent": "ppo",
+            "network": agent.actor_net,
+            "network_kwargs": actor_kwargs,
+            "checkpoint_attribute": "_actor_net",
+        },
+        # PPO's buffer holds one iteration and is cleared after it: nothing to resume from.
+        replay_buffer=None,
+        close=iterations.close,
+        collect_policy=agent.collect_policy,
+        observers=[replay_buffer.add_batch],
+        batched_steps=T + 1,
+        env_steps_per_iteration=steps_per_iteration,
+        learn=learn,
+    )
 
 
-def build(run: Run, settings: PPO) -> PPOAlgorithm:
-    return PPOAlgorithm(run, settings)
+def _agent(
+    run: Run, settings: PPO, actor_kwargs: Mapping[str, Any], steps_per_iteration: int
+) -> DrACPPOAgent:
+    """The actor and value networks and the agent (``Run.make_agent`` calls it under the strategy)."""
+    actor_net = encoders.actor_network(run.observation_spec, run.action_spec, **actor_kwargs)
+    value_encoder, value_kwargs = settings.value_encoder, settings.value_encoder_kwargs
+    if value_encoder is None:
+        value_encoder, value_kwargs = run.settings.encoder, run.settings.encoder_kwargs
+    value_net = encoders.value_network(
+        run.observation_spec, value_encoder, value_kwargs, settings.fc_layer_params
+    )
+    observation_shape = run.observation_spec.shape
+    image_size = int(observation_shape[0]) if observation_shape.rank == 3 else 0
+    return DrACPPOAgent(
+        run.time_step_spec,
+        run.action_spec,
+        optimizer=tf_keras.optimizers.Adam(
+            learning_rate=_learning_rate(settings, run.settings.total_env_steps, steps_per_iteration),
+            epsilon=settings.adam_epsilon,
+        ),
+        actor_net=actor_net,
+        value_net=value_net,
+        greedy_eval=False,
+        importance_ratio_clipping=settings.clip_ratio,
+        lambda_value=settings.gae_lambda,
+        discount_factor=settings.discount,
+        entropy_regularization=settings.entropy_coef,
+        value_pred_loss_coef=settings.value_coef,
+        num_epochs=1,  # the learner repeats the data num_epochs times
+        use_gae=True,
+        use_td_lambda_return=True,
+        normalize_rewards=settings.normalize_rewards,
+        normalize_observations=False,
+        gradient_clipping=settings.max_grad_norm,
+        compute_value_and_advantage_in_train=False,
+        update_normalizers_in_train=False,
+        train_step_counter=run.train_step,
+        augmentation=make_augmentation(settings.augmentation, image_size) if settings.drac_coef > 0 else None,
+        drac_coef=settings.drac_coef,
+        normalize_advantages=settings.normalize_advantages,
+    )
 
 
 def _learning_rate(settings: PPO, total_env_steps: int, steps_per_iteration: int):

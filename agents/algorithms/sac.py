@@ -28,20 +28,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gin
 import tensorflow as tf
 import tf_keras
-from tf_agents.policies import greedy_policy, py_tf_eager_policy, random_py_policy
+from tf_agents.policies import greedy_policy, random_py_policy
 from tf_agents.replay_buffers import tf_uniform_replay_buffer
-from tf_agents.train import learner
 
 from sit_keras.agents.algorithms.sac_agent import SharedEncoderSacAgent
 from sit_keras.agents.networks import encoders, sac_networks
 from sit_keras.agents.training import settings_check
-from sit_keras.agents.training.algorithm import OnlineAlgorithm, Run
+from sit_keras.agents.training.algorithm import Algorithm, Run
 from sit_keras.agents.training.harness import TrainingLoop
 from sit_keras.agents.training.run_settings import RunSettings
 
@@ -157,119 +156,102 @@ def check(run: RunSettings, settings: SAC) -> None:
         )
 
 
-class SACAlgorithm(OnlineAlgorithm):
+def build(run: Run, settings: SAC) -> Algorithm:
     """``SharedEncoderSacAgent`` and a ``Learner`` on transitions sampled from the replay buffer."""
-
-    def __init__(self, run: Run, settings: SAC):
-        rs = run.settings
-        if not all(spec.dtype.is_floating for spec in tf.nest.flatten(run.action_spec)):
-            raise ValueError(
-                f"SAC needs continuous actions; {rs.env_name!r} has the action spec {run.action_spec}."
-            )
-        target_entropy = settings.target_entropy
-        if target_entropy is None:
-            target_entropy = -float(sum(s.shape.num_elements() for s in tf.nest.flatten(run.action_spec)))
-        # Variables of the networks, agent and optimizers under the strategy; buffers and learner outside.
-        with run.strategy.scope():
-            actor_kwargs = {
-                "encoder": rs.encoder,
-                "encoder_kwargs": dict(rs.encoder_kwargs) if rs.encoder_kwargs is not None else None,
-                "fc_layer_params": tuple(settings.actor_fc_layer_params),
-            }
-            actor_net = sac_networks.SacActorNetwork(run.observation_spec, run.action_spec, **actor_kwargs)
-            agent = SharedEncoderSacAgent(
-                run.time_step_spec,
-                run.action_spec,
-                actor_network=actor_net,
-                **sac_networks.twin_critics(actor_net, run.action_spec, settings.critic_fc_layer_params),
-                actor_optimizer=tf_keras.optimizers.Adam(
-                    settings.actor_learning_rate, beta_1=settings.actor_beta_1
-                ),
-                critic_optimizer=tf_keras.optimizers.Adam(
-                    settings.critic_learning_rate, beta_1=settings.critic_beta_1
-                ),
-                alpha_optimizer=tf_keras.optimizers.Adam(
-                    settings.alpha_learning_rate, beta_1=settings.alpha_beta_1
-                ),
-                target_update_tau=settings.target_update_tau,
-                target_update_period=settings.target_update_period,
-                gamma=settings.discount,
-                reward_scale_factor=settings.reward_scale_factor,
-                initial_log_alpha=math.log(settings.initial_temperature),
-                # Hansen & Wang's (and SAC-AE's) temperature loss: alpha * (-log pi - H), not log alpha.
-                use_log_alpha_in_alpha_loss=False,
-                target_entropy=target_entropy,
-                gradient_clipping=settings.max_grad_norm,
-                train_step_counter=run.train_step,
-            )
-            agent.initialize()
-        run.compile_train(agent)
-        self.replay_buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(
-            agent.collect_data_spec,
-            batch_size=rs.num_envs,
-            max_length=replay_length(rs, settings),
+    rs = run.settings
+    if not all(spec.dtype.is_floating for spec in tf.nest.flatten(run.action_spec)):
+        raise ValueError(
+            f"SAC needs continuous actions; {rs.env_name!r} has the action spec {run.action_spec}."
         )
-        batch_size = settings.batch_size
+    actor_kwargs = {
+        "encoder": rs.encoder,
+        "encoder_kwargs": dict(rs.encoder_kwargs) if rs.encoder_kwargs is not None else None,
+        "fc_layer_params": tuple(settings.actor_fc_layer_params),
+    }
+    agent = run.make_agent(lambda: _agent(run, settings, actor_kwargs))
+    replay_buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(
+        agent.collect_data_spec, batch_size=rs.num_envs, max_length=replay_length(rs, settings)
+    )
 
-        def experience_dataset() -> tf.data.Dataset:
-            # Sample pairs of steps, drop those that start at a LAST step, batch.
-            transitions = (
-                self.replay_buffer.as_dataset(sample_batch_size=batch_size, num_steps=2)
-                .unbatch()
-                .filter(_starts_a_transition)
-                .batch(batch_size, drop_remainder=True)
-            )
-            return run.prefetch(transitions, 1)
-
-        self.learner = learner.Learner(
-            run.root_dir,
-            run.train_step,
-            agent,
-            experience_dataset_fn=experience_dataset,
-            # The harness checkpoints (with the environment-step counter).
-            checkpoint_interval=-1,
-            summary_interval=rs.summary_interval,
-            strategy=run.strategy,
+    def experience_dataset() -> tf.data.Dataset:
+        # Sample pairs of steps, drop those that start at a LAST step, batch.
+        transitions = (
+            replay_buffer.as_dataset(sample_batch_size=settings.batch_size, num_steps=2)
+            .unbatch()
+            .filter(_starts_a_transition)
+            .batch(settings.batch_size, drop_remainder=True)
         )
-        self.agent = agent
-        self.settings = settings
-        self.run = run
-        self.checkpoint_objects = {"agent": agent}
-        self.description = {
-            "agent": "sac", "network": actor_net, "network_kwargs": actor_kwargs,
-            "checkpoint_attribute": "_actor_network",
-        }  # fmt: skip
-        self.eval_policy = greedy_policy.GreedyPolicy(agent.policy)
-        self.collect_policy = py_tf_eager_policy.PyTFEagerPolicy(
-            agent.collect_policy, use_tf_function=True, batch_time_steps=False
-        )
-        self.observers = [self.replay_buffer.add_batch]
-        self.batched_steps = settings.collect_steps_per_env
-        self.env_steps_per_iteration = settings.collect_steps_per_env * rs.num_envs
+        return run.prefetch(transitions, 1)
 
-    def warm_up(self, loop: TrainingLoop) -> None:
-        if int(self.replay_buffer.num_frames().numpy()):
+    sac = run.learner(agent, experience_dataset_fn=experience_dataset)
+    observers = [replay_buffer.add_batch]
+
+    def warm_up(loop: TrainingLoop) -> None:
+        """Random steps into an empty buffer (a fresh run, or a resume without ``replay_buffer/``)."""
+        if int(replay_buffer.num_frames().numpy()):
             return
-        env, num_envs = self.run.env, self.run.settings.num_envs
+        env, num_envs = run.env, rs.num_envs
         random_policy = random_py_policy.RandomPyPolicy(
-            env.time_step_spec(), env.action_spec(), outer_dims=(num_envs,), seed=self.run.settings.seed
+            env.time_step_spec(), env.action_spec(), outer_dims=(num_envs,), seed=rs.seed
         )
-        driver = loop.driver(
-            random_policy, self.observers, max(-(-self.settings.initial_collect_steps // num_envs), 2)
-        )
+        driver = loop.driver(random_policy, observers, max(-(-settings.initial_collect_steps // num_envs), 2))
         loop.time_step, _ = driver.run(loop.time_step)
-        self.run.env_steps.assign_add(driver.num_batched_steps * num_envs)
+        run.env_steps.assign_add(driver.num_batched_steps * num_envs)
 
-    def learn(self, env_steps: int) -> dict[str, float]:
-        loss_info = self.learner.run(iterations=self.settings.train_steps_per_iteration)
-        return {"loss": float(loss_info.loss)}
+    def learn(unused_env_steps: int) -> dict[str, float]:
+        return {"loss": float(sac.run(iterations=settings.train_steps_per_iteration).loss)}
 
-    def log_values(self, env_steps: int) -> dict[str, float]:
-        return {"alpha": float(tf.exp(self.agent._log_alpha).numpy())}
+    def log_values(unused_env_steps: int) -> dict[str, float]:
+        return {"alpha": float(tf.exp(agent._log_alpha).numpy())}
+
+    return Algorithm(
+        agent=agent,
+        eval_policy=greedy_policy.GreedyPolicy(agent.policy),
+        checkpoint_objects={"agent": agent},
+        description={
+            "agent": "sac",
+            "network": agent._actor_network,
+            "network_kwargs": actor_kwargs,
+            "checkpoint_attribute": "_actor_network",
+        },
+        replay_buffer=replay_buffer,
+        collect_policy=agent.collect_policy,
+        observers=observers,
+        batched_steps=settings.collect_steps_per_env,
+        env_steps_per_iteration=settings.collect_steps_per_env * rs.num_envs,
+        learn=learn,
+        warm_up=warm_up,
+        log_values=log_values,
+    )
 
 
-def build(run: Run, settings: SAC) -> SACAlgorithm:
-    return SACAlgorithm(run, settings)
+def _agent(run: Run, settings: SAC, actor_kwargs: Mapping[str, Any]) -> SharedEncoderSacAgent:
+    """The actor, the twin critics on its encoder and the agent (made under the strategy)."""
+    target_entropy = settings.target_entropy
+    if target_entropy is None:
+        target_entropy = -float(sum(s.shape.num_elements() for s in tf.nest.flatten(run.action_spec)))
+    actor_net = sac_networks.SacActorNetwork(run.observation_spec, run.action_spec, **actor_kwargs)
+    return SharedEncoderSacAgent(
+        run.time_step_spec,
+        run.action_spec,
+        actor_network=actor_net,
+        **sac_networks.twin_critics(actor_net, run.action_spec, settings.critic_fc_layer_params),
+        actor_optimizer=tf_keras.optimizers.Adam(settings.actor_learning_rate, beta_1=settings.actor_beta_1),
+        critic_optimizer=tf_keras.optimizers.Adam(
+            settings.critic_learning_rate, beta_1=settings.critic_beta_1
+        ),
+        alpha_optimizer=tf_keras.optimizers.Adam(settings.alpha_learning_rate, beta_1=settings.alpha_beta_1),
+        target_update_tau=settings.target_update_tau,
+        target_update_period=settings.target_update_period,
+        gamma=settings.discount,
+        reward_scale_factor=settings.reward_scale_factor,
+        initial_log_alpha=math.log(settings.initial_temperature),
+        # Hansen & Wang's (and SAC-AE's) temperature loss: alpha * (-log pi - H), not log alpha.
+        use_log_alpha_in_alpha_loss=False,
+        target_entropy=target_entropy,
+        gradient_clipping=settings.max_grad_norm,
+        train_step_counter=run.train_step,
+    )
 
 
 @tf.autograph.experimental.do_not_convert

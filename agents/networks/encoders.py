@@ -39,37 +39,43 @@ def check_encoder(encoder: str, agent: str, recurrent: bool = True) -> None:
         )
 
 
-def actor_network(
-    observation_spec: tf.TensorSpec,
-    action_spec: tf.TensorSpec,
+def actor_network_kwargs(
     encoder: str,
     encoder_kwargs: Mapping[str, Any] | None = None,
     fc_layer_params: Sequence[int] = (),
     previous_action_noise: float = 0.0,
-) -> tuple[network.DistributionNetwork, dict[str, Any]]:
-    """The actor for ``encoder`` and its constructor arguments after the two specs (``policy_network.json``).
+) -> dict[str, Any]:
+    """The actor's constructor arguments after the two specs, as ``policy_network.json`` stores them.
 
-    ``"attention_neuron"``: ``sensor_networks.SensorActorNetwork`` (with
+    ``"attention_neuron"``: ``sensor_networks.SensorActorNetwork``'s (with
     ``previous_action_noise`` when it is not 0); any ``actor_critic.NETWORK_ENCODERS``
-    name: ``actor_critic.EncoderActorNetwork``, which has no previous action.
+    name: ``actor_critic.EncoderActorNetwork``'s, which has no previous action.
     """
     check_encoder(encoder, "actor")
     if encoder == sensor_networks.SENSOR_ENCODER:
         kwargs = {"encoder_kwargs": dict(encoder_kwargs or {}), "fc_layer_params": tuple(fc_layer_params)}
         if previous_action_noise:
             kwargs["previous_action_noise"] = float(previous_action_noise)
-        return sensor_networks.SensorActorNetwork(observation_spec, action_spec, **kwargs), kwargs
+        return kwargs
     if previous_action_noise:
         raise ValueError(
             f"previous_action_noise needs the {sensor_networks.SENSOR_ENCODER!r} encoder, whose actor "
             f"sees its previous action. Received: encoder={encoder!r}"
         )
-    kwargs = {
+    return {
         "encoder": encoder,
         "encoder_kwargs": dict(encoder_kwargs or {}),
         "fc_layer_params": tuple(fc_layer_params),
     }
-    return actor_critic.EncoderActorNetwork(observation_spec, action_spec, **kwargs), kwargs
+
+
+def actor_network(
+    observation_spec: tf.TensorSpec, action_spec: tf.TensorSpec, **kwargs: Any
+) -> network.DistributionNetwork:
+    """The actor of ``actor_network_kwargs(**kwargs)``'s encoder, made from those arguments."""
+    if "encoder" in kwargs:
+        return actor_critic.EncoderActorNetwork(observation_spec, action_spec, **kwargs)
+    return sensor_networks.SensorActorNetwork(observation_spec, action_spec, **kwargs)
 
 
 def value_network(

@@ -12,31 +12,35 @@ An algorithm module (``run_settings.ALGORITHMS`` names them) exposes:
 - ``stored_observations(run_settings, settings)``: how many observations it keeps at
   once (rollout, replay buffer, recorded rounds) and the binding that sets them, for
   the memory check (``memory_check``);
-- ``build(run, settings) -> Algorithm``: the agent on ``Run``'s environments and counters.
+- ``build(run, settings) -> Algorithm``: one function that makes the agent on
+  ``Run``'s environments and counters, and returns what the harness needs of it.
 
-The harness reads ``Algorithm``'s ``agent``, ``checkpoint_objects``,
-``replay_buffer``, ``description`` and ``eval_policy`` and calls ``train(loop)``
-and ``close()``; ``OnlineAlgorithm``'s ``train`` hands itself to
-``TrainingLoop.run``, which reads ``collect_policy``, ``observers``,
-``batched_steps`` and ``env_steps_per_iteration`` and calls ``warm_up``,
-``learn`` and ``log_values``.
+What every algorithm needs made the same way is made here, once: ``Run.make_agent``
+(the agent's variables under the run's ``tf.distribute`` strategy, ``initialize``,
+XLA for its train step) and ``Run.learner`` (TF-Agents' ``Learner`` or
+``PPOLearner`` on the run's counter and strategy; the harness checkpoints). The
+harness itself makes the rest: environments, checkpoints, the policy saver, the
+evaluator, the triggers, and the py policy that collects (``PyTFEagerPolicy``).
 """
 
 from __future__ import annotations
 
-import abc
 import dataclasses
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import tensorflow as tf
+from tf_agents.agents import tf_agent
 from tf_agents.policies import tf_policy
+from tf_agents.train import learner as learner_lib
 
 from sit_keras import xla
 from sit_keras.agents.training.run_settings import RunSettings
 
 if TYPE_CHECKING:  # for the annotations only: the harness imports this module
     from sit_keras.agents.training.harness import TrainingLoop
+
+AgentT = TypeVar("AgentT")
 
 
 @dataclasses.dataclass
@@ -54,6 +58,33 @@ class Run:
     strategy: tf.distribute.Strategy
     jit_compile: bool
 
+    def make_agent(self, make: Callable[[], AgentT]) -> AgentT:
+        """``make()`` (networks, optimizers, agent) under the strategy, initialized, its train step compiled.
+
+        Only variables belong under the strategy: buffers and learners are made
+        outside it (``Run.learner``).
+        """
+        with self.strategy.scope():
+            agent = make()
+            agent.initialize()
+        if self.jit_compile:  # before a learner traces it
+            agent.train = xla.compile_with_xla(agent.train)
+        return agent
+
+    def learner(
+        self, agent: tf_agent.TFAgent, learner_class: type = learner_lib.Learner, **kwargs
+    ) -> learner_lib.Learner:
+        """``learner_class`` (``Learner`` or ``PPOLearner``) for ``agent`` on this run's counter and strategy.
+
+        ``train/`` holds its summaries every ``summary_interval`` gradient steps;
+        it never checkpoints (the harness does, with the environment-step counter).
+        """
+        return learner_class(
+            self.root_dir, self.train_step, agent,
+            checkpoint_interval=-1, summary_interval=self.settings.summary_interval, strategy=self.strategy,
+            **kwargs,
+        )  # fmt: skip
+
     def prefetch(self, dataset: tf.data.Dataset, buffer_size: int) -> tf.data.Dataset:
         """``dataset.prefetch(buffer_size)``, or ``dataset`` itself in a deterministic run.
 
@@ -63,66 +94,70 @@ class Run:
         """
         return dataset if self.settings.deterministic else dataset.prefetch(buffer_size)
 
-    def compile_train(self, agent) -> None:
-        """XLA for ``agent.train`` when asked (before a learner traces it)."""
-        if self.jit_compile:
-            agent.train = xla.compile_with_xla(agent.train)
+
+def _nothing(*unused) -> None:
+    return None
 
 
-class Algorithm(abc.ABC):
-    """What the harness needs of an agent; algorithm modules subclass it (or ``OnlineAlgorithm``).
+def _no_values(unused_env_steps: int) -> dict[str, float]:
+    return {}
 
-    Attributes set by subclasses:
-      agent: has ``policy`` for policy saving (``PolicySavedModelTrigger``).
+
+@dataclasses.dataclass(frozen=True)
+class Algorithm:
+    """What ``build`` returns: everything the harness reads of an algorithm.
+
+    Every algorithm:
+      agent: its ``policy`` is what the policy saver writes.
+      eval_policy: the TF policy ``Evaluator`` runs.
       checkpoint_objects: saved in ``checkpoints/`` beside the counters.
-      replay_buffer: a ``TFUniformReplayBuffer`` to checkpoint, or ``None``.
       description: ``policy_network.write_description``'s ``agent``,
         ``network``, ``network_kwargs``, ``checkpoint_attribute`` (and ``extra``).
-      eval_policy: the TF policy evaluated by ``Evaluator``.
-    """
+      replay_buffer: a ``TFUniformReplayBuffer`` to checkpoint with the agent, or ``None``.
+      close: releases what it holds (dataset threads) when the run ends.
 
-    agent: Any
-    checkpoint_objects: dict[str, Any]
-    replay_buffer: Any = None
-    description: dict[str, Any]
-    eval_policy: tf_policy.TFPolicy
-
-    @abc.abstractmethod
-    def train(self, loop: TrainingLoop) -> dict[str, Any]:
-        """The whole training with the loop's pieces; returns ``loop.finish``'s results."""
-
-    def close(self) -> None:
-        """Releases what the algorithm holds (dataset threads); nothing by default."""
-        return None
-
-
-class OnlineAlgorithm(Algorithm):
-    """An agent that collects and learns in turns (PPO, SAC, DQN): ``TrainingLoop.run`` drives it.
-
-    Attributes set by subclasses, besides ``Algorithm``'s:
-      collect_policy: the py policy that collects.
+    Collect and learn in turns (PPO, SAC, DQN), driven by ``TrainingLoop.run``:
+      collect_policy: the TF policy that collects (the harness runs it as a py policy).
       observers: trajectory observers of the collection (the replay buffer).
       batched_steps: batched steps of the environments per iteration.
       env_steps_per_iteration: what one iteration adds to ``env_steps``.
+      learn: ``learn(env_steps)`` runs the train steps due after a collection
+        and returns scalars for ``collect/`` (e.g. the loss).
+      warm_up: ``warm_up(loop)`` before the first iteration (e.g. random steps
+        into an empty buffer).
+      log_values: ``log_values(env_steps)``: scalars of the agent's state to log
+        (the temperature, epsilon).
+
+    Or a schedule of its own (behaviour cloning's rounds):
+      train: ``train(loop)`` runs the whole training with the loop's pieces
+        (driver, checkpoints, log, policy saver, evaluator) and returns
+        ``loop.finish``'s results.
     """
 
-    collect_policy: Any
-    observers: list[Callable]
-    batched_steps: int
-    env_steps_per_iteration: int
+    agent: Any
+    eval_policy: tf_policy.TFPolicy
+    checkpoint_objects: Mapping[str, Any]
+    description: Mapping[str, Any]
+    replay_buffer: Any = None
+    close: Callable[[], None] = _nothing
+    collect_policy: tf_policy.TFPolicy | None = None
+    observers: Sequence[Callable] = ()
+    batched_steps: int = 0
+    env_steps_per_iteration: int = 0
+    learn: Callable[[int], Mapping[str, float]] | None = None
+    warm_up: Callable[[TrainingLoop], None] = _nothing
+    log_values: Callable[[int], Mapping[str, float]] = _no_values
+    train: Callable[[TrainingLoop], dict[str, Any]] | None = None
 
-    def warm_up(self, loop: TrainingLoop) -> None:
-        """Before the first iteration (e.g. random steps into an empty buffer); nothing by default."""
-        return None
-
-    @abc.abstractmethod
-    def learn(self, env_steps: int) -> dict[str, float]:
-        """The train steps due after a collection; returns scalars for ``collect/`` (e.g. the loss)."""
-
-    def log_values(self, env_steps: int) -> dict[str, float]:
-        """Scalars of the agent's state to log (e.g. epsilon, the temperature)."""
-        return {}
-
-    def train(self, loop: TrainingLoop) -> dict[str, Any]:
-        """Collect and learn until the budget."""
-        return loop.run(self)
+    def __post_init__(self):
+        online = self.collect_policy is not None and self.learn is not None
+        if online == (self.train is not None):
+            raise ValueError(
+                "An algorithm either collects and learns in turns (collect_policy and learn) or "
+                "trains on its own schedule (train), not both and not neither."
+            )
+        if online and (self.batched_steps < 1 or self.env_steps_per_iteration < 1):
+            raise ValueError(
+                "An algorithm that collects needs batched_steps and env_steps_per_iteration >= 1. "
+                f"Received: {self.batched_steps}, {self.env_steps_per_iteration}"
+            )

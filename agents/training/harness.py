@@ -47,8 +47,8 @@ steps and ``train/`` summaries, ``PolicySavedModelTrigger``, py metrics,
 
 The harness's parts, one module each: ``run_settings`` (``RunSettings``, the
 bindings a run reads, its hyper-parameters and ``config.gin``), ``algorithm``
-(the contract of an algorithm module: ``Run``, ``Algorithm``,
-``OnlineAlgorithm``), ``stops`` (a loss that is not finite, Ctrl-C and
+(the contract of an algorithm module: ``Run`` and the ``Algorithm`` its
+``build`` returns), ``stops`` (a loss that is not finite, Ctrl-C and
 SIGTERM), ``keyword_messages`` (the sentence for a refused encoder or
 environment keyword), ``memory_check`` (whether the environments and stored
 observations fit in memory) and ``evaluation`` (the training episodes' metrics
@@ -69,6 +69,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 from tensorboard.plugins.hparams import api as hparams_api
+from tf_agents.policies import py_tf_eager_policy
 from tf_agents.train import learner, triggers
 from tf_agents.train.utils import spec_utils, train_utils
 from tqdm import tqdm
@@ -77,7 +78,7 @@ from sit_keras import folder_lock, mixed_precision, output_folder, run_kind, xla
 from sit_keras.agents.environments import load
 from sit_keras.agents.networks import policy_network
 from sit_keras.agents.training import checkpoints, memory_check, run_record
-from sit_keras.agents.training.algorithm import OnlineAlgorithm, Run
+from sit_keras.agents.training.algorithm import Algorithm, Run
 from sit_keras.agents.training.collection import FixedLengthDriver, metric_results
 from sit_keras.agents.training.evaluation import Evaluator, episode_metrics
 from sit_keras.agents.training.keyword_messages import unknown_keyword_sentence
@@ -174,7 +175,7 @@ def train_eval(root_dir: str, strategy: tf.distribute.Strategy | None = None, **
             raise SettingsError(sentence) from error
         run_kind.claim(root_dir, run_kind.RL, _program())
         run_record.record(root_dir, values, loop.env_steps(), resumed)
-        return algorithm.train(loop)
+        return algorithm.train(loop) if algorithm.train is not None else loop.run(algorithm)
 
 
 def _check_memory(module, run_settings: RunSettings, settings: Any) -> None:
@@ -369,11 +370,14 @@ class TrainingLoop:
     def train_step(self) -> int:
         return int(self.context.train_step.numpy())
 
-    def run(self, algorithm: OnlineAlgorithm) -> dict[str, Any]:
-        """Iterates until ``total_env_steps``; returns the last results, evaluations and history."""
+    def run(self, algorithm: Algorithm) -> dict[str, Any]:
+        """Collects and learns until ``total_env_steps``; returns the last results, evaluations, history."""
         settings = self.settings
         total = settings.total_env_steps
-        driver = self.driver(algorithm.collect_policy, algorithm.observers, algorithm.batched_steps)
+        collect_policy = py_tf_eager_policy.PyTFEagerPolicy(
+            algorithm.collect_policy, use_tf_function=True, batch_time_steps=False
+        )
+        driver = self.driver(collect_policy, list(algorithm.observers), algorithm.batched_steps)
         self.time_step = self.context.env.reset()
         # Recurrent policies carry their state across iterations, as TF-Agents' actors do.
         self.policy_state = driver.policy.get_initial_state(self.context.env.batch_size)
