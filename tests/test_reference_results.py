@@ -916,3 +916,56 @@ def test_the_chiral_seed0_run_to_3m_is_quoted_as_measured():
         easy in " ".join(RESULTS.split())
         and "`benchmarks/reference/lavacrossing_chiral_seed0_3m.json`" in RESULTS
     )
+
+
+CONTROLS_1M = ("lavacrossing_control_vit_1m.json", "lavacrossing_control_cnn_critic_1m.json")
+
+
+@pytest.mark.parametrize("name", CONTROLS_1M)
+def test_the_attention_and_critic_controls_are_quoted_as_measured(name):
+    """docs/lavacrossing.md and the README: the ViT-small and CNN-critic controls, from their reports."""
+    report = _report(name)
+    assert report["budget_env_steps"] == 1_000_000 and report["command"] and report["commit"]
+    assert report["settings"]["num_episodes"] == 200
+    (curve,) = report["training_curves"].values()
+    best = f"{max(s for _, s in curve['success_every_50k']):.2f}"
+
+    def rate(kind: str, row: str) -> str:
+        return f"{report[kind][row]['success_rate']:.2f}"
+
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    text = (
+        f"{report['train_wall_minutes']:.0f} minutes of training on one core): training success at most "
+        f"{best}"
+    )
+    assert text in page, text
+    text = (
+        f"greedy N1 {rate('greedy', 'train: easy')} and rotated {rate('greedy', 'rotations average')} "
+        f"(sampling {rate('sampling', 'train: easy')} and {rate('sampling', 'rotations average')})"
+    )
+    assert text in page, text
+    assert f"`benchmarks/reference/{name}`" in " ".join(README.split())
+
+
+def test_the_few_states_probe_is_quoted_as_measured():
+    """docs/lavacrossing.md: held-out accuracy with 500 training states, from the two runs' reports."""
+    report = _report("lavacrossing_few_states_probe.json")
+    accuracy = {
+        (r["model"], r["seed"]): f"{r['heldout_greedy_accuracy']['all']:.2f}"
+        for part in report["parts"]
+        for r in part["results"]
+    }
+    assert {part["data"]["train"]["states"] for part in report["parts"]} == {500}
+    constant = report["parts"][0]["data"]["heldout"]["best_constant_action_accuracy"]
+
+    def pair(model: str) -> str:
+        return f"{accuracy[model, 0]} / {accuracy[model, 1]}"
+
+    chiral = "sit_small_chiral_m4_corners"
+    text = (
+        f"CNN {pair('cnn')}, ViT-small {pair('vit_small')}, the translation-only control "
+        f"{pair(chiral + '_translation')}, the chiral SiT {pair(chiral)}."
+    )
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    assert text in page, text
+    assert f"most common optimal move scores {constant:.2f} there" in page
