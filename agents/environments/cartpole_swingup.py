@@ -82,6 +82,8 @@ def make(**kwargs: Any) -> gymnasium.Env:
             f"'pip install --no-deps {PACKAGE}' (make install does)."
         ) from error
 
+    # Defined here, not at module level, so that importing this module (the loader registers
+    # the id) needs neither the package nor pygame.
     class CartPoleSwingUpHarder(CartPoleSwingUpEnv):
         """The package's cart-pole with the paper's time step, initial states, reward and observation."""
 
