@@ -376,3 +376,13 @@ def test_lavacrossing_probe_scores_a_policy_trained_with_sit_train(tmp_path):
     missing = subprocess.run([*command[:-4], "--policy_dirs", str(tmp_path)], capture_output=True, text=True)
     assert missing.returncode == 2 and "holds no saved policy" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+def test_every_lavacrossing_model_of_minigrid_rotation_trains_with_the_cnn_critic():
+    """docs/lavacrossing.md: the 'CNN critic' config adds nothing there; every model has that critic."""
+    module = _load("minigrid_rotation")
+    _, bindings, _ = module.FAMILIES["lavacrossing"]
+    assert bindings == module.CRITIC
+    config = BENCHMARKS.parent / "configs" / "minigrid" / "lavacrossing_sit_chiral_cnn_critic.gin"
+    own = [line for line in config.read_text().splitlines() if line.startswith("ppo.value_encoder")]
+    assert own == module.CRITIC

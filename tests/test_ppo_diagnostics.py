@@ -1,0 +1,115 @@
+"""The PPO actor diagnostics of issue 24: benchmarks/ppo_trace.py and benchmarks/ppo_noise_phase.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _load(name: str):
+    sys.path.insert(0, str(BENCHMARKS))  # the scripts import each other, as when run from the shell
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_effective_rank_counts_equal_directions_and_is_zero_for_constant_features():
+    trace = _load("ppo_trace")
+    rng = np.random.default_rng(0)
+    # Three orthonormal directions with equal spread: exactly three; a constant: none.
+    basis = np.linalg.qr(rng.standard_normal((8, 3)))[0].T  # (3, 8)
+    signs = np.array([[1, 1, 1], [1, -1, -1], [-1, 1, -1], [-1, -1, 1]], np.float64)
+    assert trace.effective_rank(signs @ basis) == pytest.approx(3.0)
+    assert trace.effective_rank(np.ones((10, 8))) == 0.0
+    # One dominant direction pulls the count towards one.
+    assert 1.0 < trace.effective_rank(signs @ (basis * [[10.0], [1.0], [1.0]])) < 2.0
+
+
+def test_measure_reports_a_blind_actor_as_dead_and_state_independent():
+    """An actor whose last ReLU layer is pushed below zero everywhere: every unit dead, no spread."""
+    noise = _load("ppo_noise_phase")
+    trace = _load("ppo_trace")
+    probe = noise.collect(40, noise.HELDOUT_SEED_OFFSET, 0.3, np.random.default_rng(0))
+    net = noise.actor_for("cnn")
+    recorder = trace.ReluRecorder(net)
+    alive = trace.measure(net, recorder, probe)
+    assert set(alive["relu"]) == {layer.name for layer in recorder.layers} and len(recorder.layers) == 2
+    assert all(r["dead_fraction"] < 1 for r in alive["relu"].values())
+    assert alive["policy"]["logit_std_across_states"] > 0 and alive["features"]["effective_rank"] > 1
+    last = recorder.layers[-1]
+    last.bias.assign(np.full(last.bias.shape, -1e3, np.float32))
+    blind = trace.measure(net, recorder, probe)
+    assert blind["relu"][last.name] == {"units": 64, "dead_fraction": 1.0, "active_per_state": 0.0}
+    assert blind["features"]["std_across_states"] == 0.0 and blind["features"]["effective_rank"] == 0.0
+    assert blind["policy"]["logit_std_across_states"] == 0.0
+    # No gradient reaches the layers below a dead layer.
+    assert blind["gradients"]["conv_0"]["norm"] == 0.0 and alive["gradients"]["conv_0"]["norm"] > 0
+
+
+def test_noise_phase_quick_trains_on_noise_and_measures_every_iteration(tmp_path):
+    out = tmp_path / "noise.json"
+    assert _load("ppo_noise_phase").main(["--quick", "--models", "cnn", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    (run,) = report["runs"]
+    assert run["model"] == "cnn" and [r["iteration"] for r in run["trace"]] == [0, 1, 2]
+    assert [r["env_steps"] for r in run["trace"]] == [0, 2048, 4096]
+    # The actor moved: its logits changed between the measurements.
+    spreads = [r["policy"]["logit_std_across_states"] for r in run["trace"]]
+    assert len(set(spreads)) == 3
+    assert report["settings"]["measured_states"] == 100
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--models", "resnet"], "unknown --models(s) resnet"),
+        (["--iterations", "0"], "--iterations must be >= 1"),
+        (["--seeds", "a"], "--seeds must be comma-separated integers"),
+    ],
+)
+def test_noise_phase_refuses_bad_arguments_in_one_sentence(argv, message, capsys):
+    assert _load("ppo_noise_phase").main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and "Traceback" not in err
+
+
+def test_ppo_trace_reads_every_checkpoint_of_a_run_trained_with_sit_train(tmp_path):
+    from run_folders import TINY_PPO
+
+    root = tmp_path / "run"
+    bindings = [
+        *TINY_PPO, "train_eval.env_name = 'minigrid:LavaCrossingS9N1'", "train_eval.progress = False",
+        "train_eval.total_env_steps = 64", "train_eval.checkpoint_interval = 16",
+    ]  # fmt: skip
+    bin_dir = os.path.dirname(sys.executable)
+    trained = subprocess.run(
+        [os.path.join(bin_dir, "sit-train"), "--root_dir", str(root),
+         *[a for b in bindings for a in ("--gin_bindings", b)]],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    out = tmp_path / "trace.json"
+    command = [sys.executable, str(BENCHMARKS / "ppo_trace.py"), "--root_dir", str(root),
+               "--num_states", "30", "--out", str(out)]  # fmt: skip
+    traced = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert traced.returncode == 0, traced.stderr[-2000:]
+    report = json.loads(out.read_text())
+    # The run keeps its 3 newest checkpoints (16 steps apart, the last at the end): all read, in order.
+    steps = [r["env_steps"] for r in report["trace"]]
+    assert steps == sorted(steps) and len(steps) == 3 and steps[-1] == 64
+    assert report["states"]["count"] == 30 and report["network"]["encoder"] == "cnn"
+    for record in report["trace"]:
+        assert 0 <= record["policy"]["expert_accuracy"] <= 1
+    missing = subprocess.run([*command[:2], "--root_dir", str(tmp_path)], capture_output=True, text=True)
+    assert missing.returncode == 2 and "holds no policy_network.json" in missing.stderr
+    assert "Traceback" not in missing.stderr
