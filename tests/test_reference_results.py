@@ -969,3 +969,100 @@ def test_the_few_states_probe_is_quoted_as_measured():
     page = " ".join((DOCS / "lavacrossing.md").read_text().split())
     assert text in page, text
     assert f"most common optimal move scores {constant:.2f} there" in page
+
+
+def test_the_ppo_traces_are_quoted_as_measured():
+    """docs/lavacrossing.md: the real runs' logit spread per checkpoint and the ViT's dead units."""
+    report = _report("lavacrossing_ppo_trace.json")
+    runs = {run["model"]: {r["env_steps"] // 1000: r for r in run["trace"]} for run in report["runs"]}
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+
+    def spread(model: str, k: int) -> str:
+        if k not in runs[model]:
+            return "(stopped)"
+        return f"{runs[model][k]['policy']['logit_std_across_states']:.4f}"
+
+    for k in (51, 200, 301, 401):
+        shown = 201 if k == 200 else k  # 200,704 env steps
+        row = f"| {shown}k | {spread('cnn', k)} | {spread('sit_chiral', k)} | {spread('vit', k)} |"
+        assert row in page, row
+    vit = [r for _, r in sorted(runs["vit"].items())]
+    dead = [f"{r['relu']['hidden']['dead_fraction']:.2f}" for r in vit]
+    assert f"{dead[0]} of its units dead (zero on every state) at 51k steps and {dead[-1]} at 301k" in page
+    assert f"effective rank of {vit[-1]['features']['effective_rank']:.1f}" in page
+    sit = [r for _, r in sorted(runs["sit_chiral"].items())]
+    head = [r["relu"]["head"]["dead_fraction"] for r in sit]
+    assert f"{min(head):.2f}-{max(head):.2f} of its units dead" in page
+    top = max(r["policy"]["logit_std_across_states"] for r in sit)
+    assert f"never spread beyond {top:.4f} in 400k steps" in page
+    assert all(run["train_command"] and run["train_commit"] for run in report["runs"])
+
+
+def test_the_noise_phase_is_quoted_as_measured():
+    """docs/lavacrossing.md: logit spread at iterations 0 and 25 of the simulated reward-free phase."""
+    report = _report("lavacrossing_noise_phase.json")
+    assert report["settings"]["iterations"] == 25 and report["command"] and report["commit"]
+    runs = {(r["model"], r["seed"]): r["trace"] for r in report["runs"]}
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+
+    def cell(model: str, seed: int) -> str:
+        first, last = runs[model, seed][0], runs[model, seed][-1]
+        assert first["iteration"] == 0 and last["iteration"] == 25
+        spread = "policy", "logit_std_across_states"
+        return f"{first[spread[0]][spread[1]]:.3f} → {last[spread[0]][spread[1]]:.3f}"
+
+    names = {
+        "cnn": "CNN", "vit_small": "ViT-small", "sit_small_chiral_m4_corners": "chiral SiT",
+        "sit_small_chiral_m4_corners_translation": "chiral SiT, graphs shared by translations only",
+    }  # fmt: skip
+    for model, label in names.items():
+        row = f"| {label} | {cell(model, 0)} | {cell(model, 1)} |"
+        assert row in page, row
+    vit = [f"{runs['vit_small', s][-1]['relu']['hidden']['dead_fraction']:.2f}" for s in (0, 1)]
+    assert f"0.89 dead in the real run, {vit[0]} / {vit[1]} here" in page
+
+
+def test_the_harder_cartpole_students_are_quoted_as_measured():
+    """docs/results.md and the README: CartPoleSwingUpHarder's teacher and DAgger students, 3 seeds."""
+    report = _report("pi_cartpole_harder_dagger_seeds.json")
+    runs = report["runs"]
+    assert [r["seed"] for r in runs] == [0, 1, 2]
+    assert all(r["test_settings"]["num_episodes"] == 200 and r["command"] for r in runs)
+
+    def cells(policy: str, column: str) -> str:
+        return " / ".join(f"{r['results'][policy][column]['mean']:.0f}" for r in runs)
+
+    teacher = runs[0]["results"]["teacher"]
+    assert all(r["results"]["teacher"]["5 obs"]["mean"] == teacher["5 obs"]["mean"] for r in runs)
+    pi = [r["results"]["pi"]["5 obs"]["mean"] for r in runs]
+    summary = report["summary"]
+    assert summary["pi_5_obs_mean"] == pytest.approx(statistics.mean(pi))
+    assert summary["pi_5_obs_std_over_seeds_sample"] == pytest.approx(statistics.stdev(pi))
+    assert summary["student_over_teacher"] == pytest.approx(statistics.mean(pi) / teacher["5 obs"]["mean"])
+    page = " ".join((DOCS / "results.md").read_text().split())
+    rows = [
+        f"| teacher (SAC) | {teacher['5 obs']['mean']:.0f} (FNN 593) | "
+        f"{teacher['5 obs (shuffled)']['mean']:.0f} (FNN 38) |",
+        f"| MLP student, seeds 0 / 1 / 2 | {cells('mlp', '5 obs')} | {cells('mlp', '5 obs (shuffled)')} |",
+        f"| AttentionNeuron student, seeds 0 / 1 / 2 | {cells('pi', '5 obs')} (472) | "
+        f"{cells('pi', '5 obs (shuffled)')} (471) | {cells('pi', '10 obs')} (471) | "
+        f"{cells('pi', '5 obs + 5 noise')} (461) |",
+    ]
+    for row in rows:
+        assert row in page, row
+    mean_std = f"{statistics.mean(pi):.0f} +- {statistics.stdev(pi):.0f}"
+    ratio = f"{100 * summary['student_over_teacher']:.0f}% of its teacher"
+    assert f"scores {mean_std} over the 3 seeds" in page and ratio in page
+    readme = " ".join(README.split())
+    assert f"DAgger PI student {mean_std} (paper 472), {ratio}" in readme
+    assert "`benchmarks/reference/pi_cartpole_harder_dagger_seeds.json`" in readme
+
+
+def test_the_readme_quotes_the_blind_actors_as_measured():
+    """README: the largest attention logit spread in 400k steps against the CNN's last one."""
+    report = _report("lavacrossing_ppo_trace.json")
+    runs = {run["model"]: run["trace"] for run in report["runs"]}
+    attention = max(r["policy"]["logit_std_across_states"] for m in ("vit", "sit_chiral") for r in runs[m])
+    cnn = runs["cnn"][-1]["policy"]["logit_std_across_states"]
+    text = f"at most {attention:.4f} in 400k steps, the CNN's {cnn:.2f}"
+    assert text in " ".join(README.split()), text
