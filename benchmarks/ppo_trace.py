@@ -44,7 +44,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from sit_keras.agents.networks.policy_network import build_network, read_description
+from sit_keras.agents.networks.policy_network import build_network, read_description, restore_network
 from sit_keras.benchmarking import (
     SentenceParser,
     UsageError,
@@ -71,16 +71,6 @@ def env_steps_of(path: str) -> int | None:
     reader = tf.train.load_checkpoint(path)
     names = [n for n in reader.get_variable_to_shape_map() if n.startswith("env_steps/")]
     return int(reader.get_tensor(names[0])) if names else None
-
-
-def restore_actor(net: Any, path: str, attribute: str) -> None:
-    """Reads the actor's variables (``agent.<attribute>``) of training checkpoint ``path`` into ``net``."""
-    node: Any = net
-    for name in reversed(attribute.split(".")):
-        node = tf.train.Checkpoint(**{name: node})
-    status = tf.train.Checkpoint(agent=node).read(path)
-    status.expect_partial()
-    status.assert_existing_objects_matched()
 
 
 class ReluRecorder:
@@ -226,7 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     paths = checkpoint_paths(args.folder)[-1:] if args.quick else checkpoint_paths(args.folder)
     trace = []
     for path in paths:
-        restore_actor(net, path, description.checkpoint_attribute)
+        restore_network(net, args.root_dir, description.checkpoint_attribute, path)
         record = {
             "checkpoint": Path(path).name,
             "env_steps": env_steps_of(path),

@@ -200,19 +200,22 @@ def build_network(description: PolicyNetworkDescription) -> network.Network:
     return net
 
 
-def restore_network(net: network.Network, root_dir: str, attribute: str) -> str:
-    """Loads the newest training checkpoint of ``root_dir`` into ``net``; returns its path.
+def restore_network(net: network.Network, root_dir: str, attribute: str, path: str | None = None) -> str:
+    """Loads the newest training checkpoint of ``root_dir`` (or ``path``) into ``net``; returns its path.
 
     Only the network's variables are read (matched by object path, not by
     name), and every one of them must be in the checkpoint.
 
     Raises:
-      FileNotFoundError: no checkpoint in ``<root_dir>/checkpoints``.
+      FileNotFoundError: no checkpoint in ``<root_dir>/checkpoints`` (``path`` not given).
     """
-    checkpoint_dir = os.path.join(root_dir, CHECKPOINT_DIR)
-    path = tf.train.latest_checkpoint(checkpoint_dir)
     if path is None:
-        raise FileNotFoundError(f"No training checkpoint in {checkpoint_dir!r}; train with sit-train first.")
+        checkpoint_dir = os.path.join(root_dir, CHECKPOINT_DIR)
+        path = tf.train.latest_checkpoint(checkpoint_dir)
+        if path is None:
+            raise FileNotFoundError(
+                f"No training checkpoint in {checkpoint_dir!r}; train with sit-train first."
+            )
     # Stand-ins for the agent's object graph down to the network.
     node: Any = net
     for name in reversed(attribute.split(".")):
