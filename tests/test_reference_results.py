@@ -1019,7 +1019,7 @@ def test_the_noise_phase_is_quoted_as_measured():
         row = f"| {label} | {cell(model, 0)} | {cell(model, 1)} |"
         assert row in page, row
     vit = [f"{runs['vit_small', s][-1]['relu']['hidden']['dead_fraction']:.2f}" for s in (0, 1)]
-    assert f"0.89 dead in the real run, {vit[0]} / {vit[1]} here" in page
+    assert f"0.89 dead in the real run at 51k steps, {vit[0]} / {vit[1]} here" in page
 
 
 def test_the_harder_cartpole_students_are_quoted_as_measured():
