@@ -1,12 +1,15 @@
 """What the hostile tests share: a tiny PPO run's bindings and the content of a folder.
 
-``from run_folders import TINY_PPO, file_hashes`` (``tests/`` is on the path, as for ``summaries``).
+``from run_folders import TINY_PPO, file_hashes, sit_train`` (``tests/`` is on the path, as for
+``summaries``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
 
 from sit_keras import folder_lock
 
@@ -17,6 +20,13 @@ TINY_PPO = [
     "ppo.collect_steps_per_env = 8", "ppo.num_minibatches = 2", "ppo.drac_coef = 0.0",
     "train_eval.total_env_steps = 32", "train_eval.num_eval_episodes = 0",
 ]  # fmt: skip
+
+
+def sit_train(root_dir: str, bindings: list[str]) -> subprocess.CompletedProcess:
+    """This environment's ``sit-train`` on ``root_dir`` with ``bindings``, its output captured."""
+    command = [os.path.join(os.path.dirname(sys.executable), "sit-train"), "--root_dir", str(root_dir)]
+    command += [a for b in bindings for a in ("--gin_bindings", b)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600)
 
 
 def file_hashes(folder: str) -> dict[str, str]:

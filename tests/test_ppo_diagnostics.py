@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -84,19 +83,14 @@ def test_noise_phase_refuses_bad_arguments_in_one_sentence(argv, message, capsys
 
 
 def test_ppo_trace_reads_every_checkpoint_of_a_run_trained_with_sit_train(tmp_path):
-    from run_folders import TINY_PPO
+    from run_folders import TINY_PPO, sit_train
 
     root = tmp_path / "run"
     bindings = [
         *TINY_PPO, "train_eval.env_name = 'minigrid:LavaCrossingS9N1'", "train_eval.progress = False",
         "train_eval.total_env_steps = 64", "train_eval.checkpoint_interval = 16",
     ]  # fmt: skip
-    bin_dir = os.path.dirname(sys.executable)
-    trained = subprocess.run(
-        [os.path.join(bin_dir, "sit-train"), "--root_dir", str(root),
-         *[a for b in bindings for a in ("--gin_bindings", b)]],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    trained = sit_train(str(root), bindings)
     assert trained.returncode == 0, trained.stderr[-2000:]
     out = tmp_path / "trace.json"
     command = [sys.executable, str(BENCHMARKS / "ppo_trace.py"), "--root_dir", str(root),

@@ -344,20 +344,14 @@ def test_plot_curves_refuses_bad_arguments_in_one_sentence(bad, tmp_path, capsys
 
 def test_lavacrossing_probe_scores_a_policy_trained_with_sit_train(tmp_path):
     """``--policy_dirs``: a trained policy's greedy actions against the expert, on the probe's states."""
-    import os
     import subprocess
     import sys
 
-    from run_folders import TINY_PPO
+    from run_folders import TINY_PPO, sit_train
 
     root = tmp_path / "run"
     bindings = [*TINY_PPO, "train_eval.env_name = 'minigrid:LavaCrossingS9N1'", "train_eval.progress = False"]
-    bin_dir = os.path.dirname(sys.executable)
-    trained = subprocess.run(
-        [os.path.join(bin_dir, "sit-train"), "--root_dir", str(root),
-         *[a for b in bindings for a in ("--gin_bindings", b)]],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    trained = sit_train(str(root), bindings)
     assert trained.returncode == 0, trained.stderr[-2000:]
     policy_dir = str(root / "policies" / "greedy_policy")
     out = tmp_path / "probe.json"
