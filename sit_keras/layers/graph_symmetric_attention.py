@@ -98,6 +98,11 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
       graph_dropout: rate of graph-symmetric dropout (section 4).
       graph_init_stddev: noise added to the near-identity graph initialisation.
       kernel_initializer: initialiser of the query / key / value projection.
+      query_key_init_scale: factor on the initial query and key projection
+        weights (values untouched), so the initial scores ``Q K^T`` grow by
+        its square. Above 1, attention starts selective instead of nearly
+        uniform: a class token that averages its tokens at initialisation
+        reads mostly what every state shares (docs/lavacrossing.md).
       seed: seed of the graph weight initialisers.
       implementation: ``"fast"`` (default) or ``"reference"``, see above.
       triangle_form: form of the fast triangle sums, ``"matrix"``,
@@ -140,6 +145,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         graph_dropout: float = 0.0,
         graph_init_stddev: float = 0.1,
         kernel_initializer: Any = "glorot_uniform",
+        query_key_init_scale: float = 1.0,
         seed: int | None = None,
         implementation: str = "fast",
         triangle_form: str = "auto",
@@ -201,6 +207,12 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         self.graph_dropout = float(graph_dropout)
         self.graph_init_stddev = float(graph_init_stddev)
         self.kernel_initializer = tf_keras.initializers.get(kernel_initializer)
+        self.query_key_init_scale = float(query_key_init_scale)
+        if not self.query_key_init_scale > 0:
+            raise ValueError(
+                "query_key_init_scale must be positive. "
+                f"Received: query_key_init_scale={query_key_init_scale}"
+            )
         self.seed = seed
 
     # -- construction ---------------------------------------------------------
@@ -215,6 +227,18 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
     def _self_class(self) -> int:
         centre = self._kernel_size // 2
         return int(self._kernel_index[centre, centre])
+
+    def _qkv_initializer(self, dim: int) -> Any:
+        """``kernel_initializer`` with the query and key columns times ``query_key_init_scale``."""
+        if self.query_key_init_scale == 1.0:
+            return self.kernel_initializer
+        scale = np.concatenate([np.full(2 * dim, self.query_key_init_scale), np.ones(dim)])
+
+        def initializer(shape: Sequence[int], dtype: Any = None) -> tf.Tensor:
+            values = self.kernel_initializer(shape, dtype=dtype)
+            return values * tf.constant(scale, values.dtype)
+
+        return initializer
 
     def _graph_initializer(self, base_rows: Sequence[int], base_value: float, offset: int) -> NearIdentity:
         # Each table gets its own seed so that no two start with the same noise.
@@ -236,7 +260,9 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
             )
         self.dim = dim
         self.head_dim = dim // self.num_heads
-        self.qkv_kernel = self.add_weight("qkv_kernel", (dim, 3 * dim), initializer=self.kernel_initializer)
+        self.qkv_kernel = self.add_weight(
+            "qkv_kernel", (dim, 3 * dim), initializer=self._qkv_initializer(dim)
+        )
         self.qkv_bias = self.add_weight("qkv_bias", (3 * dim,), initializer="zeros")
         n, heads = self._num_graph_classes, self.num_heads
         if self.graph_qkv:
@@ -614,6 +640,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
             graph_dropout=self.graph_dropout,
             graph_init_stddev=self.graph_init_stddev,
             kernel_initializer=tf_keras.initializers.serialize(self.kernel_initializer),
+            query_key_init_scale=self.query_key_init_scale,
             seed=self.seed,
             implementation=self.implementation,
             triangle_form=self.triangle_form,

@@ -142,6 +142,10 @@ class SiTEncoder(Encoder):
       graph_dropout: graph-symmetric dropout rate (section 4).
       mlp_dim: MLP size inside GSA blocks, 0 for none (appendix F.1).
       graph_init_stddev: noise of the near-identity graph initialisation.
+      query_key_init_scale: factor on every GSA layer's initial query and
+        key weights (``GraphSymmetricAttention``); above 1, attention starts
+        selective, which keeps a class token's output dependent on the state
+        (the LavaCrossing configs, docs/lavacrossing.md).
       seed: seed of the graph initialisers.
       implementation: ``"fast"`` (default) or ``"reference"`` for every GSA
         layer; both compute the same function with the same weights (see
@@ -184,6 +188,7 @@ class SiTEncoder(Encoder):
         graph_dropout: float = 0.0,
         mlp_dim: int = 0,
         graph_init_stddev: float = 0.1,
+        query_key_init_scale: float = 1.0,
         seed: int | None = None,
         implementation: str = "fast",
         pool_padding: int = 0,
@@ -215,6 +220,7 @@ class SiTEncoder(Encoder):
         self.graph_dropout = float(graph_dropout)
         self.mlp_dim = int(mlp_dim)
         self.graph_init_stddev = float(graph_init_stddev)
+        self.query_key_init_scale = float(query_key_init_scale)
         self.seed = seed
         self.implementation = implementation
         self.uses_invariant = VARIANTS[variant]["invariant"]
@@ -228,6 +234,7 @@ class SiTEncoder(Encoder):
             "graph_dropout": self.graph_dropout,
             "mlp_dim": self.mlp_dim,
             "graph_init_stddev": self.graph_init_stddev,
+            "query_key_init_scale": self.query_key_init_scale,
             "seed": seed,
             "implementation": implementation,
             "dtype": self.dtype_policy,
@@ -427,6 +434,7 @@ class SiTEncoder(Encoder):
             graph_dropout=self.graph_dropout,
             mlp_dim=self.mlp_dim,
             graph_init_stddev=self.graph_init_stddev,
+            query_key_init_scale=self.query_key_init_scale,
             seed=self.seed,
             implementation=self.implementation,
         )
