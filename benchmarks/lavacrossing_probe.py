@@ -185,6 +185,13 @@ MODELS: dict[str, dict[str, Any]] = {
         "kwargs": {**_CHIRAL_M4_CORNERS, "symmetry": "translation"},
         "fc": (),
     },
+    # Selective attention at initialisation (issue 24): every GSA layer's initial query and key
+    # weights times 4 (configs/minigrid/lavacrossing_sit_chiral_sharp.gin).
+    "sit_small_chiral_m4_corners_sharp": {
+        "encoder": "sit",
+        "kwargs": {**_CHIRAL_M4_CORNERS, "query_key_init_scale": 4.0},
+        "fc": (),
+    },
     "vit_small": {
         "encoder": "vit",
         "kwargs": {"patch_size": 2, "embed_dim": 64, "num_heads": 8, "num_layers": 2, "mlp_dim": 0},
