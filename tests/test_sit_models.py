@@ -293,6 +293,30 @@ def test_pool_padding_puts_the_pooling_windows_on_the_cell_corners() -> None:
         build_encoder("sit", (13, 13, 3), **{**SIT_SMALL, "pool_padding": 1})
 
 
+def test_query_key_init_scale_multiplies_the_initial_queries_and_keys_only() -> None:
+    chiral = {**SIT_SMALL, "pool_padding": 1, "stem_kernel_size": 5, "stem_symmetry": "chiral"}
+    kernels = {}
+    for scale in (1.0, 4.0):
+        tf_keras.utils.set_random_seed(3)
+        encoder = build_encoder("sit", (14, 14, 3), **chiral, query_key_init_scale=scale)
+        encoder(tf.zeros((1, 14, 14, 3)))
+        kernels[scale] = {
+            v.name.split("/", 1)[1]: v.numpy() for v in encoder.weights if "qkv_kernel" in v.name
+        }
+    assert len(kernels[1.0]) == 2  # the local and the global block
+    for name, plain in kernels[1.0].items():
+        scaled, dim = kernels[4.0][name], plain.shape[0]
+        np.testing.assert_allclose(scaled[:, : 2 * dim], 4.0 * plain[:, : 2 * dim], rtol=1e-6)
+        np.testing.assert_array_equal(scaled[:, 2 * dim :], plain[:, 2 * dim :])
+    restored = SiTEncoder.from_config(encoder.get_config())
+    assert restored.query_key_init_scale == 4.0
+    assert restored.global_gsa.blocks[0].attention.query_key_init_scale == 4.0
+    x = _images(2, shape=(14, 14, 3), dtype="float64")
+    sharp = _perturbed_encoder("sit", shape=(14, 14, 3), **chiral, query_key_init_scale=4.0)
+    testing.assert_invariant(sharp, x, testing.ROTATIONS)
+    testing.assert_not_invariant(sharp, x, testing.REFLECTIONS, min_error=BROKEN["float64"])
+
+
 # -- inputs ------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("variant", ["sit", "siet"])
@@ -418,6 +442,10 @@ def test_image_sizes_that_do_not_tile_say_which_sizes_are_valid(shape: tuple[int
         (lambda: build_encoder("sit", SMALL, triangles=3), "triangles must be 0, 1 or 2"),
         (lambda: build_encoder("sit", SMALL, graph_dropout=1.0), "graph_dropout must be in [0, 1)"),
         (lambda: build_encoder("sit", SMALL, output_dim=0), "output_dim must be positive"),
+        (
+            lambda: build_encoder("sit", SMALL, query_key_init_scale=0.0),
+            "query_key_init_scale must be positive. Received: query_key_init_scale=0.0",
+        ),
         (lambda: build_encoder("sit", (16, 16)), "image_shape must be (H, W, C)"),
     ],
 )

@@ -375,17 +375,27 @@ class SiTEncoder(Encoder):
         )
 
     # -- forward ---------------------------------------------------------------
-    def _features(self, images: tf.Tensor, training: bool | None) -> tuple[tf.Tensor, tf.Tensor]:
+    def _stages(self, images: tf.Tensor, training: bool | None) -> dict[str, tf.Tensor]:
+        stages = {}
         x = images
         if self.stem is not None:
-            x = self.stem(x)
+            x = stages["stem"] = self.stem(x)
         if self.pool_padding:
             p = self.pool_padding
             x = tf.pad(x, [[0, 0], [p, p], [p, p], [0, 0]])
         if self.pool_size > 1:
-            x = tf.nn.max_pool2d(x, self.pool_size, self.pool_size, "VALID")
-        features = self.global_gsa(self.local_gsa(x, training=training), training=training)
-        return features if self.global_gsa.output_patches else (features, None)
+            x = stages["pooled"] = tf.nn.max_pool2d(x, self.pool_size, self.pool_size, "VALID")
+        stages["local"] = self.local_gsa(x, training=training)
+        features = self.global_gsa(stages["local"], training=training)
+        if self.global_gsa.output_patches:
+            stages["token"], stages["patches"] = features
+        else:
+            stages["token"] = features
+        return stages
+
+    def _features(self, images: tf.Tensor, training: bool | None) -> tuple[tf.Tensor, tf.Tensor | None]:
+        stages = self._stages(images, training)
+        return stages["token"], stages.get("patches")
 
     def _parts(self, images: tf.Tensor, training: bool | None) -> dict[str, tf.Tensor]:
         token, patches = self._features(images, training)
@@ -409,6 +419,16 @@ class SiTEncoder(Encoder):
     def symmetry_parts(self, images: tf.Tensor, training: bool | None = None) -> dict[str, tf.Tensor]:
         """``{"invariant": (B, dim)}`` and/or ``{"equivariant": (B, h, w, equivariant_dim)}``."""
         return self._parts(self.preprocess(images), training)
+
+    def stages(self, images: tf.Tensor, training: bool | None = None) -> dict[str, tf.Tensor]:
+        """What each stage of Fig. 3 computes, for diagnostics (``benchmarks/sit_state_signal.py``).
+
+        ``"stem"`` ``(B, H, W, C')`` (with a stem), ``"pooled"`` (with pooling),
+        ``"local"`` ``(B, h, w, D)`` (the local GSA's window tokens), ``"token"``
+        ``(B, D)`` (the global class token after the final LayerNorm) and, for
+        the SeT and SieT, ``"patches"`` ``(B, h, w, D)``.
+        """
+        return self._stages(self.preprocess(images), training)
 
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
