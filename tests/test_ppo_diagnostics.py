@@ -1,4 +1,4 @@
-"""The PPO actor diagnostics of issue 24: benchmarks/ppo_trace.py and benchmarks/ppo_noise_phase.py."""
+"""The PPO actor diagnostics of issue 24: benchmarks/ppo_trace.py, ppo_noise_phase.py and sit_state_signal.py."""
 
 from __future__ import annotations
 
@@ -82,6 +82,47 @@ def test_noise_phase_refuses_bad_arguments_in_one_sentence(argv, message, capsys
     assert module.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--models", "cnn"], "unknown --models(s) cnn"),  # not a SiT: it has no stages
+        (["--num_states", "1"], "--num_states must be >= 2"),
+        (["--seeds", "-1"], "--seeds must be non-negative integers"),
+    ],
+)
+def test_state_signal_refuses_bad_arguments_in_one_sentence(argv, message, capsys):
+    module = _load("sit_state_signal")
+    capsys.readouterr()  # a first import's library notices (gym's) are not the script's answer
+    assert module.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and "Traceback" not in err
+
+
+def test_state_signal_is_spread_over_the_shared_part():
+    signal = _load("sit_state_signal").state_signal
+    shared = np.array([3.0, 4.0])  # RMS 3.5355
+    assert signal(np.tile(shared, (5, 1))) == 0.0  # every state the same
+    spread = np.array([[1.0, -1.0], [-1.0, 1.0]])  # std 1 in each feature
+    assert signal(shared + spread) == pytest.approx(1.0 / np.sqrt(12.5))
+    assert signal(np.zeros((3, 2, 2))) == float("inf")  # nothing shared, images flattened
+
+
+def test_state_signal_measures_every_stage_and_the_head(tmp_path):
+    module = _load("sit_state_signal")
+    out = tmp_path / "signal.json"
+    argv = ["--models", "sit_small_chiral_m4_corners,sit_small_chiral_m4_corners_sharp", "--seeds", "0",
+            "--num_states", "30", "--out", str(out)]  # fmt: skip
+    assert module.main(argv) == 0
+    report = json.loads(out.read_text())
+    plain, sharp = (report["results"][m]["seeds"][0] for m in argv[1].split(","))
+    assert list(plain["state_signal"]) == ["stem", "pooled", "local", "token"]
+    # Same stem and pooling weights; the scaled queries and keys change only the attention.
+    assert sharp["state_signal"]["pooled"] == pytest.approx(plain["state_signal"]["pooled"])
+    assert sharp["state_signal"]["token"] != pytest.approx(plain["state_signal"]["token"])
+    assert 0 <= plain["head_units_dead"] + plain["head_units_always_on"] <= 1
+    assert report["measured_states"] == 30 and report["command"].startswith("python benchmarks/sit_state_signal")
 
 
 def test_ppo_trace_reads_every_checkpoint_of_a_run_trained_with_sit_train(tmp_path):

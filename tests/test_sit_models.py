@@ -317,6 +317,21 @@ def test_query_key_init_scale_multiplies_the_initial_queries_and_keys_only() -> 
     testing.assert_not_invariant(sharp, x, testing.REFLECTIONS, min_error=BROKEN["float64"])
 
 
+@pytest.mark.parametrize("variant", ["sit", "siet"])
+def test_stages_are_what_the_encoder_computes(variant: str) -> None:
+    encoder = _perturbed_encoder(variant, shape=(14, 14, 3), **{**SIT_SMALL, "pool_padding": 1})
+    x = _images(3, shape=(14, 14, 3), dtype="uint8")
+    stages = encoder.stages(x)
+    expected = {"stem": (3, 14, 14, 3), "pooled": (3, 8, 8, 3), "local": (3, 8, 8, 32), "token": (3, 32)}
+    if variant == "siet":
+        expected["patches"] = (3, 8, 8, 32)
+    assert {name: tuple(value.shape) for name, value in stages.items()} == expected
+    parts = encoder.symmetry_parts(x)
+    np.testing.assert_allclose(stages["token"], parts["invariant"], atol=1e-12)
+    if variant == "sit":
+        np.testing.assert_allclose(encoder.head(stages["token"]), encoder(x), atol=1e-12)
+
+
 # -- inputs ------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("variant", ["sit", "siet"])
