@@ -81,7 +81,8 @@ def mean_over_seeds(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The per-seed measurements averaged over seeds."""
     return {
         "state_signal": {
-            stage: float(np.mean([r["state_signal"][stage] for r in runs])) for stage in runs[0]["state_signal"]
+            stage: float(np.mean([r["state_signal"][stage] for r in runs]))
+            for stage in runs[0]["state_signal"]
         },
         "head_units_dead": float(np.mean([r["head_units_dead"] for r in runs])),
         "head_units_always_on": float(np.mean([r["head_units_always_on"] for r in runs])),
@@ -121,11 +122,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     for model in args.models:
         runs = [measure(model, seed, images) for seed in args.seeds]
         results[model] = {"mean": mean_over_seeds(runs), "seeds": runs}
-        signal = ", ".join(f"{k} {v:.3f}" for k, v in results[model]["mean"]["state_signal"].items())
-        print(f"{model}: state signal {signal}; head units dead {results[model]['mean']['head_units_dead']:.2f}")
+        mean = results[model]["mean"]
+        signal = ", ".join(f"{k} {v:.3f}" for k, v in mean["state_signal"].items())
+        print(f"{model}: state signal {signal}; head units dead {mean['head_units_dead']:.2f}")
     report = {
-        "what": "state signal (std across states / RMS of the shared part) after each SiT stage, fresh encoders",
-        "command": "python benchmarks/sit_state_signal.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "what": "state signal (std across states / RMS of the shared part) after each stage, fresh SiTs",
+        "command": "python benchmarks/sit_state_signal.py "
+        + " ".join(sys.argv[1:] if argv is None else argv),
         "commit": current_commit(),
         "measured_states": int(images.shape[0]),
         "models": {m: MODELS[m] for m in args.models},

@@ -1,4 +1,4 @@
-"""The PPO actor diagnostics of issue 24: benchmarks/ppo_trace.py, ppo_noise_phase.py and sit_state_signal.py."""
+"""The PPO actor diagnostics of issue 24: benchmarks/ppo_trace.py, ppo_noise_phase.py, sit_state_signal.py."""
 
 from __future__ import annotations
 
@@ -122,7 +122,8 @@ def test_state_signal_measures_every_stage_and_the_head(tmp_path):
     assert sharp["state_signal"]["pooled"] == pytest.approx(plain["state_signal"]["pooled"])
     assert sharp["state_signal"]["token"] != pytest.approx(plain["state_signal"]["token"])
     assert 0 <= plain["head_units_dead"] + plain["head_units_always_on"] <= 1
-    assert report["measured_states"] == 30 and report["command"].startswith("python benchmarks/sit_state_signal")
+    assert report["measured_states"] == 30
+    assert report["command"].startswith("python benchmarks/sit_state_signal.py --models")
 
 
 def test_ppo_trace_reads_every_checkpoint_of_a_run_trained_with_sit_train(tmp_path):
