@@ -290,3 +290,18 @@ def test_models_of_an_export_that_did_not_finish_are_refused_wherever_they_are_m
         serving_client.read_metadata(version_dir)
     message = _one_sentence(_run("sit-eval", f"--tflite={model}", "--num_episodes=1"), "sit-eval")
     assert "the export that wrote it did not finish" in message
+
+
+def test_an_index_naming_a_missing_checkpoint_at_restore_time_names_the_folder(tmp_path):
+    """Another process rewrote the index between ``check_readable`` and the restore: no "None" in the sentence."""
+    import tensorflow as tf
+
+    from sit_keras.agents.training import checkpoints
+
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    tf.compat.v1.train.update_checkpoint_state(str(folder), "ckpt-7")  # no ckpt-7 files
+    with pytest.raises(ValueError) as info:
+        checkpoints._restore(str(folder), "env steps", counter=tf.Variable(0))
+    message = str(info.value)
+    assert message.startswith(f"The checkpoint index of {folder} cannot be read (") and "None" not in message

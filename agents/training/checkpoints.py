@@ -37,7 +37,9 @@ def _restore(folder: str, unit: str, **kwargs) -> common.Checkpointer:
         checkpointer = common.Checkpointer(folder, **kwargs)
         checkpointer.initialize_or_restore().expect_partial()
     except (IndexError, ValueError, tf.errors.OpError) as error:
-        raise _unreadable(latest, error, older_tried=False) from None
+        # No newest checkpoint named: the index points at a missing file (e.g. rewritten by a run still
+        # writing in this folder); name the folder rather than "None".
+        raise _unreadable(latest or f"index of {folder}", error, older_tried=False) from None
     if "env_steps" not in kwargs:
         return checkpointer
     steps = int(kwargs["env_steps"].numpy())
