@@ -293,7 +293,7 @@ def test_models_of_an_export_that_did_not_finish_are_refused_wherever_they_are_m
 
 
 def test_an_index_naming_a_missing_checkpoint_at_restore_time_names_the_folder(tmp_path):
-    """Another process rewrote the index between ``check_readable`` and the restore: no "None" in the sentence."""
+    """Another process rewrote the index after ``check_readable``: the sentence names the folder, not None."""
     import tensorflow as tf
 
     from sit_keras.agents.training import checkpoints
