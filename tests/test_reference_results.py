@@ -1066,3 +1066,23 @@ def test_the_readme_quotes_the_blind_actors_as_measured():
     cnn = runs["cnn"][-1]["policy"]["logit_std_across_states"]
     text = f"at most {attention:.4f} in 400k steps, the CNN's {cnn:.2f}"
     assert text in " ".join(README.split()), text
+
+
+def test_the_state_signal_table_is_the_report():
+    """docs/lavacrossing.md: the state signal after each stage of fresh encoders, mean over seeds."""
+    report = _report("lavacrossing_state_signal.json")
+    assert report["command"].startswith("python benchmarks/sit_state_signal.py") and report["commit"]
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    names = {
+        "sit_small_chiral_m4_corners": "chiral SiT",
+        "sit_small_chiral_m4_corners_sharp": "chiral SiT, query/key init x4",
+        "sit_small_chiral_m4_corners_translation": "chiral SiT, translation graphs",
+    }
+    for model, label in names.items():
+        mean = report["results"][model]["mean"]
+        assert len(report["results"][model]["seeds"]) == 4
+        signal = " | ".join(f"{mean['state_signal'][s]:.3f}" for s in ("stem", "pooled", "local", "token"))
+        row = f"| {label} | {signal} | {mean['head_units_dead']:.2f} |"
+        assert row in page, row
+    always_on = report["results"]["sit_small_chiral_m4_corners"]["mean"]["head_units_always_on"]
+    assert f"Half of the ReLU head's 32 units are off on every state and {always_on:.2f} on" in page
