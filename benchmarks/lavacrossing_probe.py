@@ -126,6 +126,7 @@ from sit_keras.benchmarking import (  # noqa: E402
     current_commit,
     environment,
     parse_or_say_why,
+    seed_list,
     write_report,
 )
 from sit_keras.models import build_encoder  # noqa: E402
@@ -617,12 +618,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if missing:
         raise UsageError(f"--policy_dirs: {missing[0]!r} holds no saved policy (saved_model.pb).")
     args.models = models
-    try:
-        args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    except ValueError:
-        raise UsageError(f"--seeds must be comma-separated integers; received {args.seeds!r}.") from None
-    if not args.seeds or any(s < 0 for s in args.seeds) or len(set(args.seeds)) != len(args.seeds):
-        raise UsageError(f"--seeds must be distinct non-negative integers; received {args.seeds!r}.")
+    args.seeds = seed_list(args.seeds)
     for name, low in (("num_states", 2), ("num_heldout", 2), ("steps", 1), ("batch_size", 1)):
         if getattr(args, name) < low:
             raise UsageError(f"--{name} must be >= {low}; received {getattr(args, name)}.")

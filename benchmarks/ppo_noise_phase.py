@@ -49,6 +49,7 @@ from sit_keras.benchmarking import (
     environment,
     name_list,
     parse_or_say_why,
+    seed_list,
     write_report,
 )
 
@@ -156,12 +157,7 @@ def parse_args(argv: Sequence[str] | None):
     parser.add_argument("--out", default=None, help="JSON report")
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 iterations, 100 states")
     args = parser.parse_args(argv)
-    try:
-        args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    except ValueError:
-        raise UsageError(f"--seeds must be comma-separated integers; received {args.seeds!r}.") from None
-    if not args.seeds or any(s < 0 for s in args.seeds):
-        raise UsageError(f"--seeds must be non-negative integers; received {args.seeds!r}.")
+    args.seeds = seed_list(args.seeds)
     for name, low in (("iterations", 1), ("every", 1), ("num_states", 2)):
         if getattr(args, name) < low:
             raise UsageError(f"--{name} must be >= {low}; received {getattr(args, name)}.")

@@ -45,6 +45,7 @@ from sit_keras.benchmarking import (
     environment,
     name_list,
     parse_or_say_why,
+    seed_list,
     write_report,
 )
 from sit_keras.models import build_encoder
@@ -98,12 +99,7 @@ def parse_args(argv: Sequence[str] | None):
     parser.add_argument("--num_states", type=int, default=500, help="held-out states measured")
     parser.add_argument("--out", default=None, help="JSON report")
     args = parser.parse_args(argv)
-    try:
-        args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    except ValueError:
-        raise UsageError(f"--seeds must be comma-separated integers; received {args.seeds!r}.") from None
-    if not args.seeds or any(s < 0 for s in args.seeds):
-        raise UsageError(f"--seeds must be non-negative integers; received {args.seeds!r}.")
+    args.seeds = seed_list(args.seeds)
     if args.num_states < 2:
         raise UsageError(f"--num_states must be >= 2; received {args.num_states}.")
     if args.out is not None and Path(args.out).is_dir():

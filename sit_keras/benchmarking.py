@@ -107,6 +107,21 @@ def name_list(valid: Sequence[str], what: str) -> Callable[[str], list[str]]:
     return parse
 
 
+def seed_list(text: str) -> list[int]:
+    """``--seeds`` of a benchmark: comma-separated, distinct, non-negative integers.
+
+    Raises:
+      UsageError: naming the flag and what was received.
+    """
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise UsageError(f"--seeds must be comma-separated integers; received {text!r}.") from None
+    if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise UsageError(f"--seeds must be distinct non-negative integers; received {text!r}.")
+    return seeds
+
+
 # One training run in its own process; prints its median SPS (first iteration left out) as the last line.
 _TRAINING_SPEED_SCRIPT = r"""
 import json, sys

@@ -69,31 +69,18 @@ def test_noise_phase_quick_trains_on_noise_and_measures_every_iteration(tmp_path
 
 
 @pytest.mark.parametrize(
-    "argv, message",
+    "script, argv, message",
     [
-        (["--models", "resnet"], "unknown --models(s) resnet"),
-        (["--iterations", "0"], "--iterations must be >= 1"),
-        (["--seeds", "a"], "--seeds must be comma-separated integers"),
+        ("ppo_noise_phase", ["--models", "resnet"], "unknown --models(s) resnet"),
+        ("ppo_noise_phase", ["--iterations", "0"], "--iterations must be >= 1"),
+        ("ppo_noise_phase", ["--seeds", "a"], "--seeds must be comma-separated integers"),
+        ("sit_state_signal", ["--models", "cnn"], "unknown --models(s) cnn"),  # not a SiT: no stages
+        ("sit_state_signal", ["--num_states", "1"], "--num_states must be >= 2"),
+        ("sit_state_signal", ["--seeds", "1,-1"], "--seeds must be distinct non-negative integers"),
     ],
 )
-def test_noise_phase_refuses_bad_arguments_in_one_sentence(argv, message, capsys):
-    module = _load("ppo_noise_phase")
-    capsys.readouterr()  # a first import's library notices (gym's) are not the script's answer
-    assert module.main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert message in err and "\n" not in err and "Traceback" not in err
-
-
-@pytest.mark.parametrize(
-    "argv, message",
-    [
-        (["--models", "cnn"], "unknown --models(s) cnn"),  # not a SiT: it has no stages
-        (["--num_states", "1"], "--num_states must be >= 2"),
-        (["--seeds", "-1"], "--seeds must be non-negative integers"),
-    ],
-)
-def test_state_signal_refuses_bad_arguments_in_one_sentence(argv, message, capsys):
-    module = _load("sit_state_signal")
+def test_diagnostics_refuse_bad_arguments_in_one_sentence(script, argv, message, capsys):
+    module = _load(script)
     capsys.readouterr()  # a first import's library notices (gym's) are not the script's answer
     assert module.main(argv) == 2
     err = capsys.readouterr().err.strip()
