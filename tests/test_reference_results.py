@@ -1086,3 +1086,34 @@ def test_the_state_signal_table_is_the_report():
         assert row in page, row
     always_on = report["results"]["sit_small_chiral_m4_corners"]["mean"]["head_units_always_on"]
     assert f"Half of the ReLU head's 32 units are off on every state and {always_on:.2f} on" in page
+
+
+def test_the_harder_cartpole_students_fitting_is_quoted_as_measured():
+    """docs/results.md: each student's last-epoch imitation loss in DAgger round 0 and in the last round."""
+    report = _report("pi_cartpole_harder_dagger_seeds.json")
+    page = " ".join(RESULTS.split())
+
+    def last_epoch_losses(student: str, last_round: bool) -> str:
+        losses = []
+        for run in sorted(report["runs"], key=lambda r: r["seed"]):
+            trained = run["students"][student]
+            epochs = trained["settings"]["num_epochs"]
+            per_epoch = trained["loss_per_epoch"]
+            assert len(per_epoch) == epochs * (trained["settings"]["dagger_rounds"] + 1)
+            losses.append(per_epoch[-1] if last_round else per_epoch[epochs - 1])
+        return " / ".join(f"{x:.3f}" for x in losses)
+
+    assert f"(round 0) the PI student's last-epoch loss is {last_epoch_losses('pi', False)} (seeds" in page
+    assert f"against the MLP's {last_epoch_losses('mlp', False)}; on the states" in page
+    pi_last, mlp_last = last_epoch_losses("pi", True), last_epoch_losses("mlp", True)
+    assert f"(the last DAgger round) it is {pi_last} against {mlp_last}, " in page
+    ratios = [
+        run["students"]["pi"]["loss_per_epoch"][-1] / run["students"]["mlp"]["loss_per_epoch"][-1]
+        for run in report["runs"]
+    ]
+    assert f"{min(ratios):.1f} to {max(ratios):.1f} times the MLP's" in page
+    for run in report["runs"]:  # the end of the first DAgger round against the end of the last
+        for student, falls in (("pi", False), ("mlp", True)):
+            epochs = run["students"][student]["settings"]["num_epochs"]
+            losses = run["students"][student]["loss_per_epoch"]
+            assert (losses[-1] < losses[2 * epochs - 1]) is falls, (run["seed"], student)
