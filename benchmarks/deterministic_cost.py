@@ -38,6 +38,7 @@ from typing import Any
 from sit_keras.benchmarking import (
     SentenceParser,
     UsageError,
+    command_line,
     current_commit,
     environment,
     name_list,
@@ -107,7 +108,7 @@ def run(workloads: Sequence[str], repeats: int, quick: bool) -> dict[str, Any]:
         }
     return {
         "what": "training env steps/s, train_eval.deterministic off and on (medians, alternating processes)",
-        "command": "python benchmarks/deterministic_cost.py " + " ".join(sys.argv[1:]),
+        "command": command_line("deterministic_cost.py", None),
         "commit": commit,
         "repeats": repeats,
         "quick": quick,

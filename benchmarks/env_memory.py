@@ -30,6 +30,7 @@ from typing import Any
 
 from sit_keras.benchmarking import (
     SentenceParser,
+    command_line,
     current_commit,
     environment,
     name_list,
@@ -95,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     report: dict[str, Any] = {
         "benchmark": "env_memory",
-        "command": "python benchmarks/env_memory.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": command_line("env_memory.py", argv),
         "commit": current_commit(),
         "machine": environment(),
         "settings": {"num_envs": args.num_envs, "repeats": args.repeats},

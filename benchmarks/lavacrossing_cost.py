@@ -35,6 +35,7 @@ from typing import Any
 from sit_keras.benchmarking import (
     SentenceParser,
     UsageError,
+    command_line,
     current_commit,
     environment,
     name_list,
@@ -74,7 +75,7 @@ def run(models: Sequence[str], repeats: int, env_steps: int) -> dict[str, Any]:
         "what": "PPO env steps/s on LavaCrossing per model (medians of alternating processes) and the cost "
         "per env step relative to the first model",
         "relative_to": first,
-        "command": "python benchmarks/lavacrossing_cost.py " + " ".join(sys.argv[1:]),
+        "command": command_line("lavacrossing_cost.py", None),
         "commit": commit,
         "repeats": repeats,
         "env_steps_per_process": env_steps,

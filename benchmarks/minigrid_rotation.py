@@ -56,7 +56,7 @@ from typing import Any
 import gin
 
 from sit_keras.agents import evaluate, train
-from sit_keras.benchmarking import environment, write_report
+from sit_keras.benchmarking import command_line, environment, write_report
 from sit_keras.export.exporter import export_policy
 from sit_keras.export.tflite_py_policy import TFLitePyPolicy
 
@@ -274,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"No config {config.format(model=model)!r} under configs/ for --models {model!r}.")
 
     # The command and the commit the runs start from (HEAD may move while they run).
-    command = " ".join(["python", "benchmarks/minigrid_rotation.py", *argv])
+    command = command_line("minigrid_rotation.py", argv)
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=CONFIG_ROOT.parent
     ).stdout.strip()

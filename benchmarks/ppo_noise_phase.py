@@ -45,6 +45,7 @@ from sit_keras.agents.networks.actor_critic import EncoderActorNetwork
 from sit_keras.benchmarking import (
     SentenceParser,
     UsageError,
+    command_line,
     current_commit,
     environment,
     name_list,
@@ -184,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     report = {
         "what": "PPO's reward-free phase on LavaCrossing simulated: actors trained on unit-normal advantages",
-        "command": "python benchmarks/ppo_noise_phase.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": command_line("ppo_noise_phase.py", argv),
         "commit": current_commit(),
         "settings": {
             "states_per_iteration": STATES_PER_ITERATION,

@@ -48,6 +48,7 @@ from sit_keras.agents.networks.policy_network import build_network, read_descrip
 from sit_keras.benchmarking import (
     SentenceParser,
     UsageError,
+    command_line,
     current_commit,
     environment,
     parse_or_say_why,
@@ -226,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{record['env_steps']} env steps: {summary(record)}", flush=True)
     report = {
         "what": "A PPO actor's dead ReLU units, feature and logit spread, and gradient norms per checkpoint",
-        "command": "python benchmarks/ppo_trace.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": command_line("ppo_trace.py", argv),
         "commit": current_commit(),
         "root_dir": args.root_dir,
         "network": description.network_kwargs,

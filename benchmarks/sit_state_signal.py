@@ -41,6 +41,7 @@ import tf_keras
 from sit_keras.benchmarking import (
     SentenceParser,
     UsageError,
+    command_line,
     current_commit,
     environment,
     name_list,
@@ -123,8 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{model}: state signal {signal}; head units dead {mean['head_units_dead']:.2f}")
     report = {
         "what": "state signal (std across states / RMS of the shared part) after each stage, fresh SiTs",
-        "command": "python benchmarks/sit_state_signal.py "
-        + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": command_line("sit_state_signal.py", argv),
         "commit": current_commit(),
         "measured_states": int(images.shape[0]),
         "models": {m: MODELS[m] for m in args.models},

@@ -7,6 +7,7 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -49,6 +50,11 @@ def environment() -> dict[str, Any]:
             if k in os.environ
         },
     }
+
+
+def command_line(script: str, argv: Sequence[str] | None) -> str:
+    """How to rerun ``benchmarks/<script>`` with ``argv`` (default ``sys.argv[1:]``), quoted for a shell."""
+    return shlex.join(["python", f"benchmarks/{script}", *(sys.argv[1:] if argv is None else argv)])
 
 
 def current_commit() -> str:

@@ -138,3 +138,15 @@ def test_ppo_trace_reads_every_checkpoint_of_a_run_trained_with_sit_train(tmp_pa
     missing = subprocess.run([*command[:2], "--root_dir", str(tmp_path)], capture_output=True, text=True)
     assert missing.returncode == 2 and "holds no policy_network.json" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+def test_a_reports_command_reruns_as_written():
+    """Bindings with spaces and quotes stay one argument each when the recorded command is pasted."""
+    import shlex
+
+    from sit_keras.benchmarking import command_line, seed_list
+
+    argv = ["--gin_bindings", "train_eval.checkpoint_interval = 100000", "--gin_bindings", "a.b = 'c'"]
+    command = command_line("minigrid_rotation.py", argv)
+    assert shlex.split(command) == ["python", "benchmarks/minigrid_rotation.py", *argv]
+    assert seed_list("0, 2,3") == [0, 2, 3]
