@@ -1119,3 +1119,44 @@ def test_the_harder_cartpole_students_fitting_is_quoted_as_measured():
             losses = run["students"][student]["loss_per_epoch"]
             change[student] = losses[-1] / losses[2 * epochs - 1]
         assert change["pi"] >= (0.99 if run["seed"] == 0 else 1.0) and change["mlp"] <= 0.9, change
+
+
+def test_the_sharp_chiral_sit_in_ppo_is_quoted_as_measured():
+    """docs/lavacrossing.md and the README: the chiral SiT, query_key_init_scale 4, 1M PPO steps, 2 seeds."""
+    report = _report("lavacrossing_chiral_sharp_1m.json")
+    assert report["budget_env_steps"] == 1_000_000 and report["settings"]["num_episodes"] == 100
+    runs = sorted(report["runs"], key=lambda r: r["seed"])
+    assert [r["seed"] for r in runs] == [0, 1] and all(r["command"] and r["commit"] for r in runs)
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    curves = [dict(r["success_every_50k"]) for r in runs]
+    best = [max(c.values()) for c in curves]
+    last = [c[max(c)] for c in curves]
+    minutes = {f"{r['train_wall_minutes']:.0f}" for r in runs}
+    assert len(minutes) == 1 and f"({minutes.pop()} minutes of training each;" in page
+    assert f"seed 0 reached {curves[0][200704]:.2f} at 200k steps and at most {best[0]:.2f}" in page
+    assert f"seed 1 at most {best[1]:.2f}, where" in page
+    assert f"their training success was {last[0]:.2f} and {last[1]:.2f}" in page
+
+    def pair(kind: str, row: str) -> str:
+        return " / ".join(f"{r[kind][row]['success_rate']:.2f}" for r in runs)
+
+    text = (
+        f"greedy N1 {pair('greedy', 'train: easy')} and rotated {pair('greedy', 'rotations average')} "
+        f"(sampling {pair('sampling', 'train: easy')} and {pair('sampling', 'rotations average')})"
+    )
+    assert text in page, text
+    entropy = [[d["entropy"] for d in r["learner_diagnostics_per_100k_env_steps"]] for r in runs]
+    assert f"fell to {entropy[0][2]:.2f} in the third 100k steps" in page and min(entropy[0]) == entropy[0][2]
+    assert f"was {entropy[0][-1]:.2f} in the last" in page
+    assert f"between {min(entropy[1][1:]):.2f} and {max(entropy[1][1:]):.2f} after its first 100k" in page
+    readme = " ".join(README.split())
+    assert "`benchmarks/reference/lavacrossing_chiral_sharp_1m.json`" in readme
+    greedy = [f"{r['greedy']['train: easy']['success_rate']:.2f}" for r in runs]
+    assert f"(at most {best[0]:.2f} and {best[1]:.2f}; greedy N1 {greedy[0]} and {greedy[1]};" in readme
+    signal = _report("lavacrossing_state_signal.json")["results"]
+    token = [
+        signal[m]["mean"]["state_signal"]["token"]
+        for m in ("sit_small_chiral_m4_corners", "sit_small_chiral_m4_corners_sharp")
+    ]
+    assert f"class token keeps {token[0]:.3f} of what varies between states" in readme
+    assert f"between states, {token[1]:.3f} with selective attention" in readme
