@@ -1160,3 +1160,27 @@ def test_the_sharp_chiral_sit_in_ppo_is_quoted_as_measured():
     ]
     assert f"class token keeps {token[0]:.3f} of what varies between states" in readme
     assert f"between states, {token[1]:.3f} with selective attention" in readme
+
+
+def test_the_noise_phase_with_selective_attention_is_quoted_as_measured():
+    """docs/lavacrossing.md: logit spread at iterations 0 and 25, chiral SiT with and without it, 4 seeds."""
+    report = _report("lavacrossing_noise_phase_sharp.json")
+    assert report["settings"]["iterations"] == 25 and report["commit"]
+    runs = {(r["model"], r["seed"]): r["trace"] for r in report["runs"]}
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    spread = {}
+    for (model, label) in (("sit_small_chiral_m4_corners", "default initialisation"),
+                           ("sit_small_chiral_m4_corners_sharp", "query/key init x4")):  # fmt: skip
+        cells = []
+        for seed in range(4):
+            trace = runs[model, seed]
+            assert trace[0]["iteration"] == 0 and trace[-1]["iteration"] == 25
+            first, last = (t["policy"]["logit_std_across_states"] for t in (trace[0], trace[-1]))
+            spread[model, seed] = last
+            cells.append(f"{first:.3f} → {last:.3f}")
+        row = f"| {label} | {' | '.join(cells)} |"
+        assert row in page, row
+    plain, sharp = "sit_small_chiral_m4_corners", "sit_small_chiral_m4_corners_sharp"
+    assert [sum(spread[m, s] > 0.1 for s in range(4)) for m in (plain, sharp)] == [1, 3]
+    head = runs[sharp, 3][-1]["relu"]["head"]["dead_fraction"]
+    assert f"Seed 3 still loses most of it ({spread[sharp, 3]:.3f}, the head {head:.2f} dead)" in page
