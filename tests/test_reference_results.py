@@ -1184,3 +1184,4 @@ def test_the_noise_phase_with_selective_attention_is_quoted_as_measured():
     assert [sum(spread[m, s] > 0.1 for s in range(4)) for m in (plain, sharp)] == [1, 3]
     head = runs[sharp, 3][-1]["relu"]["head"]["dead_fraction"]
     assert f"Seed 3 still loses most of it ({spread[sharp, 3]:.3f}, the head {head:.2f} dead)" in page
+    assert "keeps 3 of 4 seeds state-dependent there" in " ".join(README.split())
