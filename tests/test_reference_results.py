@@ -1185,3 +1185,33 @@ def test_the_noise_phase_with_selective_attention_is_quoted_as_measured():
     head = runs[sharp, 3][-1]["relu"]["head"]["dead_fraction"]
     assert f"Seed 3 still loses most of it ({spread[sharp, 3]:.3f}, the head {head:.2f} dead)" in page
     assert "keeps 3 of 4 seeds state-dependent there" in " ".join(README.split())
+
+
+def test_the_sharp_runs_traces_are_quoted_as_measured():
+    """docs/lavacrossing.md: logit spread, dead head units, expert accuracy at the sharp runs' checkpoints."""
+    report = _report("lavacrossing_ppo_trace_sharp.json")
+    traces = {part["seed"]: part["trace"] for part in report["parts"]}
+    assert sorted(traces) == [0, 1] and all(part["command"] and part["commit"] for part in report["parts"])
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    spread = {s: [t["policy"]["logit_std_across_states"] for t in trace] for s, trace in traces.items()}
+    text = (
+        f"by {min(spread[0]):.2f} to {max(spread[0]):.2f} (seed 0) and {min(spread[1]):.2f} to "
+        f"{max(spread[1]):.2f} (seed 1)"
+    )
+    assert text in page, text
+    dead = [t["relu"]["head"]["dead_fraction"] for trace in traces.values() for t in trace]
+    assert f"at most {max(dead):.2f} of its units dead" in page
+    assert all(
+        trace[-1]["relu"]["head"]["dead_fraction"] == 0 and trace[-1]["env_steps"] > 1e6
+        for trace in traces.values()
+    )
+    accuracy = [t["policy"]["expert_accuracy"] for trace in traces.values() for t in trace]
+    assert f"optimal move in {min(accuracy):.2f}-{max(accuracy):.2f} of the held-out states" in page
+    assert {trace[0]["env_steps"] // 100_000 for trace in traces.values()} == {4, 5}
+    counts = {part["states"]["count"] for part in report["parts"]}
+    assert len(counts) == 1 and f"to 1M, {counts.pop()} held-out states;" in page
+    readme = " ".join(README.split())
+    assert (
+        "though their actors no longer go blind (`benchmarks/reference/lavacrossing_ppo_trace_sharp.json`)"
+        in readme
+    )
