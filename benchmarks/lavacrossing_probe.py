@@ -123,6 +123,7 @@ from sit_keras.agents.evaluate import load_policy, newest_policy_checkpoint  # n
 from sit_keras.benchmarking import (  # noqa: E402
     SentenceParser,
     UsageError,
+    check_out_file,
     current_commit,
     environment,
     parse_or_say_why,
@@ -630,8 +631,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         raise UsageError(f"--near must be in (0, 1); received {args.near}.")
     if args.num_heldout > 20000:
         raise UsageError(f"--num_heldout must be <= 20000 (all pairs compared); received {args.num_heldout}.")
-    if args.out is not None and Path(args.out).is_dir():
-        raise UsageError(f"--out must be a file path, not a folder; received {args.out!r}.")
+    check_out_file(args.out)
     if args.quick:
         args.num_states, args.num_heldout = min(args.num_states, 600), min(args.num_heldout, 200)
         args.steps, args.batch_size = 40, min(args.batch_size, 32)

@@ -45,6 +45,7 @@ from sit_keras.agents.networks.actor_critic import EncoderActorNetwork
 from sit_keras.benchmarking import (
     SentenceParser,
     UsageError,
+    check_out_file,
     command_line,
     current_commit,
     environment,
@@ -162,8 +163,7 @@ def parse_args(argv: Sequence[str] | None):
     for name, low in (("iterations", 1), ("every", 1), ("num_states", 2)):
         if getattr(args, name) < low:
             raise UsageError(f"--{name} must be >= {low}; received {getattr(args, name)}.")
-    if args.out is not None and Path(args.out).is_dir():
-        raise UsageError(f"--out must be a file path, not a folder; received {args.out!r}.")
+    check_out_file(args.out)
     if args.quick:
         args.iterations, args.every, args.num_states = 2, 1, min(args.num_states, 100)
     return args

@@ -48,6 +48,7 @@ from sit_keras.agents.networks.policy_network import build_network, read_descrip
 from sit_keras.benchmarking import (
     SentenceParser,
     UsageError,
+    check_out_file,
     command_line,
     current_commit,
     environment,
@@ -194,8 +195,7 @@ def parse_args(argv: Sequence[str] | None):
         raise UsageError(f"No training checkpoint (ckpt-N) in {str(folder)!r}.")
     if args.num_states < 2:
         raise UsageError(f"--num_states must be >= 2; received {args.num_states}.")
-    if args.out is not None and Path(args.out).is_dir():
-        raise UsageError(f"--out must be a file path, not a folder; received {args.out!r}.")
+    check_out_file(args.out)
     args.folder = folder
     if args.quick:
         args.num_states = min(args.num_states, 200)

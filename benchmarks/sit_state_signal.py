@@ -41,6 +41,7 @@ import tf_keras
 from sit_keras.benchmarking import (
     SentenceParser,
     UsageError,
+    check_out_file,
     command_line,
     current_commit,
     environment,
@@ -103,8 +104,7 @@ def parse_args(argv: Sequence[str] | None):
     args.seeds = seed_list(args.seeds)
     if args.num_states < 2:
         raise UsageError(f"--num_states must be >= 2; received {args.num_states}.")
-    if args.out is not None and Path(args.out).is_dir():
-        raise UsageError(f"--out must be a file path, not a folder; received {args.out!r}.")
+    check_out_file(args.out)
     return args
 
 

@@ -128,6 +128,16 @@ def seed_list(text: str) -> list[int]:
     return seeds
 
 
+def check_out_file(out: str | None) -> None:
+    """``--out`` of a benchmark: a file to write the report to (or None), never an existing folder.
+
+    Raises:
+      UsageError: naming the flag and what was received.
+    """
+    if out is not None and Path(out).is_dir():
+        raise UsageError(f"--out must be a file path, not a folder; received {out!r}.")
+
+
 # One training run in its own process; prints its median SPS (first iteration left out) as the last line.
 _TRAINING_SPEED_SCRIPT = r"""
 import json, sys

@@ -77,6 +77,7 @@ def test_noise_phase_quick_trains_on_noise_and_measures_every_iteration(tmp_path
         ("sit_state_signal", ["--models", "cnn"], "unknown --models(s) cnn"),  # not a SiT: no stages
         ("sit_state_signal", ["--num_states", "1"], "--num_states must be >= 2"),
         ("sit_state_signal", ["--seeds", "1,-1"], "--seeds must be distinct non-negative integers"),
+        ("ppo_noise_phase", ["--out", str(BENCHMARKS)], "--out must be a file path, not a folder"),
     ],
 )
 def test_diagnostics_refuse_bad_arguments_in_one_sentence(script, argv, message, capsys):
