@@ -17,8 +17,10 @@ import time
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from run_folders import TINY_PPO, file_hashes
 
+from sit_keras.agents.training import checkpoints
 from sit_keras.export import exporter, runtime, serving_client
 from sit_keras.export.random_policy import write_example_policy_folder
 
@@ -294,9 +296,6 @@ def test_models_of_an_export_that_did_not_finish_are_refused_wherever_they_are_m
 
 def test_an_index_naming_a_missing_checkpoint_at_restore_time_names_the_folder(tmp_path):
     """Another process rewrote the index after ``check_readable``: the sentence names the folder, not None."""
-    import tensorflow as tf
-
-    from sit_keras.agents.training import checkpoints
 
     folder = tmp_path / "checkpoints"
     folder.mkdir()
@@ -305,3 +304,32 @@ def test_an_index_naming_a_missing_checkpoint_at_restore_time_names_the_folder(t
         checkpoints._restore(str(folder), "env steps", counter=tf.Variable(0))
     message = str(info.value)
     assert message.startswith(f"The checkpoint index of {folder} cannot be read (") and "None" not in message
+
+
+def test_a_run_folder_named_relative_to_the_working_directory_keeps_its_index(trained, tmp_path, monkeypatch):
+    # TensorFlow joins the index's names to a relative folder; joining them again named checkpoints
+    # that do not exist, set them "aside" and rewrote the index relative to the working directory.
+    shutil.copytree(trained, tmp_path / "run")
+    monkeypatch.chdir(tmp_path)
+    folder = os.path.join("run", "checkpoints")
+    saved, _ = checkpoints._saved(folder)
+    assert saved == [os.path.abspath(p) for p in _checkpoints("run")]
+    index = os.path.join(folder, "checkpoint")
+    with open(index) as f:
+        before = f.read()
+    checkpoints.check_readable("run")
+    with open(index) as f:
+        assert f.read() == before
+    assert not os.path.exists(os.path.join(folder, "damaged"))
+
+
+def test_a_damaged_checkpoint_in_a_relative_run_folder_leaves_an_index_that_resolves(
+    trained, tmp_path, monkeypatch
+):
+    shutil.copytree(trained, tmp_path / "run")
+    monkeypatch.chdir(tmp_path)
+    newest, older = _checkpoints("run")
+    _truncate(_data_file(newest))
+    checkpoints.check_readable("run")
+    assert tf.train.latest_checkpoint(os.path.join("run", "checkpoints")) == older
+    tf.train.load_checkpoint(older)  # the index names a checkpoint that is there

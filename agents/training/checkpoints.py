@@ -89,8 +89,9 @@ def _saved(folder: str) -> tuple[list[str], tf.train.CheckpointState | None]:
     prefixes = {os.path.abspath(path[: -len(".index")]) for path in files}
     state = tf.train.get_checkpoint_state(folder)  # None for a missing or garbled index
     if state is not None:
+        # get_checkpoint_state has already joined the index's relative names to ``folder``.
         listed = [*state.all_model_checkpoint_paths, state.model_checkpoint_path]
-        prefixes.update(os.path.abspath(os.path.join(folder, p)) for p in listed)
+        prefixes.update(os.path.abspath(p) for p in listed)
     newest_first = sorted(prefixes, key=lambda p: int(p.rsplit("-", 1)[1]), reverse=True)
     return newest_first, state
 
@@ -115,15 +116,20 @@ def _set_aside(
     os.makedirs(aside, exist_ok=True)
     index = os.path.join(folder, "checkpoint")
     for prefix, error in damaged:
-        for path in glob.glob(glob.escape(prefix) + ".*"):
+        files = glob.glob(glob.escape(prefix) + ".*")
+        for path in files:
             os.replace(path, os.path.join(aside, os.path.basename(path)))
-        print(f"The checkpoint {prefix} cannot be read ({_reason(error)}): moved to {aside}.")
+        where = f"moved to {aside}" if files else "it has no files left, so only the index forgets it"
+        print(f"The checkpoint {prefix} cannot be read ({_reason(error)}): {where}.")
     if index_damaged and os.path.exists(index):
         os.replace(index, os.path.join(aside, "checkpoint"))
         print(f"The checkpoint index {index} cannot be read: moved to {aside}.")
-    # Relative names, as tf.train.CheckpointManager writes them.
+    # Relative names, as tf.train.CheckpointManager writes them. The folder is made absolute: given a
+    # relative one, TensorFlow would rewrite the names relative to the working directory.
     names = [os.path.basename(p) for p in intact]
-    tf.compat.v1.train.update_checkpoint_state(folder, names[0], all_model_checkpoint_paths=names[::-1])
+    tf.compat.v1.train.update_checkpoint_state(
+        os.path.abspath(folder), names[0], all_model_checkpoint_paths=names[::-1]
+    )
     print(f"Resuming from {intact[0]}, the newest checkpoint that can be read.")
 
 
