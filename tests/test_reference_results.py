@@ -1215,3 +1215,31 @@ def test_the_sharp_runs_traces_are_quoted_as_measured():
         "though their actors no longer go blind (`benchmarks/reference/lavacrossing_ppo_trace_sharp.json`)"
         in readme
     )
+
+
+def test_the_harder_cartpole_fitting_screen_is_quoted_as_measured():
+    """docs/results.md: plain cloning with more epochs, a wider student, a larger step (issue 25)."""
+    report = _report("pi_cartpole_harder_fit_screen.json")
+    page = " ".join(RESULTS.split())
+    runs = {run["name"]: run for run in report["runs"]}
+    labels = {
+        "e100_h32": "the same student, 100 epochs",
+        "e20_h64q64_fc256": "wider: hidden 64, 64 queries, dense 256, 256",
+        "e20_lr3e-3": "learning rate 3e-3 instead of 1e-3",
+    }
+    teacher = {round(run["teacher"]["5 obs"]["mean"]) for run in runs.values()}
+    assert teacher == {633} and "on which the teacher scores 633" in page
+    for name, label in labels.items():
+        run = runs[name]
+        losses, epochs = run["loss_per_epoch"], run["settings"]["num_epochs"]
+        assert len(losses) == epochs and len(run["results"]["5 obs"]["returns"]) == 50
+        score = run["results"]["5 obs"]["mean"]
+        row = f"| {label} | {epochs} | {losses[19]:.3f} | {losses[-1]:.3f} | {score:.0f} |"
+        assert row in page, row
+    longest = runs["e100_h32"]
+    assert f"keeps falling, to {longest['loss_per_epoch'][-1]:.3f}" in page
+    share = longest["results"]["5 obs"]["mean"] / longest["teacher"]["5 obs"]["mean"]
+    assert f"returns {longest['results']['5 obs']['mean']:.0f}, {share:.0%} of its teacher" in page
+    readme = " ".join(README.split())
+    quoted = "slow to optimise, not too small (`benchmarks/reference/pi_cartpole_harder_fit_screen.json`)"
+    assert quoted in readme
