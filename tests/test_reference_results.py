@@ -1121,6 +1121,11 @@ def test_the_harder_cartpole_students_fitting_is_quoted_as_measured():
         assert change["pi"] >= (0.99 if run["seed"] == 0 else 1.0) and change["mlp"] <= 0.9, change
 
 
+def _success_per_seed(runs: list[dict], kind: str, row: str) -> str:
+    """``"0.12 / 0.14"``: each run's success rate in one evaluation row (``kind``: greedy or sampling)."""
+    return " / ".join(f"{r[kind][row]['success_rate']:.2f}" for r in runs)
+
+
 def test_the_sharp_chiral_sit_in_ppo_is_quoted_as_measured():
     """docs/lavacrossing.md and the README: the chiral SiT, query_key_init_scale 4, 1M PPO steps, 2 seeds."""
     report = _report("lavacrossing_chiral_sharp_1m.json")
@@ -1138,7 +1143,7 @@ def test_the_sharp_chiral_sit_in_ppo_is_quoted_as_measured():
     assert f"their training success was {last[0]:.2f} and {last[1]:.2f}" in page
 
     def pair(kind: str, row: str) -> str:
-        return " / ".join(f"{r[kind][row]['success_rate']:.2f}" for r in runs)
+        return _success_per_seed(runs, kind, row)
 
     text = (
         f"greedy N1 {pair('greedy', 'train: easy')} and rotated {pair('greedy', 'rotations average')} "
@@ -1263,7 +1268,7 @@ def test_the_sharp_chiral_sit_to_2m_steps_is_quoted_as_measured():
     assert f"{last[0][1]:.2f} and {last[1][1]:.2f} at 2M" in page
 
     def pair(kind: str, row: str) -> str:
-        return " / ".join(f"{r[kind][row]['success_rate']:.2f}" for r in runs)
+        return _success_per_seed(runs, kind, row)
 
     text = (
         f"greedy N1 {pair('greedy', 'train: easy')}, N2 {pair('greedy', 'train: medium')} and rotated "
