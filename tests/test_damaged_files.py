@@ -296,7 +296,6 @@ def test_models_of_an_export_that_did_not_finish_are_refused_wherever_they_are_m
 
 def test_an_index_naming_a_missing_checkpoint_at_restore_time_names_the_folder(tmp_path):
     """Another process rewrote the index after ``check_readable``: the sentence names the folder, not None."""
-
     folder = tmp_path / "checkpoints"
     folder.mkdir()
     tf.compat.v1.train.update_checkpoint_state(str(folder), "ckpt-7")  # no ckpt-7 files
