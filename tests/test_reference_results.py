@@ -1121,9 +1121,21 @@ def test_the_harder_cartpole_students_fitting_is_quoted_as_measured():
         assert change["pi"] >= (0.99 if run["seed"] == 0 else 1.0) and change["mlp"] <= 0.9, change
 
 
-def _success_per_seed(runs: list[dict], kind: str, row: str) -> str:
-    """``"0.12 / 0.14"``: each run's success rate in one evaluation row (``kind``: greedy or sampling)."""
-    return " / ".join(f"{r[kind][row]['success_rate']:.2f}" for r in runs)
+def _evaluation_text(runs: list[dict], rows: dict[str, str]) -> str:
+    """E.g. ``"greedy N1 0.12 / 0.14 and rotated 0.12 / 0.14 (sampling 0.14 / 0.18 and 0.15 / 0.20)"``.
+
+    ``rows`` maps the page's label to the report's row; each cell is the runs' success rates, seed by seed.
+    """
+
+    def listed(cells: list[str]) -> str:
+        return ", ".join(cells[:-1]) + " and " + cells[-1]
+
+    def cell(kind: str, row: str) -> str:
+        return " / ".join(f"{r[kind][row]['success_rate']:.2f}" for r in runs)
+
+    greedy = listed([f"{label} {cell('greedy', row)}" for label, row in rows.items()])
+    sampling = listed([cell("sampling", row) for row in rows.values()])
+    return f"greedy {greedy} (sampling {sampling})"
 
 
 def test_the_sharp_chiral_sit_in_ppo_is_quoted_as_measured():
@@ -1142,13 +1154,7 @@ def test_the_sharp_chiral_sit_in_ppo_is_quoted_as_measured():
     assert f"seed 1 at most {best[1]:.2f}, where" in page
     assert f"their training success was {last[0]:.2f} and {last[1]:.2f}" in page
 
-    def pair(kind: str, row: str) -> str:
-        return _success_per_seed(runs, kind, row)
-
-    text = (
-        f"greedy N1 {pair('greedy', 'train: easy')} and rotated {pair('greedy', 'rotations average')} "
-        f"(sampling {pair('sampling', 'train: easy')} and {pair('sampling', 'rotations average')})"
-    )
+    text = _evaluation_text(runs, {"N1": "train: easy", "rotated": "rotations average"})
     assert text in page, text
     entropy = [[d["entropy"] for d in r["learner_diagnostics_per_100k_env_steps"]] for r in runs]
     assert f"fell to {entropy[0][2]:.2f} in the third 100k steps" in page and min(entropy[0]) == entropy[0][2]
@@ -1267,13 +1273,8 @@ def test_the_sharp_chiral_sit_to_2m_steps_is_quoted_as_measured():
     assert all(steps >= 2_000_000 for steps, _ in last)
     assert f"{last[0][1]:.2f} and {last[1][1]:.2f} at 2M" in page
 
-    def pair(kind: str, row: str) -> str:
-        return _success_per_seed(runs, kind, row)
-
-    text = (
-        f"greedy N1 {pair('greedy', 'train: easy')}, N2 {pair('greedy', 'train: medium')} and rotated "
-        f"{pair('greedy', 'rotations average')} (sampling {pair('sampling', 'train: easy')}, "
-        f"{pair('sampling', 'train: medium')} and {pair('sampling', 'rotations average')})"
+    text = _evaluation_text(
+        runs, {"N1": "train: easy", "N2": "train: medium", "rotated": "rotations average"}
     )
     assert text in page, text
     diagnostics = [d for r in runs for d in r["learner_diagnostics_per_100k_env_steps"]]
