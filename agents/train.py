@@ -27,7 +27,7 @@ import gin
 import tensorflow as tf
 from absl import flags
 
-from sit_keras import mixed_precision, xla
+from sit_keras import mixed_precision, quiet, xla
 from sit_keras.agents.training import harness, run_settings, stops
 from sit_keras.agents.training.harness import train_eval
 from sit_keras.command_line import INTERRUPTED, USAGE_ERROR, parse_flags, quiet_library_logs
@@ -53,7 +53,8 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
         devices = tf.config.list_logical_devices("GPU") or tf.config.list_logical_devices("CPU")
         return tf.distribute.MirroredStrategy([device.name for device in devices])
     if name == "multi_worker":
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        with quiet.filtered_stderr():  # the worker's server and the cluster's start-up lines
+            return tf.distribute.MultiWorkerMirroredStrategy()
     raise ValueError(f"Unknown strategy {name!r}. Expected one of: {', '.join(STRATEGIES)}.")
 
 
@@ -181,23 +182,25 @@ def run(program: str, gin_bindings: Sequence[str], flag_values: flags.FlagValues
 
     Returns:
       The exit status: 0 after training, ``USAGE_ERROR`` after one sentence
-      for a mistake, 1 for a loss that is not finite, ``INTERRUPTED`` after
+      for a mistake, 1 for a loss that is not finite or a lost worker, ``INTERRUPTED`` after
       Ctrl-C or SIGTERM.
     """
     quiet_library_logs()
     given = [name for name in _OVERRIDING_FLAGS if flag_values[name].present]
     overrides = {name: flag_values[name].value for name in given}
     try:
-        parse_gin(flag_values.gin_file, gin_bindings)
+        # First: MultiWorkerMirroredStrategy configures TensorFlow's collective ops, which must
+        # happen before anything (the gin files' imports) starts TensorFlow's runtime.
         strategy = make_strategy(flag_values.strategy)
+        parse_gin(flag_values.gin_file, gin_bindings)
     except ValueError as error:
         return fail(program, error)
     try:
         results = train_eval(flag_values.root_dir, strategy=strategy, **overrides)
     except harness.SettingsError as error:
         return fail(program, error)
-    except stops.TrainingDiverged as diverged:
-        print(f"{program}: {diverged}", file=sys.stderr)
+    except (stops.TrainingDiverged, stops.WorkerLost) as stopped:
+        print(f"{program}: {stopped}", file=sys.stderr)
         return 1
     except stops.Interrupted as stop:
         print(f"{program}: {stop}", file=sys.stderr)

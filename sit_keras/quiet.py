@@ -66,6 +66,9 @@ NOISE: tuple[re.Pattern[str], ...] = tuple(
         r"^INFO: Created TensorFlow Lite XNNPACK delegate for CPU\.$",
         r"^A\.L\.E: Arcade Learning Environment \(version [\w.+]+\)$",
         r"^\[Powered by Stella\]$",
+        # A worker of a cluster (MultiWorkerMirroredStrategy) starting its server and joining the others.
+        r"\] Started server with target: grpc://[\w.:\[\]-]+$",
+        r"\] Coordination agent has successfully connected\.$",
     )
 )
 
@@ -136,7 +139,10 @@ def import_tensorflow(threads: int | None = None) -> None:
         if threads is not None:
             tf.config.threading.set_intra_op_parallelism_threads(threads)
             tf.config.threading.set_inter_op_parallelism_threads(threads)
-        tf.config.list_logical_devices()  # the cuInit line comes with the first device query
+        if "TF_CONFIG" not in os.environ:
+            # The cuInit line comes with the first device query. Not in a worker of a cluster:
+            # MultiWorkerMirroredStrategy must configure the runtime before it starts.
+            tf.config.list_logical_devices()
 
 
 def quiet_python_logs() -> None:

@@ -1,17 +1,25 @@
 """PPO training under ``tf.distribute`` strategies: mirrored on two logical CPUs, multi-worker.
 
 The harness's ``train_eval`` (``sit_keras.agents.train`` re-exports it) with PPO's settings by name;
-the final evaluation runs the policy whose variables the strategy holds.
+the final evaluation runs the policy whose variables the strategy holds. Two workers run as two
+processes on loopback (``TF_CONFIG`` each), as on two machines: one model, written by the chief only,
+resumed from the chief's checkpoint, and a clear stop when a worker dies.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import time
+from collections.abc import Callable
+
+import pytest
+import tensorflow as tf
 
 # Logical devices must be configured before TensorFlow initialises, so the
 # run happens in a fresh interpreter.
@@ -59,11 +67,20 @@ def _assert_evaluated_at_the_end(results):
     assert results["EvalAverageReturn"] == evaluation["mean_return"]
 
 
+def _free_ports(count: int) -> list[int]:
+    probes = [socket.socket() for _ in range(count)]
+    try:
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [probe.getsockname()[1] for probe in probes]
+    finally:
+        for probe in probes:
+            probe.close()
+
+
 def test_multi_worker_strategy_reads_tf_config(tmp_path):
     """One worker, described by TF_CONFIG as a multi-machine job would be."""
-    with socket.socket() as probe:
-        probe.bind(("localhost", 0))
-        port = probe.getsockname()[1]
+    (port,) = _free_ports(1)
     tf_config = {"cluster": {"worker": [f"localhost:{port}"]}, "task": {"type": "worker", "index": 0}}
     run = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(tmp_path / "multi_worker"), "multi_worker"],
@@ -78,3 +95,163 @@ def test_multi_worker_strategy_reads_tf_config(tmp_path):
     assert results["env_steps"] == 64
     assert results["train_step"] == 8
     _assert_evaluated_at_the_end(results)
+
+
+# One worker of a two-worker cluster; prints the results and a digest of every variable of its agent.
+WORKER_SCRIPT = textwrap.dedent(
+    """
+    import hashlib, json, sys
+    import numpy as np
+    import sit_keras
+    from sit_keras.agents import train
+    from sit_keras.agents.training import algorithm
+
+    agents = []
+    make_agent = algorithm.Run.make_agent
+    algorithm.Run.make_agent = lambda run, make: agents.append(make_agent(run, make)) or agents[-1]
+    strategy = train.make_strategy("multi_worker")
+    results = train.train_eval(
+        sys.argv[1], env_name="minigrid:LavaGapS5", num_envs=4, encoder="cnn",
+        encoder_kwargs={"filters": (4,), "strides": 1, "output_dim": 8}, total_env_steps=int(sys.argv[2]),
+        collect_steps_per_env=16, num_minibatches=4, num_epochs=2, num_eval_episodes=2, progress=False,
+        checkpoint_interval=128, policy_save_interval=256, strategy=strategy,
+    )
+    digest = hashlib.sha256()
+    for variable in sorted(agents[0].variables, key=lambda v: v.name):
+        digest.update(np.asarray(variable.numpy()).tobytes())
+    print(json.dumps({"replicas": strategy.num_replicas_in_sync, "weights": digest.hexdigest(),
+                      "env_steps": results["env_steps"], "train_step": results["train_step"]}))
+    """
+)
+WORKER_TIMEOUT = 300  # seconds: each worker of these short runs ends in well under one
+
+
+@pytest.fixture
+def start_workers(tmp_path):
+    """Starts ``count`` worker processes on loopback; kills those still running when the test ends."""
+    started: list[subprocess.Popen] = []
+
+    def start(argv_of: Callable[[int], list[str]], count: int = 2) -> list[subprocess.Popen]:
+        """Worker ``i`` runs ``argv_of(i)``, writes its output to ``tmp_path / f"worker{i}.out"`` (and
+        ``.err``) and its temporary files to ``tmp_path / f"tmp{i}"``, where a worker other than the
+        chief trains."""
+        ports = _free_ports(count)
+        cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+        processes = []
+        for index in range(count):
+            scratch = tmp_path / f"tmp{index}"
+            scratch.mkdir(exist_ok=True)
+            tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+            env = {**os.environ, "TF_CONFIG": tf_config, "TMPDIR": str(scratch)}
+            with (
+                open(tmp_path / f"worker{index}.out", "w") as out,
+                open(tmp_path / f"worker{index}.err", "w") as err,
+            ):
+                processes.append(subprocess.Popen(argv_of(index), env=env, stdout=out, stderr=err, text=True))
+            processes[-1].output = tmp_path / f"worker{index}"
+        started.extend(processes)
+        return processes
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def _finish(processes: list[subprocess.Popen], timeout: float = WORKER_TIMEOUT) -> list[tuple[int, str, str]]:
+    """Each process's exit status, stdout and stderr; kills any still running after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    outcomes = []
+    for process in processes:
+        try:
+            process.wait(timeout=max(deadline - time.monotonic(), 1))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        output = process.output
+        stdout, stderr = (output.with_suffix(suffix).read_text() for suffix in (".out", ".err"))
+        outcomes.append((process.returncode, stdout, stderr))
+    return outcomes
+
+
+def _worker_results(outcomes) -> list[dict]:
+    for status, _, stderr in outcomes:
+        assert status == 0, stderr[-3000:]
+    return [json.loads(stdout.strip().splitlines()[-1]) for _, stdout, _ in outcomes]
+
+
+def _newest_checkpoint_steps(root_dir) -> int | None:
+    newest = tf.train.latest_checkpoint(str(root_dir / "checkpoints"))
+    if newest is None:
+        return None
+    return int(tf.train.load_checkpoint(newest).get_tensor("env_steps/.ATTRIBUTES/VARIABLE_VALUE"))
+
+
+def _wait_for_checkpoint(root_dir, processes, timeout: float = WORKER_TIMEOUT) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert all(p.poll() is None for p in processes), "a worker ended before the first checkpoint"
+        steps = _newest_checkpoint_steps(root_dir)
+        if steps:
+            return steps
+        time.sleep(1)
+    raise AssertionError(f"no checkpoint in {root_dir} after {timeout} s")
+
+
+def test_two_workers_train_one_model_that_only_the_chief_writes(tmp_path, start_workers):
+    root = tmp_path / "run"
+    processes = start_workers(lambda i: [sys.executable, "-c", WORKER_SCRIPT, str(root), "256"])
+    chief, worker = _worker_results(_finish(processes))
+    assert chief["replicas"] == worker["replicas"] == 2
+    # The budget counts both workers' steps: 2 iterations of 4 environments x 16 steps on each. Each
+    # worker trains on all of its own iteration: 2 epochs x 4 minibatches per iteration.
+    assert chief["env_steps"] == worker["env_steps"] == 256
+    assert chief["train_step"] == worker["train_step"] == 16
+    # Different experience (each worker seeds its own environments), synchronised gradients: one model.
+    assert chief["weights"] == worker["weights"]
+    assert {"checkpoints", "collect", "train", "eval", "policies"} <= {p.name for p in root.iterdir()}
+    assert _newest_checkpoint_steps(root) == 256
+    # The other worker wrote nothing in root_dir, and its temporary run folder is gone.
+    assert not any((tmp_path / "tmp1").iterdir())
+
+
+def test_two_workers_killed_resume_from_the_chiefs_checkpoint(tmp_path, start_workers):
+    root = tmp_path / "run"
+    argv = lambda budget: lambda i: [sys.executable, "-c", WORKER_SCRIPT, str(root), str(budget)]  # noqa: E731
+    processes = start_workers(argv(1_000_000))
+    _wait_for_checkpoint(root, processes)
+    for process in processes:
+        process.send_signal(signal.SIGKILL)
+    _finish(processes)
+    resumed_at = _newest_checkpoint_steps(root)
+    killed_leftovers = set((tmp_path / "tmp1").iterdir())  # a killed process cleans nothing up
+    outcomes = _finish(start_workers(argv(resumed_at + 256)))
+    chief, worker = _worker_results(outcomes)
+    assert f"at {resumed_at} environment steps" in outcomes[0][1]
+    assert chief["env_steps"] == worker["env_steps"] == resumed_at + 256
+    assert chief["weights"] == worker["weights"]
+    assert set((tmp_path / "tmp1").iterdir()) == killed_leftovers
+
+
+@pytest.mark.parametrize("killed", [1, 0], ids=["worker killed", "chief killed"])
+def test_a_killed_worker_stops_the_other_with_one_sentence(tmp_path, start_workers, killed):
+    sit_train = os.path.join(os.path.dirname(sys.executable), "sit-train")
+    bindings = [
+        "train_eval.env_name = 'minigrid:LavaGapS5'", "train_eval.num_envs = 4", "train_eval.encoder = 'cnn'",
+        "train_eval.encoder_kwargs = {'filters': (4,), 'strides': 1, 'output_dim': 8}",
+        "train_eval.total_env_steps = 1000000", "train_eval.checkpoint_interval = 128",
+        "ppo.collect_steps_per_env = 16", "ppo.num_minibatches = 4", "train_eval.progress = False",
+    ]  # fmt: skip
+    root = tmp_path / "run"
+    argv = [sit_train, "--strategy", "multi_worker", "--root_dir", str(root)]
+    processes = start_workers(lambda i: argv + [f"--gin_bindings={b}" for b in bindings])
+    _wait_for_checkpoint(root, processes)
+    processes[killed].send_signal(signal.SIGKILL)
+    survivor = processes[1 - killed]
+    ((status, _, stderr),) = _finish([survivor], timeout=180)  # TensorFlow's heartbeats: about 45 s here
+    _finish([processes[killed]])
+    assert status == 1, stderr[-3000:]
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("sit-train: another worker of the cluster stopped answering"), stderr[-3000:]
+    assert f"/job:worker/replica:0/task:{killed}" in last and "Traceback" not in stderr

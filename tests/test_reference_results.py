@@ -1324,3 +1324,22 @@ def test_the_sharp_chiral_sit_to_2m_steps_is_quoted_as_measured():
         f"(training success {last[0][1]:.2f} and {last[1][1]:.2f}; greedy N1 {greedy[0]} and {greedy[1]}; "
         "`benchmarks/reference/lavacrossing_chiral_sharp_2m.json`)"
     ) in LAVACROSSING_SHORT
+
+
+def test_the_cost_of_a_second_worker_is_quoted_as_measured():
+    """docs/training.md: two workers against one, the medians of the rounds' ratios, recomputed."""
+    report = _report("multi_worker_overhead.json")
+    assert report["command"].startswith("python benchmarks/multi_worker_overhead.py") and report["commit"]
+    rounds = report["rounds"]
+    names = ("learner_seconds_per_train_step", "cluster_env_steps_per_second")
+    for r in rounds:
+        assert (r["one_worker"]["workers"], r["two_workers"]["workers"]) == (1, 2)
+        for name in names:
+            ratio = r["two_workers"][name] / r["one_worker"][name]
+            assert r["ratios_two_over_one"][name] == pytest.approx(ratio)
+    medians = {name: statistics.median(r["ratios_two_over_one"][name] for r in rounds) for name in names}
+    assert medians == pytest.approx(report["median_ratios_two_over_one"])
+    page = " ".join(TRAINING.split())
+    assert f"a train step takes {medians[names[0]]:.2f}x as long on two workers as on one" in page
+    assert f"{medians[names[1]]:.2f}x as many environment steps per second" in page
+    assert f"on loopback, {len(rounds)} rounds)" in page

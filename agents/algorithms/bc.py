@@ -139,6 +139,8 @@ class BC:
 
 
 SETTINGS = BC
+# DAgger's rounds record and fit on one machine (the harness refuses a cluster of workers).
+MULTI_WORKER = False
 # Checked before the run starts (settings_check).
 RANGES = {
     "max_grad_norm": settings_check.POSITIVE, "dagger_rounds": settings_check.NON_NEGATIVE,

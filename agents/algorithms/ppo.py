@@ -29,7 +29,7 @@ from tf_agents.utils import common
 from sit_keras.agents.algorithms.augmentation import make_augmentation
 from sit_keras.agents.algorithms.ppo_agent import DrACPPOAgent
 from sit_keras.agents.networks import encoders
-from sit_keras.agents.training import settings_check
+from sit_keras.agents.training import settings_check, workers
 from sit_keras.agents.training.algorithm import Algorithm, Run
 from sit_keras.agents.training.run_settings import RunSettings
 
@@ -161,7 +161,7 @@ def build(run: Run, settings: PPO) -> Algorithm:
     )
     ppo = run.learner(
         agent,
-        ppo_learner.PPOLearner,
+        WorkerPPOLearner,
         experience_dataset_fn=iterations.experience_dataset,
         normalization_dataset_fn=iterations.normalization_dataset,
         num_samples=iterations.num_samples,
@@ -194,6 +194,33 @@ def build(run: Run, settings: PPO) -> Algorithm:
         env_steps_per_iteration=steps_per_iteration,
         learn=learn,
     )
+
+
+class WorkerPPOLearner(ppo_learner.PPOLearner):
+    """TF-Agents' ``PPOLearner``, where each worker trains on the whole of its own iteration.
+
+    ``PPOLearner`` shares an iteration's minibatches among all the replicas in
+    sync, as if one input pipeline fed them. Under ``MultiWorkerMirroredStrategy``
+    each worker has a pipeline of its own experience, so a worker would train on
+    1 / workers of it and leave the rest to the next iteration. Here each
+    worker's minibatches are shared among its own replicas only: one train step
+    averages the gradients of one minibatch per replica, of every worker. The
+    reward normaliser, which each worker updates from its own experience, then
+    takes the chief's statistics, so that every worker scales rewards alike.
+    With one worker this is ``PPOLearner``.
+    """
+
+    def __init__(self, *args, strategy: tf.distribute.Strategy, **kwargs):
+        super().__init__(*args, strategy=strategy, **kwargs)
+        self._strategy = strategy
+        self.num_replicas = workers.num_local_replicas(strategy)
+
+    def _update_normalizers(self, iterator) -> int:
+        frames = super()._update_normalizers(iterator)
+        normalizers = (self._agent._observation_normalizer, self._agent._reward_normalizer)
+        variables = [v for normalizer in normalizers if normalizer is not None for v in normalizer.variables]
+        workers.broadcast_from_chief(self._strategy, variables)
+        return frames
 
 
 def _agent(

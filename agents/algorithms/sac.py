@@ -187,8 +187,11 @@ def build(run: Run, settings: SAC) -> Algorithm:
     observers = [replay_buffer.add_batch]
 
     def warm_up(loop: TrainingLoop) -> None:
-        """Random steps into an empty buffer (a fresh run, or a resume without ``replay_buffer/``)."""
-        if int(replay_buffer.num_frames().numpy()):
+        """Random steps into an empty buffer (a fresh run, a resume without ``replay_buffer/``, a new worker).
+
+        On a cluster every worker warms up when one's buffer is empty: the workers count their steps alike.
+        """
+        if not run.on_any_worker(not int(replay_buffer.num_frames().numpy())):
             return
         env, num_envs = run.env, rs.num_envs
         random_policy = random_py_policy.RandomPyPolicy(
@@ -196,7 +199,7 @@ def build(run: Run, settings: SAC) -> Algorithm:
         )
         driver = loop.driver(random_policy, observers, max(-(-settings.initial_collect_steps // num_envs), 2))
         loop.time_step, _ = driver.run(loop.time_step)
-        run.env_steps.assign_add(driver.num_batched_steps * num_envs)
+        run.add_env_steps(driver.num_batched_steps * num_envs)
 
     def learn(unused_env_steps: int) -> dict[str, float]:
         return {"loss": float(sac.run(iterations=settings.train_steps_per_iteration).loss)}

@@ -12,6 +12,8 @@ An algorithm module (``run_settings.ALGORITHMS`` names them) exposes:
 - ``stored_observations(run_settings, settings)``: how many observations it keeps at
   once (rollout, replay buffer, recorded rounds) and the binding that sets them, for
   the memory check (``memory_check``);
+- ``MULTI_WORKER`` (optional, default ``True``): ``False`` if it cannot train on a
+  cluster of workers (``workers``);
 - ``build(run, settings) -> Algorithm``: one function that makes the agent on
   ``Run``'s environments and counters, and returns what the harness needs of it.
 
@@ -35,6 +37,7 @@ from tf_agents.policies import tf_policy
 from tf_agents.train import learner as learner_lib
 
 from sit_keras import xla
+from sit_keras.agents.training import workers
 from sit_keras.agents.training.run_settings import RunSettings
 
 if TYPE_CHECKING:  # for the annotations only: the harness imports this module
@@ -76,14 +79,26 @@ class Run:
     ) -> learner_lib.Learner:
         """``learner_class`` (``Learner`` or ``PPOLearner``) for ``agent`` on this run's counter and strategy.
 
-        ``train/`` holds its summaries every ``summary_interval`` gradient steps;
-        it never checkpoints (the harness does, with the environment-step counter).
+        ``train/`` holds its summaries every ``summary_interval`` gradient steps
+        (the chief's only, on a cluster of workers); it never checkpoints (the
+        harness does, with the environment-step counter).
         """
+        summary_interval = self.settings.summary_interval if workers.is_chief(self.strategy) else 0
         return learner_class(
             self.root_dir, self.train_step, agent,
-            checkpoint_interval=-1, summary_interval=self.settings.summary_interval, strategy=self.strategy,
+            checkpoint_interval=-1, summary_interval=summary_interval, strategy=self.strategy,
             **kwargs,
         )  # fmt: skip
+
+    def add_env_steps(self, steps_per_worker: int) -> int:
+        """Counts ``steps_per_worker`` steps of every worker's environments; returns what was added."""
+        added = steps_per_worker * workers.num_workers(self.strategy)
+        self.env_steps.assign_add(added)
+        return added
+
+    def on_any_worker(self, flag: bool) -> bool:
+        """Whether ``flag`` holds on some worker: a choice every worker must make alike (e.g. a warm-up)."""
+        return workers.on_any_worker(self.strategy, flag)
 
     def prefetch(self, dataset: tf.data.Dataset, buffer_size: int) -> tf.data.Dataset:
         """``dataset.prefetch(buffer_size)``, or ``dataset`` itself in a deterministic run.
@@ -120,7 +135,7 @@ class Algorithm:
       collect_policy: the TF policy that collects (the harness runs it as a py policy).
       observers: trajectory observers of the collection (the replay buffer).
       batched_steps: batched steps of the environments per iteration.
-      env_steps_per_iteration: what one iteration adds to ``env_steps``.
+      env_steps_per_iteration: what one iteration of one worker adds to ``env_steps``.
       learn: ``learn(env_steps)`` runs the train steps due after a collection
         and returns scalars for ``collect/`` (e.g. the loss).
       warm_up: ``warm_up(loop)`` before the first iteration (e.g. random steps

@@ -62,6 +62,7 @@ import dataclasses
 import os
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -77,7 +78,7 @@ from tqdm import tqdm
 from sit_keras import folder_lock, mixed_precision, output_folder, run_kind, xla
 from sit_keras.agents.environments import load
 from sit_keras.agents.networks import policy_network
-from sit_keras.agents.training import checkpoints, memory_check, run_record
+from sit_keras.agents.training import checkpoints, memory_check, run_record, workers
 from sit_keras.agents.training.algorithm import Algorithm, Run
 from sit_keras.agents.training.collection import FixedLengthDriver, metric_results
 from sit_keras.agents.training.evaluation import Evaluator, episode_metrics
@@ -90,7 +91,7 @@ from sit_keras.agents.training.run_settings import (
     run_config,
     split_overrides,
 )
-from sit_keras.agents.training.stops import Interrupted, StopRequests, check_finite_loss
+from sit_keras.agents.training.stops import Interrupted, StopRequests, WorkerLost, check_finite_loss
 
 CONFIG_FILE = "config.gin"
 SPEED_NAMES = ("SPS", "train_fraction", "policy_fraction", "env_fraction", "overhead_fraction")
@@ -135,6 +136,25 @@ def train_eval(root_dir: str, strategy: tf.distribute.Strategy | None = None, **
             raise
         raise SettingsError(sentence) from error
     strategy = strategy or tf.distribute.get_strategy()
+    if workers.num_workers(strategy) > 1 and not getattr(module, "MULTI_WORKER", True):
+        raise SettingsError(
+            f"train_eval.agent = {run_settings.agent!r} trains on one worker only; this cluster has "
+            f"{workers.num_workers(strategy)} (TF_CONFIG): run it without --strategy multi_worker."
+        )
+    try:
+        if workers.is_chief(strategy):
+            return _train(root_dir, module, run_settings, settings, strategy)
+        # The chief writes root_dir; another worker trains in a folder of its own, deleted at its end.
+        with tempfile.TemporaryDirectory(prefix="sit-worker-") as scratch:
+            return _train(os.path.join(scratch, "run"), module, run_settings, settings, strategy)
+    except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError) as error:
+        if workers.num_workers(strategy) == 1:
+            raise
+        raise WorkerLost(workers.lost_worker_sentence(error)) from error
+
+
+def _train(root_dir: str, module, run_settings: RunSettings, settings: Any, strategy) -> dict[str, Any]:
+    """``train_eval`` once its settings are checked: the run folder's checks, the set-up and the training."""
     try:
         output_folder.check(root_dir, "root_dir")
     except ValueError as error:
@@ -157,7 +177,7 @@ def train_eval(root_dir: str, strategy: tf.distribute.Strategy | None = None, **
         except ValueError as error:
             raise SettingsError(str(error)) from error
         # Python's, NumPy's and TensorFlow's seeds: unseeded Keras initializers draw from Python's.
-        tf_keras.utils.set_random_seed(run_settings.seed)
+        tf_keras.utils.set_random_seed(run_settings.seed + workers.worker_index(strategy))
         if run_settings.deterministic:
             tf.config.experimental.enable_op_determinism()
         try:
@@ -222,8 +242,10 @@ def _settings(overrides: Mapping[str, Any], strategy) -> tuple[Any, RunSettings,
 
 def _set_up(root_dir: str, module, run_settings: RunSettings, settings, strategy, cleanup) -> tuple:
     """Environments, the algorithm, restored checkpoints, descriptions and the loop of a run."""
+    # Worker w's environments are seeded after the other workers' (seed + w * num_envs + i).
+    first_seed = run_settings.seed + workers.worker_index(strategy) * run_settings.num_envs
     env = load(
-        run_settings.env_name, num_envs=run_settings.num_envs, seed=run_settings.seed,
+        run_settings.env_name, num_envs=run_settings.num_envs, seed=first_seed,
         **dict(run_settings.env_kwargs or {}),
     )  # fmt: skip
     cleanup.callback(env.close)
@@ -255,6 +277,9 @@ def _set_up(root_dir: str, module, run_settings: RunSettings, settings, strategy
     buffer_checkpointer = None
     if algorithm.replay_buffer is not None and run_settings.checkpoint_replay_buffer:
         buffer_checkpointer = checkpoints.restore_replay_buffer(root_dir, algorithm.replay_buffer)
+    # Only the chief restored from root_dir: every worker starts from its values (nothing on one worker).
+    shared = {"env_steps": run.env_steps, "train_step": run.train_step, **algorithm.checkpoint_objects}
+    workers.broadcast_from_chief(strategy, workers.shared_variables(shared))
     policy_network.write_description(
         root_dir, env_name=run_settings.env_name, env_kwargs=run_settings.env_kwargs,
         eval_env_kwargs=run_settings.eval_kwargs, **algorithm.description,
@@ -401,13 +426,13 @@ class TrainingLoop:
                 start = time.perf_counter()
                 self.time_step, self.policy_state = driver.run(self.time_step, self.policy_state)
                 learn_start = time.perf_counter()
-                self.context.env_steps.assign_add(algorithm.env_steps_per_iteration)
+                added = self.context.add_env_steps(algorithm.env_steps_per_iteration)
                 previous, steps = steps, self.env_steps()
                 trained_before = self.train_step()
                 learned = algorithm.learn(steps) or learned
                 if self.train_step() > trained_before:  # a loss of this iteration's updates (DQN: none yet)
                     check_finite_loss(learned, steps, self.train_step())
-                timer.add(algorithm.env_steps_per_iteration, driver, learn_start - start,
+                timer.add(added, driver, learn_start - start,
                           time.perf_counter() - learn_start)  # fmt: skip
                 bar.update(min(steps, total) - min(previous, total))
                 done = steps >= total

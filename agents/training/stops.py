@@ -1,4 +1,4 @@
-"""How a training loop stops early: a loss that is not finite, or Ctrl-C / SIGTERM."""
+"""How a training loop stops early: a loss that is not finite, a lost worker, or Ctrl-C / SIGTERM."""
 
 from __future__ import annotations
 
@@ -23,6 +23,10 @@ def check_finite_loss(learned: Mapping[str, float], env_steps: int, train_step: 
             "stopped without checkpointing or saving that policy; the folder keeps what came before. Lower "
             "the learning rate or check the rewards and observations."
         )
+
+
+class WorkerLost(RuntimeError):
+    """Another worker of a cluster stopped answering: this one stops, with one sentence that says so."""
 
 
 class Interrupted(KeyboardInterrupt):
