@@ -1343,3 +1343,53 @@ def test_the_cost_of_a_second_worker_is_quoted_as_measured():
     assert f"a train step takes {medians[names[0]]:.2f}x as long on two workers as on one" in page
     assert f"{medians[names[1]]:.2f}x as many environment steps per second" in page
     assert f"on loopback, {len(rounds)} rounds)" in page
+
+
+def _sharp_screen_tables() -> tuple[str, str]:
+    """docs/lavacrossing.md's two tables of the sharp SiT's PPO screens, from their report."""
+    report = _report("lavacrossing_sharp_screens.json")
+    epochs, entropy = report["runs"]
+    base = report["baseline"]
+    columns = [base["success_every_50k_seed0"], base["success_every_50k_seed1"]]
+    columns += [run["success_every_50k"] for run in (epochs, entropy)]
+    steps = [step for step, _ in columns[0]]
+    assert all([step for step, _ in column] == steps for column in columns)
+    header = "| env steps | unchanged, seed 0 | unchanged, seed 1 | 8 epochs | entropy bonus 0.001 |"
+    lines = [header, "| ---: | ---: | ---: | ---: | ---: |"]
+    for i, step in enumerate(steps):
+        lines.append(f"| {step / 1000:.0f}k | " + " | ".join(f"{c[i][1]:.2f}" for c in columns) + " |")
+    key = "learner_diagnostics_per_100k_env_steps"
+    unchanged = _report("lavacrossing_chiral_sharp_1m.json")["runs"][0][key]
+    diagnostics = [unchanged[: len(epochs[key])], epochs[key], entropy[key]]
+    rows = ["| env steps | unchanged, seed 0 | 8 epochs | entropy bonus 0.001 |"]
+    rows.append("| ---: | --- | --- | --- |")
+    for readings in zip(*diagnostics, strict=True):
+        assert len({d["env_steps"] for d in readings}) == 1
+        cells = [f"{d['entropy']:.2f}, {d['approx_kl']:.3f}, {d['explained_variance']:.2f}" for d in readings]
+        rows.append(f"| {readings[0]['env_steps'] / 1000:.0f}k | " + " | ".join(cells) + " |")
+    return "\n".join(lines), "\n".join(rows)
+
+
+def test_the_sharp_sit_ppo_screens_are_quoted_as_measured():
+    """docs/lavacrossing.md: 8 PPO epochs and a tenth of the entropy bonus, stopped at 0.49M steps."""
+    report = _report("lavacrossing_sharp_screens.json")
+    page = (DOCS / "lavacrossing.md").read_text()
+    for table in _sharp_screen_tables():
+        assert table in page, table
+    assert "`benchmarks/reference/lavacrossing_sharp_screens.json`)." in LAVACROSSING_SHORT
+    epochs, entropy = report["runs"]
+    assert [run["binding"] for run in report["runs"]] == ["ppo.num_epochs = 8", "ppo.entropy_coef = 0.001"]
+    stop = epochs["stopped_at_env_steps"]
+    assert stop == entropy["stopped_at_env_steps"] and f"Both were stopped at {stop:,} of the 1M" in page
+    for run in report["runs"]:
+        assert f"'{run['binding']}'" in run["command"] and run["commit"]
+        assert max(s for _, s in run["success_every_50k"]) <= 0.02
+    flat = " ".join(page.split())
+    e8 = epochs["learner_diagnostics_per_100k_env_steps"]
+    kl = [d["approx_kl"] for d in e8]
+    entropies = [d["entropy"] for d in e8]
+    assert f"entropy stayed at {min(entropies):.2f}-{max(entropies):.2f}" in flat
+    assert all(d["explained_variance"] < 0 for d in e8)
+    assert f"(KL {min(kl):.3f}-{max(kl):.3f} per 100k" in flat
+    low = {d["env_steps"]: d for d in entropy["learner_diagnostics_per_100k_env_steps"]}[300_000]
+    assert f"(entropy {low['entropy']:.2f} at 300k steps, KL {low['approx_kl']:.3f})" in flat
