@@ -110,12 +110,15 @@ WORKER_SCRIPT = textwrap.dedent(
     make_agent = algorithm.Run.make_agent
     algorithm.Run.make_agent = lambda run, make: agents.append(make_agent(run, make)) or agents[-1]
     strategy = train.make_strategy("multi_worker")
-    results = train.train_eval(
-        sys.argv[1], env_name="minigrid:LavaGapS5", num_envs=4, encoder="cnn",
-        encoder_kwargs={"filters": (4,), "strides": 1, "output_dim": 8}, total_env_steps=int(sys.argv[2]),
-        collect_steps_per_env=16, num_minibatches=4, num_epochs=2, num_eval_episodes=2, progress=False,
-        checkpoint_interval=128, policy_save_interval=256, strategy=strategy,
+    settings = dict(
+        env_name="minigrid:LavaGapS5", num_envs=4, encoder="cnn",
+        encoder_kwargs={"filters": (4,), "strides": 1, "output_dim": 8}, collect_steps_per_env=16,
+        num_minibatches=4, num_epochs=2, num_eval_episodes=2, progress=False, checkpoint_interval=128,
+        policy_save_interval=256,
     )
+    if len(sys.argv) > 3:  # another agent's settings instead
+        settings = {"progress": False, **json.loads(sys.argv[3])}
+    results = train.train_eval(sys.argv[1], total_env_steps=int(sys.argv[2]), strategy=strategy, **settings)
     digest = hashlib.sha256()
     for variable in sorted(agents[0].variables, key=lambda v: v.name):
         digest.update(np.asarray(variable.numpy()).tobytes())
@@ -214,6 +217,23 @@ def test_two_workers_train_one_model_that_only_the_chief_writes(tmp_path, start_
     assert _newest_checkpoint_steps(root) == 256
     # The other worker wrote nothing in root_dir, and its temporary run folder is gone.
     assert not any((tmp_path / "tmp1").iterdir())
+
+
+# SAC trains its encoder with its critics: a shared variable list whose order must not depend on
+# memory addresses, or the workers create the optimizer's slots in different orders.
+SAC_SETTINGS = {
+    "agent": "sac", "env_name": "gymnasium:Pendulum-v1", "encoder": "mlp", "actor_fc_layer_params": (8,),
+    "critic_fc_layer_params": (8,), "initial_collect_steps": 20, "batch_size": 8, "replay_capacity": 1000,
+    "checkpoint_interval": 10, "num_eval_episodes": 1,
+}  # fmt: skip
+
+
+def test_two_workers_train_one_sac_model(tmp_path, start_workers):
+    root, settings = tmp_path / "run", json.dumps(SAC_SETTINGS)
+    processes = start_workers(lambda i: [sys.executable, "-c", WORKER_SCRIPT, str(root), "60", settings])
+    chief, worker = _worker_results(_finish(processes))
+    assert chief["env_steps"] == worker["env_steps"] >= 60
+    assert chief["weights"] == worker["weights"]
 
 
 def test_two_workers_killed_resume_from_the_chiefs_checkpoint(tmp_path, start_workers):

@@ -53,7 +53,7 @@ from tf_agents.agents import tf_agent
 from tf_agents.agents.sac import sac_agent
 from tf_agents.policies import actor_policy
 from tf_agents.trajectories import time_step as ts
-from tf_agents.utils import common, nest_utils, object_identity
+from tf_agents.utils import common, nest_utils
 
 from sit_keras.agents.networks.sac_networks import SacActorNetwork, SacCriticNetwork
 
@@ -118,11 +118,13 @@ class SharedEncoderSacAgent(sac_agent.SacAgent):
         time_steps, policy_steps, next_time_steps = self._as_transition(experience)
         actions = policy_steps.action
 
-        trainable_critic_variables = list(
-            object_identity.ObjectIdentitySet(
-                self._critic_network_1.trainable_variables + self._critic_network_2.trainable_variables
-            )
-        )
+        # The shared encoder's variables once, in the networks' order: a set's order follows memory
+        # addresses, and workers of a cluster must create the optimizer's slots in the same order.
+        critic_variables = [
+            *self._critic_network_1.trainable_variables,
+            *self._critic_network_2.trainable_variables,
+        ]
+        trainable_critic_variables = list({id(v): v for v in critic_variables}.values())
         if not trainable_critic_variables:
             raise ValueError("No trainable critic variables to optimize.")
         with tf.GradientTape(watch_accessed_variables=False) as tape:
