@@ -38,7 +38,6 @@ import sit_keras.quiet_start  # noqa: F401, E402  (drops TensorFlow's start-up c
 import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
-import socket  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
@@ -46,6 +45,7 @@ from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
+from sit_keras.agents.training.workers import free_loopback_ports  # noqa: E402
 from sit_keras.benchmarking import (  # noqa: E402
     SentenceParser,
     command_line,
@@ -98,20 +98,9 @@ def worker(root_dir: str, gin_file: str, bindings: Sequence[str], iterations: in
     }
 
 
-def _free_ports(count: int) -> list[int]:
-    probes = [socket.socket() for _ in range(count)]
-    try:
-        for probe in probes:
-            probe.bind(("127.0.0.1", 0))
-        return [probe.getsockname()[1] for probe in probes]
-    finally:
-        for probe in probes:
-            probe.close()
-
-
 def run_cluster(workers: int, gin_file: str, bindings: Sequence[str], iterations: int) -> dict[str, Any]:
     """``workers`` processes of this script on loopback; the chief's summary of its iterations."""
-    cluster = {"worker": [f"127.0.0.1:{port}" for port in _free_ports(workers)]}
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_loopback_ports(workers)]}
     argv = [sys.executable, __file__, "--worker", "--gin_file", gin_file, "--iterations", str(iterations)]
     argv += [f"--gin_bindings={binding}" for binding in bindings]
     with tempfile.TemporaryDirectory() as root_dir:

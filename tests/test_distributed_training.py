@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -20,6 +19,8 @@ from collections.abc import Callable
 
 import pytest
 import tensorflow as tf
+
+from sit_keras.agents.training.workers import free_loopback_ports
 
 # Logical devices must be configured before TensorFlow initialises, so the
 # run happens in a fresh interpreter.
@@ -67,20 +68,9 @@ def _assert_evaluated_at_the_end(results):
     assert results["EvalAverageReturn"] == evaluation["mean_return"]
 
 
-def _free_ports(count: int) -> list[int]:
-    probes = [socket.socket() for _ in range(count)]
-    try:
-        for probe in probes:
-            probe.bind(("127.0.0.1", 0))
-        return [probe.getsockname()[1] for probe in probes]
-    finally:
-        for probe in probes:
-            probe.close()
-
-
 def test_multi_worker_strategy_reads_tf_config(tmp_path):
     """One worker, described by TF_CONFIG as a multi-machine job would be."""
-    (port,) = _free_ports(1)
+    (port,) = free_loopback_ports(1)
     tf_config = {"cluster": {"worker": [f"localhost:{port}"]}, "task": {"type": "worker", "index": 0}}
     run = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(tmp_path / "multi_worker"), "multi_worker"],
@@ -138,7 +128,7 @@ def start_workers(tmp_path):
         """Worker ``i`` runs ``argv_of(i)``, writes its output to ``tmp_path / f"worker{i}.out"`` (and
         ``.err``) and its temporary files to ``tmp_path / f"tmp{i}"``, where a worker other than the
         chief trains."""
-        ports = _free_ports(count)
+        ports = free_loopback_ports(count)
         cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
         processes = []
         for index in range(count):

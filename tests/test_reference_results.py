@@ -1393,3 +1393,29 @@ def test_the_sharp_sit_ppo_screens_are_quoted_as_measured():
     assert f"(KL {min(kl):.3f}-{max(kl):.3f} per 100k" in flat
     low = {d["env_steps"]: d for d in entropy["learner_diagnostics_per_100k_env_steps"]}[300_000]
     assert f"(entropy {low['entropy']:.2f} at 300k steps, KL {low['approx_kl']:.3f})" in flat
+
+
+def test_the_redesign_before_and_after_is_quoted_as_measured():
+    """docs/architecture.md: PPO's executed lines and the suite's line coverage, before and after."""
+    report = _report("redesign_before_after.json")
+    before, after = report["before"], report["after"]
+    assert before["commit"] == "712873b" and after["commit"]
+    page = " ".join((DOCS / "architecture.md").read_text().split())
+    for run in (before, after):
+        path = run["ppo_code_path"]
+        assert (
+            sum(path["by_file"].values()) - path["executed_lines_of_the_encoder"]
+            == (path["executed_lines_without_the_encoder"])
+        )
+    lines = [run["ppo_code_path"]["executed_lines_without_the_encoder"] for run in (before, after)]
+    assert f"{lines[0]} lines before, {lines[1]} now" in page
+    assert lines[1] > lines[0] / 2 and "is not met" in page
+    features = report["modules_of_features_added_since"]
+    assert all(m["executed_lines"] == after["ppo_code_path"]["by_file"][path] for path, m in features.items())
+    assert not set(features) & set(before["ppo_code_path"]["by_file"])
+    total = sum(m["executed_lines"] for m in features.values())
+    listing = ", ".join(f"`{path}` ({m['executed_lines']})" for path, m in features.items())
+    assert f"execute {total} of them: {listing}" in page
+    for folder in ("sit_keras", "agents", "export"):
+        old, new = (run["coverage"]["rows"][folder] for run in (before, after))
+        assert f"`{folder}/` {old['percent']:.1f}% before, {new['percent']:.1f}% now" in page

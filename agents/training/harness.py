@@ -106,7 +106,8 @@ def train_eval(root_dir: str, strategy: tf.distribute.Strategy | None = None, **
 
     Args:
       root_dir: output folder (see the module docstring); rerunning with the
-        same folder resumes from its newest checkpoint.
+        same folder resumes from its newest checkpoint. On a cluster of workers
+        only the chief writes it (``workers``).
       strategy: a ``tf.distribute.Strategy`` for the learner (default: none).
       **overrides: ``RunSettings`` fields and the agent's settings by name,
         over the gin bindings (e.g. ``total_env_steps=1000, n_step=3``).
@@ -120,6 +121,7 @@ def train_eval(root_dir: str, strategy: tf.distribute.Strategy | None = None, **
       SettingsError: unknown or out-of-range settings, bindings that the run
         does not read, names (environment, encoder) that do not fit; raised
         while the run is set up, before the first training step.
+      WorkerLost: another worker of the cluster stopped answering.
     """
     try:
         module, run_settings, settings = _settings(overrides, strategy)

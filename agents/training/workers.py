@@ -20,6 +20,7 @@ cluster) each function is the identity or ``True``, and no collective op runs.
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -70,9 +71,9 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
 def cluster_sum(strategy: tf.distribute.Strategy, value: tf.Tensor) -> tf.Tensor:
     """The sum over the workers of ``value`` (each worker passes its own), in ``value``'s dtype.
 
-    Summed as float64, which holds integers exactly up to 2**53 (collective
-    reductions on CPU are defined for floating types). Every worker must call it
-    the same number of times, in the same order: it is one collective op.
+    Summed as float64, one dtype for every value, which holds integers (the
+    step counters) exactly up to 2**53. Every worker must call it the same
+    number of times, in the same order: it is one collective op.
     """
     value = tf.convert_to_tensor(value)
     if num_workers(strategy) == 1:
@@ -115,3 +116,15 @@ def broadcast_from_chief(strategy: tf.distribute.Strategy, variables: Iterable[t
     for variable in variables:
         value = variable.read_value()
         variable.assign(cluster_sum(strategy, value if chief else tf.zeros_like(value)))
+
+
+def free_loopback_ports(count: int) -> list[int]:
+    """``count`` ports free on 127.0.0.1 now, for a cluster of workers on one machine (tests, benchmarks)."""
+    probes = [socket.socket() for _ in range(count)]
+    try:
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [probe.getsockname()[1] for probe in probes]
+    finally:
+        for probe in probes:
+            probe.close()
