@@ -45,7 +45,7 @@ from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-from sit_keras.agents.training.workers import free_loopback_ports  # noqa: E402
+from sit_keras.agents.training.workers import free_loopback_ports, num_workers  # noqa: E402
 from sit_keras.benchmarking import (  # noqa: E402
     SentenceParser,
     command_line,
@@ -77,7 +77,7 @@ def worker(root_dir: str, gin_file: str, bindings: Sequence[str], iterations: in
     strategy = train.make_strategy("multi_worker")
     train.parse_gin([gin_file], list(bindings))
     steps = gin.query_parameter("train_eval.num_envs") * gin.query_parameter("ppo.collect_steps_per_env")
-    workers = strategy.num_replicas_in_sync
+    workers = num_workers(strategy)
     results = train.train_eval(
         root_dir, strategy=strategy, total_env_steps=steps * workers * iterations,
         log_interval=steps * workers,

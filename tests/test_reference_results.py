@@ -1343,6 +1343,12 @@ def test_the_cost_of_a_second_worker_is_quoted_as_measured():
     assert f"a train step takes {medians[names[0]]:.2f}x as long on two workers as on one" in page
     assert f"{medians[names[1]]:.2f}x as many environment steps per second" in page
     assert f"on loopback, {len(rounds)} rounds)" in page
+    readme = " ".join(README.split())
+    assert (
+        f"a train step takes {medians[names[0]]:.2f}x as long and the pair trains "
+        f"{medians[names[1]]:.2f}x the environment steps per second "
+        "(`benchmarks/reference/multi_worker_overhead.json`)"
+    ) in readme
 
 
 def _sharp_screen_tables() -> tuple[str, str]:
@@ -1377,6 +1383,7 @@ def test_the_sharp_sit_ppo_screens_are_quoted_as_measured():
     for table in _sharp_screen_tables():
         assert table in page, table
     assert "`benchmarks/reference/lavacrossing_sharp_screens.json`)." in LAVACROSSING_SHORT
+    assert "`benchmarks/reference/lavacrossing_sharp_screens.json`)" in " ".join(README.split())
     epochs, entropy = report["runs"]
     assert [run["binding"] for run in report["runs"]] == ["ppo.num_epochs = 8", "ppo.entropy_coef = 0.001"]
     stop = epochs["stopped_at_env_steps"]
@@ -1409,6 +1416,7 @@ def test_the_redesign_before_and_after_is_quoted_as_measured():
         )
     lines = [run["ppo_code_path"]["executed_lines_without_the_encoder"] for run in (before, after)]
     assert f"{lines[0]} lines before, {lines[1]} now" in page
+    assert "`benchmarks/reference/redesign_before_after.json`" in README
     assert lines[1] > lines[0] / 2 and "is not met" in page
     features = report["modules_of_features_added_since"]
     assert all(m["executed_lines"] == after["ppo_code_path"]["by_file"][path] for path, m in features.items())
