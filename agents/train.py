@@ -135,7 +135,7 @@ def define_flags(flag_values: flags.FlagValues) -> None:
     )
     # Passed to the trainer only when given: otherwise the config's binding (or the default) holds.
     xla.define_jit_compile_flag(flag_values)
-    mixed_precision.define_precision_flag(flag_values)
+    mixed_precision.define_precision_flag(flag_values, allow_auto=True)
     flags.DEFINE_bool(
         "deterministic", None,
         "Rerun-exact training: deterministic kernels, replay read after collection (slower); "

@@ -39,12 +39,17 @@ from absl import flags
 from tf_keras.src.mixed_precision import policy as _keras_policy
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+AUTO = "auto"
+"""The trainers' ``precision="auto"``: ``mixed_bfloat16`` where this host trains the model faster in it
+than in float32, float32 otherwise; measured once per host and model (``sit_keras.measured_choice``)."""
+AUTO_CANDIDATES = ("float32", "mixed_bfloat16")
 
 
-def check_precision(precision: str) -> str:
-    """``precision`` if it is one of ``PRECISIONS``; a ``ValueError`` naming them otherwise."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"Unknown precision {precision!r}. Expected one of: {', '.join(PRECISIONS)}.")
+def check_precision(precision: str, allow_auto: bool = False) -> str:
+    """``precision`` if it is in ``PRECISIONS`` (or is ``"auto"``); a ``ValueError`` naming them otherwise."""
+    valid = (*PRECISIONS, AUTO) if allow_auto else PRECISIONS
+    if precision not in valid:
+        raise ValueError(f"Unknown precision {precision!r}. Expected one of: {', '.join(valid)}.")
     return precision
 
 
@@ -104,12 +109,18 @@ def full_precision() -> Iterator[None]:
         yield
 
 
-def define_precision_flag(flag_values: flags.FlagValues = flags.FLAGS) -> None:
-    """Defines ``--precision`` (one of ``PRECISIONS``; unset: the gin binding or the default)."""
+def define_precision_flag(flag_values: flags.FlagValues = flags.FLAGS, allow_auto: bool = False) -> None:
+    """Defines ``--precision``: ``PRECISIONS`` (and ``"auto"`` if allowed); unset, the gin binding."""
+    auto = (
+        ", or auto (mixed_bfloat16 where this host trains the model faster in it; measured once per host and "
+        "model, then cached)"
+        if allow_auto
+        else ""
+    )
     flags.DEFINE_enum(
         "precision",
         "float32",
-        list(PRECISIONS),
-        "Keras dtype policy of the model: float32, mixed_bfloat16 or mixed_float16.",
+        [*PRECISIONS, AUTO] if allow_auto else list(PRECISIONS),
+        f"Keras dtype policy of the model: float32, mixed_bfloat16, mixed_float16{auto}.",
         flag_values=flag_values,
     )

@@ -258,9 +258,10 @@ def test_one_name_for_each_shared_setting():
 
 @pytest.mark.parametrize("module", [ppo, sac, dqn, bc])
 def test_every_algorithm_module_has_the_contract_s_functions(module):
-    """``SETTINGS``, ``RANGES``, ``defaults``, ``check``, ``stored_observations`` and one ``build``
-    returning an ``Algorithm`` (``agents/training/algorithm.py``); no algorithm subclasses anything."""
-    for name in ("SETTINGS", "RANGES", "defaults", "check", "stored_observations", "build"):
+    """``SETTINGS``, ``RANGES``, ``defaults``, ``check``, ``stored_observations``, ``minibatch_size`` and
+    one ``build`` returning an ``Algorithm`` (``agents/training/algorithm.py``); no algorithm subclasses
+    anything."""
+    for name in ("SETTINGS", "RANGES", "defaults", "check", "stored_observations", "minibatch_size", "build"):
         assert hasattr(module, name), f"{module.__name__} has no {name}"
     assert typing.get_type_hints(module.build)["return"] is Algorithm
     assert not [

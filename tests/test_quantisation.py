@@ -251,3 +251,94 @@ def test_quantisation_benchmark_times_every_model_against_float32(tmp_path):
         ratios = latency["vs_float32"]["batch1"][kernels]
         assert ratios["float32"] == 1.0 and ratios["int8"] > 0, ratios
         assert all(ms > 0 for ms in latency["ms"]["batch1"][kernels].values())
+
+
+def _int8_matmul_forms():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "int8_matmul_forms.py"
+    spec = importlib.util.spec_from_file_location("int8_matmul_forms", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_int8_matmul_forms_compute_the_op_and_a_wrong_constant_is_caught():
+    """Each rewritten form of a constant-operand BATCH_MATMUL computes the op (what the benchmark checks)."""
+    bench = _int8_matmul_forms()
+    rng = np.random.default_rng(0)
+    ops = [
+        {
+            "constant_side": "left",
+            "constant": rng.normal(size=(12, 5)).astype(np.float32),
+            "input_shape": (5, 7),
+        },
+        {
+            "constant_side": "right",
+            "constant": rng.normal(size=(6, 4, 3)).astype(np.float32),
+            "input_shape": (6, 9, 4),
+        },
+    ]
+    for op in ops:
+        forms = bench.forms_of(op)
+        assert len(forms) >= 2 and "batch_matmul" in forms
+        reference = forms["batch_matmul"][1]
+        for _, form, to_form, from_form in forms.values():
+            difference = bench.largest_difference(reference, form, to_form, from_form, op["input_shape"])
+            assert difference <= bench.SAME_FUNCTION_TOLERANCE
+    square = dict(ops[1], constant=rng.normal(size=(6, 4, 4)).astype(np.float32))
+    wrong = dict(square, constant=np.swapaxes(square["constant"], 1, 2))
+    _, form, to_form, from_form = bench.forms_of(wrong)["grouped_conv"]
+    assert (
+        bench.largest_difference(
+            bench.forms_of(square)["batch_matmul"][1], form, to_form, from_form, (6, 9, 4)
+        )
+        > 0.1
+    )
+
+
+def test_int8_matmul_forms_finds_the_constant_matmuls_of_a_model(tmp_path):
+    bench = _int8_matmul_forms()
+    rng = np.random.default_rng(1)
+    left = tf.constant(rng.normal(size=(8, 5)).astype(np.float32))
+    right = tf.constant(rng.normal(size=(8, 3, 3)).astype(np.float32))
+    module = tf.Module()
+    module.f = tf.function(
+        lambda x, y: {"a": tf.matmul(left, x), "b": tf.matmul(y, right), "c": tf.matmul(y, y)}
+    )
+    function = module.f.get_concrete_function(
+        tf.TensorSpec((5, 6), tf.float32, name="x"), tf.TensorSpec((8, 3, 3), tf.float32, name="y")
+    )
+    path = tmp_path / "m.tflite"
+    path.write_bytes(tflite.convert_function(function, module))
+    found = bench.constant_matmuls(str(path))
+    by_side = {op["constant_side"]: op for op in found}
+    assert len(found) == 2 and set(by_side) == {"left", "right"}  # y @ y has no constant operand
+    np.testing.assert_array_equal(by_side["left"]["constant"], left.numpy())
+    np.testing.assert_array_equal(by_side["right"]["constant"], right.numpy())
+    assert by_side["left"]["input_shape"] == (5, 6) and by_side["right"]["input_shape"] == (8, 3, 3)
+
+
+def test_int8_matmul_forms_benchmark_writes_its_bound(tmp_path):
+    """One round, demo-size SiT: each op timed in every form; the estimate recomputes from the report."""
+    bench = _int8_matmul_forms()
+    out = tmp_path / "forms.json"
+    assert bench.main(["--rounds", "1", "--calls", "2", "--out", str(out)]) == 0
+    results = json.loads(out.read_text())["results"]
+    assert len(results["ops"]) >= 3
+    for row in results["ops"]:
+        assert row["fastest_int8_form"] in row["forms"] and row["fastest_float32_form"] in row["forms"]
+        assert all(e["largest_difference"] <= bench.SAME_FUNCTION_TOLERANCE for e in row["forms"].values())
+    bound, rest = results["bound"], results["other_ops"]
+    assert "BATCH_MATMUL" not in rest["by_type_ms"] and rest["best_ms"] <= rest["float32_ms"]
+    expected = (rest["best_ms"] + bound["fastest_int8_forms_sum_ms"]) / (
+        rest["float32_ms"] + bound["fastest_float32_forms_sum_ms"]
+    )
+    assert bound["int8_estimate_x_float32"] == pytest.approx(expected)
+
+
+def test_int8_matmul_forms_benchmark_refuses_bad_arguments_in_one_sentence(capsys):
+    bench = _int8_matmul_forms()
+    assert bench.main(["--rounds", "0"]) == 2
+    assert "--rounds and --calls must be at least 1" in capsys.readouterr().err

@@ -11,6 +11,7 @@ import json
 import statistics
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -1427,3 +1428,122 @@ def test_the_redesign_before_and_after_is_quoted_as_measured():
     for folder in ("sit_keras", "agents", "export"):
         old, new = (run["coverage"]["rows"][folder] for run in (before, after))
         assert f"`{folder}/` {old['percent']:.1f}% before, {new['percent']:.1f}% now" in page
+
+
+def test_the_100_epoch_dagger_student_and_its_lost_return_are_quoted_as_measured():
+    """docs/results.md and the README: the e100 student's return, its loss, and where its return goes."""
+    report = _report("pi_cartpole_harder_dagger_e100.json")
+    assert report["command"].startswith("benchmarks/pi_cartpole_distill.py") and report["commit"]
+    assert "--num_epochs 100" in report["command"] and report["test_settings"]["num_episodes"] == 200
+    teacher = np.array(report["results"]["teacher"]["5 obs"]["returns"])
+    student = np.array(report["results"]["pi"]["5 obs"]["returns"])
+    assert len(teacher) == len(student) == 200
+    wins, swung = teacher > 600, student > 600
+    lost = {
+        "failed": (teacher - student)[wins & ~swung].sum() / 200,
+        "held": (teacher - student)[wins & swung].sum() / 200,
+        "won_back": -(teacher - student)[~wins].sum() / 200,
+    }
+    analysis = report["analysis"]
+    assert analysis["student_over_teacher"] == pytest.approx(student.mean() / teacher.mean())
+    last_round = report["students"]["pi"]["loss_per_epoch"][-100:]
+    twenty = _report("pi_cartpole_harder_dagger_seeds.json")["runs"][0]
+    assert twenty["seed"] == 0 and twenty["students"]["pi"]["settings"]["num_epochs"] == 20
+    page = " ".join(RESULTS.split())
+    assert (
+        f"the last round's last-epoch loss falls to {last_round[-1]:.3f} "
+        f"({twenty['students']['pi']['loss_per_epoch'][-1]:.3f} with 20 epochs), and the student returns "
+        f"{student.mean():.0f} against {twenty['results']['pi']['5 obs']['mean']:.0f} with 20 epochs: "
+        f"{100 * student.mean() / teacher.mean():.0f}% of its teacher"
+    ) in page
+    assert (
+        f"teacher scores above 600 in {wins.mean():.2f} of them (median {np.median(teacher):.0f}) "
+        f"and below 10 in {(teacher < 10).mean():.2f}"
+    ) in page
+    assert (
+        f"The student scores above 600 in {swung.mean():.2f} and never above {student.max():.0f}. "
+        f"On the episodes the teacher wins, the student swings up (above 600) in {swung[wins].mean():.2f} "
+        f"of them, and where both do it scores {student[wins & swung].mean():.0f} against "
+        f"{teacher[wins & swung].mean():.0f}"
+    ) in page
+    assert (
+        f"of the {(teacher - student).mean():.0f} points between them, {lost['failed']:.0f} are lost "
+        f"where the teacher swings up and the student does not, {lost['held']:.0f} where both do"
+    ) in page and f"the student wins back {lost['won_back']:.0f} where the teacher fails" in page
+    added = student.mean() - twenty["results"]["pi"]["5 obs"]["mean"]
+    assert f"halving that loss added {added:.0f} points" in page
+    readme = " ".join(README.split())
+    assert (
+        f"with 5x the epochs it returns {student.mean():.0f} ({100 * student.mean() / teacher.mean():.0f}%): "
+        "it fails half the teacher's swing-ups (`benchmarks/reference/pi_cartpole_harder_dagger_e100.json`)"
+    ) in readme
+
+
+def test_the_wide_sits_cost_is_quoted_as_measured():
+    """docs/lavacrossing.md: appendix F.1's width on pooled tokens, per env step, against the sharp SiT."""
+    report = _report("lavacrossing_cost_wide.json")
+    assert report["command"].startswith("python benchmarks/lavacrossing_cost.py") and report["commit"]
+    table = report["table"]
+    base, wide = table["sit_chiral_sharp"], table["sit_chiral_sharp_wide"]
+    ratio = base["env_steps_per_second"] / wide["env_steps_per_second"]
+    assert wide["cost_per_env_step"] == pytest.approx(ratio)
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    assert (
+        f"costs {wide['cost_per_env_step']:.2f}x the sharp chiral SiT per environment step: "
+        f"{wide['env_steps_per_second']:.1f} against {base['env_steps_per_second']:.1f} env steps/s, "
+        f"medians of {report['repeats']} repeats of {report['env_steps_per_process']:,} steps"
+    ) in page
+
+
+def _int8_matmul_forms_table(report: dict) -> str:
+    """docs/export.md's table of the SiT's constant-operand matmuls in every form, from its report."""
+    lines = [
+        "| op (shapes) | form | float32 ms | int8 ms | int8 / fastest float32 |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
+    for row in report["results"]["ops"]:
+        op, constant = tuple(row["input_shape"]), tuple(row["constant_shape"])
+        shapes = f"{constant} @ {op}" if row["constant_side"] == "left" else f"{op} @ {constant}"
+        for form, entry in row["forms"].items():
+            lines.append(
+                f"| {shapes} | {form.replace('_', ' ')} | {entry['float32_ms']:.4f} | "
+                f"{entry['int8_ms']:.4f} | {entry['int8_vs_fastest_float32']:.2f} |"
+            )
+    return "\n".join(lines)
+
+
+def test_the_int8_bound_of_the_sits_matmuls_is_quoted_as_measured():
+    """docs/export.md: each form of the SiT's matmuls, and the bound they put on int8's speed, recomputed."""
+    report = _report("int8_matmul_forms.json")
+    assert report["command"].startswith("python benchmarks/int8_matmul_forms.py") and report["commit"]
+    results = report["results"]
+    page = EXPORT
+    assert _int8_matmul_forms_table(report) in page
+    rows = results["ops"]
+    assert all(e["largest_difference"] == 0.0 for row in rows for e in row["forms"].values())
+    bound, rest = results["bound"], results["other_ops"]
+    int8_sum = sum(min(e["int8_ms"] for e in row["forms"].values()) for row in rows)
+    float32_sum = sum(min(e["float32_ms"] for e in row["forms"].values()) for row in rows)
+    assert bound["fastest_int8_forms_sum_ms"] == pytest.approx(int8_sum)
+    best = sum(min(t.values()) for t in rest["by_type_ms"].values())
+    estimate = (best + int8_sum) / (rest["float32_ms"] + float32_sum)
+    assert bound["int8_estimate_x_float32"] == pytest.approx(estimate) and estimate > 0.7
+    exported = sum(row["forms"]["batch_matmul"]["float32_ms"] for row in rows)
+    text = " ".join(page.split())
+    assert f"which are half of its float32 op time ({exported / (exported + rest['float32_ms']):.0%})" in text
+    assert f"int8 would take {estimate:.2f}x float32's time" in text
+    assert f"The other op types take {rest['float32_ms']:.3f} ms of float32's op time" in text
+    mul, add = rest["by_type_ms"]["MUL"], rest["by_type_ms"]["SUM"]
+    ratios = (mul["int8_all_ops"] / mul["float32"], add["int8_all_ops"] / add["float32"])
+    assert f"int8 MUL at {ratios[0]:.2f}x and SUM at {ratios[1]:.2f}x float32's time" in text
+    assert f"take {float32_sum:.3f} ms against {exported:.3f} ms as exported" in text
+    # The window mixing: twice as fast in float32 as a grouped convolution, no faster in int8.
+    (mixing,) = [row for row in rows if row["input_shape"][1:] == [49, 10]]
+    forms = mixing["forms"]
+    assert forms["batch_matmul"]["float32_ms"] / forms["grouped_conv"]["float32_ms"] > 1.8
+    assert forms["grouped_conv"]["int8_vs_fastest_float32"] > 0.95
+    readme = " ".join(README.split())
+    assert (
+        f"even its matmuls rewritten in their fastest forms would leave it at {estimate:.2f}x "
+        "(`benchmarks/reference/int8_matmul_forms.json`)"
+    ) in readme

@@ -17,7 +17,7 @@ import tensorflow as tf
 from run_folders import TINY_PPO
 
 from sit_keras.agents import train
-from sit_keras.agents.algorithms import dqn, ppo, sac
+from sit_keras.agents.algorithms import bc, dqn, ppo, sac
 from sit_keras.agents.training import harness, memory_check, run_settings, settings_check
 from sit_keras.agents.training.stops import TrainingDiverged
 
@@ -189,3 +189,8 @@ def test_the_memory_estimate_is_a_lower_bound_of_what_was_measured():
     assert rollout == (68, "ppo.collect_steps_per_env")
     assert sac.stored_observations(run, sac.SAC(replay_capacity=1000)) == (1000, "sac.replay_capacity")
     assert dqn.stored_observations(run, dqn.DQN(replay_capacity=10, n_step=3)) == (20, "dqn.replay_capacity")
+    # ... and how many observations one gradient step reads (precision="auto" times the model there).
+    assert ppo.minibatch_size(run, ppo.PPO(collect_steps_per_env=16, num_minibatches=4)) == 16
+    assert sac.minibatch_size(run, sac.SAC(batch_size=32)) == 32
+    assert dqn.minibatch_size(run, dqn.DQN(batch_size=32)) == 32
+    assert bc.minibatch_size(run, bc.BC(teacher_dir="t", sequence_length=10)) == 40

@@ -182,6 +182,11 @@ def defaults(run: RunSettings, settings: BC) -> dict[str, Any]:
     return values
 
 
+def minibatch_size(run: RunSettings, settings: BC) -> int:
+    """Observations per gradient step: a chunk of ``sequence_length`` steps of every stream."""
+    return run.num_envs * settings.sequence_length
+
+
 def stored_observations(run: RunSettings, settings: BC) -> tuple[int, str]:
     """Observations kept at once (every round's recorded steps) and the binding that sets them."""
     return run.total_env_steps, "train_eval.total_env_steps"

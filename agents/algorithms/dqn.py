@@ -156,6 +156,11 @@ def replay_length(run: RunSettings, settings: DQN) -> int:
     return max(per_env_length, settings.n_step + 2)
 
 
+def minibatch_size(run: RunSettings, settings: DQN) -> int:
+    """Observations per gradient step: ``batch_size`` sampled transitions."""
+    return settings.batch_size
+
+
 def stored_observations(run: RunSettings, settings: DQN) -> tuple[int, str]:
     """Observations kept at once (the replay buffer) and the binding that sets them (``memory_check``)."""
     return run.num_envs * replay_length(run, settings), "dqn.replay_capacity"

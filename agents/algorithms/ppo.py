@@ -117,6 +117,11 @@ def defaults(run: RunSettings, settings: PPO) -> dict[str, Any]:
     }
 
 
+def minibatch_size(run: RunSettings, settings: PPO) -> int:
+    """Observations per gradient step: an iteration's rollout split into ``num_minibatches``."""
+    return max(1, run.num_envs * settings.collect_steps_per_env // settings.num_minibatches)
+
+
 def stored_observations(run: RunSettings, settings: PPO) -> tuple[int, str]:
     """Observations kept at once (a rollout of ``T + 1`` steps per environment) and their binding."""
     return run.num_envs * (settings.collect_steps_per_env + 1), "ppo.collect_steps_per_env"

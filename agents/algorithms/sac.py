@@ -136,6 +136,11 @@ def replay_length(run: RunSettings, settings: SAC) -> int:
     return max(2, settings.replay_capacity // run.num_envs)
 
 
+def minibatch_size(run: RunSettings, settings: SAC) -> int:
+    """Observations per gradient step: ``batch_size`` sampled transitions."""
+    return settings.batch_size
+
+
 def stored_observations(run: RunSettings, settings: SAC) -> tuple[int, str]:
     """Observations kept at once (the replay buffer) and the binding that sets them (``memory_check``)."""
     return run.num_envs * replay_length(run, settings), "sac.replay_capacity"

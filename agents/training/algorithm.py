@@ -12,6 +12,8 @@ An algorithm module (``run_settings.ALGORITHMS`` names them) exposes:
 - ``stored_observations(run_settings, settings)``: how many observations it keeps at
   once (rollout, replay buffer, recorded rounds) and the binding that sets them, for
   the memory check (``memory_check``);
+- ``minibatch_size(run_settings, settings)``: observations per gradient step, at
+  which ``precision="auto"`` times the model (``auto_precision``);
 - ``MULTI_WORKER`` (optional, default ``True``): ``False`` if it cannot train on a
   cluster of workers (``workers``);
 - ``build(run, settings) -> Algorithm``: one function that makes the agent on

@@ -78,7 +78,7 @@ from tqdm import tqdm
 from sit_keras import folder_lock, mixed_precision, output_folder, run_kind, xla
 from sit_keras.agents.environments import load
 from sit_keras.agents.networks import policy_network
-from sit_keras.agents.training import checkpoints, memory_check, run_record, workers
+from sit_keras.agents.training import auto_precision, checkpoints, memory_check, run_record, workers
 from sit_keras.agents.training.algorithm import Algorithm, Run
 from sit_keras.agents.training.collection import FixedLengthDriver, metric_results
 from sit_keras.agents.training.evaluation import Evaluator, episode_metrics
@@ -143,6 +143,12 @@ def train_eval(root_dir: str, strategy: tf.distribute.Strategy | None = None, **
             f"train_eval.agent = {run_settings.agent!r} trains on one worker only; this cluster has "
             f"{workers.num_workers(strategy)} (TF_CONFIG): run it without --strategy multi_worker."
         )
+    if workers.num_workers(strategy) > 1 and run_settings.precision == mixed_precision.AUTO:
+        # Each worker would measure its own host, and the workers could then train in different dtypes.
+        raise SettingsError(
+            "train_eval.precision = 'auto' measures one host; on a cluster of workers choose float32 or "
+            "mixed_bfloat16 for all of them."
+        )
     try:
         if workers.is_chief(strategy):
             return _train(root_dir, module, run_settings, settings, strategy)
@@ -178,8 +184,7 @@ def _train(root_dir: str, module, run_settings: RunSettings, settings: Any, stra
             checkpoints.check_readable(root_dir)
         except ValueError as error:
             raise SettingsError(str(error)) from error
-        # Python's, NumPy's and TensorFlow's seeds: unseeded Keras initializers draw from Python's.
-        tf_keras.utils.set_random_seed(run_settings.seed + workers.worker_index(strategy))
+        _seed(run_settings, strategy)
         if run_settings.deterministic:
             tf.config.experimental.enable_op_determinism()
         try:
@@ -198,6 +203,24 @@ def _train(root_dir: str, module, run_settings: RunSettings, settings: Any, stra
         run_kind.claim(root_dir, run_kind.RL, _program())
         run_record.record(root_dir, values, loop.env_steps(), resumed)
         return algorithm.train(loop) if algorithm.train is not None else loop.run(algorithm)
+
+
+def _seed(run_settings: RunSettings, strategy) -> None:
+    """Python's, NumPy's and TensorFlow's seeds: unseeded Keras initializers draw from Python's."""
+    tf_keras.utils.set_random_seed(run_settings.seed + workers.worker_index(strategy))
+
+
+def _resolve_precision(module, run_settings: RunSettings, settings: Any, observation_spec, strategy) -> str:
+    """The run's dtype policy: its ``precision``, or for ``"auto"`` the one measured faster on this host."""
+    if run_settings.precision != mixed_precision.AUTO:
+        return run_settings.precision
+    choice = auto_precision.choose(
+        run_settings, observation_spec, module.minibatch_size(run_settings, settings)
+    )
+    print(f"{_program()}: {choice.sentence('precision')}")
+    # The measurement's models drew from the seeded generators: the run's own start as without it.
+    _seed(run_settings, strategy)
+    return choice.value
 
 
 def _check_memory(module, run_settings: RunSettings, settings: Any) -> None:
@@ -257,10 +280,11 @@ def _set_up(root_dir: str, module, run_settings: RunSettings, settings, strategy
         # Keys only the evaluation uses: tried now, not after the whole budget has trained.
         load(run_settings.env_name, num_envs=1, seed=run_settings.seed, **run_settings.eval_kwargs).close()
     observation_spec, action_spec, time_step_spec = spec_utils.get_tensor_specs(env)
+    precision = _resolve_precision(module, run_settings, settings, observation_spec, strategy)
     with strategy.scope():  # the counters, as the agents' variables (each module's build)
         train_step = train_utils.create_train_step()
         env_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="env_steps")
-    with mixed_precision.dtype_policy(run_settings.precision):
+    with mixed_precision.dtype_policy(precision):
         run = Run(
             root_dir, run_settings, env, observation_spec, action_spec, time_step_spec,
             train_step=train_step,

@@ -64,7 +64,8 @@ class RunSettings:
         repeats every loss; the cost in speed is in docs/training.md ("Deterministic mode").
       precision: ``"float32"``, ``"mixed_bfloat16"`` or ``"mixed_float16"``
         (``sit_keras.mixed_precision``): the networks' compute dtype; their
-        variables and output heads stay float32.
+        variables and output heads stay float32. ``"auto"``: ``mixed_bfloat16``
+        where this host trains the model faster in it (``agents.training.auto_precision``).
       jit_compile: XLA for the train step (``xla.resolve_jit_compile``:
         ``"auto"``, ``True``/``"on"``, ``False``/``"off"``).
       progress: show a progress bar.
@@ -117,7 +118,7 @@ class RunSettings:
             raise ValueError(f"train_eval.eval_num_envs must be >= 1. Received: {self.eval_num_envs}")
         if not self.env_name:
             raise ValueError("train_eval.env_name is not set.")
-        mixed_precision.check_precision(self.precision)
+        mixed_precision.check_precision(self.precision, allow_auto=True)
 
     @property
     def eval_kwargs(self) -> dict[str, Any]:

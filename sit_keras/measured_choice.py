@@ -1,0 +1,196 @@
+"""Settings chosen by measurement on this host, once, then cached: ``precision="auto"``.
+
+Whether bfloat16 is faster than float32 depends on the host (AMX, AVX512_BF16
+or neither; docs/speed.md) and on the model, so ``"auto"`` times the
+candidates' train steps where the run starts and keeps the faster. The
+answer is cached per host and model in ``measured_choices.json`` under
+``$SIT_KERAS_CACHE_DIR`` (default ``~/.cache/sit_keras``): the next run of
+the same model on the same host reads it instead of measuring.
+
+A host is its processor (model name and the instruction sets that decide
+the kernels: AVX2, AVX512F, AVX512_BF16, AMX), its number of CPUs and GPUs,
+and the TensorFlow version. Each candidate is timed ``ROUNDS`` times, in a
+new order each round after a warm-up; a candidate other than the default is
+chosen only if the median of its per-round time ratios to the default is
+below ``MARGIN`` (these machines are noisy: a tie keeps the default).
+
+>>> choice = fastest("demo", {"model": "x"}, {"a": lambda: lambda: None}, default="a", cache=False)
+>>> choice.value
+'a'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import random
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import tensorflow as tf
+
+CACHE_DIR_VARIABLE = "SIT_KERAS_CACHE_DIR"
+CACHE_FILE = "measured_choices.json"
+ROUNDS = 5
+CALLS_PER_ROUND = 3
+WARM_UP_CALLS = 2
+MARGIN = 0.9
+# The processor's instruction sets that decide which kernels TensorFlow runs.
+_KERNEL_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+
+Step = Callable[[], Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """What ``fastest`` chose, and why: the median seconds per call and ratio to the default of each."""
+
+    value: str
+    seconds: dict[str, float]
+    ratio_to_default: dict[str, float]
+    measured_now: bool
+    cache_file: str | None
+
+    def sentence(self, question: str) -> str:
+        """One line for the run's console: the choice, its measured ratio, and where it came from."""
+        ratios = ", ".join(f"{name} {ratio:.2f}x" for name, ratio in self.ratio_to_default.items())
+        where = "measured now" if self.measured_now else "measured before"
+        cached = f"; cached in {self.cache_file}" if self.cache_file else ""
+        return f"{question} auto: {self.value} (train step time: {ratios}; {where} on this host{cached})."
+
+
+def host() -> dict[str, Any]:
+    """What makes two hosts' kernels differ (see the module docstring)."""
+    model, flags = "", set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and not model:
+                    model = value.strip()
+                elif key.strip() == "flags" and not flags:
+                    flags = set(value.split())
+    except OSError:  # not Linux: the processor is then known by its count only
+        pass
+    return {
+        "processor": model,
+        "instruction_sets": [name for name in _KERNEL_FLAGS if name in flags],
+        "cpus": os.cpu_count(),
+        "gpus": len(tf.config.list_physical_devices("GPU")),
+        "tensorflow": tf.__version__,
+    }
+
+
+def cache_file() -> Path:
+    """``$SIT_KERAS_CACHE_DIR/measured_choices.json`` (default folder ``~/.cache/sit_keras``)."""
+    folder = os.environ.get(CACHE_DIR_VARIABLE) or os.path.join(
+        os.path.expanduser("~"), ".cache", "sit_keras"
+    )
+    return Path(folder) / CACHE_FILE
+
+
+def _entry_key(question: str, model: Mapping[str, Any]) -> str:
+    described = json.dumps(
+        {"question": question, "host": host(), "model": model}, sort_keys=True, default=repr
+    )
+    return hashlib.sha256(described.encode()).hexdigest()
+
+
+def _read_cache(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    try:
+        entries = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is damaged ({error}); delete it to measure again.") from None
+    if not isinstance(entries, dict):
+        raise ValueError(f"{path} is damaged (not a JSON object); delete it to measure again.")
+    return entries
+
+
+def _write_cache(path: Path, entries: Mapping[str, Any]) -> None:
+    """Atomically: a reader sees the old file or the new one, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.write_text(json.dumps(entries, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(partial, path)
+
+
+def time_candidates(
+    candidates: Mapping[str, Callable[[], Step]], rounds: int = ROUNDS
+) -> dict[str, list[float]]:
+    """Per candidate, seconds per call of each round; each candidate's step is built (and warmed) first."""
+    steps = {}
+    for name, build in candidates.items():
+        steps[name] = build()
+        for _ in range(WARM_UP_CALLS):
+            steps[name]()
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    order = list(steps)
+    shuffle = random.Random(0)
+    for _ in range(rounds):
+        shuffle.shuffle(order)
+        for name in order:
+            start = time.perf_counter()
+            for _ in range(CALLS_PER_ROUND):
+                steps[name]()
+            times[name].append((time.perf_counter() - start) / CALLS_PER_ROUND)
+    return times
+
+
+def fastest(
+    question: str,
+    model: Mapping[str, Any],
+    candidates: Mapping[str, Callable[[], Step]],
+    default: str,
+    cache: bool = True,
+) -> Choice:
+    """The candidate to use for ``question`` on this host and ``model``: cached, or measured now.
+
+    Args:
+      question: what is chosen (``"precision"``): part of the cache key.
+      model: what describes the model and its batch (JSON-able): part of the cache key.
+      candidates: name -> a function that builds one train step (a callable
+        without arguments); built only when measuring.
+      default: the candidate kept unless another is faster by ``MARGIN``.
+      cache: read and write the cache file (``False``: always measure).
+
+    Raises:
+      ValueError: a damaged cache file, named with its path.
+    """
+    if default not in candidates:
+        raise ValueError(f"The default {default!r} is not a candidate ({', '.join(candidates)}).")
+    path = cache_file() if cache else None
+    key = _entry_key(question, model)
+    entries = _read_cache(path) if path is not None else {}
+    if key in entries:
+        entry = entries[key]
+        return Choice(entry["value"], entry["seconds"], entry["ratio_to_default"], False, str(path))
+    times = time_candidates(candidates)
+    ratios = {
+        name: statistics.median(t / d for t, d in zip(times[name], times[default], strict=True))
+        for name in times
+    }
+    others = [name for name in ratios if name != default and ratios[name] < MARGIN]
+    value = min(others, key=ratios.get) if others else default
+    seconds = {name: statistics.median(t) for name, t in times.items()}
+    if path is not None:
+        entries = _read_cache(path)  # another run may have added its own meanwhile
+        entries[key] = {
+            "question": question,
+            "model": json.loads(json.dumps(dict(model), sort_keys=True, default=repr)),
+            "host": host(),
+            "value": value,
+            "seconds": seconds,
+            "ratio_to_default": ratios,
+            "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        _write_cache(path, entries)
+    return Choice(value, seconds, ratios, True, str(path) if path is not None else None)

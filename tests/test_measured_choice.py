@@ -1,0 +1,146 @@
+"""``precision="auto"``: measured once per host and model, cached; what the trainer does with it."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import gin
+import numpy as np
+import pytest
+import tensorflow as tf
+from run_folders import TINY_PPO
+
+from sit_keras import measured_choice, mixed_precision
+from sit_keras.agents import train
+from sit_keras.agents.training import harness
+
+TINY = [*TINY_PPO, "train_eval.progress = False"]
+
+
+def _sleeper(seconds: float):
+    def build():
+        return lambda: time.sleep(seconds)
+
+    return build
+
+
+def _never_built():
+    raise AssertionError("a cached choice must not build its candidates")
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv(measured_choice.CACHE_DIR_VARIABLE, str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_the_faster_candidate_wins_and_is_cached_for_this_host_and_model(cache_dir):
+    candidates = {"slow": _sleeper(0.004), "fast": _sleeper(0.001)}
+    choice = measured_choice.fastest("speed", {"model": "m"}, candidates, default="slow")
+    assert choice.value == "fast" and choice.measured_now
+    assert choice.ratio_to_default["slow"] == 1.0 and choice.ratio_to_default["fast"] < measured_choice.MARGIN
+    assert "speed auto: fast (train step time: slow 1.00x, fast 0." in choice.sentence("speed")
+    entries = json.loads((cache_dir / measured_choice.CACHE_FILE).read_text())
+    (entry,) = entries.values()
+    assert (
+        entry["value"] == "fast"
+        and entry["host"] == measured_choice.host()
+        and entry["model"] == {"model": "m"}
+    )
+    # The same question and model on this host: read back, nothing built or timed.
+    again = measured_choice.fastest(
+        "speed", {"model": "m"}, {"slow": _never_built, "fast": _never_built}, "slow"
+    )
+    assert again.value == "fast" and not again.measured_now and again.seconds == choice.seconds
+    # Another model is measured on its own.
+    other = measured_choice.fastest(
+        "speed", {"model": "n"}, {"slow": _sleeper(0.001), "fast": _sleeper(0.004)}, "slow"
+    )
+    assert other.value == "slow" and other.measured_now
+    assert len(json.loads((cache_dir / measured_choice.CACHE_FILE).read_text())) == 2
+
+
+def test_a_tie_keeps_the_default(cache_dir):
+    """A candidate must be faster by the margin: noise never moves a run off the default."""
+    choice = measured_choice.fastest("tie", {}, {"a": _sleeper(0.002), "b": _sleeper(0.002)}, default="a")
+    assert choice.value == "a" and choice.ratio_to_default["b"] > measured_choice.MARGIN
+
+
+def test_a_damaged_cache_is_named_and_left_alone(cache_dir):
+    path = cache_dir / measured_choice.CACHE_FILE
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match=f"{path} is damaged .*delete it to measure again"):
+        measured_choice.fastest("speed", {}, {"a": _sleeper(0.0)}, default="a")
+    assert path.read_text() == "{not json"
+    with pytest.raises(ValueError, match="The default 'b' is not a candidate"):
+        measured_choice.fastest("speed", {}, {"a": _sleeper(0.0)}, default="b", cache=False)
+
+
+def test_the_host_names_the_instruction_sets_that_pick_the_kernels():
+    described = measured_choice.host()
+    assert set(described["instruction_sets"]) <= set(measured_choice._KERNEL_FLAGS)
+    assert described["tensorflow"] == tf.__version__ and described["cpus"] >= 1
+
+
+def test_precision_auto_trains_in_the_measured_policy_and_says_which(cache_dir, tmp_path, capsys):
+    gin.clear_config()
+    train.parse_gin([], TINY)
+    try:
+        harness.train_eval(str(tmp_path / "run"), precision="auto")
+        first = capsys.readouterr().out
+        harness.train_eval(str(tmp_path / "again"), precision="auto")
+        second = capsys.readouterr().out
+    finally:
+        gin.clear_config()
+    (entry,) = json.loads((cache_dir / measured_choice.CACHE_FILE).read_text()).values()
+    assert entry["question"] == "precision" and entry["value"] in mixed_precision.AUTO_CANDIDATES
+    assert (
+        entry["model"]["encoder"] == "cnn" and entry["model"]["minibatch_size"] == 8
+    )  # 2 envs x 8 steps / 2
+    assert f"precision auto: {entry['value']} (train step time: float32 1.00x, mixed_bfloat16 " in first
+    assert "measured now on this host" in first and "measured before on this host" in second
+    # The run records the setting as given: a resume with "auto" is the same run.
+    with open(tmp_path / "run" / "run_settings.json") as f:
+        assert json.load(f)["train_eval.precision"] == "auto"
+
+
+def test_the_measurement_leaves_the_run_seeded_as_without_it(cache_dir, monkeypatch):
+    from sit_keras.agents.algorithms import ppo
+    from sit_keras.agents.training.run_settings import RunSettings
+
+    run_settings = RunSettings(
+        env_name="minigrid:LavaGapS5", num_envs=2, encoder="mlp", encoder_kwargs={}, precision="auto", seed=3
+    )
+    spec = tf.TensorSpec((4,), tf.float32)
+    settings = ppo.PPO(collect_steps_per_env=4, num_minibatches=2)
+    precision = harness._resolve_precision(ppo, run_settings, settings, spec, tf.distribute.get_strategy())
+    assert precision in mixed_precision.AUTO_CANDIDATES
+    after = (np.random.rand(), tf.random.uniform(()).numpy())
+    harness._seed(run_settings, tf.distribute.get_strategy())
+    assert after == (np.random.rand(), tf.random.uniform(()).numpy())
+
+
+def test_precision_auto_is_refused_on_a_cluster_in_one_sentence(monkeypatch, tmp_path):
+    from sit_keras.agents.training import workers
+
+    monkeypatch.setattr(workers, "num_workers", lambda strategy=None: 2)
+    gin.clear_config()
+    train.parse_gin([], TINY)
+    try:
+        with pytest.raises(harness.SettingsError, match="precision = 'auto' measures one host"):
+            harness.train_eval(str(tmp_path / "run"), precision="auto")
+    finally:
+        gin.clear_config()
+    assert not (tmp_path / "run").exists()
+
+
+def test_only_sit_train_offers_auto(capsys):
+    from sit_keras.supervised import train as supervised
+
+    assert mixed_precision.check_precision("auto", allow_auto=True) == "auto"
+    with pytest.raises(ValueError, match="Unknown precision 'auto'"):
+        mixed_precision.check_precision("auto")
+    assert "auto" in train.FLAGS["precision"].parser.enum_values
+    assert "auto" not in supervised.FLAGS["precision"].parser.enum_values
