@@ -49,6 +49,7 @@ from typing import Any
 import gin
 import numpy as np
 import tensorflow as tf
+from tf_agents.trajectories.time_step import StepType
 
 from sit_keras.agents import train
 from sit_keras.agents.environments import load
@@ -121,9 +122,22 @@ def load_actor(root_dir: str):
 
 
 def run_test(
-    net, test: SensorTest, num_episodes: int, num_envs: int, seed: int, env_name: str = ENV
+    net,
+    test: SensorTest,
+    num_episodes: int,
+    num_envs: int,
+    seed: int,
+    env_name: str = ENV,
+    carry_state: bool = False,
+    skip_first_episode: bool = False,
 ) -> list[float]:
-    """Returns of ``num_episodes`` greedy episodes (``num_envs`` at a time) under ``test`` on ``env_name``."""
+    """Returns of ``num_episodes`` greedy episodes (``num_envs`` at a time) under ``test`` on ``env_name``.
+
+    ``carry_state``: a recurrent network keeps its state across episodes (a
+    new episode's FIRST step is passed as MID, so the network does not reset);
+    ``skip_first_episode``: each environment's first episode is run but not
+    counted (with ``carry_state``, every counted episode then starts warm).
+    """
     env = load(env_name, num_envs=num_envs, seed=seed, **test.env_kwargs)
     num_inputs = int(env.observation_spec().shape[0])
 
@@ -136,14 +150,22 @@ def run_test(
     quotas = np.array([num_episodes // num_envs + (i < num_episodes % num_envs) for i in range(num_envs)])
     returns: list[float] = []
     counts, running = np.zeros(num_envs, int), np.zeros(num_envs)
+    skipping = np.full(num_envs, skip_first_episode)
     time_step = env.reset()
+    step_type = time_step.step_type  # the very first step resets the state either way
     try:
         while np.any(counts < quotas):
-            action, state = act(tf.constant(time_step.observation), tf.constant(time_step.step_type), state)
+            action, state = act(tf.constant(time_step.observation), tf.constant(step_type), state)
             time_step = env.step(action.numpy())
+            step_type = time_step.step_type
+            if carry_state:
+                first = step_type == StepType.FIRST
+                step_type = np.where(first, StepType.MID, step_type).astype(step_type.dtype)
             running += np.asarray(time_step.reward, np.float64)
             for i in np.flatnonzero(time_step.is_last()):
-                if counts[i] < quotas[i]:
+                if skipping[i]:
+                    skipping[i] = False
+                elif counts[i] < quotas[i]:
                     returns.append(float(running[i]))
                     counts[i] += 1
                 running[i] = 0.0

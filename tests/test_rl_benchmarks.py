@@ -380,3 +380,56 @@ def test_every_lavacrossing_model_of_minigrid_rotation_trains_with_the_cnn_criti
     config = BENCHMARKS.parent / "configs" / "minigrid" / "lavacrossing_sit_chiral_cnn_critic.gin"
     own = [line for line in config.read_text().splitlines() if line.startswith("ppo.value_encoder")]
     assert own == module.CRITIC
+
+
+class _StepTypeRecorder:
+    """A recurrent stand-in for an actor network: acts 0 and records every step type it is given."""
+
+    def __init__(self):
+        import tensorflow as tf
+
+        self.seen: list[int] = []
+        self.state_spec = (tf.TensorSpec((1,), tf.float32),)
+
+    def initial_state(self, batch_size: int, num_inputs: int):
+        import tensorflow as tf
+
+        return tf.zeros([batch_size, 1])
+
+    def call(self, observation, step_type, state):
+        import tensorflow as tf
+        import tensorflow_probability as tfp
+
+        record = tf.py_function(lambda s: self.seen.extend(s.numpy().tolist()) or 0, [step_type], tf.int32)
+        with tf.control_dependencies([record]):
+            action = tf.zeros([tf.shape(observation)[0], 1])
+        return tfp.distributions.Deterministic(action), state
+
+
+@pytest.mark.parametrize("carry_state", [False, True])
+def test_pi_cartpole_runs_warm_starts_on_the_same_episodes(carry_state):
+    """pi_cartpole.run_test: carry_state passes later FIRST steps as MID; first episodes run uncounted."""
+    import sys
+
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        pi_cartpole = importlib.import_module("pi_cartpole")  # a module of its own: it holds dataclasses
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    from tf_agents.trajectories.time_step import StepType
+
+    net = _StepTypeRecorder()
+    test, env = pi_cartpole.SensorTest("5 obs"), "gymnasium:Pendulum-v1"  # 200-step episodes
+    counted = pi_cartpole.run_test(net, test, 2, 1, 7, env, carry_state=carry_state, skip_first_episode=True)
+    firsts = [i for i, s in enumerate(net.seen) if s == StepType.FIRST]
+    assert firsts == ([0] if carry_state else [0, 201, 402]), firsts[:5]
+    every = pi_cartpole.run_test(_StepTypeRecorder(), test, 3, 1, 7, env)
+    assert len(counted) == 2 and counted == every[1:]  # the same episodes: a zero action, the same starts
+
+
+def test_pi_cartpole_warm_start_refuses_bad_arguments_in_one_sentence(tmp_path, capsys):
+    module = _load("pi_cartpole_warm_start")
+    assert module.main(["--policy_dirs", str(tmp_path)]) == 2
+    assert "is not a training folder (no policy_network.json)" in capsys.readouterr().err
+    assert module.main(["--policy_dirs", str(tmp_path), "--num_episodes", "0"]) == 2
+    assert "--num_episodes and --num_envs must be at least 1" in capsys.readouterr().err
