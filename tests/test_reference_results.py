@@ -1547,3 +1547,29 @@ def test_the_int8_bound_of_the_sits_matmuls_is_quoted_as_measured():
         f"even its matmuls rewritten in their fastest forms would leave it at {estimate:.2f}x "
         "(`benchmarks/reference/int8_matmul_forms.json`)"
     ) in readme
+
+
+def test_the_students_warm_starts_are_quoted_as_measured():
+    """docs/results.md: each AttentionNeuron student cold and warm on the same episodes, from the report."""
+    report = _report("pi_cartpole_warm_start.json")
+    assert report["command"].startswith("python benchmarks/pi_cartpole_warm_start.py") and report["commit"]
+    labels = {
+        "runs/pi_fit/dagger_e100_seed0/pi": "100 epochs per round, seed 0",
+        **{f"runs/harder/students/seed{s}/pi": f"20 epochs per round, seed {s}" for s in (0, 1, 2)},
+    }
+    page = " ".join(RESULTS.split())
+    assert set(report["policies"]) == set(labels)
+    for folder, measured in report["policies"].items():
+        cells = []
+        for start in ("cold", "warm"):
+            cell = measured["results"][start]
+            returns = np.array(cell["returns"])
+            assert len(returns) == 200 and cell["mean"] == pytest.approx(returns.mean())
+            assert cell["above_600"] == pytest.approx(np.mean(returns > 600))
+            cells.append(f"{cell['mean']:.0f} ({cell['above_600']:.2f})")
+        assert f"| {labels[folder]} | {cells[0]} | {cells[1]} |" in page, folder
+        assert measured["results"]["warm"]["mean"] < measured["results"]["cold"]["mean"]  # "lower for every"
+    assert "Warm starts score lower for every student" in page
+    readme = " ".join(README.split())
+    quoted = "not for want of a warm recurrent state (`benchmarks/reference/pi_cartpole_warm_start.json`)"
+    assert quoted in readme
