@@ -45,7 +45,6 @@ import sit_keras.quiet_start_one_thread  # noqa: F401  (first: one thread, no st
 # isort: split
 
 import argparse
-import random
 import statistics
 import sys
 import tempfile
@@ -60,6 +59,7 @@ from ai_edge_litert import schema_py_generated as schema
 from ai_edge_litert.interpreter import Interpreter
 from ai_edge_litert.tools import flatbuffer_utils
 
+from sit_keras import measured_choice
 from sit_keras.benchmarking import (
     SentenceParser,
     UsageError,
@@ -196,18 +196,11 @@ def interpreter_for(content: bytes) -> Interpreter:
 
 def time_rounds(models: dict[str, Interpreter], rounds: int, calls: int) -> dict[str, list[float]]:
     """Per model, the mean call time (ms) of each round; each round times the models in a new order."""
-    times: dict[str, list[float]] = {name: [] for name in models}
-    order = list(models)
-    shuffle = random.Random(0)
-    for _ in range(rounds):
-        shuffle.shuffle(order)
-        for name in order:
-            invoke = models[name].invoke
-            start = time.perf_counter()
-            for _ in range(calls):
-                invoke()
-            times[name].append((time.perf_counter() - start) / calls * 1e3)
-    return times
+    invokes = {
+        name: (lambda interpreter=interpreter: interpreter.invoke) for name, interpreter in models.items()
+    }
+    seconds = measured_choice.time_candidates(invokes, rounds, calls)
+    return {name: [1e3 * t for t in per_round] for name, per_round in seconds.items()}
 
 
 def median_ratio(times: dict[str, list[float]], name: str, reference: str) -> float:

@@ -124,9 +124,11 @@ def _write_cache(path: Path, entries: Mapping[str, Any]) -> None:
 
 
 def time_candidates(
-    candidates: Mapping[str, Callable[[], Step]], rounds: int = ROUNDS
+    candidates: Mapping[str, Callable[[], Step]], rounds: int = ROUNDS, calls: int = CALLS_PER_ROUND
 ) -> dict[str, list[float]]:
-    """Per candidate, seconds per call of each round; each candidate's step is built (and warmed) first."""
+    """Per candidate, seconds per call in each round: every step is built and warmed up first, then
+    each round calls every step ``calls`` times, the steps in a new order each round (so that a slow
+    spell of a noisy host hits them all)."""
     steps = {}
     for name, build in candidates.items():
         steps[name] = build()
@@ -138,10 +140,11 @@ def time_candidates(
     for _ in range(rounds):
         shuffle.shuffle(order)
         for name in order:
+            step = steps[name]
             start = time.perf_counter()
-            for _ in range(CALLS_PER_ROUND):
-                steps[name]()
-            times[name].append((time.perf_counter() - start) / CALLS_PER_ROUND)
+            for _ in range(calls):
+                step()
+            times[name].append((time.perf_counter() - start) / calls)
     return times
 
 
