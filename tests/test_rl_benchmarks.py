@@ -433,3 +433,16 @@ def test_pi_cartpole_warm_start_refuses_bad_arguments_in_one_sentence(tmp_path, 
     assert "is not a training folder (no policy_network.json)" in capsys.readouterr().err
     assert module.main(["--policy_dirs", str(tmp_path), "--num_episodes", "0"]) == 2
     assert "--num_episodes and --num_envs must be at least 1" in capsys.readouterr().err
+
+
+def test_pi_cartpole_action_errors_split_by_the_teachers_saturation(tmp_path, capsys):
+    module = _load("pi_cartpole_action_errors")
+    teacher = np.array([[[1.0], [-0.99], [0.2], [0.0]]])
+    student = np.array([[[0.9], [-0.99], [0.6], [0.0]]])
+    split = module.split_errors(student, teacher)
+    assert split["teacher_saturated"] == 0.5 and split["student_saturated"] == 0.25
+    assert split["squared_error_saturated"] == pytest.approx(0.01 / 2)
+    assert split["squared_error_rest"] == pytest.approx(0.16 / 2)
+    assert split["share_of_error_saturated"] == pytest.approx(0.01 / 0.17)
+    assert module.main(["--policy_dirs", str(tmp_path)]) == 2
+    assert "holds no recorded teacher data (bc_data.npz)" in capsys.readouterr().err

@@ -1,0 +1,121 @@
+"""Where a cloned student's action error is: the teacher's saturated actions (+-1) against the rest.
+
+A behaviour-cloning student (``sit-distill``, ``bc``) regresses the
+teacher's greedy action with the squared error of its own mode (the
+paper's MSE). A SAC teacher's greedy action is ``tanh`` of its mean, which
+saturates at +-1 in a swing-up; a student whose mode is a ``tanh`` too has a
+vanishing gradient there, so it might stop short of the teacher exactly
+where the swing-up needs full force. This benchmark replays each DAgger
+round the student recorded (``bc_data.npz``: the states it visited and the
+teacher's actions on them) through the trained student, stream by stream
+from the zero state as in training, and splits its squared error by the
+teacher's action: saturated (``|a| > 0.95``) or not.
+
+Usage::
+
+    python benchmarks/pi_cartpole_action_errors.py --policy_dirs runs/pi_fit/dagger_e100_seed0/pi,...
+        [--out benchmarks/results/pi_cartpole_action_errors.json]
+"""
+
+from __future__ import annotations
+
+import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up chatter)
+
+# isort: split
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from sit_keras.agents.algorithms import bc
+from sit_keras.benchmarking import (
+    SentenceParser,
+    UsageError,
+    check_out_file,
+    command_line,
+    current_commit,
+    environment,
+    parse_or_say_why,
+    write_report,
+)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pi_cartpole  # noqa: E402  (loads a trained actor, beside this script)
+
+SATURATED = 0.95
+
+
+def split_errors(student: np.ndarray, teacher: np.ndarray) -> dict[str, float]:
+    """The squared error of ``student`` against ``teacher`` actions, split by the teacher's saturation."""
+    error = np.square(student - teacher).reshape(-1)
+    saturated = np.abs(teacher).reshape(-1) > SATURATED
+    return {
+        "teacher_saturated": float(saturated.mean()),
+        "student_saturated": float(np.mean(np.abs(student) > SATURATED)),
+        "squared_error": float(error.mean()),
+        "squared_error_saturated": float(error[saturated].mean()) if saturated.any() else None,
+        "squared_error_rest": float(error[~saturated].mean()) if (~saturated).any() else None,
+        "share_of_error_saturated": float(error[saturated].sum() / error.sum()),
+    }
+
+
+def replay(policy_dir: str) -> list[dict[str, float]]:
+    """Per recorded round, the trained student's action error on it (``split_errors``)."""
+    net = pi_cartpole.load_actor(policy_dir)
+    rounds = bc.load_rounds(os.path.join(policy_dir, bc.DATA_FILE))
+    results = []
+    for data in rounds:
+        streams, _, inputs = data.observations.shape
+        state = net.initial_state(streams, inputs) if net.state_spec else ()
+        distribution, _ = net.call(tf.constant(data.observations), tf.constant(data.step_types), state)
+        results.append(split_errors(distribution.mode().numpy(), data.actions))
+    return results
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = SentenceParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--policy_dirs", required=True, help="comma-separated behaviour-cloning folders")
+    parser.add_argument("--out", default="benchmarks/results/pi_cartpole_action_errors.json")
+    args = parser.parse_args(argv)
+    args.policy_dirs = [folder for folder in args.policy_dirs.split(",") if folder]
+    for folder in args.policy_dirs:
+        if not os.path.isfile(os.path.join(folder, bc.DATA_FILE)):
+            raise UsageError(f"--policy_dirs: {folder!r} holds no recorded teacher data ({bc.DATA_FILE}).")
+    check_out_file(args.out)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_or_say_why(parse_args, argv)
+    if args is None:
+        return 2
+    commit, started = current_commit(), time.time()
+    policies: dict[str, Any] = {}
+    for folder in args.policy_dirs:
+        policies[folder] = replay(folder)
+        for i, result in enumerate(policies[folder]):
+            print(
+                f"{folder} round {i}: teacher saturated {result['teacher_saturated']:.2f}, squared error "
+                f"saturated {result['squared_error_saturated']:.3f}, rest {result['squared_error_rest']:.3f}"
+            )
+    report = {
+        "what": "Each cloned student's squared action error on the rounds it recorded, split by whether the "
+        f"teacher's action is saturated (|a| > {SATURATED})",
+        "command": command_line("pi_cartpole_action_errors.py", argv),
+        "commit": commit,
+        "wall_seconds": time.time() - started,
+        "environment": environment(),
+        "policies": policies,
+    }
+    write_report(report, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
