@@ -69,12 +69,16 @@ def replay(policy_dir: str) -> list[dict[str, float]]:
     """Per recorded round, the trained student's action error on it (``split_errors``)."""
     net = pi_cartpole.load_actor(policy_dir)
     rounds = bc.load_rounds(os.path.join(policy_dir, bc.DATA_FILE))
+    # One graph for the whole stream: eagerly, a recurrent network steps through it in Python.
+    modes = tf.function(
+        lambda observations, step_types, state: net.call(observations, step_types, state)[0].mode()
+    )
     results = []
     for data in rounds:
         streams, _, inputs = data.observations.shape
         state = net.initial_state(streams, inputs) if net.state_spec else ()
-        distribution, _ = net.call(tf.constant(data.observations), tf.constant(data.step_types), state)
-        results.append(split_errors(distribution.mode().numpy(), data.actions))
+        student = modes(tf.constant(data.observations), tf.constant(data.step_types), state)
+        results.append(split_errors(student.numpy(), data.actions))
     return results
 
 
