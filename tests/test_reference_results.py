@@ -1573,3 +1573,40 @@ def test_the_students_warm_starts_are_quoted_as_measured():
     readme = " ".join(README.split())
     quoted = "not for want of a warm recurrent state (`benchmarks/reference/pi_cartpole_warm_start.json`)"
     assert quoted in readme
+
+
+def test_the_students_action_errors_are_quoted_as_measured():
+    """docs/results.md: each student's error on saturated and other teacher actions, first and last round."""
+    report = _report("pi_cartpole_action_errors.json")
+    assert report["command"].startswith("python benchmarks/pi_cartpole_action_errors.py") and report["commit"]
+    page = " ".join(RESULTS.split())
+    pi, mlp = {}, {}
+    for folder, rounds in report["policies"].items():
+        kind = "AttentionNeuron" if folder.endswith("/pi") else "MLP"
+        epochs = "100" if "e100" in folder else "20"
+        label = f"{kind}, {epochs} epochs per round, seed {folder.split('seed')[1][0]}"
+        first, last = rounds[0], rounds[-1]
+        row = (
+            f"| {label} | {first['teacher_saturated']:.2f} | {first['squared_error_saturated']:.3f} / "
+            f"{first['squared_error_rest']:.3f} | {last['teacher_saturated']:.2f} | "
+            f"{last['squared_error_saturated']:.3f} / {last['squared_error_rest']:.3f} |"
+        )
+        assert row in page, row
+        (pi if kind == "AttentionNeuron" else mlp)[folder] = last
+    assert len(pi) == 4 and len(mlp) == 3
+    assert all(r["squared_error_saturated"] < r["squared_error_rest"] for r in pi.values())
+    share = [r["teacher_saturated"] for r in pi.values()]
+    mlp_share = [r["teacher_saturated"] for r in mlp.values()]
+    shares = (
+        f"{min(share):.2f}-{max(share):.2f} of the steps, against {min(mlp_share):.2f}-{max(mlp_share):.2f}"
+    )
+    assert f"in {shares}" in page
+    rest = [r["squared_error_rest"] for r in pi.values()]
+    assert f"wrong there by {min(rest):.2f}-{max(rest):.2f} in squared error" in page
+    ratios = []
+    for folder, r in pi.items():
+        seed = folder.split("seed")[1][0]
+        ratios.append(
+            r["squared_error_rest"] / mlp[f"runs/harder/students/seed{seed}/mlp"]["squared_error_rest"]
+        )
+    assert f"{int(min(ratios))} to {round(max(ratios))} times the MLP's" in page
