@@ -1610,3 +1610,35 @@ def test_the_students_action_errors_are_quoted_as_measured():
             r["squared_error_rest"] / mlp[f"runs/harder/students/seed{seed}/mlp"]["squared_error_rest"]
         )
     assert f"{int(min(ratios))} to {round(max(ratios))} times the MLP's" in page
+
+
+def test_the_sharp_sits_smaller_learning_rate_is_quoted_as_measured():
+    """docs/lavacrossing.md: learning rate 3e-4 against 1e-3 on the sharp chiral SiT, seed 0, to 1M steps."""
+    report = _report("lavacrossing_sharp_lr3e-4_1m.json")
+    assert "'ppo.learning_rate = 3e-4'" in report["command"] and report["commit"]
+    assert report["baseline"]["report"] == "lavacrossing_chiral_sharp_1m.json"
+    baseline = _report("lavacrossing_chiral_sharp_1m.json")["runs"][0]
+    assert report["baseline"]["success_every_50k"] == baseline["success_every_50k"]
+    lr, unchanged = dict(report["success_every_50k"]), dict(baseline["success_every_50k"])
+    steps = [s for s, _ in report["success_every_50k"]][1::2]
+    lines = ["| env steps | learning rate 1e-3 (unchanged) | learning rate 3e-4 |", "| ---: | ---: | ---: |"]
+    lines += [f"| {s / 1000:.0f}k | {unchanged[s]:.2f} | {lr[s]:.2f} |" for s in steps]
+    page = (DOCS / "lavacrossing.md").read_text()
+    assert "\n".join(lines) in page
+    late = [statistics.mean(v for s, v in curve.items() if s >= 500_000) for curve in (lr, unchanged)]
+    last = report["success_every_50k"][-1][1]
+    text = " ".join(page.split())
+    assert (
+        f"averaged {late[0]:.2f} against the unchanged run's {late[1]:.2f}, and it ended at {last:.2f}"
+        in text
+    )
+    assert (
+        f"({late[0]:.2f} against {late[1]:.2f} on average from 0.5M steps, {last:.2f} at 1M"
+        in LAVACROSSING_SHORT
+    )
+    diagnostics = report["learner_diagnostics_per_100k_env_steps"]
+    entropy = {d["env_steps"]: d["entropy"] for d in diagnostics}
+    assert f"entropy {entropy[100_000]:.2f} and {entropy[200_000]:.2f} at 100k and 200k steps" in text
+    assert f"{entropy[400_000]:.2f} at 400k" in text
+    kl = [d["approx_kl"] for d in diagnostics if d["env_steps"] >= 600_000]
+    assert f"approximate KL of {min(kl):.3f}-{max(kl):.3f} per update" in text
