@@ -106,6 +106,10 @@ def _read_cache(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return {}
+    except OSError as error:
+        raise ValueError(
+            f"{path} cannot be read ({error.strerror}); set {CACHE_DIR_VARIABLE} to another folder."
+        ) from None
     try:
         entries = json.loads(text)
     except json.JSONDecodeError as error:
@@ -195,5 +199,8 @@ def fastest(
             "ratio_to_default": ratios,
             "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
-        _write_cache(path, entries)
+        try:
+            _write_cache(path, entries)
+        except OSError:  # a read-only home: the run goes on, measured, with nothing cached
+            path = None
     return Choice(value, seconds, ratios, True, str(path) if path is not None else None)

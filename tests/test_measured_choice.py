@@ -144,3 +144,22 @@ def test_only_sit_train_offers_auto(capsys):
         mixed_precision.check_precision("auto")
     assert "auto" in train.FLAGS["precision"].parser.enum_values
     assert "auto" not in supervised.FLAGS["precision"].parser.enum_values
+
+
+def test_a_cache_that_cannot_be_written_leaves_the_choice_measured_and_uncached(
+    cache_dir, monkeypatch, tmp_path
+):
+    def refuse(path, entries):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(measured_choice, "_write_cache", refuse)
+    choice = measured_choice.fastest("speed", {}, {"a": _sleeper(0.0)}, default="a")
+    assert choice.value == "a" and choice.measured_now and choice.cache_file is None
+    assert "cached in" not in choice.sentence("speed")
+    blocked = tmp_path / "a_file"
+    blocked.write_text("")
+    monkeypatch.setenv(measured_choice.CACHE_DIR_VARIABLE, str(blocked))
+    with pytest.raises(
+        ValueError, match=f"{blocked}/measured_choices.json cannot be read .*SIT_KERAS_CACHE_DIR"
+    ):
+        measured_choice.fastest("speed", {}, {"a": _sleeper(0.0)}, default="a")
