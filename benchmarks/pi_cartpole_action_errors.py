@@ -36,11 +36,11 @@ import tensorflow as tf
 from sit_keras.agents.algorithms import bc
 from sit_keras.benchmarking import (
     SentenceParser,
-    UsageError,
     check_out_file,
     command_line,
     current_commit,
     environment,
+    folder_list,
     parse_or_say_why,
     write_report,
 )
@@ -87,10 +87,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--policy_dirs", required=True, help="comma-separated behaviour-cloning folders")
     parser.add_argument("--out", default="benchmarks/results/pi_cartpole_action_errors.json")
     args = parser.parse_args(argv)
-    args.policy_dirs = [folder for folder in args.policy_dirs.split(",") if folder]
-    for folder in args.policy_dirs:
-        if not os.path.isfile(os.path.join(folder, bc.DATA_FILE)):
-            raise UsageError(f"--policy_dirs: {folder!r} holds no recorded teacher data ({bc.DATA_FILE}).")
+    args.policy_dirs = folder_list(args.policy_dirs, "policy_dirs", bc.DATA_FILE, "recorded teacher data")
     check_out_file(args.out)
     return args
 

@@ -46,6 +46,7 @@ from sit_keras.benchmarking import (
     command_line,
     current_commit,
     environment,
+    folder_list,
     parse_or_say_why,
     write_report,
 )
@@ -105,10 +106,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             "--num_episodes and --num_envs must be at least 1; "
             f"received {args.num_episodes} and {args.num_envs}."
         )
-    args.policy_dirs = [folder for folder in args.policy_dirs.split(",") if folder]
-    for folder in args.policy_dirs:
-        if not os.path.isfile(os.path.join(folder, policy_network.DESCRIPTION_FILE)):
-            raise UsageError(f"--policy_dirs: {folder!r} is not a training folder (no policy_network.json).")
+    args.policy_dirs = folder_list(
+        args.policy_dirs, "policy_dirs", policy_network.DESCRIPTION_FILE, "trained policy description"
+    )
     check_out_file(args.out)
     return args
 

@@ -128,6 +128,21 @@ def seed_list(text: str) -> list[int]:
     return seeds
 
 
+def folder_list(text: str, flag: str, required_file: str, what: str) -> list[str]:
+    """A comma-separated list of folders (``--<flag>``), each holding ``required_file``.
+
+    Raises:
+      UsageError: naming the flag, the first folder without the file, and ``what`` that file is.
+    """
+    folders = [folder for folder in text.split(",") if folder]
+    if not folders:
+        raise UsageError(f"--{flag} names no folder.")
+    for folder in folders:
+        if not os.path.isfile(os.path.join(folder, required_file)):
+            raise UsageError(f"--{flag}: {folder!r} holds no {what} ({required_file}).")
+    return folders
+
+
 def check_out_file(out: str | None) -> None:
     """``--out`` of a benchmark: a file to write the report to (or None), never an existing folder.
 

@@ -430,7 +430,7 @@ def test_pi_cartpole_runs_warm_starts_on_the_same_episodes(carry_state):
 def test_pi_cartpole_warm_start_refuses_bad_arguments_in_one_sentence(tmp_path, capsys):
     module = _load("pi_cartpole_warm_start")
     assert module.main(["--policy_dirs", str(tmp_path)]) == 2
-    assert "is not a training folder (no policy_network.json)" in capsys.readouterr().err
+    assert "holds no trained policy description (policy_network.json)" in capsys.readouterr().err
     assert module.main(["--policy_dirs", str(tmp_path), "--num_episodes", "0"]) == 2
     assert "--num_episodes and --num_envs must be at least 1" in capsys.readouterr().err
 
