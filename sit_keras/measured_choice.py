@@ -64,19 +64,24 @@ class Choice:
         return f"{question} auto: {self.value} (train step time: {ratios}; {where} on this host{cached})."
 
 
+def _cpuinfo() -> str:
+    """``/proc/cpuinfo``; empty where there is none (not Linux: the processor is known by its count only)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
 def host() -> dict[str, Any]:
     """What makes two hosts' kernels differ (see the module docstring)."""
     model, flags = "", set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and not model:
-                    model = value.strip()
-                elif key.strip() == "flags" and not flags:
-                    flags = set(value.split())
-    except OSError:  # not Linux: the processor is then known by its count only
-        pass
+    for line in _cpuinfo().splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and not model:
+            model = value.strip()
+        elif key.strip() == "flags" and not flags:
+            flags = set(value.split())
     return {
         "processor": model,
         "instruction_sets": [name for name in _KERNEL_FLAGS if name in flags],

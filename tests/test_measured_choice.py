@@ -163,3 +163,9 @@ def test_a_cache_that_cannot_be_written_leaves_the_choice_measured_and_uncached(
         ValueError, match=f"{blocked}/measured_choices.json cannot be read .*SIT_KERAS_CACHE_DIR"
     ):
         measured_choice.fastest("speed", {}, {"a": _sleeper(0.0)}, default="a")
+
+
+def test_a_host_without_cpuinfo_is_known_by_its_counts(monkeypatch):
+    monkeypatch.setattr(measured_choice, "_cpuinfo", lambda: "")
+    described = measured_choice.host()
+    assert described["processor"] == "" and described["instruction_sets"] == [] and described["cpus"] >= 1
