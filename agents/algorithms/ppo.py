@@ -49,6 +49,10 @@ class PPO:
       value_encoder, value_encoder_kwargs: the critic's torso; ``None``: the
         actor's (separate weights). Only the actor is deployed, so a cheaper
         critic (e.g. ``"cnn"``) speeds up training without changing the policy.
+      shared_torso: the value head on the actor's torso (one encoder trained by
+        the policy and value losses together, as IMPALA's network in the SiT
+        paper's MiniGrid runs) instead of a critic of its own; needs
+        ``value_encoder=None`` and a feed-forward encoder.
       collect_steps_per_env: ``T`` (steps per environment and iteration).
       learning_rate, anneal_learning_rate, adam_epsilon: Adam; annealing
         decays the rate linearly to 0 over the run's gradient steps (PPO's
@@ -65,6 +69,7 @@ class PPO:
     fc_layer_params: Sequence[int] = ()
     value_encoder: str | None = None
     value_encoder_kwargs: Mapping[str, Any] | None = None
+    shared_torso: bool = False
     collect_steps_per_env: int = 256
     learning_rate: float = 5e-4
     anneal_learning_rate: bool = False
@@ -132,6 +137,13 @@ def check(run: RunSettings, settings: PPO) -> None:
     encoders.check_encoder(run.encoder, "ppo")
     if settings.value_encoder is not None:
         encoders.check_encoder(settings.value_encoder, "ppo")
+    if settings.shared_torso and settings.value_encoder is not None:
+        raise ValueError(
+            f"ppo.shared_torso puts the value head on the actor's encoder, so ppo.value_encoder must "
+            f"be None. Received: value_encoder={settings.value_encoder!r}"
+        )
+    if settings.shared_torso and run.encoder in encoders.RECURRENT_ENCODERS:
+        raise ValueError(f"ppo.shared_torso needs a feed-forward encoder. Received: encoder={run.encoder!r}")
     steps_per_iteration = run.num_envs * settings.collect_steps_per_env
     if steps_per_iteration % settings.num_minibatches:
         raise ValueError(
@@ -236,9 +248,12 @@ def _agent(
     value_encoder, value_kwargs = settings.value_encoder, settings.value_encoder_kwargs
     if value_encoder is None:
         value_encoder, value_kwargs = run.settings.encoder, run.settings.encoder_kwargs
-    value_net = encoders.value_network(
-        run.observation_spec, value_encoder, value_kwargs, settings.fc_layer_params
-    )
+    if settings.shared_torso:
+        value_net = encoders.shared_value_network(actor_net)
+    else:
+        value_net = encoders.value_network(
+            run.observation_spec, value_encoder, value_kwargs, settings.fc_layer_params
+        )
     observation_shape = run.observation_spec.shape
     image_size = int(observation_shape[0]) if observation_shape.rank == 3 else 0
     return DrACPPOAgent(

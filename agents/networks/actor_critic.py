@@ -161,6 +161,11 @@ class EncoderActorNetwork(_EncoderNetwork, network.DistributionNetwork):
         self._projection = projection
         self._action_spec = action_spec
 
+    @property
+    def torso(self) -> tf_keras.Sequential:
+        """The encoder and dense layers before the projection (a value network can share them)."""
+        return self._torso
+
     def call(self, observations, step_type=None, network_state=(), training=False, mask=None):
         del step_type  # feed-forward: episode boundaries do not matter
         features, outer_rank = self._encode(observations, training)
@@ -174,6 +179,12 @@ class EncoderValueNetwork(_EncoderNetwork, network.Network):
 
     The value head ``Dense(1)`` is float32 under every policy that is not
     float64: values are float32.
+
+    ``shared_torso``: an actor's torso (``EncoderActorNetwork.torso``) to put
+    the value head on instead of building one: one encoder, trained by the
+    policy and the value losses together, as in IMPALA's network (policy and
+    baseline heads on one torso), which the SiT paper trains on MiniGrid.
+    ``encoder``, ``encoder_kwargs`` and ``fc_layer_params`` are then unused.
     """
 
     def __init__(
@@ -183,10 +194,13 @@ class EncoderValueNetwork(_EncoderNetwork, network.Network):
         encoder_kwargs: Mapping[str, Any] | None = None,
         fc_layer_params: Sequence[int] = (),
         name: str = "EncoderValueNetwork",
+        shared_torso: tf_keras.layers.Layer | None = None,
     ):
         observation_spec = single_spec(input_tensor_spec, "input_tensor_spec")
         super().__init__(input_tensor_spec=input_tensor_spec, state_spec=(), name=name)
-        self._torso = build_torso(observation_spec, encoder, encoder_kwargs, fc_layer_params)
+        if shared_torso is None:
+            shared_torso = build_torso(observation_spec, encoder, encoder_kwargs, fc_layer_params)
+        self._torso = shared_torso
         with full_precision():  # float32 values
             self._value_head = tf_keras.layers.Dense(1, name="value")
 

@@ -89,3 +89,13 @@ def value_network(
     if encoder == sensor_networks.SENSOR_ENCODER:
         return sensor_networks.SensorValueNetwork(observation_spec, encoder_kwargs, fc_layer_params)
     return actor_critic.EncoderValueNetwork(observation_spec, encoder, encoder_kwargs, fc_layer_params)
+
+
+def shared_value_network(actor_net: actor_critic.EncoderActorNetwork) -> actor_critic.EncoderValueNetwork:
+    """A value head on ``actor_net``'s torso (PPO's ``shared_torso``): one encoder for both."""
+    if not isinstance(actor_net, actor_critic.EncoderActorNetwork):
+        raise ValueError(
+            f"A shared torso needs a feed-forward actor network (EncoderActorNetwork). Received: "
+            f"{type(actor_net).__name__}"
+        )
+    return actor_critic.EncoderValueNetwork(actor_net.input_tensor_spec, shared_torso=actor_net.torso)
