@@ -380,22 +380,27 @@ def test_sit_eval_names_a_missing_policy(tmp_path):
         evaluate.load_policy(str(tmp_path))
 
 
-def _drac_agent(augmentation, drac_coef: float = 0.1, **agent_kwargs):
+def _drac_agent(augmentation, drac_coef: float = 0.1, shared_torso: bool = False, **agent_kwargs):
     from tf_agents.specs import tensor_spec
     from tf_agents.trajectories import time_step as ts
 
     from sit_keras.agents.algorithms.ppo_agent import DrACPPOAgent
-    from sit_keras.agents.networks import actor_critic
+    from sit_keras.agents.networks import actor_critic, encoders
 
     observation_spec = tensor_spec.BoundedTensorSpec((14, 14, 3), tf.uint8, 0, 255)
     action_spec = tensor_spec.BoundedTensorSpec((), tf.int64, 0, 3)
     kwargs = {"filters": (4,), "strides": 1, "output_dim": 8}
+    actor_net = actor_critic.EncoderActorNetwork(observation_spec, action_spec, "cnn", kwargs)
+    if shared_torso:
+        value_net = encoders.shared_value_network(actor_net)
+    else:
+        value_net = actor_critic.EncoderValueNetwork(observation_spec, "cnn", kwargs)
     return DrACPPOAgent(
         ts.time_step_spec(observation_spec),
         action_spec,
         optimizer=tf.keras.optimizers.Adam(1e-3),
-        actor_net=actor_critic.EncoderActorNetwork(observation_spec, action_spec, "cnn", kwargs),
-        value_net=actor_critic.EncoderValueNetwork(observation_spec, "cnn", kwargs),
+        actor_net=actor_net,
+        value_net=value_net,
         augmentation=augmentation,
         drac_coef=drac_coef,
         **agent_kwargs,
@@ -429,6 +434,51 @@ def test_drac_needs_a_valid_setting():
         DrACPPOAgent(None, None, drac_coef=-1.0)
     with pytest.raises(ValueError, match="needs an augmentation"):
         _drac_agent(None)
+
+
+@pytest.mark.parametrize("shared_torso", [False, True])
+def test_a_shared_torso_is_trained_by_the_value_loss_too(shared_torso):
+    """``ppo.shared_torso``: one encoder under both heads, so V's loss has gradients in the actor's torso."""
+    from tf_agents.trajectories import time_step as ts
+
+    agent = _drac_agent(None, drac_coef=0.0, shared_torso=shared_torso)
+    rng = np.random.default_rng(0)
+    observations = tf.constant(rng.integers(0, 256, (8, 1, 14, 14, 3), dtype=np.uint8))
+    time_steps = ts.TimeStep(tf.ones((8, 1), tf.int32), tf.zeros((8, 1)), tf.ones((8, 1)), observations)
+    returns = tf.constant(rng.normal(size=(8, 1)), tf.float32)
+    torso = agent._actor_net.torso.trainable_variables
+    with tf.GradientTape() as tape:
+        loss = agent.value_estimation_loss(time_steps, returns, tf.ones((8, 1)), training=True)
+    gradients = tape.gradient(loss, torso)
+    assert all((g is not None) == shared_torso for g in gradients)
+    if shared_torso:
+        assert all(float(tf.reduce_max(tf.abs(g))) > 0 for g in gradients)
+        # The agent trains each variable once: the actor's and the value head's.
+        value_only = {id(v) for v in agent._value_net.trainable_variables} - {id(v) for v in torso}
+        assert len(value_only) == 2  # the value head's kernel and bias
+        assert agent._value_net._torso is agent._actor_net.torso
+
+
+def test_a_shared_torso_needs_the_actors_own_feed_forward_encoder():
+    run = RunSettings(encoder="cnn", num_envs=4)
+    with pytest.raises(ValueError, match="ppo.value_encoder must be None"):
+        ppo.check(run, ppo.PPO(shared_torso=True, value_encoder="cnn"))
+    with pytest.raises(ValueError, match="needs a feed-forward encoder"):
+        ppo.check(dataclasses.replace(run, encoder="attention_neuron"), ppo.PPO(shared_torso=True))
+    from sit_keras.agents.networks import encoders
+
+    with pytest.raises(ValueError, match="EncoderActorNetwork"):
+        encoders.shared_value_network(object())
+
+
+def test_a_shared_torso_run_trains_and_resumes(tmp_path):
+    gin.clear_config()
+    settings = {**SHORT_RUN, "shared_torso": True, "drac_coef": 0.0, "num_eval_episodes": 0}
+    first = train.train_eval(str(tmp_path), **{**settings, "total_env_steps": 64})
+    gin.clear_config()
+    second = train.train_eval(str(tmp_path), **settings)
+    assert (first["env_steps"], second["env_steps"]) == (64, 128)
+    assert np.isfinite(second["loss"])
 
 
 def test_unnormalised_advantages_are_the_returns_minus_the_old_values():
