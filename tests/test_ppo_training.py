@@ -459,6 +459,46 @@ def test_a_shared_torso_is_trained_by_the_value_loss_too(shared_torso):
         assert agent._value_net._torso is agent._actor_net.torso
 
 
+def test_a_shared_torso_runs_once_per_loss_with_the_two_pass_loss_and_gradients(monkeypatch):
+    from tf_agents.trajectories import time_step as ts
+
+    from sit_keras.agents.networks import actor_critic
+
+    # As ppo.py builds it: no observation normaliser (with one, the two heads are called apart).
+    agent = _drac_agent(None, drac_coef=0.0, shared_torso=True, normalize_observations=False)
+    rng = np.random.default_rng(1)
+    batch = (8, 1)
+    time_steps = ts.TimeStep(
+        tf.ones(batch, tf.int32), tf.zeros(batch), tf.ones(batch),
+        tf.constant(rng.integers(0, 256, (*batch, 14, 14, 3), dtype=np.uint8)),
+    )  # fmt: skip
+    actions = tf.constant(rng.integers(0, 4, batch), tf.int64)
+    returns = tf.constant(rng.normal(size=batch), tf.float32)
+    old_values = tf.constant(rng.normal(size=batch), tf.float32)
+    log_probs = tf.constant(np.log(rng.uniform(0.1, 0.4, batch)), tf.float32)
+    variables = agent._actor_net.trainable_variables + agent._value_net.trainable_variables[-2:]
+    calls = []
+    call_torso = actor_critic.call_torso
+    monkeypatch.setattr(actor_critic, "call_torso", lambda *a: calls.append(1) or call_torso(*a))
+
+    def loss_and_gradients():
+        calls.clear()
+        with tf.GradientTape() as tape:
+            loss = agent.get_loss(
+                time_steps, actions, log_probs, returns, returns - old_values, {}, tf.ones(batch),
+                agent.train_step_counter, False, old_value_predictions=old_values, training=True,
+            ).loss  # fmt: skip
+        return float(loss), tape.gradient(loss, variables), len(calls)
+
+    one_pass = loss_and_gradients()
+    monkeypatch.setattr(actor_critic, "shares_torso", lambda *_: False)
+    two_passes = loss_and_gradients()
+    assert (one_pass[2], two_passes[2]) == (1, 2)
+    assert one_pass[0] == pytest.approx(two_passes[0], rel=1e-6)
+    for a, b in zip(one_pass[1], two_passes[1], strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-7)
+
+
 def test_a_shared_torso_needs_the_actors_own_feed_forward_encoder():
     run = RunSettings(encoder="cnn", num_envs=4)
     with pytest.raises(ValueError, match="ppo.value_encoder must be None"):

@@ -21,10 +21,11 @@ with DrAC, ``drac_policy`` and ``drac_value``.
 
 Network passes per minibatch update: ``pi(. | s)``, ``V(s)``, and with DrAC
 ``pi(. | f(s))`` and ``V(f(s))``; each is computed once and read by every term
-that needs it (``get_loss``). TF-Agents' ``PPOAgent.get_loss`` runs ``V(s)``
-twice (once inside the collect policy's ``_distribution``, whose value is
-dropped, and once in ``value_estimation_loss``) and DrAC's value target was a
-third pass.
+that needs it (``get_loss``). When the value head sits on the actor's torso
+(``ppo.shared_torso``), ``pi(. | s)`` and ``V(s)`` come from one torso pass.
+TF-Agents' ``PPOAgent.get_loss`` runs ``V(s)`` twice (once inside the collect
+policy's ``_distribution``, whose value is dropped, and once in
+``value_estimation_loss``) and DrAC's value target was a third pass.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from tf_agents.specs import tensor_spec
 from tf_agents.utils import common, nest_utils
 
 from sit_keras.agents.algorithms.augmentation import Augmentation
+from sit_keras.agents.networks import actor_critic
 
 
 def _weighted_mean(values: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
@@ -133,15 +135,22 @@ class DrACPPOAgent(ppo_clip_agent.PPOClipAgent):
         batch_size = nest_utils.get_outer_shape(time_steps, self._time_step_spec)[0]
         policy_state = self._collect_policy.get_initial_state(batch_size)
         actor_state = policy_state.get("actor_network_state", ()) if policy_state else ()
-        # The collect policy's _apply_actor_network (observation normaliser included), without
-        # the V(s) that its _distribution adds for the collect-time policy info.
-        current, _ = self._collect_policy._apply_actor_network(time_steps, actor_state, training=training)
-        values, _ = self._collect_policy.apply_value_network(
-            time_steps.observation,
-            time_steps.step_type,
-            value_state=self._collect_policy.get_initial_value_state(batch_size),
-            training=training,
-        )
+        shared = actor_critic.shares_torso(self._actor_net, self._value_net)
+        if shared and self._observation_normalizer is None:
+            # ppo.shared_torso: one encoder pass for both heads.
+            current, values = actor_critic.actor_and_value(
+                self._actor_net, self._value_net, time_steps.observation, training
+            )
+        else:
+            # The collect policy's _apply_actor_network (observation normaliser included), without
+            # the V(s) that its _distribution adds for the collect-time policy info.
+            current, _ = self._collect_policy._apply_actor_network(time_steps, actor_state, training=training)
+            values, _ = self._collect_policy.apply_value_network(
+                time_steps.observation,
+                time_steps.step_type,
+                value_state=self._collect_policy.get_initial_value_state(batch_size),
+                training=training,
+            )
         value_estimation_loss = self._value_loss_from_predictions(
             values, returns, weights, old_value_predictions, debug_summaries
         )

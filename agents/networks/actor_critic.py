@@ -169,9 +169,13 @@ class EncoderActorNetwork(_EncoderNetwork, network.DistributionNetwork):
     def call(self, observations, step_type=None, network_state=(), training=False, mask=None):
         del step_type  # feed-forward: episode boundaries do not matter
         features, outer_rank = self._encode(observations, training)
+        return self.project(features, outer_rank, training, mask), network_state
+
+    def project(self, features: tf.Tensor, outer_rank: int, training: bool = False, mask=None) -> Any:
+        """The action distribution of torso ``features`` (``(*outer, D)``, ``outer_rank`` outer dims)."""
         features = head_input(features, self._projection)
         distribution, _ = self._projection(features, outer_rank, training=training, mask=mask)
-        return distribution, network_state
+        return distribution
 
 
 class EncoderValueNetwork(_EncoderNetwork, network.Network):
@@ -204,8 +208,38 @@ class EncoderValueNetwork(_EncoderNetwork, network.Network):
         with full_precision():  # float32 values
             self._value_head = tf_keras.layers.Dense(1, name="value")
 
+    @property
+    def torso(self) -> tf_keras.layers.Layer:
+        """The encoder and dense layers before the value head (an actor's, with ``shared_torso``)."""
+        return self._torso
+
     def call(self, observations, step_type=None, network_state=(), training=False):
         del step_type
         features, _ = self._encode(observations, training)
+        return self.value(features, training), network_state
+
+    def value(self, features: tf.Tensor, training: bool = False) -> tf.Tensor:
+        """``V(s)`` of torso ``features`` (``(*outer, D)`` -> ``(*outer,)``)."""
         values = self._value_head(head_input(features, self._value_head), training=training)
-        return tf.squeeze(values, axis=-1), network_state
+        return tf.squeeze(values, axis=-1)
+
+
+def shares_torso(actor_net: network.Network, value_net: network.Network) -> bool:
+    """Whether ``value_net`` is a value head on ``actor_net``'s torso (PPO's ``shared_torso``)."""
+    return (
+        isinstance(actor_net, EncoderActorNetwork)
+        and isinstance(value_net, EncoderValueNetwork)
+        and value_net.torso is actor_net.torso
+    )
+
+
+def actor_and_value(
+    actor_net: EncoderActorNetwork, value_net: EncoderValueNetwork, observations: tf.Tensor, training: bool
+) -> tuple[Any, tf.Tensor]:
+    """``pi(. | s)`` and ``V(s)`` from one pass of the torso they share (``shares_torso``).
+
+    The same values and gradients as calling the two networks, at the cost of
+    one encoder pass instead of two.
+    """
+    features, outer_rank = actor_net._encode(observations, training)
+    return actor_net.project(features, outer_rank, training), value_net.value(features, training)
