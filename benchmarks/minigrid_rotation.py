@@ -15,7 +15,9 @@ trained on LavaGapS5 + LavaGapS6, hard = LavaGapS7, rotations and goals on
 S5: the same protocol on a task small enough for a CPU budget.
 
 Every model gets the same CNN critic (``ppo.value_encoder``): only the policy's
-encoder differs. The tables give the success rate, mean +- std over seeds.
+encoder differs; a model whose value head shares its actor's torso
+(``ppo.shared_torso``, one network as IMPALA's in the paper) keeps it there.
+The tables give the success rate, mean +- std over seeds.
 ``--tflite`` also exports each SiT-family policy to float32 TFLite and runs
 its greedy policy on the upright and rotated rows (the deployed model must
 keep the rotation columns). The paper trains for 20M steps (its Table 4:
@@ -107,15 +109,33 @@ PAPER_TABLE4 = {
 }
 
 
+def model_bindings(family: str, config: str, bindings: Sequence[str]) -> list[str]:
+    """The family's bindings for one model: all of them, but the CNN critic for a shared torso.
+
+    A model whose value head sits on its actor's torso (``ppo.shared_torso``, in its
+    config or in ``bindings``) has no critic of its own to replace.
+    """
+    gin.clear_config()
+    train.parse_gin([config], list(bindings))
+    try:
+        shared = bool(gin.query_parameter("ppo.shared_torso"))
+    except ValueError:  # not bound: PPO's default, a critic of its own
+        shared = False
+    finally:
+        gin.clear_config()
+    return [b for b in FAMILIES[family][1] if not (shared and b in CRITIC)]
+
+
 def train_one(
     family: str, model: str, seed: int, env_steps: int, root: Path, bindings: Sequence[str]
 ) -> tuple[str, float]:
     """Trains ``model`` of ``family`` with ``seed``; returns the run folder and the wall time."""
-    config, family_bindings, _ = FAMILIES[family]
+    config = str(CONFIG_ROOT / FAMILIES[family][0].format(model=model))
     root_dir = root / f"{model}_seed{seed}"
+    family_bindings = model_bindings(family, config, bindings)
     gin.clear_config()
     train.parse_gin(
-        [str(CONFIG_ROOT / config.format(model=model))],
+        [config],
         [
             *family_bindings,
             *NO_TRAINER_EVALUATION,

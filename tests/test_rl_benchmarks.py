@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+import gin
 import numpy as np
 import pytest
 
@@ -86,6 +87,23 @@ def test_minigrid_rotation_quick(family, tmp_path):
     assert report["rows"]["hard"]["env"] == f"minigrid:{hard}"
     assert report["command"].startswith("python benchmarks/minigrid_rotation.py --quick")
     assert report["commit"]
+
+
+def test_minigrid_rotation_keeps_a_shared_torso_and_gives_other_models_the_cnn_critic():
+    module = _load("minigrid_rotation")
+    config = str(module.CONFIG_ROOT / "minigrid" / "lavacrossing_{}.gin")
+    assert module.model_bindings("lavacrossing", config.format("sit_chiral"), []) == module.CRITIC
+    assert module.model_bindings("lavacrossing", config.format("sit_chiral_shared"), []) == []
+    assert module.model_bindings("lavacrossing", config.format("cnn_shared"), []) == []
+    shared = ["ppo.value_encoder = None", "ppo.shared_torso = True"]
+    assert module.model_bindings("lavacrossing", config.format("sit_chiral"), shared) == []
+    # The shared configs then parse into a run that PPO accepts.
+    module.train.parse_gin([config.format("sit_chiral_shared")], [])
+    try:
+        assert gin.query_parameter("ppo.shared_torso") is True
+        assert gin.query_parameter("ppo.value_encoder") is None
+    finally:
+        gin.clear_config()
 
 
 def _table4_part(path: Path, runs: list[tuple[str, int, float]], **settings) -> str:
