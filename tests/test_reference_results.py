@@ -1642,3 +1642,26 @@ def test_the_sharp_sits_smaller_learning_rate_is_quoted_as_measured():
     assert f"{entropy[400_000]:.2f} at 400k" in text
     kl = [d["approx_kl"] for d in diagnostics if d["env_steps"] >= 600_000]
     assert f"approximate KL of {min(kl):.3f}-{max(kl):.3f} per update" in text
+
+
+def test_the_xla_block_table_is_the_report():
+    report = _report("xla_cpu_ops.json")
+    assert report["table"] in SPEED
+    assert "`benchmarks/reference/xla_cpu_ops.json`" in SPEED
+    results = report["results"]
+    for name, result in results.items():
+        per_round = result["xla_over_graph_per_round"]
+        assert result["xla_over_graph"] == pytest.approx(statistics.median(per_round))
+        assert f"| `{name}` | {result['graph_ms']:.2f} | {result['xla_ms']:.2f} |" in report["table"]
+    flat = " ".join(SPEED.split())
+    assert f"load average {report['environment']['load_average_start'][0]:.1f}" in flat
+    assert f"runs {results['depthwise_5x5']['xla_over_graph']:.0f}x slower compiled" in flat
+    assert f"3x3 convolutions {results['conv2d_3x3']['xla_over_graph']:.1f}x" in flat
+    assert f"their softmax {results['window_attention']['xla_over_graph']:.1f}x" in flat
+    cnn, sit = results["cnn"]["xla_over_graph"], results["sit_chiral"]["xla_over_graph"]
+    assert f"({cnn:.2f}x and {sit:.2f}x)" in flat
+    assert (
+        results["layer_norm"]["xla_over_graph"]
+        < 1
+        < min(r["xla_over_graph"] for n, r in results.items() if n not in ("layer_norm", "segment_sum"))
+    )
