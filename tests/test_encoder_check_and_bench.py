@@ -14,9 +14,9 @@ from sit_keras import encoder_check
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _load_benchmark() -> ModuleType:
+def _load_benchmark(name: str = "encoders") -> ModuleType:
     # benchmarks/ is not a package: load the script as a module by its path.
-    spec = importlib.util.spec_from_file_location("encoders_benchmark", REPO / "benchmarks" / "encoders.py")
+    spec = importlib.util.spec_from_file_location(f"{name}_benchmark", REPO / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -141,16 +141,8 @@ def test_benchmark_rejects_unknown_models_implementations_and_precisions(argv):
         _load_benchmark().parse_args(argv)
 
 
-def _xla_cpu_ops() -> ModuleType:
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "xla_cpu_ops.py"
-    spec = importlib.util.spec_from_file_location("xla_cpu_ops", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_xla_cpu_ops_times_each_block_both_ways(tmp_path, capsys):
-    bench = _xla_cpu_ops()
+    bench = _load_benchmark("xla_cpu_ops")
     out = tmp_path / "xla.json"
     argv = ["--names", "dense,segment_sum,cnn", "--batch", "2", "--rounds", "2", "--calls", "1"]
     assert bench.main([*argv, "--out", str(out)]) == 0
@@ -164,7 +156,7 @@ def test_xla_cpu_ops_times_each_block_both_ways(tmp_path, capsys):
 
 
 def test_xla_cpu_ops_windows_are_each_tokens_3x3_neighbourhood():
-    windows = _xla_cpu_ops()._windows()
+    windows = _load_benchmark("xla_cpu_ops")._windows()
     assert windows.shape == (64, 9)
     assert list(windows[9]) == [0, 1, 2, 8, 9, 10, 16, 17, 18]  # token (1, 1)
     assert list(windows[0]) == [0, 0, 1, 0, 0, 1, 8, 8, 9]  # a corner, clamped
@@ -172,6 +164,6 @@ def test_xla_cpu_ops_windows_are_each_tokens_3x3_neighbourhood():
 
 @pytest.mark.parametrize("argv", [["--names", "resnet"], ["--names", ","], ["--batch", "0"]])
 def test_xla_cpu_ops_refuses_bad_arguments_in_one_sentence(argv, tmp_path, capsys):
-    assert _xla_cpu_ops().main([*argv, "--out", str(tmp_path / "x.json")]) == 2
+    assert _load_benchmark("xla_cpu_ops").main([*argv, "--out", str(tmp_path / "x.json")]) == 2
     assert capsys.readouterr().err.startswith("xla_cpu_ops.py: ")
     assert not (tmp_path / "x.json").exists()
