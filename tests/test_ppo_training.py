@@ -519,6 +519,13 @@ def test_a_shared_torso_run_trains_and_resumes(tmp_path):
     second = train.train_eval(str(tmp_path), **settings)
     assert (first["env_steps"], second["env_steps"]) == (64, 128)
     assert np.isfinite(second["loss"])
+    # Only the actor is exported: its torso comes out of the checkpoint as a plain actor's.
+    from sit_keras.export.exporter import export_policy
+
+    report = export_policy(
+        str(tmp_path), str(tmp_path / "export"), formats=["tflite"], quantizations=["float32"]
+    )
+    assert report["models"]["tflite_float32"]["path"]
 
 
 def test_unnormalised_advantages_are_the_returns_minus_the_old_values():
