@@ -20,7 +20,7 @@ import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up 
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
@@ -52,29 +52,44 @@ def curves(reports: Sequence[Path]) -> dict[str, list[list[tuple[float, float]]]
     return by_model
 
 
-def draw(by_model: dict[str, list[list[tuple[float, float]]]], max_steps: float, title: str) -> Image.Image:
-    """The picture: success in [0, 1] against env steps in [0, ``max_steps``]."""
+def draw(
+    by_model: dict[str, list[list[tuple[float, float]]]],
+    max_steps: float,
+    title: str,
+    y_max: float = 1.0,
+    y_label: str = "training success",
+    x_label: str = "environment steps",
+    x_tick: float | None = None,
+    x_tick_label: Callable[[float], str] = lambda steps: f"{steps / 1e6:g}M",
+    y_tick_label: Callable[[float], str] = lambda value: f"{value:.1f}",
+) -> Image.Image:
+    """The picture: one line per run, values in [0, ``y_max``] against steps in [0, ``max_steps``].
+
+    The defaults draw training success against environment steps, with a tick
+    every 500k steps (250k up to 1.5M); the other arguments name and scale
+    other curves (``pi_cartpole_data_curve.py``).
+    """
     image = Image.new("RGB", (WIDTH, HEIGHT), "white")
     pen = ImageDraw.Draw(image)
     font = ImageFont.load_default()
     x0, x1, y0, y1 = LEFT, WIDTH - RIGHT, HEIGHT - BOTTOM, TOP
 
-    def at(steps: float, success: float) -> tuple[float, float]:
-        return x0 + (x1 - x0) * min(steps, max_steps) / max_steps, y0 + (y1 - y0) * success
+    def at(steps: float, value: float) -> tuple[float, float]:
+        return x0 + (x1 - x0) * min(steps, max_steps) / max_steps, y0 + (y1 - y0) * value / y_max
 
-    for tick in range(6):  # success 0, 0.2, ..., 1
-        y = at(0, tick / 5)[1]
+    for tick in range(6):  # 0, 0.2, ..., 1 of y_max
+        y = at(0, tick / 5 * y_max)[1]
         pen.line([(x0, y), (x1, y)], fill=(225, 225, 225))
-        pen.text((x0 - 30, y - 6), f"{tick / 5:.1f}", fill="black", font=font)
-    step = 500_000 if max_steps > 1_500_000 else 250_000
+        pen.text((x0 - 30, y - 6), y_tick_label(tick / 5 * y_max), fill="black", font=font)
+    step = x_tick or (500_000 if max_steps > 1_500_000 else 250_000)
     for n in range(int(max_steps // step) + 1):
         x = at(n * step, 0)[0]
         pen.line([(x, y0), (x, y0 + 5)], fill="black")
-        pen.text((x - 12, y0 + 10), f"{n * step / 1e6:g}M", fill="black", font=font)
+        pen.text((x - 12, y0 + 10), x_tick_label(n * step), fill="black", font=font)
     pen.rectangle([x0, y1, x1, y0], outline="black")
     pen.text((x0 + 120, 10), title, fill="black", font=font)
-    pen.text(((x0 + x1) / 2 - 70, HEIGHT - 25), "environment steps", fill="black", font=font)
-    pen.text((8, y1 - 25), "training success", fill="black", font=font)
+    pen.text(((x0 + x1) / 2 - 70, HEIGHT - 25), x_label, fill="black", font=font)
+    pen.text((8, y1 - 25), y_label, fill="black", font=font)
     for n, (model, runs) in enumerate(sorted(by_model.items())):
         colour = COLOURS[n % len(COLOURS)]
         for run in runs:

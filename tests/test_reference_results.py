@@ -1665,3 +1665,38 @@ def test_the_xla_block_table_is_the_report():
         < 1
         < min(r["xla_over_graph"] for n, r in results.items() if n not in ("layer_norm", "segment_sum"))
     )
+
+
+def test_the_students_return_by_recorded_steps_is_the_report():
+    """docs/results.md: the DAgger rounds' returns per recorded steps, and the PNG drawn from them."""
+    import importlib.util
+
+    from PIL import Image, ImageChops
+
+    path = ROOT / "benchmarks" / "pi_cartpole_data_curve.py"
+    spec = importlib.util.spec_from_file_location("data_curve", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    report = _report("pi_cartpole_data_curve.json")
+    assert report["command"].startswith("python benchmarks/pi_cartpole_data_curve.py") and report["commit"]
+    students = {label: [run["rounds"] for run in runs] for label, runs in report["students"].items()}
+    last = max(r[-1]["recorded_steps_trained_on"] for runs in students.values() for r in runs)
+    drawn = module.draw(students, last, "CartPoleSwingUpHarder: student return by recorded steps")
+    committed = Image.open(ROOT / "docs" / "pi_cartpole_data_curve.png").convert("RGB")
+    assert ImageChops.difference(drawn, committed).getbbox() is None
+
+    def means(label: str) -> list[float]:
+        return [statistics.mean(run[k]["mean_return"] for run in students[label]) for k in range(1, 5)]
+
+    pi20, pi100, mlp = means("PI 20 epochs"), means("PI 100 epochs"), means("MLP 20 epochs")
+    text = " ".join(RESULTS.split())
+    teacher_test = _report("pi_cartpole_harder_dagger_seeds.json")["summary"]["teacher_5_obs"]
+    assert f"averages {module.teacher_level(students):.0f} against its {teacher_test:.0f} in the test" in text
+    for label, values in (("3 seeds)", pi20), ("(seed 0)", pi100), ("MLP students (3 seeds)", mlp)):
+        assert f"{label} {' / '.join(f'{v:.0f}' for v in values)}" in text, label
+    assert f"gain {pi20[1] - pi20[0]:.0f} and {pi20[2] - pi20[1]:.0f} in the rounds up to 192k" in text
+    mlp_gains = f"{mlp[1] - mlp[0]:.0f} and {mlp[2] - mlp[1]:.0f}"
+    assert f"(the MLP's {mlp_gains}), then {pi20[3] - pi20[2]:.0f}" in text
+    assert f"100-epoch one gains {pi100[3] - pi100[2]:.0f} in the last" in text
+    assert max(pi20[3], pi100[3]) / module.teacher_level(students) < 0.6  # "about half"
+    assert "`benchmarks/reference/pi_cartpole_data_curve.json`" in RESULTS

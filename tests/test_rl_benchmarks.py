@@ -464,3 +464,48 @@ def test_pi_cartpole_action_errors_split_by_the_teachers_saturation(tmp_path, ca
     assert split["share_of_error_saturated"] == pytest.approx(0.01 / 0.17)
     assert module.main(["--policy_dirs", str(tmp_path)]) == 2
     assert "holds no recorded teacher data (bc_data.npz)" in capsys.readouterr().err
+
+
+def _dagger_record(folder: Path, returns: list[list[float]], streams: int = 2, steps: int = 5) -> Path:
+    """A bc_data.npz of ``len(returns)`` rounds (round 0 the teacher's) of ``streams x steps`` each."""
+    folder.mkdir(parents=True)
+    arrays = {}
+    for k, r in enumerate(returns):
+        arrays[f"actions_{k}"] = np.zeros((streams, steps, 1), np.float32)
+        arrays[f"returns_{k}"] = np.array(r, np.float32)
+    np.savez(folder / "bc_data.npz", **arrays)
+    return folder
+
+
+def test_pi_cartpole_data_curve_scores_each_round_by_the_steps_before_it(tmp_path):
+    module = _load("pi_cartpole_data_curve")
+    folder = _dagger_record(tmp_path / "pi", [[800.0, 400.0], [10.0, 20.0, 30.0], [700.0], []])
+    rounds = module.rounds(folder)
+    assert [r["recorded_steps_trained_on"] for r in rounds] == [0, 10, 20, 30]
+    assert [r["actor"] for r in rounds] == ["teacher", "student", "student", "student"]
+    assert rounds[0]["mean_return"] == 600.0 and rounds[0]["share_above_600"] == 0.5
+    assert rounds[1]["median_return"] == 20.0 and rounds[2]["share_above_600"] == 1.0
+    assert rounds[3]["episodes"] == 0 and rounds[3]["mean_return"] is None
+    other = _dagger_record(tmp_path / "mlp", [[800.0, 400.0], [100.0]])
+    students = {"pi": [rounds], "mlp": [module.rounds(other)]}
+    assert module.teacher_level(students) == 600.0  # one teacher record, counted once
+    lines = module.curves(students)
+    assert lines["pi"] == [[(10, 20.0), (20, 700.0)]]  # the round without a finished episode is left out
+    assert lines[module.TEACHER] == [[(0.0, 600.0), (30.0, 600.0)]]
+
+
+def test_pi_cartpole_data_curve_refuses_bad_arguments_in_one_sentence(tmp_path, capsys):
+    module = _load("pi_cartpole_data_curve")
+    out = str(tmp_path / "curve.json")
+    _dagger_record(tmp_path / "plain", [[800.0]])
+    (tmp_path / "damaged").mkdir()
+    (tmp_path / "damaged" / "bc_data.npz").write_text("not a zip")
+    for students, message in [
+        (f"pi={tmp_path / 'none'}", "does not exist"),
+        (f"pi={tmp_path / 'plain'}", "holds no DAgger round"),
+        (f"pi={tmp_path / 'damaged'}", "is not a readable DAgger record"),
+        ("pi", "takes label=folder pairs"),
+    ]:
+        assert module.main(["--students", students, "--out", out]) == 2
+        assert message in capsys.readouterr().err
+    assert not Path(out).exists()
