@@ -245,12 +245,12 @@ def _agent(
 ) -> DrACPPOAgent:
     """The actor and value networks and the agent (``Run.make_agent`` calls it under the strategy)."""
     actor_net = encoders.actor_network(run.observation_spec, run.action_spec, **actor_kwargs)
-    value_encoder, value_kwargs = settings.value_encoder, settings.value_encoder_kwargs
-    if value_encoder is None:
-        value_encoder, value_kwargs = run.settings.encoder, run.settings.encoder_kwargs
     if settings.shared_torso:
         value_net = encoders.shared_value_network(actor_net)
     else:
+        value_encoder, value_kwargs = settings.value_encoder, settings.value_encoder_kwargs
+        if value_encoder is None:
+            value_encoder, value_kwargs = run.settings.encoder, run.settings.encoder_kwargs
         value_net = encoders.value_network(
             run.observation_spec, value_encoder, value_kwargs, settings.fc_layer_params
         )

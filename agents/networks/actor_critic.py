@@ -188,7 +188,11 @@ class EncoderValueNetwork(_EncoderNetwork, network.Network):
     the value head on instead of building one: one encoder, trained by the
     policy and the value losses together, as in IMPALA's network (policy and
     baseline heads on one torso), which the SiT paper trains on MiniGrid.
-    ``encoder``, ``encoder_kwargs`` and ``fc_layer_params`` are then unused.
+    ``encoder``, ``encoder_kwargs`` and ``fc_layer_params`` are then unused,
+    and ``Network.copy()`` shares that torso too (PPO copies no network).
+    During collection TF-Agents' PPO policy still calls the actor and this
+    network apart (two torso passes); the learner's loss makes one
+    (``actor_and_value``).
     """
 
     def __init__(
