@@ -1700,3 +1700,85 @@ def test_the_students_return_by_recorded_steps_is_the_report():
     assert f"100-epoch one gains {pi100[3] - pi100[2]:.0f} in the last" in text
     assert max(pi20[3], pi100[3]) / module.teacher_level(students) < 0.6  # "about half"
     assert "`benchmarks/reference/pi_cartpole_data_curve.json`" in RESULTS
+
+
+def test_the_shared_torso_runs_are_quoted_as_measured():
+    """docs/lavacrossing.md: the chiral SiT as one actor-critic network, against its own-critic runs."""
+    report = _report("lavacrossing_shared_1m.json")
+    runs = {(r["model"], r["seed"]): r for r in report["runs"]}
+    s0, s1 = runs[("sit_chiral_shared", 0)], runs[("sit_chiral_shared", 1)]
+    sharp = runs[("sit_chiral_sharp_shared", 0)]
+    for run in report["runs"]:
+        assert run["command"].startswith("python benchmarks/minigrid_rotation.py") and run["commit"]
+    assert "'ppo.shared_torso = True'" in s1["command"]  # the plain chiral config, shared by binding
+    own = _report("lavacrossing_chiral_1m.json")["training_curves"]
+    cnn = _report("lavacrossing_cnn_seed2_3m.json")["training_curves"]["cnn_seed2"]["success_every_50k"]
+    c0, c1 = (dict(own[f"sit_chiral_seed{s}"]["success_every_50k"]) for s in (0, 1))
+
+    def cell(run, step):
+        curve = dict(run["success_every_50k"])
+        return f"{curve[step]:.2f}" if step in curve else "-"
+
+    columns = ["own CNN critic, seed 0 / 1", "shared, seed 0", "shared, seed 1", "sharp + shared, seed 0"]
+    lines = ["| env steps | " + " | ".join(columns) + " | CNN, seed 2 |", "| ---: |" + " ---: |" * 5]
+    for step in [s for s, _ in s1["success_every_50k"]][1::2]:
+        lines.append(
+            f"| {step / 1000:.0f}k | {c0[step]:.2f} / {c1[step]:.2f} | {cell(s0, step)} | {cell(s1, step)} | "
+            f"{cell(sharp, step)} | {dict(cnn)[step]:.2f} |"
+        )
+    page = (DOCS / "lavacrossing.md").read_text()
+    assert "\n".join(lines) in page
+    text = " ".join(page.split())
+    t0 = {c["env_steps"]: c for c in s0["trace"]["per_checkpoint"]}
+    t1 = {c["env_steps"]: c for c in s1["trace"]["per_checkpoint"]}
+    own_trace = next(r for r in _report("lavacrossing_ppo_trace.json")["runs"] if r["model"] == "sit_chiral")
+    cnn_trace = next(r for r in _report("lavacrossing_ppo_trace.json")["runs"] if r["model"] == "cnn")
+    cnn_spread = {c["env_steps"]: c["policy"]["logit_std_across_states"] for c in cnn_trace["trace"]}
+    own_spread = [c["policy"]["logit_std_across_states"] for c in own_trace["trace"]]
+    spread1 = {step: c["logit_std_across_states"] for step, c in t1.items()}
+    assert (
+        f"{spread1[100352]:.2f} at 100k steps and {spread1[301056]:.2f} "
+        f"at 300k (the CNN's {cnn_spread[100352]:.2f} and {cnn_spread[301056]:.2f}" in text
+    )
+    assert f"with its own critic {min(own_spread):.4f}-{max(own_spread):.4f})" in text
+    curve1 = dict(s1["success_every_50k"])
+    late = [v for s, v in s1["success_every_50k"] if s >= 350_000]
+    assert (
+        f"rose to {curve1[301056]:.2f} by 300k steps, when the CNN's third seed had {dict(cnn)[301056]:.2f}"
+        in text
+    )
+    assert f"stayed between {min(late):.2f} and {max(late):.2f} to 1M" in text
+    diagnostics = {d["env_steps"]: d for d in s1["learner_diagnostics_per_100k_env_steps"]}
+    assert (
+        f"explained variance {diagnostics[400_000]['explained_variance']:.2f} at 400k, "
+        f"{diagnostics[1_000_000]['explained_variance']:.2f} at 1M" in text
+    )
+    entropy = [d["entropy"] for s, d in diagnostics.items() if s >= 400_000]
+    assert f"entropy stayed at {min(entropy):.2f}-{max(entropy):.2f} from 400k steps" in text
+    greedy = {row: v["success_rate"] for row, v in s1["greedy"].items()}
+    sampling = {row: v["success_rate"] for row, v in s1["sampling"].items()}
+    n1_return = s1["greedy"]["train: easy"]["mean_return"]
+    assert (
+        f"greedy: N1 success {greedy['train: easy']:.2f} (mean return "
+        f"{n1_return:.2f}; the paper's SiT-1 {_paper('SiT-1', 'train: easy'):.2f}), "
+        f"N2 {greedy['train: medium']:.2f}, N3 {greedy['hard']:.2f}, rotated "
+        f"{greedy['rotations average']:.2f}; sampling N1 {sampling['train: easy']:.2f}, "
+        f"rotated {sampling['rotations average']:.2f}" in text
+    )
+    blind = t0[200704]
+    assert (
+        f"its logits' spread was {blind['logit_std_across_states']:.4f} and {blind['dead_relu_head']:.2f}"
+        in text
+    )
+    value_loss = {d["env_steps"]: d["value_loss"] for d in s0["learner_diagnostics_per_100k_env_steps"]}
+    assert f"nothing to learn ({value_loss[200_000]:.0e} at 200k steps)" in text
+    assert f"stopped at {s0['last']['env_steps'] / 1000:.0f}k steps" in text
+    spread = [c["logit_std_across_states"] for c in sharp["trace"]["per_checkpoint"]]
+    assert f"spread stayed at {min(spread):.3f}-{max(spread):.2f} and it had no success by" in text
+    assert max(v for _, v in sharp["success_every_50k"]) <= 0.01
+    assert f"by {sharp['last']['env_steps'] / 1000:.0f}k steps" in text
+    assert f"a median {s1['median_env_steps_per_second']:.0f} env steps/s" in text
+    assert f"stalled at {min(late):.2f}-{max(late):.2f} to 1M (greedy N1 {greedy['train: easy']:.2f}" in (
+        LAVACROSSING_SHORT
+    )
+    assert f"stalled it at {curve1[max(curve1)]:.2f} training success by 1M steps" in " ".join(README.split())
