@@ -1700,6 +1700,47 @@ def test_the_students_return_by_recorded_steps_is_the_report():
     assert f"100-epoch one gains {pi100[3] - pi100[2]:.0f} in the last" in text
     assert max(pi20[3], pi100[3]) / module.teacher_level(students) < 0.6  # "about half"
     assert "`benchmarks/reference/pi_cartpole_data_curve.json`" in RESULTS
+    longer = students["PI 20 epochs 10 rounds"]
+    assert all(a[:5] == b for a, b in zip(longer, students["PI 20 epochs"], strict=True))  # same first rounds
+    later = [statistics.mean(run[k]["mean_return"] for run in longer) for k in range(5, 10)]
+    steps = [longer[0][k]["recorded_steps_trained_on"] // 1000 for k in range(5, 10)]
+    assert (
+        f"{' / '.join(f'{v:.0f}' for v in later)} after {' / '.join(f'{k}k' for k in steps)} recorded steps"
+        in text
+    )
+
+
+def test_the_students_with_twice_the_dagger_rounds_are_quoted_as_measured():
+    report = _report("pi_cartpole_harder_dagger_rounds10.json")
+    summary, runs = report["summary"], report["runs"]
+    assert [run["seed"] for run in runs] == [0, 1, 2]
+    for run in runs:
+        assert "--dagger_rounds 9" in run["command"] and "--total_env_steps 640000" in run["command"]
+        assert run["commit"] and run["wall_seconds"] > 0
+        assert run["results"]["teacher"]["5 obs"]["mean"] == summary["teacher_5_obs"]
+    columns = ("5 obs", "5 obs (shuffled)", "10 obs", "5 obs + 5 noise")
+    per_seed = {c: [run["results"]["pi"][c]["mean"] for run in runs] for c in columns}
+    assert per_seed["5 obs"] == summary["pi_5_obs_per_seed"]
+    paper = report["paper"]["pi"]
+    cells = [f"{' / '.join(f'{v:.0f}' for v in per_seed[c])} ({paper[c][0]})" for c in columns]
+    assert f"| AttentionNeuron, 10 rounds, seeds 0 / 1 / 2 | {' | '.join(cells)} |" in RESULTS
+    mean, std = statistics.mean(per_seed["5 obs"]), statistics.stdev(per_seed["5 obs"])
+    teacher = summary["teacher_5_obs"]
+    assert mean / teacher == pytest.approx(summary["student_over_teacher"])
+    text = " ".join(RESULTS.split())
+    ratios = " / ".join(f"{v / teacher:.0%}" for v in per_seed["5 obs"])
+    share = f"{mean / teacher:.0%}"
+    assert f"{mean:.0f} +- {std:.0f} over the seeds (mean +- sample std): **{share} of the teacher's" in text
+    assert f"({ratios} by seed;" in text
+    before = _report("pi_cartpole_harder_dagger_seeds.json")["summary"]["student_over_teacher"]
+    assert f"against {before:.0%} with half the rounds" in text
+    for column in ("5 obs (shuffled)", "10 obs"):
+        assert max(abs(a / b - 1) for a, b in zip(per_seed[column], per_seed["5 obs"], strict=True)) < 0.01
+    noise = [a / b for a, b in zip(per_seed["5 obs + 5 noise"], per_seed["5 obs"], strict=True)]
+    assert 0.4 < min(noise) and max(noise) < 0.6  # "about half"
+    readme = " ".join(README.split())
+    assert f"it scores {mean:.0f} +- {std:.0f}, **{mean / teacher:.0%} of its teacher**" in readme
+    assert "`benchmarks/reference/pi_cartpole_harder_dagger_rounds10.json`" in readme
 
 
 def test_the_shared_torso_runs_are_quoted_as_measured():
