@@ -40,7 +40,6 @@ import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up 
 
 # isort: split
 
-import argparse
 import functools
 import statistics
 import sys
@@ -55,7 +54,15 @@ from tf_agents.specs import tensor_spec
 
 from sit_keras import measured_choice
 from sit_keras.agents.networks import encoders
-from sit_keras.benchmarking import command_line, current_commit, environment, write_report
+from sit_keras.benchmarking import (
+    SentenceParser,
+    UsageError,
+    command_line,
+    current_commit,
+    environment,
+    parse_or_say_why,
+    write_report,
+)
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "xla_cpu_ops.json"
 IMAGE = (14, 14, 3)
@@ -187,21 +194,27 @@ def table(results: dict[str, dict[str, float]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     names = [*_blocks(1), *ENCODERS]
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--names", default=",".join(names), help="blocks and encoders, comma-separated")
-    parser.add_argument("--batch", type=int, default=256, help="observations per step (PPO's minibatch)")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--calls", type=int, default=5, help="calls per round")
-    parser.add_argument("--out", default=str(DEFAULT_OUT))
-    args = parser.parse_args(argv)
-    chosen = [n.strip() for n in args.names.split(",") if n.strip()]
-    unknown = sorted(set(chosen) - set(names))
-    if unknown or not chosen:
-        print(f"xla_cpu_ops.py: unknown names {unknown}; choose from {', '.join(names)}.", file=sys.stderr)
+
+    def parse(argv: Sequence[str] | None):
+        parser = SentenceParser(description=__doc__.split("\n")[0])
+        parser.add_argument("--names", default=",".join(names), help="blocks and encoders, comma-separated")
+        parser.add_argument("--batch", type=int, default=256, help="observations per step (PPO's minibatch)")
+        parser.add_argument("--rounds", type=int, default=5)
+        parser.add_argument("--calls", type=int, default=5, help="calls per round")
+        parser.add_argument("--out", default=str(DEFAULT_OUT))
+        args = parser.parse_args(argv)
+        args.chosen = [n.strip() for n in args.names.split(",") if n.strip()]
+        unknown = sorted(set(args.chosen) - set(names))
+        if unknown or not args.chosen:
+            raise UsageError(f"unknown names {unknown}; choose from {', '.join(names)}.")
+        if min(args.batch, args.rounds, args.calls) < 1:
+            raise UsageError("--batch, --rounds and --calls must be >= 1.")
+        return args
+
+    args = parse_or_say_why(parse, argv)
+    if args is None:
         return 2
-    if min(args.batch, args.rounds, args.calls) < 1:
-        print("xla_cpu_ops.py: --batch, --rounds and --calls must be >= 1.", file=sys.stderr)
-        return 2
+    chosen = args.chosen
     report = {
         "what": "Train step (forward, backward, Adam) of each block and encoder, graph vs XLA (tf.function "
         "jit_compile=True), at a LavaCrossing PPO minibatch; medians of interleaved rounds",
