@@ -1738,6 +1738,8 @@ def test_the_students_with_twice_the_dagger_rounds_are_quoted_as_measured():
         assert max(abs(a / b - 1) for a, b in zip(per_seed[column], per_seed["5 obs"], strict=True)) < 0.01
     noise = [a / b for a, b in zip(per_seed["5 obs + 5 noise"], per_seed["5 obs"], strict=True)]
     assert 0.4 < min(noise) and max(noise) < 0.6  # "about half"
+    minutes = [run["wall_seconds"] / 60 for run in runs]
+    assert f"and wall time, {min(minutes):.0f}-{max(minutes):.0f} minutes each on a shared core" in text
     readme = " ".join(README.split())
     assert f"it scores {mean:.0f} +- {std:.0f}, **{mean / teacher:.0%} of its teacher**" in readme
     assert "`benchmarks/reference/pi_cartpole_harder_dagger_rounds10.json`" in readme
