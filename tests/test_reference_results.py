@@ -1659,7 +1659,10 @@ def test_the_xla_block_table_is_the_report():
     assert f"3x3 convolutions {results['conv2d_3x3']['xla_over_graph']:.1f}x" in flat
     assert f"their softmax {results['window_attention']['xla_over_graph']:.1f}x" in flat
     cnn, sit = results["cnn"]["xla_over_graph"], results["sit_chiral"]["xla_over_graph"]
-    assert f"({cnn:.2f}x and {sit:.2f}x)" in flat
+    assert f"({cnn:.2f}x and {sit:.2f}x for the CNN and the chiral SiT)" in flat
+    vit = _report("speed_encoders.json")["train_step_ms"]["vit"]
+    training = " ".join((DOCS / "training.md").read_text().split())
+    assert f"(its XLA step {vit['xla'] / vit['graph']:.2f}x its graph step)" in training
     assert (
         results["layer_norm"]["xla_over_graph"]
         < 1
