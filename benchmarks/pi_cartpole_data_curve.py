@@ -42,6 +42,7 @@ import numpy as np
 from sit_keras.benchmarking import (
     SentenceParser,
     UsageError,
+    check_out_file,
     command_line,
     current_commit,
     parse_or_say_why,
@@ -133,6 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.runs.setdefault(label.strip(), []).append(folder.strip())
         if not args.runs:
             raise UsageError("--students names no student.")
+        check_out_file(args.out)
+        if args.png and Path(args.png).is_dir():
+            raise UsageError(f"--png must be a file path, not a folder; received {args.png!r}.")
         args.rounds = {
             label: [rounds(Path(folder)) for folder in folders] for label, folders in args.runs.items()
         }

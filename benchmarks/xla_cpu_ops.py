@@ -57,6 +57,7 @@ from sit_keras.agents.networks import encoders
 from sit_keras.benchmarking import (
     SentenceParser,
     UsageError,
+    check_out_file,
     command_line,
     current_commit,
     environment,
@@ -209,6 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError(f"unknown names {unknown}; choose from {', '.join(names)}.")
         if min(args.batch, args.rounds, args.calls) < 1:
             raise UsageError("--batch, --rounds and --calls must be >= 1.")
+        check_out_file(args.out)
         return args
 
     args = parse_or_say_why(parse, argv)

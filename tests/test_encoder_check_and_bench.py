@@ -169,10 +169,11 @@ def test_xla_cpu_ops_windows_are_each_tokens_3x3_neighbourhood():
         (["--names", ","], "unknown names []"),
         (["--batch", "0"], "must be >= 1"),
         (["--batch", "many"], "--batch"),
+        (["--out", "."], "--out must be a file path, not a folder"),
     ],
 )
 def test_xla_cpu_ops_refuses_bad_arguments_in_one_sentence(argv, message, tmp_path, capsys):
-    assert _load_benchmark("xla_cpu_ops").main([*argv, "--out", str(tmp_path / "x.json")]) == 2
+    assert _load_benchmark("xla_cpu_ops").main(["--out", str(tmp_path / "x.json"), *argv]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "x.json").exists()

@@ -508,4 +508,9 @@ def test_pi_cartpole_data_curve_refuses_bad_arguments_in_one_sentence(tmp_path, 
     ]:
         assert module.main(["--students", students, "--out", out]) == 2
         assert message in capsys.readouterr().err
-    assert not Path(out).exists()
+    record = _dagger_record(tmp_path / "record", [[800.0], [10.0]])
+    for flag in ("--out", "--png"):
+        arguments = {"--out": out, "--png": str(tmp_path / "curve.png"), flag: str(tmp_path)}
+        assert module.main(["--students", f"pi={record}", *(a for kv in arguments.items() for a in kv)]) == 2
+        assert f"{flag} must be a file path, not a folder" in capsys.readouterr().err
+    assert not Path(out).exists() and not (tmp_path / "curve.png").exists()
