@@ -84,6 +84,7 @@ def distill_student(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "learning_rate": args.learning_rate, "anneal_learning_rate": args.anneal_learning_rate,
         "dagger_rounds": args.dagger_rounds, "dagger_teacher_probability": args.dagger_teacher_probability,
         "previous_action_noise": args.previous_action_noise if name == "pi" else 0.0,
+        "noise_sensors": args.noise_sensors if name == "pi" else 0,
         "progress": False, **network,
     }  # fmt: skip
     gin.clear_config()
@@ -164,6 +165,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--previous_action_noise", type=float, default=0.0,
         help="std of N(0, std) on the PI student's previous action while it trains (paper A.4.2: 0.03)",
     )  # fmt: skip
+    parser.add_argument(
+        "--noise_sensors", type=int, default=0,
+        help="up to this many noise channels beside the PI student's readings in training (bc.noise_sensors)",
+    )  # fmt: skip
     parser.add_argument("--num_episodes", type=int, default=24, help="test episodes per cell")
     parser.add_argument("--num_eval_envs", type=int, default=24)
     parser.add_argument("--eval_seed", type=int, default=1_000_000)
@@ -182,6 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1. Received: {getattr(args, name)}")
+    if args.noise_sensors < 0:
+        parser.error(f"--noise_sensors must be >= 0. Received: {args.noise_sensors}")
     if not (args.learning_rate > 0 and np.isfinite(args.learning_rate)):
         parser.error(f"--learning_rate must be a positive number. Received: {args.learning_rate}")
     if not (args.previous_action_noise >= 0 and np.isfinite(args.previous_action_noise)):

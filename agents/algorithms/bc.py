@@ -51,6 +51,7 @@ results), ``policies/`` and ``policy_network.json`` (agent ``"bc"``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Sequence
@@ -68,6 +69,7 @@ from tf_agents.trajectories import trajectory as trajectory_lib
 
 from sit_keras import xla
 from sit_keras.agents import evaluate
+from sit_keras.agents.environments import sensor_permutation
 from sit_keras.agents.networks import encoders, policy_network, sensor_networks
 from sit_keras.agents.training import harness, settings_check
 from sit_keras.agents.training.algorithm import Algorithm, Run
@@ -102,6 +104,13 @@ class BC:
       previous_action_noise: standard deviation of zero-mean Gaussian noise
         added to an AttentionNeuron student's previous action in its training
         steps (A.4.2: 0.03); 0 adds none.
+      noise_sensors: up to this many extra white-noise channels (N(0, 0.1^2),
+        the paper's noise test) beside an AttentionNeuron student's readings
+        in its training steps: each stream gets a number drawn uniformly from
+        0 to ``noise_sensors`` in every epoch, fresh noise at every step, and
+        the teacher's label of the clean reading. The student learns that a
+        channel which does not follow the state carries nothing; it acts on
+        the clean readings. 0 adds none (the paper trains without them).
     """
 
     teacher_dir: str = ""
@@ -114,6 +123,7 @@ class BC:
     dagger_rounds: int = 0
     dagger_teacher_probability: float = 0.0
     previous_action_noise: float = 0.0
+    noise_sensors: int = 0
 
     def __post_init__(self):
         settings_check.check(self, "bc", RANGES)
@@ -144,7 +154,7 @@ MULTI_WORKER = False
 # Checked before the run starts (settings_check).
 RANGES = {
     "max_grad_norm": settings_check.POSITIVE, "dagger_rounds": settings_check.NON_NEGATIVE,
-    "dagger_teacher_probability": settings_check.FRACTION,
+    "dagger_teacher_probability": settings_check.FRACTION, "noise_sensors": settings_check.NON_NEGATIVE,
 }  # fmt: skip
 
 
@@ -199,6 +209,11 @@ def check(run: RunSettings, settings: BC) -> None:
         raise ValueError(
             f"bc.previous_action_noise needs the {sensor_networks.SENSOR_ENCODER!r} student, whose actor "
             f"sees its previous action. Received: encoder={run.encoder!r}"
+        )
+    if settings.noise_sensors and run.encoder != sensor_networks.SENSOR_ENCODER:
+        raise ValueError(
+            f"bc.noise_sensors needs the {sensor_networks.SENSOR_ENCODER!r} student, which takes any number "
+            f"of readings. Received: encoder={run.encoder!r}"
         )
     rounds = settings.dagger_rounds + 1
     streams = run.num_envs * rounds
@@ -369,7 +384,9 @@ class Cloning:
             start = time.perf_counter()
             first_epoch = max(loop.train_step() - round_index * round_steps, 0) // chunks
             for epoch in range(first_epoch, settings.num_epochs):
-                loss = self._train_epoch(data, chunks, writer, bar, loop)
+                # Its own stream per epoch, so that a resumed run draws the same noise channels.
+                noise_rng = np.random.default_rng((rs.seed, round_index, epoch))
+                loss = self._train_epoch(data, chunks, writer, bar, loop, noise_rng)
                 history.append(
                     {"round": round_index, "epoch": epoch + 1, "loss": loss, "train_step": loop.train_step()}
                 )
@@ -394,19 +411,28 @@ class Cloning:
             results["teacher"] = loop.evaluator.summary_of(teacher)
         return loop.finish(results, history)
 
-    def _train_epoch(self, data: TeacherData, chunks: int, writer, bar, loop: TrainingLoop) -> float:
+    def _train_epoch(
+        self, data: TeacherData, chunks: int, writer, bar, loop: TrainingLoop, noise_rng: np.random.Generator
+    ) -> float:
         """One pass over ``data`` in order, chunk by chunk, carrying the student's state; the mean loss."""
         length = self.settings.sequence_length
-        state = self.student.get_initial_state(data.observations.shape[0])
+        observations, sensor_mask = with_noise_sensors(
+            data.observations, self.settings.noise_sensors, noise_rng
+        )
+        if sensor_mask is None:
+            state = self.student.get_initial_state(observations.shape[0])
+        else:
+            state = self.student.initial_state(observations.shape[0], observations.shape[-1])
         losses = []
         for chunk in range(chunks):
             window = slice(chunk * length, (chunk + 1) * length)
             loss, state = self._train_chunk(
-                tf.constant(data.observations[:, window]),
+                tf.constant(observations[:, window]),
                 tf.constant(data.step_types[:, window]),
                 tf.constant(data.actions[:, window]),
                 tf.constant(data.weights[:, window]),
                 state,
+                None if sensor_mask is None else tf.constant(sensor_mask[:, window]),
             )
             losses.append(float(loss))
             if loop.train_step() % self.run.settings.summary_interval == 0:
@@ -422,6 +448,28 @@ class Cloning:
         # The mixing draws its own stream per round, apart from the environments' seeds.
         seed = (self.run.settings.seed, round_index)
         return DAggerPolicy(student, teacher, self.settings.dagger_teacher_probability, seed)
+
+
+def with_noise_sensors(
+    observations: np.ndarray, noise_sensors: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(E, S, D)`` readings with ``noise_sensors`` white-noise channels after them, and which are present.
+
+    Each stream ``e`` has the first ``n_e`` noise channels present, ``n_e``
+    uniform in ``0..noise_sensors``, for the whole of ``observations``; the
+    noise is ``N(0, sensor_permutation.NOISE_STD^2)``, fresh at every step (the
+    paper's noise test). Returns ``(observations, None)`` when
+    ``noise_sensors`` is 0, else ``(E, S, D + noise_sensors)`` readings and a
+    bool mask of that shape for ``SensorActorNetwork.call``.
+    """
+    if not noise_sensors:
+        return observations, None
+    streams, steps, num_sensors = observations.shape
+    noise = rng.normal(0.0, sensor_permutation.NOISE_STD, (streams, steps, noise_sensors))
+    present = np.arange(noise_sensors) < rng.integers(0, noise_sensors + 1, streams)[:, None]
+    mask = np.concatenate([np.ones((streams, num_sensors), bool), present], axis=1)
+    extended = np.concatenate([observations, noise.astype(observations.dtype)], axis=-1)
+    return extended, np.broadcast_to(mask[:, None], extended.shape)
 
 
 DATA_FILE = "bc_data.npz"
@@ -555,9 +603,13 @@ def _train_chunk_fn(student, optimizer, train_step: tf.Variable, discrete: bool,
     the loss summary is written by the training loop, outside it.
     """
 
-    def train_chunk(observations, step_types, actions, weights, state):
+    def train_chunk(observations, step_types, actions, weights, state, sensor_mask=None):
         with tf.GradientTape() as tape:
-            distribution, new_state = student(
+            # With a sensor mask (noise channels), ``call``: ``__call__`` holds the readings to the spec's D.
+            forward = (
+                student if sensor_mask is None else functools.partial(student.call, sensor_mask=sensor_mask)
+            )
+            distribution, new_state = forward(
                 observations, step_type=step_types, network_state=state, training=True
             )
             loss = bc_loss(distribution, actions, weights, discrete)
