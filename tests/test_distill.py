@@ -506,6 +506,66 @@ def test_a_noisy_student_records_its_noise_and_acts_without_it(teacher, tmp_path
     np.testing.assert_array_equal(acted[0], acted[1])
 
 
+def test_noise_sensors_are_masked_white_noise_channels_after_the_clean_readings():
+    observations = np.random.default_rng(0).normal(size=(200, 30, 3)).astype(np.float32)
+    same, no_mask = bc.with_noise_sensors(observations, 0, np.random.default_rng(1))
+    assert same is observations and no_mask is None
+    extended, mask = bc.with_noise_sensors(observations, 4, np.random.default_rng(1))
+    assert extended.shape == mask.shape == (200, 30, 7) and extended.dtype == np.float32
+    np.testing.assert_array_equal(extended[..., :3], observations)
+    assert mask[..., :3].all()
+    # One count of present noise channels per stream, the first ones, for every step.
+    assert (mask == mask[:, :1]).all()
+    counts = mask[:, 0, 3:].sum(-1)
+    np.testing.assert_array_equal(mask[:, 0, 3:], np.arange(4) < counts[:, None])
+    assert set(counts) == {0, 1, 2, 3, 4}
+    # The paper's noise, N(0, 0.1^2), fresh at every step.
+    assert np.std(extended[..., 3:]) == pytest.approx(0.1, rel=0.05)
+    assert abs(np.mean(extended[..., 3:])) < 0.005
+    assert not np.allclose(extended[:, 0, 3:], extended[:, 1, 3:])
+    # The same generator state gives the same channels (a resumed epoch draws them again).
+    again, _ = bc.with_noise_sensors(observations, 4, np.random.default_rng(1))
+    np.testing.assert_array_equal(again, extended)
+
+
+def test_noise_sensors_need_an_attention_neuron_student(teacher, tmp_path):
+    with pytest.raises(ValueError, match="bc.noise_sensors must be >= 0"):
+        bc.BC(teacher_dir="t", noise_sensors=-1)
+    root_dir = tmp_path / "mlp_student"
+    gin.clear_config()
+    with pytest.raises(harness.SettingsError, match=r"noise_sensors needs the 'attention_neuron' student"):
+        harness.train_eval(
+            str(root_dir), agent="bc", teacher_dir=teacher, encoder="mlp", noise_sensors=2,
+            num_envs=2, total_env_steps=40, sequence_length=20, progress=False,
+        )  # fmt: skip
+    assert not root_dir.exists()
+
+
+def test_a_student_trained_beside_noise_channels_learns_from_them_and_acts_on_its_sensors(teacher, tmp_path):
+    """``bc.noise_sensors``: the training steps see extra channels (seeded), the student acts on 3."""
+
+    def distil(name: str, noise_sensors: int) -> dict:
+        gin.clear_config()
+        return harness.train_eval(
+            str(tmp_path / name), agent="bc", teacher_dir=teacher, num_envs=2, total_env_steps=80,
+            sequence_length=20, num_epochs=2, dagger_rounds=1, noise_sensors=noise_sensors, seed=3,
+            num_eval_episodes=0, policy_save_interval=0, progress=False, **STUDENT,
+        )  # fmt: skip
+
+    noisy, again, clean = distil("noisy", 3), distil("again", 3), distil("clean", 0)
+    losses = [[h["loss"] for h in r["history"]] for r in (noisy, again, clean)]
+    assert noisy["train_step"] == 4 and all(np.isfinite(losses[0]))
+    assert losses[0] == losses[1]  # the same seed draws the same channels
+    assert losses[0] != losses[2]  # and they change what the student is trained on
+    # Saved and restored, the student acts on the environment's 3 readings, and on 3 + 2.
+    description = policy_network.read_description(str(tmp_path / "noisy"))
+    net = policy_network.build_network(description)
+    policy_network.restore_network(net, str(tmp_path / "noisy"), description.checkpoint_attribute)
+    assert net.input_tensor_spec.shape == (3,)
+    readings = tf.constant(np.random.default_rng(0).normal(size=(2, 5)), tf.float32)
+    assert net.call(readings)[0].mode().shape == (2, 1)
+
+
 def test_annealed_learning_rate_falls_linearly_and_restarts_each_round():
     schedule = bc.RoundLinearDecay(1e-3, steps_per_round=4)
     rates = [float(schedule(tf.constant(step, tf.int64))) for step in range(9)]

@@ -245,6 +245,16 @@ def test_pi_cartpole_distill_refuses_a_bad_previous_action_noise_before_training
     assert not root.exists()
 
 
+def test_pi_cartpole_distill_refuses_negative_noise_sensors_before_training(tmp_path, capsys):
+    distill = _load("pi_cartpole_distill")
+    root = tmp_path / "students"
+    with pytest.raises(SystemExit) as exit_info:
+        distill.main(["--teacher_dir", str(tmp_path), "--root", str(root), "--noise_sensors=-1"])
+    assert exit_info.value.code == 2
+    assert "--noise_sensors must be >= 0. Received: -1" in capsys.readouterr().err
+    assert not root.exists()
+
+
 def test_lavacrossing_probe_expert_reaches_the_goal_in_its_own_number_of_moves():
     """benchmarks/lavacrossing_probe.py: following any optimal move never lengthens the way to the goal."""
     from sit_keras.agents.environments.minigrid_env import SiTMiniGrid
