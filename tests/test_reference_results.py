@@ -1748,6 +1748,62 @@ def test_the_students_with_twice_the_dagger_rounds_are_quoted_as_measured():
     assert "`benchmarks/reference/pi_cartpole_harder_dagger_rounds10.json`" in readme
 
 
+def test_the_students_trained_beside_noise_channels_are_quoted_as_measured():
+    """docs/results.md: bc.noise_sensors with the paper's previous-action noise, 3 seeds, Tables 2 and 6."""
+    report = _report("pi_cartpole_harder_dagger_noise.json")
+    summary, runs = report["summary"], report["runs"]
+    assert [run["seed"] for run in runs] == [0, 1, 2]
+    for run in runs:
+        for flag in ("--noise_sensors 5", "--previous_action_noise 0.03", "--dagger_rounds 9"):
+            assert flag in run["command"]
+        assert f"--seed {run['seed']}" in run["command"] and run["commit"] and run["wall_seconds"] > 0
+        assert run["students"]["pi"]["settings"]["noise_sensors"] == 5
+        assert run["results"]["teacher"]["5 obs"]["mean"] == summary["teacher_5_obs"]
+        assert run["test_settings"]["num_episodes"] == 200
+    baseline = _report("pi_cartpole_harder_dagger_rounds10.json")
+    columns = list(runs[0]["results"]["pi"])
+    assert len(columns) == 9  # Table 2's four columns and Table 6's five
+    per_seed = {c: [run["results"]["pi"][c]["mean"] for run in runs] for c in columns}
+    assert per_seed == summary["pi_per_seed"]
+    paper = report["paper"]["pi"]
+    cells = [f"{' / '.join(f'{v:.0f}' for v in per_seed[c])} ({paper[c][0]})" for c in columns]
+    assert f"| AttentionNeuron, noise channels in training | {' | '.join(cells)} |" in RESULTS
+    teacher_results = runs[0]["results"]["teacher"]
+    reshuffles = [c for c in columns if c.startswith("reshuffle")]
+    teacher_cells = " | ".join(f"{teacher_results[c]['mean']:.0f}" for c in reshuffles)
+    assert f"| N/A | N/A | {teacher_cells} |" in RESULTS
+    text = " ".join(RESULTS.split())
+    upright, noise = per_seed["5 obs"], per_seed["5 obs + 5 noise"]
+    costs = [1 - n / u for n, u in zip(noise, upright, strict=True)]
+    assert f"cost {' / '.join(f'{c:.1%}' for c in costs)} of the upright return" in text
+    span = f"{100 * min(costs):.1f}-{max(costs):.1%}"
+    assert f"within {span}, upright" in text
+    assert [c > 0.05 for c in costs] == [False, True, False]  # "Seed 1 is just outside the issue's 5%"
+    teacher = summary["teacher_5_obs"]
+    mean, std = statistics.mean(upright), statistics.stdev(upright)
+    assert mean / teacher == pytest.approx(summary["student_over_teacher"])
+    ratios = " / ".join(f"{v / teacher:.0%}" for v in upright)
+    share = f"**{mean / teacher:.0%} of the"
+    assert f"score {mean:.0f} +- {std:.0f} (mean +- sample std over the seeds), {share}" in text
+    assert f"({ratios} by seed), against {baseline['summary']['student_over_teacher']:.0%}" in text
+    losses = " / ".join(f"{run['students']['pi']['loss_per_epoch'][-1]:.3f}" for run in runs)
+    before = " / ".join(f"{run['students']['pi']['loss_per_epoch'][-1]:.3f}" for run in baseline["runs"])
+    assert f"last-round loss is {losses} against {before}" in text
+    means = " / ".join(f"{statistics.mean(per_seed[c]):.0f}" for c in reshuffles)
+    assert f"{means} (mean over the seeds)" in text
+    assert f"paper's {' / '.join(str(paper[c][0]) for c in reshuffles)}." in text
+    teacher_reshuffled = [teacher_results[c]["mean"] for c in reshuffles]
+    assert f"teacher scores {min(teacher_reshuffled):.0f}-{max(teacher_reshuffled):.0f} under every" in text
+    for column in ("5 obs (shuffled)", "10 obs"):
+        assert max(abs(a / b - 1) for a, b in zip(per_seed[column], upright, strict=True)) < 0.001
+    minutes = [run["wall_seconds"] / 60 for run in runs]
+    assert f"wall time, {min(minutes):.0f}-{max(minutes):.0f} minutes each" in text
+    readme = " ".join(README.split())
+    assert f"it loses {span} with them" in readme
+    assert f"upright it keeps {mean / teacher:.0%} of its teacher" in readme
+    assert "`benchmarks/reference/pi_cartpole_harder_dagger_noise.json`" in readme
+
+
 def test_the_shared_torso_runs_are_quoted_as_measured():
     """docs/lavacrossing.md: the chiral SiT as one actor-critic network, against its own-critic runs."""
     report = _report("lavacrossing_shared_1m.json")
