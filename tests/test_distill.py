@@ -472,17 +472,19 @@ def test_dagger_settings_are_checked():
         bc.BC(teacher_dir="t", learning_rate=0.0)
     with pytest.raises(ValueError, match="previous_action_noise must be a finite number >= 0"):
         bc.BC(teacher_dir="t", previous_action_noise=-0.03)
+    with pytest.raises(ValueError, match="bc.noise_sensors must be >= 0"):
+        bc.BC(teacher_dir="t", noise_sensors=-1)
 
 
-def test_previous_action_noise_needs_an_attention_neuron_student(teacher, tmp_path):
+@pytest.mark.parametrize("setting", [{"previous_action_noise": 0.03}, {"noise_sensors": 2}])
+def test_sensor_noises_need_an_attention_neuron_student(setting, teacher, tmp_path):
     root_dir = tmp_path / "mlp_student"
     gin.clear_config()
-    with pytest.raises(
-        harness.SettingsError, match=r"previous_action_noise needs the 'attention_neuron' student"
-    ):
+    (name,) = setting
+    with pytest.raises(harness.SettingsError, match=rf"bc.{name} needs the 'attention_neuron' student"):
         harness.train_eval(
-            str(root_dir), agent="bc", teacher_dir=teacher, encoder="mlp", previous_action_noise=0.03,
-            num_envs=2, total_env_steps=40, sequence_length=20, progress=False,
+            str(root_dir), agent="bc", teacher_dir=teacher, encoder="mlp", num_envs=2, total_env_steps=40,
+            sequence_length=20, progress=False, **setting,
         )  # fmt: skip
     assert not root_dir.exists()
 
@@ -526,19 +528,6 @@ def test_noise_sensors_are_masked_white_noise_channels_after_the_clean_readings(
     # The same generator state gives the same channels (a resumed epoch draws them again).
     again, _ = bc.with_noise_sensors(observations, 4, np.random.default_rng(1))
     np.testing.assert_array_equal(again, extended)
-
-
-def test_noise_sensors_need_an_attention_neuron_student(teacher, tmp_path):
-    with pytest.raises(ValueError, match="bc.noise_sensors must be >= 0"):
-        bc.BC(teacher_dir="t", noise_sensors=-1)
-    root_dir = tmp_path / "mlp_student"
-    gin.clear_config()
-    with pytest.raises(harness.SettingsError, match=r"noise_sensors needs the 'attention_neuron' student"):
-        harness.train_eval(
-            str(root_dir), agent="bc", teacher_dir=teacher, encoder="mlp", noise_sensors=2,
-            num_envs=2, total_env_steps=40, sequence_length=20, progress=False,
-        )  # fmt: skip
-    assert not root_dir.exists()
 
 
 def test_a_student_trained_beside_noise_channels_learns_from_them_and_acts_on_its_sensors(teacher, tmp_path):
