@@ -151,3 +151,41 @@ def test_a_reports_command_reruns_as_written():
     command = command_line("minigrid_rotation.py", argv)
     assert shlex.split(command) == ["python", "benchmarks/minigrid_rotation.py", *argv]
     assert seed_list("0, 2,3") == [0, 2, 3]
+
+
+def test_class_token_attention_summarises_self_attending_and_uniform_rows():
+    attention = _load("class_token_attention")
+    keys = 10
+    on_itself = np.zeros((4, 3, 2, keys))
+    on_itself[..., 0] = 1.0
+    summary = attention.summarise(on_itself)
+    assert summary["weight_on_itself"] == 1.0 and summary["largest_weight"] == 1.0
+    assert summary["entropy"] == pytest.approx(0.0, abs=1e-9) and summary["weight_std_across_states"] == 0.0
+    uniform = attention.summarise(np.full((4, 3, 2, keys), 1 / keys))
+    assert uniform["weight_on_itself"] == pytest.approx(0.1)
+    assert uniform["entropy"] == pytest.approx(np.log(10))
+    assert uniform["uniform_entropy"] == pytest.approx(np.log(10)) and uniform["rows_per_state"] == 2
+
+
+def test_class_token_attention_reads_a_sit_actors_local_and_global_class_tokens():
+    import tensorflow as tf
+
+    attention = _load("class_token_attention")
+    noise = _load("ppo_noise_phase")
+    probe = noise.collect(6, noise.HELDOUT_SEED_OFFSET, 0.3, np.random.default_rng(0))
+    softmax = tf.nn.softmax
+    local, grid = attention.measure(noise.actor_for("sit_small_chiral_m4_corners"), probe["obs"])
+    assert tf.nn.softmax is softmax  # put back
+    assert local["keys"] == 10 and local["rows_per_state"] > 1  # one class token per window
+    assert grid["keys"] > 10 and grid["rows_per_state"] == 1
+    for summary in (local, grid):
+        assert 0 < summary["weight_on_itself"] < summary["largest_weight"] <= 1
+        assert 0 < summary["entropy"] <= summary["uniform_entropy"] + 1e-6
+    assert attention.measure(noise.actor_for("cnn"), probe["obs"]) == []  # no class tokens
+
+
+def test_class_token_attention_refuses_a_folder_without_a_run_in_one_sentence(tmp_path, capsys):
+    attention = _load("class_token_attention")
+    assert attention.main(["--root_dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "holds no policy_network.json: give a sit-train run folder." in err and "Traceback" not in err

@@ -1804,6 +1804,42 @@ def test_the_students_trained_beside_noise_channels_are_quoted_as_measured():
     assert "`benchmarks/reference/pi_cartpole_harder_dagger_noise.json`" in readme
 
 
+def test_the_class_tokens_attention_is_quoted_as_measured():
+    """docs/lavacrossing.md: blind actors' window class tokens attend to themselves, seeing ones do not."""
+    report = _report("lavacrossing_class_token_attention.json")
+    page = (DOCS / "lavacrossing.md").read_text()
+    blind, seeing = [], []
+    for run in report["runs"]:
+        assert run["command"].startswith("python benchmarks/class_token_attention.py --root_dir")
+        assert run["commit"] and run["trace"]
+        for record in run["trace"]:
+            local, grid = record["attentions"]
+            assert (local["keys"], grid["keys"]) == (10, 65)
+        first = run["trace"][:3]
+        assert [round(r["env_steps"], -5) for r in first] == [100_000, 200_000, 300_000]
+        itself = [[a["weight_on_itself"] for a in r["attentions"]] for r in first]
+        cells = " | ".join(f"{local:.3f} / {grid:.3f}" for local, grid in itself)
+        assert f"| {run['run']} | {cells} |" in page
+        local_weights = [r["attentions"][0]["weight_on_itself"] for r in run["trace"]]
+        (seeing if "sees" in run["actor"] else blind).append(local_weights)
+    assert len(blind) == 3 and len(seeing) == 2
+    low, high = min(map(min, blind)), max(map(max, blind))
+    text = " ".join(page.split())
+    assert f"put {low:.2f}-{high:.2f} of their attention on themselves, at every checkpoint" in text
+    top = max(map(max, seeing))
+    assert f"every seeing actor's at most {top:.3f}, falling as it learns" in text
+    assert all(w[-1] < w[0] for w in seeing)
+    sharp = next(r for r in report["runs"] if "x4" in r["run"])
+    saturated = {tuple(round(a["weight_on_itself"], 3) for a in r["attentions"]) for r in sharp["trace"]}
+    assert saturated == {(0.75, 0.5)}
+    entropies = [r["attentions"][0]["entropy"] for r in sharp["trace"]]
+    assert f"their entropy {min(entropies):.2f}-{max(entropies):.2f} of the uniform 2.30" in text
+    assert f"attention, in every blind run measured), where the seeing actors' put at most {top:.3f}" in (
+        LAVACROSSING_SHORT
+    )
+    assert "`benchmarks/reference/lavacrossing_class_token_attention.json`" in LAVACROSSING_SHORT
+
+
 def test_the_shared_torso_runs_are_quoted_as_measured():
     """docs/lavacrossing.md: the chiral SiT as one actor-critic network, against its own-critic runs."""
     report = _report("lavacrossing_shared_1m.json")
