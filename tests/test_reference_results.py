@@ -1834,9 +1834,8 @@ def test_the_class_tokens_attention_is_quoted_as_measured():
     assert saturated == {(0.75, 0.5)}
     entropies = [r["attentions"][0]["entropy"] for r in sharp["trace"]]
     assert f"their entropy {min(entropies):.2f}-{max(entropies):.2f} of the uniform 2.30" in text
-    assert f"attention, in every blind run measured), where the seeing actors' put at most {top:.3f}" in (
-        LAVACROSSING_SHORT
-    )
+    short = f"their attention, in every blind run measured), where the seeing actors' put at most {top:.3f}"
+    assert short in LAVACROSSING_SHORT
     assert "`benchmarks/reference/lavacrossing_class_token_attention.json`" in LAVACROSSING_SHORT
 
 
