@@ -1770,6 +1770,12 @@ def test_the_student_with_noise_channels_only_is_quoted_as_measured():
         "`benchmarks/reference/pi_cartpole_harder_dagger_noise_only.json`, "
         f"{run['wall_seconds'] / 60:.0f} minutes" in text
     )
+    readme = " ".join(README.split())
+    assert (
+        f"seed 0 keeps {upright / teacher:.0%} upright and loses {1 - noise / upright:.1%} with them"
+        in readme
+    )
+    assert "`benchmarks/reference/pi_cartpole_harder_dagger_noise_only.json`" in readme
 
 
 def test_the_students_trained_beside_noise_channels_are_quoted_as_measured():
