@@ -44,15 +44,12 @@ from sit_keras.benchmarking import (
     UsageError,
     check_out_file,
     command_line,
-    current_commit,
-    environment,
     parse_or_say_why,
-    write_report,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lavacrossing_probe import HELDOUT_SEED_OFFSET, collect  # noqa: E402
-from ppo_trace import checkpoint_paths, env_steps_of  # noqa: E402
+from ppo_trace import checkpoint_paths, env_steps_of, write_trace  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -142,19 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         trace.append(record)
         itself = ", ".join(f"{a['weight_on_itself']:.3f}" for a in record["attentions"])
         print(f"{record['env_steps']} env steps: class tokens' weight on themselves {itself}", flush=True)
-    report = {
-        "what": "Where a SiT actor's class tokens attend (local windows, then global), per checkpoint",
-        "command": command_line("class_token_attention.py", argv),
-        "commit": current_commit(),
-        "root_dir": args.root_dir,
-        "network": description.network_kwargs,
-        "states": {"count": int(len(data["obs"])), "seed_offset": HELDOUT_SEED_OFFSET, "epsilon": 0.3},
-        "trace": trace,
-        "seconds": time.perf_counter() - start,
-        "environment": environment(),
-    }
-    if args.out:
-        write_report(report, args.out)
+    what = "Where a SiT actor's class tokens attend (local windows, then global), per checkpoint"
+    write_trace(what, command_line("class_token_attention.py", argv), args, description, data, trace, start)
     return 0
 
 

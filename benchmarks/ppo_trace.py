@@ -225,9 +225,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         trace.append(record)
         print(f"{record['env_steps']} env steps: {summary(record)}", flush=True)
+    what = "A PPO actor's dead ReLU units, feature and logit spread, and gradient norms per checkpoint"
+    write_trace(what, command_line("ppo_trace.py", argv), args, description, data, trace, start)
+    return 0
+
+
+def write_trace(what: str, command: str, args, description, data, trace: list, start: float) -> None:
+    """Writes a per-checkpoint report to ``args.out`` (if given): the run, the states, the trace."""
+    if not args.out:
+        return
     report = {
-        "what": "A PPO actor's dead ReLU units, feature and logit spread, and gradient norms per checkpoint",
-        "command": command_line("ppo_trace.py", argv),
+        "what": what,
+        "command": command,
         "commit": current_commit(),
         "root_dir": args.root_dir,
         "network": description.network_kwargs,
@@ -236,9 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "seconds": time.perf_counter() - start,
         "environment": environment(),
     }
-    if args.out:
-        write_report(report, args.out)
-    return 0
+    write_report(report, args.out)
 
 
 if __name__ == "__main__":
