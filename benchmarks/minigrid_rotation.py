@@ -58,7 +58,9 @@ from typing import Any
 import gin
 
 from sit_keras.agents import evaluate, train
+from sit_keras.agents.training import stops
 from sit_keras.benchmarking import command_line, environment, write_report
+from sit_keras.command_line import INTERRUPTED
 from sit_keras.export.exporter import export_policy
 from sit_keras.export.tflite_py_policy import TFLitePyPolicy
 
@@ -303,9 +305,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     for model in models:
         for seed in seeds:
             print(f"== {model}, seed {seed}: {args.env_steps} steps", flush=True)
-            root_dir, seconds = train_one(
-                args.family, model, seed, args.env_steps, Path(args.root), args.gin_bindings
-            )
+            try:
+                root_dir, seconds = train_one(
+                    args.family, model, seed, args.env_steps, Path(args.root), args.gin_bindings
+                )
+            except stops.Interrupted as stop:  # SIGTERM or Ctrl-C: the run saved a checkpoint
+                print(f"minigrid_rotation.py: {stop}", file=sys.stderr)
+                return INTERRUPTED
             run: dict[str, Any] = {
                 "model": model,
                 "seed": seed,

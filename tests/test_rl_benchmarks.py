@@ -89,6 +89,27 @@ def test_minigrid_rotation_quick(family, tmp_path):
     assert report["commit"]
 
 
+def test_minigrid_rotation_reports_a_stopped_run_in_one_line(tmp_path, capsys, monkeypatch):
+    """SIGTERM stops a run with a checkpoint (stops.Interrupted): one sentence, no traceback, no report."""
+    from sit_keras.agents.training import stops
+    from sit_keras.command_line import INTERRUPTED
+
+    module = _load("minigrid_rotation")
+    message = (
+        "stopped at 2048 environment steps, saved in r/checkpoints/ckpt-8; rerun the same command to resume."
+    )
+
+    def stopped(*args, **kwargs):
+        raise stops.Interrupted(message)
+
+    monkeypatch.setattr(module, "train_one", stopped)
+    out = tmp_path / "report.json"
+    assert module.main(["--quick", "--root", str(tmp_path / "runs"), "--out", str(out)]) == INTERRUPTED
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1] == f"minigrid_rotation.py: {message}" and "Traceback" not in err
+    assert not out.exists()
+
+
 def test_minigrid_rotation_keeps_a_shared_torso_and_gives_other_models_the_cnn_critic():
     module = _load("minigrid_rotation")
     config = str(module.CONFIG_ROOT / "minigrid" / "lavacrossing_{}.gin")
