@@ -39,17 +39,17 @@ import numpy as np
 import tensorflow as tf
 
 from sit_keras.agents.networks.policy_network import build_network, read_description, restore_network
-from sit_keras.benchmarking import (
-    SentenceParser,
-    UsageError,
-    check_out_file,
-    command_line,
-    parse_or_say_why,
-)
+from sit_keras.benchmarking import command_line, parse_or_say_why
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from lavacrossing_probe import HELDOUT_SEED_OFFSET, collect  # noqa: E402
-from ppo_trace import checkpoint_paths, env_steps_of, write_trace  # noqa: E402
+from ppo_trace import (  # noqa: E402
+    check_run_arguments,
+    checkpoint_paths,
+    env_steps_of,
+    run_parser,
+    write_trace,
+)
 
 
 @contextlib.contextmanager
@@ -100,23 +100,8 @@ def measure(net: Any, observations: np.ndarray) -> list[dict[str, float]]:
 
 
 def parse_args(argv: Sequence[str] | None):
-    parser = SentenceParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root_dir", required=True, help="a sit-train run folder (policy_network.json)")
-    parser.add_argument(
-        "--checkpoints", default=None, help="folder of ckpt-N files (default: <root_dir>/checkpoints)"
-    )
-    parser.add_argument("--num_states", type=int, default=200, help="held-out states measured")
-    parser.add_argument("--data_seed", type=int, default=0)
-    parser.add_argument("--out", default=None, help="JSON report")
-    args = parser.parse_args(argv)
-    if args.num_states < 1:
-        raise UsageError(f"--num_states must be >= 1. Received: {args.num_states}")
-    if not (Path(args.root_dir) / "policy_network.json").is_file():
-        raise UsageError(f"{args.root_dir} holds no policy_network.json: give a sit-train run folder.")
-    args.folder = Path(args.checkpoints or Path(args.root_dir) / "checkpoints")
-    if not args.folder.is_dir() or not checkpoint_paths(args.folder):
-        raise UsageError(f"{args.folder} holds no ckpt-N checkpoint files.")
-    check_out_file(args.out)
+    args = run_parser(__doc__.splitlines()[0], num_states=200).parse_args(argv)
+    check_run_arguments(args, min_states=1)
     return args
 
 

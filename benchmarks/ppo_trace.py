@@ -174,17 +174,21 @@ def summary(record: dict[str, Any]) -> str:
     )
 
 
-def parse_args(argv: Sequence[str] | None):
-    parser = SentenceParser(description=__doc__.splitlines()[0])
+def run_parser(description: str, num_states: int) -> SentenceParser:
+    """The arguments of a per-checkpoint measurement of one run (this script, class_token_attention.py)."""
+    parser = SentenceParser(description=description)
     parser.add_argument("--root_dir", required=True, help="a sit-train run folder (policy_network.json)")
     parser.add_argument(
         "--checkpoints", default=None, help="folder of ckpt-N files (default: <root_dir>/checkpoints)"
     )
-    parser.add_argument("--num_states", type=int, default=2000, help="states measured")
+    parser.add_argument("--num_states", type=int, default=num_states, help="held-out states measured")
     parser.add_argument("--data_seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="JSON report")
-    parser.add_argument("--quick", action="store_true", help="200 states, the newest checkpoint only")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def check_run_arguments(args, min_states: int) -> None:
+    """Raises ``UsageError`` for a folder without a run or checkpoints; sets ``args.folder``."""
     root = Path(args.root_dir)
     if not (root / "policy_network.json").is_file():
         raise UsageError(
@@ -193,10 +197,17 @@ def parse_args(argv: Sequence[str] | None):
     folder = Path(args.checkpoints) if args.checkpoints else root / "checkpoints"
     if not folder.is_dir() or not checkpoint_paths(folder):
         raise UsageError(f"No training checkpoint (ckpt-N) in {str(folder)!r}.")
-    if args.num_states < 2:
-        raise UsageError(f"--num_states must be >= 2; received {args.num_states}.")
+    if args.num_states < min_states:
+        raise UsageError(f"--num_states must be >= {min_states}; received {args.num_states}.")
     check_out_file(args.out)
     args.folder = folder
+
+
+def parse_args(argv: Sequence[str] | None):
+    parser = run_parser(__doc__.splitlines()[0], num_states=2000)
+    parser.add_argument("--quick", action="store_true", help="200 states, the newest checkpoint only")
+    args = parser.parse_args(argv)
+    check_run_arguments(args, min_states=2)
     if args.quick:
         args.num_states = min(args.num_states, 200)
     return args

@@ -188,4 +188,4 @@ def test_class_token_attention_refuses_a_folder_without_a_run_in_one_sentence(tm
     attention = _load("class_token_attention")
     assert attention.main(["--root_dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert "holds no policy_network.json: give a sit-train run folder." in err and "Traceback" not in err
+    assert "holds no policy_network.json; train with sit-train first." in err and "Traceback" not in err
