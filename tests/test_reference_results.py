@@ -1894,6 +1894,8 @@ def test_the_shared_torso_screen_with_a_smaller_learning_rate_is_quoted_as_measu
         f"entropy rose from {seen[0]['entropy']:.2f} at 100k steps to {min(late):.2f}-{max(late):.2f}" in text
     )
     assert "`benchmarks/reference/lavacrossing_shared_lr3e-4.json`" in page
+    minutes = {f"{run['train_wall_minutes']:.0f}" for run in report["runs"]}
+    assert len(minutes) == 1 and f"after {minutes.pop()} minutes of training each" in text
     short = f"stalled at {min(successes[2:]):.2f}-{max(successes):.2f} training success to 600k steps"
     assert short in LAVACROSSING_SHORT and round(r1["env_steps_reached"], -5) == 600_000
     assert "`benchmarks/reference/lavacrossing_shared_lr3e-4.json`" in LAVACROSSING_SHORT
