@@ -495,8 +495,10 @@ def test_a_shared_torso_runs_once_per_loss_with_the_two_pass_loss_and_gradients(
     two_passes = loss_and_gradients()
     assert (one_pass[2], two_passes[2]) == (1, 2)
     assert one_pass[0] == pytest.approx(two_passes[0], rel=1e-6)
+    # The same sums in another order: float32 rounding is relative to each gradient's largest entry,
+    # so entries near zero need an absolute bound on that scale (a wrong gradient is off by far more).
     for a, b in zip(one_pass[1], two_passes[1], strict=True):
-        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-5 * float(np.abs(b).max()))
 
 
 def test_a_shared_torso_needs_the_actors_own_feed_forward_encoder():
