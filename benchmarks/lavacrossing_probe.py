@@ -194,6 +194,14 @@ MODELS: dict[str, dict[str, Any]] = {
         "kwargs": {**_CHIRAL_M4_CORNERS, "query_key_init_scale": 4.0},
         "fc": (),
     },
+    # QK normalisation (issue 24): every GSA layer's queries and keys divided by their root mean
+    # square per head, so that no class token's score on its own key grows without bound
+    # (configs/minigrid/lavacrossing_sit_chiral_qknorm.gin).
+    "sit_small_chiral_m4_corners_qknorm": {
+        "encoder": "sit",
+        "kwargs": {**_CHIRAL_M4_CORNERS, "query_key_norm": True},
+        "fc": (),
+    },
     "vit_small": {
         "encoder": "vit",
         "kwargs": {"patch_size": 2, "embed_dim": 64, "num_heads": 8, "num_layers": 2, "mlp_dim": 0},

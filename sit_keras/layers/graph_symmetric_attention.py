@@ -19,6 +19,8 @@ from sit_keras.symmetry import EQUIVARIANT, Symmetry, graph_symmetry
 
 GRAPH_FORMS = ("auto", "dense", "conv")
 IMPLEMENTATIONS = ("fast", "reference")
+# Keeps query_key_norm finite for an all-zero query or key (e.g. a zero class token).
+_QUERY_KEY_NORM_EPSILON = 1e-6
 
 
 def _as_grid(grid_shape: int | Sequence[int]) -> tuple[int, int]:
@@ -103,6 +105,14 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         its square. Above 1, attention starts selective instead of nearly
         uniform: a class token that averages its tokens at initialisation
         reads mostly what every state shares (docs/lavacrossing.md).
+      query_key_norm: divide each token's query and key, per head, by their
+        root mean square over the head's ``d`` features before the scores
+        (QK normalisation, Dehghani et al. 2023, "Scaling Vision
+        Transformers to 22 Billion Parameters", sec. 3.1; without a learned
+        gain). Then ``|q_i . k_j| <= d``, so no score can grow without bound
+        and saturate its softmax on one key (a head that attends only to its
+        own class token, docs/lavacrossing.md). Not in the SiT paper; off by
+        default. A per-token map, so every symmetry above is kept.
       seed: seed of the graph weight initialisers.
       implementation: ``"fast"`` (default) or ``"reference"``, see above.
       triangle_form: form of the fast triangle sums, ``"matrix"``,
@@ -146,6 +156,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         graph_init_stddev: float = 0.1,
         kernel_initializer: Any = "glorot_uniform",
         query_key_init_scale: float = 1.0,
+        query_key_norm: bool = False,
         seed: int | None = None,
         implementation: str = "fast",
         triangle_form: str = "auto",
@@ -213,6 +224,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
                 "query_key_init_scale must be positive. "
                 f"Received: query_key_init_scale={query_key_init_scale}"
             )
+        self.query_key_norm = bool(query_key_norm)
         self.seed = seed
 
     # -- construction ---------------------------------------------------------
@@ -449,6 +461,8 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         the triangle sums and ``G`` leave that row alone, so it is exact.
         """
         heads, head_dim, t = self.num_heads, self.head_dim, self.num_tokens
+        if self.query_key_norm:
+            qkv = self._with_normalised_queries_and_keys(qkv)
         if self.implementation == "fast":
             if token_only:
                 return self._attend_token_channels_first(qkv)
@@ -467,6 +481,20 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
             attention += self._normalised(self._symmetrised(scores, -1.0), training)
         out = tf.matmul(tf.cast(attention, v.dtype), v, transpose_b=True)  # (B, H, T, d)
         return tf.reshape(tf.transpose(out, [0, 2, 1, 3]), [-1, t, self.dim])
+
+    def _with_normalised_queries_and_keys(self, qkv: tf.Tensor) -> tf.Tensor:
+        """``query_key_norm``: ``q / rms(q)`` and ``k / rms(k)`` per token and head; values unchanged.
+
+        ``qkv`` is ``(3 D, B, T)``, feature-major as ``(3, H, d, B, T)``; the
+        root mean square runs over ``d`` in ``stable_dtype`` (float32 under a
+        mixed policy).
+        """
+        heads, head_dim = self.num_heads, self.head_dim
+        split = tf.reshape(qkv, [3, heads, head_dim, -1, self.num_tokens])
+        query_key = tf.cast(split[:2], stable_dtype(self.compute_dtype))
+        mean_square = tf.reduce_mean(tf.square(query_key), axis=2, keepdims=True)
+        query_key = tf.cast(query_key * tf.math.rsqrt(mean_square + _QUERY_KEY_NORM_EPSILON), qkv.dtype)
+        return tf.reshape(tf.concat([query_key, split[2:]], axis=0), tf.shape(qkv))
 
     def _attend_head_major(self, qkv: tf.Tensor, training: bool | None) -> tf.Tensor:
         """``attend`` with head-major scores ``(H, B, T, T)`` and one linear map before the softmax.
@@ -641,6 +669,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
             graph_init_stddev=self.graph_init_stddev,
             kernel_initializer=tf_keras.initializers.serialize(self.kernel_initializer),
             query_key_init_scale=self.query_key_init_scale,
+            query_key_norm=self.query_key_norm,
             seed=self.seed,
             implementation=self.implementation,
             triangle_form=self.triangle_form,

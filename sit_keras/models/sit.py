@@ -146,6 +146,10 @@ class SiTEncoder(Encoder):
         key weights (``GraphSymmetricAttention``); above 1, attention starts
         selective, which keeps a class token's output dependent on the state
         (the LavaCrossing configs, docs/lavacrossing.md).
+      query_key_norm: QK normalisation in every GSA layer
+        (``GraphSymmetricAttention``): queries and keys divided by their root
+        mean square per head, so no score grows without bound. Not in the
+        paper; off by default.
       seed: seed of the graph initialisers.
       implementation: ``"fast"`` (default) or ``"reference"`` for every GSA
         layer; both compute the same function with the same weights (see
@@ -189,6 +193,7 @@ class SiTEncoder(Encoder):
         mlp_dim: int = 0,
         graph_init_stddev: float = 0.1,
         query_key_init_scale: float = 1.0,
+        query_key_norm: bool = False,
         seed: int | None = None,
         implementation: str = "fast",
         pool_padding: int = 0,
@@ -221,6 +226,7 @@ class SiTEncoder(Encoder):
         self.mlp_dim = int(mlp_dim)
         self.graph_init_stddev = float(graph_init_stddev)
         self.query_key_init_scale = float(query_key_init_scale)
+        self.query_key_norm = bool(query_key_norm)
         self.seed = seed
         self.implementation = implementation
         self.uses_invariant = VARIANTS[variant]["invariant"]
@@ -235,6 +241,7 @@ class SiTEncoder(Encoder):
             "mlp_dim": self.mlp_dim,
             "graph_init_stddev": self.graph_init_stddev,
             "query_key_init_scale": self.query_key_init_scale,
+            "query_key_norm": self.query_key_norm,
             "seed": seed,
             "implementation": implementation,
             "dtype": self.dtype_policy,
@@ -455,6 +462,7 @@ class SiTEncoder(Encoder):
             mlp_dim=self.mlp_dim,
             graph_init_stddev=self.graph_init_stddev,
             query_key_init_scale=self.query_key_init_scale,
+            query_key_norm=self.query_key_norm,
             seed=self.seed,
             implementation=self.implementation,
         )
