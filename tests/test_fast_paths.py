@@ -102,6 +102,7 @@ GSA_CASES = {
     "unsymmetrised": {"triangles": 2, "symmetrize": False},
     "no_triangles": {"triangles": 0, "antisymmetric": True},
     "conv_graphs": {"triangles": 1, "graph_kernel_size": 3, "graph_form": "conv"},
+    "query_key_norm": {"triangles": 1, "query_key_norm": True},
 }
 
 
@@ -234,6 +235,7 @@ ENCODER_CASES = {
     "minigrid": ("sit", (14, 14, 3), {"preset": "minigrid"}),
     "one_local_block": ("sit", (16, 16, 3), {"local_layers": 1}),
     "global_pairs": ("sit", (16, 16, 3), {"window": 2}),  # 4x4 global grid + token: T^2 = 289
+    "query_key_norm": ("sit", (16, 16, 3), {"query_key_norm": True}),
 }
 
 

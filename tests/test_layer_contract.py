@@ -136,6 +136,10 @@ CASES: dict[str, Case] = {
         _layer(layers.GraphSymmetricAttention, grid_shape=(3, 3), symmetry="flip_hv", **GSA), (10, 4),
         (BATCH, 10, 5), "(B, 10, 4)", grid=((3, 3), True),
     ),
+    "GraphSymmetricAttention_query_key_norm": Case(  # QK normalisation: a per-token map, same symmetry
+        _layer(layers.GraphSymmetricAttention, grid_shape=(3, 3), query_key_norm=True, **GSA), (10, 4),
+        (BATCH, 9, 4), "(B, 10, 4)", grid=((3, 3), True),
+    ),
     "GraphSymmetricAttentionBlock": Case(
         _layer(layers.GraphSymmetricAttentionBlock, grid_shape=(3, 3), mlp_dim=4, **GSA), (10, 4),
         (BATCH, 9, 4), "(B, 10, 4)", grid=((3, 3), True), keras_kwargs={"grid_shape": (3, 3), **GSA},
@@ -221,6 +225,10 @@ CASES: dict[str, Case] = {
     "siet": Case(_encoder("siet", IMAGE, **SIT_SMALL), IMAGE, (BATCH, 16, 16), ENCODER_BAD, _with_parts),
     "sit_dihedral": Case(
         _encoder("sit_dihedral", IMAGE, **SIT_SMALL), IMAGE, (BATCH, 16, 8, 3), ENCODER_BAD, _with_parts
+    ),
+    "sit_query_key_norm": Case(
+        _encoder("sit", IMAGE, query_key_norm=True, **SIT_SMALL), IMAGE, (BATCH, 16, 8, 3), ENCODER_BAD,
+        _with_parts,
     ),
     "sit_mirror_blind": Case(
         _encoder("sit", IMAGE, local_layers=1, global_layers=1, **SIT_SMALL), IMAGE, (BATCH, 8, 16, 3),

@@ -35,6 +35,7 @@ import tf_keras
 from train_step_checks import assert_jit_train_step_updates_every_weight
 
 from sit_keras import graphs, testing
+from sit_keras.layers import GraphSymmetricAttention
 from sit_keras.models import build_encoder, sit
 from sit_keras.models.sit import PRESETS, VARIANTS, SiTEncoder
 
@@ -315,6 +316,34 @@ def test_query_key_init_scale_multiplies_the_initial_queries_and_keys_only() -> 
     sharp = _perturbed_encoder("sit", shape=(14, 14, 3), **chiral, query_key_init_scale=4.0)
     testing.assert_invariant(sharp, x, testing.ROTATIONS)
     testing.assert_not_invariant(sharp, x, testing.REFLECTIONS, min_error=BROKEN["float64"])
+
+
+def test_query_key_norm_gives_every_query_and_key_unit_root_mean_square_and_keeps_the_values() -> None:
+    layer = GraphSymmetricAttention((3, 3), num_heads=2, triangles=1, query_key_norm=True, dtype="float64")
+    layer.build((None, 10, 8))
+    # (3 D, B, T) projections, queries and keys at very different scales (as after a large update).
+    qkv = testing.random_normal((24, 5, 10), 2, "float64") * tf.constant(
+        np.geomspace(0.1, 1e3, 24)[:, None, None], tf.float64
+    )
+    normed = tf.reshape(layer._with_normalised_queries_and_keys(qkv), [3, 2, 4, 5, 10]).numpy()
+    rms = np.sqrt(np.mean(normed[:2] ** 2, axis=2))  # over each head's 4 features
+    assert rms.max() <= 1.0  # so |q_i . k_j| <= d = 4 for every score, whatever the weights
+    assert rms.min() > 0.999  # the epsilon matters only for a query or key near zero
+    np.testing.assert_array_equal(normed[2], tf.reshape(qkv, [3, 2, 4, 5, 10]).numpy()[2])
+
+
+def test_query_key_norm_is_configured_in_every_gsa_layer_and_keeps_the_symmetry() -> None:
+    chiral = {**SIT_SMALL, "pool_padding": 1, "stem_kernel_size": 5, "stem_symmetry": "chiral"}
+    encoder = _perturbed_encoder("sit", shape=(14, 14, 3), **chiral, query_key_norm=True)
+    restored = SiTEncoder.from_config(encoder.get_config())
+    attention = [restored.local_gsa.blocks[0].attention, restored.global_gsa.blocks[0].attention]
+    assert restored.query_key_norm and all(layer.query_key_norm for layer in attention)
+    x = _images(2, shape=(14, 14, 3), dtype="float64")
+    testing.assert_invariant(encoder, x, testing.ROTATIONS)
+    testing.assert_not_invariant(encoder, x, testing.REFLECTIONS, min_error=BROKEN["float64"])
+    plain = _perturbed_encoder("sit", shape=(14, 14, 3), **chiral)
+    plain.set_weights(encoder.get_weights())
+    assert np.abs(plain(x).numpy() - encoder(x).numpy()).max() > 1e-3  # the option changes the function
 
 
 @pytest.mark.parametrize("variant", ["sit", "siet"])
