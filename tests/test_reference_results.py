@@ -1211,6 +1211,44 @@ def test_the_noise_phase_with_selective_attention_is_quoted_as_measured():
     assert "keeps 3 of 4 seeds state-dependent there" in LAVACROSSING_SHORT
 
 
+def test_the_noise_phase_with_qk_normalisation_is_quoted_as_measured():
+    """docs/lavacrossing.md: logit spread at iterations 0 and 25 and dead head units, chiral SiT with
+    query_key_norm on the default start's two most collapsing seeds, beside the default start's."""
+    report = _report("lavacrossing_noise_phase_qknorm.json")
+    assert report["settings"]["iterations"] == 25 and report["commit"]
+    assert report["command"] == (
+        "python benchmarks/ppo_noise_phase.py --models sit_small_chiral_m4_corners_qknorm --seeds 0,3 "
+        "--out benchmarks/reference/lavacrossing_noise_phase_qknorm.json"
+    )
+    assert {r["model"] for r in report["runs"]} == {"sit_small_chiral_m4_corners_qknorm"}
+    assert report["models"]["sit_small_chiral_m4_corners_qknorm"]["kwargs"]["query_key_norm"] is True
+    default = {r["seed"]: r["trace"] for r in _report("lavacrossing_noise_phase_sharp.json")["runs"]
+               if r["model"] == "sit_small_chiral_m4_corners"}  # fmt: skip
+    normed = {r["seed"]: r["trace"] for r in report["runs"]}
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+
+    def spread(trace: list, at: int) -> float:
+        return trace[at]["policy"]["logit_std_across_states"]
+
+    cells = [f"{spread(default[s], 0):.3f} → {spread(default[s], -1):.3f}" for s in (0, 3)]
+    assert f"| default initialisation | {' | '.join(cells)} |" in page
+    cells = [
+        f"{spread(normed[s], 0):.3f} → {spread(normed[s], -1):.3f} "
+        f"({normed[s][-1]['relu']['head']['dead_fraction']:.2f} dead)"
+        for s in (0, 3)
+    ]
+    assert f"| QK normalisation | {' | '.join(cells)} |" in page
+    assert all(normed[s][-1]["iteration"] == 25 for s in (0, 3))
+    assert f"Seed 3 goes as blind as without it ({spread(normed[3], -1):.4f})" in page
+    sharp = next(r["trace"] for r in _report("lavacrossing_noise_phase_sharp.json")["runs"]
+                 if r["model"] == "sit_small_chiral_m4_corners_sharp" and r["seed"] == 0)  # fmt: skip
+    assert spread(normed[0], -1) < spread(sharp, -1) / 4
+    fifth = f"a fifth of the selective start's {spread(sharp, -1):.3f}"
+    assert f"seed 0 ends at {spread(normed[0], -1):.3f}, {fifth}" in page
+    assert spread(normed[3], -1) <= spread(default[3], -1)  # "as blind as without it"
+    assert "`benchmarks/reference/lavacrossing_noise_phase_qknorm.json`" in LAVACROSSING_SHORT
+
+
 def test_the_sharp_runs_traces_are_quoted_as_measured():
     """docs/lavacrossing.md: logit spread, dead head units, expert accuracy at the sharp runs' checkpoints."""
     report = _report("lavacrossing_ppo_trace_sharp.json")
