@@ -82,7 +82,7 @@ def actor_for(model: str) -> EncoderActorNetwork:
 def ppo_step_fn(net: EncoderActorNetwork, optimizer: tf_keras.optimizers.Optimizer):
     """One minibatch update of PPO's clipped surrogate with an entropy bonus (TF-Agents' losses)."""
 
-    @tf.function
+    @tf.function(autograph=False)  # plain Python control flow; autograph warns on TF-Agents' code
     def step(observations, actions, advantages, old_log_probs):
         with tf.GradientTape() as tape:
             distribution, _ = net(observations, training=True)
