@@ -85,6 +85,7 @@ def distill_student(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "dagger_rounds": args.dagger_rounds, "dagger_teacher_probability": args.dagger_teacher_probability,
         "previous_action_noise": args.previous_action_noise if name == "pi" else 0.0,
         "noise_sensors": args.noise_sensors if name == "pi" else 0,
+        "streams_per_epoch": args.streams_per_epoch,
         "progress": False, **network,
     }  # fmt: skip
     gin.clear_config()
@@ -169,6 +170,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--noise_sensors", type=int, default=0,
         help="up to this many noise channels beside the PI student's readings in training (bc.noise_sensors)",
     )  # fmt: skip
+    parser.add_argument(
+        "--streams_per_epoch", type=int, default=0,
+        help="train each epoch on this many recorded streams drawn at random (bc.streams_per_epoch; 0: all)",
+    )  # fmt: skip
     parser.add_argument("--num_episodes", type=int, default=24, help="test episodes per cell")
     parser.add_argument("--num_eval_envs", type=int, default=24)
     parser.add_argument("--eval_seed", type=int, default=1_000_000)
@@ -187,8 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1. Received: {getattr(args, name)}")
-    if args.noise_sensors < 0:
-        parser.error(f"--noise_sensors must be >= 0. Received: {args.noise_sensors}")
+    for name in ("noise_sensors", "streams_per_epoch"):
+        if getattr(args, name) < 0:
+            parser.error(f"--{name} must be >= 0. Received: {getattr(args, name)}")
     if not (args.learning_rate > 0 and np.isfinite(args.learning_rate)):
         parser.error(f"--learning_rate must be a positive number. Received: {args.learning_rate}")
     if not (args.previous_action_noise >= 0 and np.isfinite(args.previous_action_noise)):

@@ -474,6 +474,8 @@ def test_dagger_settings_are_checked():
         bc.BC(teacher_dir="t", previous_action_noise=-0.03)
     with pytest.raises(ValueError, match="bc.noise_sensors must be >= 0"):
         bc.BC(teacher_dir="t", noise_sensors=-1)
+    with pytest.raises(ValueError, match="bc.streams_per_epoch must be >= 0"):
+        bc.BC(teacher_dir="t", streams_per_epoch=-1)
 
 
 @pytest.mark.parametrize("setting", [{"previous_action_noise": 0.03}, {"noise_sensors": 2}])
@@ -553,6 +555,44 @@ def test_a_student_trained_beside_noise_channels_learns_from_them_and_acts_on_it
     assert net.input_tensor_spec.shape == (3,)
     readings = tf.constant(np.random.default_rng(0).normal(size=(2, 5)), tf.float32)
     assert net.call(readings)[0].mode().shape == (2, 1)
+
+
+def test_a_stream_sample_is_drawn_without_replacement_in_recorded_order_and_all_streams_draw_nothing():
+    rng = np.random.default_rng(0)
+    data = bc.TeacherData(
+        rng.normal(size=(6, 4, 3)), np.ones((6, 4), np.int32), rng.normal(size=(6, 4, 1)), [1.0, 2.0]
+    )
+    for count in (0, 6, 9):  # every stream: the same data, and the generator untouched
+        before = np.random.default_rng(5)
+        assert bc.sample_streams(data, count, before) is data
+        assert before.random() == np.random.default_rng(5).random()
+    sample = bc.sample_streams(data, 4, np.random.default_rng(5))
+    rows = [int(np.flatnonzero((data.observations == o).all(axis=(1, 2)))[0]) for o in sample.observations]
+    assert len(set(rows)) == 4 and rows == sorted(rows)
+    np.testing.assert_array_equal(sample.actions, data.actions[rows])
+    np.testing.assert_array_equal(sample.step_types, data.step_types[rows])
+    again = bc.sample_streams(data, 4, np.random.default_rng(5))
+    np.testing.assert_array_equal(again.observations, sample.observations)
+
+
+def test_a_stream_sample_per_epoch_trains_the_same_steps_on_fewer_streams(teacher, tmp_path):
+    """``bc.streams_per_epoch``: the same gradient steps, each on the sample (seeded), not every stream."""
+
+    def distil(name: str, streams_per_epoch: int) -> dict:
+        gin.clear_config()
+        return harness.train_eval(
+            str(tmp_path / name), agent="bc", teacher_dir=teacher, num_envs=2, total_env_steps=120,
+            sequence_length=20, num_epochs=2, dagger_rounds=2, streams_per_epoch=streams_per_epoch, seed=3,
+            num_eval_episodes=0, policy_save_interval=0, progress=False, **STUDENT,
+        )  # fmt: skip
+
+    sampled, again, every = distil("sampled", 3), distil("again", 3), distil("every", 0)
+    losses = [[h["loss"] for h in r["history"]] for r in (sampled, again, every)]
+    assert sampled["train_step"] == every["train_step"] == 6  # 3 rounds x 2 epochs x 1 chunk
+    assert losses[0] == losses[1]  # the same seed draws the same streams
+    # Round 0 has 2 streams (fewer than 3: all of them); rounds 1 and 2 have 4 and 6 and train on 3.
+    assert losses[0][:2] == losses[2][:2]
+    assert all(a != b for a, b in zip(losses[0][2:], losses[2][2:], strict=True))
 
 
 def test_annealed_learning_rate_falls_linearly_and_restarts_each_round():

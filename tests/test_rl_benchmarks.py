@@ -266,13 +266,14 @@ def test_pi_cartpole_distill_refuses_a_bad_previous_action_noise_before_training
     assert not root.exists()
 
 
-def test_pi_cartpole_distill_refuses_negative_noise_sensors_before_training(tmp_path, capsys):
+@pytest.mark.parametrize("flag", ["noise_sensors", "streams_per_epoch"])
+def test_pi_cartpole_distill_refuses_a_negative_count_before_training(flag, tmp_path, capsys):
     distill = _load("pi_cartpole_distill")
     root = tmp_path / "students"
     with pytest.raises(SystemExit) as exit_info:
-        distill.main(["--teacher_dir", str(tmp_path), "--root", str(root), "--noise_sensors=-1"])
+        distill.main(["--teacher_dir", str(tmp_path), "--root", str(root), f"--{flag}=-1"])
     assert exit_info.value.code == 2
-    assert "--noise_sensors must be >= 0. Received: -1" in capsys.readouterr().err
+    assert f"--{flag} must be >= 0. Received: -1" in capsys.readouterr().err
     assert not root.exists()
 
 

@@ -111,6 +111,15 @@ class BC:
         the teacher's label of the clean reading. The student learns that a
         channel which does not follow the state carries nothing; it acts on
         the clean readings. 0 adds none (the paper trains without them).
+      streams_per_epoch: train each epoch on this many recorded streams drawn
+        at random (without replacement) from all rounds' so far, instead of on
+        every stream; 0 (the default) or more than are recorded: all of them.
+        Each gradient step carries one chunk of every stream in the epoch, so
+        with every stream its cost grows with the rounds recorded and a run's
+        training cost with their square; with a fixed sample it stops growing
+        once the rounds hold more streams than the sample (DAgger keeps every
+        round's data, Ross et al. 2011; it does not need every step to see it).
+        Drawn per (seed, round, epoch), so a resumed run draws the same streams.
     """
 
     teacher_dir: str = ""
@@ -124,6 +133,7 @@ class BC:
     dagger_teacher_probability: float = 0.0
     previous_action_noise: float = 0.0
     noise_sensors: int = 0
+    streams_per_epoch: int = 0
 
     def __post_init__(self):
         settings_check.check(self, "bc", RANGES)
@@ -155,6 +165,7 @@ MULTI_WORKER = False
 RANGES = {
     "max_grad_norm": settings_check.POSITIVE, "dagger_rounds": settings_check.NON_NEGATIVE,
     "dagger_teacher_probability": settings_check.FRACTION, "noise_sensors": settings_check.NON_NEGATIVE,
+    "streams_per_epoch": settings_check.NON_NEGATIVE,
 }  # fmt: skip
 
 
@@ -384,9 +395,11 @@ class Cloning:
             start = time.perf_counter()
             first_epoch = max(loop.train_step() - round_index * round_steps, 0) // chunks
             for epoch in range(first_epoch, settings.num_epochs):
-                # Its own stream per epoch, so that a resumed run draws the same noise channels.
-                noise_rng = np.random.default_rng((rs.seed, round_index, epoch))
-                loss = self._train_epoch(data, chunks, writer, bar, loop, noise_rng)
+                # Its own random stream per epoch, so that a resumed run draws the same streams
+                # and noise channels.
+                epoch_rng = np.random.default_rng((rs.seed, round_index, epoch))
+                streams = sample_streams(data, settings.streams_per_epoch, epoch_rng)
+                loss = self._train_epoch(streams, chunks, writer, bar, loop, epoch_rng)
                 history.append(
                     {"round": round_index, "epoch": epoch + 1, "loss": loss, "train_step": loop.train_step()}
                 )
@@ -470,6 +483,18 @@ def with_noise_sensors(
     mask = np.concatenate([np.ones((streams, num_sensors), bool), present], axis=1)
     extended = np.concatenate([observations, noise.astype(observations.dtype)], axis=-1)
     return extended, np.broadcast_to(mask[:, None], extended.shape)
+
+
+def sample_streams(data: TeacherData, count: int, rng: np.random.Generator) -> TeacherData:
+    """``count`` of ``data``'s streams drawn without replacement, in their recorded order; all if ``count``
+    is 0 or at least their number (``bc.streams_per_epoch``). Draws nothing from ``rng`` then."""
+    total = data.observations.shape[0]
+    if not count or count >= total:
+        return data
+    chosen = np.sort(rng.choice(total, count, replace=False))
+    return TeacherData(
+        data.observations[chosen], data.step_types[chosen], data.actions[chosen], data.episode_returns
+    )
 
 
 DATA_FILE = "bc_data.npz"
