@@ -141,7 +141,7 @@ def run_test(
     env = load(env_name, num_envs=num_envs, seed=seed, **test.env_kwargs)
     num_inputs = int(env.observation_spec().shape[0])
 
-    @tf.function
+    @tf.function(autograph=False)  # plain Python control flow; autograph warns on TF-Agents' code
     def act(observation, step_type, state):
         distribution, state = net.call(observation, step_type, state)
         return distribution.mode(), state
