@@ -1872,6 +1872,71 @@ def test_the_students_trained_beside_noise_channels_are_quoted_as_measured():
     assert "`benchmarks/reference/pi_cartpole_harder_dagger_noise.json`" in readme
 
 
+def test_the_students_with_15_rounds_of_10_epochs_are_quoted_as_measured():
+    """docs/results.md: noise channels alone, 15 DAgger rounds of 10 epochs, 3 seeds, Tables 2 and 6."""
+    report = _report("pi_cartpole_harder_dagger_r15.json")
+    summary, runs = report["summary"], report["runs"]
+    assert [run["seed"] for run in runs] == [0, 1, 2]
+    for run in runs:
+        for flag in (
+            "--noise_sensors 5",
+            "--dagger_rounds 14",
+            "--num_epochs 10",
+            "--total_env_steps 960000",
+        ):
+            assert flag in run["command"]
+        assert "--previous_action_noise" not in run["command"] and '\'{"hidden_size": 32' in run["command"]
+        assert f"--seed {run['seed']}" in run["command"] and run["commit"] and run["wall_seconds"] > 0
+        settings = run["students"]["pi"]["settings"]
+        assert settings["noise_sensors"] == 5 and settings["previous_action_noise"] == 0.0
+        assert run["results"]["teacher"]["5 obs"]["mean"] == summary["teacher_5_obs"]
+        assert run["test_settings"]["num_episodes"] == 200
+    columns = list(runs[0]["results"]["pi"])
+    assert len(columns) == 9
+    per_seed = {c: [run["results"]["pi"][c]["mean"] for run in runs] for c in columns}
+    assert per_seed == summary["pi_per_seed"]
+    paper = report["paper"]["pi"]
+    cells = [f"{' / '.join(f'{v:.0f}' for v in per_seed[c])} ({paper[c][0]})" for c in columns]
+    assert (
+        f"| AttentionNeuron, 15 rounds of 10 epochs, noise channels in training | {' | '.join(cells)} |"
+        in RESULTS
+    )
+    text = " ".join(RESULTS.split())
+    upright, noise = per_seed["5 obs"], per_seed["5 obs + 5 noise"]
+    costs = [1 - n / u for n, u in zip(noise, upright, strict=True)]
+    assert f"Five noise channels cost {' / '.join(f'{c:.1%}' for c in costs)} of the upright return" in text
+    assert max(costs) < 0.05 and f"less than 5% with them ({max(costs):.1%} at most)" in " ".join(
+        README.split()
+    )
+    teacher = summary["teacher_5_obs"]
+    mean, std = statistics.mean(upright), statistics.stdev(upright)
+    assert mean / teacher == pytest.approx(summary["student_over_teacher"])
+    ratios = " / ".join(f"{v / teacher:.0%}" for v in upright)
+    assert (
+        f"score {mean:.0f} +- {std:.0f} (mean +- sample std over the seeds), **{mean / teacher:.0%} of the"
+        in text
+    )
+    assert f"({ratios} by seed)" in text
+    assert sum(v / teacher >= 0.8 for v in upright) == 1  # "met by one seed of three"
+    # The 10-round, 20-epoch student with the same noise channels (seed 0), and its last-round loss.
+    (single,) = _report("pi_cartpole_harder_dagger_noise_only.json")["runs"]
+    single_share = single["results"]["pi"]["5 obs"]["mean"] / teacher
+    assert f"against {single_share:.0%} for seed 0 with 10 rounds of 20 epochs" in text
+    losses = " / ".join(f"{run['students']['pi']['loss_per_epoch'][-1]:.3f}" for run in runs)
+    single_loss = single["students"]["pi"]["loss_per_epoch"][-1]
+    assert f"last-round loss is {losses} ({single_loss:.3f} for that seed 0)" in text
+    reshuffles = [c for c in columns if c.startswith("reshuffle")]
+    means = " / ".join(f"{statistics.mean(per_seed[c]):.0f}" for c in reshuffles)
+    assert f"{means} (mean over the seeds) for reshuffles" in text
+    for column in ("5 obs (shuffled)", "10 obs"):
+        assert max(abs(a / b - 1) for a, b in zip(per_seed[column], upright, strict=True)) < 0.002
+    minutes = [run["wall_seconds"] / 60 for run in runs]
+    assert f"wall time, {min(minutes):.0f}-{max(minutes):.0f} minutes each" in text
+    readme = " ".join(README.split())
+    assert f"upright the students keep {mean / teacher:.0%} of their teacher" in readme
+    assert "`benchmarks/reference/pi_cartpole_harder_dagger_r15.json`" in readme
+
+
 def test_the_shared_torso_screen_with_a_smaller_learning_rate_is_quoted_as_measured():
     """docs/lavacrossing.md: ppo.learning_rate = 3e-4 on the shared torso, seeds 0 and 1, to ~600k steps."""
     report = _report("lavacrossing_shared_lr3e-4.json")
