@@ -109,10 +109,12 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         root mean square over the head's ``d`` features before the scores
         (QK normalisation, Dehghani et al. 2023, "Scaling Vision
         Transformers to 22 Billion Parameters", sec. 3.1; without a learned
-        gain). Then ``|q_i . k_j| <= d``, so no score can grow without bound
-        and saturate its softmax on one key (a head that attends only to its
-        own class token, docs/lavacrossing.md). Not in the SiT paper; off by
-        default. A per-token map, so every symmetry above is kept.
+        gain). Then ``|q_i . k_j| <= d``: no score grows without bound,
+        though at a small ``d`` a softmax can still settle on one key (a
+        symmetrised logit reaches ``2 sqrt(d)``). Screened against the blind
+        SiT actors of docs/lavacrossing.md, where it did not help. Not in the
+        SiT paper; off by default. A per-token map, so every symmetry above
+        is kept.
       seed: seed of the graph weight initialisers.
       implementation: ``"fast"`` (default) or ``"reference"``, see above.
       triangle_form: form of the fast triangle sums, ``"matrix"``,

@@ -149,7 +149,8 @@ class SiTEncoder(Encoder):
       query_key_norm: QK normalisation in every GSA layer
         (``GraphSymmetricAttention``): queries and keys divided by their root
         mean square per head, so no score grows without bound. Not in the
-        paper; off by default.
+        paper; off by default (it did not keep the LavaCrossing actors
+        seeing, docs/lavacrossing.md).
       seed: seed of the graph initialisers.
       implementation: ``"fast"`` (default) or ``"reference"`` for every GSA
         layer; both compute the same function with the same weights (see
