@@ -1749,6 +1749,14 @@ def test_the_students_return_by_recorded_steps_is_the_report():
         f"{' / '.join(f'{v:.0f}' for v in later)} after {' / '.join(f'{k}k' for k in steps)} recorded steps"
         in text
     )
+    fifteen = students["PI 10 epochs 15 rounds"]
+    last_five = [statistics.mean(run[k]["mean_return"] for run in fifteen) for k in range(10, 15)]
+    steps = [fifteen[0][k]["recorded_steps_trained_on"] // 1000 for k in range(10, 15)]
+    assert (
+        f"level off instead: {' / '.join(f'{v:.0f}' for v in last_five)} after "
+        f"{' / '.join(f'{k}k' for k in steps)} recorded steps" in text
+    )
+    assert max(last_five) < later[-1]  # below the 10-round students' last round
 
 
 def test_the_students_with_twice_the_dagger_rounds_are_quoted_as_measured():
