@@ -2047,6 +2047,44 @@ def test_the_class_tokens_attention_is_quoted_as_measured():
     assert "`benchmarks/reference/lavacrossing_class_token_attention.json`" in LAVACROSSING_SHORT
 
 
+def test_the_cnn_with_a_shared_torso_is_quoted_as_measured():
+    """docs/lavacrossing.md: the CNN control of the shared chiral SiT, seed 0, 1M steps."""
+    report = _report("lavacrossing_cnn_shared_1m.json")
+    assert report["command"].startswith(
+        "python benchmarks/minigrid_rotation.py --models cnn_shared --seeds 0"
+    )
+    assert "--env_steps 1000000" in report["command"] and report["commit"] and report["status"] == "finished"
+    gin = (ROOT / "configs" / "minigrid" / "lavacrossing_cnn_shared.gin").read_text()
+    assert "ppo.shared_torso = True" in gin and "include 'lavacrossing_cnn.gin'" in gin
+    curve = dict(report["success_every_50k"])
+    own = _report("lavacrossing_cnn_seed2_3m.json")["training_curves"]["cnn_seed2"]["success_every_50k"]
+    lines = ["| env steps | CNN, shared torso, seed 0 | CNN, own critic, seed 2 |", "| ---: | ---: | ---: |"]
+    lines += [f"| {s / 1000:.0f}k | {curve[s]:.2f} | {dict(own)[s]:.2f} |" for s in sorted(curve)[1::2]]
+    page = (DOCS / "lavacrossing.md").read_text()
+    assert "\n".join(lines) in page
+    text = " ".join(page.split())
+    assert f"stayed at or below {max(curve.values()):.2f} to 1M steps" in text
+    old = _report("table4_lavacrossing_3m.json")["training_curves"]
+    at_1m = [dict(old[f"cnn_seed{s}"]["success_every_250k"])[1001472] for s in (0, 1)] + [dict(own)[1001472]]
+    assert f"had {' / '.join(f'{v:.2f}' for v in at_1m)} at 1M (seeds 0 / 1 / 2)" in text
+    diagnostics = report["learner_diagnostics_per_100k_env_steps"]
+    variance = [d["explained_variance"] for d in diagnostics]
+    entropy = [d["entropy"] for d in diagnostics]
+    assert f"explained variance was {min(variance):.2f} to {max(variance):.2f} per 100k steps" in text
+    assert f"entropy stayed at {min(entropy):.2f}-{max(entropy):.2f}" in text
+    greedy, sampling = report["greedy"], report["sampling"]
+    assert report["evaluation_episodes_per_row"] == 100
+    n1, rotated = (greedy[row]["success_rate"] for row in ("train: easy", "rotations average"))
+    sampled = " and ".join(
+        f"{sampling[row]['success_rate']:.2f}" for row in ("train: easy", "rotations average")
+    )
+    assert f"greedy: N1 success {n1:.2f}, rotated {rotated:.2f} (sampling {sampled})" in text
+    shared = next(r for r in _report("lavacrossing_shared_1m.json")["runs"] if r["seed"] == 1)
+    assert f"shared SiT's seed 1 ({dict(shared['success_every_50k'])[1001472]:.2f} at 1M)" in text
+    assert f"{report['train_wall_minutes_total']:.0f} minutes of training" in text
+    assert "`benchmarks/reference/lavacrossing_cnn_shared_1m.json`" in LAVACROSSING_SHORT
+
+
 def test_the_shared_torso_runs_are_quoted_as_measured():
     """docs/lavacrossing.md: the chiral SiT as one actor-critic network, against its own-critic runs."""
     report = _report("lavacrossing_shared_1m.json")
