@@ -32,6 +32,7 @@ import os
 import re
 import subprocess
 import sys
+from typing import Any
 
 import gin
 import numpy as np
@@ -532,16 +533,22 @@ def test_noise_sensors_are_masked_white_noise_channels_after_the_clean_readings(
     np.testing.assert_array_equal(again, extended)
 
 
+def _tiny_dagger(root_dir, teacher: str, **settings: Any) -> dict:
+    """A DAgger student on 2 streams, 20-step chunks, 2 epochs a round, seed 3, with ``settings``."""
+    gin.clear_config()
+    return harness.train_eval(
+        str(root_dir), agent="bc", teacher_dir=teacher, num_envs=2, sequence_length=20, num_epochs=2, seed=3,
+        num_eval_episodes=0, policy_save_interval=0, progress=False, **STUDENT, **settings,
+    )  # fmt: skip
+
+
 def test_a_student_trained_beside_noise_channels_learns_from_them_and_acts_on_its_sensors(teacher, tmp_path):
     """``bc.noise_sensors``: the training steps see extra channels (seeded), the student acts on 3."""
 
     def distil(name: str, noise_sensors: int) -> dict:
-        gin.clear_config()
-        return harness.train_eval(
-            str(tmp_path / name), agent="bc", teacher_dir=teacher, num_envs=2, total_env_steps=80,
-            sequence_length=20, num_epochs=2, dagger_rounds=1, noise_sensors=noise_sensors, seed=3,
-            num_eval_episodes=0, policy_save_interval=0, progress=False, **STUDENT,
-        )  # fmt: skip
+        return _tiny_dagger(
+            tmp_path / name, teacher, total_env_steps=80, dagger_rounds=1, noise_sensors=noise_sensors
+        )
 
     noisy, again, clean = distil("noisy", 3), distil("again", 3), distil("clean", 0)
     losses = [[h["loss"] for h in r["history"]] for r in (noisy, again, clean)]
@@ -578,13 +585,9 @@ def test_a_stream_sample_is_drawn_without_replacement_in_recorded_order_and_all_
 def test_a_stream_sample_per_epoch_trains_the_same_steps_on_fewer_streams(teacher, tmp_path):
     """``bc.streams_per_epoch``: the same gradient steps, each on the sample (seeded), not every stream."""
 
-    def distil(name: str, streams_per_epoch: int) -> dict:
-        gin.clear_config()
-        return harness.train_eval(
-            str(tmp_path / name), agent="bc", teacher_dir=teacher, num_envs=2, total_env_steps=120,
-            sequence_length=20, num_epochs=2, dagger_rounds=2, streams_per_epoch=streams_per_epoch, seed=3,
-            num_eval_episodes=0, policy_save_interval=0, progress=False, **STUDENT,
-        )  # fmt: skip
+    def distil(name: str, sample: int) -> dict:
+        settings = {"total_env_steps": 120, "dagger_rounds": 2, "streams_per_epoch": sample}
+        return _tiny_dagger(tmp_path / name, teacher, **settings)
 
     sampled, again, every = distil("sampled", 3), distil("again", 3), distil("every", 0)
     losses = [[h["loss"] for h in r["history"]] for r in (sampled, again, every)]
