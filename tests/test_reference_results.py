@@ -1759,6 +1759,19 @@ def test_the_students_return_by_recorded_steps_is_the_report():
     assert max(last_five) < later[-1]  # below the 10-round students' last round
 
 
+def _assert_order_and_count_free(per_seed: dict[str, list[float]], tolerance: float) -> None:
+    """A PI student's shuffled and 10-reading columns are its upright return within ``tolerance``."""
+    for column in ("5 obs (shuffled)", "10 obs"):
+        ratios = zip(per_seed[column], per_seed["5 obs"], strict=True)
+        assert max(abs(a / b - 1) for a, b in ratios) < tolerance, column
+
+
+def _minute_span(runs: list[dict]) -> str:
+    """``"min-max"`` of the runs' wall times in whole minutes, as the docs quote them."""
+    minutes = [run["wall_seconds"] / 60 for run in runs]
+    return f"{min(minutes):.0f}-{max(minutes):.0f}"
+
+
 def test_the_students_with_twice_the_dagger_rounds_are_quoted_as_measured():
     report = _report("pi_cartpole_harder_dagger_rounds10.json")
     summary, runs = report["summary"], report["runs"]
@@ -1783,12 +1796,10 @@ def test_the_students_with_twice_the_dagger_rounds_are_quoted_as_measured():
     assert f"({ratios} by seed;" in text
     before = _report("pi_cartpole_harder_dagger_seeds.json")["summary"]["student_over_teacher"]
     assert f"against {before:.0%} with half the rounds" in text
-    for column in ("5 obs (shuffled)", "10 obs"):
-        assert max(abs(a / b - 1) for a, b in zip(per_seed[column], per_seed["5 obs"], strict=True)) < 0.01
+    _assert_order_and_count_free(per_seed, 0.01)
     noise = [a / b for a, b in zip(per_seed["5 obs + 5 noise"], per_seed["5 obs"], strict=True)]
     assert 0.4 < min(noise) and max(noise) < 0.6  # "about half"
-    minutes = [run["wall_seconds"] / 60 for run in runs]
-    assert f"and wall time, {min(minutes):.0f}-{max(minutes):.0f} minutes each on a shared core" in text
+    assert f"and wall time, {_minute_span(runs)} minutes each on a shared core" in text
     readme = " ".join(README.split())
     assert f"it scores {mean:.0f} +- {std:.0f}, **{mean / teacher:.0%} of its teacher**" in readme
     assert "`benchmarks/reference/pi_cartpole_harder_dagger_rounds10.json`" in readme
@@ -1870,10 +1881,8 @@ def test_the_students_trained_beside_noise_channels_are_quoted_as_measured():
     assert f"paper's {' / '.join(str(paper[c][0]) for c in reshuffles)}." in text
     teacher_reshuffled = [teacher_results[c]["mean"] for c in reshuffles]
     assert f"teacher scores {min(teacher_reshuffled):.0f}-{max(teacher_reshuffled):.0f} under every" in text
-    for column in ("5 obs (shuffled)", "10 obs"):
-        assert max(abs(a / b - 1) for a, b in zip(per_seed[column], upright, strict=True)) < 0.001
-    minutes = [run["wall_seconds"] / 60 for run in runs]
-    assert f"wall time, {min(minutes):.0f}-{max(minutes):.0f} minutes each" in text
+    _assert_order_and_count_free(per_seed, 0.001)
+    assert f"wall time, {_minute_span(runs)} minutes each" in text
     readme = " ".join(README.split())
     assert f"it loses {span} with them" in readme
     assert f"upright it keeps {mean / teacher:.0%} of its teacher" in readme
@@ -1936,10 +1945,8 @@ def test_the_students_with_15_rounds_of_10_epochs_are_quoted_as_measured():
     reshuffles = [c for c in columns if c.startswith("reshuffle")]
     means = " / ".join(f"{statistics.mean(per_seed[c]):.0f}" for c in reshuffles)
     assert f"{means} (mean over the seeds) for reshuffles" in text
-    for column in ("5 obs (shuffled)", "10 obs"):
-        assert max(abs(a / b - 1) for a, b in zip(per_seed[column], upright, strict=True)) < 0.002
-    minutes = [run["wall_seconds"] / 60 for run in runs]
-    assert f"wall time, {min(minutes):.0f}-{max(minutes):.0f} minutes each" in text
+    _assert_order_and_count_free(per_seed, 0.002)
+    assert f"wall time, {_minute_span(runs)} minutes each" in text
     readme = " ".join(README.split())
     assert f"upright the students keep {mean / teacher:.0%} of their teacher" in readme
     assert "`benchmarks/reference/pi_cartpole_harder_dagger_r15.json`" in readme
