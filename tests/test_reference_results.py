@@ -1247,6 +1247,7 @@ def test_the_noise_phase_with_qk_normalisation_is_quoted_as_measured():
     assert f"seed 0 ends at {spread(normed[0], -1):.3f}, {fifth}" in page
     assert spread(normed[3], -1) <= spread(default[3], -1)  # "as blind as without it"
     assert "`benchmarks/reference/lavacrossing_noise_phase_qknorm.json`" in LAVACROSSING_SHORT
+    assert "`benchmarks/reference/lavacrossing_noise_phase_qknorm.json`" in README
 
 
 def test_the_sharp_runs_traces_are_quoted_as_measured():
@@ -2100,6 +2101,10 @@ def test_the_cnn_with_a_shared_torso_is_quoted_as_measured():
     minutes = " and ".join(f"{run['train_wall_minutes_total']:.0f}" for run in runs)
     assert f"{minutes} minutes of training" in text
     assert "`benchmarks/reference/lavacrossing_cnn_shared_1m.json`" in LAVACROSSING_SHORT
+    readme = " ".join(README.split())
+    assert max(max(c0.values()), max(c1.values())) < 0.1  # "did not learn"
+    assert "did not learn by 1M steps on either of two seeds" in readme
+    assert "`benchmarks/reference/lavacrossing_cnn_shared_1m.json`" in readme
 
 
 def test_the_shared_torso_runs_are_quoted_as_measured():
