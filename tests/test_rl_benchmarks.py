@@ -4,6 +4,7 @@ benchmarks/atari100k.py, benchmarks/dmc_walker.py, benchmarks/lavacrossing_probe
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import re
 from pathlib import Path
@@ -496,6 +497,25 @@ def test_pi_cartpole_action_errors_split_by_the_teachers_saturation(tmp_path, ca
     assert split["share_of_error_saturated"] == pytest.approx(0.01 / 0.17)
     assert module.main(["--policy_dirs", str(tmp_path)]) == 2
     assert "holds no recorded teacher data (bc_data.npz)" in capsys.readouterr().err
+
+
+def test_pi_cartpole_action_errors_split_by_the_steps_since_the_episodes_start():
+    module = _load("pi_cartpole_action_errors")
+    first, mid, last = 0, 1, 2  # TF-Agents' StepType values
+    # Stream 0 starts mid-episode (ages unknown) and then starts an episode; stream 1 runs 12 steps of one.
+    step_types = np.array([[mid, last, first, *[mid] * 9], [first, *[mid] * 10, last]])
+    ages = module.episode_ages(step_types)
+    assert ages[0].tolist() == [-1, -1, *range(10)]
+    assert ages[1].tolist() == list(range(12))
+    teacher = np.zeros((2, 12, 1))
+    student = np.ones((2, 12, 1)) * np.arange(12)[None, :, None]  # the error grows with the time step
+    bins = module.split_by_age(student, teacher, step_types)
+    # Stream 0: ages 0-9 at time steps 2-11; stream 1: ages 0-10 at steps 0-10 (its LAST step left out).
+    assert bins["0-10"]["steps"] == 20
+    assert bins["0-10"]["squared_error"] == pytest.approx(np.mean(np.square([*range(2, 12), *range(10)])))
+    assert bins["10-25"] == {"squared_error": pytest.approx(100.0), "steps": 1}
+    assert bins["400-1000"] == {"squared_error": None, "steps": 0}
+    assert list(bins) == [f"{a}-{b}" for a, b in itertools.pairwise(module.AGE_BINS)]
 
 
 def _dagger_record(folder: Path, returns: list[list[float]], streams: int = 2, steps: int = 5) -> Path:
