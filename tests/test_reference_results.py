@@ -1651,6 +1651,61 @@ def test_the_students_action_errors_are_quoted_as_measured():
     assert f"{int(min(ratios))} to {round(max(ratios))} times the MLP's" in page
 
 
+def test_the_students_error_by_episode_age_and_their_all_or_nothing_returns_are_quoted_as_measured():
+    """docs/results.md: where the 15-round students lose their return (the swing-up), from two reports."""
+    report = _report("pi_cartpole_error_by_episode_age.json")
+    assert report["command"].startswith("python benchmarks/pi_cartpole_action_errors.py") and report["commit"]
+    page = " ".join(RESULTS.split())
+    first_rounds = {}
+    for kind, label in (("pi", "AttentionNeuron, 15 rounds"), ("mlp", "MLP, 5 rounds")):
+        folders = [f for f in report["policies"] if f.endswith(f"/{kind}")]
+        assert [f.split("seed")[1][0] for f in folders] == ["0", "1", "2"]
+        rows = [report["policies"][f][0]["by_episode_age"] for f in folders]  # round 0: the teacher's states
+        assert all(len(report["policies"][f]) == (15 if kind == "pi" else 5) for f in folders)
+        cells = [" / ".join(f"{row[age]['squared_error']:.3f}" for row in rows) for age in rows[0]]
+        assert f"| {label} | {' | '.join(cells)} |" in page, label
+        first_rounds[kind] = rows
+    pi, mlp = first_rounds["pi"], first_rounds["mlp"]
+    balancing = [row["400-1000"]["squared_error"] for row in pi]
+    swing_up = ("0-10", "10-25", "25-50", "50-100", "100-200")
+    swing = [row[age]["squared_error"] for row in pi for age in swing_up]
+    ratios = [
+        p[age]["squared_error"] / m[age]["squared_error"] for p, m in zip(pi, mlp, strict=True)
+        for age in ("50-100", "100-200")
+    ]  # fmt: skip
+    quoted = (
+        f"error is {min(balancing):.3f}-{max(balancing):.3f}; over the whole swing-up, the first 200 steps, "
+        f"it stays between {min(swing):.2f} and {max(swing):.2f}, {min(ratios):.1f} to {max(ratios):.1f} "
+        "times the MLP students' in steps 50-200"
+    )
+    assert quoted in page
+    # The all-or-nothing returns, from the 15-round report's test episodes (the same 200 for every policy).
+    runs = _report("pi_cartpole_harder_dagger_r15.json")["runs"]
+    teacher = np.array(runs[0]["results"]["teacher"]["5 obs"]["returns"])
+    students = [np.array(r["results"]["pi"]["5 obs"]["returns"]) for r in runs]
+    assert len(teacher) == 200 and not np.any((teacher >= 50) & (teacher < 600))
+    assert (
+        f"the teacher scores below 50 in {np.mean(teacher < 50):.2f} and at least 600 in the other "
+        f"{np.mean(teacher >= 600):.2f} ({teacher[teacher >= 600].mean():.0f} on average there)"
+    ) in page
+
+    def per_seed(values, form):
+        return " / ".join(form.format(v) for v in values)
+
+    assert (
+        f"score below 50 in {per_seed([np.mean(r < 50) for r in students], '{:.2f}')} (seeds 0 / 1 / 2) and "
+        f"at least 600 in {per_seed([np.mean(r >= 600) for r in students], '{:.2f}')} "
+        f"({per_seed([r[r >= 600].mean() for r in students], '{:.0f}')} there)"
+    ) in page
+    lost = [int(np.sum((teacher >= 600) & (r < 50))) for r in students]
+    won = [int(np.sum((teacher < 50) & (r >= 600))) for r in students]
+    quoted = (
+        f"each student fails {per_seed(lost, '{}')} episodes that the teacher wins and wins "
+        f"{per_seed(won, '{}')}"
+    )
+    assert quoted in page
+
+
 def test_the_sharp_sits_smaller_learning_rate_is_quoted_as_measured():
     """docs/lavacrossing.md: learning rate 3e-4 against 1e-3 on the sharp chiral SiT, seed 0, to 1M steps."""
     report = _report("lavacrossing_sharp_lr3e-4_1m.json")
