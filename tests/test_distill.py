@@ -534,12 +534,13 @@ def test_noise_sensors_are_masked_white_noise_channels_after_the_clean_readings(
 
 
 def _tiny_dagger(root_dir, teacher: str, **settings: Any) -> dict:
-    """A DAgger student on 2 streams, 20-step chunks, 2 epochs a round, seed 3, with ``settings``."""
+    """A DAgger student on 2 streams, 20-step chunks, 2 epochs a round, seed 3; ``settings`` over these."""
     gin.clear_config()
-    return harness.train_eval(
-        str(root_dir), agent="bc", teacher_dir=teacher, num_envs=2, sequence_length=20, num_epochs=2, seed=3,
-        num_eval_episodes=0, policy_save_interval=0, progress=False, **STUDENT, **settings,
+    defaults = dict(
+        agent="bc", teacher_dir=teacher, num_envs=2, sequence_length=20, num_epochs=2, seed=3,
+        num_eval_episodes=0, policy_save_interval=0, progress=False, **STUDENT,
     )  # fmt: skip
+    return harness.train_eval(str(root_dir), **{**defaults, **settings})
 
 
 def test_a_student_trained_beside_noise_channels_learns_from_them_and_acts_on_its_sensors(teacher, tmp_path):
@@ -562,6 +563,24 @@ def test_a_student_trained_beside_noise_channels_learns_from_them_and_acts_on_it
     assert net.input_tensor_spec.shape == (3,)
     readings = tf.constant(np.random.default_rng(0).normal(size=(2, 5)), tf.float32)
     assert net.call(readings)[0].mode().shape == (2, 1)
+
+
+def test_a_student_with_the_codes_memory_distils_resumes_and_rebuilds(teacher, tmp_path):
+    """``encoder_kwargs["memory_units"]``: the student's memory is trained, saved and rebuilt with it."""
+    memory = {**STUDENT, "encoder_kwargs": {**STUDENT["encoder_kwargs"], "memory_units": 6}}
+    settings = {"total_env_steps": 80, "dagger_rounds": 1, "noise_sensors": 2, **memory}
+    result = _tiny_dagger(tmp_path / "memory", teacher, **settings)
+    assert result["train_step"] == 4 and all(np.isfinite([h["loss"] for h in result["history"]]))
+    resumed = _tiny_dagger(tmp_path / "memory", teacher, **{**settings, "num_epochs": 3})
+    assert resumed["train_step"] == 6  # one more epoch a round, from the checkpoint
+    description = policy_network.read_description(str(tmp_path / "memory"))
+    assert description.network_kwargs["encoder_kwargs"]["memory_units"] == 6
+    net = policy_network.build_network(description)
+    policy_network.restore_network(net, str(tmp_path / "memory"), description.checkpoint_attribute)
+    assert net.state_spec["memory_hidden"].shape == (6,)
+    readings = tf.constant(np.random.default_rng(0).normal(size=(2, 5)), tf.float32)
+    distribution, state = net.call(readings)
+    assert distribution.mode().shape == (2, 1) and state["memory_cell"].shape == (2, 6)
 
 
 def test_a_stream_sample_is_drawn_without_replacement_in_recorded_order_and_all_streams_draw_nothing():

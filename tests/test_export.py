@@ -22,7 +22,11 @@ from sit_keras.export import int8_weights, op_profile, saved_model, serving_clie
 from sit_keras.export import parity as parity_module
 from sit_keras.export.exporter import export_policy
 from sit_keras.export.policy_model import load_trained_policy
-from sit_keras.export.random_policy import EXAMPLE_POLICIES, write_example_policy_folder
+from sit_keras.export.random_policy import (
+    EXAMPLE_POLICIES,
+    write_example_policy_folder,
+    write_random_policy_folder,
+)
 from sit_keras.export.runtime import PolicyInputError, TFLitePolicy, pad_sensors
 
 NUM_EXAMPLES = 64
@@ -402,11 +406,21 @@ def test_sit_export_and_sit_eval_tflite_cli(tmp_path):
     assert failed.returncode != 0 and "policy_network.json" in failed.stderr
 
 
-def test_sensor_set_policy_exports_with_state_and_any_sensor_order(tmp_path):
+@pytest.mark.parametrize("memory_units", [0, 8], ids=["no_memory", "memory"])
+def test_sensor_set_policy_exports_with_state_and_any_sensor_order(tmp_path, memory_units):
     """AttentionNeuron policy: TFLite (at most 8 readings, masked) and SavedModel (any number) act
-    the same for any order of the readings, and carry the recurrent state as explicit inputs/outputs."""
+    the same for any order of the readings, and carry the recurrent state as explicit inputs/outputs;
+    with the code's memory (``memory_units``) too, whose state is not per-sensor."""
     root = str(tmp_path / "train")
-    write_example_policy_folder(root, "attention_neuron")
+    if memory_units:
+        example = EXAMPLE_POLICIES["attention_neuron"]
+        kwargs = {**example.network_kwargs}
+        kwargs["encoder_kwargs"] = {**kwargs["encoder_kwargs"], "memory_units": memory_units}
+        write_random_policy_folder(
+            root, policy_network.network_class(example.network_class), kwargs, example.env_name
+        )
+    else:
+        write_example_policy_folder(root, "attention_neuron")
     report = export_policy(
         root, str(tmp_path), "pi", quantizations=["float32"], max_sensors=8, num_examples=16
     )

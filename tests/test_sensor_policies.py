@@ -16,6 +16,10 @@ from statistics:
 - any ``N`` at call time, and padded sensors with ``sensor_mask`` give the
   unpadded outputs; a ``(B, T, N)`` call equals ``T`` single steps, and
   ``step_type`` FIRST resets the state;
+- all of the above with the code's memory too (``memory_units``: an LSTM
+  after the pooled code, whose state a permutation does not move), which
+  is reset at FIRST, carries information across steps and has its own
+  checked setting;
 - ``previous_action_noise`` (the paper's cloning noise on ``a_{t-1}``)
   changes training calls only, with the stated spread, and keeps the
   invariance;
@@ -57,6 +61,7 @@ ATTENTION = pytest.mark.parametrize("attention", ["tanh", "softmax"])
 CONTINUOUS = tensor_spec.BoundedTensorSpec((2,), DTYPE, -1.0, 1.0)
 DISCRETE = tensor_spec.BoundedTensorSpec((), tf.int64, 0, 2)
 ACTIONS = pytest.mark.parametrize("action_spec", [CONTINUOUS, DISCRETE], ids=["continuous", "discrete"])
+MEMORY = pytest.mark.parametrize("memory", [0, 12], ids=["no_memory", "memory"])
 
 
 @pytest.fixture
@@ -75,16 +80,17 @@ def _perturbed(net, seed: int = 0, scale: float = 0.6):
     return net
 
 
-def _actor(attention: str = "tanh", action_spec=CONTINUOUS, **kwargs: Any) -> SensorActorNetwork:
+def _actor(attention: str = "tanh", action_spec=CONTINUOUS, memory: int = 0, **kwargs: Any):
+    """A perturbed ``SensorActorNetwork`` with ``memory`` units of the code's memory (0: none)."""
     spec = tf.TensorSpec((SENSORS,), DTYPE)
-    return _perturbed(
-        SensorActorNetwork(spec, action_spec, {**SMALL, "attention": attention}, (10,), **kwargs)
-    )
+    encoder_kwargs = {**SMALL, "attention": attention, "memory_units": memory}
+    return _perturbed(SensorActorNetwork(spec, action_spec, encoder_kwargs, (10,), **kwargs))
 
 
-def _critic(attention: str = "tanh", **kwargs: Any) -> SensorValueNetwork:
+def _critic(attention: str = "tanh", memory: int = 0, **kwargs: Any) -> SensorValueNetwork:
     spec = tf.TensorSpec((SENSORS,), DTYPE)
-    return _perturbed(SensorValueNetwork(spec, {**SMALL, "attention": attention}, **kwargs), 1)
+    encoder_kwargs = {**SMALL, "attention": attention, "memory_units": memory}
+    return _perturbed(SensorValueNetwork(spec, encoder_kwargs, **kwargs), 1)
 
 
 def _observations(batch: int, steps: int, count: int = SENSORS, seed: int = 1) -> np.ndarray:
@@ -135,10 +141,11 @@ def _run(net, observations: np.ndarray, step_types: np.ndarray, state=None, **ca
 # -- permutation invariance ----------------------------------------------------------------
 @ATTENTION
 @ACTIONS
+@MEMORY
 def test_greedy_policy_acts_identically_on_shuffled_sensors_for_a_whole_episode(
-    float64, attention, action_spec
+    float64, attention, action_spec, memory
 ):
-    net = _actor(attention, action_spec)
+    net = _actor(attention, action_spec, memory)
     observation_spec = tf.TensorSpec((SENSORS,), DTYPE)
     policy = greedy_policy.GreedyPolicy(
         actor_policy.ActorPolicy(ts.time_step_spec(observation_spec), action_spec, net, clip=False)
@@ -166,16 +173,22 @@ def test_greedy_policy_acts_identically_on_shuffled_sensors_for_a_whole_episode(
     else:
         assert _rel(shuffled_actions, actions) <= TOL
         assert np.std(actions) > 1e-2
-    # The memories moved with their sensors; the previous action did not move.
+    # The memories moved with their sensors; the previous action and the code's memory did not move.
     for name in ("hidden", "cell"):
         assert _rel(shuffled_state[name], tf.gather(state[name], order, axis=1)) <= TOL
-    assert _rel(shuffled_state["previous_action"], state["previous_action"]) <= TOL
+    unmoved = ["previous_action", *(["memory_hidden", "memory_cell"] if memory else [])]
+    assert set(state) == {"hidden", "cell", *unmoved}
+    for name in unmoved:
+        assert _rel(shuffled_state[name], state[name]) <= TOL
 
 
 @ATTENTION
 @ACTIONS
-def test_distribution_and_value_are_invariant_under_every_sensor_order(float64, attention, action_spec):
-    actor, critic = _actor(attention, action_spec), _critic(attention)
+@MEMORY
+def test_distribution_and_value_are_invariant_under_every_sensor_order(
+    float64, attention, action_spec, memory
+):
+    actor, critic = _actor(attention, action_spec, memory), _critic(attention, memory)
     observations, types = _observations(2, 6), _step_types(2, 6)
     reference = [_run(net, observations, types)[0] for net in (actor, critic)]
     for seed in range(3):
@@ -187,8 +200,9 @@ def test_distribution_and_value_are_invariant_under_every_sensor_order(float64, 
 
 
 @ATTENTION
-def test_reshuffling_mid_episode_with_the_state_moved_along_keeps_every_output(float64, attention):
-    actor = _actor(attention)
+@MEMORY
+def test_reshuffling_mid_episode_with_the_state_moved_along_keeps_every_output(float64, attention, memory):
+    actor = _actor(attention, memory=memory)
     batch, steps = 2, 8
     observations, types = _observations(batch, steps), _step_types(batch, steps)
     reference, _ = _run(actor, observations, types)
@@ -210,10 +224,11 @@ def test_reshuffling_mid_episode_with_the_state_moved_along_keeps_every_output(f
     "attention, count_scaling, invariant",
     [("softmax", True, True), ("softmax", False, True), ("tanh", True, True), ("tanh", False, False)],
 )
-def test_duplicating_every_sensor(float64, attention, count_scaling, invariant):
+@MEMORY
+def test_duplicating_every_sensor(float64, attention, count_scaling, invariant, memory):
     """softmax is a weighted mean over the sensors; tanh is a sum, invariant only once scaled by D / N."""
-    actor = _actor(attention, count_scaling=count_scaling)
-    critic = _critic(attention, count_scaling=count_scaling)
+    actor = _actor(attention, count_scaling=count_scaling, memory=memory)
+    critic = _critic(attention, count_scaling=count_scaling, memory=memory)
     observations, types = _observations(3, 6), _step_types(3, 6)
     doubled = np.concatenate([observations, observations], axis=-1)  # 10 = 5 twice
     for net in (actor, critic):
@@ -231,8 +246,9 @@ def test_duplicating_every_sensor(float64, attention, count_scaling, invariant):
 
 # -- any N, masks, sequences, resets ------------------------------------------------------------
 @ATTENTION
-def test_padded_sensors_with_a_mask_give_the_unpadded_outputs(float64, attention):
-    actor = _actor(attention)
+@MEMORY
+def test_padded_sensors_with_a_mask_give_the_unpadded_outputs(float64, attention, memory):
+    actor = _actor(attention, memory=memory)
     batch, steps, size = 2, 5, 9
     slots = np.array([0, 2, 3, 6, 8])
     observations, types = _observations(batch, steps), _step_types(batch, steps)
@@ -247,8 +263,9 @@ def test_padded_sensors_with_a_mask_give_the_unpadded_outputs(float64, attention
 
 
 @ATTENTION
-def test_a_sequence_call_equals_single_steps_and_first_resets(float64, attention):
-    actor, critic = _actor(attention), _critic(attention)
+@MEMORY
+def test_a_sequence_call_equals_single_steps_and_first_resets(float64, attention, memory):
+    actor, critic = _actor(attention, memory=memory), _critic(attention, memory)
     batch, steps = 3, 7
     observations, types = _observations(batch, steps), _step_types(batch, steps)
     types[1, 4] = ts.StepType.FIRST  # a new episode in the middle of environment 1
@@ -282,6 +299,39 @@ def test_previous_action_is_the_mode_and_the_state_spec_is_explicit(float64):
     assert _rel(_parameters(actor.call(step, tf.ones(4, tf.int32), other)[0]), base) > 1e-6
 
 
+def test_the_codes_memory_is_state_that_reaches_the_outputs_and_round_trips(float64):
+    """``memory_units``: an LSTM on the pooled code, in the state spec, read by the next step."""
+    actor, critic = _actor("tanh", memory=3), _critic("tanh", memory=3)
+    for net in (actor, critic):
+        assert net.state_spec["memory_hidden"].shape == net.state_spec["memory_cell"].shape == (3,)
+        assert {"memory_hidden", "memory_cell"} <= set(net.initial_state(2, 7))
+    plain = _actor("tanh")
+    assert not {"memory_hidden", "memory_cell"} & set(plain.state_spec)
+    observations = _observations(4, 1)[:, 0]
+    _, state = actor.call(observations, tf.zeros(4, tf.int32), ())
+    assert _rel(state["memory_hidden"], np.zeros((4, 3))) > 1e-3  # the first step wrote to it
+    step = _observations(4, 1, seed=3)[:, 0]
+    other = {**state, "memory_cell": state["memory_cell"] + 1.0}
+    base = _parameters(actor.call(step, tf.ones(4, tf.int32), state)[0])
+    assert _rel(_parameters(actor.call(step, tf.ones(4, tf.int32), other)[0]), base) > 1e-6
+    # The torso's config carries the memory; the twin with the same weights gives the same step.
+    torso = actor._torso
+    twin = type(torso).from_config(torso.get_config())
+    assert twin.memory_units == 3 and twin.get_config() == torso.get_config()
+    twin.build(None)
+    twin.set_weights(torso.get_weights())
+    args = (step, state["previous_action"], state["hidden"], state["cell"])
+    memory = [state["memory_hidden"], state["memory_cell"]]
+    for ours, theirs in zip(twin(*args, memory=memory), torso(*args, memory=memory), strict=True):
+        assert _rel(tf.nest.flatten(ours), tf.nest.flatten(theirs)) == 0.0
+    with pytest.raises(ValueError, match=r"has a memory of 3 units: pass memory=\[h, c\]"):
+        torso(*args)
+    spec = tf.TensorSpec((SENSORS,), tf.float32)
+    for bad in (-1, 2.5, True, "8"):
+        with pytest.raises(ValueError, match=r"encoder_kwargs\['memory_units'\] must be an integer >= 0"):
+            SensorValueNetwork(spec, {"memory_units": bad})
+
+
 def test_previous_action_noise_is_added_in_training_calls_only(float64):
     """Tang & Ha A.4.2's N(0, sigma) on a_{t-1}: training calls see it, acting calls never do."""
     noisy = _actor("tanh", previous_action_noise=0.03)
@@ -312,8 +362,9 @@ def test_previous_action_noise_is_added_in_training_calls_only(float64):
             SensorActorNetwork(tf.TensorSpec((SENSORS,), DTYPE), CONTINUOUS, SMALL, previous_action_noise=bad)
 
 
-def test_gradients_reach_every_weight_through_a_sequence(float64):
-    actor, critic = _actor("softmax"), _critic()
+@MEMORY
+def test_gradients_reach_every_weight_through_a_sequence(float64, memory):
+    actor, critic = _actor("softmax", memory=memory), _critic(memory=memory)
     observations = tf.constant(_observations(2, 4))
     types = tf.constant(_step_types(2, 4))
     with tf.GradientTape(persistent=True) as tape:

@@ -5,9 +5,12 @@
     observation o_t (B, [T,] N)    N unordered scalar sensors; any N at call time
     network state: hidden, cell    (B, N, H), the per-sensor LSTM memories of eq. 1
                    previous_action (B, A), a_{t-1} (actor only)
+                   memory_hidden, memory_cell (B, U), with memory_units U > 0 only
         -> SensorSetEncoder's AttentionNeuron (eq. 1-2), m_t (B, M)
         -> m_t * D / N  (tanh attention only: footnote 3 of Tang & Ha)
-        -> SensorSetEncoder's projection, Dense(output_dim) -> [Dense + ReLU] * len(fc_layer_params)
+        -> SensorSetEncoder's projection, Dense(output_dim)
+        -> [LSTM(U) over the steps: the code's memory]  (encoder_kwargs["memory_units"] = U > 0)
+        -> [Dense + ReLU] * len(fc_layer_params)
         -> actor: categorical (discrete) or normal (continuous) projection;
                   the new previous_action is the distribution's mode
            critic: Dense(1)
@@ -35,6 +38,18 @@ tests (footnote 3). ``count_scaling=True`` does that for any ``N``: ``m_t``
 is multiplied by ``D / N`` (``D`` the training observation size, ``N`` the
 number of present sensors), exactly 1 at training time. Both make the
 policy invariant under duplicating every sensor (with its state).
+
+The code's memory (``memory_units``, off by default; not in the paper's CartPole
+agent, whose AttentionNeuron feeds a feed-forward policy): an LSTM over the
+projected code ``m_t``, between the projection and the dense layers. Its
+input is already pooled over the sensors, so it keeps the invariance, and its
+state is not per-sensor (like the previous action, a permutation does not
+move it). Each sensory neuron reads its own reading's history and the
+previous action only; this memory lets the policy read the readings' history
+*together* (Tang & Ha's CarRacing agent, A.4.4, likewise feeds the layer's
+output to AttentionAgent's LSTM controller). The cloned swing-up students fit
+their teacher 3 to 7 times worse than an MLP student while the pole swings
+(docs/results.md); this is the memory for that.
 
 The previous action: a TF-Agents network never sees the action its policy
 samples, so the actor feeds its own *mode* back (the greedy action; for the
@@ -79,6 +94,8 @@ from tf_agents.trajectories import time_step as ts
 from sit_keras.agents.networks import loss_scaling
 from sit_keras.agents.networks.actor_critic import head_input, single_spec
 from sit_keras.agents.networks.policy_network import register_network
+from sit_keras.layers.attention_neuron import apply_kernel, lstm_step, unit_forget_bias
+from sit_keras.layers.precision import stable_dtype
 from sit_keras.layers.sublayers import build_sublayer
 from sit_keras.mixed_precision import full_precision
 from sit_keras.models.sensor_encoder import SensorSetEncoder
@@ -92,6 +109,12 @@ DEFAULT_ENCODER_KWARGS: dict[str, Any] = {"output_dim": 64, "activation": "tanh"
 (16 queries of dimension 8, LSTM size 8, projection 32, tanh attention)."""
 
 _SET_BY_THE_NETWORK = ("num_features", "action_dim", "num_sensor_types")
+
+MEMORY_UNITS = "memory_units"
+"""The ``encoder_kwargs`` key of the code's memory (an LSTM after the projection; 0: none)."""
+
+MEMORY_STATE = ("memory_hidden", "memory_cell")
+"""The network-state names of the code's memory, ``(B, memory_units)`` each."""
 
 State = dict[str, tf.Tensor]
 
@@ -121,8 +144,10 @@ class SensorTorso(tf_keras.layers.Layer):
       action_dim: size of the previous action fed to the sensory neurons.
       encoder_kwargs: ``SensorSetEncoder`` arguments (``output_dim``, ``num_queries``,
         ``hidden_size``, ``attention``, ...), over ``DEFAULT_ENCODER_KWARGS``;
-        ``num_features`` (1) and ``action_dim`` are set here.
-      fc_layer_params: dense ReLU layers after the encoder.
+        ``num_features`` (1) and ``action_dim`` are set here. ``memory_units``
+        (default 0) adds the code's memory, an LSTM of that size between the
+        projection and the dense layers (module docstring).
+      fc_layer_params: dense ReLU layers after the encoder (and the memory).
       count_scaling: scale ``m_t`` by ``D / N`` under tanh attention.
     """
 
@@ -144,6 +169,13 @@ class SensorTorso(tf_keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         options = {**DEFAULT_ENCODER_KWARGS, **dict(encoder_kwargs or {})}
+        memory_units = options.pop(MEMORY_UNITS, 0)
+        if isinstance(memory_units, bool) or not isinstance(memory_units, int) or memory_units < 0:
+            raise ValueError(
+                f"encoder_kwargs[{MEMORY_UNITS!r}] must be an integer >= 0 (0: no memory). "
+                f"Received: {memory_units!r}"
+            )
+        self.memory_units = memory_units
         fixed = sorted(set(options) & set(_SET_BY_THE_NETWORK))
         if fixed:
             raise ValueError(
@@ -161,7 +193,8 @@ class SensorTorso(tf_keras.layers.Layer):
             for i, n in enumerate(fc_layer_params)
         ]
         self.count_scaling = bool(count_scaling) and self.encoder.attention == "tanh"
-        self.output_size = int(fc_layer_params[-1]) if len(fc_layer_params) else self.encoder.output_dim
+        size = self.memory_units or self.encoder.output_dim
+        self.output_size = int(fc_layer_params[-1]) if len(fc_layer_params) else size
 
     @property
     def hidden_size(self) -> int:
@@ -170,6 +203,18 @@ class SensorTorso(tf_keras.layers.Layer):
     def build(self, input_shape: tf.TensorShape) -> None:
         build_sublayer(self.encoder, (None, None, 1))
         size = self.encoder.output_dim
+        if self.memory_units:
+            gates = 4 * self.memory_units
+            self.memory_input_kernel = self.add_weight(
+                "memory_input_kernel", (size, gates), initializer="glorot_uniform"
+            )
+            self.memory_recurrent_kernel = self.add_weight(
+                "memory_recurrent_kernel", (self.memory_units, gates), initializer="orthogonal"
+            )
+            self.memory_bias = self.add_weight(
+                "memory_bias", (gates,), initializer=unit_forget_bias(self.memory_units)
+            )
+            size = self.memory_units
         for layer in self.dense_layers:
             build_sublayer(layer, (None, size))
             size = layer.units
@@ -182,9 +227,15 @@ class SensorTorso(tf_keras.layers.Layer):
         hidden: tf.Tensor,
         cell: tf.Tensor,
         sensor_mask: tf.Tensor | None = None,
+        memory: Sequence[tf.Tensor] = (),
         training: bool | None = None,
-    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """``(features (B, F), hidden' (B, N, H), cell' (B, N, H))`` of one step."""
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, list[tf.Tensor]]:
+        """``(features (B, F), hidden' (B, N, H), cell' (B, N, H), memory')`` of one step.
+
+        ``memory`` is ``[h, c]`` of the code's memory, each ``(B, memory_units)``,
+        and ``memory'`` the next (float32 under a mixed policy); both empty
+        without the memory.
+        """
         readings = tf.cast(readings, self.compute_dtype)[..., None]  # (B, N, 1)
         neuron = self.encoder.neuron
         code_set, (hidden, cell) = neuron(
@@ -194,9 +245,27 @@ class SensorTorso(tf_keras.layers.Layer):
         if self.count_scaling:
             code = code * self._count_scale(readings, sensor_mask)
         features = self.encoder.projection(code, training=training)
+        if self.memory_units:
+            features, memory = self._remember(features, memory)
+        else:
+            memory = []
         for layer in self.dense_layers:
             features = layer(features, training=training)
-        return features, hidden, cell
+        return features, hidden, cell, memory
+
+    def _remember(self, features: tf.Tensor, memory: Sequence[tf.Tensor]) -> tuple[tf.Tensor, list]:
+        """One step of the code's memory: its ``h'`` as the features, and ``[h', c']``.
+
+        The matmuls run in the compute dtype, the gates and the state in
+        ``stable_dtype`` (as the sensory neurons' LSTM).
+        """
+        if len(memory) != 2:
+            raise ValueError(f"{self.name} has a memory of {self.memory_units} units: pass memory=[h, c].")
+        state_dtype = stable_dtype(self.compute_dtype)
+        hidden, cell = (tf.cast(m, state_dtype) for m in memory)
+        gates = apply_kernel(features, self.memory_input_kernel) + self.memory_bias
+        hidden, cell = lstm_step(gates, hidden, cell, self.memory_recurrent_kernel)
+        return tf.cast(hidden, self.compute_dtype), [hidden, cell]
 
     def _count_scale(self, readings: tf.Tensor, sensor_mask: tf.Tensor | None) -> tf.Tensor:
         """``D / N`` per example, ``(B, 1)``: N the present sensors (at least 1)."""
@@ -218,12 +287,16 @@ class SensorTorso(tf_keras.layers.Layer):
         return config
 
 
-def _sensor_state_spec(num_sensors: int, hidden_size: int, dtype: tf.DType) -> dict[str, tf.TensorSpec]:
-    shape = (num_sensors, hidden_size)
-    return {
+def _sensor_state_spec(torso: SensorTorso, num_sensors: int, dtype: tf.DType) -> dict[str, tf.TensorSpec]:
+    """The per-sensor LSTM state, and the code's memory when the torso has one."""
+    shape = (num_sensors, torso.hidden_size)
+    spec = {
         "hidden": tf.TensorSpec(shape, dtype, name="hidden"),
         "cell": tf.TensorSpec(shape, dtype, name="cell"),
     }
+    if torso.memory_units:
+        spec.update({name: tf.TensorSpec((torso.memory_units,), dtype, name=name) for name in MEMORY_STATE})
+    return spec
 
 
 def _time_major(x: tf.Tensor) -> tf.Tensor:
@@ -241,18 +314,22 @@ class _SensorNetwork:
         self,
         observations: tf.Tensor,
         previous_action: tf.Tensor,
-        hidden: tf.Tensor,
-        cell: tf.Tensor,
+        state: State,
         sensor_mask: tf.Tensor | None,
         training: bool,
-    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """One torso step in its compute dtype: its features, and ``hidden``, ``cell`` in the state dtype."""
+    ) -> tuple[tf.Tensor, State]:
+        """One torso step in its compute dtype: its features, and the torso's new state in the state dtype.
+
+        ``state`` holds ``hidden`` and ``cell`` (and the code's memory); other entries are not read.
+        """
         dtype = self._torso.compute_dtype
-        features, hidden, cell = self._torso(
-            observations, tf.cast(previous_action, dtype), tf.cast(hidden, dtype), tf.cast(cell, dtype),
-            sensor_mask=sensor_mask, training=training,
+        memory = [state[name] for name in MEMORY_STATE if name in state]
+        features, hidden, cell, memory = self._torso(
+            observations, tf.cast(previous_action, dtype), tf.cast(state["hidden"], dtype),
+            tf.cast(state["cell"], dtype), sensor_mask=sensor_mask, memory=memory, training=training,
         )  # fmt: skip
-        return features, tf.cast(hidden, self._state_dtype), tf.cast(cell, self._state_dtype)
+        new_state = {"hidden": hidden, "cell": cell, **dict(zip(MEMORY_STATE, memory, strict=False))}
+        return features, {name: tf.cast(value, self._state_dtype) for name, value in new_state.items()}
 
     def _scaled(self, fn: Callable[..., Any], **tensors: tf.Tensor | None) -> Any:
         """``fn(**tensors)``, one loss-scaled region under float16 (``loss_scaling``); Nones stay None."""
@@ -368,8 +445,9 @@ class SensorActorNetwork(_SensorNetwork, network.DistributionNetwork):
     Call arguments:
       observations: ``(B, N)`` or ``(B, T, N)``, any ``N``.
       step_type: ``(B,)`` or ``(B, T)``; FIRST resets the state.
-      network_state: ``{"hidden", "cell"}`` each ``(B, N, H)`` and
-        ``"previous_action"`` ``(B, A)``, or ``()`` for the initial state.
+      network_state: ``{"hidden", "cell"}`` each ``(B, N, H)``, ``"previous_action"``
+        ``(B, A)`` and, with ``memory_units``, ``"memory_hidden"``, ``"memory_cell"``
+        ``(B, U)``; or ``()`` for the initial state.
       training: passed to the layers; ``True`` also adds ``previous_action_noise``.
       sensor_mask: bool of the observations' shape, ``True`` for present
         sensors, or ``None``. Absent sensors contribute nothing and keep their
@@ -414,7 +492,7 @@ class SensorActorNetwork(_SensorNetwork, network.DistributionNetwork):
                             name="torso")  # fmt: skip
         loss_scaling.attach(torso)
         state_spec = {
-            **_sensor_state_spec(num_sensors, torso.hidden_size, dtype),
+            **_sensor_state_spec(torso, num_sensors, dtype),
             "previous_action": tf.TensorSpec((action_dim,), dtype, name="previous_action"),
         }
         super().__init__(
@@ -451,12 +529,9 @@ class SensorActorNetwork(_SensorNetwork, network.DistributionNetwork):
 
     def _step(self, observations, state, sensor_mask, training):
         previous_action = self._noisy(state["previous_action"], training)
-        features, hidden, cell = self._torso_step(
-            observations, previous_action, state["hidden"], state["cell"], sensor_mask, training
-        )
+        features, new_state = self._torso_step(observations, previous_action, state, sensor_mask, training)
         distribution, _ = self._projection(head_input(features, self._projection), 1, training=training)
-        new_state = {"hidden": hidden, "cell": cell, "previous_action": self._previous_action(distribution)}
-        return features, distribution, new_state
+        return features, distribution, {**new_state, "previous_action": self._previous_action(distribution)}
 
     def call(self, observations, step_type=None, network_state=(), training=False, sensor_mask=None):
         observations, step_type, state, sensor_mask = self._check_inputs(
@@ -465,16 +540,15 @@ class SensorActorNetwork(_SensorNetwork, network.DistributionNetwork):
         if observations.shape.rank == 2:
             state = self._reset(state, step_type)
 
-            def one_step(observations, previous_action, hidden, cell, sensor_mask):
+            def one_step(observations, sensor_mask, previous_action, **state):
                 previous_action = self._noisy(previous_action, training)
-                return self._torso_step(observations, previous_action, hidden, cell, sensor_mask, training)
+                return self._torso_step(observations, previous_action, state, sensor_mask, training)
 
-            features, hidden, cell = self._scaled(
+            features, new_state = self._scaled(
                 one_step, observations=observations, sensor_mask=sensor_mask, **state
             )
             distribution, _ = self._projection(head_input(features, self._projection), 1, training=training)
-            previous_action = self._previous_action(distribution)
-            return distribution, {"hidden": hidden, "cell": cell, "previous_action": previous_action}
+            return distribution, {**new_state, "previous_action": self._previous_action(distribution)}
 
         def step(obs, state, mask):
             features, _, new_state = self._step(obs, state, mask, training)
@@ -500,7 +574,8 @@ class SensorValueNetwork(_SensorNetwork, network.Network):
       encoder_kwargs, fc_layer_params, count_scaling: as ``SensorActorNetwork``.
       name: network name.
 
-    Call arguments: as ``SensorActorNetwork``; the state is ``{"hidden", "cell"}``.
+    Call arguments: as ``SensorActorNetwork``; the state is ``{"hidden", "cell"}`` (and the
+    code's memory, ``memory_hidden`` and ``memory_cell``, with ``memory_units``).
 
     Returns:
       ``(values (B,) or (B, T), new_network_state)``.
@@ -522,7 +597,7 @@ class SensorValueNetwork(_SensorNetwork, network.Network):
         loss_scaling.attach(torso)
         super().__init__(
             input_tensor_spec=input_tensor_spec,
-            state_spec=_sensor_state_spec(num_sensors, torso.hidden_size, dtype),
+            state_spec=_sensor_state_spec(torso, num_sensors, dtype),
             name=name,
         )
         self._torso = torso
@@ -534,10 +609,7 @@ class SensorValueNetwork(_SensorNetwork, network.Network):
     def _step(self, observations, state, sensor_mask, training):
         """Features (the torso's compute dtype) and the new state of one step."""
         no_action = tf.zeros([tf.shape(observations)[0], 1], self._state_dtype)
-        features, hidden, cell = self._torso_step(
-            observations, no_action, state["hidden"], state["cell"], sensor_mask, training
-        )
-        return features, {"hidden": hidden, "cell": cell}
+        return self._torso_step(observations, no_action, state, sensor_mask, training)
 
     def call(self, observations, step_type=None, network_state=(), training=False, sensor_mask=None):
         observations, step_type, state, sensor_mask = self._check_inputs(

@@ -160,8 +160,12 @@ def lstm_step(
     return tf.sigmoid(o) * tf.tanh(cell), cell
 
 
-def _unit_forget_bias(hidden_size: int):
-    # The LSTM convention (Jozefowicz et al. 2015): a forget bias of 1 keeps memories early in training.
+def unit_forget_bias(hidden_size: int):
+    """An LSTM bias initializer of ``4 * hidden_size`` zeros with the forget gate's quarter at 1.
+
+    The LSTM convention (Jozefowicz et al. 2015): a forget bias of 1 keeps memories early in training.
+    """
+
     def initializer(shape, dtype=None, **kwargs):
         del kwargs
         bias = np.zeros(shape)
@@ -337,7 +341,7 @@ class AttentionNeuron(tf_keras.layers.Layer):
             "recurrent_kernel", (self.hidden_size, gates), initializer=self.recurrent_initializer
         )
         self.lstm_bias = self.add_weight(
-            "lstm_bias", (gates,), initializer=_unit_forget_bias(self.hidden_size)
+            "lstm_bias", (gates,), initializer=unit_forget_bias(self.hidden_size)
         )
         self.query_kernel = self.add_weight(
             "query_kernel", (self.query_dim, self.projection_dim), initializer=self._kernel_initializer()
