@@ -152,11 +152,13 @@ def _step_types() -> tf.Tensor:
     return tf.constant(types)
 
 
-def _sensor_case(actions_spec) -> Case:
+def _sensor_case(actions_spec, memory_units: int = 0) -> Case:
+    encoder_kwargs = {**SENSOR, "memory_units": memory_units}
+
     def build():
         return {
-            "actor": sensor_networks.SensorActorNetwork(SENSORS, actions_spec, SENSOR, (8,)),
-            "value": sensor_networks.SensorValueNetwork(SENSORS, SENSOR, (8,)),
+            "actor": sensor_networks.SensorActorNetwork(SENSORS, actions_spec, encoder_kwargs, (8,)),
+            "value": sensor_networks.SensorValueNetwork(SENSORS, encoder_kwargs, (8,)),
         }
 
     def forward(nets):
@@ -186,6 +188,7 @@ CASES: dict[str, Case] = {
     "sac_cnn": _sac_case(),
     "sensor_continuous": _sensor_case(CONTINUOUS),
     "sensor_discrete": _sensor_case(DISCRETE),
+    "sensor_continuous_memory": _sensor_case(CONTINUOUS, memory_units=6),
 }
 ALL_CASES = pytest.mark.parametrize("case", list(CASES))
 
