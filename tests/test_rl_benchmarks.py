@@ -23,6 +23,14 @@ def _load(name: str):
     return module
 
 
+@pytest.fixture(autouse=True)
+def _no_gin_bindings_left_behind():
+    """The benchmarks' ``main`` runs in this process and binds gin: cleared after each test, so that no
+    binding reaches another module's tests on the same worker."""
+    yield
+    gin.clear_config()
+
+
 # A benchmark run; PPO on Procgen: test_ppo_training; ratios: test_speed_ratios_cover_every_pair_in_order.
 @pytest.mark.large
 def test_ppo_throughput_quick_on_procgen(tmp_path, capsys):

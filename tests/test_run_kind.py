@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import gin
 import pytest
 from run_folders import TINY_PPO, file_hashes
 
@@ -14,6 +15,13 @@ from sit_keras import run_kind
 from sit_keras.supervised import train as supervised_train
 
 BIN = os.path.dirname(sys.executable)
+
+
+@pytest.fixture(autouse=True)
+def _no_gin_bindings_left_behind():
+    """The in-process command-line tests bind gin (e.g. ``train_supervised.dataset``): cleared after each."""
+    yield
+    gin.clear_config()
 
 
 def _sit_train(root_dir: str) -> subprocess.CompletedProcess:

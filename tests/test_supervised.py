@@ -299,8 +299,11 @@ def test_training_checks_its_arguments_before_building_anything(tmp_path):
 
 
 # -- the command line ----------------------------------------------------------------
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def clean_gin():
+    """Every test of this module from an empty gin config, and none left behind: ``train_supervised``
+    reads gin, and a command-line test elsewhere on the same worker may have bound its dataset."""
+    gin.clear_config()
     yield
     gin.clear_config()
 
