@@ -2069,7 +2069,8 @@ def test_the_students_with_the_codes_memory_are_quoted_as_measured():
         f"their error in steps 50-200 is {span(memory['policies'], 0)}, about half of the 15-round "
         f"students' {span(without_memory, 0)}"
     ) in text
-    assert f"(their last round) it is still {span(memory['policies'], -1)} there" in text
+    quoted = f"(their last round) it is still {span(memory['policies'], -1)} there (the 15-round students on"
+    assert f"{quoted} theirs: {span(without_memory, -1)})" in text
     reshuffles = [c for c in columns if c.startswith("reshuffle")]
     means = " / ".join(f"{statistics.mean(per_seed[c]):.0f}" for c in reshuffles)
     r15_means = " / ".join(f"{statistics.mean(r15['pi_per_seed'][c]):.0f}" for c in reshuffles)
