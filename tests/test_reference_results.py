@@ -1829,6 +1829,19 @@ def _minute_span(runs: list[dict]) -> str:
     return low if low == high else f"{low}-{high}"
 
 
+def _quoted_upright(summary: dict, upright: list[float], text: str) -> tuple[float, str]:
+    """Checks the students' upright "mean +- sample std, share of the teacher" in ``text``; returns the
+    share and the per-seed shares as quoted ("73% / 81% / 66%")."""
+    teacher = summary["teacher_5_obs"]
+    mean, std = statistics.mean(upright), statistics.stdev(upright)
+    assert mean / teacher == pytest.approx(summary["student_over_teacher"])
+    assert (
+        f"score {mean:.0f} +- {std:.0f} (mean +- sample std over the seeds), **{mean / teacher:.0%} of"
+        in text
+    )
+    return mean / teacher, " / ".join(f"{v / teacher:.0%}" for v in upright)
+
+
 def test_the_students_with_twice_the_dagger_rounds_are_quoted_as_measured():
     report = _report("pi_cartpole_harder_dagger_rounds10.json")
     summary, runs = report["summary"], report["runs"]
@@ -1983,13 +1996,7 @@ def test_the_students_with_15_rounds_of_10_epochs_are_quoted_as_measured():
         README.split()
     )
     teacher = summary["teacher_5_obs"]
-    mean, std = statistics.mean(upright), statistics.stdev(upright)
-    assert mean / teacher == pytest.approx(summary["student_over_teacher"])
-    ratios = " / ".join(f"{v / teacher:.0%}" for v in upright)
-    assert (
-        f"score {mean:.0f} +- {std:.0f} (mean +- sample std over the seeds), **{mean / teacher:.0%} of the"
-        in text
-    )
+    share, ratios = _quoted_upright(summary, upright, text)
     assert f"({ratios} by seed)" in text
     assert sum(v / teacher >= 0.8 for v in upright) == 1  # "met by one seed of three"
     # The 10-round, 20-epoch student with the same noise channels (seed 0), and its last-round loss.
@@ -2005,7 +2012,7 @@ def test_the_students_with_15_rounds_of_10_epochs_are_quoted_as_measured():
     _assert_order_and_count_free(per_seed, 0.002)
     assert f"wall time, {_minute_span(runs)} minutes each" in text
     readme = " ".join(README.split())
-    assert f"upright the students keep {mean / teacher:.0%} of their teacher" in readme
+    assert f"upright the students keep {share:.0%} of their teacher" in readme
     assert "`benchmarks/reference/pi_cartpole_harder_dagger_r15.json`" in readme
 
 
@@ -2033,13 +2040,7 @@ def test_the_students_with_the_codes_memory_are_quoted_as_measured():
     assert f"| {label} | {' | '.join(cells)} |" in RESULTS
     text = " ".join(RESULTS.split())
     teacher, upright = summary["teacher_5_obs"], per_seed["5 obs"]
-    mean, std = statistics.mean(upright), statistics.stdev(upright)
-    assert mean / teacher == pytest.approx(summary["student_over_teacher"])
-    ratios = " / ".join(f"{v / teacher:.0%}" for v in upright)
-    assert (
-        f"score {mean:.0f} +- {std:.0f} (mean +- sample std over the seeds), **{mean / teacher:.0%} of"
-        in text
-    )
+    share, ratios = _quoted_upright(summary, upright, text)
     assert f"({ratios} by seed): no more than without the memory" in text
     r15 = _report("pi_cartpole_harder_dagger_r15.json")["summary"]
     (single,) = _report("pi_cartpole_harder_dagger_noise_only.json")["runs"]
@@ -2079,7 +2080,7 @@ def test_the_students_with_the_codes_memory_are_quoted_as_measured():
     _assert_order_and_count_free(per_seed, 0.004)
     assert f"wall time, {_minute_span(runs)} minutes each" in text
     readme = " ".join(README.split())
-    assert f"with the code's memory {mean / teacher:.0%}" in readme
+    assert f"with the code's memory {share:.0%}" in readme
     assert "`benchmarks/reference/pi_cartpole_harder_dagger_memory.json`" in readme
 
 
