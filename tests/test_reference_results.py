@@ -1829,6 +1829,22 @@ def _minute_span(runs: list[dict]) -> str:
     return low if low == high else f"{low}-{high}"
 
 
+def _checked_pi_seeds(runs: list[dict], summary: dict, flags: tuple[str, ...]) -> dict[str, list[float]]:
+    """Checks seeds 0, 1, 2 (``flags`` and the seed in each command, commit, wall time, the one teacher,
+    200 test episodes); returns each of the 9 columns' mean per seed, as the summary holds them."""
+    assert [run["seed"] for run in runs] == [0, 1, 2]
+    for run in runs:
+        for flag in flags:
+            assert flag in run["command"], flag
+        assert f"--seed {run['seed']}" in run["command"] and run["commit"] and run["wall_seconds"] > 0
+        assert run["results"]["teacher"]["5 obs"]["mean"] == summary["teacher_5_obs"]
+        assert run["test_settings"]["num_episodes"] == 200
+    columns = list(runs[0]["results"]["pi"])
+    per_seed = {c: [run["results"]["pi"][c]["mean"] for run in runs] for c in columns}
+    assert len(columns) == 9 and per_seed == summary["pi_per_seed"]
+    return per_seed
+
+
 def _quoted_upright(summary: dict, upright: list[float], text: str) -> tuple[float, str]:
     """Checks the students' upright "mean +- sample std, share of the teacher" in ``text``; returns the
     share and the per-seed shares as quoted ("73% / 81% / 66%")."""
@@ -1963,25 +1979,13 @@ def test_the_students_with_15_rounds_of_10_epochs_are_quoted_as_measured():
     """docs/results.md: noise channels alone, 15 DAgger rounds of 10 epochs, 3 seeds, Tables 2 and 6."""
     report = _report("pi_cartpole_harder_dagger_r15.json")
     summary, runs = report["summary"], report["runs"]
-    assert [run["seed"] for run in runs] == [0, 1, 2]
+    flags = ("--noise_sensors 5", "--dagger_rounds 14", "--num_epochs 10", "--total_env_steps 960000")
+    per_seed = _checked_pi_seeds(runs, summary, flags)
     for run in runs:
-        for flag in (
-            "--noise_sensors 5",
-            "--dagger_rounds 14",
-            "--num_epochs 10",
-            "--total_env_steps 960000",
-        ):
-            assert flag in run["command"]
         assert "--previous_action_noise" not in run["command"] and '\'{"hidden_size": 32' in run["command"]
-        assert f"--seed {run['seed']}" in run["command"] and run["commit"] and run["wall_seconds"] > 0
         settings = run["students"]["pi"]["settings"]
         assert settings["noise_sensors"] == 5 and settings["previous_action_noise"] == 0.0
-        assert run["results"]["teacher"]["5 obs"]["mean"] == summary["teacher_5_obs"]
-        assert run["test_settings"]["num_episodes"] == 200
-    columns = list(runs[0]["results"]["pi"])
-    assert len(columns) == 9
-    per_seed = {c: [run["results"]["pi"][c]["mean"] for run in runs] for c in columns}
-    assert per_seed == summary["pi_per_seed"]
+    columns = list(per_seed)
     paper = report["paper"]["pi"]
     cells = [f"{' / '.join(f'{v:.0f}' for v in per_seed[c])} ({paper[c][0]})" for c in columns]
     assert (
@@ -2020,20 +2024,13 @@ def test_the_students_with_the_codes_memory_are_quoted_as_measured():
     """docs/results.md: the code's memory (memory_units 128), 10 DAgger rounds, noise channels, 3 seeds."""
     report = _report("pi_cartpole_harder_dagger_memory.json")
     summary, runs = report["summary"], report["runs"]
-    assert [run["seed"] for run in runs] == [0, 1, 2]
+    flags = ("--noise_sensors 5", "--dagger_rounds 9", "--num_epochs 20", "--streams_per_epoch 64",
+             "--total_env_steps 640000", '"memory_units": 128', "--pi_fc_layer_params 128 ")  # fmt: skip
+    per_seed = _checked_pi_seeds(runs, summary, flags)
     for run in runs:
-        flags = ("--noise_sensors 5", "--dagger_rounds 9", "--num_epochs 20", "--streams_per_epoch 64",
-                 "--total_env_steps 640000", '"memory_units": 128', "--pi_fc_layer_params 128 ")  # fmt: skip
-        for flag in flags:
-            assert flag in run["command"], flag
-        assert f"--seed {run['seed']}" in run["command"] and run["commit"] and run["wall_seconds"] > 0
         settings = run["students"]["pi"]["settings"]
         assert settings["noise_sensors"] == 5 and settings["streams_per_epoch"] == 64
-        assert run["results"]["teacher"]["5 obs"]["mean"] == summary["teacher_5_obs"]
-        assert run["test_settings"]["num_episodes"] == 200
-    columns = list(runs[0]["results"]["pi"])
-    per_seed = {c: [run["results"]["pi"][c]["mean"] for run in runs] for c in columns}
-    assert len(columns) == 9 and per_seed == summary["pi_per_seed"]
+    columns = list(per_seed)
     paper = report["paper"]["pi"]
     cells = [f"{' / '.join(f'{v:.0f}' for v in per_seed[c])} ({paper[c][0]})" for c in columns]
     label = "AttentionNeuron with the code's memory, 10 rounds, noise channels in training"
