@@ -1845,6 +1845,18 @@ def _checked_pi_seeds(runs: list[dict], summary: dict, flags: tuple[str, ...]) -
     return per_seed
 
 
+def _assert_reshuffles_runs_and_readme(
+    per_seed: dict[str, list[float]], runs: list[dict], text: str, tolerance: float, report: str
+) -> None:
+    """The reshuffle columns' means over the seeds, the shuffled and 10-reading columns within
+    ``tolerance``, the runs' wall minutes as quoted in ``text``, and ``report`` named in the README."""
+    means = " / ".join(f"{statistics.mean(v):.0f}" for c, v in per_seed.items() if c.startswith("reshuffle"))
+    assert f"{means} (mean over the seeds) for reshuffles" in text
+    _assert_order_and_count_free(per_seed, tolerance)
+    assert f"wall time, {_minute_span(runs)} minutes each" in text
+    assert f"`benchmarks/reference/{report}`" in README
+
+
 def _quoted_upright(summary: dict, upright: list[float], text: str) -> tuple[float, str]:
     """Checks the students' upright "mean +- sample std, share of the teacher" in ``text``; returns the
     share and the per-seed shares as quoted ("73% / 81% / 66%")."""
@@ -2010,14 +2022,8 @@ def test_the_students_with_15_rounds_of_10_epochs_are_quoted_as_measured():
     losses = " / ".join(f"{run['students']['pi']['loss_per_epoch'][-1]:.3f}" for run in runs)
     single_loss = single["students"]["pi"]["loss_per_epoch"][-1]
     assert f"last-round loss is {losses} ({single_loss:.3f} for that seed 0)" in text
-    reshuffles = [c for c in columns if c.startswith("reshuffle")]
-    means = " / ".join(f"{statistics.mean(per_seed[c]):.0f}" for c in reshuffles)
-    assert f"{means} (mean over the seeds) for reshuffles" in text
-    _assert_order_and_count_free(per_seed, 0.002)
-    assert f"wall time, {_minute_span(runs)} minutes each" in text
-    readme = " ".join(README.split())
-    assert f"upright the students keep {share:.0%} of their teacher" in readme
-    assert "`benchmarks/reference/pi_cartpole_harder_dagger_r15.json`" in readme
+    _assert_reshuffles_runs_and_readme(per_seed, runs, text, 0.002, "pi_cartpole_harder_dagger_r15.json")
+    assert f"upright the students keep {share:.0%} of their teacher" in " ".join(README.split())
 
 
 def test_the_students_with_the_codes_memory_are_quoted_as_measured():
@@ -2070,15 +2076,10 @@ def test_the_students_with_the_codes_memory_are_quoted_as_measured():
     quoted = f"(their last round) it is still {span(memory['policies'], -1)} there (the 15-round students on"
     assert f"{quoted} theirs: {span(without_memory, -1)})" in text
     reshuffles = [c for c in columns if c.startswith("reshuffle")]
-    means = " / ".join(f"{statistics.mean(per_seed[c]):.0f}" for c in reshuffles)
     r15_means = " / ".join(f"{statistics.mean(r15['pi_per_seed'][c]):.0f}" for c in reshuffles)
-    assert f"{means} (mean over the seeds) for reshuffles" in text
     assert f"and the 15-round students' {r15_means}" in text
-    _assert_order_and_count_free(per_seed, 0.004)
-    assert f"wall time, {_minute_span(runs)} minutes each" in text
-    readme = " ".join(README.split())
-    assert f"with the code's memory {share:.0%}" in readme
-    assert "`benchmarks/reference/pi_cartpole_harder_dagger_memory.json`" in readme
+    _assert_reshuffles_runs_and_readme(per_seed, runs, text, 0.004, "pi_cartpole_harder_dagger_memory.json")
+    assert f"with the code's memory {share:.0%}" in " ".join(README.split())
 
 
 def test_the_shared_torso_screen_with_a_smaller_learning_rate_is_quoted_as_measured():
