@@ -45,6 +45,7 @@ import gin
 import numpy as np
 
 from sit_keras.agents import train
+from sit_keras.agents.environments import cartpole_swingup
 from sit_keras.agents.networks import policy_network
 from sit_keras.agents.training import harness
 
@@ -69,6 +70,13 @@ def student_network(name: str) -> dict[str, Any]:
         gin.clear_config()
 
 
+def record_time_limit(steps: int) -> dict[str, Any]:
+    """Recorded episodes end after ``steps``; the student's evaluation (its saved description, which
+    ``sit-eval`` reads) keeps the environment's whole episodes."""
+    whole = cartpole_swingup.MAX_STEPS
+    return {"env_kwargs": {"time_limit": steps}, "eval_env_kwargs": {"time_limit": whole}}
+
+
 def distill_student(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """Clones the teacher into ``<root>/<name>`` (resumes); returns the folder, settings, results and time."""
     root_dir = os.path.join(args.root, name)
@@ -87,6 +95,7 @@ def distill_student(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "noise_sensors": args.noise_sensors if name == "pi" else 0,
         "streams_per_epoch": args.streams_per_epoch,
         "progress": False, **network,
+        **(record_time_limit(args.record_time_limit) if args.record_time_limit else {}),
     }  # fmt: skip
     gin.clear_config()
     start = time.perf_counter()
@@ -174,6 +183,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--streams_per_epoch", type=int, default=0,
         help="train each epoch on this many recorded streams drawn at random (bc.streams_per_epoch; 0: all)",
     )  # fmt: skip
+    parser.add_argument(
+        "--record_time_limit", type=int, default=0,
+        help="end the recorded episodes after this many steps, so that a round holds more swing-ups "
+        "(the environment's time_limit; 0: its own 1000); the tests always run whole episodes",
+    )  # fmt: skip
     parser.add_argument("--num_episodes", type=int, default=24, help="test episodes per cell")
     parser.add_argument("--num_eval_envs", type=int, default=24)
     parser.add_argument("--eval_seed", type=int, default=1_000_000)
@@ -192,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1. Received: {getattr(args, name)}")
-    for name in ("noise_sensors", "streams_per_epoch"):
+    for name in ("noise_sensors", "streams_per_epoch", "record_time_limit"):
         if getattr(args, name) < 0:
             parser.error(f"--{name} must be >= 0. Received: {getattr(args, name)}")
     if not (args.learning_rate > 0 and np.isfinite(args.learning_rate)):

@@ -275,7 +275,7 @@ def test_pi_cartpole_distill_refuses_a_bad_previous_action_noise_before_training
     assert not root.exists()
 
 
-@pytest.mark.parametrize("flag", ["noise_sensors", "streams_per_epoch"])
+@pytest.mark.parametrize("flag", ["noise_sensors", "streams_per_epoch", "record_time_limit"])
 def test_pi_cartpole_distill_refuses_a_negative_count_before_training(flag, tmp_path, capsys):
     distill = _load("pi_cartpole_distill")
     root = tmp_path / "students"
@@ -284,6 +284,40 @@ def test_pi_cartpole_distill_refuses_a_negative_count_before_training(flag, tmp_
     assert exit_info.value.code == 2
     assert f"--{flag} must be >= 0. Received: -1" in capsys.readouterr().err
     assert not root.exists()
+
+
+def test_pi_cartpole_distill_records_episodes_cut_at_the_time_limit_and_tests_whole_ones(tmp_path):
+    """--record_time_limit: every recorded episode ends after that many steps; the tests' do not."""
+    from sit_keras.agents import train
+    from sit_keras.agents.algorithms import bc
+    from sit_keras.agents.networks import policy_network
+
+    distill = _load("pi_cartpole_distill")
+    teacher = str(tmp_path / "teacher")
+    train.train_eval(
+        teacher, agent="ppo", env_name="gymnasium:CartPoleSwingUpHarder-v0", num_envs=2, encoder="mlp",
+        encoder_kwargs={"units": (8,)}, total_env_steps=32, collect_steps_per_env=16, num_minibatches=1,
+        num_epochs=1, drac_coef=0.0, policy_save_interval=32, checkpoint_interval=32, num_eval_episodes=0,
+        progress=False,
+    )  # fmt: skip
+    gin.clear_config()
+    out = tmp_path / "report.json"
+    argv = [
+        "--teacher_dir", teacher, "--root", str(tmp_path / "students"), "--students", "mlp",
+        "--num_envs", "2", "--total_env_steps", "60", "--sequence_length", "10", "--num_epochs", "1",
+        "--record_time_limit", "7", "--num_episodes", "1", "--num_eval_envs", "1", "--reshuffles", "",
+        "--out", str(out),
+    ]  # fmt: skip
+    assert distill.main(argv) == 0
+    (data,) = bc.load_rounds(str(tmp_path / "students" / "mlp" / bc.DATA_FILE))
+    for step_types in data.step_types:
+        starts = np.flatnonzero(step_types == 0)  # StepType.FIRST
+        assert len(starts) >= 3 and set(np.diff(starts)) == {8}  # the first observation and 7 steps
+    report = json.loads(out.read_text())
+    assert report["students"]["mlp"]["settings"]["env_kwargs"] == {"time_limit": 7}
+    # sit-eval reads the student's description: it evaluates whole episodes, as the tests here do.
+    description = policy_network.read_description(str(tmp_path / "students" / "mlp"))
+    assert description.eval_env_kwargs == {"time_limit": 1000}
 
 
 def test_lavacrossing_probe_expert_reaches_the_goal_in_its_own_number_of_moves():
