@@ -1,5 +1,5 @@
 """Smoke runs of the RL benchmarks (benchmarks/ppo_throughput.py, benchmarks/minigrid_rotation.py,
-benchmarks/atari100k.py, benchmarks/dmc_walker.py, benchmarks/lavacrossing_probe.py)."""
+benchmarks/atari100k.py, benchmarks/dmc_walker.py, benchmarks/lavacrossing_probe.py, the pi_cartpole scripts)."""
 
 from __future__ import annotations
 
@@ -608,3 +608,69 @@ def test_pi_cartpole_data_curve_refuses_bad_arguments_in_one_sentence(tmp_path, 
         assert module.main(["--students", f"pi={record}", *(a for kv in arguments.items() for a in kv)]) == 2
         assert f"{flag} must be a file path, not a folder" in capsys.readouterr().err
     assert not Path(out).exists() and not (tmp_path / "curve.png").exists()
+
+
+def _seed_report(path: Path, seed: int, upright: float, teacher: float = 600.0, **changes) -> str:
+    """A pi_cartpole_distill report of one seed: the teacher and a PI student, two columns."""
+    report = {
+        "command": f"pi_cartpole_distill.py --teacher_dir t --root r{seed} --seed {seed} --out o{seed}",
+        "env_name": "gymnasium:CartPoleSwingUpHarder-v0", "teacher_dir": "t", "machine_cores": 2, "paper": {},
+        "test_settings": {"num_episodes": 2, "eval_seed": 1},
+        "results": {
+            "teacher": {"5 obs": {"mean": teacher, "returns": [teacher, teacher]}},
+            "pi": {"5 obs": {"mean": upright}, "5 obs + 5 noise": {"mean": upright / 2}},
+        },
+    }  # fmt: skip
+    report.update(changes)
+    path.write_text(json.dumps(report))
+    return str(path)
+
+
+def test_pi_cartpole_seeds_puts_the_seeds_of_one_setting_side_by_side(tmp_path):
+    seeds = _load("pi_cartpole_seeds")
+    reports = [_seed_report(tmp_path / f"s{s}.json", s, upright) for s, upright in ((1, 540.0), (0, 480.0))]
+    out = tmp_path / "seeds.json"
+    argv = ["--reports", ",".join(reports), "--what", "w", "--budget", "b", "--out", str(out)]
+    assert seeds.main(argv) == 0
+    report = json.loads(out.read_text())
+    assert [run["seed"] for run in report["runs"]] == [0, 1]  # in seed order
+    summary = report["summary"]
+    assert summary["pi_per_seed"] == {"5 obs": [480.0, 540.0], "5 obs + 5 noise": [240.0, 270.0]}
+    assert summary["student_over_teacher"] == pytest.approx(0.85)
+    assert summary["student_over_teacher_per_seed"] == pytest.approx([0.8, 0.9])
+    assert summary["pi_5_obs_std_over_seeds_sample"] == pytest.approx(42.426, abs=1e-3)
+    assert summary["column_over_5_obs_per_seed"] == {"5 obs + 5 noise": [0.5, 0.5]}
+
+
+@pytest.mark.parametrize(
+    "second, message",
+    [
+        ({"seed": 0}, "--reports holds seed 0 twice."),
+        ({"teacher": 601.0}, "tested another teacher than"),
+        ({"test_settings": {"num_episodes": 3, "eval_seed": 1}}, "ran other test episodes than"),
+        ({"command": "pi_cartpole_distill.py --teacher_dir t --seed 1 --num_epochs 3"},
+         "ran another setting than"),
+        ({"results": {}}, "tested no AttentionNeuron student"),
+    ],
+)  # fmt: skip
+def test_pi_cartpole_seeds_refuses_reports_that_are_not_seeds_of_one_setting(
+    second, message, tmp_path, capsys
+):
+    seeds = _load("pi_cartpole_seeds")
+    first = _seed_report(tmp_path / "a.json", 0, 500.0)
+    seed = second.pop("seed", 1)
+    teacher = second.pop("teacher", 600.0)
+    other = _seed_report(tmp_path / "b.json", seed, 500.0, teacher, **second)
+    out = tmp_path / "seeds.json"
+    argv = ["--reports", f"{first},{other}", "--what", "w", "--budget", "b", "--out", str(out)]
+    assert seeds.main(argv) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_pi_cartpole_seeds_names_a_missing_report(tmp_path, capsys):
+    seeds = _load("pi_cartpole_seeds")
+    missing = tmp_path / "none.json"
+    argv = ["--reports", str(missing), "--what", "w", "--budget", "b", "--out", str(tmp_path / "o.json")]
+    assert seeds.main(argv) == 2
+    assert f"--reports: {str(missing)!r} does not exist." in capsys.readouterr().err
