@@ -1,5 +1,6 @@
 """Smoke runs of the RL benchmarks (benchmarks/ppo_throughput.py, benchmarks/minigrid_rotation.py,
-benchmarks/atari100k.py, benchmarks/dmc_walker.py, benchmarks/lavacrossing_probe.py, the pi_cartpole scripts)."""
+benchmarks/atari100k.py, benchmarks/dmc_walker.py, benchmarks/lavacrossing_probe.py, the pi_cartpole
+scripts)."""
 
 from __future__ import annotations
 
