@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
+import os
 import re
 from pathlib import Path
 
@@ -288,7 +289,8 @@ def test_pi_cartpole_distill_refuses_a_negative_count_before_training(flag, tmp_
 
 
 def test_pi_cartpole_distill_records_episodes_cut_at_the_time_limit_and_tests_whole_ones(tmp_path):
-    """--record_time_limit: every recorded episode ends after that many steps; the tests' do not."""
+    """--record_time_limit: every recorded episode ends after that many steps; the tests' do not. The teacher
+    is its small folder, as committed under benchmarks/teachers/."""
     from sit_keras.agents import train
     from sit_keras.agents.algorithms import bc
     from sit_keras.agents.networks import policy_network
@@ -302,9 +304,21 @@ def test_pi_cartpole_distill_records_episodes_cut_at_the_time_limit_and_tests_wh
         progress=False,
     )  # fmt: skip
     gin.clear_config()
+    # The teacher's small folder (benchmarks/teacher_folder.py) teaches and is tested as the training folder.
+    small = str(tmp_path / "small_teacher")
+    assert _load("teacher_folder").main(["--root_dir", teacher, "--out", small]) == 0
+    assert not os.path.exists(os.path.join(small, "replay_buffer"))
+    weights = []
+    for folder in (teacher, small):
+        description = policy_network.read_description(folder)
+        net = policy_network.build_network(description)
+        policy_network.restore_network(net, folder, description.checkpoint_attribute)
+        weights.append([v.numpy() for v in net.variables])
+    assert all(np.array_equal(a, b) for a, b in zip(*weights, strict=True))
+    assert _greedy_actions(small) == _greedy_actions(teacher)  # the labels: its newest saved weights
     out = tmp_path / "report.json"
     argv = [
-        "--teacher_dir", teacher, "--root", str(tmp_path / "students"), "--students", "mlp",
+        "--teacher_dir", small, "--root", str(tmp_path / "students"), "--students", "mlp",
         "--num_envs", "2", "--total_env_steps", "60", "--sequence_length", "10", "--num_epochs", "1",
         "--record_time_limit", "7", "--num_episodes", "1", "--num_eval_envs", "1", "--reshuffles", "",
         "--out", str(out),
@@ -675,3 +689,44 @@ def test_pi_cartpole_seeds_names_a_missing_report(tmp_path, capsys):
     argv = ["--reports", str(missing), "--what", "w", "--budget", "b", "--out", str(tmp_path / "o.json")]
     assert seeds.main(argv) == 2
     assert f"--reports: {str(missing)!r} does not exist." in capsys.readouterr().err
+
+
+def test_teacher_folder_refuses_a_folder_without_a_teacher_or_an_existing_out(tmp_path, capsys):
+    folder = _load("teacher_folder")
+    assert folder.main(["--root_dir", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
+    assert "holds no policy_network.json (not a sit-train folder)." in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    teacher = "benchmarks/teachers/cartpole_swingup_harder_sac"
+    root = str(BENCHMARKS.parent / teacher)
+    assert folder.main(["--root_dir", root, "--out", str(tmp_path)]) == 2
+    assert f"--out {str(tmp_path)!r} exists; give a new folder." in capsys.readouterr().err
+
+
+def _greedy_actions(folder: str) -> list[float]:
+    """The actions of a teacher folder's greedy SavedModel (with its newest weights) on 4 seeded readings."""
+    from tf_agents.trajectories import time_step as ts
+
+    from sit_keras.agents import evaluate
+    from sit_keras.agents.algorithms import bc
+
+    readings = np.random.default_rng(0).normal(size=(4, 5)).astype(np.float32)
+    policy = evaluate.load_policy(bc.teacher_policy_dir(folder))
+    return np.asarray(policy.action(ts.restart(readings, batch_size=4)).action).ravel().tolist()
+
+
+def test_the_committed_cartpole_teacher_labels_as_its_acting_network():
+    """benchmarks/teachers/cartpole_swingup_harder_sac: its greedy SavedModel (the labels the students
+    learn) and its acting network's checkpoint (the one its tests run) are the same policy, every variable
+    restored."""
+    import tensorflow as tf
+
+    from sit_keras.agents.networks import policy_network
+
+    folder = str(BENCHMARKS / "teachers" / "cartpole_swingup_harder_sac")
+    description = policy_network.read_description(folder)
+    assert description.env_name == "gymnasium:CartPoleSwingUpHarder-v0" and description.agent == "sac"
+    net = policy_network.build_network(description)
+    policy_network.restore_network(net, folder, description.checkpoint_attribute)
+    readings = np.random.default_rng(0).normal(size=(4, 5)).astype(np.float32)
+    distribution, _ = net(tf.constant(readings), step_type=tf.zeros(4, tf.int32), training=False)
+    np.testing.assert_allclose(_greedy_actions(folder), distribution.mode().numpy().ravel(), atol=1e-6)

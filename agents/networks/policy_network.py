@@ -216,11 +216,24 @@ def restore_network(net: network.Network, root_dir: str, attribute: str, path: s
             raise FileNotFoundError(
                 f"No training checkpoint in {checkpoint_dir!r}; train with sit-train first."
             )
-    # Stand-ins for the agent's object graph down to the network.
-    node: Any = net
-    for name in reversed(attribute.split(".")):
-        node = tf.train.Checkpoint(**{name: node})
-    status = tf.train.Checkpoint(agent=node).read(path)
+    status = _agent_checkpoint(net, attribute).read(path)
     status.expect_partial()
     status.assert_existing_objects_matched()
     return path
+
+
+def save_network(net: network.Network, root_dir: str, attribute: str, step: int) -> str:
+    """Writes ``net``'s variables alone as ``<root_dir>/checkpoints/ckpt-<step>``, where an agent's
+    checkpoint keeps them, so that ``restore_network`` reads it as a training checkpoint; returns its path."""
+    manager = tf.train.CheckpointManager(
+        _agent_checkpoint(net, attribute), os.path.join(root_dir, CHECKPOINT_DIR), max_to_keep=1
+    )
+    return manager.save(checkpoint_number=step)
+
+
+def _agent_checkpoint(net: network.Network, attribute: str) -> tf.train.Checkpoint:
+    """Stand-ins for the agent's object graph down to the network (``attribute``: its path in the agent)."""
+    node: Any = net
+    for name in reversed(attribute.split(".")):
+        node = tf.train.Checkpoint(**{name: node})
+    return tf.train.Checkpoint(agent=node)
