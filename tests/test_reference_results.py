@@ -2316,3 +2316,69 @@ def test_the_shared_torso_runs_are_quoted_as_measured():
         LAVACROSSING_SHORT
     )
     assert f"stalled it at {curve1[max(curve1)]:.2f} training success by 1M steps" in " ".join(README.split())
+
+
+# docs/results.md's table of the share of test starts each cart-pole student keeps: (label, report).
+KEPT_STARTS = (
+    ("5 rounds, 100 epochs a round, seed 0", "pi_cartpole_harder_dagger_e100.json"),
+    ("10 rounds", "pi_cartpole_harder_dagger_rounds10.json"),
+    ("10 rounds, noise channels and previous-action noise", "pi_cartpole_harder_dagger_noise.json"),
+    ("10 rounds, noise channels, seed 0", "pi_cartpole_harder_dagger_noise_only.json"),
+    ("15 rounds of 10 epochs, noise channels", "pi_cartpole_harder_dagger_r15.json"),
+    ("10 rounds, the code's memory, noise channels", "pi_cartpole_harder_dagger_memory.json"),
+)
+KEPT = 50  # a return below this: the episode ended early, the cart off the track
+
+
+def _upright_returns(report: dict, policy: str) -> list[list[float]]:
+    """Each run's 200 upright test returns of ``policy`` (a report of one run or of seeds)."""
+    return [run["results"][policy]["5 obs"]["returns"] for run in report.get("runs") or [report]]
+
+
+def _kept_starts(returns: list[float]) -> tuple[float, float]:
+    """The share of episodes scoring at least ``KEPT`` and their mean return."""
+    kept = [r for r in returns if r >= KEPT]
+    return len(kept) / len(returns), statistics.mean(kept)
+
+
+def test_every_students_share_of_kept_starts_is_quoted_as_measured():
+    text = " ".join(RESULTS.split())
+    teacher_returns = _upright_returns(_report(KEPT_STARTS[0][1]), "teacher")[0]
+    teacher = _kept_starts(teacher_returns)
+    assert (
+        f"the teacher scores at least 50 in {teacher[0]:.3f} of them and {teacher[1]:.0f} on average there"
+        in text
+    )
+    shares, means = [], []
+    for label, name in KEPT_STARTS:
+        report = _report(name)
+        assert (
+            _upright_returns(report, "teacher")[0]
+            == _upright_returns(_report(KEPT_STARTS[0][1]), "teacher")[0]
+        )
+        cells = [_kept_starts(returns) for returns in _upright_returns(report, "pi")]
+        shares += [s for s, _ in cells]
+        means += [m for _, m in cells]
+        row = f"| {label} (`{name}`) | {' / '.join(f'{s:.3f}' for s, _ in cells)} | "
+        assert row + f"{' / '.join(f'{m:.0f}' for _, m in cells)} |" in RESULTS
+    assert (
+        f"keeps {min(shares):.3f}-{max(shares):.3f} of the starts against the teacher's {teacher[0]:.3f}"
+        in text
+    )
+    assert f"in the episodes it keeps ({min(means):.0f}-{max(means):.0f} against {teacher[1]:.0f})" in text
+    # Which starts are lost: the 12 students of four 3-seed reports, and the teacher.
+    failed = np.array(
+        [np.array(r) < KEPT for _, name in KEPT_STARTS[1:] if len(_report(name)["runs"]) == 3
+         for r in _upright_returns(_report(name), "pi")]
+    )  # fmt: skip
+    teacher_failed = np.array(teacher_returns) < KEPT
+    phi = np.corrcoef(np.vstack([failed, teacher_failed]).astype(float))
+    count = len(failed)
+    between = phi[:count, :count][np.triu_indices(count, 1)].mean()
+    by_all = failed.all(axis=0)
+    assert count == 12
+    assert (
+        f"agree with a correlation (phi) of {between:.2f} on average, a student's with the teacher's "
+        f"{phi[count, :count].mean():.2f}, and {by_all.sum()} of the 200 starts are lost by all 12 "
+        f"({teacher_failed[by_all].sum()} of them by the teacher too)"
+    ) in text
