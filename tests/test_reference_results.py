@@ -2382,3 +2382,53 @@ def test_every_students_share_of_kept_starts_is_quoted_as_measured():
         f"{phi[count, :count].mean():.2f}, and {by_all.sum()} of the 200 starts are lost by all 12 "
         f"({teacher_failed[by_all].sum()} of them by the teacher too)"
     ) in text
+
+
+def test_the_students_of_rounds_with_more_starts_are_quoted_as_measured():
+    """docs/results.md: 10 DAgger rounds of episodes cut at 500 steps, noise channels, a new teacher."""
+    report = _report("pi_cartpole_harder_dagger_time_limit.json")
+    summary, runs = report["summary"], report["runs"]
+    flags = (
+        "--record_time_limit 500",
+        "--noise_sensors 5",
+        "--dagger_rounds 9",
+        "--num_epochs 20",
+        "--streams_per_epoch 64",
+        "--total_env_steps 640000",
+        "--pi_fc_layer_params 128,128",
+    )
+    per_seed = _checked_pi_seeds(runs, summary, flags)
+    for run in runs:
+        assert run["students"]["pi"]["settings"]["env_kwargs"] == {"time_limit": 500}
+        assert run["students"]["pi"]["settings"]["eval_env_kwargs"] == {"time_limit": 1000}
+    assert "pi_cartpole_seeds.py" in report["command"]
+    # The teacher: trained again with the first one's command, committed, its record beside it.
+    teacher = _report("cartpole_harder_sac_teacher.json")
+    committed = ROOT / "benchmarks" / "teachers" / "cartpole_swingup_harder_sac"
+    assert teacher["evaluations_greedy_20_episodes"] == [
+        {"env_steps": e["env_steps"], "mean_return": e["mean_return"]}
+        for e in json.loads((committed / "evaluations.json").read_text())
+    ]
+    assert teacher["command"] == _report("pi_cartpole_harder_dagger_seeds.json")["teacher"]["command"]
+    text = " ".join(RESULTS.split())
+    assert f"the same command trained it again in {teacher['wall_time_minutes']:.0f} minutes" in text
+    kept = _kept_starts(_upright_returns(report, "teacher")[0])
+    assert f"it scores {summary['teacher_5_obs']:.0f} (the first teacher: 621)" in text
+    assert f"keeps {kept[0]:.3f} of the starts and {kept[1]:.0f} there" in text
+    paper = report["paper"]["pi"]
+    cells = [f"{' / '.join(f'{v:.0f}' for v in per_seed[c])} ({paper[c][0]})" for c in per_seed]
+    label = "AttentionNeuron, 10 rounds of episodes cut at 500 steps, noise channels in training"
+    assert f"| {label} | {' | '.join(cells)} |" in RESULTS
+    share, ratios = _quoted_upright(summary, per_seed["5 obs"], text)
+    assert f"({ratios} by seed)" in text
+    students = [_kept_starts(returns) for returns in _upright_returns(report, "pi")]
+    assert (
+        f"they keep {' / '.join(f'{s:.3f}' for s, _ in students)} of the starts and score "
+        f"{' / '.join(f'{m:.0f}' for _, m in students)} there"
+    ) in text
+    costs = [1 - n / u for n, u in zip(per_seed["5 obs + 5 noise"], per_seed["5 obs"], strict=True)]
+    assert f"Five noise channels cost {' / '.join(f'{c:.1%}' for c in costs)} of the upright return" in text
+    _assert_reshuffles_runs_and_readme(
+        per_seed, runs, text, 0.01, "pi_cartpole_harder_dagger_time_limit.json"
+    )
+    assert f"rounds of episodes cut at 500 steps {share:.0%}" in " ".join(README.split())
