@@ -2431,4 +2431,7 @@ def test_the_students_of_rounds_with_more_starts_are_quoted_as_measured():
     _assert_reshuffles_runs_and_readme(
         per_seed, runs, text, 0.01, "pi_cartpole_harder_dagger_time_limit.json"
     )
-    assert f"rounds of episodes cut at 500 steps {share:.0%}" in " ".join(README.split())
+    readme = " ".join(README.split())
+    assert f"rounds of episodes cut at 500 steps {share:.0%}" in readme
+    teacher_json = "`benchmarks/reference/cartpole_harder_sac_teacher.json`"
+    assert f"from a teacher trained again ({summary['teacher_5_obs']:.0f}) and committed ({teacher_json})" in readme
