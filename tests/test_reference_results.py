@@ -2434,4 +2434,7 @@ def test_the_students_of_rounds_with_more_starts_are_quoted_as_measured():
     readme = " ".join(README.split())
     assert f"rounds of episodes cut at 500 steps {share:.0%}" in readme
     teacher_json = "`benchmarks/reference/cartpole_harder_sac_teacher.json`"
-    assert f"from a teacher trained again ({summary['teacher_5_obs']:.0f}) and committed ({teacher_json})" in readme
+    assert (
+        f"from a teacher trained again ({summary['teacher_5_obs']:.0f}) and committed ({teacher_json})"
+        in readme
+    )
