@@ -26,6 +26,7 @@ from tf_agents.specs import tensor_spec
 from tf_agents.train import ppo_learner
 from tf_agents.utils import common
 
+from sit_keras.agents.algorithms import warm_start
 from sit_keras.agents.algorithms.augmentation import make_augmentation
 from sit_keras.agents.algorithms.ppo_agent import DrACPPOAgent
 from sit_keras.agents.networks import encoders
@@ -64,6 +65,18 @@ class PPO:
       normalize_advantages: scale each minibatch's advantages to unit variance
         (TF-Agents' PPO); False uses the GAE advantages as they are (IMPALA).
       drac_coef, augmentation: DrAC (0 disables it).
+      initial_actor_dir: a training folder (e.g. a ``sit-distill`` student's)
+        whose acting network is this run's actor: the run starts from its
+        newest weights instead of random ones (``warm_start``); the critic
+        starts afresh. ``None``: random weights. A resumed run reads its own
+        checkpoint instead.
+      initial_action_std: a continuous actor's sampling standard deviation at
+        the start (its state-independent std set to this); ``None`` keeps the
+        network's (a cloned actor's is untrained: 0.69 of the action range).
+      actor_frozen_env_steps: the first environment steps train the critic
+        alone (the policy, entropy and KL terms weigh 0): a started actor is
+        not moved by the advantages of a critic that has not learned its
+        returns yet. Rounded up to whole iterations.
     """
 
     fc_layer_params: Sequence[int] = ()
@@ -86,6 +99,9 @@ class PPO:
     normalize_advantages: bool = True
     drac_coef: float = 0.1
     augmentation: str = "crop"
+    initial_actor_dir: str | None = None
+    initial_action_std: float | None = None
+    actor_frozen_env_steps: int = 0
 
     def __post_init__(self):
         settings_check.check(self, "ppo", RANGES)
@@ -101,7 +117,8 @@ RANGES = {
     "discount": settings_check.FRACTION, "gae_lambda": settings_check.FRACTION,
     "entropy_coef": settings_check.NON_NEGATIVE, "value_coef": settings_check.NON_NEGATIVE,
     "clip_ratio": settings_check.POSITIVE, "max_grad_norm": settings_check.POSITIVE,
-    "drac_coef": settings_check.NON_NEGATIVE,
+    "drac_coef": settings_check.NON_NEGATIVE, "initial_action_std": settings_check.POSITIVE,
+    "actor_frozen_env_steps": settings_check.NON_NEGATIVE,
 }  # fmt: skip
 
 
@@ -160,6 +177,15 @@ def check(run: RunSettings, settings: PPO) -> None:
         )
     if settings.drac_coef > 0:
         make_augmentation(settings.augmentation, 64)  # an unknown name fails here
+    if settings.initial_actor_dir is not None:
+        actor_kwargs = encoders.actor_network_kwargs(
+            run.encoder, run.encoder_kwargs, settings.fc_layer_params
+        )
+        description = warm_start.read_folder(settings.initial_actor_dir, "ppo.initial_actor_dir")
+        warm_start.check_same_actor(
+            description, encoders.actor_network_class(actor_kwargs).__name__, actor_kwargs,
+            "ppo.initial_actor_dir", settings.initial_actor_dir,
+        )  # fmt: skip
 
 
 def build(run: Run, settings: PPO) -> Algorithm:
@@ -245,6 +271,10 @@ def _agent(
 ) -> DrACPPOAgent:
     """The actor and value networks and the agent (``Run.make_agent`` calls it under the strategy)."""
     actor_net = encoders.actor_network(run.observation_spec, run.action_spec, **actor_kwargs)
+    if settings.initial_actor_dir is not None:
+        _start_from(actor_net, settings.initial_actor_dir, run)
+    if settings.initial_action_std is not None:
+        warm_start.set_action_std(actor_net, settings.initial_action_std)
     if settings.shared_torso:
         value_net = encoders.shared_value_network(actor_net)
     else:
@@ -283,7 +313,23 @@ def _agent(
         augmentation=make_augmentation(settings.augmentation, image_size) if settings.drac_coef > 0 else None,
         drac_coef=settings.drac_coef,
         normalize_advantages=settings.normalize_advantages,
+        actor_frozen_train_steps=_frozen_train_steps(settings, steps_per_iteration),
     )
+
+
+def _start_from(actor_net, actor_dir: str, run: Run) -> None:
+    """``ppo.initial_actor_dir``: the actor's weights from that folder's newest checkpoint."""
+    description = warm_start.read_folder(actor_dir, "ppo.initial_actor_dir")
+    warm_start.check_same_specs(
+        description, run.observation_spec, run.action_spec, "ppo.initial_actor_dir", actor_dir
+    )
+    warm_start.load_actor(actor_net, description, actor_dir)
+
+
+def _frozen_train_steps(settings: PPO, steps_per_iteration: int) -> int:
+    """``ppo.actor_frozen_env_steps`` in gradient steps (whole iterations: ``epochs x minibatches)."""
+    iterations = -(-settings.actor_frozen_env_steps // steps_per_iteration)  # ceil
+    return iterations * settings.num_epochs * settings.num_minibatches
 
 
 def _learning_rate(settings: PPO, total_env_steps: int, steps_per_iteration: int):

@@ -78,6 +78,11 @@ class DrACPPOAgent(ppo_clip_agent.PPOClipAgent):
         stored value predictions, as ``use_td_lambda_return`` builds them).
         Normalising scales pure value noise up to unit variance when no reward
         has been seen yet.
+      actor_frozen_train_steps: the first gradient steps train the value
+        network alone: the policy-gradient, entropy, KL and DrAC policy terms
+        are multiplied by 0 until the train step counter reaches it, so an
+        actor started from trained weights (``ppo.initial_actor_dir``) is not
+        moved by a critic that has not learned its returns yet.
     """
 
     def __init__(
@@ -86,6 +91,7 @@ class DrACPPOAgent(ppo_clip_agent.PPOClipAgent):
         augmentation: Augmentation | None = None,
         drac_coef: float = 0.0,
         normalize_advantages: bool = True,
+        actor_frozen_train_steps: int = 0,
         **kwargs,
     ):
         if drac_coef < 0:
@@ -105,6 +111,9 @@ class DrACPPOAgent(ppo_clip_agent.PPOClipAgent):
                 "which needs use_gae=True and use_td_lambda_return=True."
             )
         self._normalize_advantages = bool(normalize_advantages)
+        if actor_frozen_train_steps < 0:
+            raise ValueError(f"actor_frozen_train_steps must be >= 0. Received: {actor_frozen_train_steps}")
+        self._actor_frozen_train_steps = int(actor_frozen_train_steps)
 
     def get_loss(
         self,
@@ -190,12 +199,11 @@ class DrACPPOAgent(ppo_clip_agent.PPOClipAgent):
             kl_penalty_loss = self.kl_penalty_loss(
                 time_steps, action_distribution_parameters, current, weights, debug_summaries
             )
+        actor_weight = self._actor_weight()
         total = (
-            policy_gradient_loss
+            actor_weight * (policy_gradient_loss + entropy_regularization_loss + kl_penalty_loss)
             + value_estimation_loss
             + l2_regularization_loss
-            + entropy_regularization_loss
-            + kl_penalty_loss
         )
         extra = ppo_agent.PPOLossInfo(
             policy_gradient_loss=policy_gradient_loss,
@@ -211,7 +219,14 @@ class DrACPPOAgent(ppo_clip_agent.PPOClipAgent):
         policy_reg, value_reg = self._drac_regularisers(time_steps, current, weights, training, values=values)
         _write_loss_scalar("drac_policy", policy_reg, self.train_step_counter)
         _write_loss_scalar("drac_value", value_reg, self.train_step_counter)
-        return tf_agent.LossInfo(total + self._drac_coef * (policy_reg + value_reg), extra)
+        return tf_agent.LossInfo(total + self._drac_coef * (actor_weight * policy_reg + value_reg), extra)
+
+    def _actor_weight(self) -> tf.Tensor:
+        """0.0 while the actor is frozen (``actor_frozen_train_steps``), then 1.0."""
+        if not self._actor_frozen_train_steps:
+            return tf.constant(1.0)
+        started = self.train_step_counter >= self._actor_frozen_train_steps
+        return tf.cast(started, tf.float32)
 
     def value_estimation_loss(
         self,
