@@ -30,7 +30,7 @@ from sit_keras.agents.algorithms import warm_start
 from sit_keras.agents.algorithms.augmentation import make_augmentation
 from sit_keras.agents.algorithms.ppo_agent import DrACPPOAgent
 from sit_keras.agents.networks import encoders
-from sit_keras.agents.training import settings_check, workers
+from sit_keras.agents.training import checkpoints, settings_check, workers
 from sit_keras.agents.training.algorithm import Algorithm, Run
 from sit_keras.agents.training.run_settings import RunSettings
 
@@ -69,10 +69,17 @@ class PPO:
         whose acting network is this run's actor: the run starts from its
         newest weights instead of random ones (``warm_start``); the critic
         starts afresh. ``None``: random weights. A resumed run reads its own
-        checkpoint instead.
+        checkpoint instead, and no longer needs the folder.
       initial_action_std: a continuous actor's sampling standard deviation at
         the start (its state-independent std set to this); ``None`` keeps the
         network's (a cloned actor's is untrained: 0.69 of the action range).
+      reset_each_iteration: start every iteration with the environments reset
+        (new episodes, the recurrent state at its initial value) instead of
+        going on mid-episode. A recurrent network trains on each sequence from
+        its initial state (as TF-Agents' PPO): mid-episode, that is not the
+        state it collected with, and the importance ratios compare two
+        different policies. Episodes are cut at ``collect_steps_per_env``
+        steps, so set it to the episode length.
       actor_frozen_env_steps: the first environment steps train the critic
         alone (the policy, entropy and KL terms weigh 0): a started actor is
         not moved by the advantages of a critic that has not learned its
@@ -101,6 +108,7 @@ class PPO:
     augmentation: str = "crop"
     initial_actor_dir: str | None = None
     initial_action_std: float | None = None
+    reset_each_iteration: bool = False
     actor_frozen_env_steps: int = 0
 
     def __post_init__(self):
@@ -177,15 +185,6 @@ def check(run: RunSettings, settings: PPO) -> None:
         )
     if settings.drac_coef > 0:
         make_augmentation(settings.augmentation, 64)  # an unknown name fails here
-    if settings.initial_actor_dir is not None:
-        actor_kwargs = encoders.actor_network_kwargs(
-            run.encoder, run.encoder_kwargs, settings.fc_layer_params
-        )
-        description = warm_start.read_folder(settings.initial_actor_dir, "ppo.initial_actor_dir")
-        warm_start.check_same_actor(
-            description, encoders.actor_network_class(actor_kwargs).__name__, actor_kwargs,
-            "ppo.initial_actor_dir", settings.initial_actor_dir,
-        )  # fmt: skip
 
 
 def build(run: Run, settings: PPO) -> Algorithm:
@@ -236,6 +235,7 @@ def build(run: Run, settings: PPO) -> Algorithm:
         batched_steps=T + 1,
         env_steps_per_iteration=steps_per_iteration,
         learn=learn,
+        reset_each_iteration=settings.reset_each_iteration,
     )
 
 
@@ -271,8 +271,8 @@ def _agent(
 ) -> DrACPPOAgent:
     """The actor and value networks and the agent (``Run.make_agent`` calls it under the strategy)."""
     actor_net = encoders.actor_network(run.observation_spec, run.action_spec, **actor_kwargs)
-    if settings.initial_actor_dir is not None:
-        _start_from(actor_net, settings.initial_actor_dir, run)
+    if settings.initial_actor_dir is not None and not checkpoints.has_checkpoint(run.root_dir):
+        _start_from(actor_net, actor_kwargs, settings.initial_actor_dir, run)
     if settings.initial_action_std is not None:
         warm_start.set_action_std(actor_net, settings.initial_action_std)
     if settings.shared_torso:
@@ -317,12 +317,13 @@ def _agent(
     )
 
 
-def _start_from(actor_net, actor_dir: str, run: Run) -> None:
-    """``ppo.initial_actor_dir``: the actor's weights from that folder's newest checkpoint."""
-    description = warm_start.read_folder(actor_dir, "ppo.initial_actor_dir")
-    warm_start.check_same_specs(
-        description, run.observation_spec, run.action_spec, "ppo.initial_actor_dir", actor_dir
-    )
+def _start_from(actor_net, actor_kwargs: Mapping[str, Any], actor_dir: str, run: Run) -> None:
+    """``ppo.initial_actor_dir`` of a new run (a resumed one reads its own checkpoint, not that folder):
+    the actor's weights from the folder's newest checkpoint, once its network is checked to be this one."""
+    setting = "ppo.initial_actor_dir"
+    description = warm_start.read_folder(actor_dir, setting)
+    warm_start.check_same_actor(description, type(actor_net).__name__, actor_kwargs, setting, actor_dir)
+    warm_start.check_same_specs(description, run.observation_spec, run.action_spec, setting, actor_dir)
     warm_start.load_actor(actor_net, description, actor_dir)
 
 
@@ -391,14 +392,17 @@ class IterationData:
     def put(self) -> None:
         """Queues the replay buffer's trajectories (raw, and with advantages) and clears it."""
         trajectories = self._replay_buffer.gather_all()
-        for (queue, _), data in (
-            (self._raw, trajectories),
-            (self._preprocessed, self._preprocess(trajectories)),
-        ):
+        preprocessed = self._preprocess(trajectories)
+        if self._num_minibatches is not None:
+            # The environments in a new order each iteration, drawn here from the run's seed: in the
+            # datasets' functions, tf.data warns that a random op falls back on the outer graph's seed.
+            order = tf.random.shuffle(tf.range(self._num_envs))
+            preprocessed = tf.nest.map_structure(lambda t: tf.gather(t, order), preprocessed)
+        for (queue, _), data in ((self._raw, trajectories), (self._preprocessed, preprocessed)):
             queue.enqueue(tf.nest.flatten(self._drop_bootstrap_step(data)))
         self._replay_buffer.clear()
 
-    def _dataset(self, source, shuffle: bool) -> tf.data.Dataset:
+    def _dataset(self, source) -> tf.data.Dataset:
         queue, example = source
 
         # Plain TF code: no AutoGraph conversion needed.
@@ -410,25 +414,24 @@ class IterationData:
         dataset = tf.data.Dataset.range(1).map(take)
         if self._num_minibatches is None:
             return dataset.map(lambda t: (t, ()))
-        return dataset.flat_map(lambda t: self._split_environments(t, shuffle))
+        return dataset.flat_map(self._split_environments)
 
     @tf.autograph.experimental.do_not_convert
-    def _split_environments(self, trajectories, shuffle: bool) -> tf.data.Dataset:
+    def _split_environments(self, trajectories) -> tf.data.Dataset:
         n = self._num_envs
-        order = tf.random.shuffle(tf.range(n)) if shuffle else tf.range(n)
 
         def split(t):
             shape = tf.concat([[self._num_minibatches, n // self._num_minibatches], tf.shape(t)[1:]], 0)
-            return tf.reshape(tf.gather(t, order), shape)
+            return tf.reshape(t, shape)
 
         parts = tf.data.Dataset.from_tensor_slices(tf.nest.map_structure(split, trajectories))
         return parts.map(lambda part: (part, ()))
 
     def experience_dataset(self) -> tf.data.Dataset:
-        return self._dataset(self._preprocessed, shuffle=True)
+        return self._dataset(self._preprocessed)
 
     def normalization_dataset(self) -> tf.data.Dataset:
-        return self._dataset(self._raw, shuffle=False)
+        return self._dataset(self._raw)
 
     def close(self) -> None:
         """Releases the datasets' pending reads (their prefetch threads) at the end of training."""

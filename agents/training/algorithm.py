@@ -144,6 +144,9 @@ class Algorithm:
         into an empty buffer).
       log_values: ``log_values(env_steps)``: scalars of the agent's state to log
         (the temperature, epsilon).
+      reset_each_iteration: every iteration starts with the environments reset
+        and the collect policy's initial state, instead of going on where the
+        last one stopped (PPO's ``ppo.reset_each_iteration``).
 
     Or a schedule of its own (behaviour cloning's rounds):
       train: ``train(loop)`` runs the whole training with the loop's pieces
@@ -164,6 +167,7 @@ class Algorithm:
     learn: Callable[[int], Mapping[str, float]] | None = None
     warm_up: Callable[[TrainingLoop], None] = _nothing
     log_values: Callable[[int], Mapping[str, float]] = _no_values
+    reset_each_iteration: bool = False
     train: Callable[[TrainingLoop], dict[str, Any]] | None = None
 
     def __post_init__(self):

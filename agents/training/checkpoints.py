@@ -16,6 +16,11 @@ KEPT = {CHECKPOINT_DIR: 3, REPLAY_BUFFER_DIR: 1}
 DAMAGED_DIR = "damaged"
 
 
+def has_checkpoint(root_dir: str) -> bool:
+    """Whether ``<root_dir>/checkpoints`` names a training checkpoint: a run there resumes from it."""
+    return tf.train.latest_checkpoint(os.path.join(root_dir, CHECKPOINT_DIR)) is not None
+
+
 def restore_training(root_dir: str, env_steps: tf.Variable, unit: str, **objects) -> common.Checkpointer:
     """``<root_dir>/checkpoints`` over ``objects`` (``agent=``, ``train_step=``, ...) and the step counter.
 

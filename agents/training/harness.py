@@ -450,6 +450,9 @@ class TrainingLoop:
                     )
                 driver.reset_timings()
                 start = time.perf_counter()
+                if algorithm.reset_each_iteration:
+                    self.time_step = self.context.env.reset()
+                    self.policy_state = driver.policy.get_initial_state(self.context.env.batch_size)
                 self.time_step, self.policy_state = driver.run(self.time_step, self.policy_state)
                 learn_start = time.perf_counter()
                 added = self.context.add_env_steps(algorithm.env_steps_per_iteration)
