@@ -22,6 +22,8 @@ same evaluation seeds for every cell). Networks that take exactly 5 inputs
         --total_env_steps 64000 --num_epochs 20 --num_episodes 24 \\
         --out benchmarks/reference/pi_cartpole_distill.json
     python benchmarks/pi_cartpole_distill.py --teacher_dir ... --skip_training   # test the students again
+    python benchmarks/pi_cartpole_distill.py --teacher_dir ... --students pi --skip_training \
+        --pi_dir runs/pi_ppo_finetune   # test another folder's AttentionNeuron policy (e.g. PPO's)
 """
 
 from __future__ import annotations
@@ -194,6 +196,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--reshuffles", default=",".join(map(str, pi_cartpole.RESHUFFLES)))
     parser.add_argument("--skip_training", action="store_true", help="test the students already in --root")
+    parser.add_argument(
+        "--pi_dir", default=None,
+        help="with --skip_training: test this training folder as the PI student instead of <root>/pi "
+        "(e.g. a PPO run started from a student, configs/cartpole/swingup_harder_pi_finetune.gin)",
+    )  # fmt: skip
     parser.add_argument("--out", default=None, help="JSON report")
     args = parser.parse_args(argv)
     for name in (
@@ -220,6 +227,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         policy_network.read_description(args.teacher_dir)
     except (ValueError, FileNotFoundError) as error:
         parser.error(f"{error}")
+    if args.pi_dir is not None:
+        if not args.skip_training or "pi" not in args.students.split(","):
+            parser.error(
+                "--pi_dir replaces the PI student's folder in the tests only: "
+                "add --skip_training and pi to --students."
+            )
+        try:
+            policy_network.read_description(args.pi_dir)
+        except FileNotFoundError as error:
+            parser.error(f"--pi_dir: {error}")
     tests = (*pi_cartpole.TABLE2, *pi_cartpole.table6(reshuffles))
     env_name = policy_network.read_description(args.teacher_dir).env_name
     names = [n for n in args.students.split(",") if n]
@@ -238,6 +255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             record = students[name]
             print(f"{name}: distilled in {record['seconds']:.0f} s, losses {record['loss_per_epoch']}")
     folders = {"teacher": args.teacher_dir, **{n: os.path.join(args.root, n) for n in names}}
+    if args.pi_dir is not None:
+        folders["pi"] = args.pi_dir
     results = {}
     for name, folder in folders.items():
         results[name] = test_policy(folder, tests, args)

@@ -66,7 +66,7 @@ def read_seed_report(path: str) -> dict[str, Any]:
 
 def _setting(command: str) -> str:
     """The command without its seed and folders: equal for the seeds of one setting."""
-    return " ".join(re.sub(r"--(seed|root|out)[ =]\S+", "", command).split())
+    return " ".join(re.sub(r"--(seed|root|out|pi_dir)[ =]\S+", "", command).split())
 
 
 def check_comparable(reports: Sequence[dict[str, Any]], paths: Sequence[str]) -> None:

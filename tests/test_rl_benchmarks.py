@@ -730,3 +730,46 @@ def test_the_committed_cartpole_teacher_labels_as_its_acting_network():
     readings = np.random.default_rng(0).normal(size=(4, 5)).astype(np.float32)
     distribution, _ = net(tf.constant(readings), step_type=tf.zeros(4, tf.int32), training=False)
     np.testing.assert_allclose(_greedy_actions(folder), distribution.mode().numpy().ravel(), atol=1e-6)
+
+
+def test_pi_cartpole_distill_tests_another_folders_policy_as_the_pi_student(tmp_path, capsys):
+    """--pi_dir: the Table 2 / 6 tests of a folder that no cloning wrote (here a tiny PPO run)."""
+    from sit_keras.agents import train
+
+    distill = _load("pi_cartpole_distill")
+    teacher = str(BENCHMARKS.parent / "benchmarks/teachers/cartpole_swingup_harder_sac")
+    policy = str(tmp_path / "ppo")
+    base = [
+        "--teacher_dir",
+        teacher,
+        "--root",
+        str(tmp_path / "none"),
+        "--students",
+        "pi",
+        "--pi_dir",
+        policy,
+    ]
+    with pytest.raises(SystemExit) as exit_info:
+        distill.main(base)  # without --skip_training
+    assert exit_info.value.code == 2 and "add --skip_training" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        distill.main([*base, "--skip_training"])  # not yet a training folder
+    assert exit_info.value.code == 2 and "--pi_dir: " in capsys.readouterr().err
+    train.train_eval(
+        policy, agent="ppo", env_name="gymnasium:CartPoleSwingUpHarder-v0", num_envs=2,
+        encoder="attention_neuron", encoder_kwargs={"hidden_size": 4, "num_queries": 4}, total_env_steps=32,
+        collect_steps_per_env=16, num_minibatches=1, num_epochs=1, drac_coef=0.0, num_eval_episodes=0,
+        progress=False,
+    )  # fmt: skip
+    gin.clear_config()
+    out = tmp_path / "report.json"
+    argv = [*base, "--skip_training", "--num_episodes", "1", "--num_eval_envs", "1", "--reshuffles", "",
+            "--seed", "3", "--out", str(out)]  # fmt: skip
+    assert distill.main(argv) == 0
+    report = json.loads(out.read_text())
+    assert set(report["results"]) == {"teacher", "pi"} and report["results"]["pi"]["10 obs"]["returns"]
+    # The seeds of one setting differ in --pi_dir as in --root: pi_cartpole_seeds compares the rest.
+    seeds = _load("pi_cartpole_seeds")
+    assert seeds._setting(report["command"]) == seeds._setting(
+        report["command"].replace(policy, "elsewhere").replace("--seed 3", "--seed 4")
+    )
