@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import glob
 import os
 import shutil
 
@@ -179,3 +180,36 @@ def test_sit_train_starts_from_a_folder_silently_with_any_seed(source_dir, tmp_p
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert not (tmp_path / "cli_refused").exists()
+
+
+def _approx_kl(root_dir: str) -> dict[int, float]:
+    values = {}
+    for path in glob.glob(os.path.join(root_dir, "train", "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.tag == "losses/approx_kl":
+                    values[event.step] = float(tf.make_ndarray(value.tensor))
+    return values
+
+
+@pytest.mark.parametrize("reset_each_iteration", [False, True])
+def test_a_recurrent_actor_trains_from_the_state_it_collected_with_only_from_a_reset(
+    tmp_path, reset_each_iteration
+):
+    """With the actor frozen, the importance ratios of an unchanged policy must be 1 (KL 0). Iterations of
+    16 steps cut the 1000-step episodes: the second iteration's sequences begin mid-episode, which the
+    learner replays from the initial state, unless every iteration starts from a reset."""
+    root_dir = str(tmp_path / "run")
+    gin.clear_config()
+    train.train_eval(
+        root_dir, **{**TINY_SENSOR_PPO, "total_env_steps": 128}, summary_interval=1,
+        actor_frozen_env_steps=128, reset_each_iteration=reset_each_iteration,
+    )  # fmt: skip
+    kl = _approx_kl(root_dir)
+    first, second = sorted(kl)[:GRADIENT_STEPS_PER_ITERATION], sorted(kl)[GRADIENT_STEPS_PER_ITERATION:]
+    assert len(second) == GRADIENT_STEPS_PER_ITERATION
+    assert max(abs(kl[s]) for s in first) < 1e-10  # both start from a reset: rounding alone
+    if reset_each_iteration:
+        assert max(abs(kl[s]) for s in second) < 1e-10
+    else:
+        assert min(kl[s] for s in second) > 1e-6
