@@ -49,7 +49,7 @@ import numpy as np
 from sit_keras.agents import train
 from sit_keras.agents.environments import cartpole_swingup
 from sit_keras.agents.networks import policy_network
-from sit_keras.agents.training import harness
+from sit_keras.agents.training import evaluation, harness, run_record
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pi_cartpole  # noqa: E402  (the Table 2 / 6 tests, beside this script)
@@ -143,6 +143,17 @@ def _json_object(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
     return value
+
+
+def pi_dir_record(root_dir: str) -> dict[str, Any]:
+    """What ``--pi_dir``'s run was: its folder, recorded settings and evaluations while it trained."""
+    record: dict[str, Any] = {"path": root_dir}
+    for key, name in (("run_settings", run_record.RECORD_FILE), ("evaluations", evaluation.EVALUATIONS_FILE)):
+        path = os.path.join(root_dir, name)
+        if os.path.exists(path):
+            with open(path) as f:
+                record[key] = json.load(f)
+    return record
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -273,6 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "wall_seconds": time.perf_counter() - start,
             "teacher_dir": args.teacher_dir,
             "students": students,
+            **({"pi_dir": pi_dir_record(args.pi_dir)} if args.pi_dir else {}),
             "test_settings": {
                 "num_episodes": args.num_episodes,
                 "num_envs": args.num_eval_envs,

@@ -768,6 +768,8 @@ def test_pi_cartpole_distill_tests_another_folders_policy_as_the_pi_student(tmp_
     assert distill.main(argv) == 0
     report = json.loads(out.read_text())
     assert set(report["results"]) == {"teacher", "pi"} and report["results"]["pi"]["10 obs"]["returns"]
+    # The tested run's own record: where it started from is in its settings.
+    assert report["pi_dir"]["path"] == policy and report["pi_dir"]["run_settings"]["train_eval.num_envs"] == 2
     # The seeds of one setting differ in --pi_dir as in --root: pi_cartpole_seeds compares the rest.
     seeds = _load("pi_cartpole_seeds")
     assert seeds._setting(report["command"]) == seeds._setting(
