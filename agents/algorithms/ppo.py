@@ -328,7 +328,7 @@ def _start_from(actor_net, actor_kwargs: Mapping[str, Any], actor_dir: str, run:
 
 
 def _frozen_train_steps(settings: PPO, steps_per_iteration: int) -> int:
-    """``ppo.actor_frozen_env_steps`` in gradient steps (whole iterations: ``epochs x minibatches)."""
+    """``ppo.actor_frozen_env_steps`` in gradient steps: whole iterations of epochs x minibatches."""
     iterations = -(-settings.actor_frozen_env_steps // steps_per_iteration)  # ceil
     return iterations * settings.num_epochs * settings.num_minibatches
 

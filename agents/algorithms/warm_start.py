@@ -30,7 +30,7 @@ _TRAINING_ONLY_ARGUMENTS = ("previous_action_noise",)
 
 def _architecture(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """``kwargs`` in the JSON form ``policy_network.json`` keeps, without the training-only arguments."""
-    plain = policy_network._jsonable(dict(kwargs))
+    plain = policy_network.jsonable(dict(kwargs))
     return {k: v for k, v in plain.items() if k not in _TRAINING_ONLY_ARGUMENTS}
 
 

@@ -69,16 +69,13 @@ def actor_network_kwargs(
     }
 
 
-def actor_network_class(kwargs: Mapping[str, Any]) -> type:
-    """The class that ``actor_network(**kwargs)`` makes (``kwargs`` from ``actor_network_kwargs``)."""
-    return actor_critic.EncoderActorNetwork if "encoder" in kwargs else sensor_networks.SensorActorNetwork
-
-
 def actor_network(
     observation_spec: tf.TensorSpec, action_spec: tf.TensorSpec, **kwargs: Any
 ) -> network.DistributionNetwork:
     """The actor of ``actor_network_kwargs(**kwargs)``'s encoder, made from those arguments."""
-    return actor_network_class(kwargs)(observation_spec, action_spec, **kwargs)
+    if "encoder" in kwargs:
+        return actor_critic.EncoderActorNetwork(observation_spec, action_spec, **kwargs)
+    return sensor_networks.SensorActorNetwork(observation_spec, action_spec, **kwargs)
 
 
 def value_network(

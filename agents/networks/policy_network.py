@@ -116,12 +116,12 @@ class PolicyNetworkDescription:
         return cls(**data)
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     """Tuples to lists and numpy scalars to Python, recursively (gin gives tuples)."""
     if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, np.generic):
         return value.item()
     return value
@@ -146,14 +146,14 @@ def write_description(
     description = PolicyNetworkDescription(
         agent=agent,
         network_class=name,
-        network_kwargs=_jsonable(dict(network_kwargs)),
+        network_kwargs=jsonable(dict(network_kwargs)),
         checkpoint_attribute=checkpoint_attribute,
         observation_spec=network.input_tensor_spec,
         action_spec=_action_spec_of(network),
         env_name=env_name,
-        env_kwargs=_jsonable(dict(env_kwargs or {})),
-        extra=_jsonable(dict(extra or {})),
-        eval_env_kwargs=None if eval_env_kwargs is None else _jsonable(dict(eval_env_kwargs)),
+        env_kwargs=jsonable(dict(env_kwargs or {})),
+        extra=jsonable(dict(extra or {})),
+        eval_env_kwargs=None if eval_env_kwargs is None else jsonable(dict(eval_env_kwargs)),
     )
     with open(os.path.join(root_dir, DESCRIPTION_FILE), "w") as f:
         json.dump(description.to_json(), f, indent=2)
