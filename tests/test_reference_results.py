@@ -2438,3 +2438,22 @@ def test_the_students_of_rounds_with_more_starts_are_quoted_as_measured():
         f"from a teacher trained again ({summary['teacher_5_obs']:.0f}) and committed ({teacher_json})"
         in readme
     )
+
+
+def test_the_ppo_control_that_replayed_mid_episode_sequences_is_quoted_as_measured():
+    """docs/results.md: PPO from the time-limit students without resets: the frozen actor's KL, the fall."""
+    report = _report("pi_cartpole_harder_ppo_control.json")
+    runs = report["runs"]
+    assert [run["seed"] for run in runs] == [0, 1, 2]
+    for run in runs:
+        assert f"ppo.initial_actor_dir = 'runs/pi_tl/tl500/seed{run['seed']}/pi'" in run["command"]
+        assert run["commit"] == report["commit"] and run["wall_minutes_until_stopped"] > 0
+        assert run["approx_kl_actor_frozen_logged_steps"] == 400  # 25 iterations x 4 epochs x 4 minibatches
+    text = " ".join(RESULTS.split())
+    kl = " / ".join(f"{run['approx_kl_actor_frozen_median']:.1f}" for run in runs)
+    assert f"a median approximate KL of {kl} (seeds 0 / 1 / 2)" in text
+    last = [run["evaluations_stochastic_20_episodes"][-1] for run in runs]
+    steps = sorted({e["env_steps"] // 1000 for e in last})
+    returns = " / ".join(f"{e['mean_return']:.0f}" for e in last)
+    assert f"to {returns} (stochastic, 20 episodes) by {steps[0]}k-{steps[-1]}k steps" in text
+    assert "`benchmarks/reference/pi_cartpole_harder_ppo_control.json`" in text
