@@ -2457,3 +2457,32 @@ def test_the_ppo_control_that_replayed_mid_episode_sequences_is_quoted_as_measur
     returns = " / ".join(f"{e['mean_return']:.0f}" for e in last)
     assert f"to {returns} (stochastic, 20 episodes) by {steps[0]}k-{steps[-1]}k steps" in text
     assert "`benchmarks/reference/pi_cartpole_harder_ppo_control.json`" in text
+
+
+def test_the_ppo_students_at_a_constant_rate_are_quoted_as_measured():
+    """docs/results.md: PPO from the time-limit students with resets, 1e-4 throughout: the frozen actor's KL,
+    the evaluations' rise and fall, the updates' KL."""
+    report = _report("pi_cartpole_harder_ppo_constant_rate.json")
+    runs = report["runs"]
+    assert [run["seed"] for run in runs] == [0, 1, 2]
+    for run in runs:
+        assert f"ppo.initial_actor_dir = 'runs/pi_tl/tl500/seed{run['seed']}/pi'" in run["command"]
+        assert run["commit"] == report["commit"] and run["wall_minutes_until_stopped"] > 0
+        assert run["approx_kl_actor_frozen_logged_steps"] == 448  # 7 iterations x 8 epochs x 8 minibatches
+    text = " ".join(RESULTS.split())
+    frozen = " / ".join(f"{run['approx_kl_actor_frozen_max_abs']:.1g}" for run in runs)
+    assert f"the frozen actor's KL is at most {frozen} over its 448 gradient steps" in text
+    evaluations = [[e["mean_return"] for e in run["evaluations_stochastic_20_episodes"]] for run in runs]
+    quoted = {
+        "from": " / ".join(f"{e[0]:.0f}" for e in evaluations),
+        "to at most": " / ".join(f"{max(e):.0f}" for e in evaluations),
+        "then fell to": " / ".join(f"{e[-1]:.0f}" for e in evaluations),
+    }
+    assert (
+        f"rose from {quoted['from']} when the actor started to train to at most {quoted['to at most']}, then "
+        f"fell to {quoted['then fell to']} by 704k steps" in text
+    )
+    assert {run["evaluations_stochastic_20_episodes"][-1]["env_steps"] for run in runs} == {704_000}
+    medians = " / ".join(f"{run['approx_kl_actor_trained_median']:.3f}" for run in runs)
+    maxima = " / ".join(f"{run['approx_kl_actor_trained_max']:.1f}" for run in runs)
+    assert f"has a median of {medians} but reaches {maxima}" in text
