@@ -19,6 +19,17 @@ def _values(log_dir: str):
             yield from event.summary.value
 
 
+def scalar_series(log_dir: str, tag: str) -> dict[int, float]:
+    """The scalar ``tag`` of the event files of ``log_dir``, by step."""
+    series = {}
+    for path in glob.glob(os.path.join(log_dir, "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                if value.tag == tag:
+                    series[event.step] = float(tf.make_ndarray(value.tensor))
+    return series
+
+
 def summary_tags(log_dir: str) -> set[str]:
     """Every summary tag written to the event files of ``log_dir``."""
     return {value.tag for value in _values(log_dir)}

@@ -16,7 +16,7 @@ import gin
 import numpy as np
 import pytest
 import tensorflow as tf
-from summaries import hyperparameters, summary_tags
+from summaries import hyperparameters, scalar_series, summary_tags
 
 from sit_keras.agents import evaluate, train
 from sit_keras.agents.algorithms import ppo
@@ -572,12 +572,7 @@ def test_annealed_learning_rate_decays_to_zero(tmp_path):
     root_dir = str(tmp_path / "anneal")
     gin.clear_config()
     train.train_eval(root_dir, **{**SHORT_RUN, "drac_coef": 0.0, "anneal_learning_rate": True})
-    rates = {}
-    for path in glob.glob(os.path.join(root_dir, "train", "events.out.tfevents.*")):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for value in event.summary.value:
-                if value.tag == "LearningRate/learning_rate":
-                    rates[event.step] = float(tf.make_ndarray(value.tensor))
+    rates = scalar_series(os.path.join(root_dir, "train"), "LearningRate/learning_rate")
     steps = sorted(rates)
     # 16 gradient steps from 5e-4 down to 0 (the rate is logged before each step).
     assert rates[steps[0]] == pytest.approx(5e-4)

@@ -2440,15 +2440,23 @@ def test_the_students_of_rounds_with_more_starts_are_quoted_as_measured():
     )
 
 
-def test_the_ppo_control_that_replayed_mid_episode_sequences_is_quoted_as_measured():
-    """docs/results.md: PPO from the time-limit students without resets: the frozen actor's KL, the fall."""
-    report = _report("pi_cartpole_harder_ppo_control.json")
+def _ppo_runs_from_the_time_limit_students(name: str, frozen_steps: int) -> list[dict]:
+    """The runs of a report of PPO from the three time-limit students: each seed from its own student, one
+    commit, a wall time, and ``frozen_steps`` gradient steps logged while the actor was frozen."""
+    report = _report(name)
     runs = report["runs"]
     assert [run["seed"] for run in runs] == [0, 1, 2]
     for run in runs:
         assert f"ppo.initial_actor_dir = 'runs/pi_tl/tl500/seed{run['seed']}/pi'" in run["command"]
         assert run["commit"] == report["commit"] and run["wall_minutes_until_stopped"] > 0
-        assert run["approx_kl_actor_frozen_logged_steps"] == 400  # 25 iterations x 4 epochs x 4 minibatches
+        assert run["approx_kl_actor_frozen_logged_steps"] == frozen_steps
+    return runs
+
+
+def test_the_ppo_control_that_replayed_mid_episode_sequences_is_quoted_as_measured():
+    """docs/results.md: PPO from the time-limit students without resets: the frozen actor's KL, the fall."""
+    # 25 iterations of the frozen actor x 4 epochs x 4 minibatches.
+    runs = _ppo_runs_from_the_time_limit_students("pi_cartpole_harder_ppo_control.json", frozen_steps=400)
     text = " ".join(RESULTS.split())
     kl = " / ".join(f"{run['approx_kl_actor_frozen_median']:.1f}" for run in runs)
     assert f"a median approximate KL of {kl} (seeds 0 / 1 / 2)" in text
@@ -2462,13 +2470,10 @@ def test_the_ppo_control_that_replayed_mid_episode_sequences_is_quoted_as_measur
 def test_the_ppo_students_at_a_constant_rate_are_quoted_as_measured():
     """docs/results.md: PPO from the time-limit students with resets, 1e-4 throughout: the frozen actor's KL,
     the evaluations' rise and fall, the updates' KL."""
-    report = _report("pi_cartpole_harder_ppo_constant_rate.json")
-    runs = report["runs"]
-    assert [run["seed"] for run in runs] == [0, 1, 2]
-    for run in runs:
-        assert f"ppo.initial_actor_dir = 'runs/pi_tl/tl500/seed{run['seed']}/pi'" in run["command"]
-        assert run["commit"] == report["commit"] and run["wall_minutes_until_stopped"] > 0
-        assert run["approx_kl_actor_frozen_logged_steps"] == 448  # 7 iterations x 8 epochs x 8 minibatches
+    # 7 iterations of the frozen actor x 8 epochs x 8 minibatches.
+    runs = _ppo_runs_from_the_time_limit_students(
+        "pi_cartpole_harder_ppo_constant_rate.json", frozen_steps=448
+    )
     text = " ".join(RESULTS.split())
     frozen = " / ".join(f"{run['approx_kl_actor_frozen_max_abs']:.1g}" for run in runs)
     assert f"the frozen actor's KL is at most {frozen} over its 448 gradient steps" in text

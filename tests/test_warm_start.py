@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import glob
 import os
 import shutil
 
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from run_folders import sit_train
+from summaries import scalar_series
 from tf_agents.specs import tensor_spec
 
 from sit_keras.agents import train
@@ -182,16 +182,6 @@ def test_sit_train_starts_from_a_folder_silently_with_any_seed(source_dir, tmp_p
     assert not (tmp_path / "cli_refused").exists()
 
 
-def _approx_kl(root_dir: str) -> dict[int, float]:
-    values = {}
-    for path in glob.glob(os.path.join(root_dir, "train", "events.out.tfevents.*")):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for value in event.summary.value:
-                if value.tag == "losses/approx_kl":
-                    values[event.step] = float(tf.make_ndarray(value.tensor))
-    return values
-
-
 @pytest.mark.parametrize("reset_each_iteration", [False, True])
 def test_a_recurrent_actor_trains_from_the_state_it_collected_with_only_from_a_reset(
     tmp_path, reset_each_iteration
@@ -205,7 +195,7 @@ def test_a_recurrent_actor_trains_from_the_state_it_collected_with_only_from_a_r
         root_dir, **{**TINY_SENSOR_PPO, "total_env_steps": 128}, summary_interval=1,
         actor_frozen_env_steps=128, reset_each_iteration=reset_each_iteration,
     )  # fmt: skip
-    kl = _approx_kl(root_dir)
+    kl = scalar_series(os.path.join(root_dir, "train"), "losses/approx_kl")
     first, second = sorted(kl)[:GRADIENT_STEPS_PER_ITERATION], sorted(kl)[GRADIENT_STEPS_PER_ITERATION:]
     assert len(second) == GRADIENT_STEPS_PER_ITERATION
     assert max(abs(kl[s]) for s in first) < 1e-10  # both start from a reset: rounding alone
