@@ -2491,3 +2491,41 @@ def test_the_ppo_students_at_a_constant_rate_are_quoted_as_measured():
     medians = " / ".join(f"{run['approx_kl_actor_trained_median']:.3f}" for run in runs)
     maxima = " / ".join(f"{run['approx_kl_actor_trained_max']:.1f}" for run in runs)
     assert f"has a median of {medians} but reaches {maxima}" in text
+
+
+def test_the_ppo_students_with_an_annealed_rate_are_quoted_as_measured():
+    """docs/results.md and the README: the time-limit students after 512k PPO steps, tested as they were."""
+    report = _report("pi_cartpole_harder_ppo_finetune.json")
+    summary, runs = report["summary"], report["runs"]
+    per_seed = _checked_pi_seeds(runs, summary, ("--skip_training", "--students pi"))
+    for run in runs:
+        assert run["pi_dir"]["path"] == f"runs/pi_ft/fta/seed{run['seed']}"
+        settings = run["pi_dir"]["run_settings"]
+        assert settings["ppo.initial_actor_dir"] == f"runs/pi_tl/tl500/seed{run['seed']}/pi"
+        assert settings["ppo.anneal_learning_rate"] and settings["ppo.reset_each_iteration"]
+        assert settings["train_eval.seed"] == run["seed"]
+    # The same 200 test episodes as the students they started from, whose upright returns are quoted beside.
+    students = _report("pi_cartpole_harder_dagger_time_limit.json")
+    assert _upright_returns(students, "teacher") == _upright_returns(report, "teacher")
+    text = " ".join(RESULTS.split())
+    paper = report["paper"]["pi"]
+    cells = [f"{' / '.join(f'{v:.0f}' for v in per_seed[c])} ({paper[c][0]})" for c in per_seed]
+    label = "AttentionNeuron, the time-limit students after 512k PPO steps"
+    assert f"| {label} | {' | '.join(cells)} |" in RESULTS
+    share, ratios = _quoted_upright(summary, per_seed["5 obs"], text)
+    started = " / ".join(f"{v:.0f}" for v in students["summary"]["pi_per_seed"]["5 obs"])
+    assert f"({ratios} by seed), against {started} for the students they started from" in text
+    kept = [_kept_starts(returns) for returns in _upright_returns(report, "pi")]
+    before = [_kept_starts(returns)[0] for returns in _upright_returns(students, "pi")]
+    assert (
+        f"They keep {' / '.join(f'{k:.3f}' for k, _ in kept)} of the starts and score "
+        f"{' / '.join(f'{m:.0f}' for _, m in kept)} there, where the students kept "
+        f"{' / '.join(f'{k:.3f}' for k in before)}"
+    ) in text
+    costs = [1 - n / u for n, u in zip(per_seed["5 obs + 5 noise"], per_seed["5 obs"], strict=True)]
+    assert f"Five noise channels cost {' / '.join(f'{c:.1%}' for c in costs)} of the upright return" in text
+    means = " / ".join(f"{statistics.mean(v):.0f}" for c, v in per_seed.items() if c.startswith("reshuffle"))
+    assert f"reshuffling: {means} (mean over the seeds)" in text
+    _assert_order_and_count_free(per_seed, 0.001)
+    assert f"After 512k PPO steps on their own return they keep {share:.0%}" in " ".join(README.split())
+    assert "`benchmarks/reference/pi_cartpole_harder_ppo_finetune.json`" in README
