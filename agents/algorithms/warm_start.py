@@ -16,6 +16,7 @@ action range): ``set_action_std`` sets it to what the new run should sample with
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,7 +41,7 @@ def read_folder(actor_dir: str, setting: str) -> policy_network.PolicyNetworkDes
         description = policy_network.read_description(actor_dir)
     except FileNotFoundError as error:
         raise ValueError(f"{setting} = {actor_dir!r} is not a training folder: {error}") from error
-    if tf.train.latest_checkpoint(f"{actor_dir}/{policy_network.CHECKPOINT_DIR}") is None:
+    if tf.train.latest_checkpoint(os.path.join(actor_dir, policy_network.CHECKPOINT_DIR)) is None:
         raise ValueError(
             f"{setting} = {actor_dir!r} has no checkpoint in {policy_network.CHECKPOINT_DIR}/: "
             "its run never saved the weights to start from."
