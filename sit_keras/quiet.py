@@ -66,6 +66,12 @@ NOISE: tuple[re.Pattern[str], ...] = tuple(
         r"^INFO: Created TensorFlow Lite XNNPACK delegate for CPU\.$",
         r"^A\.L\.E: Arcade Learning Environment \(version [\w.+]+\)$",
         r"^\[Powered by Stella\]$",
+        # XLA's service, the first time a process compiles with it (sit_keras.xla.start_quietly).
+        r"\] XLA service 0x[0-9a-f]+ initialized for platform Host \(this does not guarantee that XLA "
+        r"will be used\)\. Devices:$",
+        r"\] +StreamExecutor device \(\d+\): Host, Default Version$",
+        r"\] Compiled cluster using XLA!  This line is logged at most once for the lifetime of the "
+        r"process\.$",
         # A worker of a cluster (MultiWorkerMirroredStrategy) starting its server and joining the others.
         r"\] Started server with target: grpc://[\w.:\[\]-]+$",
         r"\] Coordination agent has successfully connected\.$",

@@ -4,15 +4,18 @@ Every trainer (``sit-train``'s PPO, SAC and DQN / C51, ``sit-distill``,
 ``sit-train-supervised``) takes ``jit_compile`` as a gin parameter and a
 ``--jit_compile`` flag:
 
-- ``"auto"`` (the default): XLA when a GPU is visible, none on a CPU, where
-  XLA made the train steps of these models slower (docs/speed.md, "XLA");
+- ``"auto"`` (the default): whichever of the two is measured faster for the
+  run's model on this host (``sit_keras.measured_choice``: timed once, then
+  cached). On a CPU XLA makes most of these models' train steps slower
+  (docs/speed.md, "XLA"), the ViT's faster;
 - ``"true"`` / ``"on"`` (or ``True``): compile the train step with XLA;
 - ``"false"`` / ``"off"`` (or ``False``): TensorFlow's graph executor.
 
 XLA needs the default (no) ``tf.distribute`` strategy: under a strategy
 (``sit-train --strategy mirrored``, ``multi_worker``) the optimizer
 aggregates the replicas' gradients with ``merge_call``, which cannot run
-inside a compiled function. ``"auto"`` is then off, and ``"on"`` an error.
+inside a compiled function. ``"auto"`` is then off (nothing is measured), and
+``"on"`` an error.
 
 XLA cannot compile summary ops on a CPU or a GPU (``WriteSummary`` has no
 XLA kernel), and TF-Agents' agents write their losses from inside their
@@ -21,8 +24,8 @@ its ``tf.summary`` writes taken out: the values, steps and recording
 conditions are computed inside the compiled code, at the point where the
 function writes them, and written after it, by the calling graph.
 
->>> resolve_jit_compile("off"), resolve_jit_compile(True)
-(False, True)
+>>> resolve_jit_compile("off"), resolve_jit_compile(True), resolve_jit_compile("Auto")
+(False, True, 'auto')
 """
 
 from __future__ import annotations
@@ -30,23 +33,23 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import tensorflow as tf
 from absl import flags
 
-JIT_COMPILE_SETTINGS = ("auto", "true", "on", "false", "off")
+from sit_keras import measured_choice, quiet
+
+AUTO = "auto"
+"""``jit_compile="auto"``: XLA or not, whichever trains the run's model faster on this host (measured)."""
+JIT_COMPILE_SETTINGS = (AUTO, "true", "on", "false", "off")
 """The string values of ``jit_compile`` (any case); ``True`` and ``False`` are accepted too."""
 
 JIT_COMPILE_HELP = (
-    "XLA compilation of the train step: auto (on when a GPU is visible, off on a CPU), true/on or false/off."
+    "XLA compilation of the train step: auto (whichever is measured faster for this model on this host, "
+    "once, then cached), true/on or false/off."
 )
-
-
-def gpu_visible() -> bool:
-    """Whether TensorFlow sees a GPU (``tf.config.list_physical_devices("GPU")``)."""
-    return bool(tf.config.list_physical_devices("GPU"))
 
 
 def _is_default_strategy(strategy: tf.distribute.Strategy | None) -> bool:
@@ -56,18 +59,20 @@ def _is_default_strategy(strategy: tf.distribute.Strategy | None) -> bool:
         return not tf.distribute.has_strategy()
 
 
-def resolve_jit_compile(setting: bool | str, strategy: tf.distribute.Strategy | None = None) -> bool:
+def resolve_jit_compile(setting: bool | str, strategy: tf.distribute.Strategy | None = None) -> bool | str:
     """Whether to compile the train step with XLA, for a ``jit_compile`` setting.
 
     Args:
       setting: ``"auto"``, ``"true"`` / ``"on"``, ``"false"`` / ``"off"``
-        (any case), or a bool. ``"auto"`` is ``gpu_visible()``, and off
-        under a ``strategy``.
+        (any case), or a bool.
       strategy: the learner's ``tf.distribute`` strategy; ``None`` or the
         default strategy for none.
 
     Returns:
-      ``True`` to compile with XLA.
+      ``True`` to compile with XLA, ``False`` not to; ``AUTO`` for ``"auto"``
+      under the default strategy, which the trainer decides by timing its
+      model both ways (``measured_choice``); under another strategy ``"auto"``
+      is ``False``.
 
     Raises:
       ValueError: any other value, named in the message; XLA asked for under
@@ -84,8 +89,8 @@ def resolve_jit_compile(setting: bool | str, strategy: tf.distribute.Strategy | 
             f"Unknown jit_compile setting {setting!r}. Expected one of: {', '.join(JIT_COMPILE_SETTINGS)} "
             "(or a bool)."
         )
-    if value == "auto":
-        return gpu_visible() and _is_default_strategy(strategy)
+    if value == AUTO:
+        return AUTO if _is_default_strategy(strategy) else False
     if value in ("true", "on") and not _is_default_strategy(strategy):
         raise ValueError(
             f"jit_compile={setting!r} needs the default tf.distribute strategy; the learner runs under "
@@ -93,6 +98,37 @@ def resolve_jit_compile(setting: bool | str, strategy: tf.distribute.Strategy | 
             "Use jit_compile='off' (or 'auto')."
         )
     return value in ("true", "on")
+
+
+def start_quietly() -> None:
+    """Starts XLA's CPU service with its start-up lines kept off the console (``quiet.NOISE``).
+
+    The first XLA compilation of a process logs three INFO lines through absl,
+    which ``TF_CPP_MIN_LOG_LEVEL`` does not silence; a trivial compiled function
+    run here, with file descriptor 2 filtered, prints them where they are dropped.
+    """
+    with quiet.filtered_stderr():
+        tf.function(lambda: tf.constant(1.0) + 1.0, jit_compile=True)()
+
+
+def choose_jit_compile(
+    model: Mapping[str, Any], build_step: Callable[[bool], measured_choice.Step]
+) -> measured_choice.Choice:
+    """``"auto"`` decided: ``"on"`` or ``"off"``, whichever train step of ``model`` runs faster here.
+
+    Args:
+      model: what describes the model, its precision and its batch (JSON-able):
+        the cache key, with the host (``measured_choice.fastest``).
+      build_step: ``build_step(jit_compile)`` returns one train step of the
+        model (a callable without arguments), compiled with XLA or not.
+
+    Returns:
+      The choice, measured now or read from the cache; XLA is chosen only when
+      it is faster by ``measured_choice.MARGIN`` (a tie stays off).
+    """
+    candidates = {"off": functools.partial(build_step, False), "on": functools.partial(build_step, True)}
+    start_quietly()
+    return measured_choice.fastest("jit_compile", model, candidates, default="off")
 
 
 def define_jit_compile_flag(flag_values: flags.FlagValues = flags.FLAGS) -> None:

@@ -11,6 +11,7 @@ end (``make test-precision``, docs/testing.md).
 
 import json
 import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +22,16 @@ from hypothesis import settings  # noqa: E402
 
 import sit_keras  # noqa: E402, F401  (selects Keras 2 before TensorFlow is imported)
 from sit_keras import testing  # noqa: E402
+
+# The trainers' "auto" settings measure the model once per host and cache the answer
+# (sit_keras.measured_choice): the tests share one cache per test run, outside the user's home.
+os.environ.setdefault(
+    "SIT_KERAS_CACHE_DIR",
+    os.path.join(
+        tempfile.gettempdir(),
+        f"sit_keras_test_cache_{os.environ.get('PYTEST_XDIST_TESTRUNUID') or os.getpid()}",
+    ),
+)
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # One TensorFlow thread per xdist worker (make test runs one worker per core): two workers with

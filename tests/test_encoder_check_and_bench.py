@@ -177,3 +177,34 @@ def test_xla_cpu_ops_refuses_bad_arguments_in_one_sentence(argv, message, tmp_pa
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "x.json").exists()
+
+
+def test_jit_compile_auto_measures_each_config_now(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SIT_KERAS_CACHE_DIR", str(tmp_path / "user_cache"))
+    bench = _load_benchmark("jit_compile_auto")
+    out = tmp_path / "auto.json"
+    assert bench.main(["--gin_files", "configs/dmc/cartpole_swingup_mlp.gin", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    (row,) = report["configs"]
+    assert (row["encoder"], row["minibatch_size"]) == ("mlp", 1000)  # 16 envs x 250 steps / 4
+    assert row["seconds"]["on"] > 0 and row["seconds"]["off"] > 0
+    assert row["choice"] == ("on" if row["xla_over_graph"] < report["margin"] else "off")
+    assert report["command"] == (
+        f"python benchmarks/jit_compile_auto.py --gin_files configs/dmc/cartpole_swingup_mlp.gin --out {out}"
+    )
+    assert f"XLA / graph {row['xla_over_graph']:.2f} -> {row['choice']}" in capsys.readouterr().out
+    assert not (tmp_path / "user_cache").exists()  # the user's cache is neither read nor written
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--gin_files", ","], "--gin_files: give at least one gin file"),
+        (["--gin_files", "configs/none.gin"], "--gin_files: configs/none.gin is not a file"),
+        (["--out", "."], "--out must be a file path, not a folder"),
+    ],
+)
+def test_jit_compile_auto_refuses_bad_arguments_in_one_sentence(argv, message, capsys):
+    assert _load_benchmark("jit_compile_auto").main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1

@@ -2,10 +2,14 @@
 
 What this file proves:
 
-- ``xla.resolve_jit_compile`` maps ``auto`` to whether a GPU is visible (off
-  on this CPU), ``true``/``on`` and ``false``/``off`` (any case) and bools to
+- ``xla.resolve_jit_compile`` leaves ``auto`` to the trainer's measurement,
+  maps ``true``/``on`` and ``false``/``off`` (any case) and bools to
   themselves, and rejects anything else with a ``ValueError`` that names it;
   under a ``tf.distribute`` strategy, ``auto`` is off and ``on`` an error;
+- ``auto`` trains as measured: ``sit-train`` and ``sit-train-supervised``
+  time the run's model with and without XLA (and in float32 and bfloat16 for
+  ``precision="auto"``), say which they chose and why in one line, train
+  with it, and read it from the cache the next time;
   each entry point rejects a bad ``--jit_compile`` before doing anything,
   with one line and no traceback;
 - ``xla.compile_with_xla`` really compiles with XLA (an op without an XLA
@@ -61,7 +65,7 @@ import tensorflow as tf
 from tensorboard.plugins.hparams import plugin_data_pb2
 from tf_agents.distributions import utils as distribution_utils
 
-from sit_keras import xla
+from sit_keras import measured_choice, xla
 from sit_keras.agents import train
 from sit_keras.agents.algorithms import ppo
 from sit_keras.agents.training import harness
@@ -246,10 +250,11 @@ def clean_gin():
 @pytest.mark.parametrize(
     "setting, expected",
     [("true", True), ("on", True), (" ON ", True), ("True", True), (True, True),
-     ("false", False), ("off", False), ("Off", False), (False, False)],
+     ("false", False), ("off", False), ("Off", False), (False, False), ("auto", "auto"), (" AUTO", "auto")],
 )  # fmt: skip
-def test_settings_resolve_to_on_or_off(setting, expected):
-    assert xla.resolve_jit_compile(setting) is expected
+def test_settings_resolve_to_on_off_or_measured(setting, expected):
+    resolved = xla.resolve_jit_compile(setting)
+    assert resolved == expected and type(resolved) is type(expected)
 
 
 def test_xla_module_doctests():
@@ -257,24 +262,10 @@ def test_xla_module_doctests():
     assert result.attempted > 0 and result.failed == 0
 
 
-def test_auto_is_on_with_a_gpu_only(monkeypatch):
-    # This machine: no GPU, so auto is off.
-    assert not tf.config.list_physical_devices("GPU")
-    assert xla.resolve_jit_compile("auto") is False
-    assert xla.resolve_jit_compile("AUTO") is False
-    gpu = tf.config.PhysicalDevice(name="/physical_device:GPU:0", device_type="GPU")
-    listed = tf.config.list_physical_devices
-    monkeypatch.setattr(
-        tf.config, "list_physical_devices", lambda kind=None: [gpu] if kind == "GPU" else listed(kind)
-    )
-    assert xla.resolve_jit_compile("auto") is True
-
-
-def test_xla_needs_the_default_strategy(monkeypatch):
-    monkeypatch.setattr(xla, "gpu_visible", lambda: True)
+def test_xla_needs_the_default_strategy():
     mirrored = tf.distribute.MirroredStrategy(["/cpu:0"])
-    assert xla.resolve_jit_compile("auto", tf.distribute.get_strategy()) is True
-    assert xla.resolve_jit_compile("auto", mirrored) is False
+    assert xla.resolve_jit_compile("auto", tf.distribute.get_strategy()) == xla.AUTO
+    assert xla.resolve_jit_compile("auto", mirrored) is False  # nothing to measure: XLA cannot run there
     assert xla.resolve_jit_compile("off", mirrored) is False
     for setting in ("on", True):
         assert xla.resolve_jit_compile(setting, tf.distribute.get_strategy()) is True
@@ -478,3 +469,127 @@ def test_supervised_training_with_xla_matches_graph_mode(tmp_path, clean_gin):
     # 45 Adam steps (one epoch of 1437 digits in batches of 32), then the test split.
     np.testing.assert_allclose(compiled["history"]["loss"], graph["history"]["loss"], rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(compiled["test_loss"], graph["test_loss"], rtol=RTOL, atol=ATOL)
+
+
+# -- auto: measured on this host -------------------------------------------------------------
+def _times_favouring(winner: str, ratio: float = 0.5):
+    """A stand-in for ``measured_choice.time_candidates``: ``winner`` runs at ``ratio`` of the others.
+
+    The candidates are still built and called once, so that each one is shown to work.
+    """
+
+    def time_candidates(candidates, rounds=3, calls=1):
+        for build in candidates.values():
+            build()()
+        return {name: [0.01 * (ratio if name == winner else 1.0)] * rounds for name in candidates}
+
+    return time_candidates
+
+
+@pytest.mark.parametrize("winner", ["on", "off"])
+def test_auto_trains_with_what_is_measured_faster_and_says_which(
+    winner, tmp_path, monkeypatch, capsys, xla_traces, clean_gin
+):
+    monkeypatch.setenv(measured_choice.CACHE_DIR_VARIABLE, str(tmp_path / "cache"))
+    monkeypatch.setattr(measured_choice, "time_candidates", _times_favouring(winner))
+    _bind_ppo(PPO_RUN)
+    train.train_eval(str(tmp_path / "run"))  # jit_compile="auto", the default
+    said = capsys.readouterr().out
+    ratio = "on 0.50x" if winner == "on" else "on 2.00x"
+    said_first = f"jit_compile auto: {winner} (train step time: off 1.00x, {ratio}; measured now on this host"
+    assert said_first in said
+    assert (xla_traces["train"] > 0) is (winner == "on")
+    assert _hyperparameter(str(tmp_path / "run" / "collect"), "train_eval.jit_compile") is (winner == "on")
+    # The record keeps the request: a resume with "auto" is the same run, on any host.
+    with open(tmp_path / "run" / "run_settings.json") as f:
+        assert json.load(f)["train_eval.jit_compile"] == "auto"
+    (entry,) = json.loads((tmp_path / "cache" / measured_choice.CACHE_FILE).read_text()).values()
+    assert entry["question"] == "jit_compile" and entry["value"] == winner
+    assert entry["model"] == {
+        "encoder": "mlp", "encoder_kwargs": {"units": [16]}, "minibatch_size": 16,
+        "observation_spec": [[3], "float32"], "precision": "float32",
+    }  # fmt: skip
+
+    # The next run of this model on this host reads the choice.
+    monkeypatch.setattr(measured_choice, "time_candidates", _never_timed)
+    _bind_ppo(PPO_RUN)
+    train.train_eval(str(tmp_path / "again"))
+    assert f"jit_compile auto: {winner} (" in capsys.readouterr().out
+    assert _hyperparameter(str(tmp_path / "again" / "collect"), "train_eval.jit_compile") is (winner == "on")
+
+
+def _never_timed(*args, **kwargs):
+    raise AssertionError("a cached choice must not be measured again")
+
+
+def test_an_explicit_setting_or_a_strategy_is_never_measured(tmp_path, monkeypatch, capsys, clean_gin):
+    monkeypatch.setenv(measured_choice.CACHE_DIR_VARIABLE, str(tmp_path / "cache"))
+    monkeypatch.setattr(measured_choice, "time_candidates", _never_timed)
+    _bind_ppo(PPO_RUN)
+    train.train_eval(str(tmp_path / "off"), jit_compile="off")
+    mirrored = tf.distribute.MirroredStrategy(["/cpu:0"])
+    _bind_ppo(PPO_RUN)
+    harness.train_eval(str(tmp_path / "mirrored"), strategy=mirrored)
+    assert "jit_compile auto" not in capsys.readouterr().out
+    assert not (tmp_path / "cache").exists()
+
+
+def test_the_measurement_times_both_real_train_steps(tmp_path, monkeypatch):
+    """Unpatched: the graph and the XLA step of a model are built, timed and compared."""
+    from sit_keras.agents.training import auto_settings
+    from sit_keras.agents.training.run_settings import RunSettings
+
+    monkeypatch.setenv(measured_choice.CACHE_DIR_VARIABLE, str(tmp_path / "cache"))
+    run_settings = RunSettings(env_name=ENV, encoder="mlp", encoder_kwargs={"units": (16,)})
+    spec = tf.TensorSpec((3,), tf.float32)
+    choice = auto_settings.choose_jit_compile(run_settings, "float32", spec, 32)
+    assert choice.value in ("on", "off") and choice.measured_now
+    assert set(choice.seconds) == {"on", "off"} and all(t > 0 for t in choice.seconds.values())
+    assert choice.ratio_to_default["off"] == 1.0
+    assert (choice.value == "on") is (choice.ratio_to_default["on"] < measured_choice.MARGIN)
+
+
+def test_supervised_auto_settings_are_measured_and_recorded(tmp_path, monkeypatch, capsys, clean_gin):
+    monkeypatch.setenv(measured_choice.CACHE_DIR_VARIABLE, str(tmp_path / "cache"))
+    # bfloat16 and XLA both measured faster: the run trains in both, and says so.
+    measured = []
+
+    def time_candidates(candidates, rounds=3, calls=1):
+        measured.append(sorted(candidates))
+        winner = "mixed_bfloat16" if "mixed_bfloat16" in candidates else "on"
+        return _times_favouring(winner)(candidates, rounds, calls)
+
+    monkeypatch.setattr(measured_choice, "time_candidates", time_candidates)
+    status = supervised_train.main(
+        [f"--root_dir={tmp_path / 'run'}", "--precision=auto"]
+        + [f"--gin_bindings=train_supervised.{binding}"
+           for binding in ("model = 'cnn'", "epochs = 1", "eval_interval = 0", "verbose = 0")]
+    )  # fmt: skip
+    assert status == 0
+    said = capsys.readouterr().out
+    assert "sit-train-supervised: precision auto: mixed_bfloat16 (train step time: float32 1.00x" in said
+    assert "sit-train-supervised: jit_compile auto: on (train step time: off 1.00x, on 0.50x" in said
+    assert measured == [["float32", "mixed_bfloat16"], ["off", "on"]]
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert (result["precision"], result["jit_compile"]) == ("mixed_bfloat16", True)
+    assert (result["config"]["precision"], result["config"]["jit_compile"]) == ("auto", "auto")
+    entries = json.loads((tmp_path / "cache" / measured_choice.CACHE_FILE).read_text()).values()
+    models = {entry["question"]: entry["model"] for entry in entries}
+    assert models["jit_compile"]["precision"] == "mixed_bfloat16"
+    assert models["precision"]["model"] == "cnn" and models["precision"]["batch_size"] == 32
+
+
+def test_xla_starts_without_a_line_on_the_console():
+    program = (
+        "import sit_keras.quiet_start\n"
+        "import tensorflow as tf\n"
+        "from sit_keras import xla\n"
+        "xla.start_quietly()\n"
+        "print(tf.function(lambda: tf.constant(2.0) * 3.0, jit_compile=True)().numpy())\n"
+    )
+    env = {key: value for key, value in os.environ.items() if key != "SIT_KERAS_VERBOSE"}
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout == "6.0\n"
+    assert done.stderr == ""

@@ -13,7 +13,7 @@ An algorithm module (``run_settings.ALGORITHMS`` names them) exposes:
   once (rollout, replay buffer, recorded rounds) and the binding that sets them, for
   the memory check (``memory_check``);
 - ``minibatch_size(run_settings, settings)``: observations per gradient step, at
-  which ``precision="auto"`` times the model (``auto_precision``);
+  which ``precision="auto"`` and ``jit_compile="auto"`` time the model (``auto_settings``);
 - ``MULTI_WORKER`` (optional, default ``True``): ``False`` if it cannot train on a
   cluster of workers (``workers``);
 - ``build(run, settings) -> Algorithm``: one function that makes the agent on

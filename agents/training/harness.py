@@ -78,7 +78,7 @@ from tqdm import tqdm
 from sit_keras import folder_lock, mixed_precision, output_folder, run_kind, xla
 from sit_keras.agents.environments import load
 from sit_keras.agents.networks import policy_network
-from sit_keras.agents.training import auto_precision, checkpoints, memory_check, run_record, workers
+from sit_keras.agents.training import auto_settings, checkpoints, memory_check, run_record, workers
 from sit_keras.agents.training.algorithm import Algorithm, Run
 from sit_keras.agents.training.collection import FixedLengthDriver, metric_results
 from sit_keras.agents.training.evaluation import Evaluator, episode_metrics
@@ -214,13 +214,30 @@ def _resolve_precision(module, run_settings: RunSettings, settings: Any, observa
     """The run's dtype policy: its ``precision``, or for ``"auto"`` the one measured faster on this host."""
     if run_settings.precision != mixed_precision.AUTO:
         return run_settings.precision
-    choice = auto_precision.choose(
+    choice = auto_settings.choose_precision(
         run_settings, observation_spec, module.minibatch_size(run_settings, settings)
     )
     print(f"{_program()}: {choice.sentence('precision')}")
     # The measurement's models drew from the seeded generators: the run's own start as without it.
     _seed(run_settings, strategy)
     return choice.value
+
+
+def _resolve_jit_compile(
+    module, run_settings: RunSettings, settings: Any, observation_spec, precision: str, strategy
+) -> bool:
+    """XLA or not: the run's ``jit_compile``, or for ``"auto"`` the one measured faster on this host."""
+    jit_compile = run_settings.jit_compile
+    if jit_compile == xla.AUTO:
+        choice = auto_settings.choose_jit_compile(
+            run_settings, precision, observation_spec, module.minibatch_size(run_settings, settings)
+        )
+        print(f"{_program()}: {choice.sentence('jit_compile')}")
+        _seed(run_settings, strategy)
+        jit_compile = choice.value == "on"
+    if jit_compile:
+        xla.start_quietly()
+    return jit_compile
 
 
 def _check_memory(module, run_settings: RunSettings, settings: Any) -> None:
@@ -281,6 +298,9 @@ def _set_up(root_dir: str, module, run_settings: RunSettings, settings, strategy
         load(run_settings.env_name, num_envs=1, seed=run_settings.seed, **run_settings.eval_kwargs).close()
     observation_spec, action_spec, time_step_spec = spec_utils.get_tensor_specs(env)
     precision = _resolve_precision(module, run_settings, settings, observation_spec, strategy)
+    jit_compile = _resolve_jit_compile(module, run_settings, settings, observation_spec, precision, strategy)
+    # The setting in force from here on: the agent's, and the hyper-parameters written below.
+    run_settings = dataclasses.replace(run_settings, jit_compile=jit_compile)
     with strategy.scope():  # the counters, as the agents' variables (each module's build)
         train_step = train_utils.create_train_step()
         env_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="env_steps")

@@ -65,9 +65,10 @@ class RunSettings:
       precision: ``"float32"``, ``"mixed_bfloat16"`` or ``"mixed_float16"``
         (``sit_keras.mixed_precision``): the networks' compute dtype; their
         variables and output heads stay float32. ``"auto"``: ``mixed_bfloat16``
-        where this host trains the model faster in it (``agents.training.auto_precision``).
+        where this host trains the model faster in it (``agents.training.auto_settings``).
       jit_compile: XLA for the train step (``xla.resolve_jit_compile``:
-        ``"auto"``, ``True``/``"on"``, ``False``/``"off"``).
+        ``"auto"``, ``True``/``"on"``, ``False``/``"off"``). ``"auto"``: XLA
+        where this host trains the model faster with it (``agents.training.auto_settings``).
       progress: show a progress bar.
     """
 

@@ -28,6 +28,7 @@ import sit_keras  # Selects Keras 2 (tf_keras) behind tf.keras: must come before
 
 # isort: split
 
+import functools
 import inspect
 import json
 import os
@@ -43,6 +44,7 @@ from absl import flags
 
 from sit_keras import mixed_precision, output_folder, run_kind, xla
 from sit_keras.command_line import parse_flags
+from sit_keras.supervised import auto_settings
 from sit_keras.supervised.classifiers import build_classifier
 from sit_keras.supervised.datasets import dataset_spec, load_dataset
 
@@ -98,6 +100,34 @@ def _pipeline(dataset: tf.data.Dataset, batch_size: int, shuffle_seed: int | Non
     return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 
+def _compiled_classifier(
+    model: str,
+    image_shape: tuple[int, ...],
+    num_classes: int,
+    preset: str | None,
+    model_overrides: Mapping[str, Any],
+    learning_rate: float,
+    precision: str,
+    jit_compile: bool,
+) -> tf_keras.Model:
+    """The classifier in ``precision``, compiled for ``fit`` (Adam, cross-entropy of its logits)."""
+    with mixed_precision.dtype_policy(precision):
+        classifier = build_classifier(model, image_shape, num_classes, preset=preset, **model_overrides)
+    optimizer = tf_keras.optimizers.Adam(learning_rate)
+    if precision == "mixed_float16":
+        # Keras' fit scales the loss and unscales the gradients with it (float16's range).
+        optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
+    # Built now so that a checkpoint restores its slots instead of deferring them.
+    optimizer.build(classifier.trainable_variables)
+    classifier.compile(
+        optimizer=optimizer,
+        loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=[tf_keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        jit_compile=jit_compile,
+    )
+    return classifier
+
+
 @gin.configurable
 def train_supervised(
     root_dir: str,
@@ -116,9 +146,9 @@ def train_supervised(
     batch_size: int = 32,
     learning_rate: float = 3e-3,
     seed: int = 0,
-    # XLA for the train step (sit_keras.xla): "auto" (on with a GPU), True / "on", False / "off".
+    # XLA for the train step (sit_keras.xla): "auto" (measured), True / "on", False / "off".
     jit_compile: bool | str = "auto",
-    # Keras dtype policy (sit_keras.mixed_precision): float32, mixed_bfloat16 or mixed_float16.
+    # Keras dtype policy (sit_keras.mixed_precision): float32, mixed_bfloat16, mixed_float16 or "auto".
     precision: str = "float32",
     # Evaluation and logging.
     eval_interval: int = 1,
@@ -147,12 +177,14 @@ def train_supervised(
       learning_rate: Adam step size.
       seed: seeds weights, shuffling and the rotation angles.
       jit_compile: compile the train step with XLA (``xla.resolve_jit_compile``;
-        ``"auto"``: when a GPU is visible; on a CPU XLA is slower than the graph
-        executor for the SiT family, see benchmarks/README.md).
+        ``"auto"``: where this host trains the classifier faster with XLA,
+        measured once and cached, ``auto_settings``).
       precision: Keras dtype policy of the classifier
         (``sit_keras.mixed_precision.PRECISIONS``): float32 variables in
         every case, float16 / bfloat16 compute under the mixed ones, float32
         logits; ``"mixed_float16"`` trains with dynamic loss scaling.
+        ``"auto"``: mixed_bfloat16 where this host trains the classifier
+        faster in it, float32 otherwise (measured once and cached).
       eval_interval: evaluate on the test data every this many epochs
         (logged to TensorBoard); 0 evaluates only at the end.
       verbose: ``fit``'s verbosity (0 silent, 2 one line per epoch).
@@ -175,7 +207,7 @@ def train_supervised(
     config["model_overrides"] = dict(model_overrides or {})
     _check_positive(epochs=epochs, batch_size=batch_size, learning_rate=learning_rate)
     use_xla = xla.resolve_jit_compile(jit_compile)
-    mixed_precision.check_precision(precision)
+    mixed_precision.check_precision(precision, allow_auto=True)
     if eval_interval < 0:
         raise ValueError(f"eval_interval must be >= 0. Received: eval_interval={eval_interval}")
     output_folder.check(root_dir, "root_dir")
@@ -192,27 +224,34 @@ def train_supervised(
     train_data = _pipeline(load_dataset(dataset, "train", data_dir, seed), batch_size, shuffle_seed=seed)
     test_data = _pipeline(load_dataset(test_dataset, "test", data_dir, seed), batch_size, shuffle_seed=None)
 
-    tf_keras.utils.set_random_seed(seed)
-    with mixed_precision.dtype_policy(precision):
-        classifier = build_classifier(
-            model,
-            train_spec.image_shape,
-            train_spec.num_classes,
-            preset=train_spec.preset if preset is None else preset,
-            **config["model_overrides"],
-        )
-    optimizer = tf_keras.optimizers.Adam(learning_rate)
-    if precision == "mixed_float16":
-        # Keras' fit scales the loss and unscales the gradients with it (float16's range).
-        optimizer = tf_keras.mixed_precision.LossScaleOptimizer(optimizer)
-    # Built now so that a checkpoint restores its slots instead of deferring them.
-    optimizer.build(classifier.trainable_variables)
-    classifier.compile(
-        optimizer=optimizer,
-        loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=[tf_keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
-        jit_compile=use_xla,
+    preset = train_spec.preset if preset is None else preset
+    build = functools.partial(
+        _compiled_classifier,
+        model,
+        train_spec.image_shape,
+        train_spec.num_classes,
+        preset,
+        config["model_overrides"],
+        learning_rate,
     )
+    if precision == mixed_precision.AUTO or use_xla == xla.AUTO:
+        description = {"model": model, "preset": preset, "model_overrides": config["model_overrides"]}
+        measured = auto_settings.Classifier(
+            build, description, train_spec.image_shape, train_spec.num_classes, batch_size
+        )
+        if precision == mixed_precision.AUTO:
+            choice = auto_settings.choose_precision(measured)
+            print(f"{PROGRAM}: {choice.sentence('precision')}")
+            precision = choice.value
+        if use_xla == xla.AUTO:
+            choice = auto_settings.choose_jit_compile(measured, precision)
+            print(f"{PROGRAM}: {choice.sentence('jit_compile')}")
+            use_xla = choice.value == "on"
+    if use_xla:
+        xla.start_quietly()
+    tf_keras.utils.set_random_seed(seed)
+    classifier = build(precision, use_xla)
+    optimizer = classifier.optimizer
 
     os.makedirs(root_dir, exist_ok=True)
     run_kind.claim(root_dir, run_kind.SUPERVISED, "sit-train-supervised")
@@ -298,7 +337,7 @@ flags.DEFINE_string(
 )
 # Overrides the gin binding (default "auto") when given.
 xla.define_jit_compile_flag(FLAGS)
-mixed_precision.define_precision_flag(FLAGS)
+mixed_precision.define_precision_flag(FLAGS, allow_auto=True)
 flags.mark_flag_as_required("root_dir", flag_values=FLAGS)
 
 PROGRAM = "sit-train-supervised"
