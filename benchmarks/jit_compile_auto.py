@@ -5,7 +5,7 @@ For each gin file, the measurement ``sit-train`` makes when a run starts with
 config's encoder with a value head (forward, backward and Adam, random observations
 of the environment's spec, the algorithm's minibatch size, float32), with XLA and
 without, each timed in ``ROUNDS`` rounds in a new order after a warm-up. Nothing is
-read from or written to the user's cache: every config is measured now.
+read from or written to the user's cache: every config is measured now, in turn.
 
 Printed and written per config: the median seconds of each step, XLA's time over the
 graph step's (the median of the per-round ratios) and the choice (XLA only when that
@@ -123,9 +123,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args is None:
         return 2
     commit, started = current_commit(), time.time()
-    with tempfile.TemporaryDirectory() as cache:
-        os.environ[measured_choice.CACHE_DIR_VARIABLE] = cache  # measured now, the user's cache untouched
-        rows = [measure(gin_file) for gin_file in args.gin_files]
+    rows = []
+    for gin_file in args.gin_files:
+        # An empty cache per config: each is measured now (two configs may share a model), and the
+        # user's cache is neither read nor written.
+        with tempfile.TemporaryDirectory() as cache:
+            os.environ[measured_choice.CACHE_DIR_VARIABLE] = cache
+            rows.append(measure(gin_file))
     report = {
         "benchmark": "jit_compile_auto",
         "command": command_line("jit_compile_auto.py", argv),
