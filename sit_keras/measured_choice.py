@@ -12,7 +12,10 @@ the kernels: AVX2, AVX512F, AVX512_BF16, AMX), its number of CPUs and GPUs,
 and the TensorFlow version. Each candidate is timed ``ROUNDS`` times, in a
 new order each round after a warm-up; a candidate other than the default is
 chosen only if the median of its per-round time ratios to the default is
-below ``MARGIN`` (these machines are noisy: a tie keeps the default).
+below ``MARGIN`` (these machines are noisy: a tie keeps the default). A
+candidate that takes more than ``CLEARLY_SLOWER`` times the default's time
+after the warm-up is not timed in the rounds: it cannot win; and steps
+longer than ``LONG_CALL_S`` are called once per round.
 
 >>> choice = fastest("demo", {"model": "x"}, {"a": lambda: lambda: None}, default="a", cache=False)
 >>> choice.value
@@ -40,6 +43,8 @@ ROUNDS = 5
 CALLS_PER_ROUND = 3
 WARM_UP_CALLS = 2
 MARGIN = 0.9
+CLEARLY_SLOWER = 2.0
+LONG_CALL_S = 0.25
 # The processor's instruction sets that decide which kernels TensorFlow runs.
 _KERNEL_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 
@@ -133,18 +138,35 @@ def _write_cache(path: Path, entries: Mapping[str, Any]) -> None:
 
 
 def time_candidates(
-    candidates: Mapping[str, Callable[[], Step]], rounds: int = ROUNDS, calls: int = CALLS_PER_ROUND
+    candidates: Mapping[str, Callable[[], Step]],
+    rounds: int = ROUNDS,
+    calls: int = CALLS_PER_ROUND,
+    default: str | None = None,
 ) -> dict[str, list[float]]:
     """Per candidate, seconds per call in each round: every step is built and warmed up first, then
     each round calls every step ``calls`` times, the steps in a new order each round (so that a slow
-    spell of a noisy host hits them all)."""
-    steps = {}
+    spell of a noisy host hits them all).
+
+    With a ``default``, a candidate whose last warm-up call took more than ``CLEARLY_SLOWER`` times
+    the default's cannot win: it is not called again, and its warm-up time stands for every round
+    (XLA's CPU step of a large CNN takes 6x the graph's; timing it 15 more times would cost minutes).
+    When the default's call takes more than ``LONG_CALL_S``, each round calls each step once.
+    """
+    steps, warm = {}, {}
     for name, build in candidates.items():
         steps[name] = build()
         for _ in range(WARM_UP_CALLS):
+            start = time.perf_counter()
             steps[name]()
+            warm[name] = time.perf_counter() - start
     times: dict[str, list[float]] = {name: [] for name in steps}
     order = list(steps)
+    if default is not None:
+        for name in [n for n in order if warm[n] > CLEARLY_SLOWER * warm[default]]:
+            order.remove(name)
+            times[name] = [warm[name]] * rounds
+        if warm[default] > LONG_CALL_S:
+            calls = 1  # a call this long is timed well on its own
     shuffle = random.Random(0)
     for _ in range(rounds):
         shuffle.shuffle(order)
@@ -185,7 +207,7 @@ def fastest(
     if key in entries:
         entry = entries[key]
         return Choice(entry["value"], entry["seconds"], entry["ratio_to_default"], False, str(path))
-    times = time_candidates(candidates)
+    times = time_candidates(candidates, default=default)
     ratios = {
         name: statistics.median(t / d for t, d in zip(times[name], times[default], strict=True))
         for name in times

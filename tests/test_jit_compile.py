@@ -478,7 +478,7 @@ def _times_favouring(winner: str, ratio: float = 0.5):
     The candidates are still built and called once, so that each one is shown to work.
     """
 
-    def time_candidates(candidates, rounds=3, calls=1):
+    def time_candidates(candidates, rounds=3, calls=1, default=None):
         for build in candidates.values():
             build()()
         return {name: [0.01 * (ratio if name == winner else 1.0)] * rounds for name in candidates}
@@ -554,7 +554,7 @@ def test_supervised_auto_settings_are_measured_and_recorded(tmp_path, monkeypatc
     # bfloat16 and XLA both measured faster: the run trains in both, and says so.
     measured = []
 
-    def time_candidates(candidates, rounds=3, calls=1):
+    def time_candidates(candidates, rounds=3, calls=1, default=None):
         measured.append(sorted(candidates))
         winner = "mixed_bfloat16" if "mixed_bfloat16" in candidates else "on"
         return _times_favouring(winner)(candidates, rounds, calls)

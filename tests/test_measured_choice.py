@@ -61,6 +61,37 @@ def test_the_faster_candidate_wins_and_is_cached_for_this_host_and_model(cache_d
     assert len(json.loads((cache_dir / measured_choice.CACHE_FILE).read_text())) == 2
 
 
+def test_a_clearly_slower_candidate_is_not_timed_past_its_warm_up_and_a_long_step_once_a_round(cache_dir):
+    calls = {"slow": 0, "fast": 0}
+
+    def counted(name: str, seconds: float):
+        def step():
+            calls[name] += 1
+            time.sleep(seconds)
+
+        return lambda: step
+
+    candidates = {"fast": counted("fast", 0.001), "slow": counted("slow", 0.01)}
+    choice = measured_choice.fastest("speed", {"model": "m"}, candidates, default="fast", cache=False)
+    assert choice.value == "fast" and choice.ratio_to_default["slow"] > measured_choice.CLEARLY_SLOWER
+    assert calls["slow"] == measured_choice.WARM_UP_CALLS
+    assert (
+        calls["fast"]
+        == measured_choice.WARM_UP_CALLS + measured_choice.ROUNDS * measured_choice.CALLS_PER_ROUND
+    )
+    # A long default: one call per round.
+    calls.update(fast=0, slow=0)
+    candidates = {"long": counted("fast", measured_choice.LONG_CALL_S * 1.1), "slow": counted("slow", 0.3)}
+    measured_choice.time_candidates(candidates, default="long")
+    assert calls == {"fast": measured_choice.WARM_UP_CALLS + measured_choice.ROUNDS,
+                     "slow": measured_choice.WARM_UP_CALLS + measured_choice.ROUNDS}  # fmt: skip
+    # Without a default to compare with, every candidate is timed in every round.
+    calls.update(fast=0, slow=0)
+    candidates = {"fast": counted("fast", 0.001), "slow": counted("slow", 0.01)}
+    times = measured_choice.time_candidates(candidates, rounds=2, calls=1)
+    assert calls["slow"] == measured_choice.WARM_UP_CALLS + 2 and len(times["slow"]) == 2
+
+
 def test_a_tie_keeps_the_default(cache_dir):
     """A candidate must be faster by the margin: noise never moves a run off the default."""
     choice = measured_choice.fastest("tie", {}, {"a": _sleeper(0.002), "b": _sleeper(0.002)}, default="a")
