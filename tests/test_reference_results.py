@@ -1755,13 +1755,48 @@ def test_the_xla_block_table_is_the_report():
     cnn, sit = results["cnn"]["xla_over_graph"], results["sit_chiral"]["xla_over_graph"]
     assert f"({cnn:.2f}x and {sit:.2f}x for the CNN and the chiral SiT)" in flat
     vit = _report("speed_encoders.json")["train_step_ms"]["vit"]
-    training = " ".join((DOCS / "training.md").read_text().split())
-    assert f"(its XLA step {vit['xla'] / vit['graph']:.2f}x its graph step)" in training
+    assert f"batch 96 (the encoder table above) measured {vit['xla'] / vit['graph']:.2f}x its graph" in flat
     assert (
         results["layer_norm"]["xla_over_graph"]
         < 1
         < min(r["xla_over_graph"] for n, r in results.items() if n not in ("layer_norm", "segment_sum"))
     )
+
+
+def test_what_jit_compile_auto_chooses_is_the_report():
+    """docs/speed.md: XLA against the graph per config, and auto's choice by the margin."""
+    report = _report("jit_compile_auto.json")
+    assert (
+        report["command"]
+        == "python benchmarks/jit_compile_auto.py --out benchmarks/reference/jit_compile_auto.json"
+    )
+    assert len(report["commit"]) == 40 and report["wall_time_s"] > 0
+    assert "`benchmarks/reference/jit_compile_auto.json`" in SPEED
+    for row in report["configs"]:
+        graph, compiled = row["seconds"]["off"] * 1e3, row["seconds"]["on"] * 1e3
+        assert row["choice"] == ("on" if row["xla_over_graph"] < report["margin"] else "off")
+        assert (
+            f"| `{row['gin_file']}` | `{row['encoder']}` | {row['minibatch_size']} | {graph:.1f} | "
+            f"{compiled:.1f} | {row['xla_over_graph']:.2f} | {row['choice']} |"
+        ) in SPEED
+    images = [
+        r["xla_over_graph"] for r in report["configs"] if r["encoder"] not in ("mlp", "attention_neuron")
+    ]
+    vectors = [r["xla_over_graph"] for r in report["configs"] if r["encoder"] in ("mlp", "attention_neuron")]
+    flat = " ".join(SPEED.split())
+    assert f"slower for every image model here ({min(images):.2f}-{max(images):.1f}x)" in flat
+    assert max(abs(ratio - 1) for ratio in vectors) < 0.05
+    images_cost = [
+        r["measurement_s"] for r in report["configs"] if not r["gin_file"].startswith("configs/procgen")
+    ]
+    procgen_cost = [
+        r["measurement_s"] for r in report["configs"] if r["gin_file"].startswith("configs/procgen")
+    ]
+    assert 1 <= min(images_cost) and max(images_cost) <= 20
+    assert f"{min(procgen_cost):.0f}-{max(procgen_cost):.0f} s for the Procgen models" in flat
+    training = " ".join((DOCS / "training.md").read_text().split())
+    assert {r["choice"] for r in report["configs"]} == {"off"}
+    assert "`auto` chose it for none of the main configs" in training
 
 
 def test_the_students_return_by_recorded_steps_is_the_report():
