@@ -7,7 +7,7 @@ Every trainer (``sit-train``'s PPO, SAC and DQN / C51, ``sit-distill``,
 - ``"auto"`` (the default): whichever of the two is measured faster for the
   run's model on this host (``sit_keras.measured_choice``: timed once, then
   cached). On a CPU XLA makes most of these models' train steps slower
-  (docs/speed.md, "XLA"), the ViT's faster;
+  (docs/speed.md, "XLA");
 - ``"true"`` / ``"on"`` (or ``True``): compile the train step with XLA;
 - ``"false"`` / ``"off"`` (or ``False``): TensorFlow's graph executor.
 

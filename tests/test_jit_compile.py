@@ -593,3 +593,18 @@ def test_xla_starts_without_a_line_on_the_console():
     )
     assert done.returncode == 0 and done.stdout == "6.0\n"
     assert done.stderr == ""
+
+
+def test_deterministic_runs_train_without_xla_and_refuse_it(tmp_path, monkeypatch, clean_gin):
+    """XLA's random ops are not seeded by TensorFlow's seeds: a deterministic run cannot use them."""
+    monkeypatch.setenv(measured_choice.CACHE_DIR_VARIABLE, str(tmp_path / "cache"))
+    monkeypatch.setattr(measured_choice, "time_candidates", _never_timed)
+    _bind_ppo(PPO_RUN)
+    train.train_eval(str(tmp_path / "auto"), deterministic=True)  # auto: off, nothing measured
+    assert _hyperparameter(str(tmp_path / "auto" / "collect"), "train_eval.jit_compile") is False
+    _bind_ppo(PPO_RUN)
+    with pytest.raises(
+        harness.SettingsError, match=r"^train_eval.deterministic repeats a run bit for bit only"
+    ):
+        train.train_eval(str(tmp_path / "on"), deterministic=True, jit_compile="on")
+    assert not (tmp_path / "on").exists()

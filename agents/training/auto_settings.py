@@ -5,7 +5,7 @@
   than float32, on hosts without them (docs/speed.md).
 - ``jit_compile="auto"``: XLA or TensorFlow's graph executor. On a CPU XLA
   compiles convolutions and small batched matmuls badly (docs/speed.md, "XLA"),
-  so it slows most of these models and speeds up a few (the ViT).
+  so it slows most of these models; the ViT's step at batch 96 it speeds up.
 
 Each times one train step of the run's torso with a value head (forward,
 backward and Adam, on random observations of the environment's spec, at the

@@ -279,6 +279,15 @@ def _settings(overrides: Mapping[str, Any], strategy) -> tuple[Any, RunSettings,
     run_settings.check()
     module.check(run_settings, settings)
     jit_compile = xla.resolve_jit_compile(run_settings.jit_compile, strategy)
+    if run_settings.deterministic:
+        # XLA's random ops (SAC's sampling, DrAC's crops in the train step) are not seeded by
+        # TensorFlow's seeds: two XLA runs with one seed differ (tests/test_jit_compile.py).
+        if jit_compile is True:
+            raise ValueError(
+                "train_eval.deterministic repeats a run bit for bit only without XLA, whose random numbers "
+                "in the train step are not TensorFlow's seeded ones: use jit_compile 'off' or 'auto'."
+            )
+        jit_compile = False
     return module, dataclasses.replace(run_settings, jit_compile=jit_compile), settings
 
 
