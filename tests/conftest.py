@@ -11,6 +11,7 @@ end (``make test-precision``, docs/testing.md).
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,14 +25,13 @@ import sit_keras  # noqa: E402, F401  (selects Keras 2 before TensorFlow is impo
 from sit_keras import testing  # noqa: E402
 
 # The trainers' "auto" settings measure the model once per host and cache the answer
-# (sit_keras.measured_choice): the tests share one cache per test run, outside the user's home.
-os.environ.setdefault(
-    "SIT_KERAS_CACHE_DIR",
-    os.path.join(
-        tempfile.gettempdir(),
-        f"sit_keras_test_cache_{os.environ.get('PYTEST_XDIST_TESTRUNUID') or os.getpid()}",
-    ),
-)
+# (sit_keras.measured_choice): the tests share one cache per test run (the xdist workers inherit
+# the controller's variable), outside the user's home, removed at the end (pytest_sessionfinish).
+if "SIT_KERAS_CACHE_DIR" not in os.environ:
+    os.environ["SIT_KERAS_CACHE_DIR"] = tempfile.mkdtemp(prefix="sit_keras_test_cache_")
+    _OWN_CACHE_DIR = os.environ["SIT_KERAS_CACHE_DIR"]
+else:
+    _OWN_CACHE_DIR = None
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # One TensorFlow thread per xdist worker (make test runs one worker per core): two workers with
@@ -125,3 +125,8 @@ def fixed_seed() -> None:
     import tf_keras
 
     tf_keras.utils.set_random_seed(0)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _OWN_CACHE_DIR and not os.environ.get("PYTEST_XDIST_WORKER"):
+        shutil.rmtree(_OWN_CACHE_DIR, ignore_errors=True)

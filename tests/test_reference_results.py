@@ -1864,10 +1864,12 @@ def _minute_span(runs: list[dict]) -> str:
     return low if low == high else f"{low}-{high}"
 
 
-def _checked_pi_seeds(runs: list[dict], summary: dict, flags: tuple[str, ...]) -> dict[str, list[float]]:
-    """Checks seeds 0, 1, 2 (``flags`` and the seed in each command, commit, wall time, the one teacher,
+def _checked_pi_seeds(
+    runs: list[dict], summary: dict, flags: tuple[str, ...], seeds: tuple[int, ...] = (0, 1, 2)
+) -> dict[str, list[float]]:
+    """Checks ``seeds`` (``flags`` and the seed in each command, commit, wall time, the one teacher,
     200 test episodes); returns each of the 9 columns' mean per seed, as the summary holds them."""
-    assert [run["seed"] for run in runs] == [0, 1, 2]
+    assert [run["seed"] for run in runs] == list(seeds)
     for run in runs:
         for flag in flags:
             assert flag in run["command"], flag
@@ -2526,6 +2528,45 @@ def test_the_ppo_students_at_a_constant_rate_are_quoted_as_measured():
     medians = " / ".join(f"{run['approx_kl_actor_trained_median']:.3f}" for run in runs)
     maxima = " / ".join(f"{run['approx_kl_actor_trained_max']:.1f}" for run in runs)
     assert f"has a median of {medians} but reaches {maxima}" in text
+
+
+def test_ppo_from_scratch_on_the_papers_cart_pole_is_quoted_as_measured():
+    """docs/results.md and the README: the direct route on CartPoleSwingUpHarder, episodes from a reset."""
+    report = _report("pi_cartpole_harder_ppo_direct.json")
+    summary, runs = report["summary"], report["runs"]
+    per_seed = _checked_pi_seeds(runs, summary, ("--skip_training", "--students pi"), seeds=(0,))
+    (run,) = runs
+    assert run["pi_dir"]["path"] == "runs/pi_direct/seed0"
+    settings = run["pi_dir"]["run_settings"]
+    assert settings["ppo.reset_each_iteration"] and settings["train_eval.total_env_steps"] == 3_000_000
+    assert "ppo.initial_actor_dir" not in settings or not settings["ppo.initial_actor_dir"]
+    assert "--gin_file configs/cartpole/swingup_harder_pi.gin" in report["budget"]
+    students = _report("pi_cartpole_harder_dagger_time_limit.json")
+    assert _upright_returns(students, "teacher")[:1] == _upright_returns(report, "teacher")  # the same episodes
+    evaluations = {e["env_steps"]: e for e in run["pi_dir"]["evaluations"]}
+    text = " ".join(RESULTS.split())
+    mean = {steps: f"{e['mean_return']:.0f}" for steps, e in evaluations.items()}
+    above_400 = {steps: sum(r > 400 for r in e["returns"]) for steps, e in evaluations.items()}
+    quoted = (
+        f"went from {mean[256_000]} at 256k steps to {mean[1_008_000]} at 1M and {mean[2_256_000]} at 2.26M, "
+        f"where {above_400[2_256_000]} of the 20 episodes scored above 400 for the first time, and ended at "
+        f"{mean[3_008_000]} at 3M ({above_400[3_008_000]} above 400)"
+    )
+    assert quoted in text
+    minutes = round(int(report["wall_note"].split("(")[1].split(" s)")[0]) / 60)
+    assert (
+        f"PPO {minutes} minutes" in report["wall_note"] and f"3M steps, {minutes} minutes on one core" in text
+    )
+    assert all(above_400[steps] == 0 for steps in evaluations if steps < 1_760_000)
+    paper = report["paper"]["pi"]
+    cells = [f"{v[0]:.0f} ({paper[c][0]})" for c, v in per_seed.items()]
+    assert f"| AttentionNeuron, PPO from scratch, 3M steps, seed 0 | {' | '.join(cells)} |" in RESULTS
+    upright = per_seed["5 obs"][0]
+    share = summary["student_over_teacher"]
+    assert f"{upright:.0f} upright is **{share:.0%} of the teacher's 627**" in text
+    _assert_order_and_count_free(per_seed, 1e-6)
+    assert f"3M PPO steps from scratch reach {share:.0%}" in " ".join(README.split())
+    assert "`benchmarks/reference/pi_cartpole_harder_ppo_direct.json`" in README
 
 
 def test_the_ppo_students_with_an_annealed_rate_are_quoted_as_measured():
