@@ -2542,7 +2542,8 @@ def test_ppo_from_scratch_on_the_papers_cart_pole_is_quoted_as_measured():
     assert "ppo.initial_actor_dir" not in settings or not settings["ppo.initial_actor_dir"]
     assert "--gin_file configs/cartpole/swingup_harder_pi.gin" in report["budget"]
     students = _report("pi_cartpole_harder_dagger_time_limit.json")
-    assert _upright_returns(students, "teacher")[:1] == _upright_returns(report, "teacher")  # the same episodes
+    # The same 200 test episodes as the students'.
+    assert _upright_returns(students, "teacher")[:1] == _upright_returns(report, "teacher")
     evaluations = {e["env_steps"]: e for e in run["pi_dir"]["evaluations"]}
     text = " ".join(RESULTS.split())
     mean = {steps: f"{e['mean_return']:.0f}" for steps, e in evaluations.items()}
