@@ -123,6 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args is None:
         return 2
     commit, started = current_commit(), time.time()
+    os.environ.pop(measured_choice.NO_MEASURE_VARIABLE, None)  # measuring is this script's job
     rows = []
     for gin_file in args.gin_files:
         # An empty cache per config: each is measured now (two configs may share a model), and the

@@ -1,4 +1,4 @@
-"""Settings chosen by measurement on this host, once, then cached: ``precision="auto"``.
+"""Settings chosen by measurement on this host, once, then cached: the trainers' "auto" settings.
 
 Whether bfloat16 is faster than float32 depends on the host (AMX, AVX512_BF16
 or neither; docs/speed.md) and on the model, so ``"auto"`` times the
@@ -16,6 +16,10 @@ below ``MARGIN`` (these machines are noisy: a tie keeps the default). A
 candidate that takes more than ``CLEARLY_SLOWER`` times the default's time
 after the warm-up is not timed in the rounds: it cannot win; and steps
 longer than ``LONG_CALL_S`` are called once per round.
+
+With ``$SIT_KERAS_NO_MEASURE`` set, ``"auto"`` keeps the default (float32,
+no XLA) and nothing is timed, read or cached: runs that must not depend on
+this host's timings (the test suite) set it.
 
 >>> choice = fastest("demo", {"model": "x"}, {"a": lambda: lambda: None}, default="a", cache=False)
 >>> choice.value
@@ -38,6 +42,9 @@ from typing import Any
 import tensorflow as tf
 
 CACHE_DIR_VARIABLE = "SIT_KERAS_CACHE_DIR"
+NO_MEASURE_VARIABLE = "SIT_KERAS_NO_MEASURE"
+"""Set (to anything but ``""`` or ``"0"``): every ``"auto"`` keeps its default without timing anything, so
+that a run does not depend on this host's timings (the test suite sets it)."""
 CACHE_FILE = "measured_choices.json"
 ROUNDS = 5
 CALLS_PER_ROUND = 3
@@ -64,6 +71,8 @@ class Choice:
     def sentence(self, question: str) -> str:
         """One line for the run's console: the choice, its measured ratio, and where it came from."""
         ratios = ", ".join(f"{name} {ratio:.2f}x" for name, ratio in self.ratio_to_default.items())
+        if not self.seconds:
+            return f"{question} auto: {self.value} (not measured: {NO_MEASURE_VARIABLE} is set)."
         where = "measured now" if self.measured_now else "measured before"
         cached = f"; cached in {self.cache_file}" if self.cache_file else ""
         return f"{question} auto: {self.value} (train step time: {ratios}; {where} on this host{cached})."
@@ -201,6 +210,8 @@ def fastest(
     """
     if default not in candidates:
         raise ValueError(f"The default {default!r} is not a candidate ({', '.join(candidates)}).")
+    if os.environ.get(NO_MEASURE_VARIABLE, "") not in ("", "0"):
+        return Choice(default, {}, {}, False, None)
     path = cache_file() if cache else None
     key = _entry_key(question, model)
     entries = _read_cache(path) if path is not None else {}

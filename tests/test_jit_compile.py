@@ -472,6 +472,12 @@ def test_supervised_training_with_xla_matches_graph_mode(tmp_path, clean_gin):
 
 
 # -- auto: measured on this host -------------------------------------------------------------
+def _measure_into(cache: os.PathLike, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cache of the test's own, and measurement on (the suite turns it off elsewhere: conftest.py)."""
+    monkeypatch.setenv(measured_choice.CACHE_DIR_VARIABLE, str(cache))
+    monkeypatch.delenv(measured_choice.NO_MEASURE_VARIABLE, raising=False)
+
+
 def _times_favouring(winner: str, ratio: float = 0.5):
     """A stand-in for ``measured_choice.time_candidates``: ``winner`` runs at ``ratio`` of the others.
 
@@ -490,7 +496,7 @@ def _times_favouring(winner: str, ratio: float = 0.5):
 def test_auto_trains_with_what_is_measured_faster_and_says_which(
     winner, tmp_path, monkeypatch, capsys, xla_traces, clean_gin
 ):
-    monkeypatch.setenv(measured_choice.CACHE_DIR_VARIABLE, str(tmp_path / "cache"))
+    _measure_into(tmp_path / "cache", monkeypatch)
     monkeypatch.setattr(measured_choice, "time_candidates", _times_favouring(winner))
     _bind_ppo(PPO_RUN)
     train.train_eval(str(tmp_path / "run"))  # jit_compile="auto", the default
@@ -523,7 +529,7 @@ def _never_timed(*args, **kwargs):
 
 
 def test_an_explicit_setting_or_a_strategy_is_never_measured(tmp_path, monkeypatch, capsys, clean_gin):
-    monkeypatch.setenv(measured_choice.CACHE_DIR_VARIABLE, str(tmp_path / "cache"))
+    _measure_into(tmp_path / "cache", monkeypatch)
     monkeypatch.setattr(measured_choice, "time_candidates", _never_timed)
     _bind_ppo(PPO_RUN)
     train.train_eval(str(tmp_path / "off"), jit_compile="off")
@@ -539,7 +545,7 @@ def test_the_measurement_times_both_real_train_steps(tmp_path, monkeypatch):
     from sit_keras.agents.training import auto_settings
     from sit_keras.agents.training.run_settings import RunSettings
 
-    monkeypatch.setenv(measured_choice.CACHE_DIR_VARIABLE, str(tmp_path / "cache"))
+    _measure_into(tmp_path / "cache", monkeypatch)
     run_settings = RunSettings(env_name=ENV, encoder="mlp", encoder_kwargs={"units": (16,)})
     spec = tf.TensorSpec((3,), tf.float32)
     choice = auto_settings.choose_jit_compile(run_settings, "float32", spec, 32)
@@ -550,7 +556,7 @@ def test_the_measurement_times_both_real_train_steps(tmp_path, monkeypatch):
 
 
 def test_supervised_auto_settings_are_measured_and_recorded(tmp_path, monkeypatch, capsys, clean_gin):
-    monkeypatch.setenv(measured_choice.CACHE_DIR_VARIABLE, str(tmp_path / "cache"))
+    _measure_into(tmp_path / "cache", monkeypatch)
     # bfloat16 and XLA both measured faster: the run trains in both, and says so.
     measured = []
 
@@ -601,7 +607,7 @@ def test_deterministic_runs_train_without_xla_and_refuse_it(tmp_path, monkeypatc
     Only the settings are resolved: a deterministic run turns op determinism on for the whole process,
     under which XLA cannot compile a max-pool gradient, so the other tests of this worker would fail.
     """
-    monkeypatch.setenv(measured_choice.CACHE_DIR_VARIABLE, str(tmp_path / "cache"))
+    _measure_into(tmp_path / "cache", monkeypatch)
     monkeypatch.setattr(measured_choice, "time_candidates", _never_timed)
     for setting in ("auto", "off"):
         _, run_settings, _ = harness._settings({"deterministic": True, "jit_compile": setting}, None)

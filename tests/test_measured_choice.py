@@ -31,8 +31,31 @@ def _never_built():
 
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
+    """A cache of this test's own, and measurement on (the suite turns it off elsewhere: conftest.py)."""
     monkeypatch.setenv(measured_choice.CACHE_DIR_VARIABLE, str(tmp_path / "cache"))
+    monkeypatch.delenv(measured_choice.NO_MEASURE_VARIABLE, raising=False)
     return tmp_path / "cache"
+
+
+def test_no_measure_keeps_the_default_without_timing_reading_or_caching(cache_dir, monkeypatch, capsys):
+    monkeypatch.setenv(measured_choice.NO_MEASURE_VARIABLE, "1")
+    cache_dir.mkdir()
+    (cache_dir / measured_choice.CACHE_FILE).write_text("damaged")  # not even read
+    choice = measured_choice.fastest(
+        "speed", {}, {"slow": _never_built, "fast": _never_built}, default="slow"
+    )
+    assert (choice.value, choice.measured_now, choice.cache_file) == ("slow", False, None)
+    assert choice.sentence("speed") == "speed auto: slow (not measured: SIT_KERAS_NO_MEASURE is set)."
+    gin.clear_config()
+    train.parse_gin([], TINY)
+    try:
+        harness.train_eval(str(cache_dir.parent / "run"), precision="auto")
+    finally:
+        gin.clear_config()
+    said = capsys.readouterr().out
+    assert "precision auto: float32 (not measured: SIT_KERAS_NO_MEASURE is set)." in said
+    assert "jit_compile auto: off (not measured: SIT_KERAS_NO_MEASURE is set)." in said
+    assert (cache_dir / measured_choice.CACHE_FILE).read_text() == "damaged"
 
 
 def test_the_faster_candidate_wins_and_is_cached_for_this_host_and_model(cache_dir):
