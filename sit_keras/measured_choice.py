@@ -68,6 +68,11 @@ class Choice:
     measured_now: bool
     cache_file: str | None
 
+    def announce(self, program: str, question: str) -> None:
+        """Prints the sentence as ``program``'s on stdout if anything was measured (or read from a cache)."""
+        if self.seconds:
+            print(f"{program}: {self.sentence(question)}")
+
     def sentence(self, question: str) -> str:
         """One line for the run's console: the choice, its measured ratio, and where it came from."""
         ratios = ", ".join(f"{name} {ratio:.2f}x" for name, ratio in self.ratio_to_default.items())

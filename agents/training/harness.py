@@ -217,7 +217,7 @@ def _resolve_precision(module, run_settings: RunSettings, settings: Any, observa
     choice = auto_settings.choose_precision(
         run_settings, observation_spec, module.minibatch_size(run_settings, settings)
     )
-    print(f"{_program()}: {choice.sentence('precision')}")
+    choice.announce(_program(), "precision")
     # The measurement's models drew from the seeded generators: the run's own start as without it.
     _seed(run_settings, strategy)
     return choice.value
@@ -232,7 +232,7 @@ def _resolve_jit_compile(
         choice = auto_settings.choose_jit_compile(
             run_settings, precision, observation_spec, module.minibatch_size(run_settings, settings)
         )
-        print(f"{_program()}: {choice.sentence('jit_compile')}")
+        choice.announce(_program(), "jit_compile")
         _seed(run_settings, strategy)
         jit_compile = choice.value == "on"
     if jit_compile:

@@ -241,11 +241,11 @@ def train_supervised(
         )
         if precision == mixed_precision.AUTO:
             choice = auto_settings.choose_precision(measured)
-            print(f"{PROGRAM}: {choice.sentence('precision')}")
+            choice.announce(PROGRAM, "precision")
             precision = choice.value
         if use_xla == xla.AUTO:
             choice = auto_settings.choose_jit_compile(measured, precision)
-            print(f"{PROGRAM}: {choice.sentence('jit_compile')}")
+            choice.announce(PROGRAM, "jit_compile")
             use_xla = choice.value == "on"
     if use_xla:
         xla.start_quietly()
