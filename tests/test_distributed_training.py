@@ -265,3 +265,31 @@ def test_a_killed_worker_stops_the_other_with_one_sentence(tmp_path, start_worke
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("sit-train: another worker of the cluster stopped answering"), stderr[-3000:]
     assert f"/job:worker/replica:0/task:{killed}" in last and "Traceback" not in stderr
+
+
+def test_a_lost_worker_frees_the_failed_collectives_thread_pool_before_exit():
+    # TensorFlow's eager all-reduce leaves its ThreadPool open when a worker is lost; finalised at
+    # interpreter exit, it printed "OSError: [Errno 9] Bad file descriptor" after the one sentence.
+    import multiprocessing.pool
+    import weakref
+
+    from sit_keras.agents.training.workers import release_failed_collective
+
+    pools = []
+
+    def all_reduce():
+        pool = multiprocessing.pool.ThreadPool(2)
+        pools.append(weakref.ref(pool))
+        pool.map(lambda i: 1 / 0, range(2))
+
+    try:
+        try:
+            all_reduce()
+        except ZeroDivisionError as error:
+            raise tf.errors.UnavailableError(None, None, "task 1 stopped sending heartbeats") from error
+    except tf.errors.UnavailableError as lost:
+        held = lost
+        assert pools[0]() is not None
+        release_failed_collective(lost)
+    assert pools[0]() is None
+    assert held.__cause__ is not None  # the errors stay; only their frames' locals are gone

@@ -158,7 +158,9 @@ def train_eval(root_dir: str, strategy: tf.distribute.Strategy | None = None, **
     except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError) as error:
         if workers.num_workers(strategy) == 1:
             raise
-        raise WorkerLost(workers.lost_worker_sentence(error)) from error
+        lost = workers.lost_worker_sentence(error)
+        workers.release_failed_collective(error)
+    raise WorkerLost(lost)  # outside the except block: the error, and what it holds, is gone
 
 
 def _train(root_dir: str, module, run_settings: RunSettings, settings: Any, strategy) -> dict[str, Any]:

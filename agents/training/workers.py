@@ -19,8 +19,10 @@ cluster) each function is the identity or ``True``, and no collective op runs.
 
 from __future__ import annotations
 
+import gc
 import re
 import socket
+import traceback
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -61,6 +63,22 @@ def lost_worker_sentence(error: tf.errors.OpError) -> str:
         f"another worker of the cluster stopped answering{who}, so this one stopped too; restart every "
         "worker with the same command to resume from the chief's newest checkpoint."
     )
+
+
+def release_failed_collective(error: BaseException) -> None:
+    """Frees what the frames of ``error`` (and the errors it came from) hold, now.
+
+    TensorFlow's eager all-reduce maps over a ``ThreadPool`` that it leaves open
+    when a collective fails. Held by the error's traceback, the pool would be
+    finalised at interpreter exit, after its pipe may be closed, and Python would
+    print a traceback of its own after the worker's one sentence.
+    """
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        traceback.clear_frames(error.__traceback__)
+        error = error.__cause__ or error.__context__
+    gc.collect()
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
