@@ -1,0 +1,338 @@
+"""Evolution strategies on a cloned sensory-neuron student's own return (Tang & Ha 2021, section 4).
+
+The paper trains its CartPoleSwingUpHarder agent with CMA-ES on the return
+(4,096 episodes a generation, about 14,000 generations); ours are cloned from a
+SAC teacher by DAgger (``pi_cartpole_distill.py``) and keep 62-81% of it. This
+script goes on from such a student with the simpler ES of Salimans et al.
+(2017): each generation draws ``--population / 2`` Gaussian directions of
+all the actor's weights, plays the greedy policy at ``+sigma`` and ``-sigma``
+along each on the same ``--episodes`` random starts, and moves the weights
+along the directions weighted by the centred ranks of those returns, with
+Adam. Every ``--eval_every`` generations the current weights play a fixed set
+of ``--validation_episodes`` starts (other starts than the final test's), and
+the best weights so far are written to ``--out_dir`` as a training folder
+(the student's ``policy_network.json`` and a checkpoint), so that
+``pi_cartpole_distill.py --skip_training --students pi --pi_dir <out_dir>``
+tests them on Table 2's and Table 6's columns.
+
+The episodes run inside one TensorFlow loop per candidate: the actor network
+is the student's own (``SensorActorNetwork``, exactly permutation-invariant),
+and the cart-pole is ``batched_step``, the equations of motion of
+``agents/environments/cartpole_swingup.py`` (the ``gymnasium-cartpole-swingup``
+package's, at the paper's 0.01 s step and 1000-step episodes) for a batch of
+carts in float64; a test checks it against the package's environment step by step.
+
+Usage::
+
+    python benchmarks/pi_cartpole_es.py --pi_dir runs/pi_noise_only/seed0/pi \\
+        --out_dir runs/pi_es/seed0 --generations 100 --seed 0 --out runs/pi_es/seed0.json
+"""
+
+from __future__ import annotations
+
+import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up chatter)
+
+# isort: split
+
+import argparse
+import math
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+from tf_agents.trajectories import StepType
+
+from sit_keras.agents.environments import cartpole_swingup
+from sit_keras.agents.environments.sensor_permutation import NOISE_STD
+from sit_keras.agents.networks import policy_network
+from sit_keras.benchmarking import (
+    SentenceParser,
+    UsageError,
+    check_out_file,
+    command_line,
+    current_commit,
+    environment,
+    parse_or_say_why,
+    write_report,
+)
+
+# The package's constants (CartPoleSwingUpEnv's defaults, which cartpole_swingup keeps).
+GRAVITY, CART_MASS, POLE_MASS, POLE_LENGTH = 9.82, 0.5, 0.5, 0.6
+FORCE_MAG, FRICTION = 10.0, 0.1
+
+
+def initial_states(rng: np.random.Generator, count: int) -> np.ndarray:
+    """``count`` starts drawn as ``CartPoleSwingUpHarder.reset`` draws them, ``(count, 4)`` float64.
+
+    The package stores a start in float32, so these are rounded to float32 as well.
+    """
+    offsets = rng.uniform(-1.0, 1.0, size=(count, 4)) * cartpole_swingup.INITIAL_RANGES
+    starts = offsets + np.array([0.0, 0.0, math.pi, 0.0])
+    return starts.astype(np.float32).astype(np.float64)
+
+
+def observations(state: tf.Tensor) -> tf.Tensor:
+    """``[x, x_dot, cos(theta), sin(theta), theta_dot]`` of each cart, float32 (as ``cartpole_swingup``)."""
+    x, x_dot, theta, theta_dot = tf.unstack(state, axis=-1)
+    return tf.cast(tf.stack([x, x_dot, tf.cos(theta), tf.sin(theta), theta_dot], axis=-1), tf.float32)
+
+
+def batched_step(state: tf.Tensor, action: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """One 0.01 s Euler step of every cart: ``(next state, reward, off the track)``.
+
+    Args:
+      state: ``(B, 4)`` float64 ``(x, x_dot, theta, theta_dot)``.
+      action: ``(B, 1)``; clipped to ``[-1, 1]`` and rounded to float32, as the package does.
+    """
+    force = tf.cast(tf.clip_by_value(tf.cast(action[:, 0], tf.float32), -1.0, 1.0) * FORCE_MAG, tf.float64)
+    x, x_dot, theta, theta_dot = tf.unstack(state, axis=-1)
+    s, c = tf.sin(theta), tf.cos(theta)
+    total_mass, pole_moment = CART_MASS + POLE_MASS, POLE_MASS * POLE_LENGTH
+    x_acc = (
+        -2 * pole_moment * theta_dot**2 * s
+        + 3 * POLE_MASS * GRAVITY * s * c
+        + 4 * force
+        - 4 * FRICTION * x_dot
+    ) / (4 * total_mass - 3 * POLE_MASS * c**2)
+    theta_acc = (
+        -3 * pole_moment * theta_dot**2 * s * c
+        + 6 * total_mass * GRAVITY * s
+        + 6 * (force - FRICTION * x_dot) * c
+    ) / (4 * POLE_LENGTH * total_mass - 3 * pole_moment * c**2)
+    dt = cartpole_swingup.TIME_STEP
+    x, theta = x + x_dot * dt, theta + theta_dot * dt
+    x_dot, theta_dot = x_dot + x_acc * dt, theta_dot + theta_acc * dt
+    theta = tf.math.floormod(theta + math.pi, 2 * math.pi) - math.pi
+    reward = (tf.cos(theta) + 1.0) / 2.0 * tf.cos(x / cartpole_swingup.X_THRESHOLD * math.pi / 2.0)
+    off_track = tf.abs(x) > cartpole_swingup.X_THRESHOLD
+    return tf.stack([x, x_dot, theta, theta_dot], axis=-1), reward, off_track
+
+
+def episode_returns(net, noise_channels: int = 0) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+    """A function from ``(B, 4)`` starts to the greedy policy's ``(B,)`` returns over whole episodes.
+
+    An episode ends after ``cartpole_swingup.MAX_STEPS`` steps or on the step that
+    leaves the track (whose reward counts, as in the environment). With
+    ``noise_channels``, each step's 5 readings come with that many channels of
+    N(0, 0.1^2) noise (Table 2's "5 obs + 5 noise"), drawn from the ``seed``
+    argument (a ``(2,)`` int32 tensor).
+    """
+
+    @tf.function(autograph=False)  # plain Python control flow; autograph warns on TF-Agents' code
+    def play(starts: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+        batch = tf.shape(starts)[0]
+        first = tf.fill([batch], tf.constant(StepType.FIRST, tf.int32))
+        mid = tf.fill([batch], tf.constant(StepType.MID, tf.int32))
+
+        def body(t, state, net_state, running, returns):
+            step_type = tf.where(tf.equal(t, 0), first, mid)
+            readings = observations(state)
+            if noise_channels:
+                noise = tf.random.stateless_normal([batch, noise_channels], seed + tf.stack([0, t]))
+                readings = tf.concat([readings, NOISE_STD * noise], axis=-1)
+            distribution, net_state = net.call(readings, step_type, net_state)
+            state, reward, off_track = batched_step(state, distribution.mode())
+            returns = returns + tf.where(running, reward, tf.zeros_like(reward))
+            return t + 1, state, net_state, tf.logical_and(running, tf.logical_not(off_track)), returns
+
+        loop_vars = (
+            tf.constant(0),
+            starts,
+            net.initial_state(batch, 5 + noise_channels),
+            tf.ones([batch], tf.bool),
+            tf.zeros([batch], tf.float64),
+        )
+        *_, returns = tf.while_loop(
+            lambda t, *_: t < cartpole_swingup.MAX_STEPS,
+            body,
+            loop_vars,
+            maximum_iterations=cartpole_swingup.MAX_STEPS,
+        )
+        return returns
+
+    return play
+
+
+class FlatWeights:
+    """The actor's trainable weights as one float64 vector, read and written in place."""
+
+    def __init__(self, variables: Sequence[tf.Variable]):
+        self.variables = list(variables)
+        self.sizes = [int(np.prod(v.shape)) for v in self.variables]
+
+    def get(self) -> np.ndarray:
+        return np.concatenate([v.numpy().ravel().astype(np.float64) for v in self.variables])
+
+    def set(self, flat: np.ndarray) -> None:
+        for v, part in zip(self.variables, np.split(flat, np.cumsum(self.sizes)[:-1]), strict=True):
+            v.assign(part.reshape(v.shape).astype(v.dtype.as_numpy_dtype))
+
+
+def centred_ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks scaled to ``[-0.5, 0.5]`` (Salimans et al. 2017's fitness shaping), robust to outliers."""
+    ranks = np.empty(len(values))
+    ranks[np.argsort(values, kind="stable")] = np.arange(len(values))
+    return ranks / max(len(values) - 1, 1) - 0.5
+
+
+class Adam:
+    """Adam on a flat vector, for ascent (Kingma & Ba 2015; the optimiser of Salimans et al.'s ES)."""
+
+    def __init__(self, size: int, learning_rate: float, beta1: float = 0.9, beta2: float = 0.999):
+        self.learning_rate, self.beta1, self.beta2 = learning_rate, beta1, beta2
+        self.m, self.v, self.t = np.zeros(size), np.zeros(size), 0
+
+    def step(self, gradient: np.ndarray) -> np.ndarray:
+        self.t += 1
+        self.m = self.beta1 * self.m + (1 - self.beta1) * gradient
+        self.v = self.beta2 * self.v + (1 - self.beta2) * gradient**2
+        m_hat, v_hat = self.m / (1 - self.beta1**self.t), self.v / (1 - self.beta2**self.t)
+        return self.learning_rate * m_hat / (np.sqrt(v_hat) + 1e-8)
+
+
+def evolve(
+    net, args: argparse.Namespace, on_best: Callable[[int, list[float]], None]
+) -> list[dict[str, Any]]:
+    """Runs ``args.generations`` generations; calls ``on_best`` with the validation means of each new best
+    (clean, then with ``--noise_channels``; the best has the largest mean of them)."""
+    rng = np.random.default_rng(args.seed)
+    plays = [episode_returns(net)] + (
+        [episode_returns(net, args.noise_channels)] if args.noise_channels else []
+    )
+
+    def means(starts: tf.Tensor, seed: tf.Tensor) -> list[float]:
+        """The mean return over ``starts``, clean and (with ``--noise_channels``) with noise channels."""
+        return [float(np.mean(play(starts, seed))) for play in plays]
+
+    weights = FlatWeights(net.trainable_variables)
+    center = weights.get()
+    optimiser = Adam(center.size, args.learning_rate)
+    validation = tf.constant(
+        initial_states(np.random.default_rng(args.validation_seed), args.validation_episodes)
+    )
+    history: list[dict[str, Any]] = []
+    best = -np.inf
+    for generation in range(args.generations + 1):
+        record: dict[str, Any] = {"generation": generation}
+        if generation % args.eval_every == 0 or generation == args.generations:
+            weights.set(center)
+            record["validation"] = means(validation, tf.constant([args.validation_seed, 0]))
+            if np.mean(record["validation"]) > best:
+                best = float(np.mean(record["validation"]))
+                on_best(generation, record["validation"])
+        if generation < args.generations:
+            starts = tf.constant(initial_states(rng, args.episodes))
+            seed = tf.constant(rng.integers(0, 2**31 - 1, size=2), tf.int32)  # one noise for every candidate
+            directions = rng.standard_normal((args.population // 2, center.size))
+            fitness = np.empty((len(directions), 2))
+            for i, direction in enumerate(directions):
+                for j, sign in enumerate((1.0, -1.0)):
+                    weights.set(center + sign * args.sigma * direction)
+                    fitness[i, j] = np.mean(means(starts, seed))
+            shaped = centred_ranks(fitness.ravel()).reshape(fitness.shape)
+            gradient = (shaped[:, 0] - shaped[:, 1]) @ directions / (len(directions) * args.sigma)
+            center = center + optimiser.step(gradient)
+            record.update(population_mean=float(fitness.mean()), population_max=float(fitness.max()))
+        history.append(record)
+        print(
+            " ".join(f"{k}={np.round(v, 1).tolist()}" for k, v in record.items()),
+            flush=True,
+        )
+    return history
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = SentenceParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--pi_dir", required=True, help="the student's training folder (policy_network.json, checkpoints)"
+    )
+    parser.add_argument("--out_dir", required=True, help="a new folder for the best weights")
+    parser.add_argument("--generations", type=int, default=100)
+    parser.add_argument("--population", type=int, default=32, help="candidates a generation (even)")
+    parser.add_argument(
+        "--episodes", type=int, default=32, help="starts each candidate plays, the same for all"
+    )
+    parser.add_argument("--sigma", type=float, default=0.01)
+    parser.add_argument("--learning_rate", type=float, default=0.002)
+    parser.add_argument("--eval_every", type=int, default=10)
+    parser.add_argument("--validation_episodes", type=int, default=200)
+    parser.add_argument("--validation_seed", type=int, default=7)
+    parser.add_argument(
+        "--noise_channels", type=int, default=0,
+        help="each candidate also plays its starts with this many noise channels; fitness: the mean of both",
+    )  # fmt: skip
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None, help="JSON report")
+    args = parser.parse_args(argv)
+    if args.noise_channels < 0:
+        raise UsageError(f"--noise_channels must be at least 0; received {args.noise_channels}.")
+    for name in ("generations", "population", "episodes", "eval_every", "validation_episodes"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name} must be at least 1; received {getattr(args, name)}.")
+    if args.population % 2:
+        raise UsageError(
+            f"--population must be even (pairs of +sigma and -sigma); received {args.population}."
+        )
+    if not args.sigma > 0 or not args.learning_rate > 0:
+        raise UsageError(
+            f"--sigma and --learning_rate must be positive; received {args.sigma} and {args.learning_rate}."
+        )
+    try:
+        description = policy_network.read_description(args.pi_dir)
+    except (OSError, ValueError) as error:
+        raise UsageError(f"--pi_dir: {error}") from error
+    if description.env_name != "gymnasium:" + cartpole_swingup.ENV_ID:
+        raise UsageError(
+            f"--pi_dir must hold a {cartpole_swingup.ENV_ID} policy; "
+            f"it holds one for {description.env_name!r}."
+        )
+    if os.path.exists(args.out_dir):
+        raise UsageError(f"--out_dir {args.out_dir!r} exists; give a new folder.")
+    check_out_file(args.out)
+    args.description = description
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_or_say_why(parse_args, argv)
+    if args is None:
+        return 2
+    command, commit, start = command_line("pi_cartpole_es.py", argv), current_commit(), time.perf_counter()
+    net = policy_network.build_network(args.description)
+    restored = policy_network.restore_network(net, args.pi_dir, args.description.checkpoint_attribute)
+    os.makedirs(args.out_dir)
+    shutil.copy(os.path.join(args.pi_dir, policy_network.DESCRIPTION_FILE), args.out_dir)
+    best: dict[str, Any] = {}
+
+    def save_best(generation: int, validation: list[float]) -> None:
+        policy_network.save_network(net, args.out_dir, args.description.checkpoint_attribute, generation)
+        best.update(generation=generation, validation=validation)
+
+    history = evolve(net, args, save_best)
+    report = {
+        "what": "ES on a cloned AttentionNeuron student's greedy return (benchmarks/pi_cartpole_es.py)",
+        "command": command,
+        "commit": commit,
+        "environment": environment(),
+        "wall_seconds": time.perf_counter() - start,
+        "started_from": restored,
+        "settings": {k: v for k, v in vars(args).items() if k != "description"},
+        "best": best,
+        "history": history,
+    }
+    if args.out:
+        write_report(report, args.out)
+    print(
+        f"best validation means {np.round(best['validation'], 1).tolist()} at generation "
+        f"{best['generation']}; weights in {args.out_dir}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""benchmarks/pi_cartpole_es.py: its batched cart-pole against the package's, and a tiny ES run."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import gin
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from sit_keras.agents.environments import cartpole_swingup
+from sit_keras.agents.networks import policy_network
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _load_es():
+    spec = importlib.util.spec_from_file_location("pi_cartpole_es", BENCHMARKS / "pi_cartpole_es.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_batched_cart_pole_follows_the_packages_step_by_step():
+    es = _load_es()
+    rng = np.random.default_rng(3)
+    starts = es.initial_states(rng, 6)
+    low, high = (
+        np.array([0, 0, np.pi, 0]) - cartpole_swingup.INITIAL_RANGES,
+        np.array([0, 0, np.pi, 0]) + (cartpole_swingup.INITIAL_RANGES),
+    )
+    assert np.all((starts >= low) & (starts <= high))
+    env = cartpole_swingup.make()
+    env.reset(seed=0)
+    steps = 0
+    for start in starts:
+        # The package's own reset with an exact start (the Harder class draws its own).
+        type(env).__mro__[1].reset(env, options={"initial_state": start})
+        state = tf.constant(start[None])
+        observation = cartpole_swingup.observation(env.state)
+        for _ in range(400):
+            # Towards the track's centre, with noise; beyond +-1 it is clipped by both.
+            push = -observation[0] - 0.3 * observation[1] + rng.normal(0.0, 0.5)
+            action = np.array([push], np.float32)
+            observation, reward, terminated, _, _ = env.step(action)
+            state, batched_reward, off_track = es.batched_step(state, tf.constant(action[None]))
+            np.testing.assert_allclose(state.numpy()[0], np.array(env.state), atol=1e-6)
+            np.testing.assert_allclose(es.observations(state).numpy()[0], observation, atol=1e-6)
+            assert abs(batched_reward.numpy()[0] - reward) < 1e-6
+            assert bool(off_track.numpy()[0]) == terminated
+            steps += 1
+            if terminated:
+                break
+    assert steps > 1000  # the starts were followed far, not only to an early fall
+
+
+def test_centred_ranks_ignore_the_scale_of_the_returns():
+    es = _load_es()
+    ranks = es.centred_ranks(np.array([5.0, 1000.0, -3.0, 7.0]))
+    np.testing.assert_allclose(ranks, [-1 / 6, 0.5, -0.5, 1 / 6])
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--population", "3"], "--population must be even"),
+        (["--sigma", "0"], "--sigma and --learning_rate must be positive"),
+        (["--generations", "0"], "--generations must be at least 1"),
+    ],
+)
+def test_pi_cartpole_es_refuses_bad_arguments_in_one_sentence(extra, message, tmp_path, capsys):
+    es = _load_es()
+    argv = ["--pi_dir", str(tmp_path / "none"), "--out_dir", str(tmp_path / "out"), *extra]
+    assert es.main(argv) == 2
+    assert capsys.readouterr().err.strip().startswith(message)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.large
+def test_pi_cartpole_es_writes_its_best_weights_as_a_folder_that_plays_its_recorded_mean(tmp_path, capsys):
+    from sit_keras.agents import train
+
+    es = _load_es()
+    student = str(tmp_path / "student")
+    assert es.main(["--pi_dir", student, "--out_dir", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.startswith("--pi_dir: ")
+    train.train_eval(
+        student, agent="ppo", env_name="gymnasium:CartPoleSwingUpHarder-v0", num_envs=2,
+        encoder="attention_neuron", encoder_kwargs={"hidden_size": 4, "num_queries": 4}, total_env_steps=32,
+        collect_steps_per_env=16, num_minibatches=1, num_epochs=1, drac_coef=0.0, num_eval_episodes=0,
+        progress=False,
+    )  # fmt: skip
+    gin.clear_config()
+    out_dir, out = tmp_path / "es", tmp_path / "es.json"
+    argv = ["--pi_dir", student, "--out_dir", str(out_dir), "--generations", "2", "--population", "2",
+            "--episodes", "2", "--eval_every", "1", "--validation_episodes", "3", "--sigma", "0.5",
+            "--noise_channels", "2", "--out", str(out)]  # fmt: skip
+    assert es.main(argv) == 0
+    report = json.loads(out.read_text())
+    history = report["history"]
+    assert [h["generation"] for h in history] == [0, 1, 2]
+    assert all("population_mean" in h for h in history[:2]) and "population_mean" not in history[2]
+    best = report["best"]
+    assert best["validation"] == max((h["validation"] for h in history), key=np.mean)
+    assert len(best["validation"]) == 2  # clean, and with the noise channels
+    # The folder holds the best weights: they play the validation starts to the recorded mean.
+    description = policy_network.read_description(str(out_dir))
+    net = policy_network.build_network(description)
+    policy_network.restore_network(net, str(out_dir), description.checkpoint_attribute)
+    seed = report["settings"]["validation_seed"]
+    starts = tf.constant(es.initial_states(np.random.default_rng(seed), 3))
+    played = [np.mean(es.episode_returns(net, n)(starts, tf.constant([seed, 0]))) for n in (0, 2)]
+    assert played == pytest.approx(best["validation"])
+    assert es.main(argv) == 2 and "exists" in capsys.readouterr().err  # never writes over a folder
