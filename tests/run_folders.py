@@ -1,7 +1,7 @@
-"""What the hostile tests share: a tiny PPO run's bindings and the content of a folder.
+"""What the hostile and benchmark tests share: tiny runs, and the content of a folder.
 
-``from run_folders import TINY_PPO, file_hashes, sit_train`` (``tests/`` is on the path, as for
-``summaries``).
+``from run_folders import TINY_PPO, file_hashes, sit_train, tiny_pi_cartpole_run`` (``tests/`` is on the
+path, as for ``summaries``).
 """
 
 from __future__ import annotations
@@ -20,6 +20,21 @@ TINY_PPO = [
     "ppo.collect_steps_per_env = 8", "ppo.num_minibatches = 2", "ppo.drac_coef = 0.0",
     "train_eval.total_env_steps = 32", "train_eval.num_eval_episodes = 0",
 ]  # fmt: skip
+
+
+def tiny_pi_cartpole_run(root_dir: str) -> None:
+    """A tiny AttentionNeuron PPO run on CartPoleSwingUpHarder in ``root_dir`` (32 steps, in this process)."""
+    import gin
+
+    from sit_keras.agents import train
+
+    train.train_eval(
+        root_dir, agent="ppo", env_name="gymnasium:CartPoleSwingUpHarder-v0", num_envs=2,
+        encoder="attention_neuron", encoder_kwargs={"hidden_size": 4, "num_queries": 4}, total_env_steps=32,
+        collect_steps_per_env=16, num_minibatches=1, num_epochs=1, drac_coef=0.0, num_eval_episodes=0,
+        progress=False,
+    )  # fmt: skip
+    gin.clear_config()
 
 
 def sit_train(root_dir: str, bindings: list[str]) -> subprocess.CompletedProcess:

@@ -6,7 +6,6 @@ import importlib.util
 import json
 from pathlib import Path
 
-import gin
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -81,19 +80,13 @@ def test_pi_cartpole_es_refuses_bad_arguments_in_one_sentence(extra, message, tm
 
 @pytest.mark.large
 def test_pi_cartpole_es_writes_its_best_weights_as_a_folder_that_plays_its_recorded_mean(tmp_path, capsys):
-    from sit_keras.agents import train
+    from run_folders import tiny_pi_cartpole_run
 
     es = _load_es()
     student = str(tmp_path / "student")
     assert es.main(["--pi_dir", student, "--out_dir", str(tmp_path / "out")]) == 2
     assert capsys.readouterr().err.startswith("--pi_dir: ")
-    train.train_eval(
-        student, agent="ppo", env_name="gymnasium:CartPoleSwingUpHarder-v0", num_envs=2,
-        encoder="attention_neuron", encoder_kwargs={"hidden_size": 4, "num_queries": 4}, total_env_steps=32,
-        collect_steps_per_env=16, num_minibatches=1, num_epochs=1, drac_coef=0.0, num_eval_episodes=0,
-        progress=False,
-    )  # fmt: skip
-    gin.clear_config()
+    tiny_pi_cartpole_run(student)
     out_dir, out = tmp_path / "es", tmp_path / "es.json"
     argv = ["--pi_dir", student, "--out_dir", str(out_dir), "--generations", "2", "--population", "2",
             "--episodes", "2", "--eval_every", "1", "--validation_episodes", "3", "--sigma", "0.5",

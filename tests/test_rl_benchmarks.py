@@ -734,7 +734,7 @@ def test_the_committed_cartpole_teacher_labels_as_its_acting_network():
 
 def test_pi_cartpole_distill_tests_another_folders_policy_as_the_pi_student(tmp_path, capsys):
     """--pi_dir: the Table 2 / 6 tests of a folder that no cloning wrote (here a tiny PPO run)."""
-    from sit_keras.agents import train
+    from run_folders import tiny_pi_cartpole_run
 
     distill = _load("pi_cartpole_distill")
     teacher = str(BENCHMARKS.parent / "benchmarks/teachers/cartpole_swingup_harder_sac")
@@ -755,13 +755,7 @@ def test_pi_cartpole_distill_tests_another_folders_policy_as_the_pi_student(tmp_
     with pytest.raises(SystemExit) as exit_info:
         distill.main([*base, "--skip_training"])  # not yet a training folder
     assert exit_info.value.code == 2 and "--pi_dir: " in capsys.readouterr().err
-    train.train_eval(
-        policy, agent="ppo", env_name="gymnasium:CartPoleSwingUpHarder-v0", num_envs=2,
-        encoder="attention_neuron", encoder_kwargs={"hidden_size": 4, "num_queries": 4}, total_env_steps=32,
-        collect_steps_per_env=16, num_minibatches=1, num_epochs=1, drac_coef=0.0, num_eval_episodes=0,
-        progress=False,
-    )  # fmt: skip
-    gin.clear_config()
+    tiny_pi_cartpole_run(policy)
     out = tmp_path / "report.json"
     argv = [*base, "--skip_training", "--num_episodes", "1", "--num_eval_envs", "1", "--reshuffles", "",
             "--seed", "3", "--out", str(out)]  # fmt: skip
