@@ -35,6 +35,7 @@ import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up 
 # isort: split
 
 import argparse
+import json
 import math
 import os
 import shutil
@@ -196,10 +197,18 @@ class Adam:
 
 
 def evolve(
-    net, args: argparse.Namespace, on_best: Callable[[int, list[float]], None]
+    net,
+    args: argparse.Namespace,
+    on_best: Callable[[int, list[float]], None],
+    on_validated: Callable[[list[dict[str, Any]]], None],
 ) -> list[dict[str, Any]]:
-    """Runs ``args.generations`` generations; calls ``on_best`` with the validation means of each new best
-    (clean, then with ``--noise_channels``; the best has the largest mean of them)."""
+    """Runs ``args.generations`` generations and returns a record of each.
+
+    Calls ``on_best`` with the validation means of each new best (clean, then with
+    ``--noise_channels``; the best has the largest mean of them), while the
+    weights are the best's, and ``on_validated`` with the records so far after
+    each generation that validated.
+    """
     rng = np.random.default_rng(args.seed)
     plays = [episode_returns(net)] + (
         [episode_returns(net, args.noise_channels)] if args.noise_channels else []
@@ -239,6 +248,8 @@ def evolve(
             center = center + optimiser.step(gradient)
             record.update(population_mean=float(fitness.mean()), population_max=float(fitness.max()))
         history.append(record)
+        if "validation" in record:
+            on_validated(history)
         print(
             " ".join(f"{k}={np.round(v, 1).tolist()}" for k, v in record.items()),
             flush=True,
@@ -313,20 +324,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         policy_network.save_network(net, args.out_dir, args.description.checkpoint_attribute, generation)
         best.update(generation=generation, validation=validation)
 
-    history = evolve(net, args, save_best)
-    report = {
-        "what": "ES on a cloned AttentionNeuron student's greedy return (benchmarks/pi_cartpole_es.py)",
-        "command": command,
-        "commit": commit,
-        "environment": environment(),
-        "wall_seconds": time.perf_counter() - start,
-        "started_from": restored,
-        "settings": {k: v for k, v in vars(args).items() if k != "description"},
-        "best": best,
-        "history": history,
-    }
+    def report(history: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "what": "ES on a cloned AttentionNeuron student's greedy return (benchmarks/pi_cartpole_es.py)",
+            "command": command,
+            "commit": commit,
+            "environment": environment(),
+            "wall_seconds": time.perf_counter() - start,
+            "started_from": restored,
+            "settings": {k: v for k, v in vars(args).items() if k != "description"},
+            "best": best,
+            "history": history,
+        }
+
+    def save_progress(history: list[dict[str, Any]]) -> None:
+        # A run stopped early keeps its report up to its last validation.
+        if args.out:
+            os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+            with open(args.out, "w", encoding="utf-8") as f:
+                json.dump({**report(history), "finished": False}, f, indent=2)
+
+    history = evolve(net, args, save_best, save_progress)
     if args.out:
-        write_report(report, args.out)
+        write_report({**report(history), "finished": True}, args.out)
     print(
         f"best validation means {np.round(best['validation'], 1).tolist()} at generation "
         f"{best['generation']}; weights in {args.out_dir}"

@@ -94,6 +94,7 @@ def test_pi_cartpole_es_writes_its_best_weights_as_a_folder_that_plays_its_recor
     assert es.main(argv) == 0
     report = json.loads(out.read_text())
     history = report["history"]
+    assert report["finished"] is True
     assert [h["generation"] for h in history] == [0, 1, 2]
     assert all("population_mean" in h for h in history[:2]) and "population_mean" not in history[2]
     best = report["best"]
