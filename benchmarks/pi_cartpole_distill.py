@@ -53,6 +53,7 @@ from sit_keras.agents.training import evaluation, harness, run_record
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pi_cartpole  # noqa: E402  (the Table 2 / 6 tests, beside this script)
+import pi_cartpole_es  # noqa: E402  (its run record in a --pi_dir folder)
 
 STUDENT_CONFIGS = {"pi": "cartpole_swingup_pi.gin", "mlp": "cartpole_swingup_mlp.gin"}
 LABELS = {"teacher": "teacher", "pi": "AttentionNeuron student (PI)", "mlp": "MLP student"}
@@ -146,9 +147,15 @@ def _json_object(text: str) -> dict[str, Any]:
 
 
 def pi_dir_record(root_dir: str) -> dict[str, Any]:
-    """What ``--pi_dir``'s run was: its folder, recorded settings and evaluations while it trained."""
+    """What ``--pi_dir``'s run was: its folder, recorded settings and evaluations while it trained, or the
+    report of the ES run that wrote it (``pi_cartpole_es.py``)."""
     record: dict[str, Any] = {"path": root_dir}
-    for key, name in (("run_settings", run_record.RECORD_FILE), ("evaluations", evaluation.EVALUATIONS_FILE)):
+    records = (
+        ("run_settings", run_record.RECORD_FILE),
+        ("evaluations", evaluation.EVALUATIONS_FILE),
+        ("es_run", pi_cartpole_es.RECORD_FILE),
+    )
+    for key, name in records:
         path = os.path.join(root_dir, name)
         if os.path.exists(path):
             with open(path) as f:

@@ -11,7 +11,8 @@ along the directions weighted by the centred ranks of those returns, with
 Adam. Every ``--eval_every`` generations the current weights play a fixed set
 of ``--validation_episodes`` starts (other starts than the final test's), and
 the best weights so far are written to ``--out_dir`` as a training folder
-(the student's ``policy_network.json`` and a checkpoint), so that
+(the student's ``policy_network.json``, a checkpoint and this run's report,
+``es_run.json``), so that
 ``pi_cartpole_distill.py --skip_training --students pi --pi_dir <out_dir>``
 tests them on Table 2's and Table 6's columns.
 
@@ -59,8 +60,10 @@ from sit_keras.benchmarking import (
     current_commit,
     environment,
     parse_or_say_why,
-    write_report,
 )
+
+RECORD_FILE = "es_run.json"
+"""The run's report in ``--out_dir``, beside the best weights."""
 
 # The package's constants (CartPoleSwingUpEnv's defaults, which cartpole_swingup keeps).
 GRAVITY, CART_MASS, POLE_MASS, POLE_LENGTH = 9.82, 0.5, 0.5, 0.6
@@ -337,16 +340,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             "history": history,
         }
 
-    def save_progress(history: list[dict[str, Any]]) -> None:
-        # A run stopped early keeps its report up to its last validation.
-        if args.out:
-            os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-            with open(args.out, "w", encoding="utf-8") as f:
-                json.dump({**report(history), "finished": False}, f, indent=2)
+    def save_progress(history: list[dict[str, Any]], finished: bool = False) -> None:
+        # In the folder (pi_cartpole_distill.py --pi_dir quotes it) and in --out; a run stopped
+        # early keeps its report up to its last validation.
+        record = {**report(history), "finished": finished}
+        for path in [os.path.join(args.out_dir, RECORD_FILE)] + ([args.out] if args.out else []):
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(record, f, indent=2)
+                f.write("\n")
 
     history = evolve(net, args, save_best, save_progress)
-    if args.out:
-        write_report({**report(history), "finished": True}, args.out)
+    save_progress(history, finished=True)
     print(
         f"best validation means {np.round(best['validation'], 1).tolist()} at generation "
         f"{best['generation']}; weights in {args.out_dir}"

@@ -108,4 +108,12 @@ def test_pi_cartpole_es_writes_its_best_weights_as_a_folder_that_plays_its_recor
     starts = tf.constant(es.initial_states(np.random.default_rng(seed), 3))
     played = [np.mean(es.episode_returns(net, n)(starts, tf.constant([seed, 0]))) for n in (0, 2)]
     assert played == pytest.approx(best["validation"])
+    # The folder's own copy of the report, which pi_cartpole_distill.py --pi_dir quotes.
+    assert json.loads((out_dir / "es_run.json").read_text()) == report
+    spec = importlib.util.spec_from_file_location(
+        "pi_cartpole_distill", BENCHMARKS / "pi_cartpole_distill.py"
+    )
+    distill = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(distill)
+    assert distill.pi_dir_record(str(out_dir))["es_run"] == report
     assert es.main(argv) == 2 and "exists" in capsys.readouterr().err  # never writes over a folder
