@@ -300,6 +300,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         description = policy_network.read_description(args.pi_dir)
     except (OSError, ValueError) as error:
         raise UsageError(f"--pi_dir: {error}") from error
+    if tf.train.latest_checkpoint(os.path.join(args.pi_dir, policy_network.CHECKPOINT_DIR)) is None:
+        raise UsageError(f"--pi_dir {args.pi_dir!r} has no checkpoint; train the student first.")
     if description.env_name != "gymnasium:" + cartpole_swingup.ENV_ID:
         raise UsageError(
             f"--pi_dir must hold a {cartpole_swingup.ENV_ID} policy; "
