@@ -1,17 +1,21 @@
 """What the hostile and benchmark tests share: tiny runs, and the content of a folder.
 
-``from run_folders import TINY_PPO, file_hashes, sit_train, tiny_pi_cartpole_run`` (``tests/`` is on the
-path, as for ``summaries``).
+``from run_folders import TINY_PPO, file_hashes, load_benchmark, sit_train, tiny_pi_cartpole_run``
+(``tests/`` is on the path, as for ``summaries``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from sit_keras import folder_lock
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 # PPO on MiniGrid LavaGapS5 with a 4-filter CNN: 32 steps over 2 environments, seconds to train.
 TINY_PPO = [
@@ -20,6 +24,14 @@ TINY_PPO = [
     "ppo.collect_steps_per_env = 8", "ppo.num_minibatches = 2", "ppo.drac_coef = 0.0",
     "train_eval.total_env_steps = 32", "train_eval.num_eval_episodes = 0",
 ]  # fmt: skip
+
+
+def load_benchmark(name: str):
+    """The script ``benchmarks/<name>.py`` as a module (the benchmarks are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def tiny_pi_cartpole_run(root_dir: str) -> None:

@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from run_folders import load_benchmark
 
 from sit_keras.agents.environments import cartpole_swingup
 from sit_keras.agents.networks import policy_network
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-
 
 def _load_es():
-    spec = importlib.util.spec_from_file_location("pi_cartpole_es", BENCHMARKS / "pi_cartpole_es.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("pi_cartpole_es")
 
 
 def test_the_batched_cart_pole_follows_the_packages_step_by_step():
@@ -115,10 +110,6 @@ def test_pi_cartpole_es_writes_its_best_weights_as_a_folder_that_plays_its_recor
     assert played == pytest.approx(best["validation"])
     # The folder's own copy of the report, which pi_cartpole_distill.py --pi_dir quotes.
     assert json.loads((out_dir / "es_run.json").read_text()) == report
-    spec = importlib.util.spec_from_file_location(
-        "pi_cartpole_distill", BENCHMARKS / "pi_cartpole_distill.py"
-    )
-    distill = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(distill)
+    distill = load_benchmark("pi_cartpole_distill")
     assert distill.pi_dir_record(str(out_dir))["es_run"] == report
     assert es.main(argv) == 2 and "exists" in capsys.readouterr().err  # never writes over a folder
