@@ -117,15 +117,22 @@ def batched_step(state: tf.Tensor, action: tf.Tensor) -> tuple[tf.Tensor, tf.Ten
     return tf.stack([x, x_dot, theta, theta_dot], axis=-1), reward, off_track
 
 
-def episode_returns(net, noise_channels: int = 0) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+def episode_returns(
+    net, noise_channels: int = 0, sensor_order: Sequence[int] | None = None
+) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
     """A function from ``(B, 4)`` starts to the greedy policy's ``(B,)`` returns over whole episodes.
 
     An episode ends after ``cartpole_swingup.MAX_STEPS`` steps or on the step that
     leaves the track (whose reward counts, as in the environment). With
-    ``noise_channels``, each step's 5 readings come with that many channels of
+    ``sensor_order``, the policy reads the 5 readings in that order (indices into
+    them: a permutation is Table 2's "shuffled", each index twice its "10 obs").
+    With ``noise_channels``, the readings come with that many channels of
     N(0, 0.1^2) noise (Table 2's "5 obs + 5 noise"), drawn from the ``seed``
-    argument (a ``(2,)`` int32 tensor).
+    argument (a ``(2,)`` int32 tensor). ``net`` is a sensory-neuron network
+    (any number of readings) or a fixed-input one such as the SAC teacher's actor.
     """
+    order = None if sensor_order is None else tf.constant(list(sensor_order), tf.int32)
+    num_sensors = (5 if sensor_order is None else len(sensor_order)) + noise_channels
 
     @tf.function(autograph=False)  # plain Python control flow; autograph warns on TF-Agents' code
     def play(starts: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
@@ -136,6 +143,8 @@ def episode_returns(net, noise_channels: int = 0) -> Callable[[tf.Tensor, tf.Ten
         def body(t, state, net_state, running, returns):
             step_type = tf.where(tf.equal(t, 0), first, mid)
             readings = observations(state)
+            if order is not None:
+                readings = tf.gather(readings, order, axis=-1)
             if noise_channels:
                 noise = tf.random.stateless_normal([batch, noise_channels], seed + tf.stack([0, t]))
                 readings = tf.concat([readings, NOISE_STD * noise], axis=-1)
@@ -147,7 +156,7 @@ def episode_returns(net, noise_channels: int = 0) -> Callable[[tf.Tensor, tf.Ten
         loop_vars = (
             tf.constant(0),
             starts,
-            net.initial_state(batch, 5 + noise_channels),
+            initial_state(net, batch, num_sensors),
             tf.ones([batch], tf.bool),
             tf.zeros([batch], tf.float64),
         )
@@ -160,6 +169,13 @@ def episode_returns(net, noise_channels: int = 0) -> Callable[[tf.Tensor, tf.Ten
         return returns
 
     return play
+
+
+def initial_state(net, batch: tf.Tensor, num_sensors: int):
+    """A sensory-neuron network's zero state for ``num_sensors`` readings; a fixed-input network's own."""
+    if hasattr(net, "initial_state"):
+        return net.initial_state(batch, num_sensors)
+    return net.get_initial_state(batch)
 
 
 class FlatWeights:

@@ -1,0 +1,202 @@
+"""Table 2's columns over the paper's 1000 test episodes, each column in one batched loop.
+
+``pi_cartpole_distill.py`` tests a policy in the package's environment, one
+step of 25 carts at a time, so 200 episodes a column is what fits in minutes.
+Tang & Ha test on 1000, and at 200 a mean of these all-or-nothing returns has a
+standard error near 30 (5% of the teacher). This script plays the teacher and
+each sensory-neuron student on the same ``--episodes`` starts of
+CartPoleSwingUpHarder at once, in the batched cart-pole of
+``pi_cartpole_es.py`` (the package's equations of motion in float64, checked
+against the package step by step in its tests), greedy:
+
+- "5 obs" for every policy, and "5 obs (shuffled)": one fixed permutation of the
+  readings (the MLP teacher collapses; a student is exactly invariant);
+- for the students only, "10 obs" (each reading twice) and "5 obs + 5 noise"
+  (``--noise_channels`` channels of N(0, 0.1^2) beside the readings).
+
+Each student's mean is also given as a share of the teacher's "5 obs" mean on the
+same starts, with the standard error of that share from the paired per-start
+differences, and each column's cost against the student's own "5 obs" likewise.
+
+Usage::
+
+    python benchmarks/pi_cartpole_batched_eval.py \\
+        --teacher_dir benchmarks/teachers/cartpole_swingup_harder_sac \\
+        --pi_dirs runs/pi_es2/seed0,runs/pi_es2/seed1,runs/pi_es2/seed2 --out test.json
+"""
+
+from __future__ import annotations
+
+import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up chatter)
+
+# isort: split
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from sit_keras.agents.environments import cartpole_swingup
+from sit_keras.agents.networks import policy_network
+from sit_keras.benchmarking import (
+    SentenceParser,
+    UsageError,
+    check_out_file,
+    command_line,
+    current_commit,
+    environment,
+    parse_or_say_why,
+)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pi_cartpole_es  # noqa: E402  (the batched cart-pole, beside this script)
+
+KEPT_RETURN = 50.0
+"""A return below this means the cart left the track early (the docs' "kept starts" split)."""
+
+
+def summary(returns: np.ndarray) -> dict[str, float]:
+    """Mean, sample std, standard error of the mean and the share of kept starts of one column."""
+    return {
+        "mean": float(returns.mean()),
+        "std": float(returns.std(ddof=1)),
+        "standard_error": float(returns.std(ddof=1) / np.sqrt(len(returns))),
+        "kept_share": float(np.mean(returns >= KEPT_RETURN)),
+    }
+
+
+def paired_share(returns: np.ndarray, reference: np.ndarray) -> dict[str, float]:
+    """``mean(returns) / mean(reference)`` on the same starts, and its standard error.
+
+    The error is that of the per-start differences, divided by the reference's
+    mean: the starts' own spread, shared by both, cancels.
+    """
+    base = float(reference.mean())
+    differences = returns - reference
+    return {
+        "share": float(returns.mean()) / base,
+        "standard_error": float(differences.std(ddof=1) / np.sqrt(len(returns))) / base,
+    }
+
+
+def load_policy(folder: str):
+    """The greedy actor network of a training folder (its ``policy_network.json`` and checkpoint)."""
+    description = policy_network.read_description(folder)
+    net = policy_network.build_network(description)
+    policy_network.restore_network(net, folder, description.checkpoint_attribute)
+    return net
+
+
+def play_columns(
+    net, starts: tf.Tensor, seed: tf.Tensor, columns: dict[str, dict[str, Any]]
+) -> dict[str, np.ndarray]:
+    """Each column's ``(episodes,)`` returns; ``columns`` maps a name to ``episode_returns`` options."""
+    return {
+        name: pi_cartpole_es.episode_returns(net, **options)(starts, seed).numpy()
+        for name, options in columns.items()
+    }
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = SentenceParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--teacher_dir", required=True, help="the teacher's training folder (5 readings)")
+    parser.add_argument(
+        "--pi_dirs", required=True, help="comma-separated training folders of sensory-neuron students"
+    )
+    parser.add_argument("--episodes", type=int, default=1000, help="test starts, the same for every policy")
+    parser.add_argument(
+        "--test_seed", type=int, default=1000,
+        help="draws the starts, the permutation and the noise (ES draws its starts from --seed and 7)",
+    )  # fmt: skip
+    parser.add_argument("--noise_channels", type=int, default=5)
+    parser.add_argument("--out", default=None, help="JSON report")
+    args = parser.parse_args(argv)
+    if args.episodes < 2:
+        raise UsageError(f"--episodes must be at least 2; received {args.episodes}.")
+    if args.noise_channels < 1:
+        raise UsageError(f"--noise_channels must be at least 1; received {args.noise_channels}.")
+    args.pi_dirs = [d for d in args.pi_dirs.split(",") if d]
+    if not args.pi_dirs:
+        raise UsageError("--pi_dirs must name at least one student's folder.")
+    for flag, folder in [("--teacher_dir", args.teacher_dir)] + [("--pi_dirs", d) for d in args.pi_dirs]:
+        try:
+            description = policy_network.read_description(folder)
+        except (OSError, ValueError) as error:
+            raise UsageError(f"{flag}: {error}") from error
+        if description.env_name != "gymnasium:" + cartpole_swingup.ENV_ID:
+            raise UsageError(
+                f"{flag} must hold a {cartpole_swingup.ENV_ID} policy; "
+                f"{folder!r} holds one for {description.env_name!r}."
+            )
+        if flag == "--pi_dirs" and description.network_class != "SensorActorNetwork":
+            raise UsageError(
+                f"--pi_dirs must hold sensory-neuron students; "
+                f"{folder!r} holds a {description.network_class}."
+            )
+    check_out_file(args.out)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_or_say_why(parse_args, argv)
+    if args is None:
+        return 2
+    command, commit = command_line("pi_cartpole_batched_eval.py", argv), current_commit()
+    start = time.perf_counter()
+    rng = np.random.default_rng(args.test_seed)
+    starts = tf.constant(pi_cartpole_es.initial_states(rng, args.episodes))
+    permutation = [int(i) for i in rng.permutation(5)]
+    while permutation == list(range(5)):  # a shuffle that leaves every reading in place tests nothing
+        permutation = [int(i) for i in rng.permutation(5)]
+    seed = tf.constant(rng.integers(0, 2**31 - 1, size=2), tf.int32)
+    teacher_columns = {"5 obs": {}, "5 obs (shuffled)": {"sensor_order": permutation}}
+    student_columns = {
+        **teacher_columns,
+        "10 obs": {"sensor_order": [*range(5), *range(5)]},
+        "5 obs + 5 noise": {"noise_channels": args.noise_channels},
+    }
+    teacher = play_columns(load_policy(args.teacher_dir), starts, seed, teacher_columns)
+    results: dict[str, Any] = {"teacher": {name: summary(r) for name, r in teacher.items()}}
+    print("teacher", {name: round(r["mean"], 1) for name, r in results["teacher"].items()}, flush=True)
+    for folder in args.pi_dirs:
+        returns = play_columns(load_policy(folder), starts, seed, student_columns)
+        results[folder] = {
+            name: {
+                **summary(r),
+                "over_teacher": paired_share(r, teacher["5 obs"]),
+                "over_own_upright": paired_share(r, returns["5 obs"]),
+            }
+            for name, r in returns.items()
+        }
+        print(
+            folder,
+            {name: round(r["mean"], 1) for name, r in results[folder].items()},
+            "student/teacher",
+            round(results[folder]["5 obs"]["over_teacher"]["share"], 3),
+            flush=True,
+        )
+    if args.out:
+        report = {
+            "what": "Table 2's columns on shared test starts (benchmarks/pi_cartpole_batched_eval.py)",
+            "command": command,
+            "commit": commit,
+            "environment": environment(),
+            "wall_seconds": time.perf_counter() - start,
+            "settings": {**vars(args), "permutation": permutation},
+            "results": results,
+        }
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2)
+            f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""benchmarks/pi_cartpole_batched_eval.py: Table 2's columns over many starts at once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from run_folders import load_benchmark
+
+TEACHER = str(Path(__file__).resolve().parent.parent / "benchmarks/teachers/cartpole_swingup_harder_sac")
+
+
+def test_a_paired_share_cancels_the_spread_the_starts_share():
+    batched = load_benchmark("pi_cartpole_batched_eval")
+    reference = np.array([0.0, 900.0, 20.0, 700.0])
+    same_starts = batched.paired_share(reference * 0.5, reference)
+    assert same_starts["share"] == pytest.approx(0.5)
+    # The differences (-0, -450, -10, -350) have std 223.2: the error is that, not the returns' 443.
+    assert same_starts["standard_error"] == pytest.approx(np.std([0, 450, 10, 350], ddof=1) / 2 / 405)
+    shifted = batched.paired_share(reference + 81.0, reference)
+    assert shifted == {"share": pytest.approx(1.2), "standard_error": 0.0}
+    summary = batched.summary(reference)
+    assert summary["kept_share"] == 0.5 and summary["mean"] == 405.0
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--pi_dirs", TEACHER], "--pi_dirs must hold sensory-neuron students;"),
+        (["--pi_dirs", "x", "--episodes", "1"], "--episodes must be at least 2"),
+        (["--pi_dirs", ","], "--pi_dirs must name at least one"),
+        (["--pi_dirs", "no/such/folder"], "--pi_dirs: "),
+    ],
+)
+def test_pi_cartpole_batched_eval_refuses_bad_arguments_in_one_sentence(extra, message, tmp_path, capsys):
+    batched = load_benchmark("pi_cartpole_batched_eval")
+    out = tmp_path / "report.json"
+    assert batched.main(["--teacher_dir", TEACHER, *extra, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(message) and "\n" not in err
+    assert not out.exists()
+
+
+@pytest.mark.large
+def test_pi_cartpole_batched_eval_plays_every_column_on_the_same_starts(tmp_path):
+    from run_folders import tiny_pi_cartpole_run
+
+    batched, es = load_benchmark("pi_cartpole_batched_eval"), load_benchmark("pi_cartpole_es")
+    student, out = str(tmp_path / "student"), tmp_path / "report.json"
+    tiny_pi_cartpole_run(student)
+    argv = ["--teacher_dir", TEACHER, "--pi_dirs", student, "--episodes", "4", "--test_seed", "3",
+            "--out", str(out)]  # fmt: skip
+    assert batched.main(argv) == 0
+    report = json.loads(out.read_text())
+    teacher, pupil = report["results"]["teacher"], report["results"][student]
+    assert set(teacher) == {"5 obs", "5 obs (shuffled)"}
+    assert set(pupil) == {"5 obs", "5 obs (shuffled)", "10 obs", "5 obs + 5 noise"}
+    permutation = report["settings"]["permutation"]
+    assert sorted(permutation) == list(range(5)) and permutation != list(range(5))
+    # The teacher's cells are its returns on the starts the test seed draws, first of all.
+    starts = tf.constant(es.initial_states(np.random.default_rng(3), 4))
+    net = batched.load_policy(TEACHER)
+    upright = es.episode_returns(net)(starts, tf.constant([0, 0])).numpy()
+    assert teacher["5 obs"]["mean"] == pytest.approx(upright.mean())
+    assert teacher["5 obs"]["mean"] > 100  # the committed teacher swings up from some of them
+    shuffled = es.episode_returns(net, sensor_order=permutation)(starts, tf.constant([0, 0])).numpy()
+    assert teacher["5 obs (shuffled)"]["mean"] == pytest.approx(shuffled.mean())
+    assert pupil["5 obs"]["over_teacher"]["share"] == pytest.approx(pupil["5 obs"]["mean"] / upright.mean())
+    assert pupil["5 obs"]["over_own_upright"] == {"share": pytest.approx(1.0), "standard_error": 0.0}
