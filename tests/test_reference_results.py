@@ -2674,3 +2674,72 @@ def test_the_students_after_es_are_quoted_as_measured():
     assert f"ES on their own return {share:.0%} (the paper's route; the paper's PI agent: 472, ours" in readme
     assert f"ours {mean:.0f} +- {std:.0f}), within {max(costs):.1%} with them" in readme
     assert "`benchmarks/reference/pi_cartpole_harder_es.json`" in readme
+
+
+def _batched_rows(report: dict) -> list[dict]:
+    """The students' results of a ``pi_cartpole_batched_eval.py`` report, in the order of ``--pi_dirs``."""
+    return [report["results"][folder] for folder in report["settings"]["pi_dirs"]]
+
+
+def test_the_students_over_1000_test_episodes_are_quoted_as_measured():
+    """docs/results.md: the noise-channel students and the same after ES, on the same 1000 starts."""
+    before, after = (
+        _report("pi_cartpole_harder_dagger_noise_only_1000.json"),
+        _report("pi_cartpole_harder_es_1000.json"),
+    )
+    folders = {"before": "runs/pi_noise_only/seed{}/pi", "after": "runs/pi_es/seed{}"}
+    for (name, report), out in zip(
+        {"before": before, "after": after}.items(),
+        ("pi_cartpole_harder_dagger_noise_only_1000.json", "pi_cartpole_harder_es_1000.json"),
+        strict=True,
+    ):
+        pi_dirs = ",".join(folders[name].format(seed) for seed in (0, 1, 2))
+        assert report["command"] == (
+            "python benchmarks/pi_cartpole_batched_eval.py --teacher_dir "
+            f"benchmarks/teachers/cartpole_swingup_harder_sac --pi_dirs {pi_dirs} "
+            f"--out benchmarks/reference/{out}"
+        )
+        assert len(report["commit"]) == 40 and report["wall_seconds"] > 0
+        assert report["settings"]["episodes"] == 1000 and report["settings"]["test_seed"] == 1000
+    teacher = before["results"]["teacher"]
+    assert teacher == after["results"]["teacher"]  # the same starts, the same teacher
+    text = " ".join(RESULTS.split())
+    shuffled = teacher["5 obs (shuffled)"]["mean"]
+    assert f"| teacher (SAC) | {teacher['5 obs']['mean']:.0f} | {shuffled:.0f} | N/A | N/A | 1 |" in RESULTS
+    assert (
+        f"The teacher scores {teacher['5 obs']['mean']:.0f} on these starts (627 on the 200 test episodes) "
+        f"and keeps {teacher['5 obs']['kept_share']:.3f} of them; with its readings shuffled it scores "
+        f"{shuffled:.0f}." in text
+    )
+    columns = ("5 obs", "5 obs (shuffled)", "10 obs", "5 obs + 5 noise")
+    labels = (
+        "AttentionNeuron, noise channels in training (10 rounds)",
+        "the same students after 25 generations of ES",
+    )
+    errors = []
+    for label, report in zip(labels, (before, after), strict=True):
+        rows = _batched_rows(report)
+        cells = [" / ".join(f"{row[c]['mean']:.0f}" for row in rows) for c in columns]
+        shares = " / ".join(f"{row['5 obs']['over_teacher']['share']:.1%}" for row in rows)
+        assert f"| {label} | {' | '.join(cells)} | {shares} |" in RESULTS
+        for row in rows:
+            errors.append(row["5 obs"]["over_teacher"]["standard_error"])
+            for column in ("5 obs (shuffled)", "10 obs"):
+                assert abs(1 - row[column]["over_own_upright"]["share"]) < 0.001
+        costs = " / ".join(f"{1 - row['5 obs + 5 noise']['over_own_upright']['share']:.1%}" for row in rows)
+        assert costs in text
+        assert all(1 - row["5 obs + 5 noise"]["over_own_upright"]["share"] < 0.05 for row in rows)
+    assert f"{min(errors) * 100:.1f}-{max(errors) * 100:.1f} points here" in text
+    gains = [
+        b["5 obs"]["mean"] - a["5 obs"]["mean"]
+        for a, b in zip(_batched_rows(before), _batched_rows(after), strict=True)
+    ]
+    assert f"On the same starts ES raised the students by {' / '.join(f'{g:.0f}' for g in gains)}" in text
+    mean_share = [
+        statistics.mean(row["5 obs"]["over_teacher"]["share"] for row in _batched_rows(r))
+        for r in (before, after)
+    ]
+    assert (
+        f"Over the paper's 1000 test episodes: {mean_share[0]:.0%} before ES, {mean_share[1]:.0%} after."
+        in text
+    )
