@@ -117,13 +117,17 @@ def batched_step(state: tf.Tensor, action: tf.Tensor) -> tuple[tf.Tensor, tf.Ten
     return tf.stack([x, x_dot, theta, theta_dot], axis=-1), reward, off_track
 
 
-def episode_returns(
-    net, noise_channels: int = 0, sensor_order: Sequence[int] | None = None
-) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
-    """A function from ``(B, 4)`` starts to the greedy policy's ``(B,)`` returns over whole episodes.
+def episode_outcomes(
+    net,
+    noise_channels: int = 0,
+    sensor_order: Sequence[int] | None = None,
+    steps: int = cartpole_swingup.MAX_STEPS,
+) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
+    """A function from ``(B, 4)`` starts to the greedy policy's ``(B,)`` returns and ``(B,)`` lengths.
 
-    An episode ends after ``cartpole_swingup.MAX_STEPS`` steps or on the step that
-    leaves the track (whose reward counts, as in the environment). With
+    An episode ends after ``steps`` steps (the environment's ``MAX_STEPS``: whole
+    episodes) or on the step that leaves the track (whose reward counts, as in
+    the environment); its length is the number of steps it played. With
     ``sensor_order``, the policy reads the 5 readings in that order (indices into
     them: a permutation is Table 2's "shuffled", each index twice its "10 obs").
     With ``noise_channels``, the readings come with that many channels of
@@ -135,12 +139,12 @@ def episode_returns(
     num_sensors = (5 if sensor_order is None else len(sensor_order)) + noise_channels
 
     @tf.function(autograph=False)  # plain Python control flow; autograph warns on TF-Agents' code
-    def play(starts: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    def play(starts: tf.Tensor, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         batch = tf.shape(starts)[0]
         first = tf.fill([batch], tf.constant(StepType.FIRST, tf.int32))
         mid = tf.fill([batch], tf.constant(StepType.MID, tf.int32))
 
-        def body(t, state, net_state, running, returns):
+        def body(t, state, net_state, running, returns, lengths):
             step_type = tf.where(tf.equal(t, 0), first, mid)
             readings = observations(state)
             if order is not None:
@@ -151,7 +155,9 @@ def episode_returns(
             distribution, net_state = net.call(readings, step_type, net_state)
             state, reward, off_track = batched_step(state, distribution.mode())
             returns = returns + tf.where(running, reward, tf.zeros_like(reward))
-            return t + 1, state, net_state, tf.logical_and(running, tf.logical_not(off_track)), returns
+            lengths = tf.where(tf.logical_and(running, off_track), t + 1, lengths)
+            running = tf.logical_and(running, tf.logical_not(off_track))
+            return t + 1, state, net_state, running, returns, lengths
 
         loop_vars = (
             tf.constant(0),
@@ -159,16 +165,25 @@ def episode_returns(
             initial_state(net, batch, num_sensors),
             tf.ones([batch], tf.bool),
             tf.zeros([batch], tf.float64),
+            tf.fill([batch], tf.constant(steps)),
         )
-        *_, returns = tf.while_loop(
-            lambda t, *_: t < cartpole_swingup.MAX_STEPS,
-            body,
-            loop_vars,
-            maximum_iterations=cartpole_swingup.MAX_STEPS,
+        *_, returns, lengths = tf.while_loop(
+            lambda t, *_: t < steps, body, loop_vars, maximum_iterations=steps
         )
-        return returns
+        return returns, lengths
 
     return play
+
+
+def episode_returns(
+    net,
+    noise_channels: int = 0,
+    sensor_order: Sequence[int] | None = None,
+    steps: int = cartpole_swingup.MAX_STEPS,
+) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+    """``episode_outcomes``'s returns alone."""
+    play = episode_outcomes(net, noise_channels, sensor_order, steps)
+    return lambda starts, seed: play(starts, seed)[0]
 
 
 def initial_state(net, batch: tf.Tensor, num_sensors: int):
@@ -229,13 +244,16 @@ def evolve(
     each generation that validated.
     """
     rng = np.random.default_rng(args.seed)
-    plays = [episode_returns(net)] + (
-        [episode_returns(net, args.noise_channels)] if args.noise_channels else []
-    )
+    noises = [0] + ([args.noise_channels] if args.noise_channels else [])
+    # The candidates play --horizon steps of each start, the validations whole episodes.
+    plays = {
+        steps: [episode_returns(net, n, steps=steps) for n in noises]
+        for steps in {args.horizon, cartpole_swingup.MAX_STEPS}
+    }
 
-    def means(starts: tf.Tensor, seed: tf.Tensor) -> list[float]:
+    def means(starts: tf.Tensor, seed: tf.Tensor, steps: int) -> list[float]:
         """The mean return over ``starts``, clean and (with ``--noise_channels``) with noise channels."""
-        return [float(np.mean(play(starts, seed))) for play in plays]
+        return [float(np.mean(play(starts, seed))) for play in plays[steps]]
 
     weights = FlatWeights(net.trainable_variables)
     center = weights.get()
@@ -249,7 +267,9 @@ def evolve(
         record: dict[str, Any] = {"generation": generation}
         if generation % args.eval_every == 0 or generation == args.generations:
             weights.set(center)
-            record["validation"] = means(validation, tf.constant([args.validation_seed, 0]))
+            record["validation"] = means(
+                validation, tf.constant([args.validation_seed, 0]), cartpole_swingup.MAX_STEPS
+            )
             if np.mean(record["validation"]) > best:
                 best = float(np.mean(record["validation"]))
                 on_best(generation, record["validation"])
@@ -261,7 +281,7 @@ def evolve(
             for i, direction in enumerate(directions):
                 for j, sign in enumerate((1.0, -1.0)):
                     weights.set(center + sign * args.sigma * direction)
-                    fitness[i, j] = np.mean(means(starts, seed))
+                    fitness[i, j] = np.mean(means(starts, seed, args.horizon))
             shaped = centred_ranks(fitness.ravel()).reshape(fitness.shape)
             gradient = (shaped[:, 0] - shaped[:, 1]) @ directions / (len(directions) * args.sigma)
             center = center + optimiser.step(gradient)
@@ -287,6 +307,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--episodes", type=int, default=32, help="starts each candidate plays, the same for all"
     )
+    parser.add_argument(
+        "--horizon", type=int, default=cartpole_swingup.MAX_STEPS,
+        help="steps of each start a candidate plays (its return over them is its fitness); "
+        "the validations play whole episodes",
+    )  # fmt: skip
     parser.add_argument("--sigma", type=float, default=0.01)
     parser.add_argument("--learning_rate", type=float, default=0.002)
     parser.add_argument("--eval_every", type=int, default=10)
@@ -301,6 +326,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.noise_channels < 0:
         raise UsageError(f"--noise_channels must be at least 0; received {args.noise_channels}.")
+    if not 1 <= args.horizon <= cartpole_swingup.MAX_STEPS:
+        raise UsageError(
+            f"--horizon must be between 1 and {cartpole_swingup.MAX_STEPS} steps; received {args.horizon}."
+        )
     for name in ("generations", "population", "episodes", "eval_every", "validation_episodes"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name} must be at least 1; received {getattr(args, name)}.")
