@@ -17,6 +17,9 @@ against the package step by step in its tests), greedy:
 Each student's mean is also given as a share of the teacher's "5 obs" mean on the
 same starts, with the standard error of that share from the paired per-start
 differences, and each column's cost against the student's own "5 obs" likewise.
+Each episode's length is kept as well, so the report says where the return is
+lost: how many episodes left the track and at which step (quartiles), and which
+starts a student loses where the teacher keeps them (and the reverse).
 
 Usage::
 
@@ -61,13 +64,33 @@ KEPT_RETURN = 50.0
 """A return below this means the cart left the track early (the docs' "kept starts" split)."""
 
 
-def summary(returns: np.ndarray) -> dict[str, float]:
-    """Mean, sample std, standard error of the mean and the share of kept starts of one column."""
+def quartiles(lengths: np.ndarray) -> list[float] | None:
+    """The quartiles of some episodes' lengths, or None for no episode."""
+    return np.percentile(lengths, [25, 50, 75]).tolist() if len(lengths) else None
+
+
+def summary(returns: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
+    """One column: mean, sample std, standard error of the mean, the share of kept starts,
+    and how many episodes left the track before the end, at which step (quartiles)."""
+    ended = lengths < cartpole_swingup.MAX_STEPS
     return {
         "mean": float(returns.mean()),
         "std": float(returns.std(ddof=1)),
         "standard_error": float(returns.std(ddof=1) / np.sqrt(len(returns))),
         "kept_share": float(np.mean(returns >= KEPT_RETURN)),
+        "ended_early_share": float(ended.mean()),
+        "ended_at_step_quartiles": quartiles(lengths[ended]),
+    }
+
+
+def against_teacher(lengths: np.ndarray, teacher_lengths: np.ndarray) -> dict[str, Any]:
+    """Where a student's episodes end early and the teacher's do not, on the same starts, and the reverse."""
+    whole = cartpole_swingup.MAX_STEPS
+    lost = (lengths < whole) & (teacher_lengths == whole)
+    return {
+        "lost_where_teacher_kept": int(lost.sum()),
+        "lost_at_step_quartiles": quartiles(lengths[lost]),
+        "kept_where_teacher_lost": int(((lengths == whole) & (teacher_lengths < whole)).sum()),
     }
 
 
@@ -95,12 +118,13 @@ def load_policy(folder: str):
 
 def play_columns(
     net, starts: tf.Tensor, seed: tf.Tensor, columns: dict[str, dict[str, Any]]
-) -> dict[str, np.ndarray]:
-    """Each column's ``(episodes,)`` returns; ``columns`` maps a name to ``episode_returns`` options."""
-    return {
-        name: pi_cartpole_es.episode_returns(net, **options)(starts, seed).numpy()
-        for name, options in columns.items()
-    }
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each column's ``(episodes,)`` returns and lengths; ``columns``: name -> ``episode_outcomes`` kwargs."""
+    outcomes = {}
+    for name, options in columns.items():
+        returns, lengths = pi_cartpole_es.episode_outcomes(net, **options)(starts, seed)
+        outcomes[name] = (returns.numpy(), lengths.numpy())
+    return outcomes
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -162,17 +186,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "5 obs + 5 noise": {"noise_channels": args.noise_channels},
     }
     teacher = play_columns(load_policy(args.teacher_dir), starts, seed, teacher_columns)
-    results: dict[str, Any] = {"teacher": {name: summary(r) for name, r in teacher.items()}}
+    results: dict[str, Any] = {"teacher": {name: summary(*outcome) for name, outcome in teacher.items()}}
     print("teacher", {name: round(r["mean"], 1) for name, r in results["teacher"].items()}, flush=True)
     for folder in args.pi_dirs:
-        returns = play_columns(load_policy(folder), starts, seed, student_columns)
+        outcomes = play_columns(load_policy(folder), starts, seed, student_columns)
         results[folder] = {
             name: {
-                **summary(r),
-                "over_teacher": paired_share(r, teacher["5 obs"]),
-                "over_own_upright": paired_share(r, returns["5 obs"]),
+                **summary(returns, lengths),
+                "over_teacher": paired_share(returns, teacher["5 obs"][0]),
+                "over_own_upright": paired_share(returns, outcomes["5 obs"][0]),
+                "against_teacher": against_teacher(lengths, teacher["5 obs"][1]),
             }
-            for name, r in returns.items()
+            for name, (returns, lengths) in outcomes.items()
         }
         print(
             folder,

@@ -22,8 +22,21 @@ def test_a_paired_share_cancels_the_spread_the_starts_share():
     assert same_starts["standard_error"] == pytest.approx(np.std([0, 450, 10, 350], ddof=1) / 2 / 405)
     shifted = batched.paired_share(reference + 81.0, reference)
     assert shifted == {"share": pytest.approx(1.2), "standard_error": 0.0}
-    summary = batched.summary(reference)
+    summary = batched.summary(reference, np.array([3, 1000, 40, 1000]))
     assert summary["kept_share"] == 0.5 and summary["mean"] == 405.0
+    assert summary["ended_early_share"] == 0.5 and summary["ended_at_step_quartiles"][1] == 21.5
+
+
+def test_a_student_is_compared_with_its_teacher_start_by_start():
+    batched = load_benchmark("pi_cartpole_batched_eval")
+    teacher = np.array([1000, 1000, 1000, 12, 30])
+    student = np.array([1000, 50, 70, 1000, 9])
+    assert batched.against_teacher(student, teacher) == {
+        "lost_where_teacher_kept": 2,
+        "lost_at_step_quartiles": [55.0, 60.0, 65.0],
+        "kept_where_teacher_lost": 1,
+    }
+    assert batched.against_teacher(teacher, teacher)["lost_at_step_quartiles"] is None
 
 
 @pytest.mark.parametrize(
@@ -70,3 +83,10 @@ def test_pi_cartpole_batched_eval_plays_every_column_on_the_same_starts(tmp_path
     assert teacher["5 obs (shuffled)"]["mean"] == pytest.approx(shuffled.mean())
     assert pupil["5 obs"]["over_teacher"]["share"] == pytest.approx(pupil["5 obs"]["mean"] / upright.mean())
     assert pupil["5 obs"]["over_own_upright"] == {"share": pytest.approx(1.0), "standard_error": 0.0}
+    lengths = es.episode_outcomes(net)(starts, tf.constant([0, 0]))[1].numpy()
+    assert teacher["5 obs"]["ended_early_share"] == np.mean(lengths < 1000)
+    assert set(pupil["5 obs"]["against_teacher"]) == {
+        "lost_where_teacher_kept",
+        "lost_at_step_quartiles",
+        "kept_where_teacher_lost",
+    }

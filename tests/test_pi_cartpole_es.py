@@ -13,6 +13,8 @@ from run_folders import load_benchmark
 from sit_keras.agents.environments import cartpole_swingup
 from sit_keras.agents.networks import policy_network
 
+TEACHER = str(Path(__file__).resolve().parent.parent / "benchmarks/teachers/cartpole_swingup_harder_sac")
+
 
 def _load_es():
     return load_benchmark("pi_cartpole_es")
@@ -51,6 +53,20 @@ def test_the_batched_cart_pole_follows_the_packages_step_by_step():
     assert steps > 1000  # the starts were followed far, not only to an early fall
 
 
+def test_an_episode_cut_at_a_horizon_is_the_start_of_the_whole_one():
+    es = _load_es()
+    net = load_benchmark("pi_cartpole_batched_eval").load_policy(TEACHER)
+    starts = tf.constant(es.initial_states(np.random.default_rng(11), 24))
+    returns, lengths = (x.numpy() for x in es.episode_outcomes(net)(starts, tf.constant([0, 0])))
+    cut, cut_lengths = (x.numpy() for x in es.episode_outcomes(net, steps=40)(starts, tf.constant([0, 0])))
+    before, after = lengths <= 40, lengths > 40
+    assert before.any() and (lengths == 1000).any() and (after & (lengths < 1000)).any()  # every kind
+    np.testing.assert_array_equal(cut_lengths, np.minimum(lengths, 40))
+    np.testing.assert_allclose(cut[before], returns[before])  # ended before the cut: all of it
+    assert np.all(cut[after] <= returns[after]) and np.all(cut[lengths == 1000] < returns[lengths == 1000])
+    assert np.all(cut <= 40)  # at most a reward of 1 a step
+
+
 def test_centred_ranks_ignore_the_scale_of_the_returns():
     es = _load_es()
     ranks = es.centred_ranks(np.array([5.0, 1000.0, -3.0, 7.0]))
@@ -63,6 +79,7 @@ def test_centred_ranks_ignore_the_scale_of_the_returns():
         (["--population", "3"], "--population must be even"),
         (["--sigma", "0"], "--sigma and --learning_rate must be positive"),
         (["--generations", "0"], "--generations must be at least 1"),
+        (["--horizon", "1001"], "--horizon must be between 1 and 1000 steps"),
     ],
 )
 def test_pi_cartpole_es_refuses_bad_arguments_in_one_sentence(extra, message, tmp_path, capsys):
