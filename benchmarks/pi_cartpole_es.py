@@ -175,15 +175,14 @@ def episode_outcomes(
     return play
 
 
-def episode_returns(
-    net,
-    noise_channels: int = 0,
-    sensor_order: Sequence[int] | None = None,
-    steps: int = cartpole_swingup.MAX_STEPS,
-) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
-    """``episode_outcomes``'s returns alone."""
-    play = episode_outcomes(net, noise_channels, sensor_order, steps)
-    return lambda starts, seed: play(starts, seed)[0]
+def valued_mean(returns: np.ndarray, lengths: np.ndarray, steps: int, survival_value: float) -> float:
+    """The mean of episodes cut at ``steps``, each still on the track there counted ``survival_value`` more.
+
+    An episode that left the track on its very last step counts as still on it
+    (its length is ``steps`` as well); the students' episodes leave it in their
+    first 100 steps or so, far from any horizon worth cutting at.
+    """
+    return float(np.mean(returns + survival_value * (lengths == steps)))
 
 
 def initial_state(net, batch: tf.Tensor, num_sensors: int):
@@ -247,13 +246,15 @@ def evolve(
     noises = [0] + ([args.noise_channels] if args.noise_channels else [])
     # The candidates play --horizon steps of each start, the validations whole episodes.
     plays = {
-        steps: [episode_returns(net, n, steps=steps) for n in noises]
+        steps: [episode_outcomes(net, n, steps=steps) for n in noises]
         for steps in {args.horizon, cartpole_swingup.MAX_STEPS}
     }
 
-    def means(starts: tf.Tensor, seed: tf.Tensor, steps: int) -> list[float]:
-        """The mean return over ``starts``, clean and (with ``--noise_channels``) with noise channels."""
-        return [float(np.mean(play(starts, seed))) for play in plays[steps]]
+    def means(starts: tf.Tensor, seed: tf.Tensor, steps: int, survival_value: float = 0.0) -> list[float]:
+        """The mean return over ``starts``, clean and (with ``--noise_channels``) with noise channels;
+        ``survival_value`` is added for each episode still on the track after ``steps`` steps."""
+        outcomes = [play(starts, seed) for play in plays[steps]]
+        return [valued_mean(r.numpy(), lengths.numpy(), steps, survival_value) for r, lengths in outcomes]
 
     weights = FlatWeights(net.trainable_variables)
     center = weights.get()
@@ -281,7 +282,7 @@ def evolve(
             for i, direction in enumerate(directions):
                 for j, sign in enumerate((1.0, -1.0)):
                     weights.set(center + sign * args.sigma * direction)
-                    fitness[i, j] = np.mean(means(starts, seed, args.horizon))
+                    fitness[i, j] = np.mean(means(starts, seed, args.horizon, args.survival_value))
             shaped = centred_ranks(fitness.ravel()).reshape(fitness.shape)
             gradient = (shaped[:, 0] - shaped[:, 1]) @ directions / (len(directions) * args.sigma)
             center = center + optimiser.step(gradient)
@@ -312,6 +313,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="steps of each start a candidate plays (its return over them is its fitness); "
         "the validations play whole episodes",
     )  # fmt: skip
+    parser.add_argument(
+        "--survival_value", type=float, default=0.0,
+        help="with --horizon: added to a candidate's return for each start it is still on the track "
+        "at the horizon (an estimate of the rest of the episode's return)",
+    )  # fmt: skip
     parser.add_argument("--sigma", type=float, default=0.01)
     parser.add_argument("--learning_rate", type=float, default=0.002)
     parser.add_argument("--eval_every", type=int, default=10)
@@ -330,6 +336,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         raise UsageError(
             f"--horizon must be between 1 and {cartpole_swingup.MAX_STEPS} steps; received {args.horizon}."
         )
+    if args.survival_value and args.horizon == cartpole_swingup.MAX_STEPS:
+        raise UsageError("--survival_value needs a --horizon shorter than a whole episode.")
+    if args.survival_value < 0:
+        raise UsageError(f"--survival_value must be at least 0; received {args.survival_value}.")
     for name in ("generations", "population", "episodes", "eval_every", "validation_episodes"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name} must be at least 1; received {getattr(args, name)}.")

@@ -76,10 +76,10 @@ def test_pi_cartpole_batched_eval_plays_every_column_on_the_same_starts(tmp_path
     # The teacher's cells are its returns on the starts the test seed draws, first of all.
     starts = tf.constant(es.initial_states(np.random.default_rng(3), 4))
     net = batched.load_policy(TEACHER)
-    upright = es.episode_returns(net)(starts, tf.constant([0, 0])).numpy()
+    upright = es.episode_outcomes(net)(starts, tf.constant([0, 0]))[0].numpy()
     assert teacher["5 obs"]["mean"] == pytest.approx(upright.mean())
     assert teacher["5 obs"]["mean"] > 100  # the committed teacher swings up from some of them
-    shuffled = es.episode_returns(net, sensor_order=permutation)(starts, tf.constant([0, 0])).numpy()
+    shuffled = es.episode_outcomes(net, sensor_order=permutation)(starts, tf.constant([0, 0]))[0].numpy()
     assert teacher["5 obs (shuffled)"]["mean"] == pytest.approx(shuffled.mean())
     assert pupil["5 obs"]["over_teacher"]["share"] == pytest.approx(pupil["5 obs"]["mean"] / upright.mean())
     assert pupil["5 obs"]["over_own_upright"] == {"share": pytest.approx(1.0), "standard_error": 0.0}

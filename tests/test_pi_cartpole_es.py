@@ -67,6 +67,13 @@ def test_an_episode_cut_at_a_horizon_is_the_start_of_the_whole_one():
     assert np.all(cut <= 40)  # at most a reward of 1 a step
 
 
+def test_a_cut_episode_still_on_the_track_counts_its_survival_value():
+    es = _load_es()
+    returns, lengths = np.array([10.0, 3.0, 40.0]), np.array([200, 7, 200])
+    assert es.valued_mean(returns, lengths, 200, 0.0) == pytest.approx(53 / 3)
+    assert es.valued_mean(returns, lengths, 200, 700.0) == pytest.approx((710 + 3 + 740) / 3)
+
+
 def test_centred_ranks_ignore_the_scale_of_the_returns():
     es = _load_es()
     ranks = es.centred_ranks(np.array([5.0, 1000.0, -3.0, 7.0]))
@@ -80,6 +87,7 @@ def test_centred_ranks_ignore_the_scale_of_the_returns():
         (["--sigma", "0"], "--sigma and --learning_rate must be positive"),
         (["--generations", "0"], "--generations must be at least 1"),
         (["--horizon", "1001"], "--horizon must be between 1 and 1000 steps"),
+        (["--survival_value", "700"], "--survival_value needs a --horizon shorter than a whole episode."),
     ],
 )
 def test_pi_cartpole_es_refuses_bad_arguments_in_one_sentence(extra, message, tmp_path, capsys):
@@ -123,7 +131,7 @@ def test_pi_cartpole_es_writes_its_best_weights_as_a_folder_that_plays_its_recor
     policy_network.restore_network(net, str(out_dir), description.checkpoint_attribute)
     seed = report["settings"]["validation_seed"]
     starts = tf.constant(es.initial_states(np.random.default_rng(seed), 3))
-    played = [np.mean(es.episode_returns(net, n)(starts, tf.constant([seed, 0]))) for n in (0, 2)]
+    played = [np.mean(es.episode_outcomes(net, n)(starts, tf.constant([seed, 0]))[0]) for n in (0, 2)]
     assert played == pytest.approx(best["validation"])
     # The folder's own copy of the report, which pi_cartpole_distill.py --pi_dir quotes.
     assert json.loads((out_dir / "es_run.json").read_text()) == report
