@@ -71,7 +71,8 @@ def quartiles(lengths: np.ndarray) -> list[float] | None:
 
 def summary(returns: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
     """One column: mean, sample std, standard error of the mean, the share of kept starts,
-    and how many episodes left the track before the end, at which step (quartiles)."""
+    how many episodes left the track before the end, at which step (quartiles), and the
+    mean return of the others (whole episodes)."""
     ended = lengths < cartpole_swingup.MAX_STEPS
     return {
         "mean": float(returns.mean()),
@@ -80,6 +81,7 @@ def summary(returns: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
         "kept_share": float(np.mean(returns >= KEPT_RETURN)),
         "ended_early_share": float(ended.mean()),
         "ended_at_step_quartiles": quartiles(lengths[ended]),
+        "whole_episode_mean": float(returns[~ended].mean()) if not ended.all() else None,
     }
 
 

@@ -25,6 +25,7 @@ def test_a_paired_share_cancels_the_spread_the_starts_share():
     summary = batched.summary(reference, np.array([3, 1000, 40, 1000]))
     assert summary["kept_share"] == 0.5 and summary["mean"] == 405.0
     assert summary["ended_early_share"] == 0.5 and summary["ended_at_step_quartiles"][1] == 21.5
+    assert summary["whole_episode_mean"] == 800.0
 
 
 def test_a_student_is_compared_with_its_teacher_start_by_start():
