@@ -2743,3 +2743,41 @@ def test_the_students_over_1000_test_episodes_are_quoted_as_measured():
         f"Over the paper's 1000 test episodes: {mean_share[0]:.0%} before ES, {mean_share[1]:.0%} after."
         in text
     )
+
+
+def test_where_the_students_lose_is_quoted_as_measured():
+    """docs/results.md: the episodes that left the track, over the 1000 starts, after ES."""
+    report = _report("pi_cartpole_harder_es_1000.json")
+    teacher = report["results"]["teacher"]["5 obs"]
+    rows = [row["5 obs"] for row in _batched_rows(report)]
+    text = " ".join(RESULTS.split())
+    quartiles = " / ".join(f"{q:.0f}" for q in teacher["ended_at_step_quartiles"])
+    assert (
+        f"the teacher leaves the track in {teacher['ended_early_share']:.3f} of them, always early "
+        f"(quartiles at step {quartiles}), and holds the others to a mean return of "
+        f"{teacher['whole_episode_mean']:.0f}." in text
+    )
+    assert teacher["ended_at_step_quartiles"][2] < 100
+
+    def per_seed(values: list[float], form: str = "{:.0f}") -> str:
+        return " / ".join(form.format(v) for v in values)
+
+    ended = per_seed([r["ended_early_share"] for r in rows], "{:.3f}")
+    held = per_seed([r["whole_episode_mean"] for r in rows])
+    assert (
+        f"After ES the students leave it in {ended} (seeds 0 / 1 / 2) and hold the others to {held}." in text
+    )
+    against = [r["against_teacher"] for r in rows]
+    won, lost = (
+        per_seed([a[key] for a in against]) for key in ("kept_where_teacher_lost", "lost_where_teacher_kept")
+    )
+    assert (
+        f"They keep no start that the teacher loses ({won} of them) and lose {lost} that it keeps, at a "
+        f"median step of {per_seed([a['lost_at_step_quartiles'][1] for a in against])}:" in text
+    )
+    kept, whole = 1 - teacher["ended_early_share"], teacher["whole_episode_mean"]
+    mean = teacher["mean"]
+    as_kept = per_seed([kept * r["whole_episode_mean"] / mean for r in rows], "{:.0%}")
+    as_held = per_seed([(1 - r["ended_early_share"]) * whole / mean for r in rows], "{:.0%}")
+    assert f"their own mean return there, the students would score {as_kept} of the teacher" in text
+    assert f"at their own share and the teacher's mean there, {as_held}." in text
