@@ -2781,3 +2781,36 @@ def test_where_the_students_lose_is_quoted_as_measured():
     as_held = per_seed([(1 - r["ended_early_share"]) * whole / mean for r in rows], "{:.0%}")
     assert f"their own mean return there, the students would score {as_kept} of the teacher" in text
     assert f"at their own share and the teacher's mean there, {as_held}." in text
+
+
+def test_the_stopped_es_runs_are_quoted_as_measured():
+    """docs/results.md: three more ES runs from the ES students, each stopped by hand."""
+    text = " ".join(RESULTS.split())
+    start = None
+    for name, flags, generations in (
+        ("pi_cartpole_harder_es_round2.json", ("--population 48", "--learning_rate 0.001"), 15),
+        ("pi_cartpole_harder_es_horizon200.json", ("--horizon 200",), 10),
+        ("pi_cartpole_harder_es_survival_value.json", ("--horizon 200", "--survival_value 750"), 5),
+    ):
+        report = _report(name)
+        assert report["stopped_early"] and f"`benchmarks/reference/{name}`" in text
+        clean = []
+        for seed, run in enumerate(report["runs"]):
+            assert not run["finished"] and run["commit"] and run["wall_seconds"] > 0
+            assert (
+                f"--pi_dir runs/pi_es/seed{seed} " in run["command"]
+                and "--validation_episodes 400" in run["command"]
+            )
+            assert all(flag in run["command"] for flag in flags)
+            validations = [h for h in run["history"] if "validation" in h]
+            assert validations[-1]["generation"] == generations
+            clean.append([h["validation"][0] for h in validations])
+        assert start in (None, [c[0] for c in clean])  # every run starts from the same students
+        start = [c[0] for c in clean]
+        after = " / ".join(f"{c[-1]:.0f}" for c in clean)
+        assert f"{after} after {generations} generations" in text
+        if name.endswith("round2.json"):
+            assert f"at best {' / '.join(f'{max(c):.0f}' for c in clean)}" in text
+        else:
+            assert all(c[-1] < c[0] for c in clean)  # every seed fell
+    assert f"seeds 0 / 1 / 2, from {' / '.join(f'{v:.0f}' for v in start)} at the start" in text
