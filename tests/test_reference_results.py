@@ -2814,3 +2814,15 @@ def test_the_stopped_es_runs_are_quoted_as_measured():
         else:
             assert all(c[-1] < c[0] for c in clean)  # every seed fell
     assert f"seeds 0 / 1 / 2, from {' / '.join(f'{v:.0f}' for v in start)} at the start" in text
+
+
+def test_the_readme_quotes_the_students_over_1000_test_episodes():
+    readme = " ".join(README.split())
+    shares = [
+        statistics.mean(row["5 obs"]["over_teacher"]["share"] for row in _batched_rows(_report(name)))
+        for name in ("pi_cartpole_harder_dagger_noise_only_1000.json", "pi_cartpole_harder_es_1000.json")
+    ]
+    assert (
+        f"Over the paper's 1000 test episodes they keep {shares[0]:.0%} before ES and {shares[1]:.0%} after "
+        "(`benchmarks/reference/pi_cartpole_harder_es_1000.json`)" in readme
+    )
