@@ -151,15 +151,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if not args.pi_dirs:
         raise UsageError("--pi_dirs must name at least one student's folder.")
     for flag, folder in [("--teacher_dir", args.teacher_dir)] + [("--pi_dirs", d) for d in args.pi_dirs]:
-        try:
-            description = policy_network.read_description(folder)
-        except (OSError, ValueError) as error:
-            raise UsageError(f"{flag}: {error}") from error
-        if description.env_name != "gymnasium:" + cartpole_swingup.ENV_ID:
-            raise UsageError(
-                f"{flag} must hold a {cartpole_swingup.ENV_ID} policy; "
-                f"{folder!r} holds one for {description.env_name!r}."
-            )
+        description = pi_cartpole_es.trained_cartpole_folder(flag, folder)
         if flag == "--pi_dirs" and description.network_class != "SensorActorNetwork":
             raise UsageError(
                 f"--pi_dirs must hold sensory-neuron students; "

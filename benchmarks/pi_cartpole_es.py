@@ -297,6 +297,26 @@ def evolve(
     return history
 
 
+def trained_cartpole_folder(flag: str, folder: str) -> policy_network.PolicyNetworkDescription:
+    """The description of ``folder``, given as ``flag``: a trained policy of CartPoleSwingUpHarder.
+
+    Raises:
+      UsageError: one sentence naming ``flag`` where it is not.
+    """
+    try:
+        description = policy_network.read_description(folder)
+    except (OSError, ValueError) as error:
+        raise UsageError(f"{flag}: {error}") from error
+    if tf.train.latest_checkpoint(os.path.join(folder, policy_network.CHECKPOINT_DIR)) is None:
+        raise UsageError(f"{flag} {folder!r} has no checkpoint; train it first.")
+    if description.env_name != "gymnasium:" + cartpole_swingup.ENV_ID:
+        raise UsageError(
+            f"{flag} must hold a {cartpole_swingup.ENV_ID} policy; "
+            f"{folder!r} holds one for {description.env_name!r}."
+        )
+    return description
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = SentenceParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -351,17 +371,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         raise UsageError(
             f"--sigma and --learning_rate must be positive; received {args.sigma} and {args.learning_rate}."
         )
-    try:
-        description = policy_network.read_description(args.pi_dir)
-    except (OSError, ValueError) as error:
-        raise UsageError(f"--pi_dir: {error}") from error
-    if tf.train.latest_checkpoint(os.path.join(args.pi_dir, policy_network.CHECKPOINT_DIR)) is None:
-        raise UsageError(f"--pi_dir {args.pi_dir!r} has no checkpoint; train the student first.")
-    if description.env_name != "gymnasium:" + cartpole_swingup.ENV_ID:
-        raise UsageError(
-            f"--pi_dir must hold a {cartpole_swingup.ENV_ID} policy; "
-            f"it holds one for {description.env_name!r}."
-        )
+    description = trained_cartpole_folder("--pi_dir", args.pi_dir)
     if os.path.exists(args.out_dir):
         raise UsageError(f"--out_dir {args.out_dir!r} exists; give a new folder.")
     check_out_file(args.out)

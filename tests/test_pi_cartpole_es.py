@@ -110,7 +110,7 @@ def test_pi_cartpole_es_writes_its_best_weights_as_a_folder_that_plays_its_recor
     checkpoints = Path(student) / "checkpoints"
     checkpoints.rename(checkpoints.with_name("moved"))
     assert es.main(["--pi_dir", student, "--out_dir", str(tmp_path / "out")]) == 2
-    assert "has no checkpoint; train the student first." in capsys.readouterr().err
+    assert "has no checkpoint; train it first." in capsys.readouterr().err
     checkpoints.with_name("moved").rename(checkpoints)
     out_dir, out = tmp_path / "es", tmp_path / "es.json"
     argv = ["--pi_dir", student, "--out_dir", str(out_dir), "--generations", "2", "--population", "2",
