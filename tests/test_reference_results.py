@@ -2784,13 +2784,14 @@ def test_where_the_students_lose_is_quoted_as_measured():
 
 
 def test_the_stopped_es_runs_are_quoted_as_measured():
-    """docs/results.md: three more ES runs from the ES students, each stopped by hand."""
+    """docs/results.md: four more ES runs from the ES students, each stopped by hand."""
     text = " ".join(RESULTS.split())
     start = None
     for name, flags, generations in (
         ("pi_cartpole_harder_es_round2.json", ("--population 48", "--learning_rate 0.001"), 15),
         ("pi_cartpole_harder_es_horizon200.json", ("--horizon 200",), 10),
         ("pi_cartpole_harder_es_survival_value.json", ("--horizon 200", "--survival_value 750"), 5),
+        ("pi_cartpole_harder_es_sigma002.json", ("--sigma 0.02",), 10),
     ):
         report = _report(name)
         assert report["stopped_early"] and f"`benchmarks/reference/{name}`" in text
