@@ -16,6 +16,12 @@ the best weights so far are written to ``--out_dir`` as a training folder
 ``pi_cartpole_distill.py --skip_training --students pi --pi_dir <out_dir>``
 tests them on Table 2's and Table 6's columns.
 
+``--horizon`` cuts the candidates' episodes after that many steps (the
+validations stay whole), and ``--survival_value`` counts each cut episode still
+on the track as worth that much more: fitnesses on the start of the episodes,
+where the students lose their starts (both lowered the students' whole-episode
+return: docs/results.md).
+
 The episodes run inside one TensorFlow loop per candidate: the actor network
 is the student's own (``SensorActorNetwork``, exactly permutation-invariant),
 and the cart-pole is ``batched_step``, the equations of motion of
