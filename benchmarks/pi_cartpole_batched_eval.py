@@ -25,7 +25,7 @@ Usage::
 
     python benchmarks/pi_cartpole_batched_eval.py \\
         --teacher_dir benchmarks/teachers/cartpole_swingup_harder_sac \\
-        --pi_dirs runs/pi_es2/seed0,runs/pi_es2/seed1,runs/pi_es2/seed2 --out test.json
+        --pi_dirs runs/pi_es/seed0,runs/pi_es/seed1,runs/pi_es/seed2 --out test_1000.json
 """
 
 from __future__ import annotations
