@@ -18,8 +18,10 @@ Each student's mean is also given as a share of the teacher's "5 obs" mean on th
 same starts, with the standard error of that share from the paired per-start
 differences, and each column's cost against the student's own "5 obs" likewise.
 Each episode's length is kept as well, so the report says where the return is
-lost: how many episodes left the track and at which step (quartiles), and which
-starts a student loses where the teacher keeps them (and the reverse).
+lost: how many episodes left the track and at which step (quartiles), which
+starts a student loses where the teacher keeps them (and the reverse), and how
+the whole episodes went (their return, the reward a step in their second half,
+when the pole was first up).
 
 Usage::
 
@@ -69,11 +71,15 @@ def quartiles(lengths: np.ndarray) -> list[float] | None:
     return np.percentile(lengths, [25, 50, 75]).tolist() if len(lengths) else None
 
 
-def summary(returns: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
+def summary(outcome: pi_cartpole_es.Outcomes) -> dict[str, Any]:
     """One column: mean, sample std, standard error of the mean, the share of kept starts,
-    how many episodes left the track before the end, at which step (quartiles), and the
-    mean return of the others (whole episodes)."""
+    how many episodes left the track before the end, at which step (quartiles), and of the
+    others (whole episodes) the mean return, the reward a step in their second half and the
+    median step at which the pole was first up."""
+    returns, lengths = outcome.returns, outcome.lengths
     ended = lengths < cartpole_swingup.MAX_STEPS
+    whole = ~ended
+    half = cartpole_swingup.MAX_STEPS - cartpole_swingup.MAX_STEPS // 2
     return {
         "mean": float(returns.mean()),
         "std": float(returns.std(ddof=1)),
@@ -81,7 +87,11 @@ def summary(returns: np.ndarray, lengths: np.ndarray) -> dict[str, Any]:
         "kept_share": float(np.mean(returns >= KEPT_RETURN)),
         "ended_early_share": float(ended.mean()),
         "ended_at_step_quartiles": quartiles(lengths[ended]),
-        "whole_episode_mean": float(returns[~ended].mean()) if not ended.all() else None,
+        "whole_episode_mean": float(returns[whole].mean()) if whole.any() else None,
+        "second_half_reward_per_step": float(outcome.second_half_returns[whole].mean() / half)
+        if whole.any()
+        else None,
+        "first_upright_median": float(np.median(outcome.first_upright[whole])) if whole.any() else None,
     }
 
 
@@ -120,12 +130,12 @@ def load_policy(folder: str):
 
 def play_columns(
     net, starts: tf.Tensor, seed: tf.Tensor, columns: dict[str, dict[str, Any]]
-) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Each column's ``(episodes,)`` returns and lengths; ``columns``: name -> ``episode_outcomes`` kwargs."""
+) -> dict[str, pi_cartpole_es.Outcomes]:
+    """Each column's ``Outcomes``, in NumPy; ``columns``: name -> ``episode_outcomes`` kwargs."""
     outcomes = {}
     for name, options in columns.items():
-        returns, lengths = pi_cartpole_es.episode_outcomes(net, **options)(starts, seed)
-        outcomes[name] = (returns.numpy(), lengths.numpy())
+        outcome = pi_cartpole_es.episode_outcomes(net, **options)(starts, seed)
+        outcomes[name] = pi_cartpole_es.Outcomes(*(part.numpy() for part in outcome))
     return outcomes
 
 
@@ -180,18 +190,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "5 obs + 5 noise": {"noise_channels": args.noise_channels},
     }
     teacher = play_columns(load_policy(args.teacher_dir), starts, seed, teacher_columns)
-    results: dict[str, Any] = {"teacher": {name: summary(*outcome) for name, outcome in teacher.items()}}
+    results: dict[str, Any] = {"teacher": {name: summary(outcome) for name, outcome in teacher.items()}}
     print("teacher", {name: round(r["mean"], 1) for name, r in results["teacher"].items()}, flush=True)
     for folder in args.pi_dirs:
         outcomes = play_columns(load_policy(folder), starts, seed, student_columns)
         results[folder] = {
             name: {
-                **summary(returns, lengths),
-                "over_teacher": paired_share(returns, teacher["5 obs"][0]),
-                "over_own_upright": paired_share(returns, outcomes["5 obs"][0]),
-                "against_teacher": against_teacher(lengths, teacher["5 obs"][1]),
+                **summary(outcome),
+                "over_teacher": paired_share(outcome.returns, teacher["5 obs"].returns),
+                "over_own_upright": paired_share(outcome.returns, outcomes["5 obs"].returns),
+                "against_teacher": against_teacher(outcome.lengths, teacher["5 obs"].lengths),
             }
-            for name, (returns, lengths) in outcomes.items()
+            for name, outcome in outcomes.items()
         }
         print(
             folder,

@@ -49,7 +49,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -74,6 +74,8 @@ RECORD_FILE = "es_run.json"
 # The package's constants (CartPoleSwingUpEnv's defaults, which cartpole_swingup keeps).
 GRAVITY, CART_MASS, POLE_MASS, POLE_LENGTH = 9.82, 0.5, 0.5, 0.6
 FORCE_MAG, FRICTION = 10.0, 0.1
+UPRIGHT_COS = 0.95
+"""A pole counts as up where ``cos(theta)`` exceeds this (within about 18 degrees of upright)."""
 
 
 def initial_states(rng: np.random.Generator, count: int) -> np.ndarray:
@@ -123,13 +125,25 @@ def batched_step(state: tf.Tensor, action: tf.Tensor) -> tuple[tf.Tensor, tf.Ten
     return tf.stack([x, x_dot, theta, theta_dot], axis=-1), reward, off_track
 
 
+class Outcomes(NamedTuple):
+    """What ``episode_outcomes`` measures of each episode, each ``(B,)``."""
+
+    returns: tf.Tensor
+    lengths: tf.Tensor
+    """Steps played: the step that left the track, or all of them."""
+    second_half_returns: tf.Tensor
+    """The return of the episode's second half (from step ``steps // 2``): how well the pole is held."""
+    first_upright: tf.Tensor
+    """The first step whose pole is within about 18 degrees of upright (cos > 0.95), or ``steps``."""
+
+
 def episode_outcomes(
     net,
     noise_channels: int = 0,
     sensor_order: Sequence[int] | None = None,
     steps: int = cartpole_swingup.MAX_STEPS,
-) -> Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]:
-    """A function from ``(B, 4)`` starts to the greedy policy's ``(B,)`` returns and ``(B,)`` lengths.
+) -> Callable[[tf.Tensor, tf.Tensor], Outcomes]:
+    """A function from ``(B, 4)`` starts to the greedy policy's ``Outcomes`` of each episode.
 
     An episode ends after ``steps`` steps (the environment's ``MAX_STEPS``: whole
     episodes) or on the step that leaves the track (whose reward counts, as in
@@ -145,12 +159,12 @@ def episode_outcomes(
     num_sensors = (5 if sensor_order is None else len(sensor_order)) + noise_channels
 
     @tf.function(autograph=False)  # plain Python control flow; autograph warns on TF-Agents' code
-    def play(starts: tf.Tensor, seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def play(starts: tf.Tensor, seed: tf.Tensor) -> Outcomes:
         batch = tf.shape(starts)[0]
         first = tf.fill([batch], tf.constant(StepType.FIRST, tf.int32))
         mid = tf.fill([batch], tf.constant(StepType.MID, tf.int32))
 
-        def body(t, state, net_state, running, returns, lengths):
+        def body(t, state, net_state, running, returns, lengths, second_half, first_upright):
             step_type = tf.where(tf.equal(t, 0), first, mid)
             readings = observations(state)
             if order is not None:
@@ -160,10 +174,14 @@ def episode_outcomes(
                 readings = tf.concat([readings, NOISE_STD * noise], axis=-1)
             distribution, net_state = net.call(readings, step_type, net_state)
             state, reward, off_track = batched_step(state, distribution.mode())
-            returns = returns + tf.where(running, reward, tf.zeros_like(reward))
+            earned = tf.where(running, reward, tf.zeros_like(reward))
+            returns = returns + earned
+            second_half = second_half + tf.where(t >= steps // 2, earned, tf.zeros_like(earned))
+            upright = tf.logical_and(running, tf.cos(state[:, 2]) > UPRIGHT_COS)
+            first_upright = tf.where(tf.logical_and(upright, first_upright == steps), t + 1, first_upright)
             lengths = tf.where(tf.logical_and(running, off_track), t + 1, lengths)
             running = tf.logical_and(running, tf.logical_not(off_track))
-            return t + 1, state, net_state, running, returns, lengths
+            return t + 1, state, net_state, running, returns, lengths, second_half, first_upright
 
         loop_vars = (
             tf.constant(0),
@@ -172,11 +190,13 @@ def episode_outcomes(
             tf.ones([batch], tf.bool),
             tf.zeros([batch], tf.float64),
             tf.fill([batch], tf.constant(steps)),
+            tf.zeros([batch], tf.float64),
+            tf.fill([batch], tf.constant(steps)),
         )
-        *_, returns, lengths = tf.while_loop(
+        *_, returns, lengths, second_half, first_upright = tf.while_loop(
             lambda t, *_: t < steps, body, loop_vars, maximum_iterations=steps
         )
-        return returns, lengths
+        return Outcomes(returns, lengths, second_half, first_upright)
 
     return play
 
@@ -260,7 +280,7 @@ def evolve(
         """The mean return over ``starts``, clean and (with ``--noise_channels``) with noise channels;
         ``survival_value`` is added for each episode still on the track after ``steps`` steps."""
         outcomes = [play(starts, seed) for play in plays[steps]]
-        return [valued_mean(r.numpy(), lengths.numpy(), steps, survival_value) for r, lengths in outcomes]
+        return [valued_mean(o.returns.numpy(), o.lengths.numpy(), steps, survival_value) for o in outcomes]
 
     weights = FlatWeights(net.trainable_variables)
     center = weights.get()

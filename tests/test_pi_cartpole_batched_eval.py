@@ -22,10 +22,13 @@ def test_a_paired_share_cancels_the_spread_the_starts_share():
     assert same_starts["standard_error"] == pytest.approx(np.std([0, 450, 10, 350], ddof=1) / 2 / 405)
     shifted = batched.paired_share(reference + 81.0, reference)
     assert shifted == {"share": pytest.approx(1.2), "standard_error": 0.0}
-    summary = batched.summary(reference, np.array([3, 1000, 40, 1000]))
+    es = load_benchmark("pi_cartpole_es")
+    lengths, second_half = np.array([3, 1000, 40, 1000]), np.array([0.0, 450.0, 0.0, 350.0])
+    summary = batched.summary(es.Outcomes(reference, lengths, second_half, np.array([1000, 90, 1000, 130])))
     assert summary["kept_share"] == 0.5 and summary["mean"] == 405.0
     assert summary["ended_early_share"] == 0.5 and summary["ended_at_step_quartiles"][1] == 21.5
     assert summary["whole_episode_mean"] == 800.0
+    assert summary["second_half_reward_per_step"] == 0.8 and summary["first_upright_median"] == 110.0
 
 
 def test_a_student_is_compared_with_its_teacher_start_by_start():
@@ -77,14 +80,14 @@ def test_pi_cartpole_batched_eval_plays_every_column_on_the_same_starts(tmp_path
     # The teacher's cells are its returns on the starts the test seed draws, first of all.
     starts = tf.constant(es.initial_states(np.random.default_rng(3), 4))
     net = batched.load_policy(TEACHER)
-    upright = es.episode_outcomes(net)(starts, tf.constant([0, 0]))[0].numpy()
+    upright = es.episode_outcomes(net)(starts, tf.constant([0, 0])).returns.numpy()
     assert teacher["5 obs"]["mean"] == pytest.approx(upright.mean())
     assert teacher["5 obs"]["mean"] > 100  # the committed teacher swings up from some of them
-    shuffled = es.episode_outcomes(net, sensor_order=permutation)(starts, tf.constant([0, 0]))[0].numpy()
+    shuffled = es.episode_outcomes(net, sensor_order=permutation)(starts, tf.constant([0, 0])).returns.numpy()
     assert teacher["5 obs (shuffled)"]["mean"] == pytest.approx(shuffled.mean())
     assert pupil["5 obs"]["over_teacher"]["share"] == pytest.approx(pupil["5 obs"]["mean"] / upright.mean())
     assert pupil["5 obs"]["over_own_upright"] == {"share": pytest.approx(1.0), "standard_error": 0.0}
-    lengths = es.episode_outcomes(net)(starts, tf.constant([0, 0]))[1].numpy()
+    lengths = es.episode_outcomes(net)(starts, tf.constant([0, 0])).lengths.numpy()
     assert teacher["5 obs"]["ended_early_share"] == np.mean(lengths < 1000)
     assert set(pupil["5 obs"]["against_teacher"]) == {
         "lost_where_teacher_kept",

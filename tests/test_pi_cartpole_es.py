@@ -57,14 +57,21 @@ def test_an_episode_cut_at_a_horizon_is_the_start_of_the_whole_one():
     es = _load_es()
     net = load_benchmark("pi_cartpole_batched_eval").load_policy(TEACHER)
     starts = tf.constant(es.initial_states(np.random.default_rng(11), 24))
-    returns, lengths = (x.numpy() for x in es.episode_outcomes(net)(starts, tf.constant([0, 0])))
-    cut, cut_lengths = (x.numpy() for x in es.episode_outcomes(net, steps=40)(starts, tf.constant([0, 0])))
+    whole_run = es.episode_outcomes(net)(starts, tf.constant([0, 0]))
+    returns, lengths = whole_run.returns.numpy(), whole_run.lengths.numpy()
+    cut_run = es.episode_outcomes(net, steps=40)(starts, tf.constant([0, 0]))
+    cut, cut_lengths = cut_run.returns.numpy(), cut_run.lengths.numpy()
     before, after = lengths <= 40, lengths > 40
     assert before.any() and (lengths == 1000).any() and (after & (lengths < 1000)).any()  # every kind
     np.testing.assert_array_equal(cut_lengths, np.minimum(lengths, 40))
     np.testing.assert_allclose(cut[before], returns[before])  # ended before the cut: all of it
     assert np.all(cut[after] <= returns[after]) and np.all(cut[lengths == 1000] < returns[lengths == 1000])
     assert np.all(cut <= 40)  # at most a reward of 1 a step
+    # The second half's return is part of the whole; the pole of a kept episode is up at some step.
+    second_half, first_upright = whole_run.second_half_returns.numpy(), whole_run.first_upright.numpy()
+    assert np.all(second_half <= returns + 1e-9) and np.all(second_half[lengths < 500] == 0)
+    assert np.all(second_half[lengths == 1000] > 400) and np.all(first_upright[lengths == 1000] < 1000)
+    np.testing.assert_array_equal(cut_run.first_upright.numpy() < 40, first_upright < 40)
 
 
 def test_a_cut_episode_still_on_the_track_counts_its_survival_value():
@@ -131,7 +138,7 @@ def test_pi_cartpole_es_writes_its_best_weights_as_a_folder_that_plays_its_recor
     policy_network.restore_network(net, str(out_dir), description.checkpoint_attribute)
     seed = report["settings"]["validation_seed"]
     starts = tf.constant(es.initial_states(np.random.default_rng(seed), 3))
-    played = [np.mean(es.episode_outcomes(net, n)(starts, tf.constant([seed, 0]))[0]) for n in (0, 2)]
+    played = [np.mean(es.episode_outcomes(net, n)(starts, tf.constant([seed, 0])).returns) for n in (0, 2)]
     assert played == pytest.approx(best["validation"])
     # The folder's own copy of the report, which pi_cartpole_distill.py --pi_dir quotes.
     assert json.loads((out_dir / "es_run.json").read_text()) == report
