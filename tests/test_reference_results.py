@@ -2775,6 +2775,13 @@ def test_where_the_students_lose_is_quoted_as_measured():
         f"They keep no start that the teacher loses ({won} of them) and lose {lost} that it keeps, at a "
         f"median step of {per_seed([a['lost_at_step_quartiles'][1] for a in against])}:" in text
     )
+    up = per_seed([r["first_upright_median"] for r in rows])
+    late = per_seed([r["second_half_reward_per_step"] for r in rows], "{:.2f}")
+    assert (
+        f"at a median step of {up} against the teacher's {teacher['first_upright_median']:.0f}, and in the "
+        f"second half of them they earn {late} reward a step against its "
+        f"{teacher['second_half_reward_per_step']:.3f}:" in text
+    )
     kept, whole = 1 - teacher["ended_early_share"], teacher["whole_episode_mean"]
     mean = teacher["mean"]
     as_kept = per_seed([kept * r["whole_episode_mean"] / mean for r in rows], "{:.0%}")
