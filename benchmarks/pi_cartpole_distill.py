@@ -47,6 +47,7 @@ import gin
 import numpy as np
 
 from sit_keras.agents import train
+from sit_keras.agents.algorithms import bc
 from sit_keras.agents.environments import cartpole_swingup
 from sit_keras.agents.networks import policy_network
 from sit_keras.agents.training import evaluation, harness, run_record
@@ -96,7 +97,7 @@ def distill_student(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "dagger_rounds": args.dagger_rounds, "dagger_teacher_probability": args.dagger_teacher_probability,
         "previous_action_noise": args.previous_action_noise if name == "pi" else 0.0,
         "noise_sensors": args.noise_sensors if name == "pi" else 0,
-        "streams_per_epoch": args.streams_per_epoch,
+        "streams_per_epoch": args.streams_per_epoch, "action_loss": args.action_loss,
         "progress": False, **network,
         **(record_time_limit(args.record_time_limit) if args.record_time_limit else {}),
     }  # fmt: skip
@@ -202,6 +203,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--streams_per_epoch", type=int, default=0,
         help="train each epoch on this many recorded streams drawn at random (bc.streams_per_epoch; 0: all)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--action_loss", choices=bc.ACTION_LOSSES, default="squared",
+        help="the students' error on the teacher's action: squared (its mean) or absolute (its median)",
     )  # fmt: skip
     parser.add_argument(
         "--record_time_limit", type=int, default=0,

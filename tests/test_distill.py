@@ -98,6 +98,8 @@ def test_bc_loss_is_the_weighted_squared_error_or_cross_entropy():
     actions = tf.zeros((1, 3, 2))
     # Per step: mean over action dims of (mode - a)^2 = 0.125, 0; the third step has no weight.
     assert float(bc.bc_loss(normal, actions, weights, discrete=False)) == pytest.approx(0.0625)
+    # bc.action_loss = "absolute": per step the mean of |mode - a| = 0.25, 0.
+    assert float(bc.bc_loss(normal, actions, weights, False, "absolute")) == pytest.approx(0.125)
     logits = tf.constant([[[2.0, 0.0], [0.0, 1.0], [5.0, -5.0]]])
     categorical = tfp.distributions.Categorical(logits=logits)
     labels = tf.constant([[0, 1, 1]], tf.int64)
@@ -129,6 +131,8 @@ def test_settings_errors_are_clear(tmp_path):
     # No teacher policy (policies/greedy_policy/saved_model.pb) in the teacher's folder.
     with pytest.raises(harness.SettingsError, match=r"No teacher policy at .*policies/greedy_policy"):
         run(env_name=ENV, num_envs=2, total_env_steps=40, sequence_length=10)
+    with pytest.raises(harness.SettingsError, match=r"bc.action_loss must be one of squared, absolute"):
+        run(env_name=ENV, action_loss="median")
     # Old sit-distill names are refused by name.
     with pytest.raises(harness.SettingsError, match=r"Unknown settings \['collect_steps_per_env'\]"):
         run(env_name=ENV, collect_steps_per_env=20)

@@ -111,6 +111,14 @@ class BC:
         the teacher's label of the clean reading. The student learns that a
         channel which does not follow the state carries nothing; it acts on
         the clean readings. 0 adds none (the paper trains without them).
+      action_loss: how a continuous action's error is scored: ``"squared"``
+        (the mode's squared error: the student learns the teacher's mean
+        action given what it has read) or ``"absolute"`` (its absolute error:
+        the median). A permutation-invariant student cannot tell at first which
+        reading is which, so where the teacher brakes at full force it hesitates
+        between the directions; the squared error then makes it push at the
+        mean of them, the absolute error with the likelier one. Discrete
+        actions always use the cross-entropy.
       streams_per_epoch: train each epoch on this many recorded streams drawn
         at random (without replacement) from all rounds' so far, instead of on
         every stream; 0 (the default) or more than are recorded: all of them.
@@ -134,6 +142,7 @@ class BC:
     previous_action_noise: float = 0.0
     noise_sensors: int = 0
     streams_per_epoch: int = 0
+    action_loss: str = "squared"
 
     def __post_init__(self):
         settings_check.check(self, "bc", RANGES)
@@ -149,6 +158,10 @@ class BC:
                 "bc.previous_action_noise must be a finite number >= 0. "
                 f"Received: {self.previous_action_noise}"
             )
+        if self.action_loss not in ACTION_LOSSES:
+            raise ValueError(
+                f"bc.action_loss must be one of {', '.join(ACTION_LOSSES)}. Received: {self.action_loss!r}"
+            )
         if self.dagger_rounds < 0:
             raise ValueError(f"bc.dagger_rounds must be >= 0. Received: {self.dagger_rounds}")
         if not 0.0 <= self.dagger_teacher_probability <= 1.0:
@@ -159,6 +172,7 @@ class BC:
 
 
 SETTINGS = BC
+ACTION_LOSSES = ("squared", "absolute")
 # DAgger's rounds record and fit on one machine (the harness refuses a cluster of workers).
 MULTI_WORKER = False
 # Checked before the run starts (settings_check).
@@ -307,13 +321,17 @@ def collect_teacher_data(policy: py_policy.PyPolicy, env, steps: int, metrics: S
     return recorder.data()
 
 
-def bc_loss(distribution, actions: tf.Tensor, weights: tf.Tensor, discrete: bool) -> tf.Tensor:
-    """The weighted mean over steps of the mode's squared error (continuous) or cross-entropy (discrete)."""
+def bc_loss(
+    distribution, actions: tf.Tensor, weights: tf.Tensor, discrete: bool, action_loss: str = "squared"
+) -> tf.Tensor:
+    """The weighted mean over steps of the mode's error (continuous: squared or absolute,
+    ``BC.action_loss``) or of the cross-entropy (discrete)."""
     if discrete:
         per_step = -distribution.log_prob(actions)
     else:
         error = tf.cast(distribution.mode(), tf.float32) - tf.cast(actions, tf.float32)
-        per_step = tf.reduce_mean(tf.reshape(tf.square(error), tf.concat([tf.shape(weights), [-1]], 0)), -1)
+        error = tf.abs(error) if action_loss == "absolute" else tf.square(error)
+        per_step = tf.reduce_mean(tf.reshape(error, tf.concat([tf.shape(weights), [-1]], 0)), -1)
     weights = tf.cast(weights, per_step.dtype)
     return tf.math.divide_no_nan(tf.reduce_sum(per_step * weights), tf.reduce_sum(weights))
 
@@ -355,7 +373,7 @@ class Cloning:
         self.eval_policy = eval_policy
         self._train_chunk = _train_chunk_fn(
             student, optimizer, run.train_step, tensor_spec.is_discrete(run.action_spec),
-            settings.max_grad_norm, run.jit_compile,
+            settings.max_grad_norm, run.jit_compile, settings.action_loss,
         )  # fmt: skip
 
     def train(self, loop: TrainingLoop) -> dict[str, Any]:
@@ -621,7 +639,7 @@ def _learning_rate(settings: BC, round_steps: int):
 
 
 def _train_chunk_fn(student, optimizer, train_step: tf.Variable, discrete: bool, max_grad_norm: float,
-                    jit_compile: bool):  # fmt: skip
+                    jit_compile: bool, action_loss: str = "squared"):  # fmt: skip
     """One gradient step on a chunk ``(E, L, ...)`` from the carried state: ``(loss, next state)``.
 
     With ``jit_compile``, the step runs XLA-compiled (``xla.compile_with_xla``);
@@ -637,7 +655,7 @@ def _train_chunk_fn(student, optimizer, train_step: tf.Variable, discrete: bool,
             distribution, new_state = forward(
                 observations, step_type=step_types, network_state=state, training=True
             )
-            loss = bc_loss(distribution, actions, weights, discrete)
+            loss = bc_loss(distribution, actions, weights, discrete, action_loss)
         variables = student.trainable_variables
         gradients, _ = tf.clip_by_global_norm(tape.gradient(loss, variables), max_grad_norm)
         optimizer.apply_gradients(zip(gradients, variables, strict=True))
