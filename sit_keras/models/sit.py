@@ -9,7 +9,7 @@ import tensorflow as tf
 import tf_keras
 
 from sit_keras import graphs
-from sit_keras.layers import GlobalGSA, GraphConv2D, LocalGSA
+from sit_keras.layers import FeatureStandardization, GlobalGSA, GraphConv2D, LocalGSA
 from sit_keras.models.base import Encoder
 from sit_keras.symmetry import (
     EQUIVARIANT,
@@ -151,6 +151,13 @@ class SiTEncoder(Encoder):
         mean square per head, so no score grows without bound. Not in the
         paper; off by default (it did not keep the LavaCrossing actors
         seeing, docs/lavacrossing.md).
+      head_standardization: standardise the head's input, feature by feature,
+        by running statistics of the training batches
+        (``sit_keras.layers.FeatureStandardization``) before the ReLU head.
+        Not in the paper. A class token that starts by averaging its tokens
+        outputs mostly what every state shares; standardised, what reaches
+        the head is what tells states apart (the LavaCrossing actors,
+        docs/lavacrossing.md). Per feature, so invariance is kept.
       seed: seed of the graph initialisers.
       implementation: ``"fast"`` (default) or ``"reference"`` for every GSA
         layer; both compute the same function with the same weights (see
@@ -200,6 +207,7 @@ class SiTEncoder(Encoder):
         pool_padding: int = 0,
         stem_symmetry: str | None = None,
         stem_depth_multiplier: int = 1,
+        head_standardization: bool = False,
         **kwargs: Any,
     ):
         super().__init__(image_shape, output_dim, **kwargs)
@@ -282,6 +290,12 @@ class SiTEncoder(Encoder):
             self.equivariant_projection = tf_keras.layers.Dense(
                 self.equivariant_dim, dtype=self.dtype_policy, name="equivariant_projection"
             )
+        self.head_standardization = bool(head_standardization)
+        self.standardization = (
+            FeatureStandardization(dtype=self.dtype_policy, name="head_standardization")
+            if self.head_standardization
+            else None
+        )
         self.head = tf_keras.layers.Dense(
             self.output_dim, activation="relu", dtype=self.dtype_policy, name="head"
         )
@@ -422,7 +436,10 @@ class SiTEncoder(Encoder):
         if "equivariant" in parts:
             h, w = self.patch_grid
             pieces.append(tf.reshape(parts["equivariant"], [-1, h * w * self.equivariant_dim]))
-        return self.head(tf.concat(pieces, axis=-1) if len(pieces) > 1 else pieces[0])
+        features = tf.concat(pieces, axis=-1) if len(pieces) > 1 else pieces[0]
+        if self.standardization is not None:
+            features = self.standardization(features, training=training)
+        return self.head(features)
 
     def symmetry_parts(self, images: tf.Tensor, training: bool | None = None) -> dict[str, tf.Tensor]:
         """``{"invariant": (B, dim)}`` and/or ``{"equivariant": (B, h, w, equivariant_dim)}``."""
@@ -466,6 +483,7 @@ class SiTEncoder(Encoder):
             query_key_norm=self.query_key_norm,
             seed=self.seed,
             implementation=self.implementation,
+            head_standardization=self.head_standardization,
         )
         return config
 
