@@ -202,6 +202,19 @@ MODELS: dict[str, dict[str, Any]] = {
         "kwargs": {**_CHIRAL_M4_CORNERS, "query_key_norm": True},
         "fc": (),
     },
+    # The head's input standardised by running statistics of the training batches (issue 24;
+    # SiTEncoder head_standardization): with the default initialisation, and with the selective one
+    # (configs/minigrid/lavacrossing_sit_chiral_sharp_standardized.gin).
+    "sit_small_chiral_m4_corners_standardized": {
+        "encoder": "sit",
+        "kwargs": {**_CHIRAL_M4_CORNERS, "head_standardization": True},
+        "fc": (),
+    },
+    "sit_small_chiral_m4_corners_sharp_standardized": {
+        "encoder": "sit",
+        "kwargs": {**_CHIRAL_M4_CORNERS, "query_key_init_scale": 4.0, "head_standardization": True},
+        "fc": (),
+    },
     "vit_small": {
         "encoder": "vit",
         "kwargs": {"patch_size": 2, "embed_dim": 64, "num_heads": 8, "num_layers": 2, "mlp_dim": 0},
