@@ -230,6 +230,10 @@ CASES: dict[str, Case] = {
         _encoder("sit", IMAGE, query_key_norm=True, **SIT_SMALL), IMAGE, (BATCH, 16, 8, 3), ENCODER_BAD,
         _with_parts,
     ),
+    "sit_head_standardization": Case(  # a per-feature map of the invariant token: the same symmetry
+        _encoder("sit", IMAGE, head_standardization=True, **SIT_SMALL), IMAGE, (BATCH, 16, 8, 3),
+        ENCODER_BAD, _with_parts,
+    ),
     "sit_mirror_blind": Case(
         _encoder("sit", IMAGE, local_layers=1, global_layers=1, **SIT_SMALL), IMAGE, (BATCH, 8, 16, 3),
         ENCODER_BAD, _with_parts,

@@ -50,6 +50,7 @@ from sit_keras.layers import (
     NearIdentity,
 )
 from sit_keras.layers import graph_symmetric_attention as gsa_module
+from sit_keras.layers.feature_standardization import FeatureStandardization
 
 # conftest.py has already imported sit_keras, so TensorFlow's tf.keras is Keras 2 here.
 
@@ -785,3 +786,24 @@ def test_docstring_examples() -> None:
     result = doctest.testmod(gsa_module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0
     assert result.failed == 0
+
+
+def test_feature_standardization_keeps_bias_corrected_running_statistics() -> None:
+    layer = FeatureStandardization(momentum=0.9, dtype="float64")
+    rng = np.random.default_rng(0)
+    first, second = (tf.constant(rng.normal(size=(16, 3)) * 2.0 + 1.0) for _ in range(2))
+    np.testing.assert_array_equal(layer(first).numpy(), first.numpy())  # identity before training
+    layer(first, training=True)
+    layer(second, training=True)
+    # Adam-style correction: weights 0.1 * 0.9 and 0.1 over 1 - 0.9^2 = 0.19.
+    means = [first.numpy().mean(0), second.numpy().mean(0)]
+    squares = [(first.numpy() ** 2).mean(0), (second.numpy() ** 2).mean(0)]
+    mean = (0.09 * means[0] + 0.1 * means[1]) / 0.19
+    variance = (0.09 * squares[0] + 0.1 * squares[1]) / 0.19 - mean**2
+    expected = (second.numpy() - mean) / np.sqrt(variance + layer.epsilon)
+    np.testing.assert_allclose(layer(second).numpy(), expected, rtol=1e-12)
+    restored = FeatureStandardization.from_config(layer.get_config())
+    assert (restored.momentum, restored.epsilon) == (0.9, layer.epsilon)
+    for bad, message in (({"momentum": 1.0}, "momentum must be in"), ({"epsilon": 0.0}, "epsilon must be")):
+        with pytest.raises(ValueError, match=message):
+            FeatureStandardization(**bad)

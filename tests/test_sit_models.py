@@ -318,6 +318,43 @@ def test_query_key_init_scale_multiplies_the_initial_queries_and_keys_only() -> 
     testing.assert_not_invariant(sharp, x, testing.REFLECTIONS, min_error=BROKEN["float64"])
 
 
+def test_head_standardization_centres_and_scales_the_heads_input_and_keeps_the_symmetry() -> None:
+    chiral = {**SIT_SMALL, "pool_padding": 1, "stem_kernel_size": 5, "stem_symmetry": "chiral"}
+    encoder = _perturbed_encoder("sit", shape=(14, 14, 3), **chiral, head_standardization=True)
+    plain = _perturbed_encoder("sit", shape=(14, 14, 3), **chiral)
+    x = _images(6, shape=(14, 14, 3), dtype="float64")
+    for mine, theirs in zip(encoder.trainable_weights, plain.trainable_weights, strict=True):
+        mine.assign(theirs)
+    # Before a training batch the standardisation is the identity: the plain encoder's function.
+    encoder.standardization.set_weights([np.zeros(32), np.zeros(32), np.zeros(())])
+    np.testing.assert_allclose(encoder(x).numpy(), plain(x).numpy(), atol=1e-12)
+    # A training call updates the statistics (graph dropout is on in training, so the batch's own
+    # statistics are checked on the layer itself); an inference call does not.
+    encoder(x, training=True)
+    assert float(encoder.standardization.update_count) == 1.0
+    encoder(x, training=False)
+    assert float(encoder.standardization.update_count) == 1.0
+    # Bias-corrected, one update gives exactly the batch's statistics: the head reads what varies
+    # between the states, at unit scale.
+    token = plain.stages(x)["token"]
+    layer = encoder.standardization
+    layer.set_weights([np.zeros(32), np.zeros(32), np.zeros(())])
+    standardized = layer(token, training=True).numpy()
+    variance = token.numpy().var(0)
+    np.testing.assert_allclose(standardized.mean(0), 0.0, atol=1e-12)
+    np.testing.assert_allclose(
+        standardized.std(0), np.sqrt(variance / (variance + layer.epsilon)), rtol=1e-10
+    )
+    before = encoder(x).numpy()
+    np.testing.assert_array_equal(encoder(x, training=False).numpy(), before)  # inference does not update
+    assert np.abs(before - plain(x).numpy()).max() > 1e-3
+    testing.assert_invariant(encoder, x[:2], testing.ROTATIONS)
+    testing.assert_not_invariant(encoder, x[:2], testing.REFLECTIONS, min_error=BROKEN["float64"])
+    restored = SiTEncoder.from_config(encoder.get_config())
+    assert restored.head_standardization and restored.standardization is not None
+    assert not encoder.standardization.trainable_weights
+
+
 def test_query_key_norm_gives_every_query_and_key_unit_root_mean_square_and_keeps_the_values() -> None:
     layer = GraphSymmetricAttention((3, 3), num_heads=2, triangles=1, query_key_norm=True, dtype="float64")
     layer.build((None, 10, 8))

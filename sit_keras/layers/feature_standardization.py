@@ -51,15 +51,17 @@ class FeatureStandardization(tf_keras.layers.Layer):
         units = tf.TensorShape(input_shape)[-1]
         if units is None:
             raise ValueError(f"FeatureStandardization needs a known last dimension. Received: {input_shape}")
-        # Float32 statistics under a mixed policy too: a bfloat16 running average would stall.
-        kwargs = {"trainable": False, "dtype": tf.float32}
+        # Float32 statistics under a mixed policy too (a bfloat16 running average would stall);
+        # float64 ones in a float64 model.
+        self.stats_dtype = tf.float64 if self.dtype == "float64" else tf.float32
+        kwargs = {"trainable": False, "dtype": self.stats_dtype, "experimental_autocast": False}
         self.moving_mean = self.add_weight("moving_mean", (units,), initializer="zeros", **kwargs)
         self.moving_square = self.add_weight("moving_square", (units,), initializer="zeros", **kwargs)
         self.update_count = self.add_weight("update_count", (), initializer="zeros", **kwargs)
         super().build(input_shape)
 
     def call(self, inputs: tf.Tensor, training: bool | None = None) -> tf.Tensor:
-        x = tf.cast(inputs, tf.float32)
+        x = tf.cast(inputs, self.stats_dtype)
         if training:
             rows = tf.reshape(x, [-1, x.shape[-1]])
             old = self.momentum
@@ -67,10 +69,13 @@ class FeatureStandardization(tf_keras.layers.Layer):
             self.moving_square.assign(old * self.moving_square + (1.0 - old) * tf.reduce_mean(rows * rows, 0))
             self.update_count.assign_add(1.0)
         seen = self.update_count > 0.0
-        correction = tf.where(seen, 1.0 - tf.pow(self.momentum, self.update_count), 1.0)
-        mean = tf.where(seen, self.moving_mean / correction, 0.0)
+        one = tf.ones((), self.stats_dtype)
+        correction = tf.where(
+            seen, 1.0 - tf.pow(tf.constant(self.momentum, self.stats_dtype), self.update_count), one
+        )
+        mean = tf.where(seen, self.moving_mean / correction, tf.zeros_like(self.moving_mean))
         variance = tf.maximum(self.moving_square / correction - tf.square(mean), 0.0)
-        scale = tf.where(seen, tf.math.rsqrt(variance + self.epsilon), 1.0)
+        scale = tf.where(seen, tf.math.rsqrt(variance + self.epsilon), tf.ones_like(variance))
         return tf.cast((x - mean) * scale, inputs.dtype)
 
     def compute_output_shape(self, input_shape: tf.TensorShape) -> tf.TensorShape:

@@ -9,7 +9,8 @@ import tensorflow as tf
 import tf_keras
 
 from sit_keras import graphs
-from sit_keras.layers import FeatureStandardization, GlobalGSA, GraphConv2D, LocalGSA
+from sit_keras.layers import GlobalGSA, GraphConv2D, LocalGSA
+from sit_keras.layers.feature_standardization import FeatureStandardization
 from sit_keras.models.base import Encoder
 from sit_keras.symmetry import (
     EQUIVARIANT,
