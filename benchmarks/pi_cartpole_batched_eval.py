@@ -64,6 +64,8 @@ import pi_cartpole_es  # noqa: E402  (the batched cart-pole, beside this script)
 
 KEPT_RETURN = 50.0
 """A return below this means the cart left the track early (the docs' "kept starts" split)."""
+FAST_START = 5.0
+"""A start whose cart moves at least this fast (m/s) must be braked first (``braking_on_fast_starts``)."""
 
 
 def quartiles(lengths: np.ndarray) -> list[float] | None:
@@ -71,11 +73,13 @@ def quartiles(lengths: np.ndarray) -> list[float] | None:
     return np.percentile(lengths, [25, 50, 75]).tolist() if len(lengths) else None
 
 
-def summary(outcome: pi_cartpole_es.Outcomes) -> dict[str, Any]:
+def summary(outcome: pi_cartpole_es.Outcomes, fast: np.ndarray | None = None) -> dict[str, Any]:
     """One column: mean, sample std, standard error of the mean, the share of kept starts,
     how many episodes left the track before the end, at which step (quartiles), and of the
     others (whole episodes) the mean return, the reward a step in their second half and the
-    median step at which the pole was first up."""
+    median step at which the pole was first up. With ``fast`` (a mask of the starts), how hard
+    the policy pushes those carts in each of ``BRAKING_WINDOWS``: against the cart's velocity
+    (1: full braking) and either way (1: full force), on average over them."""
     returns, lengths = outcome.returns, outcome.lengths
     ended = lengths < cartpole_swingup.MAX_STEPS
     whole = ~ended
@@ -92,6 +96,17 @@ def summary(outcome: pi_cartpole_es.Outcomes) -> dict[str, Any]:
         if whole.any()
         else None,
         "first_upright_median": float(np.median(outcome.first_upright[whole])) if whole.any() else None,
+        **(
+            {}
+            if fast is None or not fast.any()
+            else {
+                f"{name}_on_fast_starts": {
+                    f"steps {a}-{b}": float(values[fast, k].mean())
+                    for k, (a, b) in enumerate(pi_cartpole_es.BRAKING_WINDOWS)
+                }
+                for name, values in (("braking", outcome.braking), ("force", outcome.force))
+            }
+        ),
     }
 
 
@@ -183,6 +198,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     while permutation == list(range(5)):  # a shuffle that leaves every reading in place tests nothing
         permutation = [int(i) for i in rng.permutation(5)]
     seed = tf.constant(rng.integers(0, 2**31 - 1, size=2), tf.int32)
+    fast = np.abs(starts.numpy()[:, 1]) >= FAST_START
     teacher_columns = {"5 obs": {}, "5 obs (shuffled)": {"sensor_order": permutation}}
     student_columns = {
         **teacher_columns,
@@ -190,13 +206,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "5 obs + 5 noise": {"noise_channels": args.noise_channels},
     }
     teacher = play_columns(load_policy(args.teacher_dir), starts, seed, teacher_columns)
-    results: dict[str, Any] = {"teacher": {name: summary(outcome) for name, outcome in teacher.items()}}
+    results: dict[str, Any] = {"teacher": {name: summary(outcome, fast) for name, outcome in teacher.items()}}
     print("teacher", {name: round(r["mean"], 1) for name, r in results["teacher"].items()}, flush=True)
     for folder in args.pi_dirs:
         outcomes = play_columns(load_policy(folder), starts, seed, student_columns)
         results[folder] = {
             name: {
-                **summary(outcome),
+                **summary(outcome, fast),
                 "over_teacher": paired_share(outcome.returns, teacher["5 obs"].returns),
                 "over_own_upright": paired_share(outcome.returns, outcomes["5 obs"].returns),
                 "against_teacher": against_teacher(outcome.lengths, teacher["5 obs"].lengths),

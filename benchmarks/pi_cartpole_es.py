@@ -75,6 +75,8 @@ RECORD_FILE = "es_run.json"
 GRAVITY, CART_MASS, POLE_MASS, POLE_LENGTH = 9.82, 0.5, 0.5, 0.6
 FORCE_MAG, FRICTION = 10.0, 0.1
 UPRIGHT_COS = 0.95
+BRAKING_WINDOWS = ((0, 10), (10, 30), (30, 60))
+"""Windows of steps (from, to) in which ``Outcomes.braking`` is measured: a fast start is braked first."""
 """A pole counts as up where ``cos(theta)`` exceeds this (within about 18 degrees of upright)."""
 
 
@@ -135,6 +137,12 @@ class Outcomes(NamedTuple):
     """The return of the episode's second half (from step ``steps // 2``): how well the pole is held."""
     first_upright: tf.Tensor
     """The first step whose pole is within about 18 degrees of upright (cos > 0.95), or ``steps``."""
+    braking: tf.Tensor
+    """``(B, len(BRAKING_WINDOWS))``: in each window of steps, the mean push against the cart's
+    velocity, ``-sign(x_dot) * a`` with ``a`` clipped to [-1, 1] (1: full braking), over the
+    window's steps played."""
+    force: tf.Tensor
+    """``(B, len(BRAKING_WINDOWS))``: the mean ``|a|`` in each window (1: full force either way)."""
 
 
 def episode_outcomes(
@@ -164,7 +172,7 @@ def episode_outcomes(
         first = tf.fill([batch], tf.constant(StepType.FIRST, tf.int32))
         mid = tf.fill([batch], tf.constant(StepType.MID, tf.int32))
 
-        def body(t, state, net_state, running, returns, lengths, second_half, first_upright):
+        def body(t, state, net_state, running, returns, lengths, second_half, first_upright, braking, force):
             step_type = tf.where(tf.equal(t, 0), first, mid)
             readings = observations(state)
             if order is not None:
@@ -173,7 +181,14 @@ def episode_outcomes(
                 noise = tf.random.stateless_normal([batch, noise_channels], seed + tf.stack([0, t]))
                 readings = tf.concat([readings, NOISE_STD * noise], axis=-1)
             distribution, net_state = net.call(readings, step_type, net_state)
-            state, reward, off_track = batched_step(state, distribution.mode())
+            action = distribution.mode()
+            clipped = tf.clip_by_value(tf.cast(action[:, 0], tf.float64), -1.0, 1.0)
+            in_window = tf.stack([tf.logical_and(t >= a, t < b) for a, b in BRAKING_WINDOWS])
+            counted = tf.logical_and(running[:, None], in_window[None, :])
+            zeros = tf.zeros_like(braking)
+            braking = braking + tf.where(counted, (-tf.sign(state[:, 1]) * clipped)[:, None], zeros)
+            force = force + tf.where(counted, tf.abs(clipped)[:, None], zeros)
+            state, reward, off_track = batched_step(state, action)
             earned = tf.where(running, reward, tf.zeros_like(reward))
             returns = returns + earned
             second_half = second_half + tf.where(t >= steps // 2, earned, tf.zeros_like(earned))
@@ -181,7 +196,18 @@ def episode_outcomes(
             first_upright = tf.where(tf.logical_and(upright, first_upright == steps), t + 1, first_upright)
             lengths = tf.where(tf.logical_and(running, off_track), t + 1, lengths)
             running = tf.logical_and(running, tf.logical_not(off_track))
-            return t + 1, state, net_state, running, returns, lengths, second_half, first_upright
+            return (
+                t + 1,
+                state,
+                net_state,
+                running,
+                returns,
+                lengths,
+                second_half,
+                first_upright,
+                braking,
+                force,
+            )
 
         loop_vars = (
             tf.constant(0),
@@ -192,11 +218,18 @@ def episode_outcomes(
             tf.fill([batch], tf.constant(steps)),
             tf.zeros([batch], tf.float64),
             tf.fill([batch], tf.constant(steps)),
+            tf.zeros([batch, len(BRAKING_WINDOWS)], tf.float64),
+            tf.zeros([batch, len(BRAKING_WINDOWS)], tf.float64),
         )
-        *_, returns, lengths, second_half, first_upright = tf.while_loop(
+        *_, returns, lengths, second_half, first_upright, braking, force = tf.while_loop(
             lambda t, *_: t < steps, body, loop_vars, maximum_iterations=steps
         )
-        return Outcomes(returns, lengths, second_half, first_upright)
+        played = [
+            tf.clip_by_value(tf.cast(lengths, tf.float64) - a, 0.0, float(b - a)) for a, b in BRAKING_WINDOWS
+        ]
+        played = tf.stack(played, axis=1)
+        braking, force = tf.math.divide_no_nan(braking, played), tf.math.divide_no_nan(force, played)
+        return Outcomes(returns, lengths, second_half, first_upright, braking, force)
 
     return play
 

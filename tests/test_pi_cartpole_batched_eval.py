@@ -24,7 +24,14 @@ def test_a_paired_share_cancels_the_spread_the_starts_share():
     assert shifted == {"share": pytest.approx(1.2), "standard_error": 0.0}
     es = load_benchmark("pi_cartpole_es")
     lengths, second_half = np.array([3, 1000, 40, 1000]), np.array([0.0, 450.0, 0.0, 350.0])
-    summary = batched.summary(es.Outcomes(reference, lengths, second_half, np.array([1000, 90, 1000, 130])))
+    braking = np.array([[1.0, 1.0, 0.5], [0.2, 0.4, 0.0], [0.6, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    outcomes = es.Outcomes(
+        reference, lengths, second_half, np.array([1000, 90, 1000, 130]), braking, braking + 0.5
+    )
+    summary = batched.summary(outcomes, fast=np.array([True, False, True, False]))
+    assert summary["braking_on_fast_starts"] == {"steps 0-10": 0.8, "steps 10-30": 0.5, "steps 30-60": 0.25}
+    assert summary["force_on_fast_starts"] == {"steps 0-10": 1.3, "steps 10-30": 1.0, "steps 30-60": 0.75}
+    assert "braking_on_fast_starts" not in batched.summary(outcomes)
     assert summary["kept_share"] == 0.5 and summary["mean"] == 405.0
     assert summary["ended_early_share"] == 0.5 and summary["ended_at_step_quartiles"][1] == 21.5
     assert summary["whole_episode_mean"] == 800.0

@@ -72,6 +72,14 @@ def test_an_episode_cut_at_a_horizon_is_the_start_of_the_whole_one():
     assert np.all(second_half <= returns + 1e-9) and np.all(second_half[lengths < 500] == 0)
     assert np.all(second_half[lengths == 1000] > 400) and np.all(first_upright[lengths == 1000] < 1000)
     np.testing.assert_array_equal(cut_run.first_upright.numpy() < 40, first_upright < 40)
+    # Braking and force (windows of steps 0-10, 10-30, 30-60): |braking| <= force <= 1, the same in
+    # the windows before the cut, and the teacher pushes a fast cart at nearly full force at once.
+    braking, force = whole_run.braking.numpy(), whole_run.force.numpy()
+    assert np.all(np.abs(braking) <= force + 1e-12) and np.all(force <= 1.0)
+    np.testing.assert_allclose(cut_run.braking.numpy()[:, :2], braking[:, :2])
+    np.testing.assert_allclose(cut_run.force.numpy()[:, :2], force[:, :2])
+    fast = np.abs(starts.numpy()[:, 1]) >= 5.0
+    assert fast.sum() >= 5 and force[fast, 0].mean() > 0.8
 
 
 def test_a_cut_episode_still_on_the_track_counts_its_survival_value():
