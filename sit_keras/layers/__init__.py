@@ -1,7 +1,6 @@
 """Keras layers: graph symmetric attention (SiT), group self-attention (GSA-Nets, GE-ViT), AttentionNeuron."""
 
 from sit_keras.layers.attention_neuron import AttentionNeuron
-from sit_keras.layers.feature_standardization import FeatureStandardization
 from sit_keras.layers.global_gsa import GlobalGSA
 from sit_keras.layers.graph_conv import GraphConv2D
 from sit_keras.layers.graph_symmetric_attention import GraphSymmetricAttention
@@ -15,7 +14,6 @@ from sit_keras.layers.vision_attention_neuron import VisionAttentionNeuron
 
 __all__ = [
     "AttentionNeuron",
-    "FeatureStandardization",
     "GlobalGSA",
     "GraphConv2D",
     "GraphSymmetricAttention",
