@@ -1211,6 +1211,44 @@ def test_the_noise_phase_with_selective_attention_is_quoted_as_measured():
     assert "keeps 3 of 4 seeds state-dependent there" in LAVACROSSING_SHORT
 
 
+def test_the_noise_phase_with_a_standardised_head_is_quoted_as_measured():
+    """docs/lavacrossing.md: logit spread at iterations 0 and 25 and dead head units, chiral SiT with
+    head_standardization on 4 seeds, beside the default start's."""
+    report = _report("lavacrossing_noise_phase_standardized.json")
+    model = "sit_small_chiral_m4_corners_standardized"
+    assert report["settings"]["iterations"] == 25 and report["commit"]
+    assert report["command"] == (
+        f"python benchmarks/ppo_noise_phase.py --models {model} --seeds 0,1,2,3 "
+        "--out benchmarks/reference/lavacrossing_noise_phase_standardized.json"
+    )
+    assert report["models"][model]["kwargs"]["head_standardization"] is True
+    runs = {r["seed"]: r["trace"] for r in report["runs"]}
+    default = {r["seed"]: r["trace"] for r in _report("lavacrossing_noise_phase_sharp.json")["runs"]
+               if r["model"] == "sit_small_chiral_m4_corners"}  # fmt: skip
+    sharp = {r["seed"]: r["trace"] for r in _report("lavacrossing_noise_phase_sharp.json")["runs"]
+             if r["model"] == "sit_small_chiral_m4_corners_sharp"}  # fmt: skip
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+
+    def spread(trace: list, at: int) -> float:
+        return trace[at]["policy"]["logit_std_across_states"]
+
+    def dead(trace: list) -> float:
+        return trace[-1]["relu"]["head"]["dead_fraction"]
+
+    assert all(runs[s][0]["iteration"] == 0 and runs[s][-1]["iteration"] == 25 for s in range(4))
+    cells = [f"{spread(runs[s], 0):.3f} → {spread(runs[s], -1):.3f}" for s in range(4)]
+    assert f"| default initialisation, head's input standardised | {' | '.join(cells)} |" in page
+    assert [spread(runs[s], -1) > 0.1 for s in range(4)] == [True, True, True, False]
+    lost = ", ".join(f"{spread(default[s], -1):.3f}" for s in (0, 2)) + f" and {spread(default[3], -1):.3f}"
+    kept = ", ".join(f"{spread(runs[s], -1):.3f}" for s in (0, 2)) + f" and {spread(runs[3], -1):.3f}"
+    assert f"({lost} for seeds 0, 2 and 3) keep {kept}" in page
+    assert f"{spread(runs[3], -1):.3f} with the standardised head, {spread(sharp[3], -1):.3f} with" in page
+    low, high = min(dead(runs[s]) for s in range(3)), max(dead(runs[s]) for s in range(3))
+    plain = [dead(default[s]) for s in (0, 2, 3)]
+    assert f"its head has {dead(runs[3]):.2f} of its units dead (seeds 0-2: {low:.2f}-{high:.2f}" in page
+    assert f"seeds 0, 2 and 3: {min(plain):.2f}-{max(plain):.2f})" in page
+
+
 def test_the_noise_phase_with_qk_normalisation_is_quoted_as_measured():
     """docs/lavacrossing.md: logit spread at iterations 0 and 25 and dead head units, chiral SiT with
     query_key_norm on the default start's two most collapsing seeds, beside the default start's."""
