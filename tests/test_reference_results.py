@@ -8,6 +8,7 @@ formatted as the page prints them. A quoted number cannot drift from its file.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -2826,6 +2827,42 @@ def test_where_the_students_lose_is_quoted_as_measured():
     as_held = per_seed([(1 - r["ended_early_share"]) * whole / mean for r in rows], "{:.0%}")
     assert f"their own mean return there, the students would score {as_kept} of the teacher" in text
     assert f"at their own share and the teacher's mean there, {as_held}." in text
+
+
+def test_the_students_force_on_fast_starts_is_quoted_as_measured():
+    """docs/results.md: force and braking on the fast starts, in three windows, teacher and students."""
+    after, before = (
+        _report(name)
+        for name in ("pi_cartpole_harder_es_1000.json", "pi_cartpole_harder_dagger_noise_only_1000.json")
+    )
+    text = " ".join(RESULTS.split())
+    settings = after["settings"]
+    # The starts' cart velocities, drawn as pi_cartpole_es.initial_states draws them (range +-10 m/s).
+    velocities = (
+        np.random.default_rng(settings["test_seed"]).uniform(-1, 1, (settings["episodes"], 4))[:, 1] * 10
+    )
+    fast = int(np.sum(np.abs(velocities) >= 5.0))
+    assert f"on the {fast} of the 1000 starts whose cart moves at 5 m/s or more" in text
+
+    def windows(column: dict, key: str) -> str:
+        return " / ".join(f"{v:.2f}" for v in column[f"{key}_on_fast_starts"].values())
+
+    teacher = after["results"]["teacher"]["5 obs"]
+    assert (
+        f"The teacher pushes at {windows(teacher, 'force')} and brakes at {windows(teacher, 'braking')}."
+        in text
+    )
+    rows = [row["5 obs"] for row in _batched_rows(after)]
+    pushes = ", ".join(windows(r, "force") for r in rows[:2]) + " and " + windows(rows[2], "force")
+    brakes = ", ".join(windows(r, "braking") for r in rows[:2]) + " and " + windows(rows[2], "braking")
+    assert f"The students after ES push at {pushes} (seeds 0 / 1 / 2) and brake at {brakes};" in text
+    gap = max(
+        abs(a[f"{key}_on_fast_starts"][w] - b[f"{key}_on_fast_starts"][w])
+        for a, b in zip(rows, (row["5 obs"] for row in _batched_rows(before)), strict=True)
+        for key in ("force", "braking")
+        for w in a["force_on_fast_starts"]
+    )
+    assert f"before ES the same within {math.ceil(gap * 100) / 100:.2f}." in text
 
 
 def test_the_stopped_es_runs_are_quoted_as_measured():
