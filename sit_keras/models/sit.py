@@ -154,7 +154,7 @@ class SiTEncoder(Encoder):
         seeing, docs/lavacrossing.md).
       head_standardization: standardise the head's input, feature by feature,
         by running statistics of the training batches
-        (``sit_keras.layers.FeatureStandardization``) before the ReLU head.
+        (``sit_keras.layers.feature_standardization``) before the ReLU head.
         Not in the paper. A class token that starts by averaging its tokens
         outputs mostly what every state shares; standardised, what reaches
         the head is what tells states apart (the LavaCrossing actors,
