@@ -1248,6 +1248,24 @@ def test_the_noise_phase_with_a_standardised_head_is_quoted_as_measured():
     plain = [dead(default[s]) for s in (0, 2, 3)]
     assert f"its head has {dead(runs[3]):.2f} of its units dead (seeds 0-2: {low:.2f}-{high:.2f}" in page
     assert f"seeds 0, 2 and 3: {min(plain):.2f}-{max(plain):.2f})" in page
+    both = _report("lavacrossing_noise_phase_sharp_standardized.json")
+    assert both["command"] == (
+        "python benchmarks/ppo_noise_phase.py --models sit_small_chiral_m4_corners_sharp_standardized "
+        "--seeds 0,1,2,3 --out benchmarks/reference/lavacrossing_noise_phase_sharp_standardized.json"
+    )
+    kwargs = both["models"]["sit_small_chiral_m4_corners_sharp_standardized"]["kwargs"]
+    assert kwargs["head_standardization"] is True and kwargs["query_key_init_scale"] == 4.0
+    traces = {r["seed"]: r["trace"] for r in both["runs"]}
+    cells = [f"{spread(traces[s], 0):.3f} → {spread(traces[s], -1):.3f}" for s in range(4)]
+    assert f"| query/key init x4, head's input standardised | {' | '.join(cells)} |" in page
+    ends = [spread(traces[s], -1) for s in range(4)]
+    assert f"{min(ends):.3f} to {max(ends):.3f} at iteration 25 on all four seeds" in page
+    assert (
+        max(dead(traces[s]) for s in range(4)) <= 0.0625 and "at most 0.06 of the head's units dead" in page
+    )
+    cnn = sorted(r["trace"][-1]["policy"]["logit_std_across_states"]
+                 for r in _report("lavacrossing_noise_phase.json")["runs"] if r["model"] == "cnn")  # fmt: skip
+    assert f"CNN's {cnn[0]:.3f} and {cnn[1]:.3f}" in page and max(cnn) / min(ends) < 3
 
 
 def test_the_noise_phase_with_qk_normalisation_is_quoted_as_measured():
