@@ -1268,6 +1268,28 @@ def test_the_noise_phase_with_a_standardised_head_is_quoted_as_measured():
     assert f"CNN's {cnn[0]:.3f} and {cnn[1]:.3f}" in page and max(cnn) / min(ends) < 3
 
 
+def test_the_standardised_ppo_run_so_far_is_quoted_as_measured():
+    """docs/lavacrossing.md: the partial PPO run of the sharp chiral SiT with a standardised head."""
+    report = _report("lavacrossing_standardized_seed0_partial.json")
+    assert report["status"] == "partial" and report["run"]["commit"] and report["trace_commit"]
+    assert "--models sit_chiral_sharp_standardized --seeds 0" in report["run"]["command"]
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    trace = report["trace"]["trace"]
+    spread = [t["policy"]["logit_std_across_states"] for t in trace]
+    dead = [t["relu"]["head"]["dead_fraction"] for t in trace]
+    entropy = [t["policy"]["entropy"] for t in trace]
+    assert trace[0]["env_steps"] == 51200 and trace[-1]["env_steps"] == 450560
+    assert (
+        f"logit spread across states {spread[0]:.2f} at 51k steps and {min(spread):.2f}-{max(spread):.2f} to "
+        f"451k, no dead head unit after 100k" in page
+    )
+    assert all(d == 0 for d in dead[2:]) and dead[1] > 0
+    assert f"entropy {min(entropy):.2f}-{max(entropy):.2f}." in page
+    curve = report["curve"]
+    assert all(point["success"] == 0 for point in curve["curve"]) and curve["last"]["success"] == 0
+    assert curve["last"]["env_steps"] == 491520 and "0.00 at every 50k mark to 0.49M steps" in page
+
+
 def test_the_noise_phase_with_qk_normalisation_is_quoted_as_measured():
     """docs/lavacrossing.md: logit spread at iterations 0 and 25 and dead head units, chiral SiT with
     query_key_norm on the default start's two most collapsing seeds, beside the default start's."""
