@@ -75,9 +75,10 @@ RECORD_FILE = "es_run.json"
 GRAVITY, CART_MASS, POLE_MASS, POLE_LENGTH = 9.82, 0.5, 0.5, 0.6
 FORCE_MAG, FRICTION = 10.0, 0.1
 UPRIGHT_COS = 0.95
-BRAKING_WINDOWS = ((0, 10), (10, 30), (30, 60))
-"""Windows of steps (from, to) in which ``Outcomes.braking`` is measured: a fast start is braked first."""
 """A pole counts as up where ``cos(theta)`` exceeds this (within about 18 degrees of upright)."""
+BRAKING_WINDOWS = ((0, 10), (10, 30), (30, 60))
+"""Windows of steps (from, to) in which ``Outcomes.braking`` and ``force`` are measured: a fast start is
+braked first."""
 
 
 def initial_states(rng: np.random.Generator, count: int) -> np.ndarray:
