@@ -2948,6 +2948,19 @@ def test_the_absolute_error_student_is_quoted_as_measured():
         f"five noise channels cost it {1 - cost['share']:.1%} +- {cost['standard_error']:.1%} "
         f"({noise['mean']:.0f}), just outside the issue's 5%." in text
     )
+    seeds = _report("pi_cartpole_harder_dagger_absolute_seeds.json")
+    run = seeds["runs"][0]
+    assert "--action_loss absolute" in run["command"] and "--seed 0" in run["command"] and run["commit"]
+    summary = seeds["summary"]
+    cells = summary["pi_per_seed"]
+    noise_cost = 1 - summary["column_over_5_obs_per_seed"]["5 obs + 5 noise"][0]
+    assert (
+        f"it scores {cells['5 obs'][0]:.0f}, {summary['student_over_teacher']:.1%} of the teacher's "
+        f"{summary['teacher_5_obs']:.0f}, and {cells['5 obs + 5 noise'][0]:.0f} with five noise channels "
+        f"({noise_cost:.1%} below)" in text
+    )
+    reshuffles = " / ".join(f"{cells[f'reshuffle every {t}'][0]:.0f}" for t in (25, 50, 100, 200, 500))
+    assert f"every 25 / 50 / 100 / 200 / 500 steps: {reshuffles} (the paper's" in text
     readme = " ".join(README.split())
     assert (
         f"one seed pushes as hard and keeps {share['share']:.0%} before any ES "
