@@ -218,6 +218,8 @@ SAC_SETTINGS = {
 }  # fmt: skip
 
 
+# SAC's replay hand-off on two workers; the PPO tests above prove the synchronised weights.
+@pytest.mark.large
 def test_two_workers_train_one_sac_model(tmp_path, start_workers):
     root, settings = tmp_path / "run", json.dumps(SAC_SETTINGS)
     processes = start_workers(lambda i: [sys.executable, "-c", WORKER_SCRIPT, str(root), "60", settings])
@@ -244,7 +246,10 @@ def test_two_workers_killed_resume_from_the_chiefs_checkpoint(tmp_path, start_wo
     assert set((tmp_path / "tmp1").iterdir()) == killed_leftovers
 
 
-@pytest.mark.parametrize("killed", [1, 0], ids=["worker killed", "chief killed"])
+# Losing the chief is the same heartbeat failure seen from the other side: make test-large.
+@pytest.mark.parametrize(
+    "killed", [1, pytest.param(0, marks=pytest.mark.large)], ids=["worker killed", "chief killed"]
+)
 def test_a_killed_worker_stops_the_other_with_one_sentence(tmp_path, start_workers, killed):
     sit_train = os.path.join(os.path.dirname(sys.executable), "sit-train")
     bindings = [

@@ -32,7 +32,10 @@ def _saved_env_steps(root_dir: str) -> int:
     return int(tf.train.load_variable(checkpoint, "env_steps/.ATTRIBUTES/VARIABLE_VALUE"))
 
 
-@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+# One handler (agents/training/stops.py) serves both signals; SIGTERM's whole run is in make test-large.
+@pytest.mark.parametrize(
+    "stop", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.large)], ids=["ctrl-c", "sigterm"]
+)
 def test_a_stopped_run_saves_a_checkpoint_and_resumes_from_it(tmp_path, stop):
     root_dir = str(tmp_path / "run")
     with subprocess.Popen(
