@@ -21,7 +21,9 @@ Each episode's length is kept as well, so the report says where the return is
 lost: how many episodes left the track and at which step (quartiles), which
 starts a student loses where the teacher keeps them (and the reverse), and how
 the whole episodes went (their return, the reward a step in their second half,
-when the pole was first up).
+when the pole was first up, how much of the second half it was up and how often it
+fell there). The teacher also labels the states each student reaches with the pole
+up: what it would do there, beside what the student does.
 
 Usage::
 
@@ -73,13 +75,17 @@ def quartiles(lengths: np.ndarray) -> list[float] | None:
     return np.percentile(lengths, [25, 50, 75]).tolist() if len(lengths) else None
 
 
-def summary(outcome: pi_cartpole_es.Outcomes, fast: np.ndarray | None = None) -> dict[str, Any]:
+def summary(
+    outcome: pi_cartpole_es.Outcomes, fast: np.ndarray | None = None, labelled: bool = False
+) -> dict[str, Any]:
     """One column: mean, sample std, standard error of the mean, the share of kept starts,
     how many episodes left the track before the end, at which step (quartiles), and of the
     others (whole episodes) the mean return, the reward a step in their second half and the
-    median step at which the pole was first up. With ``fast`` (a mask of the starts), how hard
-    the policy pushes those carts in each of ``BRAKING_WINDOWS``: against the cart's velocity
-    (1: full braking) and either way (1: full force), on average over them."""
+    median step at which the pole was first up, the share of their second half with the pole
+    up and how often it fell there; ``from_upright``: the actions taken where the pole was up
+    (with ``labelled``, beside the teacher's on the same states). With ``fast`` (a mask of the
+    starts), how hard the policy pushes those carts in each of ``BRAKING_WINDOWS``: against the
+    cart's velocity (1: full braking) and either way (1: full force), on average over them."""
     returns, lengths = outcome.returns, outcome.lengths
     ended = lengths < cartpole_swingup.MAX_STEPS
     whole = ~ended
@@ -96,6 +102,11 @@ def summary(outcome: pi_cartpole_es.Outcomes, fast: np.ndarray | None = None) ->
         if whole.any()
         else None,
         "first_upright_median": float(np.median(outcome.first_upright[whole])) if whole.any() else None,
+        "second_half_upright_share": float(outcome.second_half_upright[whole].mean() / half)
+        if whole.any()
+        else None,
+        "second_half_drops_mean": float(outcome.second_half_drops[whole].mean()) if whole.any() else None,
+        "from_upright": from_upright(outcome.upright_actions, labelled),
         **(
             {}
             if fast is None or not fast.any()
@@ -108,6 +119,20 @@ def summary(outcome: pi_cartpole_es.Outcomes, fast: np.ndarray | None = None) ->
             }
         ),
     }
+
+
+def from_upright(sums: np.ndarray, labelled: bool) -> dict[str, float] | None:
+    """Pooled over every episode's steps from a state with the pole up (``Outcomes.upright_actions``):
+    their number and the mean ``|a|``; with ``labelled``, also the teacher's mean ``|a|`` on those
+    states and the mean ``|a - a_teacher|``."""
+    steps = float(sums[:, 0].sum())
+    if not steps:
+        return None
+    means = sums[:, 1:].sum(axis=0) / steps
+    result = {"steps": int(steps), "mean_abs_action": float(means[0])}
+    if labelled:
+        result |= {"teacher_mean_abs_action": float(means[1]), "mean_abs_error": float(means[2])}
+    return result
 
 
 def against_teacher(lengths: np.ndarray, teacher_lengths: np.ndarray) -> dict[str, Any]:
@@ -205,14 +230,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "10 obs": {"sensor_order": [*range(5), *range(5)]},
         "5 obs + 5 noise": {"noise_channels": args.noise_channels},
     }
-    teacher = play_columns(load_policy(args.teacher_dir), starts, seed, teacher_columns)
+    teacher_net = load_policy(args.teacher_dir)
+    teacher = play_columns(teacher_net, starts, seed, teacher_columns)
     results: dict[str, Any] = {"teacher": {name: summary(outcome, fast) for name, outcome in teacher.items()}}
     print("teacher", {name: round(r["mean"], 1) for name, r in results["teacher"].items()}, flush=True)
     for folder in args.pi_dirs:
-        outcomes = play_columns(load_policy(folder), starts, seed, student_columns)
+        # The teacher labels the states each student reaches upright: what it would do there.
+        labelled = {**student_columns, "5 obs": {"labeller": teacher_net}}
+        outcomes = play_columns(load_policy(folder), starts, seed, labelled)
         results[folder] = {
             name: {
-                **summary(outcome, fast),
+                **summary(outcome, fast, labelled="labeller" in labelled[name]),
                 "over_teacher": paired_share(outcome.returns, teacher["5 obs"].returns),
                 "over_own_upright": paired_share(outcome.returns, outcomes["5 obs"].returns),
                 "against_teacher": against_teacher(outcome.lengths, teacher["5 obs"].lengths),

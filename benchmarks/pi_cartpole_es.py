@@ -129,7 +129,7 @@ def batched_step(state: tf.Tensor, action: tf.Tensor) -> tuple[tf.Tensor, tf.Ten
 
 
 class Outcomes(NamedTuple):
-    """What ``episode_outcomes`` measures of each episode, each ``(B,)``."""
+    """What ``episode_outcomes`` measures of each episode, each ``(B,)`` unless said."""
 
     returns: tf.Tensor
     lengths: tf.Tensor
@@ -144,6 +144,16 @@ class Outcomes(NamedTuple):
     window's steps played."""
     force: tf.Tensor
     """``(B, len(BRAKING_WINDOWS))``: the mean ``|a|`` in each window (1: full force either way)."""
+    second_half_upright: tf.Tensor
+    """Steps of the second half played with the pole up after them (cos > 0.95): a held pole
+    scores ``steps - steps // 2``."""
+    second_half_drops: tf.Tensor
+    """How often the pole fell in the second half: steps after which it is no longer up but was before."""
+    upright_actions: tf.Tensor
+    """``(B, 4)``: over the steps played from a state with the pole up, their number and the sums
+    of ``|a|``, ``|a_label|`` and ``|a - a_label|`` (actions clipped to [-1, 1]); ``a_label`` is the
+    ``labeller``'s action on the same readings (zeros without one): what the teacher would do in
+    the states the policy reaches."""
 
 
 def episode_outcomes(
@@ -151,6 +161,7 @@ def episode_outcomes(
     noise_channels: int = 0,
     sensor_order: Sequence[int] | None = None,
     steps: int = cartpole_swingup.MAX_STEPS,
+    labeller=None,
 ) -> Callable[[tf.Tensor, tf.Tensor], Outcomes]:
     """A function from ``(B, 4)`` starts to the greedy policy's ``Outcomes`` of each episode.
 
@@ -163,6 +174,8 @@ def episode_outcomes(
     N(0, 0.1^2) noise (Table 2's "5 obs + 5 noise"), drawn from the ``seed``
     argument (a ``(2,)`` int32 tensor). ``net`` is a sensory-neuron network
     (any number of readings) or a fixed-input one such as the SAC teacher's actor.
+    ``labeller`` (e.g. the teacher's actor) reads the 5 readings in their own
+    order at every state ``net`` reaches; only ``Outcomes.upright_actions`` uses it.
     """
     order = None if sensor_order is None else tf.constant(list(sensor_order), tf.int32)
     num_sensors = (5 if sensor_order is None else len(sensor_order)) + noise_channels
@@ -172,10 +185,12 @@ def episode_outcomes(
         batch = tf.shape(starts)[0]
         first = tf.fill([batch], tf.constant(StepType.FIRST, tf.int32))
         mid = tf.fill([batch], tf.constant(StepType.MID, tf.int32))
+        zeros = tf.zeros([batch], tf.float64)
 
-        def body(t, state, net_state, running, returns, lengths, second_half, first_upright, braking, force):
+        def body(t, state, net_state, label_state, running, up, sums):
             step_type = tf.where(tf.equal(t, 0), first, mid)
             readings = observations(state)
+            true_readings = readings
             if order is not None:
                 readings = tf.gather(readings, order, axis=-1)
             if noise_channels:
@@ -184,53 +199,80 @@ def episode_outcomes(
             distribution, net_state = net.call(readings, step_type, net_state)
             action = distribution.mode()
             clipped = tf.clip_by_value(tf.cast(action[:, 0], tf.float64), -1.0, 1.0)
+            if labeller is None:
+                labelled = [tf.zeros_like(clipped)] * 2
+            else:
+                label_distribution, label_state = labeller.call(true_readings, step_type, label_state)
+                label = tf.clip_by_value(tf.cast(label_distribution.mode()[:, 0], tf.float64), -1.0, 1.0)
+                labelled = [tf.abs(label), tf.abs(clipped - label)]
             in_window = tf.stack([tf.logical_and(t >= a, t < b) for a, b in BRAKING_WINDOWS])
             counted = tf.logical_and(running[:, None], in_window[None, :])
-            zeros = tf.zeros_like(braking)
-            braking = braking + tf.where(counted, (-tf.sign(state[:, 1]) * clipped)[:, None], zeros)
-            force = force + tf.where(counted, tf.abs(clipped)[:, None], zeros)
+            window_zeros = tf.zeros_like(sums["braking"])
+            braking = tf.where(counted, (-tf.sign(state[:, 1]) * clipped)[:, None], window_zeros)
+            from_up = tf.cast(tf.logical_and(running, up), tf.float64)[:, None]
+            action_sums = from_up * tf.stack([tf.ones_like(clipped), tf.abs(clipped), *labelled], axis=1)
             state, reward, off_track = batched_step(state, action)
-            earned = tf.where(running, reward, tf.zeros_like(reward))
-            returns = returns + earned
-            second_half = second_half + tf.where(t >= steps // 2, earned, tf.zeros_like(earned))
-            upright = tf.logical_and(running, tf.cos(state[:, 2]) > UPRIGHT_COS)
-            first_upright = tf.where(tf.logical_and(upright, first_upright == steps), t + 1, first_upright)
-            lengths = tf.where(tf.logical_and(running, off_track), t + 1, lengths)
+            earned = tf.where(running, reward, zeros)
+            late = t >= steps // 2
+            now_up = tf.logical_and(running, tf.cos(state[:, 2]) > UPRIGHT_COS)
+            fell = tf.logical_and(tf.logical_and(up, running), tf.logical_not(now_up))
+            sums = {
+                "returns": sums["returns"] + earned,
+                "second_half": sums["second_half"] + tf.where(late, earned, zeros),
+                "second_half_upright": sums["second_half_upright"]
+                + tf.where(late, tf.cast(now_up, tf.float64), zeros),
+                "second_half_drops": sums["second_half_drops"]
+                + tf.where(late, tf.cast(fell, tf.float64), zeros),
+                "first_upright": tf.where(
+                    tf.logical_and(now_up, sums["first_upright"] == steps), t + 1, sums["first_upright"]
+                ),
+                "lengths": tf.where(tf.logical_and(running, off_track), t + 1, sums["lengths"]),
+                "braking": sums["braking"] + braking,
+                "force": sums["force"] + tf.where(counted, tf.abs(clipped)[:, None], window_zeros),
+                "upright_actions": sums["upright_actions"] + action_sums,
+            }
             running = tf.logical_and(running, tf.logical_not(off_track))
-            return (
-                t + 1,
-                state,
-                net_state,
-                running,
-                returns,
-                lengths,
-                second_half,
-                first_upright,
-                braking,
-                force,
-            )
+            return t + 1, state, net_state, label_state, running, now_up, sums
 
+        windows = tf.zeros([batch, len(BRAKING_WINDOWS)], tf.float64)
+        sums = {
+            "returns": zeros,
+            "second_half": zeros,
+            "second_half_upright": zeros,
+            "second_half_drops": zeros,
+            "first_upright": tf.fill([batch], tf.constant(steps)),
+            "lengths": tf.fill([batch], tf.constant(steps)),
+            "braking": windows,
+            "force": windows,
+            "upright_actions": tf.zeros([batch, 4], tf.float64),
+        }
+        label_state = () if labeller is None else initial_state(labeller, batch, 5)
         loop_vars = (
             tf.constant(0),
             starts,
             initial_state(net, batch, num_sensors),
+            label_state,
             tf.ones([batch], tf.bool),
-            tf.zeros([batch], tf.float64),
-            tf.fill([batch], tf.constant(steps)),
-            tf.zeros([batch], tf.float64),
-            tf.fill([batch], tf.constant(steps)),
-            tf.zeros([batch, len(BRAKING_WINDOWS)], tf.float64),
-            tf.zeros([batch, len(BRAKING_WINDOWS)], tf.float64),
+            tf.cos(starts[:, 2]) > UPRIGHT_COS,
+            sums,
         )
-        *_, returns, lengths, second_half, first_upright, braking, force = tf.while_loop(
-            lambda t, *_: t < steps, body, loop_vars, maximum_iterations=steps
-        )
+        *_, sums = tf.while_loop(lambda t, *_: t < steps, body, loop_vars, maximum_iterations=steps)
         played = [
-            tf.clip_by_value(tf.cast(lengths, tf.float64) - a, 0.0, float(b - a)) for a, b in BRAKING_WINDOWS
+            tf.clip_by_value(tf.cast(sums["lengths"], tf.float64) - a, 0.0, float(b - a))
+            for a, b in BRAKING_WINDOWS
         ]
         played = tf.stack(played, axis=1)
-        braking, force = tf.math.divide_no_nan(braking, played), tf.math.divide_no_nan(force, played)
-        return Outcomes(returns, lengths, second_half, first_upright, braking, force)
+        return Outcomes(
+            returns=sums["returns"],
+            lengths=sums["lengths"],
+            second_half_returns=sums["second_half"],
+            first_upright=sums["first_upright"],
+            braking=tf.math.divide_no_nan(sums["braking"], played),
+            force=tf.math.divide_no_nan(sums["force"], played),
+            second_half_upright=sums["second_half_upright"],
+            second_half_drops=sums["second_half_drops"],
+            upright_actions=sums["upright_actions"],
+        )
 
     return play
 

@@ -25,9 +25,12 @@ def test_a_paired_share_cancels_the_spread_the_starts_share():
     es = load_benchmark("pi_cartpole_es")
     lengths, second_half = np.array([3, 1000, 40, 1000]), np.array([0.0, 450.0, 0.0, 350.0])
     braking = np.array([[1.0, 1.0, 0.5], [0.2, 0.4, 0.0], [0.6, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    # Upright steps: 2 of episode 0 (|a| 0.5 and 0.3, the teacher 1.0 and 0.1), none of episode 2.
+    upright_actions = np.array([[2, 0.8, 1.1, 1.3], [400, 40, 44, 20], [0, 0, 0, 0], [98, 9.2, 4.9, 8.7]])
     outcomes = es.Outcomes(
-        reference, lengths, second_half, np.array([1000, 90, 1000, 130]), braking, braking + 0.5
-    )
+        reference, lengths, second_half, np.array([1000, 90, 1000, 130]), braking, braking + 0.5,
+        np.array([0.0, 500.0, 0.0, 300.0]), np.array([0.0, 0.0, 0.0, 3.0]), upright_actions,
+    )  # fmt: skip
     summary = batched.summary(outcomes, fast=np.array([True, False, True, False]))
     assert summary["braking_on_fast_starts"] == {"steps 0-10": 0.8, "steps 10-30": 0.5, "steps 30-60": 0.25}
     assert summary["force_on_fast_starts"] == {"steps 0-10": 1.3, "steps 10-30": 1.0, "steps 30-60": 0.75}
@@ -36,6 +39,16 @@ def test_a_paired_share_cancels_the_spread_the_starts_share():
     assert summary["ended_early_share"] == 0.5 and summary["ended_at_step_quartiles"][1] == 21.5
     assert summary["whole_episode_mean"] == 800.0
     assert summary["second_half_reward_per_step"] == 0.8 and summary["first_upright_median"] == 110.0
+    # Of the whole episodes' second halves (500 steps each): up 500 and 300 steps, 0 and 3 falls.
+    assert summary["second_half_upright_share"] == 0.8 and summary["second_half_drops_mean"] == 1.5
+    # Pooled over the 500 upright steps of every episode, the teacher's columns only when labelled.
+    assert summary["from_upright"] == {"steps": 500, "mean_abs_action": 0.1}
+    labelled = batched.summary(outcomes, labelled=True)["from_upright"]
+    assert labelled == pytest.approx(
+        {"steps": 500, "mean_abs_action": 0.1, "teacher_mean_abs_action": 0.1, "mean_abs_error": 0.06}
+    )
+    no_upright = es.Outcomes(*outcomes[:-1], np.zeros((4, 4)))
+    assert batched.summary(no_upright)["from_upright"] is None
 
 
 def test_a_student_is_compared_with_its_teacher_start_by_start():

@@ -78,6 +78,18 @@ def test_an_episode_cut_at_a_horizon_is_the_start_of_the_whole_one():
     assert np.all(np.abs(braking) <= force + 1e-12) and np.all(force <= 1.0)
     np.testing.assert_allclose(cut_run.braking.numpy()[:, :2], braking[:, :2])
     np.testing.assert_allclose(cut_run.force.numpy()[:, :2], force[:, :2])
+    # The teacher holds the pole it swung up: up through the second half of every whole episode,
+    # with no fall there; labelled by itself, its actions where the pole is up agree exactly.
+    kept = lengths == 1000
+    np.testing.assert_array_equal(whole_run.second_half_upright.numpy()[kept], 500)
+    np.testing.assert_array_equal(whole_run.second_half_drops.numpy(), 0)
+    assert np.all(whole_run.second_half_upright.numpy()[lengths < 500] == 0)
+    labelled = es.episode_outcomes(net, labeller=net)(starts, tf.constant([0, 0])).upright_actions.numpy()
+    assert np.all(labelled[kept, 0] >= 500) and np.all(labelled[:, 0] <= lengths)
+    np.testing.assert_allclose(labelled[:, 1], labelled[:, 2])
+    np.testing.assert_array_equal(labelled[:, 3], 0)
+    np.testing.assert_array_equal(whole_run.upright_actions.numpy()[:, 2:], 0)  # no labeller: no labels
+    np.testing.assert_allclose(whole_run.upright_actions.numpy()[:, :2], labelled[:, :2])
     fast = np.abs(starts.numpy()[:, 1]) >= 5.0
     assert fast.sum() >= 5 and force[fast, 0].mean() > 0.8
 
