@@ -2968,6 +2968,63 @@ def test_the_absolute_error_student_is_quoted_as_measured():
     )
 
 
+def test_how_long_the_students_hold_the_pole_is_quoted_as_measured():
+    """docs/results.md: the second half of whole episodes and the teacher's labels of upright states."""
+    text = " ".join(RESULTS.split())
+    reports = [
+        _report(name)
+        for name in (
+            "pi_cartpole_harder_dagger_noise_only_1000.json",
+            "pi_cartpole_harder_es_1000.json",
+            "pi_cartpole_harder_dagger_absolute_1000.json",
+        )
+    ]
+    teacher = reports[0]["results"]["teacher"]["5 obs"]
+    assert all(r["results"]["teacher"]["5 obs"] == teacher for r in reports)  # the same starts and teacher
+    assert teacher["second_half_upright_share"] == 1.0 and teacher["second_half_drops_mean"] == 0.0
+    assert (
+        f"| teacher | {teacher['mean']:.0f} | {teacher['kept_share']:.3f} "
+        f"| {teacher['whole_episode_mean']:.0f} "
+        f"| 1.000 | 0.00 | {teacher['from_upright']['mean_abs_action']:.3f} (its own states) |" in text
+    )
+    names = ("squared error, seeds 0 / 1 / 2", "the same after ES", "absolute error, seed 0")
+    shares, gaps = [], []
+    for name, report in zip(names, reports, strict=True):
+        rows = [row["5 obs"] for row in _batched_rows(report)]
+
+        def cells(key: str, form: str, rows=rows) -> str:
+            return " / ".join(form.format(r[key]) for r in rows)
+
+        labels = ", ".join(
+            " / ".join(
+                f"{r['from_upright'][k]:.2f}"
+                for k in ("mean_abs_action", "teacher_mean_abs_action", "mean_abs_error")
+            )
+            for r in rows
+        )
+        assert (
+            f"| {name} | {cells('mean', '{:.0f}')} | {cells('kept_share', '{:.3f}')} | "
+            f"{cells('whole_episode_mean', '{:.0f}')} | {cells('second_half_upright_share', '{:.2f}')} | "
+            f"{cells('second_half_drops_mean', '{:.2f}')} | {labels} |" in text
+        )
+        shares += [r["second_half_upright_share"] for r in rows]
+        gaps += [r["from_upright"] for r in rows]
+    assert f"has it up for only {100 * min(shares):.0f}-{max(shares):.0%} of them" in text
+    low, high = (f(g["teacher_mean_abs_action"] for g in gaps) for f in (min, max))
+    assert f"the teacher would push at {low:.2f}-{high:.2f}" in text
+    low, high = (f(g["mean_abs_action"] for g in gaps) for f in (min, max))
+    assert f"the student pushes at {low:.2f}-{high:.2f}" in text
+    low, high = (f(g["mean_abs_error"] for g in gaps) for f in (min, max))
+    assert f"the two differ by {low:.2f}-{high:.2f} on average" in text
+    student = reports[2]["results"]["runs/pi_l1/seed0/pi"]["5 obs"]
+    on_kept = [r["mean"] / r["kept_share"] for r in (student, teacher)]
+    assert (
+        f"{student['kept_share']:.3f} x {on_kept[0]:.0f} against the teacher's {teacher['kept_share']:.3f} x "
+        f"{on_kept[1]:.0f}, so it keeps {student['kept_share'] / teacher['kept_share']:.0%} of the teacher's "
+        f"share of starts and scores {on_kept[0] / on_kept[1]:.0%} of its return on them" in text
+    )
+
+
 def test_the_stopped_es_runs_are_quoted_as_measured():
     """docs/results.md: four more ES runs from the ES students, each stopped by hand."""
     text = " ".join(RESULTS.split())
