@@ -208,7 +208,7 @@ def episode_outcomes(
             in_window = tf.stack([tf.logical_and(t >= a, t < b) for a, b in BRAKING_WINDOWS])
             counted = tf.logical_and(running[:, None], in_window[None, :])
             window_zeros = tf.zeros_like(sums["braking"])
-            braking = tf.where(counted, (-tf.sign(state[:, 1]) * clipped)[:, None], window_zeros)
+            push_against = tf.where(counted, (-tf.sign(state[:, 1]) * clipped)[:, None], window_zeros)
             from_up = tf.cast(tf.logical_and(running, up), tf.float64)[:, None]
             action_sums = from_up * tf.stack([tf.ones_like(clipped), tf.abs(clipped), *labelled], axis=1)
             state, reward, off_track = batched_step(state, action)
@@ -227,7 +227,7 @@ def episode_outcomes(
                     tf.logical_and(now_up, sums["first_upright"] == steps), t + 1, sums["first_upright"]
                 ),
                 "lengths": tf.where(tf.logical_and(running, off_track), t + 1, sums["lengths"]),
-                "braking": sums["braking"] + braking,
+                "braking": sums["braking"] + push_against,
                 "force": sums["force"] + tf.where(counted, tf.abs(clipped)[:, None], window_zeros),
                 "upright_actions": sums["upright_actions"] + action_sums,
             }
