@@ -12,7 +12,10 @@ against the package step by step in its tests), greedy:
 - "5 obs" for every policy, and "5 obs (shuffled)": one fixed permutation of the
   readings (the MLP teacher collapses; a student is exactly invariant);
 - for the students only, "10 obs" (each reading twice) and "5 obs + 5 noise"
-  (``--noise_channels`` channels of N(0, 0.1^2) beside the readings).
+  (``--noise_channels`` channels of N(0, 0.1^2) beside the readings), and
+  "5 obs, memory reset at step 500": the student's recurrent state is set back to
+  zero as the second half starts, while the cart plays on (not a paper column: it
+  shows how much of holding the pole rests on what the neurons remember).
 
 Each student's mean is also given as a share of the teacher's "5 obs" mean on the
 same starts, with the standard error of that share from the paired per-start
@@ -66,6 +69,8 @@ import pi_cartpole_es  # noqa: E402  (the batched cart-pole, beside this script)
 
 KEPT_RETURN = 50.0
 """A return below this means the cart left the track early (the docs' "kept starts" split)."""
+MEMORY_RESET = f"5 obs, memory reset at step {cartpole_swingup.MAX_STEPS // 2}"
+"""A student's column whose recurrent state is reset as the second half starts (the cart plays on)."""
 FAST_START = 5.0
 """A start whose cart moves at least this fast (m/s) must be braked first (``braking_on_fast_starts``)."""
 
@@ -229,6 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         **teacher_columns,
         "10 obs": {"sensor_order": [*range(5), *range(5)]},
         "5 obs + 5 noise": {"noise_channels": args.noise_channels},
+        MEMORY_RESET: {"reset_at": cartpole_swingup.MAX_STEPS // 2},
     }
     teacher_net = load_policy(args.teacher_dir)
     teacher = play_columns(teacher_net, starts, seed, teacher_columns)

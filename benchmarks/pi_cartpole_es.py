@@ -162,6 +162,7 @@ def episode_outcomes(
     sensor_order: Sequence[int] | None = None,
     steps: int = cartpole_swingup.MAX_STEPS,
     labeller=None,
+    reset_at: int | None = None,
 ) -> Callable[[tf.Tensor, tf.Tensor], Outcomes]:
     """A function from ``(B, 4)`` starts to the greedy policy's ``Outcomes`` of each episode.
 
@@ -176,6 +177,9 @@ def episode_outcomes(
     (any number of readings) or a fixed-input one such as the SAC teacher's actor.
     ``labeller`` (e.g. the teacher's actor) reads the 5 readings in their own
     order at every state ``net`` reaches; only ``Outcomes.upright_actions`` uses it.
+    With ``reset_at``, the policy is told at that step that an episode starts (its
+    recurrent state goes back to zero) while the cart plays on: what its memory of the
+    steps before holds.
     """
     order = None if sensor_order is None else tf.constant(list(sensor_order), tf.int32)
     num_sensors = (5 if sensor_order is None else len(sensor_order)) + noise_channels
@@ -188,7 +192,10 @@ def episode_outcomes(
         zeros = tf.zeros([batch], tf.float64)
 
         def body(t, state, net_state, label_state, running, up, sums):
-            step_type = tf.where(tf.equal(t, 0), first, mid)
+            starting = (
+                tf.equal(t, 0) if reset_at is None else tf.logical_or(tf.equal(t, 0), tf.equal(t, reset_at))
+            )
+            step_type = tf.where(starting, first, mid)
             readings = observations(state)
             true_readings = readings
             if order is not None:

@@ -94,7 +94,10 @@ def test_pi_cartpole_batched_eval_plays_every_column_on_the_same_starts(tmp_path
     report = json.loads(out.read_text())
     teacher, pupil = report["results"]["teacher"], report["results"][student]
     assert set(teacher) == {"5 obs", "5 obs (shuffled)"}
-    assert set(pupil) == {"5 obs", "5 obs (shuffled)", "10 obs", "5 obs + 5 noise"}
+    assert set(pupil) == {"5 obs", "5 obs (shuffled)", "10 obs", "5 obs + 5 noise", batched.MEMORY_RESET}
+    # The teacher labels the student's upright states in its "5 obs" column only.
+    assert "teacher_mean_abs_action" in (pupil["5 obs"]["from_upright"] or {"teacher_mean_abs_action": 0})
+    assert "teacher_mean_abs_action" not in (pupil["10 obs"]["from_upright"] or {})
     permutation = report["settings"]["permutation"]
     assert sorted(permutation) == list(range(5)) and permutation != list(range(5))
     # The teacher's cells are its returns on the starts the test seed draws, first of all.

@@ -165,3 +165,35 @@ def test_pi_cartpole_es_writes_its_best_weights_as_a_folder_that_plays_its_recor
     distill = load_benchmark("pi_cartpole_distill")
     assert distill.pi_dir_record(str(out_dir))["es_run"] == report
     assert es.main(argv) == 2 and "exists" in capsys.readouterr().err  # never writes over a folder
+
+
+def test_a_memory_reset_restarts_only_a_recurrent_policys_state():
+    """``reset_at``: the policy is told an episode starts there; the cart plays on."""
+    from tf_agents.specs import tensor_spec
+
+    from sit_keras.agents.networks.sensor_networks import SensorActorNetwork
+
+    es = _load_es()
+    starts = tf.constant(es.initial_states(np.random.default_rng(5), 8))
+    seed = tf.constant([0, 0])
+    teacher = load_benchmark("pi_cartpole_batched_eval").load_policy(TEACHER)
+    # A feed-forward policy has no memory to lose: the same episodes.
+    plain, reset = (es.episode_outcomes(teacher, steps=60, reset_at=r)(starts, seed) for r in (None, 30))
+    np.testing.assert_array_equal(plain.returns.numpy(), reset.returns.numpy())
+    student = SensorActorNetwork(
+        tf.TensorSpec((5,), tf.float32),
+        tensor_spec.BoundedTensorSpec((1,), tf.float32, -1.0, 1.0),
+        {"hidden_size": 4, "num_queries": 4},
+        (8,),
+    )
+    student.create_variables()
+    rng = np.random.default_rng(0)
+    for v in student.trainable_variables:  # away from the initialisation, so that the memory matters
+        v.assign(v + rng.normal(0.0, 0.2, v.shape).astype(np.float32))
+    play = {r: es.episode_outcomes(student, steps=60, reset_at=r)(starts, seed) for r in (None, 0, 30, 50)}
+    # A reset at the first step is the episode's own start; later ones change what follows them.
+    np.testing.assert_array_equal(play[0].returns.numpy(), play[None].returns.numpy())
+    for r in (30, 50):  # (an action moves the cart from the next step on: Euler steps)
+        assert not np.array_equal(play[r].returns.numpy(), play[None].returns.numpy())
+    # Up to the reset the steps are the same: the first 30 steps' braking and force windows agree.
+    np.testing.assert_array_equal(play[30].force.numpy()[:, :2], play[None].force.numpy()[:, :2])
