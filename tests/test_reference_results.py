@@ -3016,6 +3016,23 @@ def test_how_long_the_students_hold_the_pole_is_quoted_as_measured():
     assert f"the student pushes at {low:.2f}-{high:.2f}" in text
     low, high = (f(g["mean_abs_error"] for g in gaps) for f in (min, max))
     assert f"the two differ by {low:.2f}-{high:.2f} on average" in text
+    # The memory reset as the second half starts, against each student's own "5 obs".
+    pairs = [
+        (report["results"][folder]["5 obs"], report["results"][folder]["5 obs, memory reset at step 500"])
+        for report in reports
+        for folder in report["settings"]["pi_dirs"]
+    ]
+    costs = [1 - reset["over_own_upright"]["share"] for _, reset in pairs]
+    lost_up = [a["second_half_upright_share"] - b["second_half_upright_share"] for a, b in pairs]
+    falls = [b["second_half_drops_mean"] - a["second_half_drops_mean"] for a, b in pairs]
+    assert (
+        len(pairs) == 7
+        and f"It costs the seven students {min(costs):.1%} to {max(costs):.1%} of their return" in text
+    )
+    assert (
+        f"takes {min(lost_up):.2f}-{max(lost_up):.2f} off the share of the second half with the pole up and "
+        f"adds {min(falls):.2f}-{max(falls):.2f} falls there" in text
+    )
     student = reports[2]["results"]["runs/pi_l1/seed0/pi"]["5 obs"]
     on_kept = [r["mean"] / r["kept_share"] for r in (student, teacher)]
     assert (
