@@ -3014,6 +3014,17 @@ def test_the_longer_chunks_screen_is_quoted_as_measured():
         f"{upright['second_half_drops_mean']:.2f} falls there (1.45), and the memory reset costs it "
         f"{1 - reset['over_own_upright']['share']:.1%} (9.1%)." in text
     )
+    run = _report("pi_cartpole_harder_dagger_seq200_seeds.json")
+    assert (
+        "--sequence_length 200" in run["runs"][0]["command"]
+        and "--action_loss absolute" in run["runs"][0]["command"]
+    )
+    summary = run["summary"]
+    assert (
+        f"it scores {summary['pi_per_seed']['5 obs'][0]:.0f}, "
+        f"{summary['student_over_teacher_per_seed'][0]:.1%} of the teacher's {summary['teacher_5_obs']:.0f} (its run's command"
+        in text
+    )
     base = _report("pi_cartpole_harder_dagger_absolute_1000.json")["results"]["runs/pi_l1/seed0/pi"]
     base_upright, base_reset = base["5 obs"], base["5 obs, memory reset at step 500"]
     assert f"{base_upright['mean']:.0f} ({base_upright['over_teacher']['share']:.1%})" == "465 (76.7%)"
