@@ -3022,8 +3022,8 @@ def test_the_longer_chunks_screen_is_quoted_as_measured():
     summary = run["summary"]
     assert (
         f"it scores {summary['pi_per_seed']['5 obs'][0]:.0f}, "
-        f"{summary['student_over_teacher_per_seed'][0]:.1%} of the teacher's {summary['teacher_5_obs']:.0f} (its run's command"
-        in text
+        f"{summary['student_over_teacher_per_seed'][0]:.1%} of the teacher's "
+        f"{summary['teacher_5_obs']:.0f} (its run's command" in text
     )
     base = _report("pi_cartpole_harder_dagger_absolute_1000.json")["results"]["runs/pi_l1/seed0/pi"]
     base_upright, base_reset = base["5 obs"], base["5 obs, memory reset at step 500"]
