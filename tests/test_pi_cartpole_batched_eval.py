@@ -25,7 +25,7 @@ def test_a_paired_share_cancels_the_spread_the_starts_share():
     es = load_benchmark("pi_cartpole_es")
     lengths, second_half = np.array([3, 1000, 40, 1000]), np.array([0.0, 450.0, 0.0, 350.0])
     braking = np.array([[1.0, 1.0, 0.5], [0.2, 0.4, 0.0], [0.6, 0.0, 0.0], [0.0, 0.0, 0.0]])
-    # Upright steps: 2 of episode 0 (|a| 0.5 and 0.3, the teacher 1.0 and 0.1), none of episode 2.
+    # Upright steps: 2 of episode 0 (actions 0.5 and 0.3, the teacher's -0.6 and 0.5), none of episode 2.
     upright_actions = np.array([[2, 0.8, 1.1, 1.3], [400, 40, 44, 20], [0, 0, 0, 0], [98, 9.2, 4.9, 8.7]])
     outcomes = es.Outcomes(
         reference, lengths, second_half, np.array([1000, 90, 1000, 130]), braking, braking + 0.5,
@@ -95,9 +95,10 @@ def test_pi_cartpole_batched_eval_plays_every_column_on_the_same_starts(tmp_path
     teacher, pupil = report["results"]["teacher"], report["results"][student]
     assert set(teacher) == {"5 obs", "5 obs (shuffled)"}
     assert set(pupil) == {"5 obs", "5 obs (shuffled)", "10 obs", "5 obs + 5 noise", batched.MEMORY_RESET}
-    # The teacher labels the student's upright states in its "5 obs" column only.
-    assert "teacher_mean_abs_action" in (pupil["5 obs"]["from_upright"] or {"teacher_mean_abs_action": 0})
-    assert "teacher_mean_abs_action" not in (pupil["10 obs"]["from_upright"] or {})
+    # The teacher labels the student's upright states in its "5 obs" column only (None: never up).
+    labelled, unlabelled = pupil["5 obs"]["from_upright"], pupil["10 obs"]["from_upright"]
+    assert labelled is None or {"teacher_mean_abs_action", "mean_abs_error"} <= set(labelled)
+    assert unlabelled is None or set(unlabelled) == {"steps", "mean_abs_action"}
     permutation = report["settings"]["permutation"]
     assert sorted(permutation) == list(range(5)) and permutation != list(range(5))
     # The teacher's cells are its returns on the starts the test seed draws, first of all.
