@@ -98,6 +98,7 @@ def distill_student(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "previous_action_noise": args.previous_action_noise if name == "pi" else 0.0,
         "noise_sensors": args.noise_sensors if name == "pi" else 0,
         "streams_per_epoch": args.streams_per_epoch, "action_loss": args.action_loss,
+        "previous_action": args.previous_action if name == "pi" else "own",
         "progress": False, **network,
         **(record_time_limit(args.record_time_limit) if args.record_time_limit else {}),
     }  # fmt: skip
@@ -207,6 +208,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--action_loss", choices=bc.ACTION_LOSSES, default="squared",
         help="the students' error on the teacher's action: squared (its mean) or absolute (its median)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--previous_action", choices=bc.PREVIOUS_ACTIONS, default="own",
+        help="the PI student's previous-action input in training (bc.previous_action): its own mode, "
+        "or the action the recording executed",
     )  # fmt: skip
     parser.add_argument(
         "--record_time_limit", type=int, default=0,

@@ -20,6 +20,9 @@ What this file proves:
   announces; a bad old value or a bad setting is one sentence and exit status 2;
 - ``previous_action_noise`` (A.4.2) is recorded with the student, which acts
   without it, and is refused for students without a previous action;
+- the recorded rounds keep the executed actions beside the teacher's labels, and
+  ``previous_action = "executed"`` feeds them, a step late, as the student's
+  previous action in training;
 - bad settings raise a ``harness.SettingsError`` (a ``ValueError``) that says
   what to change, before the student's folder is made.
 """
@@ -42,6 +45,7 @@ import tensorflow_probability as tfp
 from absl import flags
 from summaries import hyperparameters, summary_tags
 from tf_agents.policies import random_py_policy
+from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
 from sit_keras.agents import distill, evaluate, train
@@ -133,6 +137,8 @@ def test_settings_errors_are_clear(tmp_path):
         run(env_name=ENV, num_envs=2, total_env_steps=40, sequence_length=10)
     with pytest.raises(harness.SettingsError, match=r"bc.action_loss must be one of squared, absolute"):
         run(env_name=ENV, action_loss="median")
+    with pytest.raises(harness.SettingsError, match=r"bc.previous_action must be one of own, executed"):
+        run(env_name=ENV, previous_action="recorded")
     # Old sit-distill names are refused by name.
     with pytest.raises(harness.SettingsError, match=r"Unknown settings \['collect_steps_per_env'\]"):
         run(env_name=ENV, collect_steps_per_env=20)
@@ -463,6 +469,10 @@ def test_dagger_rounds_record_the_students_states_with_the_teachers_labels(teach
             np.testing.assert_allclose(data.actions[:, t], expected, rtol=1e-5, atol=1e-6)
     # Round 1 is new data (new episodes, the student acting), not a copy of round 0.
     assert not np.allclose(rounds[0].observations[:, 1:], rounds[1].observations[:, 1:])
+    # The executed actions are kept beside the labels: the teacher's in round 0, the student's in round 1.
+    np.testing.assert_array_equal(rounds[0].executed, rounds[0].actions)
+    assert rounds[1].executed.shape == rounds[1].actions.shape
+    assert not np.allclose(rounds[1].executed, rounds[1].actions)
     # A rerun resumes from the checkpoint and the saved rounds: nothing left to train.
     gin.clear_config()
     assert harness.train_eval(root_dir, **settings)["train_step"] == 4
@@ -483,7 +493,9 @@ def test_dagger_settings_are_checked():
         bc.BC(teacher_dir="t", streams_per_epoch=-1)
 
 
-@pytest.mark.parametrize("setting", [{"previous_action_noise": 0.03}, {"noise_sensors": 2}])
+@pytest.mark.parametrize(
+    "setting", [{"previous_action_noise": 0.03}, {"noise_sensors": 2}, {"previous_action": "executed"}]
+)
 def test_sensor_noises_need_an_attention_neuron_student(setting, teacher, tmp_path):
     root_dir = tmp_path / "mlp_student"
     gin.clear_config()
@@ -619,6 +631,49 @@ def test_a_stream_sample_per_epoch_trains_the_same_steps_on_fewer_streams(teache
     # Round 0 has 2 streams (fewer than 3: all of them); rounds 1 and 2 have 4 and 6 and train on 3.
     assert losses[0][:2] == losses[2][:2]
     assert all(a != b for a, b in zip(losses[0][2:], losses[2][2:], strict=True))
+
+
+def test_previous_actions_are_the_executed_ones_shifted_by_a_step_and_zero_where_episodes_start(tmp_path):
+    step_types = np.array([[0, 1, 1, 2, 0, 1], [0, 1, 1, 1, 1, 1]], np.int32)
+    executed = np.arange(12, dtype=np.float32).reshape(2, 6, 1) + 1.0
+    data = bc.TeacherData(np.zeros((2, 6, 3)), step_types, -executed, [0.0], executed)
+    continuous = tensor_spec.BoundedTensorSpec((1,), tf.float32, -1.0, 1.0)
+    np.testing.assert_array_equal(
+        data.previous_actions(continuous)[..., 0], [[0, 1, 2, 3, 0, 5], [0, 7, 8, 9, 10, 11]]
+    )
+    # Discrete actions are one-hot, as the network feeds its own; the spec's minimum is action 0.
+    discrete = bc.TeacherData(
+        data.observations, step_types, np.zeros((2, 6)), [], np.array([[1, 3, 2] * 2] * 2)
+    )
+    one_hot = discrete.previous_actions(tensor_spec.BoundedTensorSpec((), tf.int64, 1, 3))
+    assert one_hot.shape == (2, 6, 3)
+    np.testing.assert_array_equal(one_hot[1, 1:3], [[1, 0, 0], [0, 0, 1]])
+    np.testing.assert_array_equal(one_hot[0, 4], [0, 0, 0])
+    # Kept through sampling, concatenation and the data file; old files have none, and say so when needed.
+    assert bc.sample_streams(data, 1, np.random.default_rng(0)).executed.shape == (1, 6, 1)
+    path = str(tmp_path / bc.DATA_FILE)
+    old = bc.TeacherData(data.observations, step_types, data.actions, [0.0])
+    bc.save_rounds(path, [data, old])
+    loaded = bc.load_rounds(path)
+    np.testing.assert_array_equal(loaded[0].executed, executed)
+    assert loaded[1].executed is None and bc.concatenate(loaded).executed is None
+    assert bc.concatenate([data, data]).executed.shape == (4, 6, 1)
+    with pytest.raises(ValueError, match="hold no executed actions.*a run recorded anew"):
+        loaded[1].previous_actions(continuous)
+
+
+def test_a_student_fed_the_executed_previous_actions_trains_on_other_inputs_and_resumes(teacher, tmp_path):
+    """``bc.previous_action = "executed"``: the same data and seed, another input, so other losses."""
+    settings = {"total_env_steps": 80, "dagger_rounds": 1}
+    executed = _tiny_dagger(tmp_path / "executed", teacher, previous_action="executed", **settings)
+    own = _tiny_dagger(tmp_path / "own", teacher, **settings)
+    losses = [[h["loss"] for h in r["history"]] for r in (executed, own)]
+    assert executed["train_step"] == 4 and all(np.isfinite(losses[0]))
+    assert losses[0][0] != losses[1][0]
+    resumed = _tiny_dagger(
+        tmp_path / "executed", teacher, previous_action="executed", num_epochs=3, **settings
+    )
+    assert resumed["train_step"] == 6
 
 
 def test_annealed_learning_rate_falls_linearly_and_restarts_each_round():

@@ -20,6 +20,8 @@ from statistics:
   after the pooled code, whose state a permutation does not move), which
   is reset at FIRST, carries information across steps and has its own
   checked setting;
+- given ``previous_actions`` (the executed actions of recorded steps) replace
+  the network's own previous mode at every step but FIRST;
 - ``previous_action_noise`` (the paper's cloning noise on ``a_{t-1}``)
   changes training calls only, with the stated spread, and keeps the
   invariance;
@@ -297,6 +299,44 @@ def test_previous_action_is_the_mode_and_the_state_spec_is_explicit(float64):
     other = {**state, "previous_action": tf.roll(state["previous_action"], 1, axis=-1)}
     base = _parameters(actor.call(step, tf.ones(4, tf.int32), state)[0])
     assert _rel(_parameters(actor.call(step, tf.ones(4, tf.int32), other)[0]), base) > 1e-6
+
+
+@ACTIONS
+def test_given_previous_actions_replace_the_carried_one_at_every_step_but_first(float64, action_spec):
+    """``call(..., previous_actions=)``: training on recorded steps feeds the executed ``a_{t-1}``."""
+    actor = _actor("tanh", action_spec)
+    batch, steps = 3, 6
+    observations, types = _observations(batch, steps), _step_types(batch, steps)
+    types[2, 3] = ts.StepType.FIRST
+    width = actor.state_spec["previous_action"].shape[0]
+    given = np.random.default_rng(5).normal(size=(batch, steps, width))
+    expected, state = [], actor.initial_state(batch, SENSORS)
+    for t in range(steps):
+        state = {**state, "previous_action": tf.constant(given[:, t])}
+        out, state = actor.call(tf.constant(observations[:, t]), tf.constant(types[:, t]), state)
+        expected.append(_parameters(out).numpy())
+    expected = np.stack(expected, axis=1)
+    call = actor.call(tf.constant(observations), tf.constant(types), (), previous_actions=tf.constant(given))
+    assert _rel(_parameters(call[0]), expected) <= TOL
+    # They reach the outputs, except at FIRST steps, which start from a zero previous action.
+    other = given.copy()
+    other[:, :, 0] += 1.0
+    changed = _parameters(
+        actor.call(tf.constant(observations), tf.constant(types), (), previous_actions=tf.constant(other))[0]
+    ).numpy()
+    np.testing.assert_allclose(changed[:, 0], expected[:, 0], rtol=TOL, atol=0)
+    np.testing.assert_allclose(changed[2, 3], expected[2, 3], rtol=TOL, atol=0)
+    assert _rel(changed[:, 1:3], expected[:, 1:3]) > 1e-6
+    # Without them the network feeds its own mode, as when it acts.
+    own = _parameters(actor.call(tf.constant(observations), tf.constant(types), ())[0])
+    assert _rel(own, expected) > 1e-6
+    with pytest.raises(ValueError, match=rf"previous_actions of shape \(B, T, A\) = \(3, 6, {width}\)"):
+        actor.call(
+            tf.constant(observations),
+            tf.constant(types),
+            (),
+            previous_actions=tf.constant(given[..., :1] if width > 1 else given[:, :2]),
+        )
 
 
 def test_the_codes_memory_is_state_that_reaches_the_outputs_and_round_trips(float64):

@@ -31,10 +31,12 @@ turn policies trained with other methods into permutation-invariant ones:
 
 The student sees the teacher's fixed observation order: being exactly
 invariant, a shuffled copy would give it the same data up to rounding. Its
-previous action is its own mode (``sensor_networks``), where the paper feeds
-the recorded action with N(0, 0.03) noise: the student is trained on the
-input it will see when it acts. ``previous_action_noise`` adds the paper's
-noise to that input while it trains (not while it acts).
+previous action is by default its own mode (``sensor_networks``): the input
+it will see when it acts. The paper feeds the recorded action with N(0, 0.03)
+noise; ``previous_action = "executed"`` feeds the action that was executed at
+the previous recorded step, the one that moved the readings the student reads
+next. ``previous_action_noise`` adds the paper's noise to that input while it
+trains (not while it acts).
 
 The harness's pieces, not its collect-and-learn loop (plain behaviour
 cloning collects once, then trains for epochs): checkpoints after every
@@ -128,6 +130,13 @@ class BC:
         once the rounds hold more streams than the sample (DAgger keeps every
         round's data, Ross et al. 2011; it does not need every step to see it).
         Drawn per (seed, round, epoch), so a resumed run draws the same streams.
+      previous_action: the ``a_{t-1}`` input of an AttentionNeuron student in its
+        training steps: ``"own"`` (its own mode, the input it sees when it acts) or
+        ``"executed"`` (the action the recording executed: the teacher's in round 0,
+        the acting student's in a DAgger round; the paper feeds the recorded action,
+        A.4.2). Only the executed action moved the recorded readings, so with
+        ``"own"`` the input can disagree with what the readings did, where the
+        student acts differently from whoever recorded them.
     """
 
     teacher_dir: str = ""
@@ -143,6 +152,7 @@ class BC:
     noise_sensors: int = 0
     streams_per_epoch: int = 0
     action_loss: str = "squared"
+    previous_action: str = "own"
 
     def __post_init__(self):
         settings_check.check(self, "bc", RANGES)
@@ -157,6 +167,11 @@ class BC:
             raise ValueError(
                 "bc.previous_action_noise must be a finite number >= 0. "
                 f"Received: {self.previous_action_noise}"
+            )
+        if self.previous_action not in PREVIOUS_ACTIONS:
+            raise ValueError(
+                f"bc.previous_action must be one of {', '.join(PREVIOUS_ACTIONS)}. "
+                f"Received: {self.previous_action!r}"
             )
         if self.action_loss not in ACTION_LOSSES:
             raise ValueError(
@@ -173,6 +188,7 @@ class BC:
 
 SETTINGS = BC
 ACTION_LOSSES = ("squared", "absolute")
+PREVIOUS_ACTIONS = ("own", "executed")
 # DAgger's rounds record and fit on one machine (the harness refuses a cluster of workers).
 MULTI_WORKER = False
 # Checked before the run starts (settings_check).
@@ -235,6 +251,11 @@ def check(run: RunSettings, settings: BC) -> None:
             f"bc.previous_action_noise needs the {sensor_networks.SENSOR_ENCODER!r} student, whose actor "
             f"sees its previous action. Received: encoder={run.encoder!r}"
         )
+    if settings.previous_action != "own" and run.encoder != sensor_networks.SENSOR_ENCODER:
+        raise ValueError(
+            f"bc.previous_action needs the {sensor_networks.SENSOR_ENCODER!r} student, whose actor sees "
+            f"its previous action, to feed it the executed one. Received: encoder={run.encoder!r}"
+        )
     if settings.noise_sensors and run.encoder != sensor_networks.SENSOR_ENCODER:
         raise ValueError(
             f"bc.noise_sensors needs the {sensor_networks.SENSOR_ENCODER!r} student, which takes any number "
@@ -264,12 +285,35 @@ class TeacherData:
       step_types: ``(E, S)`` int32.
       actions: the teacher's actions, ``(E, S, *action_shape)``.
       episode_returns: returns of the episodes that ended during collection.
+      executed: the actions the environments executed, like ``actions``: the
+        teacher's in round 0, the acting student's (or, mixed in, the teacher's)
+        in a DAgger round; ``None`` in data recorded before they were kept.
     """
 
     observations: np.ndarray
     step_types: np.ndarray
     actions: np.ndarray
     episode_returns: list[float]
+    executed: np.ndarray | None = None
+
+    def previous_actions(self, action_spec: tensor_spec.BoundedTensorSpec) -> np.ndarray:
+        """``(E, S, A)`` float32: at each step the action executed one step before (one-hot for
+        discrete actions, as ``SensorActorNetwork`` feeds its own), zero at FIRST steps and at
+        each stream's first step (a recording starts with a new episode)."""
+        if self.executed is None:
+            raise ValueError(
+                "These recorded rounds hold no executed actions (recorded before they were kept): "
+                "bc.previous_action = 'executed' needs a run recorded anew."
+            )
+        executed = self.executed
+        if tensor_spec.is_discrete(action_spec):
+            index = (executed - action_spec.minimum).astype(np.int64).reshape(executed.shape[:2])
+            executed = np.eye(int(action_spec.maximum - action_spec.minimum + 1), dtype=np.float32)[index]
+        executed = executed.reshape(*executed.shape[:2], -1).astype(np.float32)
+        previous = np.zeros_like(executed)
+        previous[:, 1:] = executed[:, :-1]
+        previous[self.step_types == ts.StepType.FIRST] = 0.0
+        return previous
 
     @property
     def weights(self) -> np.ndarray:
@@ -294,6 +338,7 @@ class TeacherRecorder:
                 np.asarray(trajectory.observation),
                 np.asarray(trajectory.step_type, np.int32),
                 np.asarray(label),
+                np.asarray(trajectory.action),
             )
         )
         # TF-Agents auto-reset: the transition from a LAST step to the next FIRST one is no step.
@@ -305,10 +350,10 @@ class TeacherRecorder:
             self._running[i] = 0.0
 
     def data(self) -> TeacherData:
-        observations, step_types, actions = (
+        observations, step_types, actions, executed = (
             np.stack(parts, axis=1) for parts in zip(*self._steps, strict=True)
         )
-        return TeacherData(observations, step_types, actions, list(self._returns))
+        return TeacherData(observations, step_types, actions, list(self._returns), executed)
 
 
 def collect_teacher_data(policy: py_policy.PyPolicy, env, steps: int, metrics: Sequence = ()) -> TeacherData:
@@ -450,6 +495,8 @@ class Cloning:
         observations, sensor_mask = with_noise_sensors(
             data.observations, self.settings.noise_sensors, noise_rng
         )
+        executed = self.settings.previous_action == "executed"
+        previous_actions = data.previous_actions(self.run.action_spec) if executed else None
         if sensor_mask is None:
             state = self.student.get_initial_state(observations.shape[0])
         else:
@@ -464,6 +511,7 @@ class Cloning:
                 tf.constant(data.weights[:, window]),
                 state,
                 None if sensor_mask is None else tf.constant(sensor_mask[:, window]),
+                None if previous_actions is None else tf.constant(previous_actions[:, window]),
             )
             losses.append(float(loss))
             if loop.train_step() % self.run.settings.summary_interval == 0:
@@ -511,8 +559,9 @@ def sample_streams(data: TeacherData, count: int, rng: np.random.Generator) -> T
         return data
     chosen = np.sort(rng.choice(total, count, replace=False))
     return TeacherData(
-        data.observations[chosen], data.step_types[chosen], data.actions[chosen], data.episode_returns
-    )
+        data.observations[chosen], data.step_types[chosen], data.actions[chosen], data.episode_returns,
+        None if data.executed is None else data.executed[chosen],
+    )  # fmt: skip
 
 
 DATA_FILE = "bc_data.npz"
@@ -521,11 +570,13 @@ DATA_FILE = "bc_data.npz"
 
 def concatenate(rounds: Sequence[TeacherData]) -> TeacherData:
     """The rounds' streams side by side: ``(rounds * E, S, ...)``."""
+    executed = [r.executed for r in rounds]
     return TeacherData(
         np.concatenate([r.observations for r in rounds]),
         np.concatenate([r.step_types for r in rounds]),
         np.concatenate([r.actions for r in rounds]),
         [x for r in rounds for x in r.episode_returns],
+        None if any(e is None for e in executed) else np.concatenate(executed),
     )
 
 
@@ -537,6 +588,8 @@ def save_rounds(path: str, rounds: Sequence[TeacherData]) -> None:
         arrays[f"step_types_{i}"] = r.step_types
         arrays[f"actions_{i}"] = r.actions
         arrays[f"returns_{i}"] = np.asarray(r.episode_returns, np.float64)
+        if r.executed is not None:
+            arrays[f"executed_{i}"] = r.executed
     temporary = path + ".tmp.npz"
     np.savez(temporary, **arrays)
     os.replace(temporary, path)
@@ -553,6 +606,7 @@ def load_rounds(path: str) -> list[TeacherData]:
                     arrays[f"step_types_{i}"],
                     arrays[f"actions_{i}"],
                     [float(x) for x in arrays[f"returns_{i}"]],
+                    arrays[f"executed_{i}"] if f"executed_{i}" in arrays.files else None,
                 )  # fmt: skip
                 for i in range(count)
             ]
@@ -646,12 +700,15 @@ def _train_chunk_fn(student, optimizer, train_step: tf.Variable, discrete: bool,
     the loss summary is written by the training loop, outside it.
     """
 
-    def train_chunk(observations, step_types, actions, weights, state, sensor_mask=None):
+    def train_chunk(
+        observations, step_types, actions, weights, state, sensor_mask=None, previous_actions=None
+    ):
         with tf.GradientTape() as tape:
-            # With a sensor mask (noise channels), ``call``: ``__call__`` holds the readings to the spec's D.
-            forward = (
-                student if sensor_mask is None else functools.partial(student.call, sensor_mask=sensor_mask)
-            )
+            # With a sensor mask (noise channels) or given previous actions, ``call``: ``__call__``
+            # holds the readings to the spec's D and takes neither.
+            extra = {"sensor_mask": sensor_mask, "previous_actions": previous_actions}
+            extra = {name: value for name, value in extra.items() if value is not None}
+            forward = functools.partial(student.call, **extra) if extra else student
             distribution, new_state = forward(
                 observations, step_type=step_types, network_state=state, training=True
             )

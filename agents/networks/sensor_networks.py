@@ -406,19 +406,29 @@ class _SensorNetwork:
         state: State,
         sensor_mask: tf.Tensor | None,
         output_zeros: tf.Tensor,
+        previous_actions: tf.Tensor | None = None,
     ) -> tuple[tf.Tensor, State]:
-        """Runs ``step`` along the time axis of ``(B, T, N)`` observations; outputs ``(B, T, ...)``."""
+        """Runs ``step`` along the time axis of ``(B, T, N)`` observations; outputs ``(B, T, ...)``.
+
+        ``previous_actions`` ``(B, T, A)``, if given, replace the carried ``previous_action``
+        at every step (before the FIRST reset, so a new episode still starts from zero).
+        """
         batch, steps = tf.shape(observations)[0], tf.shape(observations)[1]
         # Without a step type no step is FIRST: the given state runs on.
         step_types = tf.fill([steps, batch], ts.StepType.MID) if step_type is None else _time_major(step_type)
         masked = sensor_mask is not None
         masks = _time_major(sensor_mask) if masked else tf.ones([steps, batch, 1], tf.bool)
+        forced = previous_actions is not None
+        given = _time_major(previous_actions) if forced else tf.zeros([steps, batch, 1])
 
         def body(carry, inputs):
-            obs_t, step_t, mask_t = inputs
-            return step(obs_t, self._reset(carry[1], step_t), mask_t if masked else None)
+            obs_t, step_t, mask_t, given_t = inputs
+            state = carry[1]
+            if forced:
+                state = {**state, "previous_action": tf.cast(given_t, state["previous_action"].dtype)}
+            return step(obs_t, self._reset(state, step_t), mask_t if masked else None)
 
-        elems = (_time_major(observations), tf.cast(step_types, tf.int32), masks)
+        elems = (_time_major(observations), tf.cast(step_types, tf.int32), masks, given)
         outputs, states = tf.scan(body, elems, initializer=(output_zeros, state))
         return _time_major(outputs), tf.nest.map_structure(lambda s: s[-1], states)
 
@@ -453,6 +463,12 @@ class SensorActorNetwork(_SensorNetwork, network.DistributionNetwork):
         sensors, or ``None``. Absent sensors contribute nothing and keep their
         state. Pass it to ``call`` directly: ``__call__`` checks the inputs
         against the ``(D,)`` spec.
+      previous_actions: ``(B, T, A)`` or ``None``, sequences only: the ``a_{t-1}``
+        input of every step, in place of the network's own previous mode (FIRST steps
+        still see zero). Training on recorded steps, these are the actions that were
+        executed (``bc.previous_action = "executed"``, as the paper feeds the recorded
+        action), so that the input agrees with what moved the readings. Pass it to
+        ``call`` directly.
 
     Returns:
       ``(distribution, new_network_state)``.
@@ -533,10 +549,22 @@ class SensorActorNetwork(_SensorNetwork, network.DistributionNetwork):
         distribution, _ = self._projection(head_input(features, self._projection), 1, training=training)
         return features, distribution, {**new_state, "previous_action": self._previous_action(distribution)}
 
-    def call(self, observations, step_type=None, network_state=(), training=False, sensor_mask=None):
+    def call(
+        self, observations, step_type=None, network_state=(), training=False, sensor_mask=None,
+        previous_actions=None,
+    ):  # fmt: skip
         observations, step_type, state, sensor_mask = self._check_inputs(
             observations, step_type, network_state, sensor_mask
         )
+        if previous_actions is not None:
+            previous_actions = tf.convert_to_tensor(previous_actions)
+            expected = (*observations.shape[:-1], self._action_dim)
+            if observations.shape.rank != 3 or not previous_actions.shape.is_compatible_with(expected):
+                raise ValueError(
+                    f"{self.name} expects previous_actions of shape (B, T, A) = {expected} beside "
+                    f"(B, T, N) observations. Received: previous_actions.shape={previous_actions.shape}, "
+                    f"observations.shape={observations.shape}"
+                )
         if observations.shape.rank == 2:
             state = self._reset(state, step_type)
 
@@ -554,13 +582,14 @@ class SensorActorNetwork(_SensorNetwork, network.DistributionNetwork):
             features, _, new_state = self._step(obs, state, mask, training)
             return features, new_state
 
-        def unroll(observations, step_type, sensor_mask, **state):
+        def unroll(observations, step_type, sensor_mask, previous_actions, **state):
             zeros = self._no_features(observations)
-            return self._scan(step, observations, step_type, state, sensor_mask, zeros)
+            return self._scan(step, observations, step_type, state, sensor_mask, zeros, previous_actions)
 
         features, new_state = self._scaled(
-            unroll, observations=observations, step_type=step_type, sensor_mask=sensor_mask, **state
-        )
+            unroll, observations=observations, step_type=step_type, sensor_mask=sensor_mask,
+            previous_actions=previous_actions, **state,
+        )  # fmt: skip
         # The distribution of every step from its features, in one batch of B * T.
         distribution, _ = self._projection(head_input(features, self._projection), 2, training=training)
         return distribution, new_state
@@ -611,10 +640,22 @@ class SensorValueNetwork(_SensorNetwork, network.Network):
         no_action = tf.zeros([tf.shape(observations)[0], 1], self._state_dtype)
         return self._torso_step(observations, no_action, state, sensor_mask, training)
 
-    def call(self, observations, step_type=None, network_state=(), training=False, sensor_mask=None):
+    def call(
+        self, observations, step_type=None, network_state=(), training=False, sensor_mask=None,
+        previous_actions=None,
+    ):  # fmt: skip
         observations, step_type, state, sensor_mask = self._check_inputs(
             observations, step_type, network_state, sensor_mask
         )
+        if previous_actions is not None:
+            previous_actions = tf.convert_to_tensor(previous_actions)
+            expected = (*observations.shape[:-1], self._action_dim)
+            if observations.shape.rank != 3 or not previous_actions.shape.is_compatible_with(expected):
+                raise ValueError(
+                    f"{self.name} expects previous_actions of shape (B, T, A) = {expected} beside "
+                    f"(B, T, N) observations. Received: previous_actions.shape={previous_actions.shape}, "
+                    f"observations.shape={observations.shape}"
+                )
         if observations.shape.rank == 2:
             state = self._reset(state, step_type)
 
