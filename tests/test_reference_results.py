@@ -3157,3 +3157,24 @@ def test_the_readme_quotes_the_students_over_1000_test_episodes():
         f"Over the paper's 1000 test episodes they keep {shares[0]:.0%} before ES and {shares[1]:.0%} after "
         "(`benchmarks/reference/pi_cartpole_harder_es_1000.json`)" in readme
     )
+
+
+def test_the_students_fit_on_recorded_rounds_and_own_episodes_is_quoted_as_measured():
+    """docs/results.md: the replayed recorded rounds against the students' own episodes, pole up."""
+    report = _report("pi_cartpole_replay_fit.json")
+    assert report["commit"] and "pi_cartpole_replay_fit.py" in report["command"]
+    text = " ".join(RESULTS.split())
+    earlier = []
+    for seed in range(3):
+        result = report["results"][f"runs/pi_l1/seed{seed}/pi"]
+        assert len(result["recorded_rounds"]) == 10
+        cells = [
+            " / ".join(
+                f"{part['upright'][name]:.2f}"
+                for name in ("mean_abs_action", "teacher_mean_abs_action", "mean_abs_error", "same_sign")
+            )
+            for part in (result["recorded_rounds"][-1], result["own_episodes"])
+        ]
+        assert f"| {seed} | {cells[0]} | {cells[1]} |" in text
+        earlier += [r["upright"]["mean_abs_error"] for r in result["recorded_rounds"][:-1]]
+    assert f"the error with the pole up is {min(earlier):.2f}-{max(earlier):.2f}." in text
