@@ -666,9 +666,12 @@ def test_a_student_fed_the_executed_previous_actions_trains_on_other_inputs_and_
     """``bc.previous_action = "executed"``: the same data and seed, another input, so other losses."""
     settings = {"total_env_steps": 80, "dagger_rounds": 1}
     executed = _tiny_dagger(tmp_path / "executed", teacher, previous_action="executed", **settings)
-    own = _tiny_dagger(tmp_path / "own", teacher, **settings)
+    # Its teacher's round alone: the same 2 streams of 20 steps as the first round above.
+    own = _tiny_dagger(tmp_path / "own", teacher, total_env_steps=40)
     losses = [[h["loss"] for h in r["history"]] for r in (executed, own)]
     assert executed["train_step"] == 4 and all(np.isfinite(losses[0]))
+    recorded = [bc.load_rounds(str(tmp_path / name / bc.DATA_FILE))[0] for name in ("executed", "own")]
+    np.testing.assert_array_equal(recorded[0].observations, recorded[1].observations)
     assert losses[0][0] != losses[1][0]
     resumed = _tiny_dagger(
         tmp_path / "executed", teacher, previous_action="executed", num_epochs=3, **settings
