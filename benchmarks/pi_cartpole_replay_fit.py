@@ -15,6 +15,10 @@ students lose most of the teacher's return) and over every step: the mean
 ``|a|``, ``|a_label|``, ``|a - a_label|`` and how often the two push the same
 way. A student that fits its recorded rounds but not its own episodes acts
 differently on its own trajectories than on those of whoever recorded them.
+Where the rounds keep the executed actions (``bc_data.npz`` since
+``bc.previous_action`` exists), the rounds are also replayed with those as the
+student's previous actions (``recorded_rounds_executed``): the input a student
+trained with ``bc.previous_action = "executed"`` was fitted on.
 
 Usage::
 
@@ -39,6 +43,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
+from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
 from sit_keras.agents.algorithms import bc
@@ -57,20 +62,32 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pi_cartpole_batched_eval  # noqa: E402  (beside this script)
 import pi_cartpole_es  # noqa: E402
 
+ACTION_SPEC = tensor_spec.BoundedTensorSpec((1,), tf.float32, -1.0, 1.0)
+"""The cart-pole's push, as the recorded rounds hold it."""
 
-def replay_actions(net, observations: np.ndarray, step_types: np.ndarray) -> np.ndarray:
+
+def replay_actions(
+    net, observations: np.ndarray, step_types: np.ndarray, previous_actions: np.ndarray | None = None
+) -> np.ndarray:
     """``(E, S)``: the greedy action, clipped to [-1, 1], at every recorded step of ``(E, S, D)`` streams.
 
     The state is carried along each stream and reset at FIRST steps; the network
-    feeds its own mode as its previous action, as when it acts.
+    feeds its own mode as its previous action, as when it acts, or, with
+    ``previous_actions`` ``(E, S, A)`` (``bc.TeacherData.previous_actions``), the
+    recorded ones, as a student trained with ``bc.previous_action = "executed"`` was.
     """
     steps = observations.shape[1]
+    given = previous_actions is not None
+    if not given:
+        previous_actions = np.zeros((*observations.shape[:2], 1), np.float32)
 
     @tf.function(autograph=False)
-    def replay(observations: tf.Tensor, step_types: tf.Tensor) -> tf.Tensor:
+    def replay(observations: tf.Tensor, step_types: tf.Tensor, previous_actions: tf.Tensor) -> tf.Tensor:
         state = pi_cartpole_es.initial_state(net, tf.shape(observations)[0], observations.shape[-1])
 
         def body(t, state, actions):
+            if given:
+                state = {**state, "previous_action": previous_actions[:, t]}
             distribution, state = net.call(observations[:, t], step_types[:, t], state)
             return t + 1, state, actions.write(t, distribution.mode()[:, 0])
 
@@ -78,7 +95,11 @@ def replay_actions(net, observations: np.ndarray, step_types: np.ndarray) -> np.
         *_, actions = tf.while_loop(lambda t, *_: t < steps, body, loop_vars)
         return tf.transpose(actions.stack())
 
-    actions = replay(tf.constant(observations, tf.float32), tf.constant(step_types, tf.int32))
+    actions = replay(
+        tf.constant(observations, tf.float32),
+        tf.constant(step_types, tf.int32),
+        tf.constant(previous_actions, tf.float32),
+    )
     return np.clip(actions.numpy(), -1.0, 1.0)
 
 
@@ -154,17 +175,23 @@ def fit(actions: np.ndarray, labels: np.ndarray, observations: np.ndarray, count
 
 
 def student_report(net, teacher, rounds: Sequence[bc.TeacherData], starts: tf.Tensor) -> dict[str, Any]:
-    """The fit on each recorded round and in the student's own episodes."""
-    recorded = []
+    """The fit on each recorded round (and, where the rounds keep the executed actions, with those as the
+    previous actions: ``recorded_rounds_executed``) and in the student's own episodes."""
+    report: dict[str, Any] = {"recorded_rounds": []}
+    if all(data.executed is not None for data in rounds):
+        report["recorded_rounds_executed"] = []
     for data in rounds:
-        actions = replay_actions(net, data.observations, data.step_types)
         labels = np.clip(data.actions[..., 0], -1.0, 1.0)
-        recorded.append(fit(actions, labels, data.observations, data.weights > 0))
+        counted = data.weights > 0
+        actions = replay_actions(net, data.observations, data.step_types)
+        report["recorded_rounds"].append(fit(actions, labels, data.observations, counted))
+        if "recorded_rounds_executed" in report:
+            previous = data.previous_actions(ACTION_SPEC)
+            actions = replay_actions(net, data.observations, data.step_types, previous)
+            report["recorded_rounds_executed"].append(fit(actions, labels, data.observations, counted))
     own = own_episodes(net, teacher, starts)
-    return {
-        "recorded_rounds": recorded,
-        "own_episodes": fit(own.actions, own.labels, own.observations, own.running),
-    }
+    report["own_episodes"] = fit(own.actions, own.labels, own.observations, own.running)
+    return report
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -53,6 +53,25 @@ def test_replaying_a_policys_own_episodes_reproduces_its_actions():
     np.testing.assert_allclose(restarted[1:2, 20:], alone, rtol=1e-5, atol=1e-6)  # another batch size
 
 
+def test_a_replay_with_recorded_previous_actions_feeds_them_as_training_does():
+    fit, es = load_benchmark("pi_cartpole_replay_fit"), load_benchmark("pi_cartpole_es")
+    student, rng = _student(0), np.random.default_rng(2)
+    readings = es.observations(tf.constant(es.initial_states(rng, 2))).numpy()
+    observations = (readings[:, None] + rng.normal(0, 0.1, (2, 12, 5))).astype(np.float32)
+    step_types = np.full((2, 12), ts.StepType.MID, np.int32)
+    step_types[:, 0] = ts.StepType.FIRST
+    executed = np.linspace(-1, 1, 24).reshape(2, 12, 1)
+    data = bc.TeacherData(observations, step_types, np.zeros((2, 12, 1)), [], executed)
+    previous = data.previous_actions(fit.ACTION_SPEC)
+    replayed = fit.replay_actions(student, observations, step_types, previous)
+    distribution, _ = student.call(
+        tf.constant(observations), tf.constant(step_types), (), previous_actions=tf.constant(previous)
+    )
+    expected = np.clip(distribution.mode().numpy()[..., 0], -1, 1)
+    np.testing.assert_allclose(replayed, expected, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(replayed, fit.replay_actions(student, observations, step_types))
+
+
 def test_the_fit_is_the_mean_over_counted_steps_with_the_pole_up_and_over_all():
     fit = load_benchmark("pi_cartpole_replay_fit")
     observations = np.zeros((1, 4, 5), np.float32)
@@ -107,8 +126,12 @@ def test_pi_cartpole_replay_fit_reports_each_recorded_round_and_the_own_episodes
     step_types[:, 0] = ts.StepType.FIRST
     rounds = [
         bc.TeacherData(
-            rng.normal(size=(2, 30, 5)).astype(np.float32), step_types, rng.normal(size=(2, 30, 1)), []
-        )
+            rng.normal(size=(2, 30, 5)).astype(np.float32),
+            step_types,
+            rng.normal(size=(2, 30, 1)),
+            [],
+            rng.normal(size=(2, 30, 1)),
+        )  # fmt: skip
         for _ in range(2)
     ]
     bc.save_rounds(f"{student}/{bc.DATA_FILE}", rounds)
@@ -116,6 +139,8 @@ def test_pi_cartpole_replay_fit_reports_each_recorded_round_and_the_own_episodes
     report = json.loads(out.read_text())
     result = report["results"][student]
     assert len(result["recorded_rounds"]) == 2 and result["recorded_rounds"][0]["all"]["steps"] == 60
+    # The rounds keep executed actions: they are replayed with them as well.
+    assert len(result["recorded_rounds_executed"]) == 2
     assert set(result["own_episodes"]) == {"upright", "all"}
     assert 2 <= result["own_episodes"]["all"]["steps"] <= 2000
     assert report["commit"] and report["command"].startswith("python benchmarks/pi_cartpole_replay_fit.py")
