@@ -3226,3 +3226,26 @@ def test_the_executed_previous_action_student_is_quoted_as_measured():
         f"seed 0 keeps {share['share']:.0%} and holds the pole "
         "(`benchmarks/reference/pi_cartpole_harder_dagger_executed_1000.json`;" in readme
     )
+
+
+def test_the_standardised_ppo_run_to_1m_steps_is_quoted_as_measured():
+    """docs/lavacrossing.md: the sharp chiral SiT with a standardised head, seed 0, to 1M steps."""
+    report = _report("lavacrossing_standardized_seed0_1m.json")
+    assert report["status"] == "complete" and report["run"]["commit"]
+    assert "--models sit_chiral_sharp_standardized --seeds 0 --env_steps 1000000" in report["run"]["command"]
+    curve = report["curve"]
+    successes = [point["success"] for point in curve["curve"]]
+    assert curve["last"]["env_steps"] >= 1_000_000 and len(successes) == 20
+    assert max(successes) == pytest.approx(0.01) and min(successes) == 0
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    assert "its training success stayed at 0.00-0.01 at every 50k mark to 1M steps" in page
+    greedy, sampling = report["greedy"], report["sampling"]
+    rows = ("train: easy", "train: medium", "hard", "rotations average")
+    assert all(greedy[row]["success_rate"] == 0 for row in rows)
+    assert f"in {greedy['random goal']['success_rate']:.2f} of the random-goal ones" in page
+    assert all(sampling[row]["success_rate"] == 0 for row in rows[:3])
+    assert f"{sampling['rotations average']['success_rate']:.2f} rotated." in page
+    cnn = _report("table4_lavacrossing_3m.json")["training_curves"]
+    at = {seed: dict(map(tuple, cnn[f"cnn_seed{seed}"]["success_every_250k"])) for seed in (0, 1)}
+    assert "0.62 and 0.20 at 1M" in page and (at[0][1001472], at[1][1001472]) == (0.62, 0.2)
+    assert (at[0][501760], at[1][501760]) == (0.07, 0.06) and "0.07 and 0.06 at 0.5M" in page
