@@ -640,22 +640,10 @@ class SensorValueNetwork(_SensorNetwork, network.Network):
         no_action = tf.zeros([tf.shape(observations)[0], 1], self._state_dtype)
         return self._torso_step(observations, no_action, state, sensor_mask, training)
 
-    def call(
-        self, observations, step_type=None, network_state=(), training=False, sensor_mask=None,
-        previous_actions=None,
-    ):  # fmt: skip
+    def call(self, observations, step_type=None, network_state=(), training=False, sensor_mask=None):
         observations, step_type, state, sensor_mask = self._check_inputs(
             observations, step_type, network_state, sensor_mask
         )
-        if previous_actions is not None:
-            previous_actions = tf.convert_to_tensor(previous_actions)
-            expected = (*observations.shape[:-1], self._action_dim)
-            if observations.shape.rank != 3 or not previous_actions.shape.is_compatible_with(expected):
-                raise ValueError(
-                    f"{self.name} expects previous_actions of shape (B, T, A) = {expected} beside "
-                    f"(B, T, N) observations. Received: previous_actions.shape={previous_actions.shape}, "
-                    f"observations.shape={observations.shape}"
-                )
         if observations.shape.rank == 2:
             state = self._reset(state, step_type)
 
