@@ -3249,3 +3249,20 @@ def test_the_standardised_ppo_run_to_1m_steps_is_quoted_as_measured():
     at = {seed: dict(map(tuple, cnn[f"cnn_seed{seed}"]["success_every_250k"])) for seed in (0, 1)}
     assert "0.62 and 0.20 at 1M" in page and (at[0][1001472], at[1][1001472]) == (0.62, 0.2)
     assert (at[0][501760], at[1][501760]) == (0.07, 0.06) and "0.07 and 0.06 at 0.5M" in page
+
+
+def test_the_wider_student_screen_is_quoted_as_measured():
+    """docs/results.md: the seed-0 absolute-error student with 64 LSTM units, 1000 starts."""
+    report = _report("pi_cartpole_harder_dagger_h64_1000.json")
+    assert report["settings"]["pi_dirs"] == ["runs/pi_h64/seed0/pi"] and report["commit"]
+    column = report["results"]["runs/pi_h64/seed0/pi"]
+    upright = column["5 obs"]
+    costs = {name: 1 - column[name]["over_own_upright"]["share"] for name in column}
+    text = " ".join(RESULTS.split())
+    assert (
+        f"scores {upright['mean']:.0f}, {upright['over_teacher']['share']:.1%} of the teacher (h32: 76.7%), "
+        f"with the pole up for {upright['second_half_upright_share']:.2f} of the second half and "
+        f"{upright['second_half_drops_mean']:.2f} falls there; five noise channels cost it "
+        f"{costs['5 obs + 5 noise']:.1%}, but the memory reset at step 500 costs it "
+        f"{costs['5 obs, memory reset at step 500']:.1%}" in text
+    )
