@@ -202,16 +202,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         raise UsageError(f"--episodes must be at least 2; received {args.episodes}.")
     if args.noise_channels < 1:
         raise UsageError(f"--noise_channels must be at least 1; received {args.noise_channels}.")
-    args.pi_dirs = [d for d in args.pi_dirs.split(",") if d]
-    if not args.pi_dirs:
-        raise UsageError("--pi_dirs must name at least one student's folder.")
-    for flag, folder in [("--teacher_dir", args.teacher_dir)] + [("--pi_dirs", d) for d in args.pi_dirs]:
-        description = pi_cartpole_es.trained_cartpole_folder(flag, folder)
-        if flag == "--pi_dirs" and description.network_class != "SensorActorNetwork":
-            raise UsageError(
-                f"--pi_dirs must hold sensory-neuron students; "
-                f"{folder!r} holds a {description.network_class}."
-            )
+    pi_cartpole_es.trained_cartpole_folder("--teacher_dir", args.teacher_dir)
+    args.pi_dirs = pi_cartpole_es.student_folders("--pi_dirs", args.pi_dirs)
     check_out_file(args.out)
     return args
 

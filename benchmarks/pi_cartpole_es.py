@@ -426,6 +426,21 @@ def trained_cartpole_folder(flag: str, folder: str) -> policy_network.PolicyNetw
     return description
 
 
+def student_folders(flag: str, text: str) -> list[str]:
+    """The comma-separated training folders of ``text``, each a trained sensory-neuron student of
+    CartPoleSwingUpHarder; a ``UsageError`` naming ``flag`` otherwise."""
+    folders = [d for d in text.split(",") if d]
+    if not folders:
+        raise UsageError(f"{flag} must name at least one student's folder.")
+    for folder in folders:
+        description = trained_cartpole_folder(flag, folder)
+        if description.network_class != "SensorActorNetwork":
+            raise UsageError(
+                f"{flag} must hold sensory-neuron students; {folder!r} holds a {description.network_class}."
+            )
+    return folders
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = SentenceParser(description=__doc__.splitlines()[0])
     parser.add_argument(

@@ -34,7 +34,6 @@ import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up 
 # isort: split
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -56,6 +55,7 @@ from sit_keras.benchmarking import (
     current_commit,
     environment,
     parse_or_say_why,
+    write_report,
 )
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -208,17 +208,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.episodes < 1:
         raise UsageError(f"--episodes must be at least 1; received {args.episodes}.")
-    args.pi_dirs = [d for d in args.pi_dirs.split(",") if d]
-    if not args.pi_dirs:
-        raise UsageError("--pi_dirs must name at least one student's folder.")
     pi_cartpole_es.trained_cartpole_folder("--teacher_dir", args.teacher_dir)
+    args.pi_dirs = pi_cartpole_es.student_folders("--pi_dirs", args.pi_dirs)
     for folder in args.pi_dirs:
-        description = pi_cartpole_es.trained_cartpole_folder("--pi_dirs", folder)
-        if description.network_class != "SensorActorNetwork":
-            raise UsageError(
-                f"--pi_dirs must hold sensory-neuron students; "
-                f"{folder!r} holds a {description.network_class}."
-            )
         if not os.path.exists(os.path.join(folder, bc.DATA_FILE)):
             raise UsageError(
                 f"--pi_dirs: {folder!r} has no {bc.DATA_FILE}: it is not a distilled student's folder."
@@ -257,10 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "settings": vars(args),
             "results": results,
         }
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=2)
-            f.write("\n")
+        write_report(report, args.out)
     return 0
 
 
