@@ -19,6 +19,11 @@ Where the rounds keep the executed actions (``bc_data.npz`` since
 ``bc.previous_action`` exists), the rounds are also replayed with those as the
 student's previous actions (``recorded_rounds_executed``): the input a student
 trained with ``bc.previous_action = "executed"`` was fitted on.
+With ``--noise_channels K``, the student reads ``K`` channels of N(0, 0.1^2)
+noise beside its readings in both halves (Table 2's "5 obs + 5 noise"), drawn
+afresh at every step, and the teacher labels the clean readings: whether the
+noise moves the student's actions on its recorded rounds, where it was trained
+with such channels (``bc.noise_sensors``), as much as in its own episodes.
 
 Usage::
 
@@ -47,6 +52,7 @@ from tf_agents.trajectories import time_step as ts
 
 from sit_keras.agents.algorithms import bc
 from sit_keras.agents.environments import cartpole_swingup
+from sit_keras.agents.environments.sensor_permutation import NOISE_STD
 from sit_keras.benchmarking import (
     SentenceParser,
     UsageError,
@@ -67,7 +73,11 @@ ACTION_SPEC = tensor_spec.BoundedTensorSpec((1,), tf.float32, -1.0, 1.0)
 
 
 def replay_actions(
-    net, observations: np.ndarray, step_types: np.ndarray, previous_actions: np.ndarray | None = None
+    net,
+    observations: np.ndarray,
+    step_types: np.ndarray,
+    previous_actions: np.ndarray | None = None,
+    noise: np.ndarray | None = None,
 ) -> np.ndarray:
     """``(E, S)``: the greedy action, clipped to [-1, 1], at every recorded step of ``(E, S, D)`` streams.
 
@@ -75,7 +85,10 @@ def replay_actions(
     feeds its own mode as its previous action, as when it acts, or, with
     ``previous_actions`` ``(E, S, A)`` (``bc.TeacherData.previous_actions``), the
     recorded ones, as a student trained with ``bc.previous_action = "executed"`` was.
+    ``noise`` ``(E, S, K)``: extra channels read after the recorded ones.
     """
+    if noise is not None:
+        observations = np.concatenate([observations, noise.astype(observations.dtype)], axis=-1)
     steps = observations.shape[1]
     given = previous_actions is not None
     if not given:
@@ -115,8 +128,19 @@ class Episodes(NamedTuple):
     """Whether the cart was still on the track before the step (the steps the episode played)."""
 
 
-def own_episodes(net, teacher, starts: tf.Tensor, steps: int = cartpole_swingup.MAX_STEPS) -> Episodes:
-    """Plays ``net`` greedily from ``(B, 4)`` starts for ``steps`` steps; the teacher labels every state."""
+def own_episodes(
+    net,
+    teacher,
+    starts: tf.Tensor,
+    steps: int = cartpole_swingup.MAX_STEPS,
+    noise_channels: int = 0,
+    seed: int = 0,
+) -> Episodes:
+    """Plays ``net`` greedily from ``(B, 4)`` starts for ``steps`` steps; the teacher labels every state.
+
+    With ``noise_channels``, ``net`` reads that many channels of N(0, 0.1^2) noise after the 5
+    readings (drawn from ``seed``, afresh at every step); the teacher and the records hold the 5.
+    """
 
     @tf.function(autograph=False)
     def play(starts: tf.Tensor):
@@ -127,7 +151,11 @@ def own_episodes(net, teacher, starts: tf.Tensor, steps: int = cartpole_swingup.
         def body(t, state, net_state, teacher_state, running, records):
             step_type = tf.where(tf.equal(t, 0), first, mid)
             readings = pi_cartpole_es.observations(state)
-            distribution, net_state = net.call(readings, step_type, net_state)
+            read = readings
+            if noise_channels:
+                noise = tf.random.stateless_normal([batch, noise_channels], tf.stack([seed, t]))
+                read = tf.concat([readings, NOISE_STD * noise], axis=-1)
+            distribution, net_state = net.call(read, step_type, net_state)
             label, teacher_state = teacher.call(readings, step_type, teacher_state)
             action = distribution.mode()
             values = (readings, action[:, 0], label.mode()[:, 0], running)
@@ -141,7 +169,7 @@ def own_episodes(net, teacher, starts: tf.Tensor, steps: int = cartpole_swingup.
         loop_vars = (
             tf.constant(0),
             starts,
-            pi_cartpole_es.initial_state(net, batch, 5),
+            pi_cartpole_es.initial_state(net, batch, 5 + noise_channels),
             pi_cartpole_es.initial_state(teacher, batch, 5),
             tf.ones([batch], tf.bool),
             records,
@@ -174,22 +202,27 @@ def fit(actions: np.ndarray, labels: np.ndarray, observations: np.ndarray, count
     return parts
 
 
-def student_report(net, teacher, rounds: Sequence[bc.TeacherData], starts: tf.Tensor) -> dict[str, Any]:
+def student_report(
+    net, teacher, rounds: Sequence[bc.TeacherData], starts: tf.Tensor, noise_channels: int = 0, seed: int = 0
+) -> dict[str, Any]:
     """The fit on each recorded round (and, where the rounds keep the executed actions, with those as the
-    previous actions: ``recorded_rounds_executed``) and in the student's own episodes."""
+    previous actions: ``recorded_rounds_executed``) and in the student's own episodes, the student reading
+    ``noise_channels`` noise channels beside the readings (drawn from ``seed``)."""
     report: dict[str, Any] = {"recorded_rounds": []}
     if all(data.executed is not None for data in rounds):
         report["recorded_rounds_executed"] = []
+    rng = np.random.default_rng(seed)
     for data in rounds:
         labels = np.clip(data.actions[..., 0], -1.0, 1.0)
         counted = data.weights > 0
-        actions = replay_actions(net, data.observations, data.step_types)
+        noise = rng.normal(0.0, NOISE_STD, (*data.observations.shape[:2], noise_channels))
+        actions = replay_actions(net, data.observations, data.step_types, noise=noise)
         report["recorded_rounds"].append(fit(actions, labels, data.observations, counted))
         if "recorded_rounds_executed" in report:
             previous = data.previous_actions(ACTION_SPEC)
-            actions = replay_actions(net, data.observations, data.step_types, previous)
+            actions = replay_actions(net, data.observations, data.step_types, previous, noise)
             report["recorded_rounds_executed"].append(fit(actions, labels, data.observations, counted))
-    own = own_episodes(net, teacher, starts)
+    own = own_episodes(net, teacher, starts, noise_channels=noise_channels, seed=seed)
     report["own_episodes"] = fit(own.actions, own.labels, own.observations, own.running)
     return report
 
@@ -203,11 +236,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="comma-separated training folders of DAgger students (with bc_data.npz)",
     )
     parser.add_argument("--episodes", type=int, default=200, help="the students' own episodes")
-    parser.add_argument("--test_seed", type=int, default=1000, help="draws the starts")
+    parser.add_argument("--test_seed", type=int, default=1000, help="draws the starts and the noise")
+    parser.add_argument(
+        "--noise_channels", type=int, default=0, help="channels of N(0, 0.1^2) noise the students read"
+    )
     parser.add_argument("--out", default=None, help="JSON report")
     args = parser.parse_args(argv)
     if args.episodes < 1:
         raise UsageError(f"--episodes must be at least 1; received {args.episodes}.")
+    if args.noise_channels < 0:
+        raise UsageError(f"--noise_channels must be at least 0; received {args.noise_channels}.")
     pi_cartpole_es.trained_cartpole_folder("--teacher_dir", args.teacher_dir)
     args.pi_dirs = pi_cartpole_es.student_folders("--pi_dirs", args.pi_dirs)
     for folder in args.pi_dirs:
@@ -231,7 +269,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = {}
     for folder in args.pi_dirs:
         results[folder] = student_report(
-            pi_cartpole_batched_eval.load_policy(folder), teacher, rounds[folder], starts
+            pi_cartpole_batched_eval.load_policy(folder),
+            teacher,
+            rounds[folder],
+            starts,
+            args.noise_channels,
+            args.test_seed,
         )
         errors = [
             part["upright"]["mean_abs_error"]

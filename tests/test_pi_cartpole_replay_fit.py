@@ -53,6 +53,26 @@ def test_replaying_a_policys_own_episodes_reproduces_its_actions():
     np.testing.assert_allclose(restarted[1:2, 20:], alone, rtol=1e-5, atol=1e-6)  # another batch size
 
 
+def test_own_episodes_with_noise_channels_replay_with_the_same_noise_after_the_readings():
+    fit, es = load_benchmark("pi_cartpole_replay_fit"), load_benchmark("pi_cartpole_es")
+    student, labeller = _student(0), _student(1)
+    starts = tf.constant(es.initial_states(np.random.default_rng(0), 3))
+    own = fit.own_episodes(student, labeller, starts, steps=30, noise_channels=2, seed=5)
+    assert own.observations.shape == (3, 30, 5)  # the records hold the 5 readings, the labels their own
+    noise = np.stack(
+        [fit.NOISE_STD * tf.random.stateless_normal([3, 2], tf.constant([5, t])).numpy() for t in range(30)],
+        1,
+    )
+    step_types = np.full((3, 30), ts.StepType.MID, np.int32)
+    step_types[:, 0] = ts.StepType.FIRST
+    replayed = fit.replay_actions(student, own.observations, step_types, noise=noise)
+    np.testing.assert_allclose(replayed, own.actions, rtol=1e-5, atol=1e-6)
+    # The noise is read: without it, or with another seed's, the student acts otherwise.
+    assert not np.allclose(fit.replay_actions(student, own.observations, step_types), own.actions, atol=1e-4)
+    other = fit.own_episodes(student, labeller, starts, steps=30, noise_channels=2, seed=6)
+    assert not np.allclose(other.actions, own.actions, atol=1e-4)
+
+
 def test_a_replay_with_recorded_previous_actions_feeds_them_as_training_does():
     fit, es = load_benchmark("pi_cartpole_replay_fit"), load_benchmark("pi_cartpole_es")
     student, rng = _student(0), np.random.default_rng(2)
@@ -98,6 +118,7 @@ def test_the_fit_is_the_mean_over_counted_steps_with_the_pole_up_and_over_all():
     [
         (["--pi_dirs", TEACHER], "--pi_dirs must hold sensory-neuron students;"),
         (["--pi_dirs", "x", "--episodes", "0"], "--episodes must be at least 1"),
+        (["--pi_dirs", "x", "--noise_channels", "-1"], "--noise_channels must be at least 0"),
         (["--pi_dirs", ","], "--pi_dirs must name at least one"),
         (["--pi_dirs", "no/such/folder"], "--pi_dirs: "),
     ],
@@ -144,3 +165,11 @@ def test_pi_cartpole_replay_fit_reports_each_recorded_round_and_the_own_episodes
     assert set(result["own_episodes"]) == {"upright", "all"}
     assert 2 <= result["own_episodes"]["all"]["steps"] <= 2000
     assert report["commit"] and report["command"].startswith("python benchmarks/pi_cartpole_replay_fit.py")
+    # With noise channels the same report holds the fits of the student reading them.
+    assert fit.main([*argv, "--noise_channels", "3"]) == 0
+    noisy = json.loads(out.read_text())["results"][student]
+    assert noisy["recorded_rounds"][0]["all"]["steps"] == 60
+    assert (
+        noisy["recorded_rounds"][0]["all"]["mean_abs_error"]
+        != result["recorded_rounds"][0]["all"]["mean_abs_error"]
+    )
