@@ -3266,3 +3266,44 @@ def test_the_wider_student_screen_is_quoted_as_measured():
         f"{costs['5 obs + 5 noise']:.1%}, but the memory reset at step 500 costs it "
         f"{costs['5 obs, memory reset at step 500']:.1%}" in text
     )
+
+
+def test_the_exploration_of_actors_that_learned_nothing_is_quoted_as_measured():
+    """docs/lavacrossing.md: successes per 100k steps of random walks and of actors at initialisation."""
+    report = _report("lavacrossing_exploration.json")
+    assert report["commit"] and report["command"].startswith("python benchmarks/lavacrossing_exploration.py")
+    page = (DOCS / "lavacrossing.md").read_text()
+    walks = {run["forward_probability"]: run for run in report["runs"] if run["actor"] == "walk"}
+    networks = [run for run in report["runs"] if run["actor"] != "walk"]
+    assert {run["actor"] for run in networks} == {
+        "cnn",
+        "vit_small",
+        "sit_small_chiral_m4_corners_sharp_standardized",
+    }
+    for run in report["runs"]:
+        n1, n2 = run["levels"].values()
+        assert n1["steps"] == n2["steps"] == report["settings"]["steps"] // 2
+        cells = (
+            f"| {n1['successes_per_100k_steps']:.0f} | {n1['success_per_episode']:.4f} | "
+            f"{n2['successes_per_100k_steps']:.0f} | {n2['success_per_episode']:.4f} | "
+            f"{n1['mean_episode_length']:.1f} |"
+        )
+        assert cells in page
+    # The claims of the text: every network at initialisation within the uniform walk's range, a
+    # straight walk 8x (N1) and 32x (N2) as lucky.
+    uniform = [
+        walks[0.25]["levels"][level]["successes_per_100k_steps"] for level in report["settings"]["levels"]
+    ]
+    rates = [
+        [run["levels"][lvl]["successes_per_100k_steps"] for lvl in report["settings"]["levels"]]
+        for run in networks
+    ]
+    assert all(r[0] <= uniform[0] and r[1] <= uniform[1] for r in rates)
+    assert (
+        f"{min(r[0] for r in rates):.0f}-{max(r[0] for r in rates):.0f} times per 100k steps on N1"
+        in " ".join(page.split())
+    )
+    straight = [walks[0.7]["levels"][lvl]["successes_per_100k_steps"] for lvl in report["settings"]["levels"]]
+    assert [round(s / u) for s, u in zip(straight, uniform, strict=True)] == [8, 32]
+    entropies = [level["mean_entropy"] for run in networks for level in run["levels"].values()]
+    assert 1.355 <= min(entropies) and max(entropies) <= math.log(4) + 1e-9
