@@ -126,6 +126,31 @@ def test_the_initial_action_std_is_the_sampling_std():
         warm_start.set_action_std(discrete, 0.1)
 
 
+def test_initial_action_probabilities_are_the_policy_at_the_start_in_every_state():
+    observation_spec = tensor_spec.BoundedTensorSpec((14, 14, 3), tf.uint8, 0, 255)
+    action_spec = tensor_spec.BoundedTensorSpec((), tf.int64, 0, 3)
+    kwargs = encoders.actor_network_kwargs("cnn", {"filters": (4, 8), "strides": 1}, (16,))
+    net = encoders.actor_network(observation_spec, action_spec, **kwargs)
+    images = tf.random.uniform((64, 14, 14, 3), 0, 256, tf.int32, seed=0)
+    images = tf.cast(images, tf.uint8)
+    before = tf.nn.softmax(net(images)[0].logits).numpy()
+    wanted = np.array([0.7, 0.1, 0.1, 0.1])
+    warm_start.set_action_probabilities(net, wanted)
+    after = tf.nn.softmax(net(images)[0].logits).numpy()
+    # Near the given policy in every state, where the random start was near uniform.
+    assert np.abs(before - 0.25).max() < 0.1 and np.abs(after - wanted).max() < 0.1
+    np.testing.assert_allclose(after.mean(axis=0), wanted, atol=0.03)
+    with pytest.raises(ValueError, match="gives 3 probabilities for an actor of 4 actions"):
+        warm_start.set_action_probabilities(net, [0.5, 0.25, 0.25])
+    continuous = encoders.actor_network(
+        tf.TensorSpec((5,), tf.float32),
+        tensor_spec.BoundedTensorSpec((1,), tf.float32, -1.0, 1.0),
+        **encoders.actor_network_kwargs("mlp", {"units": (8,)}, ()),
+    )
+    with pytest.raises(ValueError, match="need a discrete actor"):
+        warm_start.set_action_probabilities(continuous, [0.5, 0.5])
+
+
 def test_frozen_steps_are_whole_iterations():
     settings = ppo.PPO(actor_frozen_env_steps=1, num_epochs=3, num_minibatches=4)
     assert ppo._frozen_train_steps(settings, steps_per_iteration=100) == 12
@@ -141,6 +166,9 @@ def test_frozen_steps_are_whole_iterations():
         ({"encoder": "mlp", "encoder_kwargs": {"units": (8,)}}, r"actor is a EncoderActorNetwork"),
         ({"env_name": "gymnasium:Pendulum-v1"}, r"was trained on observations \(5,\) float32, but this"),
         ({"initial_action_std": -0.1}, r"ppo.initial_action_std must be > 0"),
+        ({"initial_action_probabilities": (0.5, 0.6)}, r"must be positive numbers that sum to 1"),
+        ({"initial_action_probabilities": (1.0, 0.0)}, r"must be positive numbers that sum to 1"),
+        ({"initial_action_probabilities": (0.5, 0.5)}, r"Initial action probabilities need a discrete actor"),
         ({"actor_frozen_env_steps": -1}, r"ppo.actor_frozen_env_steps must be >= 0"),
     ],
 )  # fmt: skip

@@ -15,6 +15,7 @@ trained; ``sit-eval`` also runs the greedy one).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -70,6 +71,12 @@ class PPO:
         newest weights instead of random ones (``warm_start``); the critic
         starts afresh. ``None``: random weights. A resumed run reads its own
         checkpoint instead, and no longer needs the folder.
+      initial_action_probabilities: a discrete actor's policy at the start, the
+        same in every state (its logits' bias set to their logs,
+        ``warm_start.set_action_probabilities``); e.g. ``(0.7, 0.1, 0.1, 0.1)``
+        moves MiniGrid's agent forward more often than a uniform policy while
+        it has learned nothing (docs/lavacrossing.md). ``None``: the random
+        start (near uniform).
       initial_action_std: a continuous actor's sampling standard deviation at
         the start (its state-independent std set to this); ``None`` keeps the
         network's (a cloned actor's is untrained: 0.69 of the action range).
@@ -107,6 +114,7 @@ class PPO:
     drac_coef: float = 0.1
     augmentation: str = "crop"
     initial_actor_dir: str | None = None
+    initial_action_probabilities: Sequence[float] | None = None
     initial_action_std: float | None = None
     reset_each_iteration: bool = False
     actor_frozen_env_steps: int = 0
@@ -116,6 +124,16 @@ class PPO:
         for name in ("collect_steps_per_env", "num_epochs", "num_minibatches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"ppo.{name} must be >= 1. Received: {name}={getattr(self, name)}")
+        probabilities = self.initial_action_probabilities
+        if probabilities is not None:
+            # A probability of 0 would be a logit of -inf: an action that could never be learned.
+            if not all(isinstance(p, (int, float)) and p > 0 for p in probabilities) or not math.isclose(
+                sum(probabilities), 1.0, abs_tol=1e-6
+            ):
+                raise ValueError(
+                    "ppo.initial_action_probabilities must be positive numbers that sum to 1. "
+                    f"Received: {probabilities!r}"
+                )
 
 
 SETTINGS = PPO
@@ -275,6 +293,8 @@ def _agent(
         _start_from(actor_net, actor_kwargs, settings.initial_actor_dir, run)
     if settings.initial_action_std is not None:
         warm_start.set_action_std(actor_net, settings.initial_action_std)
+    if settings.initial_action_probabilities is not None:
+        warm_start.set_action_probabilities(actor_net, settings.initial_action_probabilities)
     if settings.shared_torso:
         value_net = encoders.shared_value_network(actor_net)
     else:

@@ -11,17 +11,22 @@ weights are read; the critic, the optimiser and the counters start afresh.
 Behaviour cloning trains a continuous actor's mode alone, so its standard
 deviation is still the projection's initial one (softplus(0) = 0.69 of the
 action range): ``set_action_std`` sets it to what the new run should sample with.
+
+A discrete actor starts from random weights near the uniform policy;
+``set_action_probabilities`` makes it start near other probabilities instead
+(``ppo.initial_action_probabilities``): an exploration prior that the run then
+trains away from like any other weights.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
-from tf_agents.networks import network, normal_projection_network
+from tf_agents.networks import categorical_projection_network, network, normal_projection_network
 
 from sit_keras.agents.networks import policy_network
 
@@ -93,6 +98,31 @@ def load_actor(
     """Reads the newest checkpoint of ``actor_dir`` into ``actor_net``; returns the checkpoint's path."""
     actor_net.create_variables()
     return policy_network.restore_network(actor_net, actor_dir, description.checkpoint_attribute)
+
+
+def set_action_probabilities(actor_net: network.Network, probabilities: Sequence[float]) -> None:
+    """Starts a categorical actor near ``probabilities`` in every state: its logits' bias set to their logs.
+
+    The logits are ``W h + b``; TF-Agents initialises ``W`` at a tenth of the usual
+    scale, so at the start the policy is ``softmax(b)`` up to a small state-dependent part.
+
+    Raises:
+      ValueError: the actor is not categorical, or ``probabilities`` has another length than its actions.
+    """
+    projection = getattr(actor_net, "_projection", None)
+    if not isinstance(projection, categorical_projection_network.CategoricalProjectionNetwork):
+        raise ValueError(
+            f"Initial action probabilities need a discrete actor; {type(actor_net).__name__} has "
+            f"{type(projection).__name__}."
+        )
+    actor_net.create_variables()
+    bias = projection._projection_layer.bias  # TF-Agents' logits layer (Dense, bias initialised to 0)
+    if bias.shape[-1] != len(probabilities):
+        raise ValueError(
+            f"ppo.initial_action_probabilities gives {len(probabilities)} probabilities for an actor of "
+            f"{bias.shape[-1]} actions."
+        )
+    bias.assign(tf.math.log(tf.constant(list(probabilities), bias.dtype)))
 
 
 def set_action_std(actor_net: network.Network, std: float) -> None:
