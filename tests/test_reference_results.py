@@ -3217,14 +3217,99 @@ def test_the_executed_previous_action_student_is_quoted_as_measured():
     )
     noise = 1 - summary["column_over_5_obs_per_seed"]["5 obs + 5 noise"][0]
     assert (
-        f"it scores {summary['pi_5_obs_mean']:.0f}, {summary['student_over_teacher']:.1%} of the teacher's "
-        f"{summary['teacher_5_obs']:.0f}" in text
+        f"it scores {summary['pi_per_seed']['5 obs'][0]:.0f}, "
+        f"{summary['student_over_teacher_per_seed'][0]:.1%} of the teacher's {summary['teacher_5_obs']:.0f}"
+        in text
     )
     assert f"{noise:.1%} less with the noise channels, and {reshuffles} reshuffled" in text
+
+
+def test_three_seeds_fed_the_executed_previous_action_are_quoted_as_measured():
+    """docs/results.md and the README: seeds 0-2 fed the executed previous action, 1000 and 200 episodes."""
+    seed0 = _report("pi_cartpole_harder_dagger_executed_1000.json")
+    seeds12 = _report("pi_cartpole_harder_dagger_executed_seeds12_1000.json")
+    # The same starts and teacher: the teacher's return is the same in both reports.
+    teacher = seed0["results"]["teacher"]["5 obs"]["mean"]
+    assert seeds12["results"]["teacher"]["5 obs"]["mean"] == pytest.approx(teacher, rel=1e-9)
+    assert seeds12["settings"]["test_seed"] == seed0["settings"]["test_seed"]
+    columns = [seed0["results"]["runs/pi_exec/seed0/pi"]] + [
+        seeds12["results"][f"runs/pi_exec/seed{s}/pi"] for s in (1, 2)
+    ]
+    shares = [c["5 obs"]["over_teacher"]["share"] for c in columns]
+    noise = [1 - c["5 obs + 5 noise"]["over_own_upright"]["share"] for c in columns]
+    pooled = 1 - sum(c["5 obs + 5 noise"]["mean"] for c in columns) / sum(c["5 obs"]["mean"] for c in columns)
+    text = " ".join(RESULTS.split())
+    assert f"keep {shares[1]:.1%} and {shares[2]:.1%} of the teacher" in text
+    assert f"the mean over the three seeds is {statistics.mean(shares):.1%}" in text
+    assert f"{statistics.mean(shares):.1%} of the teacher over the paper's 1000 test episodes" in text
+    for c in columns[1:]:
+        for name in ("5 obs (shuffled)", "10 obs"):
+            assert abs(1 - c[name]["over_own_upright"]["share"]) < 0.002
+    ups = " and ".join(f"{c['5 obs']['second_half_upright_share']:.3f}" for c in columns[1:])
+    falls = " and ".join(f"{c['5 obs']['second_half_drops_mean']:.2f}" for c in columns[1:])
+    assert f"the pole is up for {ups} of the second half with {falls} falls there" in text
+    assert (
+        f"Five noise channels cost them {noise[1]:.1%} and {noise[2]:.1%} (seed 0: {noise[0]:.1%}; "
+        f"{pooled:.1%} of the three seeds' return together)" in text
+    )
+    assert sum(n <= 0.05 for n in noise) == 1
+    # The summary at the head of the cart-pole section: the returns and the targets.
+    row = " | ".join(
+        " / ".join(f"{c[name]['mean']:.0f}" for c in columns) + f" ({paper})"
+        for name, paper in (
+            ("5 obs", 472),
+            ("5 obs (shuffled)", 471),
+            ("10 obs", 471),
+            ("5 obs + 5 noise", 461),
+        )
+    )
+    assert f"| AttentionNeuron student | {row} |" in RESULTS
+    assert (
+        f"upright the seeds keep {' / '.join(f'{x:.1%}' for x in shares)} of the teacher, "
+        f"{statistics.mean(shares):.1%} on average" in text
+    )
+    assert (
+        f"five noise channels cost {' / '.join(f'{x:.1%}' for x in noise)} (target: 5%), which is not met"
+        in text
+    )
+    summary = _report("pi_cartpole_harder_dagger_executed_seeds.json")["summary"]
+    per_seed = " / ".join(f"{r:.1%}" for r in summary["student_over_teacher_per_seed"])
+    assert f"they keep {per_seed}, {summary['student_over_teacher']:.1%} together" in text
+    assert (
+        f"({summary['pi_5_obs_mean']:.0f} +- {summary['pi_5_obs_std_over_seeds_sample']:.0f} over seeds"
+        in text
+    )
+    noise200 = " / ".join(f"{1 - r:.1%}" for r in summary["column_over_5_obs_per_seed"]["5 obs + 5 noise"])
+    assert f"{noise200} less with the noise channels" in text
+    for name in ("5 obs (shuffled)", "10 obs"):
+        assert all(abs(1 - r) <= 0.005 for r in summary["column_over_5_obs_per_seed"][name])
+    reshuffles = " / ".join(
+        f"{statistics.mean(summary['pi_per_seed'][f'reshuffle every {n}']):.0f}"
+        for n in (25, 50, 100, 200, 500)
+    )
+    assert f"steps {reshuffles} on average" in text
     readme = " ".join(README.split())
     assert (
-        f"seed 0 keeps {share['share']:.0%} and holds the pole "
-        "(`benchmarks/reference/pi_cartpole_harder_dagger_executed_1000.json`;" in readme
+        f"3 seeds keep {' / '.join(f'{x:.0%}' for x in shares)} and hold the pole, "
+        f"{min(noise) * 100:.0f}-{max(noise):.0%} less with the noise channels" in readme
+    )
+    # The replay with noise channels: the fit moves little, on the rounds and in the own episodes.
+    fits = [_report(f"pi_cartpole_replay_fit_executed_noise{k}.json")["results"] for k in (0, 5)]
+    rounds, own = [], []
+    for seed in (1, 2):
+        folder = f"runs/pi_exec/seed{seed}/pi"
+        errors = [
+            statistics.mean(r["upright"]["mean_abs_error"] for r in fit[folder]["recorded_rounds_executed"])
+            for fit in fits
+        ]
+        assert errors[1] - errors[0] < 0.02
+        rounds.append(f"{errors[0]:.3f} to {errors[1]:.3f} (seed {seed})")
+        own.append(
+            " to ".join(f"{fit[folder]['own_episodes']['upright']['mean_abs_error']:.2f}" for fit in fits)
+        )
+    assert (
+        f"goes from {rounds[0]} and {rounds[1]}, and in their own episodes from {own[0]} and {own[1]}."
+        in text
     )
 
 
