@@ -3392,3 +3392,41 @@ def test_the_exploration_of_actors_that_learned_nothing_is_quoted_as_measured():
     assert [round(s / u) for s, u in zip(straight, uniform, strict=True)] == [8, 32]
     entropies = [level["mean_entropy"] for run in networks for level in run["levels"].values()]
     assert 1.355 <= min(entropies) and max(entropies) <= math.log(4) + 1e-9
+
+
+def test_the_forward_prior_screen_is_quoted_as_measured():
+    """docs/lavacrossing.md: the standardised sharp chiral SiT started near forward 0.7, to 0.5M steps."""
+    report = _report("lavacrossing_forward_prior_seed0_05m.json")
+    assert "ppo.initial_action_probabilities = (0.7, 0.1, 0.1, 0.1)" in report["run"]["command"]
+    assert report["run"]["commit"] and report["budget_env_steps"] == 500_000
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    successes = [point["success"] for point in report["curve"]["curve"]]
+    assert len(successes) == 10 and report["curve"]["last"]["env_steps"] >= 500_000
+    assert f"Training success at every 50k mark: {' / '.join(f'{s:.2f}' for s in successes)}." in page
+    assert (
+        report["curve"]["last"]["success"] == pytest.approx(0.04) and "(0.04 against 0.07 and 0.06)" in page
+    )
+    assert set(report["without_the_prior_for_comparison"]["training_success_to_0.5M"]) == {0.0}
+    greedy, sampling = report["greedy"], report["sampling"]
+    assert all(
+        greedy[row]["success_rate"] == 0
+        for row in ("train: easy", "train: medium", "hard", "rotations average")
+    )
+    assert (
+        f"{greedy['goal top-right']['success_rate']:.2f} with the goal at the top right" in page
+        and f"{greedy['random goal']['success_rate']:.2f} with a random goal" in page
+    )
+    rows = " / ".join(
+        f"{sampling[row]['success_rate']:.2f}" for row in ("train: easy", "train: medium", "hard")
+    )
+    assert f"{rows} on N1 / N2 / N3 and {sampling['rotations average']['success_rate']:.2f} rotated" in page
+    walk = next(
+        run
+        for run in _report("lavacrossing_exploration.json")["runs"]
+        if run.get("forward_probability") == 0.7
+    )
+    rate = sum(level["successes"] for level in walk["levels"].values()) / sum(
+        level["episodes"] for level in walk["levels"].values()
+    )
+    assert f"({rate:.1%} of its episodes, N1 and N2 together" in page
+    assert f"success rate at 0.5M: {successes[-1]:.2f}, {successes[-1] / rate:.1f}x the rate of" in page
