@@ -3430,3 +3430,55 @@ def test_the_forward_prior_screen_is_quoted_as_measured():
     )
     assert f"({rate:.1%} of its episodes, N1 and N2 together" in page
     assert f"success rate at 0.5M: {successes[-1]:.2f}, {successes[-1] / rate:.1f}x the rate of" in page
+
+
+def test_the_executed_previous_action_student_with_64_units_is_quoted_as_measured():
+    """docs/results.md and the README: 64 LSTM units, the executed previous action, seed 0."""
+    report = _report("pi_cartpole_harder_dagger_executed_h64_1000.json")
+    column = report["results"]["runs/pi_exec_h64/seed0/pi"]
+    upright, teacher = column["5 obs"], report["results"]["teacher"]["5 obs"]
+    seed0 = _report("pi_cartpole_harder_dagger_executed_1000.json")["results"]["teacher"]["5 obs"]["mean"]
+    assert teacher["mean"] == pytest.approx(seed0, rel=1e-9)  # the same starts and teacher
+    costs = {name: 1 - column[name]["over_own_upright"]["share"] for name in column}
+    share = upright["over_teacher"]
+    text = " ".join(RESULTS.split())
+    assert (
+        f"scores {upright['mean']:.0f}, **{share['share']:.1%} +- {share['standard_error']:.1%}** of the "
+        f"teacher's {teacher['mean']:.0f} (32 units: 86.3%)" in text
+    )
+    assert f"and {costs['5 obs + 5 noise']:.2%} less with five noise channels (32 units: 9.4%)" in text
+    assert abs(costs["5 obs (shuffled)"]) < 0.001 and abs(costs["10 obs"]) < 0.001
+    noisy = column["5 obs + 5 noise"]
+    assert (
+        f"the pole for {upright['second_half_upright_share']:.3f} of the second half with "
+        f"{upright['second_half_drops_mean']:.2f} falls there, {noisy['second_half_upright_share']:.3f} and "
+        f"{noisy['second_half_drops_mean']:.2f} with the noise channels" in text
+    )
+    assert f"The memory reset at step 500 costs it {costs['5 obs, memory reset at step 500']:.1%}." in text
+    seeds = _report("pi_cartpole_harder_dagger_executed_h64_seeds.json")
+    run = seeds["runs"][0]
+    assert (
+        '"hidden_size": 64' in run["command"]
+        and "--previous_action executed" in run["command"]
+        and run["commit"]
+    )
+    summary = seeds["summary"]
+    reshuffles = " / ".join(
+        f"{summary['pi_per_seed'][f'reshuffle every {n}'][0]:.0f}" for n in (25, 50, 100, 200, 500)
+    )
+    noise = summary["column_over_5_obs_per_seed"]["5 obs + 5 noise"][0] - 1
+    per_seed = summary["pi_per_seed"]
+    assert (
+        f"it scores {per_seed['5 obs'][0]:.0f}, {summary['student_over_teacher_per_seed'][0]:.1%} of the "
+        f"teacher's {summary['teacher_5_obs']:.0f}, {per_seed['5 obs + 5 noise'][0]:.0f} with the "
+        f"noise channels ({noise:+.1%}), and {reshuffles} reshuffled" in text
+    )
+    assert (
+        f"units instead of 32, seed 0 keeps {share['share']:.1%} and loses {costs['5 obs + 5 noise']:.2%} "
+        "to the noise channels" in text
+    )
+    readme = " ".join(README.split())
+    assert (
+        f"with 64 LSTM units seed 0 keeps {share['share']:.0%}, {costs['5 obs + 5 noise']:.1%} less with "
+        "them (`..._executed_h64_1000.json`; seeds 1 and 2 to run)" in readme
+    )
