@@ -3480,5 +3480,6 @@ def test_the_executed_previous_action_student_with_64_units_is_quoted_as_measure
     readme = " ".join(README.split())
     assert (
         f"with 64 LSTM units seed 0 keeps {share['share']:.0%}, {costs['5 obs + 5 noise']:.1%} less with "
-        "them (`..._executed_h64_1000.json`; seeds 1 and 2 to run)" in readme
+        "them (`benchmarks/reference/pi_cartpole_harder_dagger_executed_h64_1000.json`; seeds 1, 2 to run)"
+        in readme
     )
