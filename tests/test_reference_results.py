@@ -3432,6 +3432,43 @@ def test_the_forward_prior_screen_is_quoted_as_measured():
     assert f"success rate at 0.5M: {successes[-1]:.2f}, {successes[-1] / rate:.1f}x the rate of" in page
 
 
+def test_the_forward_prior_run_to_1m_is_quoted_as_measured():
+    """docs/lavacrossing.md: the forward-prior screen resumed to 1M steps."""
+    report = _report("lavacrossing_forward_prior_seed0_1m.json")
+    screen = _report("lavacrossing_forward_prior_seed0_05m.json")
+    assert "--env_steps 1000000" in report["run"]["command"] and report["run"]["commit"]
+    assert (
+        report["run"]["command"].replace("1000000", "500000").split(" --out ")[0]
+        == (screen["run"]["command"].split(" --out ")[0])
+    )
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    points = report["curve"]["curve"]
+    # The first half of the curve is the screen's: the same checkpoints, read again.
+    assert [p["success"] for p in points[:10]] == [p["success"] for p in screen["curve"]["curve"]]
+    second = [p["success"] for p in points[10:]]
+    assert len(second) == 10 and report["curve"]["last"]["env_steps"] >= 1_000_000
+    assert f"Training success at every 50k mark from 0.55M: {' / '.join(f'{s:.2f}' for s in second)}." in page
+    span = f"{min(second):.2f}-{max(second):.2f}"
+    assert f"{span} from 0.55M to 1M ({second[-1]:.2f} at 1M)" in page
+    assert f"({min(second) * 100:.0f}-{max(second):.0%} of its episodes against the walk's 1.7%)" in page
+    assert max(second) > max(p["success"] for p in points[:10])  # more than in the first half
+    peak = points[10 + second.index(max(second))]["env_steps"]
+    assert f"it peaks at {peak / 1e6:.2f}M and ends at {second[-1]:.2f}" in page
+    greedy, sampling = report["greedy"], report["sampling"]
+    rows = " / ".join(f"{greedy[r]['success_rate']:.2f}" for r in ("train: easy", "train: medium", "hard"))
+    rotated = greedy["rotations average"]["success_rate"]
+    assert f"Greedy success at 1M: {rows} on N1 / N2 / N3 and {rotated:.2f} rotated" in page
+    assert (
+        f"{greedy['goal top-right']['success_rate']:.2f} with the goal at the top right, "
+        f"{greedy['random goal']['success_rate']:.2f} with a random goal" in page
+    )
+    assert (
+        f"Sampling: {sampling['train: easy']['success_rate']:.2f} on N1 and "
+        f"{sampling['rotations average']['success_rate']:.2f} rotated" in page
+    )
+    assert f"N1 is 0.00 at 0.5M and {greedy['train: easy']['success_rate']:.2f} at 1M" in page
+
+
 def test_the_executed_previous_action_student_with_64_units_is_quoted_as_measured():
     """docs/results.md and the README: 64 LSTM units, the executed previous action, seed 0."""
     report = _report("pi_cartpole_harder_dagger_executed_h64_1000.json")
