@@ -3263,14 +3263,11 @@ def test_three_seeds_fed_the_executed_previous_action_are_quoted_as_measured():
             ("5 obs + 5 noise", 461),
         )
     )
-    assert f"| AttentionNeuron student | {row} |" in RESULTS
+    assert f"| AttentionNeuron student, 32 units | {row} |" in RESULTS
     assert (
-        f"upright the seeds keep {' / '.join(f'{x:.1%}' for x in shares)} of the teacher, "
-        f"{statistics.mean(shares):.1%} on average" in text
-    )
-    assert (
-        f"five noise channels cost {' / '.join(f'{x:.1%}' for x in noise)} (target: 5%), which is not met"
-        in text
+        f"With 32 units the seeds kept {' / '.join(f'{x:.1%}' for x in shares)}, "
+        f"{statistics.mean(shares):.1%} on average, and five noise channels cost "
+        f"{' / '.join(f'{x:.1%}' for x in noise)} (target: 5%), which is not met" in text
     )
     summary = _report("pi_cartpole_harder_dagger_executed_seeds.json")["summary"]
     per_seed = " / ".join(f"{r:.1%}" for r in summary["student_over_teacher_per_seed"])
@@ -3510,13 +3507,88 @@ def test_the_executed_previous_action_student_with_64_units_is_quoted_as_measure
         f"teacher's {summary['teacher_5_obs']:.0f}, {per_seed['5 obs + 5 noise'][0]:.0f} with the "
         f"noise channels ({noise:+.1%}), and {reshuffles} reshuffled" in text
     )
-    assert (
-        f"units instead of 32, seed 0 keeps {share['share']:.1%} and loses {costs['5 obs + 5 noise']:.2%} "
-        "to the noise channels" in text
+
+
+def test_three_seeds_with_64_units_meet_every_target_and_are_quoted_as_measured():
+    """docs/results.md and the README: seeds 0-2, 64 LSTM units, the executed previous action."""
+    seed0 = _report("pi_cartpole_harder_dagger_executed_h64_1000.json")
+    seeds12 = _report("pi_cartpole_harder_dagger_executed_h64_seeds12_1000.json")
+    teacher = seed0["results"]["teacher"]["5 obs"]["mean"]
+    assert seeds12["results"]["teacher"]["5 obs"]["mean"] == pytest.approx(teacher, rel=1e-9)
+    assert seeds12["settings"]["test_seed"] == seed0["settings"]["test_seed"]
+    columns = [seed0["results"]["runs/pi_exec_h64/seed0/pi"]] + [
+        seeds12["results"][f"runs/pi_exec_h64/seed{s}/pi"] for s in (1, 2)
+    ]
+    shares = [c["5 obs"]["over_teacher"]["share"] for c in columns]
+    noise = [1 - c["5 obs + 5 noise"]["over_own_upright"]["share"] for c in columns]
+    # The issue's targets, on every seed: 80% of the teacher, 2% shuffled and with 10 readings, 5% noise.
+    assert min(shares) >= 0.8 and max(noise) <= 0.05
+    for c in columns:
+        for name in ("5 obs (shuffled)", "10 obs"):
+            assert abs(1 - c[name]["over_own_upright"]["share"]) <= 0.001
+    text = " ".join(RESULTS.split())
+    row = " | ".join(
+        " / ".join(f"{c[name]['mean']:.0f}" for c in columns) + f" ({paper})"
+        for name, paper in (
+            ("5 obs", 472),
+            ("5 obs (shuffled)", 471),
+            ("10 obs", 471),
+            ("5 obs + 5 noise", 461),
+        )
     )
+    assert f"| AttentionNeuron student, 64 units | {row} |" in RESULTS
+    assert (
+        f"upright the seeds keep {' / '.join(f'{x:.1%}' for x in shares)} of the teacher, "
+        f"{statistics.mean(shares):.1%} on average" in text
+    )
+    assert (
+        f"five noise channels cost {' / '.join(f'{x:.1%}' for x in noise)} (target: 5%): every target" in text
+    )
+    one, two = columns[1:]
+    assert (
+        f"{shares[1]:.1%} and {shares[2]:.1%}, {noise[1]:.1%} and {noise[2]:.1%} less with the noise channels"
+        in text
+    )
+    assert f"score {one['5 obs']['mean']:.0f} and {two['5 obs']['mean']:.0f}" in text
+    up = {
+        f"{c['5 obs']['second_half_upright_share']:.3f} {c['5 obs']['second_half_drops_mean']:.2f}"
+        for c in (one, two)
+    }
+    assert (
+        len(up) == 1
+        and "Each holds the pole for {} of the second half with {} falls there".format(*up.pop().split())
+        in text
+    )
+    noisy = [
+        (c["5 obs + 5 noise"]["second_half_upright_share"], c["5 obs + 5 noise"]["second_half_drops_mean"])
+        for c in (one, two)
+    ]
+    assert (
+        f"with the noise channels {noisy[0][0]:.3f} and {noisy[0][1]:.2f} falls (seed 1), "
+        f"{noisy[1][0]:.3f} and {noisy[1][1]:.2f} (seed 2)" in text
+    )
+    resets = [1 - c["5 obs, memory reset at step 500"]["over_own_upright"]["share"] for c in columns]
+    assert f"costs them {resets[1]:.1%} and {resets[2]:.1%} (seed 0: {resets[0]:.1%})" in text
+    seeds = _report("pi_cartpole_harder_dagger_executed_h64_seeds.json")
+    assert [run["seed"] for run in seeds["runs"]] == [0, 1, 2]
+    assert all('"hidden_size": 64' in run["command"] and run["commit"] for run in seeds["runs"])
+    summary = seeds["summary"]
+    per_seed = " / ".join(f"{r:.1%}" for r in summary["student_over_teacher_per_seed"])
+    assert f"the 64-unit seeds keep {per_seed} of the teacher, {summary['student_over_teacher']:.1%}" in text
+    reshuffles = " / ".join(
+        f"{statistics.mean(summary['pi_per_seed'][f'reshuffle every {n}']):.0f}"
+        for n in (25, 50, 100, 200, 500)
+    )
+    assert f"they score {reshuffles} on average (the paper's 107 / 163 / 242 / 318 / 407" in text
+    assert (
+        f"score {summary['pi_5_obs_mean']:.0f} +- {summary['pi_5_obs_std_over_seeds_sample']:.0f} over seeds "
+        f"(sample std), {summary['student_over_teacher']:.1%} of the teacher's {summary['teacher_5_obs']:.0f}"
+        in text
+    )
+    paper_steps = 14_000 * 4_096 * 1_000
+    assert f"{(200_000 + 640_000) / paper_steps:.4%} of the paper's CMA-ES budget" in text
     readme = " ".join(README.split())
     assert (
-        f"with 64 LSTM units seed 0 keeps {share['share']:.0%}, {costs['5 obs + 5 noise']:.1%} less with "
-        "them (`benchmarks/reference/pi_cartpole_harder_dagger_executed_h64_1000.json`; seeds 1, 2 to run)"
-        in readme
+        f"with 64 LSTM units 3 seeds keep {' / '.join(f'{x:.0%}' for x in shares)}, "
+        f"{min(noise) * 100:.1f}-{max(noise):.1%} less with them" in readme
     )
