@@ -52,7 +52,7 @@ import tensorflow as tf
 from tf_agents.trajectories.time_step import StepType
 
 from sit_keras.agents import train
-from sit_keras.agents.environments import load
+from sit_keras.agents.environments import load, sensor_permutation
 from sit_keras.agents.networks import policy_network
 from sit_keras.benchmarking import environment, write_report
 
@@ -61,7 +61,7 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "dmc"
 ENV = "dmc:cartpole-swingup"
 POLICIES = {"pi": "cartpole_swingup_pi.gin", "mlp": "cartpole_swingup_mlp.gin"}
 LABELS = {"pi": "AttentionNeuron (PI)", "mlp": "MLP (FNN)"}
-RESHUFFLES = (25, 50, 100, 200, 500)
+RESHUFFLES = sensor_permutation.TABLE6_RESHUFFLE_STEPS
 
 # Tang & Ha 2021, Table 2 and Table 6 (CartPoleSwingUpHarder, CMA-ES, 1000 test episodes): mean, std.
 PAPER: dict[str, dict[str, tuple[float, float]]] = {

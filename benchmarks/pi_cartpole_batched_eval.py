@@ -15,7 +15,10 @@ against the package step by step in its tests), greedy:
   (``--noise_channels`` channels of N(0, 0.1^2) beside the readings), and
   "5 obs, memory reset at step 500": the student's recurrent state is set back to
   zero as the second half starts, while the cart plays on (not a paper column: it
-  shows how much of holding the pole rests on what the neurons remember).
+  shows how much of holding the pole rests on what the neurons remember);
+- for the students only, Table 6's "reshuffle every t" for each t of
+  ``--reshuffles``: each episode's readings in an order of its own, drawn again
+  every t steps.
 
 Each student's mean is also given as a share of the teacher's "5 obs" mean on the
 same starts, with the standard error of that share from the paired per-start
@@ -52,7 +55,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from sit_keras.agents.environments import cartpole_swingup
+from sit_keras.agents.environments import cartpole_swingup, sensor_permutation
 from sit_keras.agents.networks import policy_network
 from sit_keras.benchmarking import (
     SentenceParser,
@@ -196,12 +199,24 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="draws the starts, the permutation and the noise (ES draws its starts from --seed and 7)",
     )  # fmt: skip
     parser.add_argument("--noise_channels", type=int, default=5)
+    parser.add_argument(
+        "--reshuffles", default=",".join(map(str, sensor_permutation.TABLE6_RESHUFFLE_STEPS)),
+        help="Table 6's reshuffle intervals in steps, comma-separated ('' for none)",
+    )  # fmt: skip
     parser.add_argument("--out", default=None, help="JSON report")
     args = parser.parse_args(argv)
     if args.episodes < 2:
         raise UsageError(f"--episodes must be at least 2; received {args.episodes}.")
     if args.noise_channels < 1:
         raise UsageError(f"--noise_channels must be at least 1; received {args.noise_channels}.")
+    try:
+        args.reshuffles = [int(t) for t in args.reshuffles.split(",") if t.strip()]
+    except ValueError:
+        raise UsageError(
+            f"--reshuffles must be whole numbers of steps; received {args.reshuffles!r}."
+        ) from None
+    if any(t < 1 for t in args.reshuffles):
+        raise UsageError(f"--reshuffles must be at least 1 step each; received {args.reshuffles}.")
     pi_cartpole_es.trained_cartpole_folder("--teacher_dir", args.teacher_dir)
     args.pi_dirs = pi_cartpole_es.student_folders("--pi_dirs", args.pi_dirs)
     check_out_file(args.out)
@@ -227,6 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "10 obs": {"sensor_order": [*range(5), *range(5)]},
         "5 obs + 5 noise": {"noise_channels": args.noise_channels},
         MEMORY_RESET: {"reset_at": cartpole_swingup.MAX_STEPS // 2},
+        **{f"reshuffle every {t}": {"reshuffle_every": t} for t in args.reshuffles},
     }
     teacher_net = load_policy(args.teacher_dir)
     teacher = play_columns(teacher_net, starts, seed, teacher_columns)

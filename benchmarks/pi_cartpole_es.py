@@ -163,6 +163,7 @@ def episode_outcomes(
     steps: int = cartpole_swingup.MAX_STEPS,
     labeller=None,
     reset_at: int | None = None,
+    reshuffle_every: int | None = None,
 ) -> Callable[[tf.Tensor, tf.Tensor], Outcomes]:
     """A function from ``(B, 4)`` starts to the greedy policy's ``Outcomes`` of each episode.
 
@@ -180,7 +181,12 @@ def episode_outcomes(
     With ``reset_at``, the policy is told at that step that an episode starts (its
     recurrent state goes back to zero) while the cart plays on: what its memory of the
     steps before holds.
+    With ``reshuffle_every`` ``n`` (Table 6, "reshuffle every n steps"), each episode
+    reads its 5 readings in a permutation of its own, drawn at step 0 and again at
+    every ``n``-th step (from the ``seed`` argument, apart from the noise's draws).
     """
+    if reshuffle_every is not None and (sensor_order is not None or reshuffle_every < 1):
+        raise ValueError(f"reshuffle_every must be >= 1, without sensor_order; received {reshuffle_every}.")
     order = None if sensor_order is None else tf.constant(list(sensor_order), tf.int32)
     num_sensors = (5 if sensor_order is None else len(sensor_order)) + noise_channels
 
@@ -200,6 +206,9 @@ def episode_outcomes(
             true_readings = readings
             if order is not None:
                 readings = tf.gather(readings, order, axis=-1)
+            if reshuffle_every is not None:  # permutation number t // n of each episode
+                keys = tf.random.stateless_uniform([batch, 5], seed + tf.stack([1, t // reshuffle_every]))
+                readings = tf.gather(readings, tf.argsort(keys, axis=-1), axis=-1, batch_dims=1)
             if noise_channels:
                 noise = tf.random.stateless_normal([batch, noise_channels], seed + tf.stack([0, t]))
                 readings = tf.concat([readings, NOISE_STD * noise], axis=-1)

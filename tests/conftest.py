@@ -22,6 +22,11 @@ import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
 import sit_keras  # noqa: E402, F401  (selects Keras 2 before TensorFlow is imported)
+from sit_keras.quiet import import_tensorflow  # noqa: E402
+
+# TensorFlow and gym imported here, their banners filtered as every entry point does
+# (sit_keras.quiet_start): a test that captures stderr must not see gym's, printed on its first import.
+import_tensorflow()
 from sit_keras import testing  # noqa: E402
 
 # The trainers' "auto" settings measure the model once per host and cache the answer

@@ -70,6 +70,8 @@ def test_a_student_is_compared_with_its_teacher_start_by_start():
         (["--pi_dirs", "x", "--episodes", "1"], "--episodes must be at least 2"),
         (["--pi_dirs", ","], "--pi_dirs must name at least one"),
         (["--pi_dirs", "no/such/folder"], "--pi_dirs: "),
+        (["--pi_dirs", "x", "--reshuffles", "25,0"], "--reshuffles must be at least 1 step each"),
+        (["--pi_dirs", "x", "--reshuffles", "25,a"], "--reshuffles must be whole numbers of steps"),
     ],
 )
 def test_pi_cartpole_batched_eval_refuses_bad_arguments_in_one_sentence(extra, message, tmp_path, capsys):
@@ -94,7 +96,15 @@ def test_pi_cartpole_batched_eval_plays_every_column_on_the_same_starts(tmp_path
     report = json.loads(out.read_text())
     teacher, pupil = report["results"]["teacher"], report["results"][student]
     assert set(teacher) == {"5 obs", "5 obs (shuffled)"}
-    assert set(pupil) == {"5 obs", "5 obs (shuffled)", "10 obs", "5 obs + 5 noise", batched.MEMORY_RESET}
+    reshuffles = {f"reshuffle every {t}" for t in (25, 50, 100, 200, 500)}  # Table 6's, by default
+    assert set(pupil) == {
+        "5 obs",
+        "5 obs (shuffled)",
+        "10 obs",
+        "5 obs + 5 noise",
+        batched.MEMORY_RESET,
+        *reshuffles,
+    }
     # The teacher labels the student's upright states in its "5 obs" column only (None: never up).
     labelled, unlabelled = pupil["5 obs"]["from_upright"], pupil["10 obs"]["from_upright"]
     assert labelled is None or {"teacher_mean_abs_action", "mean_abs_error"} <= set(labelled)
@@ -118,3 +128,34 @@ def test_pi_cartpole_batched_eval_plays_every_column_on_the_same_starts(tmp_path
         "lost_at_step_quartiles",
         "kept_where_teacher_lost",
     }
+
+
+def test_a_reshuffle_gives_each_episode_an_order_of_its_own(tmp_path):
+    """Table 6's column: each episode's readings permuted, again every ``reshuffle_every`` steps."""
+    from run_folders import tiny_pi_cartpole_run
+
+    batched, es = load_benchmark("pi_cartpole_batched_eval"), load_benchmark("pi_cartpole_es")
+    starts = tf.constant(es.initial_states(np.random.default_rng(5), 6))
+    seed = tf.constant([4, 9])
+    teacher = batched.load_policy(TEACHER)
+    steps = 200
+
+    def returns(net, **options):
+        return es.episode_outcomes(net, steps=steps, **options)(starts, seed).returns.numpy()
+
+    # The MLP teacher reads its readings in place: one order for the whole episode changes its returns.
+    upright = returns(teacher)
+    whole_episode = returns(teacher, reshuffle_every=steps)
+    assert not np.allclose(whole_episode, upright)
+    # Each episode draws its own order: replayed with one fixed order, not every episode matches.
+    fixed = [returns(teacher, sensor_order=order) for order in ([1, 0, 2, 3, 4], [4, 3, 2, 1, 0])]
+    assert not any(np.allclose(whole_episode, f) for f in fixed)
+    # A sensory-neuron student is exactly invariant to one order per episode, not to a new one each step.
+    tiny_pi_cartpole_run(str(tmp_path / "student"))
+    student = batched.load_policy(str(tmp_path / "student"))
+    np.testing.assert_allclose(
+        returns(student, reshuffle_every=steps), returns(student), rtol=1e-6
+    )  # float32
+    assert not np.allclose(returns(student, reshuffle_every=1), returns(student), rtol=1e-3)
+    with pytest.raises(ValueError, match="reshuffle_every must be >= 1, without sensor_order"):
+        es.episode_outcomes(student, sensor_order=[0, 1, 2, 3, 4], reshuffle_every=25)

@@ -42,6 +42,8 @@ from tf_agents.trajectories import time_step as ts
 
 NOISE_STD = 0.1
 """Standard deviation of the noise channels (AttentionNeuron Table 2: white noise, sigma = 0.1)."""
+TABLE6_RESHUFFLE_STEPS = (25, 50, 100, 200, 500)
+"""AttentionNeuron Table 6's intervals: the readings reshuffled every t steps ("every:<t>")."""
 
 
 def parse_mode(mode: str | None) -> int | None:
