@@ -3585,6 +3585,20 @@ def test_three_seeds_with_64_units_meet_every_target_and_are_quoted_as_measured(
         f"(sample std), {summary['student_over_teacher']:.1%} of the teacher's {summary['teacher_5_obs']:.0f}"
         in text
     )
+    # Table 6 over the same 1000 starts: the Table 2 columns replayed exactly, the reshuffles beside them.
+    table6 = _report("pi_cartpole_harder_dagger_executed_h64_table6_1000.json")
+    assert table6["commit"] and "--out benchmarks/reference/" in table6["command"]
+    replayed = [table6["results"][f"runs/pi_exec_h64/seed{s}/pi"] for s in range(3)]
+    for again, column in zip(replayed, columns, strict=True):
+        assert again["5 obs"]["mean"] == pytest.approx(column["5 obs"]["mean"], rel=1e-9)
+    reshuffles1000 = " / ".join(
+        f"{statistics.mean(c[f'reshuffle every {n}']['mean'] for c in replayed):.0f}"
+        for n in (25, 50, 100, 200, 500)
+    )
+    assert (
+        "`benchmarks/reference/pi_cartpole_harder_dagger_executed_h64_table6_1000.json`) they score "
+        f"{reshuffles1000} on average" in text
+    )
     paper_steps = 14_000 * 4_096 * 1_000
     assert f"{(200_000 + 640_000) / paper_steps:.4%} of the paper's CMA-ES budget" in text
     readme = " ".join(README.split())
