@@ -3224,17 +3224,37 @@ def test_the_executed_previous_action_student_is_quoted_as_measured():
     assert f"{noise:.1%} less with the noise channels, and {reshuffles} reshuffled" in text
 
 
-def test_three_seeds_fed_the_executed_previous_action_are_quoted_as_measured():
-    """docs/results.md and the README: seeds 0-2 fed the executed previous action, 1000 and 200 episodes."""
-    seed0 = _report("pi_cartpole_harder_dagger_executed_1000.json")
-    seeds12 = _report("pi_cartpole_harder_dagger_executed_seeds12_1000.json")
-    # The same starts and teacher: the teacher's return is the same in both reports.
+def _three_seed_columns(seed0_report: str, seeds12_report: str, folder: str) -> list[dict]:
+    """Seeds 0-2's batched-evaluation columns, checked to share the starts and the teacher."""
+    seed0, seeds12 = _report(seed0_report), _report(seeds12_report)
     teacher = seed0["results"]["teacher"]["5 obs"]["mean"]
     assert seeds12["results"]["teacher"]["5 obs"]["mean"] == pytest.approx(teacher, rel=1e-9)
     assert seeds12["settings"]["test_seed"] == seed0["settings"]["test_seed"]
-    columns = [seed0["results"]["runs/pi_exec/seed0/pi"]] + [
-        seeds12["results"][f"runs/pi_exec/seed{s}/pi"] for s in (1, 2)
+    return [seed0["results"][f"{folder}/seed0/pi"]] + [
+        seeds12["results"][f"{folder}/seed{s}/pi"] for s in (1, 2)
     ]
+
+
+def _table2_row(columns: list[dict]) -> str:
+    """The per-seed returns of Table 2's four columns, the paper's PI agent in brackets."""
+    return " | ".join(
+        " / ".join(f"{c[name]['mean']:.0f}" for c in columns) + f" ({paper})"
+        for name, paper in (
+            ("5 obs", 472),
+            ("5 obs (shuffled)", 471),
+            ("10 obs", 471),
+            ("5 obs + 5 noise", 461),
+        )
+    )
+
+
+def test_three_seeds_fed_the_executed_previous_action_are_quoted_as_measured():
+    """docs/results.md and the README: seeds 0-2 fed the executed previous action, 1000 and 200 episodes."""
+    columns = _three_seed_columns(
+        "pi_cartpole_harder_dagger_executed_1000.json",
+        "pi_cartpole_harder_dagger_executed_seeds12_1000.json",
+        "runs/pi_exec",
+    )
     shares = [c["5 obs"]["over_teacher"]["share"] for c in columns]
     noise = [1 - c["5 obs + 5 noise"]["over_own_upright"]["share"] for c in columns]
     pooled = 1 - sum(c["5 obs + 5 noise"]["mean"] for c in columns) / sum(c["5 obs"]["mean"] for c in columns)
@@ -3254,15 +3274,7 @@ def test_three_seeds_fed_the_executed_previous_action_are_quoted_as_measured():
     )
     assert sum(n <= 0.05 for n in noise) == 1
     # The summary at the head of the cart-pole section: the returns and the targets.
-    row = " | ".join(
-        " / ".join(f"{c[name]['mean']:.0f}" for c in columns) + f" ({paper})"
-        for name, paper in (
-            ("5 obs", 472),
-            ("5 obs (shuffled)", 471),
-            ("10 obs", 471),
-            ("5 obs + 5 noise", 461),
-        )
-    )
+    row = _table2_row(columns)
     assert f"| AttentionNeuron student, 32 units | {row} |" in RESULTS
     assert (
         f"With 32 units the seeds kept {' / '.join(f'{x:.1%}' for x in shares)}, "
@@ -3511,14 +3523,11 @@ def test_the_executed_previous_action_student_with_64_units_is_quoted_as_measure
 
 def test_three_seeds_with_64_units_meet_every_target_and_are_quoted_as_measured():
     """docs/results.md and the README: seeds 0-2, 64 LSTM units, the executed previous action."""
-    seed0 = _report("pi_cartpole_harder_dagger_executed_h64_1000.json")
-    seeds12 = _report("pi_cartpole_harder_dagger_executed_h64_seeds12_1000.json")
-    teacher = seed0["results"]["teacher"]["5 obs"]["mean"]
-    assert seeds12["results"]["teacher"]["5 obs"]["mean"] == pytest.approx(teacher, rel=1e-9)
-    assert seeds12["settings"]["test_seed"] == seed0["settings"]["test_seed"]
-    columns = [seed0["results"]["runs/pi_exec_h64/seed0/pi"]] + [
-        seeds12["results"][f"runs/pi_exec_h64/seed{s}/pi"] for s in (1, 2)
-    ]
+    columns = _three_seed_columns(
+        "pi_cartpole_harder_dagger_executed_h64_1000.json",
+        "pi_cartpole_harder_dagger_executed_h64_seeds12_1000.json",
+        "runs/pi_exec_h64",
+    )
     shares = [c["5 obs"]["over_teacher"]["share"] for c in columns]
     noise = [1 - c["5 obs + 5 noise"]["over_own_upright"]["share"] for c in columns]
     # The issue's targets, on every seed: 80% of the teacher, 2% shuffled and with 10 readings, 5% noise.
@@ -3527,15 +3536,7 @@ def test_three_seeds_with_64_units_meet_every_target_and_are_quoted_as_measured(
         for name in ("5 obs (shuffled)", "10 obs"):
             assert abs(1 - c[name]["over_own_upright"]["share"]) <= 0.001
     text = " ".join(RESULTS.split())
-    row = " | ".join(
-        " / ".join(f"{c[name]['mean']:.0f}" for c in columns) + f" ({paper})"
-        for name, paper in (
-            ("5 obs", 472),
-            ("5 obs (shuffled)", 471),
-            ("10 obs", 471),
-            ("5 obs + 5 noise", 461),
-        )
-    )
+    row = _table2_row(columns)
     assert f"| AttentionNeuron student, 64 units | {row} |" in RESULTS
     assert (
         f"upright the seeds keep {' / '.join(f'{x:.1%}' for x in shares)} of the teacher, "
