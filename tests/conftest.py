@@ -9,6 +9,7 @@ error, tolerance) and prints the largest error / tolerance ratio per test at the
 end (``make test-precision``, docs/testing.md).
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -22,12 +23,7 @@ import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
 import sit_keras  # noqa: E402, F401  (selects Keras 2 before TensorFlow is imported)
-from sit_keras.quiet import import_tensorflow  # noqa: E402
-
-# TensorFlow and gym imported here, their banners filtered as every entry point does
-# (sit_keras.quiet_start): a test that captures stderr must not see gym's, printed on its first import.
-import_tensorflow()
-from sit_keras import testing  # noqa: E402
+from sit_keras import quiet, testing  # noqa: E402
 
 # The trainers' "auto" settings measure the model once per host and cache the answer
 # (sit_keras.measured_choice): the tests share one cache per test run (the xdist workers inherit
@@ -53,6 +49,11 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
+
+# gym imported here with its banner filtered, as every entry point does (sit_keras.quiet): a test that
+# reads stderr must not see the banner that gym prints on its first import, wherever that happens.
+with quiet.filtered_stderr(), contextlib.suppress(ImportError):
+    import gym  # noqa: E402, F401
 
 # Few examples and no deadline: TensorFlow's first calls trace graphs and are slow.
 settings.register_profile("ci", deadline=None, max_examples=10)
