@@ -3478,6 +3478,26 @@ def test_the_forward_prior_run_to_1m_is_quoted_as_measured():
     assert f"N1 is 0.00 at 0.5M and {greedy['train: easy']['success_rate']:.2f} at 1M" in page
 
 
+def test_the_cnn_with_the_forward_prior_is_quoted_as_measured():
+    """docs/lavacrossing.md: the control of the forward-prior SiT, the CNN with the same prior to 1M."""
+    report = _report("lavacrossing_forward_prior_cnn_seed0_1m.json")
+    assert "--models cnn" in report["run"]["command"] and report["run"]["commit"]
+    assert "ppo.initial_action_probabilities = (0.7, 0.1, 0.1, 0.1)" in report["run"]["command"]
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    half = next(p for p in report["curve"]["curve"] if p["env_steps"] >= 500_000)
+    last = report["curve"]["last"]
+    assert last["env_steps"] >= 1_000_000
+    greedy = report["greedy"]
+    assert (
+        f"training success {half['success']:.2f} at 0.5M and {last['success']:.2f} at 1M (without the prior"
+        in page
+    )
+    assert (
+        f"success {greedy['train: easy']['success_rate']:.2f} on N1 and "
+        f"{greedy['rotations average']['success_rate']:.2f} rotated" in page
+    )
+
+
 def test_the_executed_previous_action_student_with_64_units_is_quoted_as_measured():
     """docs/results.md and the README: 64 LSTM units, the executed previous action, seed 0."""
     report = _report("pi_cartpole_harder_dagger_executed_h64_1000.json")
