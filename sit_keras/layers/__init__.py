@@ -10,6 +10,7 @@ from sit_keras.layers.group_positional_encoding import GroupPositionalEncoding
 from sit_keras.layers.group_self_attention import GroupSelfAttention, LiftingSelfAttention
 from sit_keras.layers.gsa_block import GraphSymmetricAttentionBlock
 from sit_keras.layers.local_gsa import LocalGSA
+from sit_keras.layers.rotation_pooled_conv import RotationPooledConv2D
 from sit_keras.layers.vision_attention_neuron import VisionAttentionNeuron
 
 __all__ = [
@@ -25,5 +26,6 @@ __all__ = [
     "LiftingSelfAttention",
     "LocalGSA",
     "NearIdentity",
+    "RotationPooledConv2D",
     "VisionAttentionNeuron",
 ]

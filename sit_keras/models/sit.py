@@ -9,7 +9,7 @@ import tensorflow as tf
 import tf_keras
 
 from sit_keras import graphs
-from sit_keras.layers import GlobalGSA, GraphConv2D, LocalGSA
+from sit_keras.layers import GlobalGSA, GraphConv2D, LocalGSA, RotationPooledConv2D
 from sit_keras.layers.feature_standardization import FeatureStandardization
 from sit_keras.models.base import Encoder
 from sit_keras.symmetry import (
@@ -22,6 +22,9 @@ from sit_keras.symmetry import (
     Symmetry,
     graph_symmetry,
 )
+
+STEM_KINDS: tuple[str, ...] = ("graph", "rotation_pooled")
+"""``SiTEncoder(stem_kind=...)``: the paper's graph convolution, or a turned free kernel max-pooled over the turns."""
 
 # What each variant promises (section 4, Table 1): triangle sums that keep
 # rotations and break flips, and which parts of the representation it uses.
@@ -118,6 +121,16 @@ class SiTEncoder(Encoder):
         kernel on), which makes a one-block-per-level SiT tell mirror images
         apart.
       stem_depth_multiplier: stem output channels per input channel.
+      stem_kind: ``"graph"`` (default): the paper's graph convolution
+        (``GraphConv2D``, depth-wise, Listing 4). ``"rotation_pooled"``: a full
+        convolution applied in its four quarter turns and max-pooled over them
+        (``RotationPooledConv2D``; GSA-Nets' lifting and group pooling on R4).
+        Not in the SiT paper: a graph kernel cannot say in which direction a
+        neighbour lies, a turned free kernel can, so the stem relates the
+        agent's heading to the cell ahead in one filter (docs/lavacrossing.md).
+        It keeps the quarter turns exact and breaks the flips, so with it
+        ``stem_symmetry`` must be ``None`` or ``"chiral"`` and the encoder is
+        not mirror-blind.
       pool_size: max-pooling after the stem, 1 for none.
       pool_padding: pixels of zeros added on every side before the pooling.
         With ``pool_size=2`` and ``pool_padding=1`` the pooling windows sit on
@@ -209,11 +222,22 @@ class SiTEncoder(Encoder):
         stem_symmetry: str | None = None,
         stem_depth_multiplier: int = 1,
         head_standardization: bool = False,
+        stem_kind: str = "graph",
         **kwargs: Any,
     ):
         super().__init__(image_shape, output_dim, **kwargs)
         if variant not in VARIANTS:
             raise ValueError(f"Unknown SiT variant {variant!r}. Expected one of: {', '.join(VARIANTS)}.")
+        if stem_kind not in STEM_KINDS:
+            raise ValueError(f"stem_kind must be one of {', '.join(STEM_KINDS)}. Received: {stem_kind!r}")
+        if stem_kind == "rotation_pooled" and stem_symmetry not in (None, "chiral"):
+            raise ValueError(
+                "A rotation-pooled stem keeps the quarter turns and breaks the flips: stem_symmetry must be "
+                f"None or 'chiral'. Received: stem_symmetry={stem_symmetry!r}"
+            )
+        self.stem_kind = stem_kind
+        if stem_kind == "rotation_pooled":
+            stem_symmetry = "chiral"
         self.variant = variant
         self.dim = int(dim)
         self.num_heads = int(num_heads)
@@ -257,7 +281,12 @@ class SiTEncoder(Encoder):
             "dtype": self.dtype_policy,
         }
         self.stem = None
-        if self.stem_kernel_size:
+        if self.stem_kernel_size and stem_kind == "rotation_pooled":
+            channels = int(self.image_shape[-1]) * self.stem_depth_multiplier
+            self.stem = RotationPooledConv2D(
+                channels, self.stem_kernel_size, seed=seed, dtype=self.dtype_policy, name="stem"
+            )
+        elif self.stem_kernel_size:
             self.stem = GraphConv2D(
                 self.stem_kernel_size,
                 symmetry=self.stem_symmetry,
@@ -345,7 +374,8 @@ class SiTEncoder(Encoder):
         or a chiral stem (a ``"chiral"`` kernel of 5x5 or more).
         """
         chiral_blocks = max(self.local_layers, self.global_layers) >= 2
-        chiral_stem = self.stem is not None and self.stem_symmetry == "chiral" and self.stem_kernel_size >= 4
+        chiral_kernel = self.stem_kernel_size >= (3 if self.stem_kind == "rotation_pooled" else 4)
+        chiral_stem = self.stem is not None and self.stem_symmetry == "chiral" and chiral_kernel
         return self.symmetry == "rotation" and not (self.triangles and chiral_blocks) and not chiral_stem
 
     @property
@@ -465,6 +495,7 @@ class SiTEncoder(Encoder):
             stem_kernel_size=self.stem_kernel_size,
             stem_symmetry=self.stem_symmetry,
             stem_depth_multiplier=self.stem_depth_multiplier,
+            stem_kind=self.stem_kind,
             pool_size=self.pool_size,
             pool_padding=self.pool_padding,
             window=self.window,
