@@ -11,7 +11,7 @@ from sit_keras.symmetry import EQUIVARIANT, Symmetry, graph_symmetry
 
 
 def quarter_turns(kernel: tf.Tensor) -> tf.Tensor:
-    """``(k, k, C, F) -> (k, k, C, 4 * F)``: the kernel turned by 0, 1, 2 and 3 quarter turns, in that order."""
+    """``(k, k, C, F) -> (k, k, C, 4 * F)``: the kernel turned by 0, 1, 2 and 3 quarter turns."""
     turns = [kernel]
     for _ in range(3):
         # One quarter turn of the spatial axes: transpose, then reverse the rows (np.rot90).

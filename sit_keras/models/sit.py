@@ -24,7 +24,7 @@ from sit_keras.symmetry import (
 )
 
 STEM_KINDS: tuple[str, ...] = ("graph", "rotation_pooled")
-"""``SiTEncoder(stem_kind=...)``: the paper's graph convolution, or a turned free kernel max-pooled over the turns."""
+"""``SiTEncoder(stem_kind=...)``: the paper's graph convolution, or a turned kernel max-pooled over turns."""
 
 # What each variant promises (section 4, Table 1): triangle sums that keep
 # rotations and break flips, and which parts of the representation it uses.
