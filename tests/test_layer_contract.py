@@ -123,6 +123,10 @@ CASES: dict[str, Case] = {
         _layer(layers.GraphConv2D, kernel_size=5, symmetry="chiral", seed=0), (7, 7, 2), (BATCH, 7, 7),
         "(B, H, W, 2)",
     ),
+    "RotationPooledConv2D": Case(  # C4-equivariant maps, flips broken (a free kernel is chiral)
+        _layer(layers.RotationPooledConv2D, filters=3, kernel_size=3, seed=0), (7, 7, 2), (BATCH, 7, 7),
+        "(B, H, W, 2)", keras_kwargs={"filters": 3, "kernel_size": 3},
+    ),
     "GraphSymmetricAttention": Case(
         _layer(layers.GraphSymmetricAttention, grid_shape=(3, 3), **GSA), (10, 4), (BATCH, 9, 4),
         "(B, 10, 4)", grid=((3, 3), True), keras_kwargs={"grid_shape": (3, 3), **GSA},
@@ -233,6 +237,10 @@ CASES: dict[str, Case] = {
     "sit_head_standardization": Case(  # a per-feature map of the invariant token: the same symmetry
         _encoder("sit", IMAGE, head_standardization=True, **SIT_SMALL), IMAGE, (BATCH, 16, 8, 3),
         ENCODER_BAD, _with_parts,
+    ),
+    "sit_rotation_pooled_stem": Case(  # one block per level, yet chiral: the stem breaks the flips
+        _encoder("sit", IMAGE, local_layers=1, global_layers=1, stem_kind="rotation_pooled", **SIT_SMALL),
+        IMAGE, (BATCH, 8, 16, 3), ENCODER_BAD, _with_parts,
     ),
     "sit_mirror_blind": Case(
         _encoder("sit", IMAGE, local_layers=1, global_layers=1, **SIT_SMALL), IMAGE, (BATCH, 8, 16, 3),

@@ -48,7 +48,9 @@ from sit_keras.layers import (
     GraphSymmetricAttentionBlock,
     LocalGSA,
     NearIdentity,
+    RotationPooledConv2D,
 )
+from sit_keras.layers.rotation_pooled_conv import quarter_turns
 from sit_keras.layers import graph_symmetric_attention as gsa_module
 from sit_keras.layers.feature_standardization import FeatureStandardization
 
@@ -308,6 +310,26 @@ def test_rotation_graph_conv_kernel_is_d4_invariant() -> None:
     kernel = _graph_conv(5).kernel().numpy()  # (k, k, C, m)
     for op in (lambda a: np.rot90(a, axes=(0, 1)), lambda a: np.flip(a, 0), lambda a: np.swapaxes(a, 0, 1)):
         np.testing.assert_array_equal(op(kernel), kernel)
+
+
+# -- RotationPooledConv2D ----------------------------------------------------------
+def test_quarter_turns_are_numpy_rot90_of_the_kernel() -> None:
+    kernel = testing.random_normal((5, 5, 2, 3))
+    turns = quarter_turns(kernel).numpy()
+    for r in range(4):
+        np.testing.assert_array_equal(turns[..., 3 * r : 3 * (r + 1)], np.rot90(kernel.numpy(), r, axes=(0, 1)))
+
+
+@given(side=st.integers(3, 9), kernel_size=st.sampled_from([3, 5]), filters=st.integers(1, 4))
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_rotation_pooled_conv_rotates_with_the_input_and_breaks_every_flip(
+    side: int, kernel_size: int, filters: int
+) -> None:
+    layer = RotationPooledConv2D(filters, kernel_size, seed=side, dtype=DTYPE)
+    x = testing.random_normal((2, side, side, 3), seed=side)
+    assert layer(x).shape == (2, side, side, filters)
+    testing.assert_equivariant(layer, x, _images(("rot90", "rot180", "rot270")))
+    _assert_not_equivariant(layer, x, _images(("flip_h", "flip_v", "transpose", "anti_transpose")))
 
 
 def test_flip_h_graph_conv_is_flip_h_equivariant_only() -> None:
@@ -743,6 +765,8 @@ INVALID_OPTIONS = [
     (lambda: GraphConv2D(3, padding="causal"), "padding must be 'same' or 'valid'"),
     (lambda: GraphConv2D(3, symmetry="hexagonal"), "Unknown graph symmetry"),
     (lambda: GraphConv2D(0, padding="valid"), "kernel_size must be a positive integer"),
+    (lambda: RotationPooledConv2D(4, 4), "kernel_size must be a positive odd integer"),
+    (lambda: RotationPooledConv2D(0, 3), "filters must be a positive integer. Received: filters=0"),
     (lambda: LocalGSA(window=4, num_layers=0), "LocalGSA needs num_layers >= 1"),
     (lambda: LocalGSA(window=4, graph_kernel_size=4), "kernel_size must be a positive odd integer"),
     (lambda: LocalGSA(window=4, graph_dropout=1.0), "graph_dropout must be in [0, 1)"),

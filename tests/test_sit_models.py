@@ -35,7 +35,7 @@ import tf_keras
 from train_step_checks import assert_jit_train_step_updates_every_weight
 
 from sit_keras import graphs, testing
-from sit_keras.layers import GraphSymmetricAttention
+from sit_keras.layers import GraphSymmetricAttention, RotationPooledConv2D
 from sit_keras.models import build_encoder, sit
 from sit_keras.models.sit import PRESETS, VARIANTS, SiTEncoder
 
@@ -269,6 +269,11 @@ SIT_SMALL = {  # configs/minigrid/lavacrossing_sit_small.gin before the probe
         ({"pool_padding": 1, "stem_symmetry": "chiral", "stem_kernel_size": 5}, False),
         ({"stem_symmetry": "chiral", "stem_kernel_size": 5, "stem_depth_multiplier": 2}, False),
         ({"stem_symmetry": "chiral", "stem_kernel_size": 3}, True),  # a 3x3 chiral kernel is D4's
+        ({"stem_kind": "rotation_pooled", "stem_kernel_size": 3}, False),  # a free 3x3 kernel is chiral
+        (
+            {"stem_kind": "rotation_pooled", "stem_kernel_size": 5, "stem_depth_multiplier": 4, "pool_padding": 1},
+            False,
+        ),  # configs/minigrid/lavacrossing_sit_rotation_pooled.gin
     ],
 )
 def test_a_sit_with_one_block_per_level_is_mirror_blind(
@@ -282,6 +287,20 @@ def test_a_sit_with_one_block_per_level_is_mirror_blind(
         testing.assert_invariant(encoder, x, testing.REFLECTIONS)
     else:
         testing.assert_not_invariant(encoder, x, testing.REFLECTIONS, min_error=BROKEN["float64"])
+
+
+def test_a_rotation_pooled_stem_is_configured_and_refused_as_documented() -> None:
+    rotation_pooled = {**SIT_SMALL, "stem_kind": "rotation_pooled", "stem_kernel_size": 5}
+    encoder = build_encoder("sit", (14, 14, 3), **{**rotation_pooled, "stem_depth_multiplier": 4})
+    encoder(tf.zeros((1, 14, 14, 3)))
+    assert isinstance(encoder.stem, RotationPooledConv2D)
+    assert encoder.stem.kernel.shape == (5, 5, 3, 12)  # a full kernel: 3 colours x 4 maps each
+    restored = SiTEncoder.from_config(encoder.get_config())
+    assert (restored.stem_kind, restored.stem_symmetry) == ("rotation_pooled", "chiral")
+    with pytest.raises(ValueError, match=r"stem_kind must be one of graph, rotation_pooled. Received: 'p4'"):
+        build_encoder("sit", (14, 14, 3), **{**SIT_SMALL, "stem_kind": "p4"})
+    with pytest.raises(ValueError, match=r"stem_symmetry must be None or 'chiral'. Received: stem_symmetry='rot"):
+        build_encoder("sit", (14, 14, 3), **{**rotation_pooled, "stem_symmetry": "rotation"})
 
 
 def test_pool_padding_puts_the_pooling_windows_on_the_cell_corners() -> None:
