@@ -50,9 +50,9 @@ from sit_keras.layers import (
     NearIdentity,
     RotationPooledConv2D,
 )
-from sit_keras.layers.rotation_pooled_conv import quarter_turns
 from sit_keras.layers import graph_symmetric_attention as gsa_module
 from sit_keras.layers.feature_standardization import FeatureStandardization
+from sit_keras.layers.rotation_pooled_conv import quarter_turns
 
 # conftest.py has already imported sit_keras, so TensorFlow's tf.keras is Keras 2 here.
 
@@ -317,7 +317,8 @@ def test_quarter_turns_are_numpy_rot90_of_the_kernel() -> None:
     kernel = testing.random_normal((5, 5, 2, 3))
     turns = quarter_turns(kernel).numpy()
     for r in range(4):
-        np.testing.assert_array_equal(turns[..., 3 * r : 3 * (r + 1)], np.rot90(kernel.numpy(), r, axes=(0, 1)))
+        expected = np.rot90(kernel.numpy(), r, axes=(0, 1))
+        np.testing.assert_array_equal(turns[..., 3 * r : 3 * (r + 1)], expected)
 
 
 @given(side=st.integers(3, 9), kernel_size=st.sampled_from([3, 5]), filters=st.integers(1, 4))

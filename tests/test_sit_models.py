@@ -258,6 +258,11 @@ SIT_SMALL = {  # configs/minigrid/lavacrossing_sit_small.gin before the probe
 }  # fmt: skip
 
 
+ROTATION_POOLED_CONFIG = {
+    "stem_kind": "rotation_pooled", "stem_kernel_size": 5, "stem_depth_multiplier": 4, "pool_padding": 1,
+}  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "overrides, mirror_blind",
     [
@@ -270,10 +275,7 @@ SIT_SMALL = {  # configs/minigrid/lavacrossing_sit_small.gin before the probe
         ({"stem_symmetry": "chiral", "stem_kernel_size": 5, "stem_depth_multiplier": 2}, False),
         ({"stem_symmetry": "chiral", "stem_kernel_size": 3}, True),  # a 3x3 chiral kernel is D4's
         ({"stem_kind": "rotation_pooled", "stem_kernel_size": 3}, False),  # a free 3x3 kernel is chiral
-        (
-            {"stem_kind": "rotation_pooled", "stem_kernel_size": 5, "stem_depth_multiplier": 4, "pool_padding": 1},
-            False,
-        ),  # configs/minigrid/lavacrossing_sit_rotation_pooled.gin
+        (ROTATION_POOLED_CONFIG, False),  # configs/minigrid/lavacrossing_sit_rotation_pooled.gin
     ],
 )
 def test_a_sit_with_one_block_per_level_is_mirror_blind(
@@ -299,7 +301,7 @@ def test_a_rotation_pooled_stem_is_configured_and_refused_as_documented() -> Non
     assert (restored.stem_kind, restored.stem_symmetry) == ("rotation_pooled", "chiral")
     with pytest.raises(ValueError, match=r"stem_kind must be one of graph, rotation_pooled. Received: 'p4'"):
         build_encoder("sit", (14, 14, 3), **{**SIT_SMALL, "stem_kind": "p4"})
-    with pytest.raises(ValueError, match=r"stem_symmetry must be None or 'chiral'. Received: stem_symmetry='rot"):
+    with pytest.raises(ValueError, match=r"must be None or 'chiral'. Received: stem_symmetry='rotation'"):
         build_encoder("sit", (14, 14, 3), **{**rotation_pooled, "stem_symmetry": "rotation"})
 
 
