@@ -60,7 +60,9 @@ Models (``--models``), with the kwargs of the PPO configs:
   ``..._translation``: its graphs shared by translations only
   (``lavacrossing_sit_chiral_translation.gin``: the symmetry removed),
   ``..._translation_stem`` / ``..._translation_gsa``: only the stem's or only
-  the GSA layers' graphs;
+  the GSA layers' graphs; ``sit_small_rotation_pooled_m4_corners``: its chiral
+  graph stem replaced by a rotation-pooled one (a free kernel in its four
+  quarter turns, max-pooled over them; ``SiTEncoder(stem_kind=...)``);
 - ``vit_small``: ``configs/minigrid/lavacrossing_vit.gin``.
 
 Each is followed by ``Dense(4)`` logits. The loss is the negative log of the
@@ -213,6 +215,15 @@ MODELS: dict[str, dict[str, Any]] = {
     "sit_small_chiral_m4_corners_sharp_standardized": {
         "encoder": "sit",
         "kwargs": {**_CHIRAL_M4_CORNERS, "query_key_init_scale": 4.0, "head_standardization": True},
+        "fc": (),
+    },
+    # The chiral graph stem replaced by a rotation-pooled one (issue 24; SiTEncoder stem_kind): a free
+    # 5x5 kernel in its four quarter turns, max-pooled over them, so a stem feature can relate the
+    # agent's heading to the direction of a neighbour (configs/minigrid/lavacrossing_sit_rotation_pooled.gin
+    # adds the selective start and the standardised head).
+    "sit_small_rotation_pooled_m4_corners": {
+        "encoder": "sit",
+        "kwargs": {**_CHIRAL_M4_CORNERS, "stem_symmetry": None, "stem_kind": "rotation_pooled"},
         "fc": (),
     },
     "vit_small": {
