@@ -258,6 +258,33 @@ SIET = Symmetry(
     summary="C4 invariant + equivariant",
 )
 
+SET_ROTATION_POOLED = Symmetry(
+    group="C4",
+    kind=INVARIANT,
+    acts_on="image",
+    output="the features are invariant: the head reads the patch grid in its four quarter turns and keeps "
+    "the largest response; flips change them (a dense readout is chiral)",
+    elements=ROTATION_NAMES,
+    broken=REFLECTION_NAMES,
+    parts=(("output", INVARIANT), ("equivariant", EQUIVARIANT)),
+    reference="SiT section 4, Table 1; GSA-Nets Fig. F.1 (pooling over the group)",
+    summary="C4 invariant (rotation-pooled patch readout)",
+)
+"""A SeT whose head reads the patch grid rotation-pooled (``SiTEncoder(patch_readout="rotation_pooled")``)."""
+
+SIET_ROTATION_POOLED = Symmetry(
+    group="C4",
+    kind=INVARIANT,
+    acts_on="image",
+    output=SET_ROTATION_POOLED.output,
+    elements=ROTATION_NAMES,
+    broken=REFLECTION_NAMES,
+    parts=(("output", INVARIANT), ("invariant", INVARIANT), ("equivariant", EQUIVARIANT)),
+    reference=SET_ROTATION_POOLED.reference,
+    summary=SET_ROTATION_POOLED.summary,
+)
+"""A SieT whose head reads its class token and its patch grid rotation-pooled."""
+
 SENSORS = Symmetry(
     group="S_N",
     kind=INVARIANT,

@@ -242,6 +242,14 @@ CASES: dict[str, Case] = {
         _encoder("sit", IMAGE, local_layers=1, global_layers=1, stem_kind="rotation_pooled", **SIT_SMALL),
         IMAGE, (BATCH, 8, 16, 3), ENCODER_BAD, _with_parts,
     ),
+    "siet_rotation_pooled": Case(  # the head reads the grid in its four turns: C4 invariant, chiral
+        _encoder("siet", IMAGE, patch_readout="rotation_pooled", **SIT_SMALL), IMAGE, (BATCH, 16, 8, 3),
+        ENCODER_BAD, _with_parts,
+    ),
+    "set_rotation_pooled": Case(
+        _encoder("set", IMAGE, patch_readout="rotation_pooled", **SIT_SMALL), IMAGE, (BATCH, 16, 8, 3),
+        ENCODER_BAD, _with_parts,
+    ),
     "sit_mirror_blind": Case(
         _encoder("sit", IMAGE, local_layers=1, global_layers=1, **SIT_SMALL), IMAGE, (BATCH, 8, 16, 3),
         ENCODER_BAD, _with_parts,

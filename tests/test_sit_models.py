@@ -305,6 +305,44 @@ def test_a_rotation_pooled_stem_is_configured_and_refused_as_documented() -> Non
         build_encoder("sit", (14, 14, 3), **{**rotation_pooled, "stem_symmetry": "rotation"})
 
 
+def test_a_rotation_pooled_patch_readout_is_invariant_to_turns_in_training_and_not_to_flips() -> None:
+    # configs/minigrid/lavacrossing_siet_rotation_pooled.gin: standardised class token and grid, one
+    # block per level (the class token alone would be mirror-blind; the dense readout is not).
+    config = {
+        **SIT_SMALL, "pool_padding": 1, "stem_kernel_size": 5, "stem_symmetry": "chiral",
+        "query_key_init_scale": 4.0, "head_standardization": True, "patch_readout": "rotation_pooled",
+        "equivariant_dim": 8,
+    }  # fmt: skip
+    encoder = _perturbed_encoder("siet", shape=(14, 14, 3), **config)
+    x = _images(3, shape=(14, 14, 3), dtype="float64")
+    encoder(x, training=True)  # the running statistics move off the identity
+    assert float(encoder.grid_standardization.update_count) > 0
+    assert encoder.declared_symmetry.summary == "C4 invariant (rotation-pooled patch readout)"
+    testing.assert_invariant(encoder, x, testing.ROTATIONS)
+    testing.assert_not_invariant(encoder, x, testing.REFLECTIONS, min_error=BROKEN["float64"])
+    restored = SiTEncoder.from_config(encoder.get_config())
+    assert restored.patch_readout == "rotation_pooled" and restored.grid_standardization is not None
+
+
+@pytest.mark.parametrize(
+    "variant, overrides, message",
+    [
+        ("siet", {"patch_readout": "flat"}, "patch_readout must be one of ordered, rotation_pooled"),
+        ("sit", {"patch_readout": "rotation_pooled"}, "needs variant 'set' or 'siet' (received 'sit')"),
+        (
+            "siet",
+            {"patch_readout": "rotation_pooled", "symmetry": "flip_hv"},
+            "needs symmetry 'rotation' (received 'flip_hv'); stem_symmetry 'rotation' or 'chiral'",
+        ),
+    ],
+)
+def test_a_rotation_pooled_patch_readout_refuses_what_it_cannot_keep_invariant(
+    variant: str, overrides: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        build_encoder(variant, (14, 14, 3), **{**SIT_SMALL, **overrides})
+
+
 def test_pool_padding_puts_the_pooling_windows_on_the_cell_corners() -> None:
     encoder = _perturbed_encoder("sit", shape=(14, 14, 3), **{**SIT_SMALL, "pool_padding": 1})
     assert encoder.patch_grid == (8, 8)  # (14 + 2) / 2 tokens a side

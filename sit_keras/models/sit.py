@@ -16,7 +16,9 @@ from sit_keras.symmetry import (
     EQUIVARIANT,
     INVARIANT,
     SET,
+    SET_ROTATION_POOLED,
     SIET,
+    SIET_ROTATION_POOLED,
     SIT,
     SIT_MIRROR_BLIND,
     Symmetry,
@@ -25,6 +27,9 @@ from sit_keras.symmetry import (
 
 STEM_KINDS: tuple[str, ...] = ("graph", "rotation_pooled")
 """``SiTEncoder(stem_kind=...)``: the paper's graph convolution, or a turned kernel max-pooled over turns."""
+
+PATCH_READOUTS: tuple[str, ...] = ("ordered", "rotation_pooled")
+"""``SiTEncoder(patch_readout=...)``: how the head of a SeT or SieT reads the equivariant patch grid."""
 
 # What each variant promises (section 4, Table 1): triangle sums that keep
 # rotations and break flips, and which parts of the representation it uses.
@@ -165,6 +170,17 @@ class SiTEncoder(Encoder):
         mean square per head, so no score grows without bound. Not in the
         paper; off by default (it did not keep the LavaCrossing actors
         seeing, docs/lavacrossing.md).
+      patch_readout: how the head reads the SeT's and SieT's patch grid.
+        ``"ordered"`` (default, the paper's): flattened in order, so the
+        features tell orientations apart. ``"rotation_pooled"``: the head (a
+        dense layer on the class token and the flattened grid) is applied to
+        the grid in each of its four quarter turns and the largest response
+        kept, so the features are invariant under the quarter turns (not the
+        flips) while the head still weighs every patch by its place, as a
+        CNN's dense layer does on its feature map, rather than reading the
+        state only through one attention-pooled class token. Not in the paper
+        (docs/lavacrossing.md, "Reading the patch grid"); needs the ``"set"``
+        or ``"siet"`` variant, rotation graphs and a square patch grid.
       head_standardization: standardise the head's input, feature by feature,
         by running statistics of the training batches
         (``sit_keras.layers.feature_standardization``) before the ReLU head.
@@ -223,6 +239,7 @@ class SiTEncoder(Encoder):
         stem_depth_multiplier: int = 1,
         head_standardization: bool = False,
         stem_kind: str = "graph",
+        patch_readout: str = "ordered",
         **kwargs: Any,
     ):
         super().__init__(image_shape, output_dim, **kwargs)
@@ -266,6 +283,8 @@ class SiTEncoder(Encoder):
         self.uses_invariant = VARIANTS[variant]["invariant"]
         self.uses_equivariant = VARIANTS[variant]["equivariant"]
         self.patch_grid = self._patch_grid()
+        self.patch_readout = patch_readout
+        self._check_patch_readout()
 
         shared = {
             "symmetry": symmetry,
@@ -326,9 +345,35 @@ class SiTEncoder(Encoder):
             if self.head_standardization
             else None
         )
+        self.grid_standardization = None
+        if self.head_standardization and self.patch_readout == "rotation_pooled":
+            # Statistics per channel, shared by every patch, so the turns of the grid stay turns.
+            self.grid_standardization = FeatureStandardization(
+                dtype=self.dtype_policy, name="grid_standardization"
+            )
         self.head = tf_keras.layers.Dense(
             self.output_dim, activation="relu", dtype=self.dtype_policy, name="head"
         )
+
+    def _check_patch_readout(self) -> None:
+        if self.patch_readout not in PATCH_READOUTS:
+            raise ValueError(
+                f"patch_readout must be one of {', '.join(PATCH_READOUTS)}. Received: {self.patch_readout!r}"
+            )
+        if self.patch_readout == "ordered":
+            return
+        h, w = self.patch_grid
+        problems = [
+            f"variant 'set' or 'siet' (received {self.variant!r})" if not self.uses_equivariant else "",
+            f"symmetry 'rotation' (received {self.symmetry!r})" if self.symmetry != "rotation" else "",
+            f"stem_symmetry 'rotation' or 'chiral' (received {self.stem_symmetry!r})"
+            if self.stem_symmetry not in ("rotation", "chiral")
+            else "",
+            f"a square patch grid (received {h}x{w})" if h != w else "",
+        ]
+        problems = [p for p in problems if p]
+        if problems:
+            raise ValueError(f"patch_readout='rotation_pooled' needs {'; '.join(problems)}.")
 
     def _patch_grid(self) -> tuple[int, int]:
         """The global grid; a ``ValueError`` naming the valid sizes if the image does not fit."""
@@ -398,6 +443,8 @@ class SiTEncoder(Encoder):
             if used
         )
         h, w, _ = self.image_shape
+        if self.patch_readout == "rotation_pooled":
+            return SIET_ROTATION_POOLED if self.uses_invariant else SET_ROTATION_POOLED
         if self.symmetry == "rotation" and self.stem_symmetry in ("rotation", "chiral") and h == w:
             if self.uses_equivariant:
                 return SIET if self.uses_invariant else SET
@@ -461,6 +508,8 @@ class SiTEncoder(Encoder):
 
     def encode(self, images: tf.Tensor, training: bool | None = None) -> tf.Tensor:
         parts = self._parts(images, training)
+        if self.patch_readout == "rotation_pooled":
+            return self._rotation_pooled_head(parts, training)
         pieces = []
         if "invariant" in parts:
             pieces.append(parts["invariant"])
@@ -471,6 +520,29 @@ class SiTEncoder(Encoder):
         if self.standardization is not None:
             features = self.standardization(features, training=training)
         return self.head(features)
+
+    def _rotation_pooled_head(self, parts: dict[str, tf.Tensor], training: bool | None) -> tf.Tensor:
+        """``max_r head([token, flatten(rot^r grid)])`` over the quarter turns ``r``: invariant under them.
+
+        Turning the input turns the grid (the SeT part is equivariant) and
+        leaves the token, so it permutes the four readouts and keeps their max.
+        """
+        grid = parts["equivariant"]
+        if self.grid_standardization is not None:
+            grid = self.grid_standardization(grid, training=training)
+        h, w = self.patch_grid
+        turns = [grid]
+        for _ in range(3):
+            turns.append(tf.transpose(tf.reverse(turns[-1], [2]), [0, 2, 1, 3]))  # one quarter turn
+        readouts = tf.stack([tf.reshape(t, [-1, h * w * self.equivariant_dim]) for t in turns])
+        if "invariant" in parts:
+            token = parts["invariant"]
+            if self.standardization is not None:
+                token = self.standardization(token, training=training)
+            token = tf.broadcast_to(token[None], [4, tf.shape(token)[0], token.shape[-1]])
+            readouts = tf.concat([token, readouts], axis=-1)
+        # relu(max(z)) = max(relu(z)): the head's activation commutes with the max.
+        return tf.reduce_max(self.head(readouts), axis=0)
 
     def symmetry_parts(self, images: tf.Tensor, training: bool | None = None) -> dict[str, tf.Tensor]:
         """``{"invariant": (B, dim)}`` and/or ``{"equivariant": (B, h, w, equivariant_dim)}``."""
@@ -496,6 +568,7 @@ class SiTEncoder(Encoder):
             stem_symmetry=self.stem_symmetry,
             stem_depth_multiplier=self.stem_depth_multiplier,
             stem_kind=self.stem_kind,
+            patch_readout=self.patch_readout,
             pool_size=self.pool_size,
             pool_padding=self.pool_padding,
             window=self.window,
