@@ -480,6 +480,36 @@ def test_what_the_symmetry_costs_the_optimisation_is_quoted_as_measured():
         assert text in page, text
 
 
+def test_the_rotation_pooled_stem_probe_is_quoted_as_measured():
+    """docs/lavacrossing.md: the chiral SiT with a rotation-pooled stem against its chiral graph stem."""
+    results = _probe_results()
+    chiral, pooled = "sit_small_chiral_m4_corners", "sit_small_rotation_pooled_m4_corners"
+    report = _report("lavacrossing_probe_rotation_pooled.json")
+    assert report["command"].startswith("python benchmarks/lavacrossing_probe.py --models " + pooled)
+
+    def pair(model: str, quantity) -> str:
+        return " / ".join(quantity(results[model, seed]) for seed in (0, 1))
+
+    def below(run: dict) -> str:
+        return f"{_loss_below(run, 0.8):,}"
+
+    def loss_at_600(run: dict) -> str:
+        return f"{dict(run['loss_curve'])[600]:.2f}"
+
+    def held_out(run: dict) -> str:
+        return f"{run['heldout_greedy_accuracy']['all']:.2f}"
+
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    for text in (
+        f"stays above 0.8 for the first {pair(pooled, below)} steps "
+        f"(the chiral SiT's: {pair(chiral, below)})",
+        f"it is {pair(pooled, loss_at_600)} at step 600 ({pair(chiral, loss_at_600)})",
+        f"held-out accuracy ends at {pair(pooled, held_out)} ({pair(chiral, held_out)})",
+        f"(their translation-only graphs alone give {pair(chiral + '_translation_gsa', below)} steps)",
+    ):
+        assert text in page, text
+
+
 def test_the_translation_control_in_ppo_is_quoted_as_measured():
     report = _report("lavacrossing_control_translation_1m.json")
     assert report["budget_env_steps"] == 1_000_000 and report["command"] and report["commit"]
