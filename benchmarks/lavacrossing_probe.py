@@ -63,6 +63,9 @@ Models (``--models``), with the kwargs of the PPO configs:
   the GSA layers' graphs; ``sit_small_rotation_pooled_m4_corners``: its chiral
   graph stem replaced by a rotation-pooled one (a free kernel in its four
   quarter turns, max-pooled over them; ``SiTEncoder(stem_kind=...)``);
+- ``siet_rotation_pooled_m4_corners``: the chiral SiT as a SieT whose head reads
+  the class token and the patch grid in its four quarter turns, the largest
+  response kept (``SiTEncoder(patch_readout="rotation_pooled")``);
 - ``vit_small``: ``configs/minigrid/lavacrossing_vit.gin``.
 
 Each is followed by ``Dense(4)`` logits. The loss is the negative log of the
@@ -224,6 +227,15 @@ MODELS: dict[str, dict[str, Any]] = {
     "sit_small_rotation_pooled_m4_corners": {
         "encoder": "sit",
         "kwargs": {**_CHIRAL_M4_CORNERS, "stem_symmetry": None, "stem_kind": "rotation_pooled"},
+        "fc": (),
+    },
+    # The chiral SiT as a SieT whose head reads the patch grid rotation-pooled (issue 24; SiTEncoder
+    # patch_readout): the class token and the 8x8 grid of 8 features, read in its four quarter turns by
+    # one dense layer, the max kept (configs/minigrid/lavacrossing_siet_rotation_pooled.gin adds the
+    # selective start and the standardised head).
+    "siet_rotation_pooled_m4_corners": {
+        "encoder": "siet",
+        "kwargs": {**_CHIRAL_M4_CORNERS, "patch_readout": "rotation_pooled", "equivariant_dim": 8},
         "fc": (),
     },
     "vit_small": {
