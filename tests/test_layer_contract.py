@@ -250,6 +250,10 @@ CASES: dict[str, Case] = {
         _encoder("set", IMAGE, patch_readout="rotation_pooled", **SIT_SMALL), IMAGE, (BATCH, 16, 8, 3),
         ENCODER_BAD, _with_parts,
     ),
+    "sit_global_only": Case(  # Table 5's "2 global" SiT: no local blocks, chiral by its first global block
+        _encoder("sit", IMAGE, local_layers=0, global_layers=2, **SIT_SMALL), IMAGE, (BATCH, 16, 8, 3),
+        ENCODER_BAD, _with_parts,
+    ),
     "sit_mirror_blind": Case(
         _encoder("sit", IMAGE, local_layers=1, global_layers=1, **SIT_SMALL), IMAGE, (BATCH, 8, 16, 3),
         ENCODER_BAD, _with_parts,

@@ -275,6 +275,8 @@ ROTATION_POOLED_CONFIG = {
         ({"stem_symmetry": "chiral", "stem_kernel_size": 5, "stem_depth_multiplier": 2}, False),
         ({"stem_symmetry": "chiral", "stem_kernel_size": 3}, True),  # a 3x3 chiral kernel is D4's
         ({"stem_kind": "rotation_pooled", "stem_kernel_size": 3}, False),  # a free 3x3 kernel is chiral
+        ({"local_layers": 0, "global_layers": 2, "pool_padding": 1}, False),  # Table 5's "2 global" SiT
+        ({"local_layers": 0}, True),
         (ROTATION_POOLED_CONFIG, False),  # configs/minigrid/lavacrossing_sit_rotation_pooled.gin
     ],
 )
@@ -341,6 +343,16 @@ def test_a_rotation_pooled_patch_readout_refuses_what_it_cannot_keep_invariant(
 ) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         build_encoder(variant, (14, 14, 3), **{**SIT_SMALL, **overrides})
+
+
+def test_a_sit_without_local_blocks_embeds_each_pooled_pixel_as_a_global_token() -> None:
+    encoder = build_encoder("sit", (14, 14, 3), **{**SIT_SMALL, "local_layers": 0, "global_layers": 2})
+    assert encoder.patch_grid == (7, 7) and encoder.local_gsa is None
+    stages = encoder.stages(tf.zeros((2, 14, 14, 3)))
+    assert stages["local"].shape == (2, 7, 7, 32) and stages["token"].shape == (2, 32)
+    assert SiTEncoder.from_config(encoder.get_config()).local_layers == 0
+    with pytest.raises(ValueError, match=r"local_layers must be >= 0. Received: local_layers=-1"):
+        build_encoder("sit", (14, 14, 3), **{**SIT_SMALL, "local_layers": -1})
 
 
 def test_pool_padding_puts_the_pooling_windows_on_the_cell_corners() -> None:

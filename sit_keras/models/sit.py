@@ -148,7 +148,9 @@ class SiTEncoder(Encoder):
         The padding is the same on every side, so rotations stay exact.
       window: local attention window in (pooled) pixels.
       window_stride: ``window`` (tiling, default) or 1 (a window per pixel).
-      local_layers: local GSA blocks.
+      local_layers: local GSA blocks; 0 for none (Table 5's "2 global" SiT):
+        each pooled pixel is then embedded by one dense layer and is a token
+        of the global grid.
       global_layers: global GSA blocks.
       local_graph_kernel_size: reach of the first local block's graphs on the
         pixel map (may exceed the window), ``None`` to cover the window.
@@ -266,6 +268,8 @@ class SiTEncoder(Encoder):
         self.window = int(window)
         self.window_stride = self.window if window_stride is None else int(window_stride)
         self.local_layers = int(local_layers)
+        if self.local_layers < 0:
+            raise ValueError(f"local_layers must be >= 0. Received: local_layers={local_layers}")
         self.global_layers = int(global_layers)
         self.local_graph_kernel_size = local_graph_kernel_size
         self.global_graph_kernel_size = global_graph_kernel_size
@@ -314,16 +318,23 @@ class SiTEncoder(Encoder):
                 dtype=self.dtype_policy,
                 name="stem",
             )
-        self.local_gsa = LocalGSA(
-            window=self.window,
-            stride=self.window_stride,
-            dim=self.dim,
-            num_heads=self.num_heads,
-            num_layers=self.local_layers,
-            graph_kernel_size=local_graph_kernel_size,
-            name="local_gsa",
-            **shared,
-        )
+        self.local_gsa = self.pixel_embedding = None
+        if not self.local_layers:
+            # A token per pooled pixel; a per-pixel map keeps the grid's symmetries.
+            self.pixel_embedding = tf_keras.layers.Dense(
+                self.dim, dtype=self.dtype_policy, name="pixel_embedding"
+            )
+        else:
+            self.local_gsa = LocalGSA(
+                window=self.window,
+                stride=self.window_stride,
+                dim=self.dim,
+                num_heads=self.num_heads,
+                num_layers=self.local_layers,
+                graph_kernel_size=local_graph_kernel_size,
+                name="local_gsa",
+                **shared,
+            )
         self.global_gsa = GlobalGSA(
             self.patch_grid,
             num_heads=self.num_heads,
@@ -384,9 +395,12 @@ class SiTEncoder(Encoder):
                 f"Received: pool_padding={self.pool_padding}, pool_size={self.pool_size}"
             )
         h, w = h + 2 * self.pool_padding, w + 2 * self.pool_padding
-        step = self.pool_size * (self.window if self.window_stride == self.window else 1)
+        tiling = self.local_layers and self.window_stride == self.window
+        step = self.pool_size * (self.window if tiling else 1)
         if self.pool_size < 1 or h % self.pool_size or w % self.pool_size:
             raise ValueError(self._size_message(step))
+        if not self.local_layers:
+            return h // self.pool_size, w // self.pool_size
         try:
             windows = graphs.window_indices(
                 (h // self.pool_size, w // self.pool_size), self.window, self.window_stride
@@ -485,7 +499,10 @@ class SiTEncoder(Encoder):
             x = tf.pad(x, [[0, 0], [p, p], [p, p], [0, 0]])
         if self.pool_size > 1:
             x = stages["pooled"] = tf.nn.max_pool2d(x, self.pool_size, self.pool_size, "VALID")
-        stages["local"] = self.local_gsa(x, training=training)
+        if self.local_gsa is not None:
+            stages["local"] = self.local_gsa(x, training=training)
+        else:
+            stages["local"] = self.pixel_embedding(x)
         features = self.global_gsa(stages["local"], training=training)
         if self.global_gsa.output_patches:
             stages["token"], stages["patches"] = features
@@ -550,7 +567,8 @@ class SiTEncoder(Encoder):
         """What each stage of Fig. 3 computes, for diagnostics (``benchmarks/sit_state_signal.py``).
 
         ``"stem"`` ``(B, H, W, C')`` (with a stem), ``"pooled"`` (with pooling),
-        ``"local"`` ``(B, h, w, D)`` (the local GSA's window tokens), ``"token"``
+        ``"local"`` ``(B, h, w, D)`` (the local GSA's window tokens, or the embedded
+        pooled pixels without local blocks), ``"token"``
         ``(B, D)`` (the global class token after the final LayerNorm) and, for
         the SeT and SieT, ``"patches"`` ``(B, h, w, D)``.
         """
