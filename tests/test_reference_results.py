@@ -510,6 +510,37 @@ def test_the_rotation_pooled_stem_probe_is_quoted_as_measured():
         assert text in page, text
 
 
+def test_the_rotation_pooled_patch_readout_probe_is_quoted_as_measured():
+    """docs/lavacrossing.md, "Reading the patch grid": the SieT readout against the chiral SiT and the CNN."""
+    results = _probe_results()
+    chiral, pooled = "sit_small_chiral_m4_corners", "siet_rotation_pooled_m4_corners"
+    report = _report("lavacrossing_probe_siet_rotation_pooled.json")
+    assert report["command"].startswith("python benchmarks/lavacrossing_probe.py --models " + pooled)
+
+    def pair(model: str, quantity) -> str:
+        return " / ".join(quantity(results[model, seed]) for seed in (0, 1))
+
+    def below(run: dict) -> str:
+        return f"{_loss_below(run, 0.8):,}"
+
+    def loss_at_600(run: dict) -> str:
+        return f"{dict(run['loss_curve'])[600]:.2f}"
+
+    def accuracy(key: str):
+        return lambda run: f"{run['heldout_greedy_accuracy'][key]:.2f}"
+
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    for text in (
+        f"the loss is below 0.8 by step {pair(pooled, below)} (the chiral SiT's: {pair(chiral, below)})",
+        f"and {pair(pooled, loss_at_600)} at step 600 ({pair(chiral, loss_at_600)})",
+        f"Held-out accuracy ends at {pair(pooled, accuracy('all'))}, against the chiral SiT's "
+        f"{pair(chiral, accuracy('all'))} and the CNN's {pair('cnn', accuracy('all'))}",
+        f"and {pair(pooled, accuracy('turn_only'))} on the left/right-only states "
+        f"({pair(chiral, accuracy('turn_only'))}; the CNN's {pair('cnn', accuracy('turn_only'))})",
+    ):
+        assert text in page, text
+
+
 def test_the_translation_control_in_ppo_is_quoted_as_measured():
     report = _report("lavacrossing_control_translation_1m.json")
     assert report["budget_env_steps"] == 1_000_000 and report["command"] and report["commit"]
