@@ -7,9 +7,11 @@ formatted as the page prints them. A quoted number cannot drift from its file.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -449,23 +451,29 @@ def _loss_below(run: dict, level: float) -> int:
     return next(step for step, loss in run["loss_curve"] if loss < level)
 
 
+def _seed_pair(results: dict, model: str, quantity: Callable[[dict], str]) -> str:
+    """``"<seed 0> / <seed 1>"``: a probe quantity of one model as the docs quote it."""
+    return " / ".join(quantity(results[model, seed]) for seed in (0, 1))
+
+
+def _steps_to_08(run: dict) -> str:
+    return f"{_loss_below(run, 0.8):,}"
+
+
+def _loss_at_600(run: dict) -> str:
+    return f"{dict(run['loss_curve'])[600]:.2f}"
+
+
+def _held_out(key: str = "all") -> Callable[[dict], str]:
+    return lambda run: f"{run['heldout_greedy_accuracy'][key]:.2f}"
+
+
 def test_what_the_symmetry_costs_the_optimisation_is_quoted_as_measured():
     """docs/lavacrossing.md: the chiral SiT against the same encoder with translation-only graphs."""
     results = _probe_results()
     chiral = "sit_small_chiral_m4_corners"
-
-    def pair(model: str, quantity) -> str:
-        return " / ".join(quantity(results[model, seed]) for seed in (0, 1))
-
-    def below(run: dict) -> str:
-        return f"{_loss_below(run, 0.8):,}"
-
-    def loss_at_600(run: dict) -> str:
-        return f"{dict(run['loss_curve'])[600]:.2f}"
-
-    def held_out(run: dict) -> str:
-        return f"{run['heldout_greedy_accuracy']['all']:.2f}"
-
+    pair = functools.partial(_seed_pair, results)
+    below, loss_at_600, held_out = _steps_to_08, _loss_at_600, _held_out()
     page = " ".join((DOCS / "lavacrossing.md").read_text().split())
     for text in (
         f"its imitation loss is below 0.8 by step {pair(chiral + '_translation', below)} (seeds 0 / 1), "
@@ -486,19 +494,8 @@ def test_the_rotation_pooled_stem_probe_is_quoted_as_measured():
     chiral, pooled = "sit_small_chiral_m4_corners", "sit_small_rotation_pooled_m4_corners"
     report = _report("lavacrossing_probe_rotation_pooled.json")
     assert report["command"].startswith("python benchmarks/lavacrossing_probe.py --models " + pooled)
-
-    def pair(model: str, quantity) -> str:
-        return " / ".join(quantity(results[model, seed]) for seed in (0, 1))
-
-    def below(run: dict) -> str:
-        return f"{_loss_below(run, 0.8):,}"
-
-    def loss_at_600(run: dict) -> str:
-        return f"{dict(run['loss_curve'])[600]:.2f}"
-
-    def held_out(run: dict) -> str:
-        return f"{run['heldout_greedy_accuracy']['all']:.2f}"
-
+    pair = functools.partial(_seed_pair, results)
+    below, loss_at_600, held_out = _steps_to_08, _loss_at_600, _held_out()
     page = " ".join((DOCS / "lavacrossing.md").read_text().split())
     for text in (
         f"stays above 0.8 for the first {pair(pooled, below)} steps "
@@ -516,19 +513,8 @@ def test_the_rotation_pooled_patch_readout_probe_is_quoted_as_measured():
     chiral, pooled = "sit_small_chiral_m4_corners", "siet_rotation_pooled_m4_corners"
     report = _report("lavacrossing_probe_siet_rotation_pooled.json")
     assert report["command"].startswith("python benchmarks/lavacrossing_probe.py --models " + pooled)
-
-    def pair(model: str, quantity) -> str:
-        return " / ".join(quantity(results[model, seed]) for seed in (0, 1))
-
-    def below(run: dict) -> str:
-        return f"{_loss_below(run, 0.8):,}"
-
-    def loss_at_600(run: dict) -> str:
-        return f"{dict(run['loss_curve'])[600]:.2f}"
-
-    def accuracy(key: str):
-        return lambda run: f"{run['heldout_greedy_accuracy'][key]:.2f}"
-
+    pair = functools.partial(_seed_pair, results)
+    below, loss_at_600, accuracy = _steps_to_08, _loss_at_600, _held_out
     page = " ".join((DOCS / "lavacrossing.md").read_text().split())
     for text in (
         f"the loss is below 0.8 by step {pair(pooled, below)} (the chiral SiT's: {pair(chiral, below)})",
