@@ -3545,6 +3545,62 @@ def test_the_cnn_with_the_forward_prior_is_quoted_as_measured():
     )
 
 
+def _success_at(curve: dict, steps: int) -> float:
+    """Training success at the first curve point at or past ``steps``."""
+    return next(p["success"] for p in curve["curve"] if p["env_steps"] >= steps)
+
+
+def test_the_rotation_pooled_readout_in_ppo_is_quoted_as_measured():
+    """docs/lavacrossing.md: the SieT readout with the forward prior (to 0.76M) and without it (to 0.56M)."""
+    report = _report("lavacrossing_siet_readout_forward_seed0.json")
+    partial = _report("lavacrossing_siet_readout_seed0_partial.json")
+    cnn = _report("lavacrossing_forward_prior_cnn_seed0_1m.json")["curve"]
+    sit = _report("lavacrossing_forward_prior_seed0_1m.json")["curve"]
+    for run in (report["run"], partial["run"]):
+        assert "--models siet_rotation_pooled --seeds 0" in run["command"] and run["commit"]
+    assert "ppo.initial_action_probabilities = (0.7, 0.1, 0.1, 0.1)" in report["run"]["command"]
+    assert "initial_action_probabilities" not in partial["run"]["command"]
+    assert report["budget_env_steps"] == report["curve"]["last"]["env_steps"] == 757_760
+    assert partial["budget_env_steps"] == partial["curve"]["last"]["env_steps"] == 555_008
+    marks = (300_000, 500_000, 750_000)
+
+    def at(curve: dict) -> str:
+        return " / ".join(f"{_success_at(curve, m):.2f}" for m in marks)
+
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    greedy = {row: f"{v['success_rate']:.2f}" for row, v in report["greedy"].items()}
+    sampling = {row: f"{v['success_rate']:.2f}" for row, v in report["sampling"].items()}
+    table4 = _report("table4_lavacrossing_3m.json")["training_curves"]
+    cnn_05 = [dict(table4[f"cnn_seed{s}"]["success_every_250k"])[501_760] for s in (0, 1)]
+    standardized = _report("lavacrossing_standardized_seed0_1m.json")["curve"]["curve"]
+    for text in (
+        f"Training success at 0.3M / 0.5M / 0.75M: {at(report['curve'])}. With the same prior and seed the "
+        f"class-token SiT had {at(sit)} and the CNN {at(cnn)}.",
+        f"it has not reached the CNN's {cnn['last']['success']:.2f} at 1M",
+        f"Greedy success at 757,760 steps: N1 {greedy['train: easy']}, N2 {greedy['train: medium']}, "
+        f"N3 {greedy['hard']}, rotated {greedy['rotations average']}",
+        f"goal top-right {greedy['goal top-right']}, bottom-left {greedy['goal bottom-left']}, random goal "
+        f"{greedy['random goal']}. Sampling: N1 {sampling['train: easy']}, "
+        f"rotated {sampling['rotations average']}.",
+        f"training success {_success_at(partial['curve'], 500_000):.2f} at 0.5M and "
+        f"{_success_at(partial['curve'], 550_000):.2f} at 0.55M, where the CNN's two seeds had "
+        f"{cnn_05[0]:.2f} and {cnn_05[1]:.2f} at 0.5M and the standardised class-token SiT at most "
+        f"{max(p['success'] for p in standardized):.2f} in 1M steps",
+    ):
+        assert text in page, text
+    assert (
+        f"0.26 at 0.5M and 0.32 at 0.75M steps, where the class-token SiT had "
+        f"{_success_at(sit, 500_000):.2f} and {_success_at(sit, 750_000):.2f} and the CNN "
+        f"{_success_at(cnn, 500_000):.2f} and {_success_at(cnn, 750_000):.2f}" in LAVACROSSING_SHORT
+    )
+    assert f"{_success_at(report['curve'], 500_000):.2f} at 0.5M" in LAVACROSSING_SHORT
+    assert (
+        f"training success climbs: {_success_at(report['curve'], 750_000):.2f} at 0.75M steps with the "
+        f"forward prior, the CNN {_success_at(cnn, 750_000):.2f} (seed 0; "
+        "`benchmarks/reference/lavacrossing_siet_readout_forward_seed0.json`)" in " ".join(README.split())
+    )
+
+
 def test_the_executed_previous_action_student_with_64_units_is_quoted_as_measured():
     """docs/results.md and the README: 64 LSTM units, the executed previous action, seed 0."""
     report = _report("pi_cartpole_harder_dagger_executed_h64_1000.json")
