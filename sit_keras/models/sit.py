@@ -548,7 +548,9 @@ class SiTEncoder(Encoder):
         if self.grid_standardization is not None:
             grid = self.grid_standardization(grid, training=training)
         h, w = self.patch_grid
-        turns = [tf.image.rot90(grid, k) for k in range(4)]
+        turns = [grid]
+        for _ in range(3):  # a quarter turn; tf.image.rot90 would add runtime shape asserts to the graph
+            turns.append(tf.transpose(tf.reverse(turns[-1], [2]), [0, 2, 1, 3]))
         readouts = tf.stack([tf.reshape(t, [-1, h * w * self.equivariant_dim]) for t in turns])
         if "invariant" in parts:
             token = parts["invariant"]
