@@ -155,10 +155,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             overwrite=FLAGS.overwrite, int8_float_ops=FLAGS.int8_float_ops,
             int8_float_normalisations=FLAGS.int8_float_normalisations,
         )  # fmt: skip
-    except (OSError, ValueError) as error:  # FileNotFoundError, ParityError, UnsupportedOpsError, ...
-        return _error(str(error), EXPORT_FAILED)
-    except KeyboardInterrupt:
-        return _error(f"interrupted; nothing was exported to {output_dir}.", INTERRUPTED)
+    except (Exception, KeyboardInterrupt) as error:
+        # A library can catch the signal's KeyboardInterrupt and raise an error of its own instead (the
+        # TFLite converter loading a SavedModel does): the flag says the export was interrupted all the same.
+        if exporter.INTERRUPTED.is_set() or isinstance(error, KeyboardInterrupt):
+            return _error(f"interrupted; nothing was exported to {output_dir}.", INTERRUPTED)
+        if isinstance(error, (OSError, ValueError)):  # FileNotFoundError, ParityError, UnsupportedOpsError
+            return _error(str(error), EXPORT_FAILED)
+        raise
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

@@ -184,6 +184,26 @@ def _run_cli(capsys, *argv: str) -> tuple[int, str, str]:
     return status, captured.out, captured.err
 
 
+def test_an_interrupt_that_a_library_turned_into_another_error_is_still_reported_as_interrupted(
+    cnn_root, tmp_path, monkeypatch, capsys
+):
+    """The TFLite converter can catch the signal's KeyboardInterrupt while it loads a SavedModel and raise
+    a ValueError of its own: the export must still say it was interrupted, with the Ctrl-C status."""
+
+    def interrupted_inside_the_converter(*args, **kwargs):
+        exporter.INTERRUPTED.set()  # what the SIGTERM handler does first
+        raise ValueError("SignatureDef signature_key is None and model has 0 Signatures.")
+
+    monkeypatch.setattr(cli, "export_policy", interrupted_inside_the_converter)
+    output = str(tmp_path / "out")
+    status, _, err = _run_cli(capsys, "--root_dir", cnn_root, "--output_dir", output)
+    assert status == cli.INTERRUPTED
+    assert err.strip() == f"sit-export: interrupted; nothing was exported to {output}."
+    monkeypatch.setattr(cli, "export_policy", lambda *a, **k: (_ for _ in ()).throw(ValueError("bad input")))
+    status, _, err = _run_cli(capsys, "--root_dir", cnn_root, "--output_dir", output)
+    assert (status, err.strip()) == (cli.EXPORT_FAILED, "sit-export: bad input")  # the flag was cleared
+
+
 def test_cli_refuses_mistakes_in_one_sentence_before_writing(cnn_root, tmp_path, capsys):
     output = str(tmp_path / "out")
     cases = [
