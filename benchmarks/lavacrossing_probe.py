@@ -66,6 +66,9 @@ Models (``--models``), with the kwargs of the PPO configs:
 - ``siet_rotation_pooled_m4_corners``: the chiral SiT as a SieT whose head reads
   the class token and the patch grid in its four quarter turns, the largest
   response kept (``SiTEncoder(patch_readout="rotation_pooled")``);
+  ``sit_grid_readout_m4_corners`` / ``_m1_corners``: the same readout on a SiT,
+  of the global block's input grid (the local tokens), with four or one stem
+  maps per colour channel;
 - ``vit_small``: ``configs/minigrid/lavacrossing_vit.gin``.
 
 Each is followed by ``Dense(4)`` logits. The loss is the negative log of the
@@ -236,6 +239,24 @@ MODELS: dict[str, dict[str, Any]] = {
     "siet_rotation_pooled_m4_corners": {
         "encoder": "siet",
         "kwargs": {**_CHIRAL_M4_CORNERS, "patch_readout": "rotation_pooled", "equivariant_dim": 8},
+        "fc": (),
+    },
+    # The same readout on a SiT (configs/minigrid/lavacrossing_sit_grid_readout.gin adds the selective start
+    # and the standardised head): its global block computes only the class token, and the head reads the
+    # global block's input, the local 8x8 tokens projected to 8 features; "_m1": one stem map per channel.
+    "sit_grid_readout_m4_corners": {
+        "encoder": "sit",
+        "kwargs": {**_CHIRAL_M4_CORNERS, "patch_readout": "rotation_pooled", "equivariant_dim": 8},
+        "fc": (),
+    },
+    "sit_grid_readout_m1_corners": {
+        "encoder": "sit",
+        "kwargs": {
+            **_CHIRAL_M4_CORNERS,
+            "stem_depth_multiplier": 1,
+            "patch_readout": "rotation_pooled",
+            "equivariant_dim": 8,
+        },
         "fc": (),
     },
     "vit_small": {

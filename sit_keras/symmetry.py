@@ -283,7 +283,7 @@ SIET_ROTATION_POOLED = Symmetry(
     reference=SET_ROTATION_POOLED.reference,
     summary=SET_ROTATION_POOLED.summary,
 )
-"""A SieT whose head reads its class token and its patch grid rotation-pooled."""
+"""A SieT (or a SiT, from its local grid) whose head reads its class token and a grid rotation-pooled."""
 
 SENSORS = Symmetry(
     group="S_N",

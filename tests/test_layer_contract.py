@@ -246,6 +246,10 @@ CASES: dict[str, Case] = {
         _encoder("siet", IMAGE, patch_readout="rotation_pooled", **SIT_SMALL), IMAGE, (BATCH, 16, 8, 3),
         ENCODER_BAD, _with_parts,
     ),
+    "sit_rotation_pooled": Case(  # the head reads the local grid in its four turns: chiral
+        _encoder("sit", IMAGE, local_layers=1, global_layers=1, patch_readout="rotation_pooled", **SIT_SMALL),
+        IMAGE, (BATCH, 16, 8, 3), ENCODER_BAD, _with_parts,
+    ),
     "set_rotation_pooled": Case(
         _encoder("set", IMAGE, patch_readout="rotation_pooled", **SIT_SMALL), IMAGE, (BATCH, 16, 8, 3),
         ENCODER_BAD, _with_parts,

@@ -307,7 +307,10 @@ def test_a_rotation_pooled_stem_is_configured_and_refused_as_documented() -> Non
         build_encoder("sit", (14, 14, 3), **{**rotation_pooled, "stem_symmetry": "rotation"})
 
 
-def test_a_rotation_pooled_patch_readout_is_invariant_to_turns_in_training_and_not_to_flips() -> None:
+@pytest.mark.parametrize("variant", ["siet", "sit"])  # the SieT's output grid, the SiT's local grid
+def test_a_rotation_pooled_patch_readout_is_invariant_to_turns_in_training_and_not_to_flips(
+    variant: str,
+) -> None:
     # configs/minigrid/lavacrossing_siet_rotation_pooled.gin: standardised class token and grid, one
     # block per level (the class token alone would be mirror-blind; the dense readout is not).
     config = {
@@ -315,8 +318,14 @@ def test_a_rotation_pooled_patch_readout_is_invariant_to_turns_in_training_and_n
         "query_key_init_scale": 4.0, "head_standardization": True, "patch_readout": "rotation_pooled",
         "equivariant_dim": 8,
     }  # fmt: skip
-    encoder = _perturbed_encoder("siet", shape=(14, 14, 3), **config)
+    encoder = _perturbed_encoder(variant, shape=(14, 14, 3), **config)
     x = _images(3, shape=(14, 14, 3), dtype="float64")
+
+    def grid(images: tf.Tensor) -> tf.Tensor:
+        return encoder.symmetry_parts(images)["equivariant"]
+
+    assert grid(x).shape == (3, 8, 8, 8)
+    testing.assert_equivariant(grid, x, testing.ROTATIONS)
     encoder(x, training=True)  # the running statistics move off the identity
     assert float(encoder.grid_standardization.update_count) > 0
     assert encoder.declared_symmetry.summary == "C4 invariant (rotation-pooled patch readout)"
@@ -330,7 +339,7 @@ def test_a_rotation_pooled_patch_readout_is_invariant_to_turns_in_training_and_n
     "variant, overrides, message",
     [
         ("siet", {"patch_readout": "flat"}, "patch_readout must be one of ordered, rotation_pooled"),
-        ("sit", {"patch_readout": "rotation_pooled"}, "needs variant 'set' or 'siet' (received 'sit')"),
+        ("sit", {"patch_readout": "rotation_pooled", "symmetry": "translation"}, "needs symmetry 'rotation'"),
         (
             "siet",
             {"patch_readout": "rotation_pooled", "symmetry": "flip_hv"},

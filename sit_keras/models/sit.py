@@ -172,17 +172,21 @@ class SiTEncoder(Encoder):
         mean square per head, so no score grows without bound. Not in the
         paper; off by default (it did not keep the LavaCrossing actors
         seeing, docs/lavacrossing.md).
-      patch_readout: how the head reads the SeT's and SieT's patch grid.
-        ``"ordered"`` (default, the paper's): flattened in order, so the
-        features tell orientations apart. ``"rotation_pooled"``: the head (a
-        dense layer on the class token and the flattened grid) is applied to
-        the grid in each of its four quarter turns and the largest response
-        kept, so the features are invariant under the quarter turns (not the
-        flips) while the head still weighs every patch by its place, as a
-        CNN's dense layer does on its feature map, rather than reading the
-        state only through one attention-pooled class token. Not in the paper
-        (docs/lavacrossing.md, "Reading the patch grid"); needs the ``"set"``
-        or ``"siet"`` variant, rotation graphs and a square patch grid.
+      patch_readout: how the head reads a patch grid. ``"ordered"`` (default,
+        the paper's): the SeT's and SieT's grid flattened in order, so the
+        features tell orientations apart; a SiT's head reads only its class
+        token. ``"rotation_pooled"``: the head (a dense layer on the class
+        token and the flattened grid) is applied to the grid in each of its
+        four quarter turns and the largest response kept, so the features are
+        invariant under the quarter turns (not the flips) while the head still
+        weighs every patch by its place, as a CNN's dense layer does on its
+        feature map, rather than reading the state only through one
+        attention-pooled class token. The SeT and SieT read their output grid;
+        the SiT and SiT*, whose global blocks compute only the class token,
+        read the global blocks' input (the local tokens), projected to
+        ``equivariant_dim`` features per patch, which costs far less than a
+        SieT's full last block. Not in the paper (docs/lavacrossing.md,
+        "Reading the patch grid"); needs rotation graphs and a square grid.
       head_standardization: standardise the head's input, feature by feature,
         by running statistics of the training batches
         (``sit_keras.layers.feature_standardization``) before the ReLU head.
@@ -345,7 +349,7 @@ class SiTEncoder(Encoder):
             **shared,
         )
         self.equivariant_projection = None
-        if self.uses_equivariant:
+        if self.uses_equivariant or self.patch_readout == "rotation_pooled":
             # Acts on each patch alone, so the reduced grid stays equivariant.
             self.equivariant_projection = tf_keras.layers.Dense(
                 self.equivariant_dim, dtype=self.dtype_policy, name="equivariant_projection"
@@ -375,7 +379,6 @@ class SiTEncoder(Encoder):
             return
         h, w = self.patch_grid
         problems = [
-            f"variant 'set' or 'siet' (received {self.variant!r})" if not self.uses_equivariant else "",
             f"symmetry 'rotation' (received {self.symmetry!r})" if self.symmetry != "rotation" else "",
             f"stem_symmetry 'rotation' or 'chiral' (received {self.stem_symmetry!r})"
             if self.stem_symmetry not in ("rotation", "chiral")
@@ -444,8 +447,10 @@ class SiTEncoder(Encoder):
         With rotation graphs: the SiT and SiT* are ``SIT`` (C4 invariant, flips
         broken by eq. 4) unless ``mirror_blind`` (then D4 invariant, as the
         dihedral SiT); the SeT's patch grid and the SieT's two parts are C4
-        invariant / equivariant. Other graph symmetries keep what their
-        graphs and the stem's keep (``symmetry.graph_symmetry``).
+        invariant / equivariant. A rotation-pooled readout makes the output C4
+        invariant (``SIET_ROTATION_POOLED``, with the SiT's local grid as its
+        equivariant part, or ``SET_ROTATION_POOLED``). Other graph symmetries
+        keep what their graphs and the stem's keep (``symmetry.graph_symmetry``).
         """
         parts = tuple(
             (part, kind)
@@ -510,17 +515,17 @@ class SiTEncoder(Encoder):
             stages["token"] = features
         return stages
 
-    def _features(self, images: tf.Tensor, training: bool | None) -> tuple[tf.Tensor, tf.Tensor | None]:
-        stages = self._stages(images, training)
-        return stages["token"], stages.get("patches")
-
     def _parts(self, images: tf.Tensor, training: bool | None) -> dict[str, tf.Tensor]:
-        token, patches = self._features(images, training)
+        stages = self._stages(images, training)
         parts = {}
         if self.uses_invariant:
-            parts["invariant"] = token
+            parts["invariant"] = stages["token"]
         if self.uses_equivariant:
-            parts["equivariant"] = self.equivariant_projection(patches)
+            parts["equivariant"] = self.equivariant_projection(stages["patches"])
+        elif self.patch_readout == "rotation_pooled":
+            # A SiT's global blocks compute only the class token's row (Listing 3), so the grid the
+            # head reads is their input: the local blocks' tokens, which rotate with the image.
+            parts["equivariant"] = self.equivariant_projection(stages["local"])
         return parts
 
     def encode(self, images: tf.Tensor, training: bool | None = None) -> tf.Tensor:
