@@ -575,6 +575,42 @@ def test_the_sit_grid_readout_cost_and_probe_are_quoted_as_measured():
     )
 
 
+def test_the_sit_grid_readout_in_ppo_is_quoted_as_measured():
+    """docs/lavacrossing.md, "A SiT that reads its local grid": its two PPO seeds and seed 0's actor trace."""
+    report = _report("lavacrossing_sit_grid_readout_partial.json")
+    seed0, seed1 = (report["runs"][f"seed {s}"] for s in (0, 1))
+    for seed, run in enumerate((seed0, seed1)):
+        assert f"--models sit_grid_readout --seeds {seed} " in run["command"] and run["commit"]
+    assert seed0["curve"]["last"]["env_steps"] >= 1_000_000
+    assert seed1["curve"]["last"]["env_steps"] == seed1["stopped_at_env_steps"] == 512_000
+    siet = _report("lavacrossing_siet_readout_seed0_1m.json")["curve"]
+    trace = _report("lavacrossing_ppo_trace_grid_readout.json")
+    assert "--root_dir runs/table4_gr/sit_grid_readout_seed0" in trace["command"] and trace["commit"]
+    at_06m = next(t for t in trace["trace"] if t["env_steps"] >= 600_000)["policy"]
+    cnn = next(r for r in _report("lavacrossing_ppo_trace.json")["runs"] if r["model"] == "cnn")["trace"]
+    cnn_04m = next(t for t in cnn if t["env_steps"] >= 400_000)["policy"]
+
+    def most(run: dict) -> str:
+        return f"{max(p['success'] for p in run['curve']['curve']):.2f}"
+
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    for text in (
+        f"success at most {most(seed0)} at any 50k mark to 1M steps on seed 0, and at most {most(seed1)} to "
+        f"{seed1['stopped_at_env_steps']:,} steps on seed 1",
+        f"where the SieT readout's seed 0 had {_success_at(siet, 400_000):.2f} at 0.4M and 0.5 at 0.85M",
+        f"the logits' standard deviation across states is {at_06m['logit_std_across_states']:.2f} (the CNN's "
+        f"{cnn_04m['logit_std_across_states']:.2f} at 0.4M), but the greedy move agrees with the expert's on "
+        f"{at_06m['expert_accuracy']:.2f} of the states (the CNN's {cnn_04m['expert_accuracy']:.2f}) and the "
+        f"entropy has fallen to {at_06m['entropy']:.2f}",
+    ):
+        assert text in page, text
+    assert siet["first_step_with_success_at_least"]["0.5"] < 860_000  # "0.5 at 0.85M"
+    assert (
+        f"did not learn in PPO (training success at most {most(seed0)} to 1M steps and {most(seed1)} to "
+        f"{seed1['stopped_at_env_steps'] / 1e6:.2f}M, two seeds;" in LAVACROSSING_SHORT
+    )
+
+
 def test_the_translation_control_in_ppo_is_quoted_as_measured():
     report = _report("lavacrossing_control_translation_1m.json")
     assert report["budget_env_steps"] == 1_000_000 and report["command"] and report["commit"]
