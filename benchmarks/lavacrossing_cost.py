@@ -5,7 +5,9 @@ environment step* (collection and learning together), which a train-step
 timing alone does not give. For each model, ``--repeats`` processes train
 PPO with ``configs/minigrid/lavacrossing_<model>.gin`` and Table 4's
 protocol bindings (``benchmarks/minigrid_rotation.py``: 16 environments x
-128 steps, 8 minibatches) for ``--env_steps`` steps, without evaluation;
+128 steps, 8 minibatches, and the same CNN critic for every model whose
+value head is not on its actor's torso, so that only the policy's encoder
+differs, as in the runs) for ``--env_steps`` steps, without evaluation;
 the models alternate within each repeat so that a slow spell of a noisy
 host hits all of them. Each process reports the median of its per-iteration
 env steps/s (the first iteration, tracing, left out); the table gives the
@@ -45,6 +47,9 @@ from sit_keras.benchmarking import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from minigrid_rotation import model_bindings  # noqa: E402  (the protocol's critic, from its one home)
+
 CONFIGS = ROOT / "configs" / "minigrid"
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "lavacrossing_cost.json"
 MODELS = sorted(p.stem.removeprefix("lavacrossing_") for p in CONFIGS.glob("lavacrossing_*.gin"))
@@ -57,8 +62,14 @@ ITERATION = 16 * 128  # env steps per PPO iteration under PROTOCOL
 
 def measure(model: str, env_steps: int) -> dict[str, Any]:
     """One process training ``model`` for ``env_steps``: its median env steps/s."""
-    bindings = [*COMMON, *PROTOCOL, f"train_eval.total_env_steps = {env_steps}"]
-    return training_speed([CONFIGS / f"lavacrossing_{model}.gin"], bindings, cwd=ROOT)
+    config = CONFIGS / f"lavacrossing_{model}.gin"
+    bindings = [*COMMON, *protocol(model), f"train_eval.total_env_steps = {env_steps}"]
+    return training_speed([config], bindings, cwd=ROOT)
+
+
+def protocol(model: str) -> list[str]:
+    """Table 4's bindings for ``model``: ``PROTOCOL`` and the CNN critic unless its torso is shared."""
+    return [*PROTOCOL, *model_bindings("lavacrossing", str(CONFIGS / f"lavacrossing_{model}.gin"), PROTOCOL)]
 
 
 def run(models: Sequence[str], repeats: int, env_steps: int) -> dict[str, Any]:
@@ -79,7 +90,7 @@ def run(models: Sequence[str], repeats: int, env_steps: int) -> dict[str, Any]:
         "commit": commit,
         "repeats": repeats,
         "env_steps_per_process": env_steps,
-        "bindings": PROTOCOL,
+        "bindings": {m: protocol(m) for m in models},
         "table": {
             m: {"env_steps_per_second": medians[m], "cost_per_env_step": medians[first] / medians[m]}
             for m in models

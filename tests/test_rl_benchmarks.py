@@ -402,6 +402,16 @@ def test_lavacrossing_cost_knows_every_lavacrossing_config():
     assert cost.parse_args(["--quick"]).env_steps == 2 * cost.ITERATION
 
 
+def test_lavacrossing_cost_gives_every_model_the_critic_of_table_4s_runs():
+    """The cost of a policy encoder is measured as it trains: with the CNN critic every Table 4 run has,
+    unless the value head shares the actor's torso (then there is no critic to replace)."""
+    cost, rotation = _load("lavacrossing_cost"), _load("minigrid_rotation")
+    for model in ("sit_small", "siet_rotation_pooled"):
+        assert set(rotation.CRITIC) <= set(cost.protocol(model))
+        assert set(cost.PROTOCOL) <= set(cost.protocol(model))
+    assert not set(rotation.CRITIC) & set(cost.protocol("sit_chiral_shared"))
+
+
 @pytest.mark.large  # a benchmark run (two PPO processes); PPO on LavaCrossing: test_minigrid_rotation_quick
 def test_lavacrossing_cost_quick(tmp_path):
     out = tmp_path / "cost.json"
