@@ -527,6 +527,31 @@ def test_the_rotation_pooled_patch_readout_probe_is_quoted_as_measured():
         assert text in page, text
 
 
+def test_the_cost_under_table_4s_protocol_is_quoted_as_measured():
+    """docs/lavacrossing.md: the SieT readout's cost per env step with the CNN critic of every Table 4 run."""
+    cost = _report("lavacrossing_cost_protocol.json")
+    assert cost["command"].startswith("python benchmarks/lavacrossing_cost.py --models sit_small,")
+    assert len(cost["commit"]) == 40 and cost["repeats"] == 3
+    critic = "ppo.value_encoder = 'cnn'"
+    assert all(critic in bindings for bindings in cost["bindings"].values())
+    table = cost["table"]
+    for model, runs in cost["runs"].items():
+        assert len(runs) == cost["repeats"]
+        assert table[model]["env_steps_per_second"] == statistics.median(r["sps"] for r in runs)
+    sps = {m: v["env_steps_per_second"] for m, v in table.items()}
+    ratio = {m: sps["sit_small"] / v for m, v in sps.items()}
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    for text in (
+        f"the SieT readout costs **{ratio['siet_rotation_pooled']:.2f}x** SiT-small "
+        f"({sps['siet_rotation_pooled']:.1f} against {sps['sit_small']:.1f} env steps/s) and the CNN "
+        f"{ratio['cnn']:.2f}x ({sps['cnn']:.1f}); medians of {cost['repeats']} repeats of "
+        f"{cost['env_steps_per_process']:,} steps",
+        f"it costs {ratio['siet_rotation_pooled']:.2f}x SiT-small per environment step "
+        "(`benchmarks/reference/lavacrossing_cost_protocol.json`)",
+    ):
+        assert text in page, text
+
+
 def test_the_sit_grid_readout_cost_and_probe_are_quoted_as_measured():
     """docs/lavacrossing.md, "A SiT that reads its local grid": its cost per env step and its probe."""
     cost = _report("lavacrossing_cost_readout.json")
@@ -569,9 +594,8 @@ def test_the_sit_grid_readout_cost_and_probe_are_quoted_as_measured():
         assert text in page, text
     assert ratio["sit_grid_readout"] <= 1.5 < ratio["siet_rotation_pooled"]  # issue 24's limit
     assert (
-        f"It costs {ratio['siet_rotation_pooled']:.2f}x SiT-small per environment step, past the issue's "
-        f"1.5x; the same readout of a SiT's local grid costs {ratio['sit_grid_readout']:.2f}x"
-        in LAVACROSSING_SHORT
+        f"with each model's own critic, {ratio['siet_rotation_pooled']:.2f}x, and the same readout of a "
+        f"SiT's local grid {ratio['sit_grid_readout']:.2f}x" in LAVACROSSING_SHORT
     )
 
 
