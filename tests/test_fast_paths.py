@@ -12,6 +12,9 @@ What this file proves:
   the MiniGrid preset, a single local block), whose fast path also folds
   the LayerNorm into the projection and starts the first local block from
   the pixels: to 1e-11 relative in float64 and 1e-4 in float32;
+- a single local block, which computes only its class token's row, composes
+  that row's scores from the pixels, the projection, ``G_q``, ``G_k`` and the
+  constant class token, and equals the reference for every score option;
 - both implementations have the same variables under the same names, so a
   checkpoint of one restores into the other;
 - the ``pairs`` form (used by ``auto`` for large grids, e.g. the Procgen
@@ -179,6 +182,40 @@ def test_pairs_form_keeps_rotations_breaks_flips_and_compiles(training: bool) ->
     np.testing.assert_allclose(compiled(x).numpy(), layer(x, training=False).numpy(), rtol=1e-10, atol=1e-10)
 
 
+def _local_pair(window: int, stride: int | None, num_layers: int, **options: Any) -> dict[str, LocalGSA]:
+    """A reference and a fast ``LocalGSA`` on 4x4x3 maps with the same perturbed weights."""
+    layers = {}
+    for implementation in ("reference", "fast"):
+        layer = LocalGSA(
+            window=window,
+            stride=stride,
+            num_layers=num_layers,
+            dim=8,
+            num_heads=2,
+            graph_dropout=DROPOUT,
+            seed=0,
+            implementation=implementation,
+            dtype="float64",
+            **{"triangles": 1, **options},
+        )
+        layer.build((None, 4, 4, 3))
+        layers[implementation] = layer
+    testing.perturb_weights(layers["reference"], 0.1)
+    layers["fast"].set_weights(layers["reference"].get_weights())
+    return layers
+
+
+def _assert_local_pair_agrees(layers: dict[str, LocalGSA], x: tf.Tensor) -> None:
+    # The composed path computes the LayerNorm variance as a quadratic form
+    # in the pixel (a different rounding than the mean of squares): 1e-11.
+    for training in (True, False):
+        _assert_same(
+            _values_and_gradients(layers["reference"], x, training),
+            _values_and_gradients(layers["fast"], x, training),
+            1e-11,
+        )
+
+
 @pytest.mark.parametrize(
     "window, stride, num_layers",
     [(2, None, 2), (2, None, 1), (3, 1, 2), (3, 1, 1)],
@@ -189,33 +226,9 @@ def test_local_gsa_from_pixels_equals_the_reference_and_compiles(
 ) -> None:
     # Sliding windows zero-pad the map: the padded tokens must match the
     # reference's zero tokens; a single block's skip is its class token alone.
-    layers = {}
-    for implementation in ("reference", "fast"):
-        layer = LocalGSA(
-            window=window,
-            stride=stride,
-            num_layers=num_layers,
-            dim=8,
-            num_heads=2,
-            triangles=1,
-            graph_dropout=DROPOUT,
-            seed=0,
-            implementation=implementation,
-            dtype="float64",
-        )
-        layer.build((None, 4, 4, 3))
-        layers[implementation] = layer
-    testing.perturb_weights(layers["reference"], 0.1)
-    layers["fast"].set_weights(layers["reference"].get_weights())
+    layers = _local_pair(window, stride, num_layers)
     x = tf.constant(np.random.default_rng(4).uniform(size=(3, 4, 4, 3)))
-    # The composed path computes the LayerNorm variance as a quadratic form
-    # in the pixel (a different rounding than the mean of squares): 1e-11.
-    for training in (True, False):
-        _assert_same(
-            _values_and_gradients(layers["reference"], x, training),
-            _values_and_gradients(layers["fast"], x, training),
-            1e-11,
-        )
+    _assert_local_pair_agrees(layers, x)
     compiled = tf.function(lambda z: layers["fast"](z, training=False), jit_compile=True)
     reference = layers["reference"](x).numpy()
     # XLA may sum in another order: an output that cancels to near 0 keeps an error of the
@@ -223,6 +236,32 @@ def test_local_gsa_from_pixels_equals_the_reference_and_compiles(
     np.testing.assert_allclose(
         compiled(x).numpy(), reference, rtol=1e-10, atol=1e-10 * np.abs(reference).max()
     )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"antisymmetric": True},
+        {"symmetrize": False},
+        {"graph_qkv": "v"},
+        {"graph_qkv": "qk"},
+        {"graph_qkv": ""},
+        {"query_key_norm": True},  # not linear in the pixels: the layer keeps the projected path
+    ],
+    ids=lambda options: "-".join(f"{k}={v}" for k, v in options.items()),
+)
+def test_a_single_local_block_equals_the_reference_for_every_score_option(options: dict) -> None:
+    """One local block computes only its class token's row from the pixels: its scores are composed
+    from the projection, ``G_q``, ``G_k`` and the constant class token (``attend_constant_class_token``)."""
+    x = tf.constant(np.random.default_rng(6).uniform(size=(3, 4, 4, 3)))
+    _assert_local_pair_agrees(_local_pair(3, 1, 1, **options), x)
+
+
+def test_the_composed_class_token_row_refuses_scores_that_are_not_linear() -> None:
+    layer = GraphSymmetricAttention((2, 2), num_heads=2, query_key_norm=True)
+    layer.build((None, 5, 4))
+    with pytest.raises(ValueError, match="query_key_norm=False"):
+        layer.attend_constant_class_token(tf.zeros((3, 1, 5)), tf.zeros((3, 12)), tf.zeros((12,)))
 
 
 # -- whole encoders ------------------------------------------------------------------

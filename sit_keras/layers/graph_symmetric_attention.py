@@ -368,6 +368,16 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         (an identity matrix) ride along, which saves slicing and re-joining
         the largest tensor of the layer.
         """
+        return tf.matmul(qkv, self.token_graphs_transposed(training))
+
+    def token_graphs_transposed(self, training: bool | None = None) -> tf.Tensor:
+        """``G_q, G_k, G_v`` over all ``T`` tokens, transposed: ``(3 D, T, T)``, ``[f, t, j] = G_f[j, t]``.
+
+        The class token's row and column are the identity's (Listing 1), as is
+        every channel without a graph; one graph-symmetric dropout mask is drawn.
+        """
+        if not self.graph_qkv:
+            return tf.eye(self.num_tokens, batch_shape=[3 * self.dim], dtype=self.compute_dtype)
         weights = graph_symmetric_dropout(self.qkv_graph, self.graph_dropout, training)
         # Columns for all 3 D channels; a channel without a graph reads the
         # self-loop class only, i.e. the identity.
@@ -379,7 +389,80 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         table = tf.concat(columns, axis=1)
         table = tf.concat([table, tf.ones_like(table[:1])], axis=0)
         matrix_t = expand_shared(table, self._token_graph_index.T)  # (T, T, 3 D): G transposed
-        return tf.matmul(qkv, tf.transpose(matrix_t, [2, 0, 1]))
+        return tf.transpose(matrix_t, [2, 0, 1])
+
+    def attend_constant_class_token(
+        self,
+        inputs: tf.Tensor,
+        projection: tf.Tensor,
+        class_qkv: tf.Tensor,
+        training: bool | None = None,
+    ) -> tf.Tensor:
+        """The class token's row of eq. 3 / 11 when every token's ``q, k, v`` is linear in its input.
+
+        For tokens whose projections are ``[Q, K, V] = projection^T y`` (an
+        input ``y`` of ``R`` channels per token) and a class token whose
+        ``q_0, k_0`` are the constant ``class_qkv`` (the first block of local
+        GSA, which starts from the pixels), the class token's scores are
+        linear in ``y``: ``q_0 . (G_k K)_j = sum_{c, t} y[c, t] W[c, t, j]``
+        with ``W[c, t, j] = sum_f q_0[f] M_k[c, f] G_f[j, t]``, and likewise
+        ``(G_q Q)_j . k_0``. So only the values are projected and mixed per
+        token; the queries and keys never are, which saves two thirds of the
+        layer's largest tensors. Same function as ``mix_and_attend(...,
+        token_only=True)`` on ``projection^T y``, same weights.
+
+        Args:
+          inputs: ``(R, B, T)`` channels-first; the class token's column must
+            project to ``class_qkv``.
+          projection: ``(R, 3 D)``.
+          class_qkv: ``(3 D,)``, the class token's ``[q, k, v]``.
+          training: enables graph-symmetric dropout.
+
+        Returns:
+          ``(B, 1, D)``.
+        """
+        if not self.class_token or self.score_mixing or self.query_key_norm:
+            raise ValueError(
+                "attend_constant_class_token needs class_token=True, score_mixing=False and "
+                "query_key_norm=False (the scores must be linear in the inputs)."
+            )
+        heads, head_dim, t = self.num_heads, self.head_dim, self.num_tokens
+        stable = stable_dtype(self.compute_dtype)
+        rows = inputs.shape[0]
+        graphs_t = tf.cast(self.token_graphs_transposed(training), stable)  # (3 D, T, T): [f, t, j]
+        g_q, g_k, g_v = tf.split(graphs_t, 3, axis=0)
+        m_q, m_k, m_v = tf.split(tf.cast(projection, stable), 3, axis=1)  # (R, D) each
+        u_q, u_k, _ = tf.split(tf.cast(class_qkv, stable), 3)
+
+        def kernel(u: tf.Tensor, m: tf.Tensor, g: tf.Tensor) -> tf.Tensor:
+            # W[c, t, h, j] = sum_d u[h, d] m[c, h, d] g[h, d, t, j]
+            return tf.einsum(
+                "hd,chd,hdtj->cthj",
+                tf.reshape(u, [heads, head_dim]),
+                tf.reshape(m, [rows, heads, head_dim]),
+                tf.reshape(g, [heads, head_dim, t, t]),
+            )
+
+        # Row q_0 . k_j and column q_j . k_0 of every head, from one matmul of the (c, t) inputs.
+        kernels = tf.stack([kernel(u_q, m_k, g_k), kernel(u_k, m_q, g_q)], axis=2)  # (R, T, 2, H, T)
+        compute = self.compute_dtype
+        flat = tf.reshape(tf.transpose(inputs, [1, 0, 2]), [-1, rows * t])  # (B, R T)
+        scores = tf.matmul(flat, tf.cast(tf.reshape(kernels, [rows * t, 2 * heads * t]), compute))
+        row, column = tf.unstack(tf.reshape(tf.cast(scores, stable), [-1, 2, heads, t]), axis=1)
+        scale = tf.cast(1.0 / math.sqrt(head_dim), stable)
+        symmetric = row + column if self.symmetrize else row
+        attention = tf.nn.softmax(symmetric * scale, axis=-1)  # (B, H, T)
+        if self.antisymmetric:
+            attention += tf.nn.softmax((row - column) * scale, axis=-1)
+        # The values as in `_mix_all_tokens`: V = M_v^T y, then G_v per channel.
+        values = tf.matmul(
+            tf.cast(m_v, compute), tf.reshape(tf.cast(inputs, compute), [rows, -1]), transpose_a=True
+        )
+        values = tf.matmul(tf.reshape(values, [self.dim, -1, t]), tf.cast(g_v, compute))  # (D, B, T)
+        values = tf.reshape(values, [heads, head_dim, -1, t])
+        attention = tf.transpose(tf.cast(attention, compute), [1, 0, 2])[:, None]  # (H, 1, B, T)
+        out = tf.reduce_sum(attention * values, axis=-1)  # (H, d, B)
+        return tf.transpose(tf.reshape(out, [self.dim, -1]))[:, None, :]
 
     def project_qkv(
         self,

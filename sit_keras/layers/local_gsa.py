@@ -38,7 +38,10 @@ class LocalGSA(tf_keras.layers.Layer):
     the pixels: embedding, LayerNorm and projection
     compose into ``r(x) (x A + a) + c`` for each ``C``-channel pixel ``x``
     (``_first_block_from_pixels``), so no ``D -> 3 D`` projection of a window
-    token is computed. Same function, same weights as the reference path.
+    token is computed. A single block, whose class token's row alone is read,
+    does not form the window tokens' queries and keys either: its scores are
+    composed from the pixels (``GraphSymmetricAttention.attend_constant_class_token``).
+    Same function, same weights as the reference path.
 
     Precision: under a mixed policy the embedding and the one large
     projection matmul run in the compute dtype; the LayerNorm variance and
@@ -228,12 +231,17 @@ class LocalGSA(tf_keras.layers.Layer):
         rows = pixel_part.shape[0]  # C + 3
         class_part = tf.constant([0.0] * (rows - 2) + [1.0, 1.0], stable)[:, None, None]
         y = tf.concat([tf.tile(class_part, [1, tf.shape(x)[1], 1]), pixel_part], axis=2)  # (C + 3, B N, T)
-        compute = kernel.dtype
-        qkv = tf.matmul(
-            tf.cast(mixing, compute), tf.cast(tf.reshape(y, [rows, -1]), compute), transpose_a=True
-        )
-        qkv = tf.reshape(qkv, [3 * self.dim, -1, y.shape[2]])
-        update = gsa.mix_and_attend(qkv, training=training, token_only=token_only)
+        if token_only and not gsa.query_key_norm:
+            # The class token's q and k are the constant u: its scores are linear in y,
+            # so the queries and keys of the window tokens are never formed.
+            update = gsa.attend_constant_class_token(y, mixing, token_qkv, training=training)
+        else:
+            compute = kernel.dtype
+            qkv = tf.matmul(
+                tf.cast(mixing, compute), tf.cast(tf.reshape(y, [rows, -1]), compute), transpose_a=True
+            )
+            qkv = tf.reshape(qkv, [3 * self.dim, -1, y.shape[2]])
+            update = gsa.mix_and_attend(qkv, training=training, token_only=token_only)
         if token_only:
             skip = tf.cast(self.class_token, update.dtype)[None, None, :]
         else:
