@@ -552,6 +552,30 @@ def test_the_cost_under_table_4s_protocol_is_quoted_as_measured():
         assert text in page, text
 
 
+def test_the_lavacrossing_throughput_before_and_after_the_composed_token_row_is_quoted_as_measured():
+    """docs/speed.md's LavaCrossing table and docs/lavacrossing.md's 2.09x come from the two cost reports."""
+    speed = " ".join((DOCS / "speed.md").read_text().split())
+    lava = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    for name, commit in (
+        ("lavacrossing_cost_protocol.json", "519bf1f"),
+        ("lavacrossing_cost_composed_token.json", "e1b0537"),
+    ):
+        report = _report(name)
+        assert report["commit"].startswith(commit)
+        sps = {m: statistics.median(r["sps"] for r in runs) for m, runs in report["runs"].items()}
+        assert sps == {m: row["env_steps_per_second"] for m, row in report["table"].items()}
+        row = (
+            f"| `{name}` | {commit} | {sps['sit_small']:.1f} | {sps['cnn']:.1f} | "
+            f"{sps['sit_small'] / sps['cnn']:.2f}x | {sps['siet_rotation_pooled']:.1f} |"
+        )
+        assert row in speed, row
+    assert sps["sit_small"] / sps["cnn"] >= 0.6  # the speed issue's LavaCrossing target, after
+    assert (
+        f"SiT-small most: {sps['sit_small']:.1f} env steps/s against the SieT readout's "
+        f"{sps['siet_rotation_pooled']:.1f}, **{sps['sit_small'] / sps['siet_rotation_pooled']:.2f}x**"
+    ) in lava
+
+
 def test_the_sit_grid_readout_cost_and_probe_are_quoted_as_measured():
     """docs/lavacrossing.md, "A SiT that reads its local grid": its cost per env step and its probe."""
     cost = _report("lavacrossing_cost_readout.json")
