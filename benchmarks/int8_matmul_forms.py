@@ -105,6 +105,8 @@ def constant_matmuls(model_path: str) -> list[dict[str, Any]]:
             continue
         side = "left" if stored[0] is not None and len(stored[0]) > 0 else "right"
         constant, other = (left, right) if side == "left" else (right, left)
+        if not _has_known_form(side, tuple(constant.shape), tuple(other.shape)):
+            continue
         values = np.frombuffer(bytes(model.buffers[constant.buffer].data), np.float32)
         found.append(
             {
@@ -114,6 +116,17 @@ def constant_matmuls(model_path: str) -> list[dict[str, Any]]:
             }
         )
     return found
+
+
+def _has_known_form(side: str, constant: tuple[int, ...], other: tuple[int, ...]) -> bool:
+    """Whether the op is one of the two patterns ``forms_of`` rewrites.
+
+    ``W (O, K) @ X (K, N)`` or ``X (C, N, K) @ M (C, K, J)``; other constant
+    matmuls (e.g. a product of weights the converter did not fold) are left out.
+    """
+    if side == "left":
+        return len(constant) == len(other) == 2 and constant[1] == other[0]
+    return len(constant) == len(other) == 3 and constant[0] == other[0] and constant[1] == other[2]
 
 
 def forms_of(op: dict[str, Any]) -> dict[str, tuple[tuple[int, ...], Form, Form]]:

@@ -446,12 +446,13 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         # Row q_0 . k_j and column q_j . k_0 of every head, from one matmul of the (c, t) inputs.
         kernels = tf.stack([kernel(u_q, m_k, g_k), kernel(u_k, m_q, g_q)], axis=2)  # (R, T, 2, H, T)
         compute = self.compute_dtype
-        flat = tf.reshape(tf.transpose(inputs, [1, 0, 2]), [-1, rows * t])  # (B, R T)
+        flat = tf.cast(tf.reshape(tf.transpose(inputs, [1, 0, 2]), [-1, rows * t]), compute)  # (B, R T)
         scores = tf.matmul(flat, tf.cast(tf.reshape(kernels, [rows * t, 2 * heads * t]), compute))
-        row, column = tf.unstack(tf.reshape(tf.cast(scores, stable), [-1, 2, heads, t]), axis=1)
+        scores = tf.transpose(tf.reshape(tf.cast(scores, stable), [-1, 2, heads, t]), [1, 2, 0, 3])
+        row, column = tf.unstack(scores)  # (H, B, T) each, as `_attend_token_channels_first`'s
         scale = tf.cast(1.0 / math.sqrt(head_dim), stable)
         symmetric = row + column if self.symmetrize else row
-        attention = tf.nn.softmax(symmetric * scale, axis=-1)  # (B, H, T)
+        attention = tf.nn.softmax(symmetric * scale, axis=-1)  # (H, B, T)
         if self.antisymmetric:
             attention += tf.nn.softmax((row - column) * scale, axis=-1)
         # The values as in `_mix_all_tokens`: V = M_v^T y, then G_v per channel.
@@ -460,8 +461,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         )
         values = tf.matmul(tf.reshape(values, [self.dim, -1, t]), tf.cast(g_v, compute))  # (D, B, T)
         values = tf.reshape(values, [heads, head_dim, -1, t])
-        attention = tf.transpose(tf.cast(attention, compute), [1, 0, 2])[:, None]  # (H, 1, B, T)
-        out = tf.reduce_sum(attention * values, axis=-1)  # (H, d, B)
+        out = tf.reduce_sum(tf.cast(attention, compute)[:, None] * values, axis=-1)  # (H, d, B)
         return tf.transpose(tf.reshape(out, [self.dim, -1]))[:, None, :]
 
     def project_qkv(
