@@ -823,7 +823,7 @@ def test_demo_table_is_the_report():
     assert all(cell["num_episodes"] == 200 for per in evaluation.values() for cell in per.values())
     flat = " ".join(README.split())
     minutes = report["wall_time_s"] / 60
-    assert f"({minutes:.1f} minutes, the code of commit {report['commit']}, with a PPO run" in flat
+    assert f"({minutes:.1f} minutes, the code of commit {report['commit']}, with two PPO runs" in flat
     steps = {model: run["env_steps"] for model, run in report["success"]["training"].items()}
     assert steps["sit"] == steps["cnn"] and f"after {steps['sit']:,} environment steps per model" in flat
     # The exported models: TF vs TFLite parity and file sizes.
