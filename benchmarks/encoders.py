@@ -9,7 +9,11 @@ For each model, in one process, at ``(64, 64, 3)`` uint8 images::
 A model is named as in ``sit_keras.models.ENCODER_NAMES``, optionally with
 the implementation of its GSA layers: ``sit:reference`` is the SiT with the
 reference formulation (``GraphSymmetricAttention(implementation=...)``), so
-that fast and reference paths are timed in the same run.
+that fast and reference paths are timed in the same run. A training config
+(a path ending in ``.gin``) names its actor's encoder: ``train_eval.encoder``
+with its ``train_eval.encoder_kwargs``, e.g. the MiniGrid models at
+``--image_size 14``. Train steps are given relative to the first ViT
+(``vit`` or a config whose encoder is ``vit``).
 
 Every function is called once first (tracing + compilation + one run,
 recorded as ``first_call_s``) and ``--warmup`` more times untimed. Then the
@@ -35,6 +39,8 @@ Usage::
     python benchmarks/encoders.py [--models sit,sit:reference,siet,vit,impala_cnn] [--repeats 7]
         [--precisions float32,mixed_bfloat16,mixed_float16]
         [--out benchmarks/results/encoders.json] [--quick] [--no_profile]
+    python benchmarks/encoders.py --image_size 14 --models \
+        configs/minigrid/lavacrossing_sit_small.gin,configs/minigrid/lavacrossing_vit.gin
 
 See benchmarks/README.md for how to read the output.
 """
@@ -148,11 +154,37 @@ class MatmulClock:
         return self.timed.median_ms
 
 
+def config_encoder(path: str) -> tuple[str, dict[str, Any]]:
+    """A training config's actor encoder: ``train_eval.encoder`` and its ``train_eval.encoder_kwargs``."""
+    import gin  # only configs need gin and the trainer's parser
+
+    from sit_keras.agents import train
+
+    if not os.path.isfile(path):
+        raise ValueError(f"{path} is not a file")
+    gin.clear_config()
+    try:
+        train.parse_gin([path], [])
+        try:
+            name = gin.query_parameter("train_eval.encoder")
+        except ValueError:
+            raise ValueError(f"{path} does not set train_eval.encoder") from None
+        try:
+            kwargs = dict(gin.query_parameter("train_eval.encoder_kwargs") or {})
+        except ValueError:
+            kwargs = {}
+    finally:
+        gin.clear_config()
+    return name, kwargs
+
+
 def parse_model(text: str) -> tuple[str, dict[str, Any]]:
-    """``"sit:reference"`` -> ``("sit", {"implementation": "reference"})``.
+    """``"sit:reference"`` -> ``("sit", {"implementation": "reference"})``; a ``.gin`` path -> its encoder.
 
     Raises a ``ValueError`` that names the valid choices.
     """
+    if text.endswith(".gin"):
+        return config_encoder(text)
     name, _, implementation = text.partition(":")
     if name not in ENCODER_NAMES:
         raise ValueError(f"unknown encoder {name!r}; expected one of: {', '.join(ENCODER_NAMES)}")
@@ -185,11 +217,11 @@ def _stage_functions(encoder: SiTEncoder, images: tf.Tensor) -> dict[str, tuple[
     def stem_pool(x: tf.Tensor) -> tf.Tensor:
         if encoder.stem is not None:
             x = encoder.stem(x)
-        if encoder.pool_size > 1:
-            x = tf.nn.max_pool2d(x, encoder.pool_size, encoder.pool_size, "VALID")
-        return x
+        return encoder.pool(x)
 
     def local(x: tf.Tensor) -> tf.Tensor:
+        if encoder.local_gsa is None:  # local_layers=0: each pooled pixel is embedded as a token
+            return encoder.pixel_embedding(x)
         return encoder.local_gsa(x, training=True)
 
     def global_(x: tf.Tensor) -> Any:
@@ -203,7 +235,8 @@ def _stage_functions(encoder: SiTEncoder, images: tf.Tensor) -> dict[str, tuple[
         "local_gsa": (local, stem_out),
         "global_gsa": (global_, local_out),
     }
-    layers = {"stem_pool": encoder.stem, "local_gsa": encoder.local_gsa, "global_gsa": encoder.global_gsa}
+    local_layer = encoder.pixel_embedding if encoder.local_gsa is None else encoder.local_gsa
+    layers = {"stem_pool": encoder.stem, "local_gsa": local_layer, "global_gsa": encoder.global_gsa}
     stages = {}
     for stage, (fn, x) in pieces.items():
         variables = layers[stage].trainable_variables if layers[stage] is not None else []
@@ -294,6 +327,7 @@ def model_record(model: dict[str, Any], matmul_ms: float) -> dict[str, Any]:
         record["matmul_times"] = timed.median_ms / matmul_ms
         timings[measurement][mode] = record
     result = {
+        "encoder": parse_model(model["spec"])[0],
         "params": int(model["encoder"].count_params()),
         "overrides": {k: list(v) if isinstance(v, tuple) else v for k, v in model["overrides"].items()},
         "timings": timings,
@@ -325,8 +359,9 @@ def ratios(models: dict[str, dict[str, Any]]) -> dict[str, Any]:
             measurement: by_mode["xla"]["median_ms"] / by_mode["graph"]["median_ms"]
             for measurement, by_mode in record["timings"].items()
         }
-    if "vit" in models:
-        vit = models["vit"]["timings"]["train_step"]
+    baseline = next((name for name, record in models.items() if record["encoder"] == "vit"), None)
+    if baseline is not None:
+        vit = models[baseline]["timings"]["train_step"]
         result["train_step_over_vit"] = {
             name: {
                 mode: record["timings"]["train_step"][mode]["median_ms"] / vit[mode]["median_ms"]
@@ -454,8 +489,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--models",
         type=_model_list,
         default=list(DEFAULT_MODELS),
-        help=f"comma-separated encoders, a SiT-family name optionally with :fast or :reference "
-        f"(default: {','.join(DEFAULT_MODELS)})",
+        help=f"comma-separated encoders, a SiT-family name optionally with :fast or :reference, or "
+        f"training configs (.gin) (default: {','.join(DEFAULT_MODELS)})",
     )
     parser.add_argument(
         "--repeats",
@@ -497,6 +532,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.repeats = 3 if args.quick else 7
     if args.repeats < 1 or args.warmup < 0 or args.image_size < 1:
         parser.error("--repeats and --image_size must be positive and --warmup non-negative")
+    for spec in args.models:  # a size a model cannot take is said before anything is timed
+        name, overrides = parse_model(spec)
+        try:
+            build_encoder(name, (args.image_size, args.image_size, 3), **overrides)
+        except ValueError as error:
+            parser.error(f"{spec} at --image_size {args.image_size}: {error}")
     return args
 
 

@@ -134,11 +134,41 @@ def test_benchmark_times_fast_and_reference_gsa_and_profiles_the_stages(tmp_path
         ["--models", "vit:reference"],
         ["--models", "sit:quick"],
         ["--precisions", "fp8"],
+        ["--models", "configs/minigrid/no_such_config.gin"],
+        ["--models", "configs/minigrid/ppo_lavacrossing.gin"],  # sets no encoder
     ],
 )
 def test_benchmark_rejects_unknown_models_implementations_and_precisions(argv):
     with pytest.raises(SystemExit):
         _load_benchmark().parse_args(argv)
+
+
+def test_benchmark_times_a_configs_encoder_against_the_configs_vit(tmp_path, capsys):
+    bench = _load_benchmark()
+    # The chiral SiT pads before it pools (pool_padding=1): the stage profile must pool as it does.
+    sit_config, vit_config = (f"configs/minigrid/lavacrossing_{m}.gin" for m in ("sit_chiral", "vit"))
+    assert bench.parse_model(str(REPO / sit_config))[1]["window"] == 3  # the config's kwargs, not defaults
+    out = tmp_path / "encoders.json"
+    models = ",".join(str(REPO / c) for c in (sit_config, vit_config))
+    argv = ["--quick", "--models", models, "--repeats", "2", "--image_size", "14", "--precisions", "float32",
+            "--out", str(out)]  # fmt: skip
+    assert bench.main(argv) == 0
+    report = json.loads(out.read_text())
+    sit, vit = (report["models"][str(REPO / c)] for c in (sit_config, vit_config))
+    assert (sit["encoder"], vit["encoder"]) == ("sit", "vit")
+    assert sit["overrides"]["pool_padding"] == 1 and vit["overrides"]["patch_size"] == 2
+    assert set(sit["stage_profile"]) == {"stem_pool", "local_gsa", "global_gsa", "rest"}
+    over_vit = report["ratios"]["train_step_over_vit"]
+    assert over_vit[str(REPO / vit_config)] == {"graph": 1.0, "xla": 1.0}
+    sit_ms, vit_ms = (m["timings"]["train_step"]["graph"]["median_ms"] for m in (sit, vit))
+    assert over_vit[str(REPO / sit_config)]["graph"] == pytest.approx(sit_ms / vit_ms)
+
+
+def test_benchmark_says_which_model_cannot_take_the_image_size(capsys):
+    with pytest.raises(SystemExit):
+        _load_benchmark().parse_args(["--models", "cnn,sit", "--image_size", "14"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert ": error: sit at --image_size 14: sit with " in err and "multiples of 8" in err
 
 
 def test_xla_cpu_ops_times_each_block_both_ways(tmp_path, capsys):

@@ -494,16 +494,22 @@ class SiTEncoder(Encoder):
         )
 
     # -- forward ---------------------------------------------------------------
+    def pool(self, maps: tf.Tensor) -> tf.Tensor:
+        """The stem's maps padded by ``pool_padding`` and max-pooled: the tokens' pixels."""
+        if self.pool_padding:
+            p = self.pool_padding
+            maps = tf.pad(maps, [[0, 0], [p, p], [p, p], [0, 0]])
+        if self.pool_size > 1:
+            maps = tf.nn.max_pool2d(maps, self.pool_size, self.pool_size, "VALID")
+        return maps
+
     def _stages(self, images: tf.Tensor, training: bool | None) -> dict[str, tf.Tensor]:
         stages = {}
         x = images
         if self.stem is not None:
             x = stages["stem"] = self.stem(x)
-        if self.pool_padding:
-            p = self.pool_padding
-            x = tf.pad(x, [[0, 0], [p, p], [p, p], [0, 0]])
         if self.pool_size > 1:
-            x = stages["pooled"] = tf.nn.max_pool2d(x, self.pool_size, self.pool_size, "VALID")
+            x = stages["pooled"] = self.pool(x)
         if self.local_gsa is not None:
             stages["local"] = self.local_gsa(x, training=training)
         else:
