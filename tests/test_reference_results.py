@@ -915,6 +915,29 @@ def test_encoder_speed_table_is_the_report():
     assert f"a SiT train step costs {ratios['sit']['graph']:.2f}x the ViT's" in " ".join(README.split())
 
 
+def test_minigrid_encoder_speed_table_is_the_report():
+    report = _report("speed_encoders_minigrid.json")
+    assert report["settings"]["image_shape"] == [14, 14, 3]
+    models, ratios = report["models"], report["ratios"]
+    table = SPEED[SPEED.index("| config (14x14x3) |") :].split("\n\n")[0].splitlines()[2:]
+    assert len(table) == len(models)
+    for line in table:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        config = "configs/minigrid/" + cells[0].strip("`")
+        model = models[config]
+        step = model["timings"]["train_step"]
+        expected = [
+            f"{model['params']:,}",
+            f"{step['graph']['median_ms']:.0f} ms",
+            "1" if model["encoder"] == "vit" else f"**{ratios['train_step_over_vit'][config]['graph']:.2f}**",
+            f"{ratios['xla_over_graph'][config]['train_step']:.2f}",
+            f"{model['precision']['mixed_bfloat16']['over_float32']:.2f}",
+        ]
+        if model["encoder"] == "cnn":
+            expected[2] = expected[2].strip("*")
+        assert cells[1:] == expected, config
+
+
 def _advantage_scale_table() -> list[str]:
     """docs/lavacrossing.md's advantage table, recomputed from lavacrossing_advantage_scale.json."""
     runs = {run["name"]: run for run in _report("lavacrossing_advantage_scale.json")["runs"]}
