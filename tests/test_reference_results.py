@@ -3805,6 +3805,39 @@ def test_the_siet_readouts_second_seed_is_quoted_as_measured():
     assert f"seed 1 stayed at or below {best:.2f} (`benchmarks/reference/" in " ".join(README.split())
 
 
+def test_table4_parts_are_quoted_as_measured():
+    """docs/results.md: each committed part of the 3-seed, 200-episode Table 4, beside the paper's column."""
+    part = json.loads((REFERENCE / "table4_lavacrossing_parts" / "cnn_seed2.json").read_text())
+    assert part["settings"]["num_episodes"] == 200 and part["settings"]["env_steps"] == 3_000_000
+    assert part["command"].startswith("python benchmarks/minigrid_rotation.py --models cnn --seeds 2 ")
+    assert "--out runs/table4_lavacrossing/cnn_seed2_3m.json" in part["command"]
+    (run,) = part["runs"]
+    curve = part["training_curve"]
+    paper = {row: cells[0] for row, cells in part["paper_table4_cnn_sit_20M_steps"].items()}  # the CNN's
+    greedy = run["greedy"]
+    names = {
+        "train: easy": "N1",
+        "train: medium": "N2",
+        "hard": "N3",
+        "rotations average": "rotations",
+        "goal top-right": "goal top-right",
+        "goal bottom-left": "bottom-left",
+        "random goal": "random goal",
+    }
+    cells = ", ".join(
+        f"{name} {greedy[row]['success_rate']:.2f} ({greedy[row]['mean_return']:.2f}"
+        + ("; paper " if row == "train: easy" else "; ")
+        + f"{paper[row]:.2f})"
+        for row, name in names.items()
+    )
+    page = " ".join((DOCS / "results.md").read_text().split())
+    half, ninety = (curve["first_step_with_success_at_least"][k] for k in ("0.5", "0.9"))
+    assert (
+        f"training success first 0.5 at {half:,} steps and 0.9 at {ninety:,}, {curve['last']['success']:.2f} "
+        f"at 3M. Greedy success (mean return) beside the paper's CNN column (mean rewards): {cells}." in page
+    )
+
+
 def test_the_siet_readouts_third_seed_is_quoted_as_measured():
     """docs/lavacrossing.md: the SieT readout's seed 2, trained to 1M steps, learned."""
     report = _report("lavacrossing_siet_readout_seed2_1m.json")
