@@ -241,6 +241,31 @@ MODELS: dict[str, dict[str, Any]] = {
         "kwargs": {**_CHIRAL_M4_CORNERS, "patch_readout": "rotation_pooled", "equivariant_dim": 8},
         "fc": (),
     },
+    # The SieT readout as PPO trains it (configs/minigrid/lavacrossing_siet_rotation_pooled.gin: the selective
+    # start and the standardised head), and with an ELU head, whose units cannot die as ReLUs do.
+    "siet_rotation_pooled_m4_corners_sharp_standardized": {
+        "encoder": "siet",
+        "kwargs": {
+            **_CHIRAL_M4_CORNERS,
+            "patch_readout": "rotation_pooled",
+            "equivariant_dim": 8,
+            "query_key_init_scale": 4.0,
+            "head_standardization": True,
+        },
+        "fc": (),
+    },
+    "siet_rotation_pooled_m4_corners_sharp_standardized_elu": {
+        "encoder": "siet",
+        "kwargs": {
+            **_CHIRAL_M4_CORNERS,
+            "patch_readout": "rotation_pooled",
+            "equivariant_dim": 8,
+            "query_key_init_scale": 4.0,
+            "head_standardization": True,
+            "head_activation": "elu",
+        },
+        "fc": (),
+    },
     # The same readout on a SiT (configs/minigrid/lavacrossing_sit_grid_readout.gin adds the selective start
     # and the standardised head): its global block computes only the class token, and the head reads the
     # global block's input, the local 8x8 tokens projected to 8 features; "_m1": one stem map per channel.

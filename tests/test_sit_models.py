@@ -307,16 +307,19 @@ def test_a_rotation_pooled_stem_is_configured_and_refused_as_documented() -> Non
         build_encoder("sit", (14, 14, 3), **{**rotation_pooled, "stem_symmetry": "rotation"})
 
 
-@pytest.mark.parametrize("variant", ["siet", "sit"])  # the SieT's output grid, the SiT's local grid
+@pytest.mark.parametrize(
+    "variant, head_activation",
+    [("siet", "relu"), ("sit", "relu"), ("siet", "elu")],  # the SieT's output grid, the SiT's local grid
+)
 def test_a_rotation_pooled_patch_readout_is_invariant_to_turns_in_training_and_not_to_flips(
-    variant: str,
+    variant: str, head_activation: str
 ) -> None:
     # configs/minigrid/lavacrossing_siet_rotation_pooled.gin: standardised class token and grid, one
     # block per level (the class token alone would be mirror-blind; the dense readout is not).
     config = {
         **SIT_SMALL, "pool_padding": 1, "stem_kernel_size": 5, "stem_symmetry": "chiral",
         "query_key_init_scale": 4.0, "head_standardization": True, "patch_readout": "rotation_pooled",
-        "equivariant_dim": 8,
+        "equivariant_dim": 8, "head_activation": head_activation,
     }  # fmt: skip
     encoder = _perturbed_encoder(variant, shape=(14, 14, 3), **config)
     x = _images(3, shape=(14, 14, 3), dtype="float64")
@@ -333,6 +336,15 @@ def test_a_rotation_pooled_patch_readout_is_invariant_to_turns_in_training_and_n
     testing.assert_not_invariant(encoder, x, testing.REFLECTIONS, min_error=BROKEN["float64"])
     restored = SiTEncoder.from_config(encoder.get_config())
     assert restored.patch_readout == "rotation_pooled" and restored.grid_standardization is not None
+    assert restored.head_activation == head_activation
+    if head_activation == "elu":  # negative outputs: the head is not a ReLU
+        assert float(tf.reduce_min(encoder(x))) < 0
+
+
+def test_the_head_activation_must_be_a_keras_activation() -> None:
+    message = "head_activation must be a Keras activation name, e.g. 'relu' or 'elu'. Received: 'swoosh'"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        build_encoder("sit", (14, 14, 3), **{**SIT_SMALL, "head_activation": "swoosh"})
 
 
 @pytest.mark.parametrize(

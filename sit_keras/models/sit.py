@@ -194,6 +194,12 @@ class SiTEncoder(Encoder):
         outputs mostly what every state shares; standardised, what reaches
         the head is what tells states apart (the LavaCrossing actors,
         docs/lavacrossing.md). Per feature, so invariance is kept.
+      head_activation: the head's activation, a Keras activation name
+        (default ``"relu"``, the paper's). Applied per feature, so every
+        symmetry is kept. Not in the paper: in the LavaCrossing actors that did
+        not learn, most of the ReLU head's units were zero on every state (no
+        gradient reaches them again; docs/lavacrossing.md), which an
+        activation without a flat side (``"elu"``, ``"gelu"``) cannot do.
       seed: seed of the graph initialisers.
       implementation: ``"fast"`` (default) or ``"reference"`` for every GSA
         layer; both compute the same function with the same weights (see
@@ -246,6 +252,7 @@ class SiTEncoder(Encoder):
         head_standardization: bool = False,
         stem_kind: str = "graph",
         patch_readout: str = "ordered",
+        head_activation: str = "relu",
         **kwargs: Any,
     ):
         super().__init__(image_shape, output_dim, **kwargs)
@@ -366,8 +373,16 @@ class SiTEncoder(Encoder):
             self.grid_standardization = FeatureStandardization(
                 dtype=self.dtype_policy, name="grid_standardization"
             )
+        try:
+            tf_keras.activations.get(head_activation)
+        except ValueError:
+            raise ValueError(
+                f"head_activation must be a Keras activation name, e.g. 'relu' or 'elu'. "
+                f"Received: {head_activation!r}"
+            ) from None
+        self.head_activation = head_activation
         self.head = tf_keras.layers.Dense(
-            self.output_dim, activation="relu", dtype=self.dtype_policy, name="head"
+            self.output_dim, activation=head_activation, dtype=self.dtype_policy, name="head"
         )
 
     def _check_patch_readout(self) -> None:
@@ -569,7 +584,7 @@ class SiTEncoder(Encoder):
                 token = self.standardization(token, training=training)
             token = tf.broadcast_to(token[None], [4, tf.shape(token)[0], token.shape[-1]])
             readouts = tf.concat([token, readouts], axis=-1)
-        # relu(max(z)) = max(relu(z)): the head's activation commutes with the max.
+        # The max over the turns of the activated head: invariant whatever the activation.
         return tf.reduce_max(self.head(readouts), axis=0)
 
     def symmetry_parts(self, images: tf.Tensor, training: bool | None = None) -> dict[str, tf.Tensor]:
@@ -598,6 +613,7 @@ class SiTEncoder(Encoder):
             stem_depth_multiplier=self.stem_depth_multiplier,
             stem_kind=self.stem_kind,
             patch_readout=self.patch_readout,
+            head_activation=self.head_activation,
             pool_size=self.pool_size,
             pool_padding=self.pool_padding,
             window=self.window,
