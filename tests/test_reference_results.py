@@ -3838,6 +3838,32 @@ def test_table4_parts_are_quoted_as_measured():
     )
 
 
+def test_the_siet_readout_trace_table_is_the_report():
+    """docs/lavacrossing.md: dead head units, feature rank and logit spread of the SieT readout's seeds."""
+    report = _report("lavacrossing_siet_readout_trace_1m.json")
+    page = (DOCS / "lavacrossing.md").read_text()
+
+    def span(values, digits: int) -> str:
+        return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
+
+    for seed, run in report["runs"].items():
+        trace = run["trace"]
+        assert len(trace) == 3 and trace[-1]["env_steps"] >= 1_000_000
+        assert run["command"].startswith("python benchmarks/ppo_trace.py --root_dir runs/table4_ro/")
+        cells = [
+            seed.split()[1],
+            "yes" if run["learned"] else "no",
+            span([c["relu"]["head"]["dead_fraction"] for c in trace], 2),
+            span([c["features"]["effective_rank"] for c in trace], 1),
+            span([c["policy"]["logit_std_across_states"] for c in trace], 2),
+            span([c["policy"]["entropy"] for c in trace], 2),
+            span([c["policy"]["expert_accuracy"] for c in trace], 2),
+        ]
+        assert "| " + " | ".join(cells) + " |" in page, cells
+        first = _report(run["train_report"])["curve"]["first_step_with_success_at_least"]["0.5"]
+        assert run["learned"] == (first is not None), seed
+
+
 def test_the_siet_readouts_third_seed_is_quoted_as_measured():
     """docs/lavacrossing.md: the SieT readout's seed 2, trained to 1M steps, learned."""
     report = _report("lavacrossing_siet_readout_seed2_1m.json")
