@@ -156,6 +156,14 @@ _CHIRAL_M4_CORNERS = {
     **_SIT_SMALL, "pool_padding": 1, "stem_kernel_size": 5, "stem_symmetry": "chiral",
     "stem_depth_multiplier": 4,
 }  # fmt: skip
+_SIET_READOUT_PPO = {
+    **_CHIRAL_M4_CORNERS,
+    "patch_readout": "rotation_pooled",
+    "equivariant_dim": 8,
+    "query_key_init_scale": 4.0,
+    "head_standardization": True,
+}
+
 MODELS: dict[str, dict[str, Any]] = {
     "cnn": {"encoder": "cnn", "kwargs": {"filters": (16, 32), "strides": 1}, "fc": (64,)},
     "sit_small": {"encoder": "sit", "kwargs": dict(_SIT_SMALL), "fc": ()},
@@ -245,25 +253,12 @@ MODELS: dict[str, dict[str, Any]] = {
     # start and the standardised head), and with an ELU head, whose units cannot die as ReLUs do.
     "siet_rotation_pooled_m4_corners_sharp_standardized": {
         "encoder": "siet",
-        "kwargs": {
-            **_CHIRAL_M4_CORNERS,
-            "patch_readout": "rotation_pooled",
-            "equivariant_dim": 8,
-            "query_key_init_scale": 4.0,
-            "head_standardization": True,
-        },
+        "kwargs": _SIET_READOUT_PPO,
         "fc": (),
     },
     "siet_rotation_pooled_m4_corners_sharp_standardized_elu": {
         "encoder": "siet",
-        "kwargs": {
-            **_CHIRAL_M4_CORNERS,
-            "patch_readout": "rotation_pooled",
-            "equivariant_dim": 8,
-            "query_key_init_scale": 4.0,
-            "head_standardization": True,
-            "head_activation": "elu",
-        },
+        "kwargs": {**_SIET_READOUT_PPO, "head_activation": "elu"},
         "fc": (),
     },
     # The same readout on a SiT (configs/minigrid/lavacrossing_sit_grid_readout.gin adds the selective start
