@@ -3864,6 +3864,24 @@ def test_the_siet_readout_trace_table_is_the_report():
         assert run["learned"] == (first is not None), seed
 
 
+def test_the_elu_head_noise_phase_table_is_the_report():
+    """docs/lavacrossing.md: the SieT readout's ReLU and ELU heads in the simulated reward-free phase."""
+    report = _report("lavacrossing_noise_phase_siet_elu.json")
+    page = (DOCS / "lavacrossing.md").read_text()
+    runs = {(run["model"], run["seed"]): run["trace"] for run in report["runs"]}
+    relu = "siet_rotation_pooled_m4_corners_sharp_standardized"
+    for head, model in (("ReLU", relu), ("ELU", relu + "_elu")):
+        last = [runs[model, seed][-1] for seed in range(4)]
+        assert all(t["iteration"] == 25 for t in last)
+        rank = " / ".join(f"{t['features']['effective_rank']:.1f}" for t in last)
+        spread = " / ".join(f"{t['policy']['logit_std_across_states']:.3f}" for t in last)
+        assert f"| {head} | {rank} | {spread} |" in page, head
+    dead = [[runs[relu, seed][i]["relu"]["head"]["dead_fraction"] for seed in range(4)] for i in (0, -1)]
+    flat = " ".join(page.split())
+    assert f"starts with {min(dead[0]):.2f}-{max(dead[0]):.2f} of its units dead and has" in flat
+    assert f"{min(dead[1]):.2f}-{max(dead[1]):.2f} dead at iteration 25" in flat
+
+
 def test_the_siet_readouts_third_seed_is_quoted_as_measured():
     """docs/lavacrossing.md: the SieT readout's seed 2, trained to 1M steps, learned."""
     report = _report("lavacrossing_siet_readout_seed2_1m.json")
