@@ -5,7 +5,10 @@ or neither; docs/speed.md) and on the model, so ``"auto"`` times the
 candidates' train steps where the run starts and keeps the faster. The
 answer is cached per host and model in ``measured_choices.json`` under
 ``$SIT_KERAS_CACHE_DIR`` (default ``~/.cache/sit_keras``): the next run of
-the same model on the same host reads it instead of measuring.
+the same model on the same host reads it instead of measuring, as long as
+the code is the same: the key holds a digest of the package's Python sources
+(``code_version``), so a change that makes a path faster or slower is
+measured again, not read from an older code's timings.
 
 A host is its processor (model name and the instruction sets that decide
 the kernels: AVX2, AVX512F, AVX512_BF16, AMX), its number of CPUs and GPUs,
@@ -29,7 +32,9 @@ this host's timings (the test suite) set it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
+import importlib.util
 import json
 import os
 import random
@@ -110,6 +115,23 @@ def host() -> dict[str, Any]:
     }
 
 
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """A digest of the Python sources of ``sit_keras`` and ``sit_keras.agents`` (the layers and trainers).
+
+    ``sit_keras.agents`` lives in its own folder in a source checkout, so it is
+    found by its spec, without importing it.
+    """
+    digest = hashlib.sha256()
+    for name in ("sit_keras", "sit_keras.agents"):
+        spec = importlib.util.find_spec(name)
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            for source in sorted(Path(folder).rglob("*.py")):
+                digest.update(str(source.relative_to(folder)).encode())
+                digest.update(source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def cache_file() -> Path:
     """``$SIT_KERAS_CACHE_DIR/measured_choices.json`` (default folder ``~/.cache/sit_keras``)."""
     folder = os.environ.get(CACHE_DIR_VARIABLE) or os.path.join(
@@ -120,7 +142,9 @@ def cache_file() -> Path:
 
 def _entry_key(question: str, model: Mapping[str, Any]) -> str:
     described = json.dumps(
-        {"question": question, "host": host(), "model": model}, sort_keys=True, default=repr
+        {"question": question, "host": host(), "model": model, "code": code_version()},
+        sort_keys=True,
+        default=repr,
     )
     return hashlib.sha256(described.encode()).hexdigest()
 
@@ -237,6 +261,7 @@ def fastest(
             "question": question,
             "model": json.loads(json.dumps(dict(model), sort_keys=True, default=repr)),
             "host": host(),
+            "code": code_version(),
             "value": value,
             "seconds": seconds,
             "ratio_to_default": ratios,

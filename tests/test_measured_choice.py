@@ -82,6 +82,24 @@ def test_the_faster_candidate_wins_and_is_cached_for_this_host_and_model(cache_d
     assert len(json.loads((cache_dir / measured_choice.CACHE_FILE).read_text())) == 2
 
 
+def test_a_choice_measured_on_other_code_is_measured_again(cache_dir, monkeypatch):
+    """A change to the layers can make a path faster: its old timing must not decide for the new code."""
+    version = measured_choice.code_version()
+    assert len(version) == 16 and version == measured_choice.code_version()
+    first = measured_choice.fastest(
+        "speed", {"model": "m"}, {"a": _sleeper(0.004), "b": _sleeper(0.001)}, "a"
+    )
+    assert first.value == "b" and first.measured_now
+    (entry,) = json.loads((cache_dir / measured_choice.CACHE_FILE).read_text()).values()
+    assert entry["code"] == version
+    monkeypatch.setattr(measured_choice, "code_version", lambda: "another-version")
+    again = measured_choice.fastest(
+        "speed", {"model": "m"}, {"a": _sleeper(0.001), "b": _sleeper(0.004)}, "a"
+    )
+    assert again.value == "a" and again.measured_now
+    assert len(json.loads((cache_dir / measured_choice.CACHE_FILE).read_text())) == 2
+
+
 def test_a_clearly_slower_candidate_is_not_timed_past_its_warm_up_and_a_long_step_once_a_round(cache_dir):
     calls = {"slow": 0, "fast": 0}
 
