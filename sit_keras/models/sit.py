@@ -198,8 +198,8 @@ class SiTEncoder(Encoder):
         (default ``"relu"``, the paper's). Applied per feature, so every
         symmetry is kept. Not in the paper: in the LavaCrossing actors that did
         not learn, most of the ReLU head's units were zero on every state (no
-        gradient reaches them again; docs/lavacrossing.md), which an
-        activation without a flat side (``"elu"``, ``"gelu"``) cannot do.
+        gradient reaches them again; docs/lavacrossing.md), which cannot
+        happen to ``"elu"``, whose gradient is positive everywhere.
       seed: seed of the graph initialisers.
       implementation: ``"fast"`` (default) or ``"reference"`` for every GSA
         layer; both compute the same function with the same weights (see
