@@ -3802,7 +3802,10 @@ def test_the_siet_readouts_second_seed_is_quoted_as_measured():
         assert text in page, text
     assert all(greedy[row] == 0 for row in ("train: easy", "train: medium", "hard", "rotations average"))
     assert f"did not learn, at most {best:.2f} training success to 1M steps" in LAVACROSSING_SHORT
-    assert f"seed 1 stayed at or below {best:.2f} (`benchmarks/reference/" in " ".join(README.split())
+    files = ", ".join(f"`lavacrossing_siet_readout_seed{seed}_1m.json`" for seed in range(3))
+    assert f"seed 1 stayed at or below {best:.2f} (`benchmarks/reference/`: {files})" in " ".join(
+        README.split()
+    )
 
 
 def test_table4_parts_are_quoted_as_measured():
