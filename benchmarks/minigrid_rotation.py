@@ -58,7 +58,7 @@ from typing import Any
 import gin
 
 from sit_keras.agents import evaluate, train
-from sit_keras.agents.training import stops
+from sit_keras.agents.training import run_record, stops
 from sit_keras.benchmarking import command_line, environment, write_report
 from sit_keras.command_line import INTERRUPTED
 from sit_keras.export.exporter import export_policy
@@ -206,11 +206,22 @@ def tables_of(runs: Sequence[dict[str, Any]], rows) -> dict[str, str]:
     return tables
 
 
+def _protocol(settings: dict[str, Any], key: str) -> Any:
+    """A part's setting as the protocol sees it: the bindings without their spaces and without those
+    that a resumed run may change (``run_record.RESUMABLE``: how often it saves or logs, e.g.
+    ``train_eval.checkpoint_interval``), which do not change what it learns."""
+    if key != "gin_bindings":
+        return settings[key]
+    bindings = ["".join(binding.split()) for binding in settings[key]]
+    return [binding for binding in bindings if binding.split("=")[0] not in run_record.RESUMABLE]
+
+
 def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
     """One report from reports of the same protocol run in parts (e.g. a model or a seed per process).
 
-    The parts must agree on the family, budget, episodes and bindings, and no (model, seed)
-    may appear twice; each part's settings, machine, command and commit are kept in ``parts``.
+    The parts must agree on the family, budget, episodes and bindings (but for those that only
+    say how often a run saves or logs, see ``_protocol``), and no (model, seed) may appear twice;
+    each part's settings, machine, command and commit are kept in ``parts``.
     """
     reports = []
     for path in paths:
@@ -222,7 +233,7 @@ def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
     first_path, first = reports[0]
     for path, report in reports[1:]:
         for key in same:
-            if report["settings"][key] != first["settings"][key]:
+            if _protocol(report["settings"], key) != _protocol(first["settings"], key):
                 raise ValueError(
                     f"{path} has {key} = {report['settings'][key]!r} but {first_path} has "
                     f"{first['settings'][key]!r}: only parts of one protocol can be merged."
@@ -232,7 +243,7 @@ def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
     duplicated = sorted({key for key in keys if keys.count(key) > 1})
     if duplicated:
         raise ValueError(f"The reports repeat (model, seed) {duplicated}.")
-    settings = {key: first["settings"][key] for key in same}
+    settings = {key: _protocol(first["settings"], key) for key in same}
     return {
         "benchmark": "minigrid_rotation",
         "settings": settings,

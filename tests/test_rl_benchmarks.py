@@ -178,11 +178,28 @@ def test_minigrid_rotation_merges_parts_of_one_protocol(tmp_path, capsys):
     assert "| test task | sit_small | cnn |" in capsys.readouterr().out
 
 
+def test_minigrid_rotation_merges_parts_that_differ_only_in_how_often_they_save(tmp_path):
+    """A checkpoint interval (a binding a resumed run may change) is not part of the protocol."""
+    module = _load("minigrid_rotation")
+    first = _table4_part(tmp_path / "a.json", [("cnn", 0, 1.0)], gin_bindings=["ppo.num_minibatches=8"])
+    other = _table4_part(
+        tmp_path / "b.json",
+        [("siet", 0, 0.5)],
+        gin_bindings=["ppo.num_minibatches = 8", "train_eval.checkpoint_interval = 50000"],
+    )
+    out = tmp_path / "out.json"
+    assert module.main(["--merge", f"{first},{other}", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["settings"]["gin_bindings"] == ["ppo.num_minibatches=8"]
+    assert report["parts"][1]["settings"]["gin_bindings"][1] == "train_eval.checkpoint_interval = 50000"
+
+
 @pytest.mark.parametrize(
     "second, message",
     [
         ({"runs": [("sit_small", 0, 0.5)]}, r"repeat \(model, seed\) \[\('sit_small', 0\)\]"),
         ({"runs": [("cnn", 0, 0.5)], "env_steps": 200}, "has env_steps = 200 but"),
+        ({"runs": [("cnn", 0, 0.5)], "gin_bindings": ["ppo.num_minibatches=4"]}, "has gin_bindings = "),
     ],
 )
 def test_minigrid_rotation_refuses_to_merge_different_protocols(tmp_path, capsys, second, message):
