@@ -3867,6 +3867,57 @@ def test_the_siet_readout_trace_table_is_the_report():
         assert run["learned"] == (first is not None), seed
 
 
+def test_the_elu_head_on_the_seed_that_did_not_learn_is_quoted_as_measured():
+    """docs/lavacrossing.md: the SieT readout with an ELU head on seed 1 to 1M steps, and its trace."""
+    report = _report("lavacrossing_siet_readout_elu_seed1_1m.json")
+    assert report["run"]["command"].startswith(
+        "python benchmarks/minigrid_rotation.py --models siet_rotation_pooled_elu --seeds 1 "
+        "--env_steps 1000000 --num_episodes 200"
+    )
+    assert report["num_episodes"] == 200 and report["budget_env_steps"] >= 1_000_000
+    curve = report["curve"]["curve"]
+    assert curve[-1]["env_steps"] == report["budget_env_steps"]
+    relu = _report("lavacrossing_siet_readout_seed1_1m.json")
+    greedy = {row: v["success_rate"] for row, v in report["greedy"].items()}
+    trace = report["trace"]["trace"]
+    assert len(trace) == 3 and trace[-1]["env_steps"] >= 1_000_000
+    assert all(not cell["relu"] for cell in trace)  # an ELU head: no ReLU to die
+    assert report["trace"]["command"].startswith(
+        "python benchmarks/ppo_trace.py --root_dir runs/table4_elu/siet_rotation_pooled_elu_seed1"
+    )
+
+    def span(values, digits: int) -> str:
+        return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
+
+    relu_trace = _report("lavacrossing_siet_readout_trace_1m.json")["runs"]["seed 1"]["trace"]
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    best = max(p["success"] for p in curve)
+    relu_best = max(p["success"] for p in relu["curve"]["curve"])
+    assert (
+        f"Training success at most {best:.2f} at any 50k mark to 1M steps (the ReLU head's {relu_best:.2f})"
+        in page
+    )
+    assert (
+        f"greedy success {greedy['train: easy']:.2f} on N1, N2, N3 and the rotated N1 (sampling "
+        f"{report['sampling']['train: easy']['success_rate']:.2f} on N1), 200 episodes a row" in page
+    )
+    assert (
+        max(greedy["train: medium"], greedy["hard"], greedy["rotations average"])
+        == greedy["train: easy"]
+        == 0
+    )
+    rank = span([c["features"]["effective_rank"] for c in trace], 1)
+    relu_rank = span([c["features"]["effective_rank"] for c in relu_trace], 1)
+    spread = span([c["policy"]["logit_std_across_states"] for c in trace], 2)
+    entropy = span([c["policy"]["entropy"] for c in trace], 2)
+    accuracy = span([c["policy"]["expert_accuracy"] for c in trace], 2)
+    assert (
+        f"effective rank is {rank}, no higher than the ReLU head's {relu_rank}, the logits spread {spread} "
+        f"across states and the entropy is {entropy} (expert accuracy {accuracy})" in page
+    )
+    assert f"training success at most {best:.2f} to 1M steps, features' rank as low" in page
+
+
 def test_the_elu_head_noise_phase_table_is_the_report():
     """docs/lavacrossing.md: the SieT readout's ReLU and ELU heads in the simulated reward-free phase."""
     report = _report("lavacrossing_noise_phase_siet_elu.json")
