@@ -308,18 +308,20 @@ def test_a_rotation_pooled_stem_is_configured_and_refused_as_documented() -> Non
 
 
 @pytest.mark.parametrize(
-    "variant, head_activation",
-    [("siet", "relu"), ("sit", "relu"), ("siet", "elu")],  # the SieT's output grid, the SiT's local grid
+    "variant, head_activation, triangles",
+    # the SieT's output grid, the SiT's local grid; a SieT whose global block has no triangle sum
+    # (configs/minigrid/lavacrossing_siet_rotation_pooled_lite.gin), left mirror-aware by its chiral stem
+    [("siet", "relu", None), ("sit", "relu", None), ("siet", "elu", None), ("siet", "relu", 0)],
 )
 def test_a_rotation_pooled_patch_readout_is_invariant_to_turns_in_training_and_not_to_flips(
-    variant: str, head_activation: str
+    variant: str, head_activation: str, triangles: int | None
 ) -> None:
     # configs/minigrid/lavacrossing_siet_rotation_pooled.gin: standardised class token and grid, one
     # block per level (the class token alone would be mirror-blind; the dense readout is not).
     config = {
         **SIT_SMALL, "pool_padding": 1, "stem_kernel_size": 5, "stem_symmetry": "chiral",
         "query_key_init_scale": 4.0, "head_standardization": True, "patch_readout": "rotation_pooled",
-        "equivariant_dim": 8, "head_activation": head_activation,
+        "equivariant_dim": 8, "head_activation": head_activation, "triangles": triangles,
     }  # fmt: skip
     encoder = _perturbed_encoder(variant, shape=(14, 14, 3), **config)
     x = _images(3, shape=(14, 14, 3), dtype="float64")
@@ -336,7 +338,9 @@ def test_a_rotation_pooled_patch_readout_is_invariant_to_turns_in_training_and_n
     testing.assert_not_invariant(encoder, x, testing.REFLECTIONS, min_error=BROKEN["float64"])
     restored = SiTEncoder.from_config(encoder.get_config())
     assert restored.patch_readout == "rotation_pooled" and restored.grid_standardization is not None
-    assert restored.head_activation == head_activation
+    assert restored.head_activation == head_activation and restored.triangles == encoder.triangles
+    if triangles == 0:
+        assert encoder.triangles == 0
     if head_activation == "elu":  # negative outputs: the head is not a ReLU
         assert float(tf.reduce_min(encoder(x))) < 0
 
