@@ -53,6 +53,11 @@ def test_the_reports_quote_the_papers_numbers(name):
 
 def test_every_lavacrossing_config_has_its_paper_column():
     tables = PAPERS["sit_icml2024"]
+    configs = {
+        p.stem.removeprefix("lavacrossing_")
+        for p in (ROOT / "configs" / "minigrid").glob("lavacrossing_*.gin")
+    }
+    assert configs == set(tables["our_configs"]), "each LavaCrossing config needs its paper column"
     for model, columns in tables["our_configs"].items():
         assert (ROOT / "configs" / "minigrid" / f"lavacrossing_{model}.gin").exists(), model
         for table, column in columns.items():
