@@ -3888,6 +3888,35 @@ def test_the_siet_readout_trace_table_is_the_report():
         assert run["learned"] == (first is not None), seed
 
 
+def test_the_cheaper_siet_readouts_cost_is_quoted_as_measured():
+    """docs/lavacrossing.md: the lite SieT readout's cost per environment step, with 2 heads and with 4."""
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    two, four = _report("lavacrossing_cost_lite_2heads.json"), _report("lavacrossing_cost_lite.json")
+    assert four["encoder_kwargs_at_commit"]["num_heads"] == 4
+    config = (ROOT / "configs" / "minigrid" / "lavacrossing_siet_rotation_pooled_lite.gin").read_text()
+    assert (
+        "'num_heads': 2" in config and "'triangles': 0" in config and "'stem_depth_multiplier': 1" in config
+    )
+    for report in (two, four):
+        assert report["command"].startswith("python benchmarks/lavacrossing_cost.py --models sit_small,")
+        assert report["repeats"] == 3 and report["env_steps_per_process"] == 10240
+    lite, small = (two["table"][m] for m in ("siet_rotation_pooled_lite", "sit_small"))
+    assert lite["cost_per_env_step"] <= 1.5
+    assert (
+        f"**{lite['cost_per_env_step']:.2f}x** SiT-small ({lite['env_steps_per_second']:.1f} against "
+        f"{small['env_steps_per_second']:.1f} env steps/s;" in page
+    )
+    lite4, small4, siet = (
+        four["table"][m] for m in ("siet_rotation_pooled_lite", "sit_small", "siet_rotation_pooled")
+    )
+    quoted = (
+        f"With four heads it was {lite4['cost_per_env_step']:.2f}x ({lite4['env_steps_per_second']:.1f} "
+        f"against {small4['env_steps_per_second']:.1f}), and the SieT readout "
+        f"{siet['cost_per_env_step']:.2f}x in that run"
+    )
+    assert quoted in page
+
+
 def test_the_elu_head_on_the_seed_that_did_not_learn_is_quoted_as_measured():
     """docs/lavacrossing.md: the SieT readout with an ELU head on seed 1 to 1M steps, and its trace."""
     report = _report("lavacrossing_siet_readout_elu_seed1_1m.json")
