@@ -3862,6 +3862,22 @@ def test_table4_parts_are_quoted_as_measured(path):
     )
 
 
+def test_the_small_sits_table4_part_quotes_its_sampling_and_tflite_scores():
+    """docs/results.md: SiT-small seed 2's sampling scores and its TFLite greedy N1."""
+    (run,) = json.loads((REFERENCE / "table4_lavacrossing_parts" / "sit_small_seed2.json").read_text())[
+        "runs"
+    ]
+    sampling = {row: v["success_rate"] for row, v in run["sampling"].items()}
+    page = " ".join((DOCS / "results.md").read_text().split())
+    assert (
+        f"Sampling, it succeeds far more often: N1 {sampling['train: easy']:.2f}, rotations "
+        f"{sampling['rotations average']:.2f}, N2 {sampling['train: medium']:.2f}." in page
+    )
+    tflite = run["tflite greedy"]["train: easy"]["success_rate"]
+    assert tflite == run["greedy"]["train: easy"]["success_rate"]
+    assert f"its TFLite float32 policy scores the same greedy N1 ({tflite:.2f})" in page
+
+
 def test_the_siet_readout_trace_table_is_the_report():
     """docs/lavacrossing.md: dead head units, feature rank and logit spread of the SieT readout's seeds."""
     report = _report("lavacrossing_siet_readout_trace_1m.json")
