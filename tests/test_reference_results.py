@@ -3933,6 +3933,33 @@ def test_the_cheaper_siet_readouts_cost_is_quoted_as_measured():
     assert quoted in page
 
 
+def test_the_cheaper_siet_readouts_ppo_runs_are_quoted_as_measured():
+    """docs/lavacrossing.md: the lite SieT readout on seeds 0 and 1 to 1M steps."""
+    report = _report("lavacrossing_siet_readout_lite_1m.json")
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    best = []
+    for seed in (0, 1):
+        run = report["runs"][f"seed {seed}"]
+        assert run["command"].startswith(
+            f"python benchmarks/minigrid_rotation.py --models siet_rotation_pooled_lite --seeds {seed} "
+            "--env_steps 1000000 --num_episodes 200"
+        )
+        curve = run["curve"]["curve"]
+        assert curve[-1]["env_steps"] >= 1_000_000
+        best.append(max(p["success"] for p in curve))
+    assert f"training success at most {best[0]:.2f} and {best[1]:.2f} at any 50k mark" in page
+    greedy = report["runs"]["seed 1"]["greedy"]
+    assert greedy["train: easy"]["success_rate"] == greedy["rotations average"]["success_rate"] == 0
+    assert report["runs"]["seed 1"]["num_episodes"] == 200
+    full = dict(
+        (p["env_steps"], p["success"])
+        for p in _report("lavacrossing_siet_readout_seed0_1m.json")["curve"]["curve"]
+    )
+    half = full[min(full, key=lambda step: abs(step - 500_000))]
+    last = full[max(full)]
+    assert f"seed 0 had {half:.2f} at 0.5M and {last:.2f} at 1M" in page
+
+
 def test_the_elu_head_on_the_seed_that_did_not_learn_is_quoted_as_measured():
     """docs/lavacrossing.md: the SieT readout with an ELU head on seed 1 to 1M steps, and its trace."""
     report = _report("lavacrossing_siet_readout_elu_seed1_1m.json")
