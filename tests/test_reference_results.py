@@ -3960,14 +3960,20 @@ def test_the_cheaper_siet_readouts_ppo_runs_are_quoted_as_measured():
     assert f"seed 0 had {half:.2f} at 0.5M and {last:.2f} at 1M" in page
 
 
+def _assert_a_1m_run_of(report: dict, model: str, seed: int) -> None:
+    """A one-seed report's command trains ``model`` on ``seed`` to 1M steps, evaluated over 200 episodes."""
+    assert report["run"]["command"].startswith(
+        f"python benchmarks/minigrid_rotation.py --models {model} --seeds {seed} --env_steps 1000000 "
+        "--num_episodes 200"
+    )
+    assert report["num_episodes"] == 200
+
+
 def test_the_elu_head_on_the_seed_that_did_not_learn_is_quoted_as_measured():
     """docs/lavacrossing.md: the SieT readout with an ELU head on seed 1 to 1M steps, and its trace."""
     report = _report("lavacrossing_siet_readout_elu_seed1_1m.json")
-    assert report["run"]["command"].startswith(
-        "python benchmarks/minigrid_rotation.py --models siet_rotation_pooled_elu --seeds 1 "
-        "--env_steps 1000000 --num_episodes 200"
-    )
-    assert report["num_episodes"] == 200 and report["budget_env_steps"] >= 1_000_000
+    _assert_a_1m_run_of(report, "siet_rotation_pooled_elu", seed=1)
+    assert report["budget_env_steps"] >= 1_000_000
     curve = report["curve"]["curve"]
     assert curve[-1]["env_steps"] == report["budget_env_steps"]
     relu = _report("lavacrossing_siet_readout_seed1_1m.json")
@@ -4032,11 +4038,7 @@ def test_the_elu_head_noise_phase_table_is_the_report():
 def test_the_siet_readouts_third_seed_is_quoted_as_measured():
     """docs/lavacrossing.md: the SieT readout's seed 2, trained to 1M steps, learned."""
     report = _report("lavacrossing_siet_readout_seed2_1m.json")
-    assert report["run"]["command"].startswith(
-        "python benchmarks/minigrid_rotation.py --models siet_rotation_pooled --seeds 2 --env_steps 1000000 "
-        "--num_episodes 200"
-    )
-    assert report["num_episodes"] == 200
+    _assert_a_1m_run_of(report, "siet_rotation_pooled", seed=2)
     curve = report["curve"]
     assert curve["last"]["env_steps"] == report["budget_env_steps"] >= 1_000_000
     half = curve["first_step_with_success_at_least"]["0.5"]
