@@ -41,6 +41,7 @@ from sit_keras import testing
 from sit_keras.agents import environments, evaluate
 from sit_keras.agents.environments import (
     gymnasium_env,
+    loader,
     minigrid_env,
     procgen_env,
     procgen_scores,
@@ -154,6 +155,28 @@ def test_seed_only_applies_to_the_first_episode(name):
         assert env.step(np.array([0])).is_last()
         firsts.append(env.step(np.array([0])).observation)
     assert len({f.tobytes() for f in firsts}) == len(firsts)
+
+
+def test_minigrid_sub_environments_draw_their_levels_from_the_listed_streams():
+    tasks = "LavaCrossingS9N1,LavaCrossingS9N2"
+    env = environments.load(f"minigrid:{tasks}", num_envs=4, seed=1, max_steps=1)
+    observations = [env.reset().observation]
+    assert env.step(np.zeros(4, np.int64)).is_last().all()
+    observations.append(env.step(np.zeros(4, np.int64)).observation)  # every env's second level
+    for i, (task, seed) in enumerate(loader.minigrid_level_streams(tasks, 4, 1)):
+        alone = minigrid_env.SiTMiniGrid(task, max_steps=1)
+        np.testing.assert_array_equal(observations[0][i], alone.reset(seed=seed)[0])
+        np.testing.assert_array_equal(observations[1][i], alone.reset()[0])
+
+
+def test_runs_whose_seeds_differ_by_an_even_number_share_level_streams():
+    # The Table 4 protocol: 16 environments alternating N1 and N2 (docs/lavacrossing.md).
+    streams = {
+        seed: set(loader.minigrid_level_streams("LavaCrossingS9N1,LavaCrossingS9N2", 16, seed))
+        for seed in range(4)
+    }
+    assert len(streams[0] & streams[2]) == 14 and len(streams[1] & streams[3]) == 14
+    assert not streams[1] & (streams[0] | streams[2])
 
 
 def test_gymnasium_first_step_ignores_the_action():

@@ -4063,6 +4063,31 @@ def test_the_siet_readouts_third_seed_is_quoted_as_measured():
     )
 
 
+def test_what_the_seeds_share_is_quoted_as_measured():
+    """docs/lavacrossing.md, "What the seeds share": which seeds learned, from their reports."""
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split("## What the seeds share")[1].split())
+    cnn = _report("table4_lavacrossing_3m.json")["training_curves"]
+    first_09 = [cnn[f"cnn_seed{seed}"]["first_step_with_success_at_least"]["0.9"] for seed in (0, 1)]
+    assert f"first 0.9 training success at {first_09[0]:,} and {first_09[1]:,} steps" in page
+    chiral1, chiral0 = (
+        _report("lavacrossing_chiral_seed1_3m.json"),
+        _report("lavacrossing_chiral_seed0_3m.json"),
+    )
+    assert chiral1["seed"] == 1 and chiral0["seed"] == 0
+    assert f"first 0.5 at {chiral1['first_step_with_success_at_least']['0.5']:,} steps" in page
+    assert chiral0["first_step_with_success_at_least"]["0.5"] is None
+    assert f"greedy N1 success {chiral0['greedy']['train: easy']['success_rate']:.2f} at 3M" in page
+    learned = {
+        seed: _report(f"lavacrossing_siet_readout_seed{seed}_1m.json")["curve"][
+            "first_step_with_success_at_least"
+        ]["0.5"]
+        is not None
+        for seed in range(3)
+    }
+    assert learned == {0: True, 1: False, 2: True}
+    assert "the SieT readout learned on seeds 0 and 2 and not on seed 1" in page
+
+
 def test_the_executed_previous_action_student_with_64_units_is_quoted_as_measured():
     """docs/results.md and the README: 64 LSTM units, the executed previous action, seed 0."""
     report = _report("pi_cartpole_harder_dagger_executed_h64_1000.json")

@@ -140,15 +140,27 @@ def _load_procgen(game: str, num_envs: int, seed: int, **kwargs: Any) -> py_envi
     return ProcgenEnvironment(game, num_envs=num_envs, seed=seed, **kwargs)
 
 
+def minigrid_level_streams(tasks: str, num_envs: int, seed: int) -> list[tuple[str, int]]:
+    """``(task id, seed)`` of each sub-environment of ``load("minigrid:<tasks>", num_envs, seed)``.
+
+    Sub-environment ``i`` runs task ``i % len(tasks)`` and draws all its levels
+    from one generator seeded ``seed + i`` at its first reset, so two runs whose
+    ``seed`` differs by an even number ``d < num_envs`` on two tasks share
+    ``num_envs - d`` of these streams, and runs whose seeds differ by an odd
+    number share none (docs/lavacrossing.md, "What the seeds share").
+    """
+    from sit_keras.agents.environments import minigrid_env
+
+    env_ids = [minigrid_env.task_id(task) for task in tasks.split(",")]
+    return [(env_ids[i % len(env_ids)], seed + i) for i in range(num_envs)]
+
+
 def _minigrid_envs(tasks: str, num_envs: int, seed: int, **kwargs: Any) -> list[py_environment.PyEnvironment]:
     from sit_keras.agents.environments import gymnasium_env, minigrid_env
 
-    env_ids = [minigrid_env.task_id(task) for task in tasks.split(",")]
     return [
-        gymnasium_env.GymnasiumEnvironment(
-            minigrid_env.SiTMiniGrid(env_ids[i % len(env_ids)], **kwargs), seed=seed + i
-        )
-        for i in range(num_envs)
+        gymnasium_env.GymnasiumEnvironment(minigrid_env.SiTMiniGrid(env_id, **kwargs), seed=env_seed)
+        for env_id, env_seed in minigrid_level_streams(tasks, num_envs, seed)
     ]
 
 
