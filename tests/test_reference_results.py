@@ -3960,6 +3960,48 @@ def test_the_cheaper_siet_readouts_ppo_runs_are_quoted_as_measured():
     assert f"seed 0 had {half:.2f} at 0.5M and {last:.2f} at 1M" in page
 
 
+def test_the_cheaper_siet_readouts_third_seed_and_traces_are_quoted_as_measured():
+    """docs/lavacrossing.md: the lite SieT readout's seed 2 (stopped early) and its actors' traces."""
+    report = _report("lavacrossing_siet_readout_lite_1m.json")
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split("## A cheaper SieT readout")[1].split())
+    seed2 = report["runs"]["seed 2"]
+    assert seed2["command"].startswith(
+        "python benchmarks/minigrid_rotation.py --models siet_rotation_pooled_lite --seeds 2 "
+    )
+    last = seed2["curve"]["last"]["env_steps"]
+    best = max(p["success"] for p in seed2["curve"]["curve"])
+    full = _report("lavacrossing_siet_readout_seed2_1m.json")["curve"]["curve"]
+    near = min(full, key=lambda p: abs(p["env_steps"] - 450_000))
+    assert (
+        f"was stopped at {last:,} steps to give its core to the runs of the next section: training success "
+        f"{best:.2f} at every 50k mark, where the SieT readout's seed 2 had {near['success']:.2f} at 0.45M"
+        in page
+    )
+
+    def span(trace: list, read, digits: int = 2) -> str:
+        values = [read(cell) for cell in trace]
+        return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
+
+    def rank(cell: dict) -> float:
+        return cell["features"]["effective_rank"]
+
+    def dead(cell: dict) -> float:
+        return cell["relu"]["head"]["dead_fraction"]
+
+    def spread(cell: dict) -> float:
+        return cell["policy"]["logit_std_across_states"]
+
+    lite = [report["runs"][f"seed {seed}"]["trace"]["trace"] for seed in (0, 1)]
+    assert (
+        f"effective rank is {span(lite[0], rank, 1)} (seed 0) and {span(lite[1], rank, 1)} (seed 1), with "
+        f"{span(lite[0], dead)} and {span(lite[1], dead)} of the head's ReLUs dead and the logits spread "
+        f"{span(lite[0], spread)} and {span(lite[1], spread)}" in page
+    )
+    learned = _report("lavacrossing_siet_readout_trace_1m.json")["runs"]
+    both = [cell for seed in ("seed 0", "seed 2") for cell in learned[seed]["trace"]]
+    assert f"seeds that learned: rank {span(both, rank, 1)})" in page
+
+
 def _assert_a_1m_run_of(report: dict, model: str, seed: int) -> None:
     """A one-seed report's command trains ``model`` on ``seed`` to 1M steps, evaluated over 200 episodes."""
     assert report["run"]["command"].startswith(
