@@ -4002,6 +4002,39 @@ def test_the_cheaper_siet_readouts_third_seed_and_traces_are_quoted_as_measured(
     assert f"seeds that learned: rank {span(both, rank, 1)})" in page
 
 
+def test_the_cheaper_siet_readout_with_a_third_of_the_learning_rate_is_quoted_as_measured():
+    """docs/lavacrossing.md: the lite SieT readout with ppo.learning_rate = 3e-4 (seeds 0 and 1)."""
+    report = _report("lavacrossing_siet_readout_lite_lr3e-4_1m.json")
+    page = " ".join(
+        (DOCS / "lavacrossing.md").read_text().split("## The cheaper SieT readout with")[1].split()
+    )
+    seed0, seed1 = report["runs"]["seed 0"], report["runs"]["seed 1"]
+    for seed, run in enumerate((seed0, seed1)):
+        assert run["command"].startswith(
+            f"python benchmarks/minigrid_rotation.py --models siet_rotation_pooled_lite --seeds {seed} "
+        )
+        assert "--gin_bindings ppo.learning_rate=3e-4" in run["command"]
+    curve = {p["env_steps"]: p["success"] for p in seed0["curve"]["curve"]}
+    assert max(curve) >= 1_000_000 and seed0["curve"]["first_step_with_success_at_least"]["0.5"] is None
+    early = min(curve, key=lambda step: abs(step - 350_000))
+    later = [success for step, success in curve.items() if step >= early]
+    protocol = _report("lavacrossing_siet_readout_lite_1m.json")["runs"]["seed 0"]["curve"]["curve"]
+    assert (
+        f"training success {curve[early]:.2f} at 0.35M steps, where at 1e-3 this seed had at most "
+        f"{max(p['success'] for p in protocol):.2f} at every 50k mark, then "
+        f"{min(later):.2f}-{max(later):.2f} to 1M ({curve[max(curve)]:.2f} at 1M)" in page
+    )
+    greedy = {row: v["success_rate"] for row, v in seed0["greedy"].items()}
+    assert seed0["num_episodes"] == 200
+    assert (
+        f"Greedy at 1M: N1 {greedy['train: easy']:.2f}, rotated {greedy['rotations average']:.2f} "
+        "(200 episodes a row)" in page
+    )
+    best1 = max(p["success"] for p in seed1["curve"]["curve"])
+    assert not seed1["evaluated"]
+    assert f"Seed 1 reached at most {best1:.2f} by {seed1['curve']['last']['env_steps']:,} steps" in page
+
+
 def _assert_a_1m_run_of(report: dict, model: str, seed: int) -> None:
     """A one-seed report's command trains ``model`` on ``seed`` to 1M steps, evaluated over 200 episodes."""
     assert report["run"]["command"].startswith(
