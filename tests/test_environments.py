@@ -173,10 +173,11 @@ def test_runs_whose_seeds_differ_by_an_even_number_share_level_streams():
     # The Table 4 protocol: 16 environments alternating N1 and N2 (docs/lavacrossing.md).
     streams = {
         seed: set(loader.minigrid_level_streams("LavaCrossingS9N1,LavaCrossingS9N2", 16, seed))
-        for seed in range(4)
+        for seed in (0, 1, 2, 3, 16)
     }
     assert len(streams[0] & streams[2]) == 14 and len(streams[1] & streams[3]) == 14
     assert not streams[1] & (streams[0] | streams[2])
+    assert not streams[16] & (streams[0] | streams[1])  # seeds 0, 1 and 16: three disjoint families
 
 
 def test_gymnasium_first_step_ignores_the_action():
