@@ -3883,9 +3883,6 @@ def test_the_siet_readout_trace_table_is_the_report():
     report = _report("lavacrossing_siet_readout_trace_1m.json")
     page = (DOCS / "lavacrossing.md").read_text()
 
-    def span(values, digits: int) -> str:
-        return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
-
     for seed, run in report["runs"].items():
         trace = run["trace"]
         assert len(trace) == 3 and trace[-1]["env_steps"] >= 1_000_000
@@ -3893,11 +3890,11 @@ def test_the_siet_readout_trace_table_is_the_report():
         cells = [
             seed.split()[1],
             "yes" if run["learned"] else "no",
-            span([c["relu"]["head"]["dead_fraction"] for c in trace], 2),
-            span([c["features"]["effective_rank"] for c in trace], 1),
-            span([c["policy"]["logit_std_across_states"] for c in trace], 2),
-            span([c["policy"]["entropy"] for c in trace], 2),
-            span([c["policy"]["expert_accuracy"] for c in trace], 2),
+            _span([c["relu"]["head"]["dead_fraction"] for c in trace], 2),
+            _span([c["features"]["effective_rank"] for c in trace], 1),
+            _span([c["policy"]["logit_std_across_states"] for c in trace], 2),
+            _span([c["policy"]["entropy"] for c in trace], 2),
+            _span([c["policy"]["expert_accuracy"] for c in trace], 2),
         ]
         assert "| " + " | ".join(cells) + " |" in page, cells
         first = _report(run["train_report"])["curve"]["first_step_with_success_at_least"]["0.5"]
@@ -3979,8 +3976,7 @@ def test_the_cheaper_siet_readouts_third_seed_and_traces_are_quoted_as_measured(
     )
 
     def span(trace: list, read, digits: int = 2) -> str:
-        values = [read(cell) for cell in trace]
-        return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
+        return _span([read(cell) for cell in trace], digits)
 
     def rank(cell: dict) -> float:
         return cell["features"]["effective_rank"]
@@ -4035,6 +4031,11 @@ def test_the_cheaper_siet_readout_with_a_third_of_the_learning_rate_is_quoted_as
     assert f"Seed 1 reached at most {best1:.2f} by {seed1['curve']['last']['env_steps']:,} steps" in page
 
 
+def _span(values, digits: int) -> str:
+    """``min-max`` of ``values``, as the docs quote a range over checkpoints."""
+    return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
+
+
 def _assert_a_1m_run_of(report: dict, model: str, seed: int) -> None:
     """A one-seed report's command trains ``model`` on ``seed`` to 1M steps, evaluated over 200 episodes."""
     assert report["run"]["command"].startswith(
@@ -4060,9 +4061,6 @@ def test_the_elu_head_on_the_seed_that_did_not_learn_is_quoted_as_measured():
         "python benchmarks/ppo_trace.py --root_dir runs/table4_elu/siet_rotation_pooled_elu_seed1"
     )
 
-    def span(values, digits: int) -> str:
-        return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
-
     relu_trace = _report("lavacrossing_siet_readout_trace_1m.json")["runs"]["seed 1"]["trace"]
     page = " ".join((DOCS / "lavacrossing.md").read_text().split())
     best = max(p["success"] for p in curve)
@@ -4080,11 +4078,11 @@ def test_the_elu_head_on_the_seed_that_did_not_learn_is_quoted_as_measured():
         == greedy["train: easy"]
         == 0
     )
-    rank = span([c["features"]["effective_rank"] for c in trace], 1)
-    relu_rank = span([c["features"]["effective_rank"] for c in relu_trace], 1)
-    spread = span([c["policy"]["logit_std_across_states"] for c in trace], 2)
-    entropy = span([c["policy"]["entropy"] for c in trace], 2)
-    accuracy = span([c["policy"]["expert_accuracy"] for c in trace], 2)
+    rank = _span([c["features"]["effective_rank"] for c in trace], 1)
+    relu_rank = _span([c["features"]["effective_rank"] for c in relu_trace], 1)
+    spread = _span([c["policy"]["logit_std_across_states"] for c in trace], 2)
+    entropy = _span([c["policy"]["entropy"] for c in trace], 2)
+    accuracy = _span([c["policy"]["expert_accuracy"] for c in trace], 2)
     assert (
         f"effective rank is {rank}, no higher than the ReLU head's {relu_rank}, the logits spread {spread} "
         f"across states and the entropy is {entropy} (expert accuracy {accuracy})" in page
