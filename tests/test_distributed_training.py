@@ -68,6 +68,8 @@ def _assert_evaluated_at_the_end(results):
     assert results["EvalAverageReturn"] == evaluation["mean_return"]
 
 
+# TF_CONFIG is read by both workers of test_two_workers_train_one_model_that_only_the_chief_writes.
+@pytest.mark.large
 def test_multi_worker_strategy_reads_tf_config(tmp_path):
     """One worker, described by TF_CONFIG as a multi-machine job would be."""
     (port,) = free_loopback_ports(1)
@@ -228,6 +230,9 @@ def test_two_workers_train_one_sac_model(tmp_path, start_workers):
     assert chief["weights"] == worker["weights"]
 
 
+# Four worker processes; two workers: test_two_workers_train_one_model_that_only_the_chief_writes,
+# resuming: test_harness::test_every_agent_runs_is_killed_resumes_and_writes_the_same_layout.
+@pytest.mark.large
 def test_two_workers_killed_resume_from_the_chiefs_checkpoint(tmp_path, start_workers):
     root = tmp_path / "run"
     argv = lambda budget: lambda i: [sys.executable, "-c", WORKER_SCRIPT, str(root), str(budget)]  # noqa: E731

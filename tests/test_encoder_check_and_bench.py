@@ -143,6 +143,8 @@ def test_benchmark_rejects_unknown_models_implementations_and_precisions(argv):
         _load_benchmark().parse_args(argv)
 
 
+# A benchmark run; its arguments and report: the tests above.
+@pytest.mark.large
 def test_benchmark_times_a_configs_encoder_against_the_configs_vit(tmp_path, capsys):
     bench = _load_benchmark()
     # The chiral SiT pads before it pools (pool_padding=1): the stage profile must pool as it does.

@@ -492,7 +492,8 @@ def _times_favouring(winner: str, ratio: float = 0.5):
     return time_candidates
 
 
-@pytest.mark.parametrize("winner", ["on", "off"])
+# The "on" case trains with XLA, slow to compile on CPUs: make test-large; "off" runs the same logic.
+@pytest.mark.parametrize("winner", [pytest.param("on", marks=pytest.mark.large), "off"])
 def test_auto_trains_with_what_is_measured_faster_and_says_which(
     winner, tmp_path, monkeypatch, capsys, xla_traces, clean_gin
 ):
@@ -528,6 +529,9 @@ def _never_timed(*args, **kwargs):
     raise AssertionError("a cached choice must not be measured again")
 
 
+# Several runs; the measured choice and its cache:
+# test_auto_trains_with_what_is_measured_faster_and_says_which.
+@pytest.mark.large
 def test_an_explicit_setting_or_a_strategy_is_never_measured(tmp_path, monkeypatch, capsys, clean_gin):
     _measure_into(tmp_path / "cache", monkeypatch)
     monkeypatch.setattr(measured_choice, "time_candidates", _never_timed)

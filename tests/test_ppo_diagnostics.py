@@ -114,6 +114,9 @@ def test_state_signal_measures_every_stage_and_the_head(tmp_path):
     assert report["command"].startswith("python benchmarks/sit_state_signal.py --models")
 
 
+# A benchmark run on a sit-train folder; what it measures at each checkpoint:
+# test_measure_reports_a_blind_actor_as_dead_and_state_independent and the effective-rank test.
+@pytest.mark.large
 def test_ppo_trace_reads_every_checkpoint_of_a_run_trained_with_sit_train(tmp_path):
     from run_folders import TINY_PPO, sit_train
 

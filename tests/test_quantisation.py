@@ -320,6 +320,8 @@ def test_int8_matmul_forms_finds_the_constant_matmuls_of_a_model(tmp_path):
     assert by_side["left"]["input_shape"] == (5, 6) and by_side["right"]["input_shape"] == (8, 3, 3)
 
 
+# A benchmark run; the forms it times are checked for equality above.
+@pytest.mark.large
 def test_int8_matmul_forms_benchmark_writes_its_bound(tmp_path):
     """One round, demo-size SiT: each op timed in every form; the estimate recomputes from the report."""
     bench = _int8_matmul_forms()

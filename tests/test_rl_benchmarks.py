@@ -475,6 +475,8 @@ def test_plot_curves_refuses_bad_arguments_in_one_sentence(bad, tmp_path, capsys
     assert err and "\n" not in err and "Traceback" not in err
 
 
+# A benchmark run on a sit-train folder; the probe itself: the lavacrossing_probe tests above.
+@pytest.mark.large
 def test_lavacrossing_probe_scores_a_policy_trained_with_sit_train(tmp_path):
     """``--policy_dirs``: a trained policy's greedy actions against the expert, on the probe's states."""
     import subprocess
@@ -757,6 +759,9 @@ def test_the_committed_cartpole_teacher_labels_as_its_acting_network():
     np.testing.assert_allclose(_greedy_actions(folder), distribution.mode().numpy().ravel(), atol=1e-6)
 
 
+# A benchmark run (a PPO run, then the tests); the script's runs and records:
+# test_pi_cartpole_distill_records_episodes_cut_at_the_time_limit_and_tests_whole_ones.
+@pytest.mark.large
 def test_pi_cartpole_distill_tests_another_folders_policy_as_the_pi_student(tmp_path, capsys):
     """--pi_dir: the Table 2 / 6 tests of a folder that no cloning wrote (here a tiny PPO run)."""
     from run_folders import tiny_pi_cartpole_run

@@ -71,6 +71,8 @@ def _same(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
     return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
 
 
+# Two training runs; starting from a folder: test_sit_train_starts_from_a_folder_silently_with_any_seed.
+@pytest.mark.large
 def test_a_started_run_begins_with_the_folders_actor_and_trains_it_after_the_frozen_steps(
     source_dir, tmp_path
 ):
@@ -95,6 +97,9 @@ def test_a_started_run_begins_with_the_folders_actor_and_trains_it_after_the_fro
     assert not any(np.array_equal(x, y) for x, y in zip(cold, source, strict=True) if x.size > 1)
 
 
+# Three training runs; resuming:
+# test_harness::test_every_agent_runs_is_killed_resumes_and_writes_the_same_layout.
+@pytest.mark.large
 def test_a_resumed_run_reads_its_own_checkpoint_and_no_longer_needs_the_start(source_dir, tmp_path):
     start = tmp_path / "start"
     shutil.copytree(source_dir, start)
@@ -210,7 +215,8 @@ def test_sit_train_starts_from_a_folder_silently_with_any_seed(source_dir, tmp_p
     assert not (tmp_path / "cli_refused").exists()
 
 
-@pytest.mark.parametrize("reset_each_iteration", [False, True])
+# Only the collection differs between the two; the default run keeps True.
+@pytest.mark.parametrize("reset_each_iteration", [pytest.param(False, marks=pytest.mark.large), True])
 def test_a_recurrent_actor_trains_from_the_state_it_collected_with_only_from_a_reset(
     tmp_path, reset_each_iteration
 ):
