@@ -581,6 +581,23 @@ def test_the_lavacrossing_throughput_before_and_after_the_composed_token_row_is_
     ) in lava
 
 
+def test_the_lavacrossing_throughput_on_a_host_without_avx512_is_quoted_as_measured():
+    """docs/speed.md: SiT-small and the CNN in one run of lavacrossing_cost.py on an AVX2-only host."""
+    report = _report("lavacrossing_cost_avx2.json")
+    assert report["command"].startswith("python benchmarks/lavacrossing_cost.py --models sit_small,cnn ")
+    assert report["commit"].startswith("9a5a828") and "avx512" not in report["cpu_flags"].split(";")[0]
+    sps = {m: statistics.median(r["sps"] for r in runs) for m, runs in report["runs"].items()}
+    assert sps == {m: row["env_steps_per_second"] for m, row in report["table"].items()}
+    speed = " ".join((DOCS / "speed.md").read_text().split())
+    assert (
+        f"at 9a5a828, {report['repeats']} repeats with nothing else running "
+        "(`benchmarks/reference/lavacrossing_cost_avx2.json`), measured SiT-small at "
+        f"{sps['sit_small']:.1f} env steps/s and the CNN at {sps['cnn']:.1f}: "
+        f"**{sps['sit_small'] / sps['cnn']:.2f}x**"
+    ) in speed
+    assert sps["sit_small"] / sps["cnn"] >= 0.6  # the speed issue's LavaCrossing target
+
+
 def test_the_sit_grid_readout_cost_and_probe_are_quoted_as_measured():
     """docs/lavacrossing.md, "A SiT that reads its local grid": its cost per env step and its probe."""
     cost = _report("lavacrossing_cost_readout.json")
