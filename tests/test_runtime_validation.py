@@ -77,9 +77,9 @@ def test_float64_beyond_float32_range_is_refused_and_state_kept(models):
 def test_non_finite_outputs_are_refused_and_state_kept(models):
     """float32's largest value is a valid input; this policy overflows on it: refused, never stored.
 
-    1e30 overflows on some hosts only: with AVX-512 its LSTM gates came out NaN, while AVX2's kernels
-    saturate them. At float32's maximum the policy overflows on both."""
-    bad = np.full(5, np.finfo(np.float32).max)
+    1e30 gave a non-finite output on AVX-512 hosts only: on an AVX2-only host the policy answered it
+    (and 1e38) with a finite, saturated action. At float32's maximum it overflows there too."""
+    bad = np.full(5, np.finfo(np.float32).max, np.float32)
     _assert_refusal_keeps_episode(models["recurrent"], bad, PolicyOutputError, "not finite")
     assert issubclass(PolicyOutputError, PolicyInputError)  # callers that catch input errors catch it
 
