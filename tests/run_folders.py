@@ -1,7 +1,7 @@
 """What the hostile and benchmark tests share: tiny runs, and the content of a folder.
 
-``from run_folders import TINY_PPO, file_hashes, load_benchmark, sit_train, tiny_pi_cartpole_run``
-(``tests/`` is on the path, as for ``summaries``).
+``from run_folders import TINY_PPO, file_hashes, run_in_process, sit_train, ...`` (``tests/`` is on
+the path, as for ``summaries``).
 """
 
 from __future__ import annotations
@@ -54,6 +54,43 @@ def sit_train(root_dir: str, bindings: list[str]) -> subprocess.CompletedProcess
     command = [os.path.join(os.path.dirname(sys.executable), "sit-train"), "--root_dir", str(root_dir)]
     command += [a for b in bindings for a in ("--gin_bindings", b)]
     return subprocess.run(command, capture_output=True, text=True, timeout=600)
+
+
+def run_in_process(program: str, *arguments: str) -> subprocess.CompletedProcess:
+    """``program`` (a console script of ``commands.entry_points``) run in this process, as its script runs it.
+
+    For the tests of a refused argument: the command's ``main`` sees ``sys.argv`` as the script
+    would, and its exit status, stdout and stderr come back as ``sit_train``'s do, without the
+    seconds that a new process spends importing TensorFlow. Whether that start is silent is
+    ``tests/test_console.py``'s subject, in real processes. Gin's configuration and the library
+    log levels the command sets are put back afterwards, so the next test starts as before.
+    """
+    import contextlib
+    import io
+    import logging
+
+    import gin
+    from absl import logging as absl_logging
+
+    from sit_keras.commands import entry_points
+
+    argv, verbosity = sys.argv, absl_logging.get_verbosity()
+    tf_level = logging.getLogger("tensorflow").level
+    out, err = io.StringIO(), io.StringIO()
+    gin.clear_config()
+    sys.argv = [program, *arguments]
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                status = entry_points.run(program)
+            except SystemExit as exit_:  # argparse's --help and its refusals
+                status = exit_.code
+    finally:
+        sys.argv = argv
+        gin.clear_config()
+        absl_logging.set_verbosity(verbosity)
+        logging.getLogger("tensorflow").setLevel(tf_level)
+    return subprocess.CompletedProcess([program, *arguments], status or 0, out.getvalue(), err.getvalue())
 
 
 def file_hashes(folder: str) -> dict[str, str]:

@@ -2,7 +2,9 @@
 
 The commands run as a user runs them: the installed console scripts, in a
 subprocess whose environment has none of the variables that quiet
-TensorFlow (the Makefile exports ``TF_CPP_MIN_LOG_LEVEL``).
+TensorFlow (the Makefile exports ``TF_CPP_MIN_LOG_LEVEL``). A mistake in the
+arguments is answered after that start, which ``--help`` shows silent, so those
+tests run each command's ``main`` in this process (``run_folders.run_in_process``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import subprocess
 import sys
 
 import pytest
-from run_folders import TINY_PPO
+from run_folders import TINY_PPO, run_in_process
 
 from sit_keras import command_line, quiet
 from sit_keras.commands import entry_points
@@ -65,7 +67,7 @@ def test_help_is_silent_and_lists_the_flags(program):
 
 @pytest.mark.parametrize("program", sorted(entry_points.COMMANDS))
 def test_a_mistake_is_one_sentence_and_exit_status_2(program):
-    result = _run(program, "--no_such_flag")
+    result = run_in_process(program, "--no_such_flag")
     assert result.returncode == command_line.USAGE_ERROR and result.stdout == "", result.stderr
     (line,) = result.stderr.splitlines()
     assert (

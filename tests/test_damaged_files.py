@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from run_folders import TINY_PPO, file_hashes
+from run_folders import TINY_PPO, file_hashes, run_in_process
 
 from sit_keras.agents.training import checkpoints
 from sit_keras.export import exporter, runtime, serving_client
@@ -28,9 +28,8 @@ BIN = os.path.dirname(sys.executable)
 
 
 def _run(*command: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [os.path.join(BIN, command[0]), *command[1:]], capture_output=True, text=True, timeout=600
-    )
+    """A console script in this process (``run_folders.run_in_process``): the damage is the subject here."""
+    return run_in_process(*command)
 
 
 def _train(root_dir: str, total_env_steps: int, *more: str) -> subprocess.CompletedProcess:

@@ -34,7 +34,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from typing import Any
 
 import gin
@@ -43,6 +42,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_probability as tfp
 from absl import flags
+from run_folders import run_in_process
 from summaries import hyperparameters, summary_tags
 from tf_agents.policies import random_py_policy
 from tf_agents.specs import tensor_spec
@@ -237,11 +237,8 @@ TINY_STUDENT_OLD_FLAGS = [
 
 
 def _sit_distill(*args: str) -> subprocess.CompletedProcess:
-    """The installed console script (absl's flags and app.run are once per process)."""
-    return subprocess.run(
-        [os.path.join(os.path.dirname(sys.executable), "sit-distill"), *args],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+    """``sit-distill`` with ``args``, as its console script runs it (in this process)."""
+    return run_in_process("sit-distill", *args)
 
 
 @pytest.fixture(scope="module")

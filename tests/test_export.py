@@ -13,6 +13,7 @@ import tensorflow as tf
 from ai_edge_litert import schema_py_generated as schema
 from ai_edge_litert.interpreter import Interpreter
 from ai_edge_litert.tools import flatbuffer_utils
+from run_folders import run_in_process
 from tensorflow_serving.apis import predict_pb2
 from tf_agents.policies import py_tf_eager_policy
 from tf_agents.trajectories import time_step as ts
@@ -386,25 +387,23 @@ def test_missing_training_folder_is_named(tmp_path):
 def test_sit_export_and_sit_eval_tflite_cli(tmp_path):
     root = str(tmp_path / "train")
     write_example_policy_folder(root, "cnn")
-    bin_dir = os.path.dirname(sys.executable)
-    subprocess.run(
-        [os.path.join(bin_dir, "sit-export"), "--root_dir", root, "--model_name", "cnn",
-         "--quantizations", "float32,int8", "--num_examples", "16"],
-        check=True, capture_output=True, text=True,
+    exported = run_in_process(
+        "sit-export", "--root_dir", root, "--model_name", "cnn", "--quantizations", "float32,int8",
+        "--num_examples", "16",
     )  # fmt: skip
+    assert exported.returncode == 0, exported.stderr[-2000:]
     model = os.path.join(root, "export", "tflite", "cnn_int8.tflite")
     assert os.path.exists(model)
-    result = subprocess.run(
-        [os.path.join(bin_dir, "sit-eval"), "--tflite", model, "--num_episodes", "4", "--num_envs", "2",
-         "--transform", "none", "--transform", "rot90"],
-        check=True, capture_output=True, text=True,
+    result = run_in_process(
+        "sit-eval", "--tflite", model, "--num_episodes", "4", "--num_envs", "2", "--transform", "none",
+        "--transform", "rot90",
     )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
     assert "rot90: return" in result.stdout
     with open(os.path.splitext(model)[0] + "_minigrid_LavaGapS5.json") as f:
         results = json.load(f)["results"]
     assert results["none"]["num_episodes"] == 4 and results["rot90"]["num_episodes"] == 4
-    failed = subprocess.run([os.path.join(bin_dir, "sit-export"), "--root_dir", str(tmp_path / "nothing")],
-                            capture_output=True, text=True)  # fmt: skip
+    failed = run_in_process("sit-export", "--root_dir", str(tmp_path / "nothing"))
     assert failed.returncode != 0 and "policy_network.json" in failed.stderr
 
 

@@ -16,13 +16,12 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from run_folders import TINY_PPO, file_hashes
+from run_folders import TINY_PPO, file_hashes, run_in_process
 
 from sit_keras import folder_lock
 from sit_keras.export import exporter
 from sit_keras.export.random_policy import write_example_policy_folder
 
-BIN = os.path.dirname(sys.executable)
 HOLDER = """
 import sys, time
 from sit_keras import folder_lock
@@ -45,9 +44,8 @@ def _holding(folder: str, command: str) -> Iterator[subprocess.Popen]:
 
 
 def _run(*command: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [os.path.join(BIN, command[0]), *command[1:]], capture_output=True, text=True, timeout=600
-    )
+    """A console script in this process (``run_folders.run_in_process``); the lock's holder is another."""
+    return run_in_process(*command)
 
 
 def test_the_lock_records_its_holder_and_a_clean_end_clears_it(tmp_path):

@@ -21,6 +21,7 @@ import gin
 import numpy as np
 import pytest
 import tensorflow as tf
+from run_folders import run_in_process
 from summaries import summary_tags
 
 from sit_keras.agents import train
@@ -233,7 +234,7 @@ def test_the_shared_budget_binds_every_agent(tmp_path):
 )
 def test_sit_train_mistakes_are_one_sentence_before_anything_is_written(bindings, message, tmp_path):
     root_dir = str(tmp_path / "run")
-    run = subprocess.run(_command(root_dir, bindings), capture_output=True, text=True, timeout=240)
+    run = run_in_process("sit-train", *_command(root_dir, bindings)[1:])
     assert run.returncode == 2, run.stderr[-2000:]
     assert message in run.stderr
     assert "Traceback" not in run.stderr

@@ -62,6 +62,7 @@ import gin
 import numpy as np
 import pytest
 import tensorflow as tf
+from run_folders import run_in_process
 from tensorboard.plugins.hparams import plugin_data_pb2
 from tf_agents.distributions import utils as distribution_utils
 
@@ -294,25 +295,19 @@ def test_trainers_reject_an_unknown_setting_before_building_anything(ppo_graph_r
 
 def test_entry_points_reject_a_bad_flag_in_one_line(tmp_path, capsys):
     root_dir = tmp_path / "run"
-    # sit-train and sit-distill define their flags on absl's global FLAGS: each runs in its own process.
-    bin_dir = os.path.dirname(sys.executable)
     unknown = "flag --jit_compile=maybe: Unknown jit_compile setting 'maybe'. Expected one of: auto, true, on"
     mirrored = "--jit_compile=On needs --strategy default"
-    sit_train = [os.path.join(bin_dir, "sit-train"), f"--root_dir={root_dir}"]
-    sit_distill = [os.path.join(bin_dir, "sit-distill"), f"--root_dir={root_dir}", "--teacher_dir=runs/t"]
+    sit_distill = ["sit-distill", f"--root_dir={root_dir}", "--teacher_dir=runs/t"]
     runs = [
-        (sit_train + ["--jit_compile=maybe"], unknown),
-        (sit_train + ["--strategy=mirrored", "--jit_compile=On"], mirrored),
-        (sit_distill + ["--jit_compile=maybe"], unknown),
+        (["sit-train", f"--root_dir={root_dir}", "--jit_compile=maybe"], unknown),
+        (["sit-train", f"--root_dir={root_dir}", "--strategy=mirrored", "--jit_compile=On"], mirrored),
+        ([*sit_distill, "--jit_compile=maybe"], unknown),
     ]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, "env": env}
-    processes = [(subprocess.Popen(command, **pipes), message) for command, message in runs]
-    for process, message in processes:
-        _, stderr = process.communicate(timeout=120)
-        assert process.returncode != 0
-        assert message in stderr, stderr
-        assert "Traceback" not in stderr, stderr
+    for command, message in runs:
+        run = run_in_process(*command)
+        assert run.returncode != 0
+        assert message in run.stderr, run.stderr
+        assert "Traceback" not in run.stderr, run.stderr
 
     assert supervised_train.main([f"--root_dir={root_dir}", "--jit_compile=maybe"]) == 2
     err = capsys.readouterr().err

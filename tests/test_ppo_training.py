@@ -16,6 +16,7 @@ import gin
 import numpy as np
 import pytest
 import tensorflow as tf
+from run_folders import run_in_process
 from summaries import hyperparameters, scalar_series, summary_tags
 
 from sit_keras.agents import evaluate, train
@@ -359,14 +360,10 @@ def test_explained_variance():
 def test_sit_eval_cli_writes_json_and_gif(trained_run, tmp_path):
     root_dir, _ = trained_run
     output, gif = tmp_path / "eval.json", tmp_path / "episode.gif"
-    run = subprocess.run(
-        [
-            sys.executable, "-m", "sit_keras.commands.evaluate",
-            "--policy_dir", os.path.join(root_dir, "policies", "greedy_policy"),
-            "--env", "minigrid:LavaGapS5", "--transform", "none", "--transform", "flip_h",
-            "--num_episodes", "3", "--num_envs", "3", "--output", str(output), "--gif", str(gif),
-        ],
-        capture_output=True, text=True, timeout=240,
+    run = run_in_process(
+        "sit-eval", "--policy_dir", os.path.join(root_dir, "policies", "greedy_policy"),
+        "--env", "minigrid:LavaGapS5", "--transform", "none", "--transform", "flip_h",
+        "--num_episodes", "3", "--num_envs", "3", "--output", str(output), "--gif", str(gif),
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
     report = json.loads(output.read_text())

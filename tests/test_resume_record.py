@@ -5,14 +5,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
-from run_folders import TINY_PPO, file_hashes
+from run_folders import TINY_PPO, file_hashes, run_in_process
 
 from sit_keras.agents.training import run_record
-
-SIT_TRAIN = os.path.join(os.path.dirname(sys.executable), "sit-train")
 
 
 def _train(root_dir: str, *extra: str) -> subprocess.CompletedProcess:
@@ -21,9 +18,7 @@ def _train(root_dir: str, *extra: str) -> subprocess.CompletedProcess:
         for binding in [*TINY_PPO, "train_eval.progress = False", *extra]
         for arg in ("--gin_bindings", binding)
     ]
-    return subprocess.run(
-        [SIT_TRAIN, "--root_dir", root_dir, *bindings], capture_output=True, text=True, timeout=600
-    )
+    return run_in_process("sit-train", "--root_dir", root_dir, *bindings)
 
 
 @pytest.fixture(scope="module")

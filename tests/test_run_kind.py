@@ -5,16 +5,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import gin
 import pytest
-from run_folders import TINY_PPO, file_hashes
+from run_folders import TINY_PPO, file_hashes, run_in_process
 
 from sit_keras import run_kind
 from sit_keras.supervised import train as supervised_train
-
-BIN = os.path.dirname(sys.executable)
 
 
 @pytest.fixture(autouse=True)
@@ -26,10 +23,7 @@ def _no_gin_bindings_left_behind():
 
 def _sit_train(root_dir: str) -> subprocess.CompletedProcess:
     bindings = [a for b in TINY_PPO for a in ("--gin_bindings", b)]
-    return subprocess.run(
-        [os.path.join(BIN, "sit-train"), "--root_dir", root_dir, *bindings], capture_output=True, text=True,
-        timeout=240,
-    )  # fmt: skip
+    return run_in_process("sit-train", "--root_dir", root_dir, *bindings)
 
 
 @pytest.mark.parametrize("marker", ["record", "files of an older folder"])

@@ -7,31 +7,29 @@ import json
 import math
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import gin
 import pytest
 import tensorflow as tf
-from run_folders import TINY_PPO
+from run_folders import TINY_PPO, run_in_process
 
 from sit_keras.agents import train
 from sit_keras.agents.algorithms import bc, dqn, ppo, sac
 from sit_keras.agents.training import harness, memory_check, run_settings, settings_check
 from sit_keras.agents.training.stops import TrainingDiverged
 
-SIT_TRAIN = os.path.join(os.path.dirname(sys.executable), "sit-train")
 REFERENCE = Path(__file__).resolve().parent.parent / "benchmarks" / "reference"
 
 
 def _refusal(root_dir, bindings: list[str], *arguments: str) -> str:
-    """The one line ``sit-train`` prints when it refuses ``bindings`` (exit 2, no traceback)."""
-    run = subprocess.run(
-        [SIT_TRAIN, "--root_dir", str(root_dir), *[a for b in bindings for a in ("--gin_bindings", b)],
-         *arguments],
-        capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+    """The one line ``sit-train`` prints when it refuses ``bindings`` (exit 2, no traceback).
+
+    In this process: a refusal comes before anything is built, and the command's start is
+    ``tests/test_console.py``'s subject.
+    """
+    flags = [a for b in bindings for a in ("--gin_bindings", b)]
+    run = run_in_process("sit-train", "--root_dir", str(root_dir), *flags, *arguments)
     assert run.returncode == 2 and run.stdout == "" and "Traceback" not in run.stderr, run.stderr[-2000:]
     (line,) = run.stderr.splitlines()
     return line

@@ -10,7 +10,7 @@ import gin
 import numpy as np
 import pytest
 import tensorflow as tf
-from run_folders import sit_train
+from run_folders import run_in_process, sit_train
 from summaries import scalar_series
 from tf_agents.specs import tensor_spec
 
@@ -131,6 +131,7 @@ def test_the_initial_action_std_is_the_sampling_std():
         warm_start.set_action_std(discrete, 0.1)
 
 
+@pytest.mark.usefixtures("fixed_seed")  # random initial weights: seeded, whatever ran before in this worker
 def test_initial_action_probabilities_are_the_policy_at_the_start_in_every_state():
     observation_spec = tensor_spec.BoundedTensorSpec((14, 14, 3), tf.uint8, 0, 255)
     action_spec = tensor_spec.BoundedTensorSpec((), tf.int64, 0, 3)
@@ -209,7 +210,8 @@ def test_sit_train_starts_from_a_folder_silently_with_any_seed(source_dir, tmp_p
     assert result.returncode == 0, result.stderr[-2000:]
     # The seeded shuffle of whole sequences would warn on stderr; the console stays quiet.
     assert "Warning" not in result.stderr, result.stderr
-    refused = sit_train(str(tmp_path / "cli_refused"), [*bindings, "ppo.fc_layer_params = (16,)"])
+    flags = [a for b in [*bindings, "ppo.fc_layer_params = (16,)"] for a in ("--gin_bindings", b)]
+    refused = run_in_process("sit-train", "--root_dir", str(tmp_path / "cli_refused"), *flags)
     assert refused.returncode != 0 and "Traceback" not in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert not (tmp_path / "cli_refused").exists()
