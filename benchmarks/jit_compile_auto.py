@@ -1,18 +1,21 @@
-"""What ``--jit_compile auto`` chooses for each training config on this host, and by how much.
+"""What ``--jit_compile auto`` (and ``--precision auto``) choose for each training config on this host.
 
 For each gin file, the measurement ``sit-train`` makes when a run starts with
 ``jit_compile="auto"`` (``agents/training/auto_settings.py``): one train step of the
 config's encoder with a value head (forward, backward and Adam, random observations
 of the environment's spec, the algorithm's minibatch size, float32), with XLA and
-without, each timed in ``ROUNDS`` rounds in a new order after a warm-up. Nothing is
-read from or written to the user's cache: every config is measured now, in turn.
+without, each timed in ``ROUNDS`` rounds in a new order after a warm-up. With
+``--questions jit_compile,precision`` also the one a run makes with ``precision="auto"``:
+the same graph-mode step in float32 and in ``mixed_bfloat16``. Nothing is read from or
+written to the user's cache: every config is measured now, in turn.
 
-Printed and written per config: the median seconds of each step, XLA's time over the
-graph step's (the median of the per-round ratios) and the choice (XLA only when that
-ratio is below ``MARGIN``).
+Printed and written per config and question: the median seconds of each step, the
+other candidate's time over the default's (the median of the per-round ratios) and the
+choice (the other candidate only when that ratio is below ``MARGIN``).
 
     python benchmarks/jit_compile_auto.py --out benchmarks/reference/jit_compile_auto.json
     python benchmarks/jit_compile_auto.py --gin_files configs/demo/cnn.gin     # one config
+    python benchmarks/jit_compile_auto.py --questions precision --out auto_precision.json
 """
 
 from __future__ import annotations
@@ -73,18 +76,31 @@ def _gin_files(text: str) -> list[str]:
     return files
 
 
+QUESTIONS = ("jit_compile", "precision")
+
+
+def _questions(text: str) -> list[str]:
+    questions = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in questions if name not in QUESTIONS]
+    if not questions or unknown:
+        raise argparse.ArgumentTypeError(f"expected one or more of {', '.join(QUESTIONS)}; got {text!r}")
+    return questions
+
+
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = SentenceParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gin_files", type=_gin_files, default=list(DEFAULT_GIN_FILES),
                         help="comma-separated training configs (default: the main ones)")  # fmt: skip
+    parser.add_argument("--questions", type=_questions, default=["jit_compile"],
+                        help="comma-separated: jit_compile, precision (default: jit_compile)")  # fmt: skip
     parser.add_argument("--out", default=None, help="write the report (JSON) to this file")
     args = parser.parse_args(argv)
     check_out_file(args.out)
     return args
 
 
-def measure(gin_file: str) -> dict[str, Any]:
-    """The ``jit_compile="auto"`` measurement of one config, measured now."""
+def measure(gin_file: str, questions: Sequence[str] = ("jit_compile",)) -> dict[str, Any]:
+    """The ``auto`` measurements of one config for ``questions``, measured now."""
     path = gin_file if os.path.isfile(gin_file) else str(REPOSITORY / gin_file)
     gin.clear_config()
     train.parse_gin([path], [])
@@ -95,26 +111,39 @@ def measure(gin_file: str) -> dict[str, Any]:
     finally:
         env.close()
     minibatch = module.minibatch_size(run_settings, settings)
-    start = time.perf_counter()
-    choice = auto_settings.choose_jit_compile(run_settings, "float32", spec, minibatch)
+    row = {"gin_file": gin_file, "agent": run_settings.agent, "encoder": run_settings.encoder,
+           "minibatch_size": minibatch}  # fmt: skip
+    head = f"{gin_file}: {run_settings.encoder}, minibatch {minibatch}"
+    if "jit_compile" in questions:
+        start = time.perf_counter()
+        choice = auto_settings.choose_jit_compile(run_settings, "float32", spec, minibatch)
+        row.update(
+            seconds=choice.seconds, xla_over_graph=choice.ratio_to_default["on"], choice=choice.value,
+            measurement_s=round(time.perf_counter() - start, 1),
+        )  # fmt: skip
+        graph_ms, xla_ms = choice.seconds["off"] * 1e3, choice.seconds["on"] * 1e3
+        print(
+            f"{head}: graph {graph_ms:.1f} ms, XLA {xla_ms:.1f} ms, XLA / graph {row['xla_over_graph']:.2f} "
+            f"-> {choice.value} ({row['measurement_s']} s)",
+            flush=True,
+        )
+    if "precision" in questions:
+        start = time.perf_counter()
+        choice = auto_settings.choose_precision(run_settings, spec, minibatch)
+        row["precision"] = {
+            "seconds": choice.seconds,
+            "bfloat16_over_float32": choice.ratio_to_default["mixed_bfloat16"],
+            "choice": choice.value,
+            "measurement_s": round(time.perf_counter() - start, 1),
+        }
+        float32_ms, bfloat16_ms = (choice.seconds[name] * 1e3 for name in ("float32", "mixed_bfloat16"))
+        print(
+            f"{head}: float32 {float32_ms:.1f} ms, mixed_bfloat16 {bfloat16_ms:.1f} ms, mixed_bfloat16 / "
+            f"float32 {row['precision']['bfloat16_over_float32']:.2f} -> {choice.value} "
+            f"({row['precision']['measurement_s']} s)",
+            flush=True,
+        )
     gin.clear_config()
-    row = {
-        "gin_file": gin_file,
-        "agent": run_settings.agent,
-        "encoder": run_settings.encoder,
-        "minibatch_size": minibatch,
-        "seconds": choice.seconds,
-        "xla_over_graph": choice.ratio_to_default["on"],
-        "choice": choice.value,
-        "measurement_s": round(time.perf_counter() - start, 1),
-    }
-    graph_ms, xla_ms = choice.seconds["off"] * 1e3, choice.seconds["on"] * 1e3
-    print(
-        f"{gin_file}: {run_settings.encoder}, minibatch {minibatch}: graph {graph_ms:.1f} ms, "
-        f"XLA {xla_ms:.1f} ms, XLA / graph {row['xla_over_graph']:.2f} -> {choice.value} "
-        f"({row['measurement_s']} s)",
-        flush=True,
-    )
     return row
 
 
@@ -130,9 +159,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # user's cache is neither read nor written.
         with tempfile.TemporaryDirectory() as cache:
             os.environ[measured_choice.CACHE_DIR_VARIABLE] = cache
-            rows.append(measure(gin_file))
+            rows.append(measure(gin_file, args.questions))
     report = {
         "benchmark": "jit_compile_auto",
+        "questions": args.questions,
         "command": command_line("jit_compile_auto.py", argv),
         "commit": commit,
         "wall_time_s": round(time.time() - started, 1),

@@ -229,9 +229,28 @@ def test_jit_compile_auto_measures_each_config_now(tmp_path, capsys, monkeypatch
     assert not (tmp_path / "user_cache").exists()  # the user's cache is neither read nor written
 
 
+def test_jit_compile_auto_answers_the_precision_question_as_a_run_would(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SIT_KERAS_CACHE_DIR", str(tmp_path / "user_cache"))
+    bench = _load_benchmark("jit_compile_auto")
+    out = tmp_path / "auto.json"
+    config = "configs/dmc/cartpole_swingup_mlp.gin"
+    assert bench.main(["--gin_files", config, "--questions", "precision", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    (row,) = report["configs"]
+    assert report["questions"] == ["precision"] and "xla_over_graph" not in row  # only what was asked
+    precision = row["precision"]
+    assert set(precision["seconds"]) == {"float32", "mixed_bfloat16"}
+    assert min(precision["seconds"].values()) > 0
+    ratio = precision["bfloat16_over_float32"]
+    assert precision["choice"] == ("mixed_bfloat16" if ratio < report["margin"] else "float32")
+    assert f"mixed_bfloat16 / float32 {ratio:.2f} -> {precision['choice']}" in capsys.readouterr().out
+    assert not (tmp_path / "user_cache").exists()
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
+        (["--questions", "speed"], "--questions: expected one or more of jit_compile, precision; got"),
         (["--gin_files", ","], "--gin_files: give at least one gin file"),
         (["--gin_files", "configs/none.gin"], "--gin_files: configs/none.gin is not a file"),
         (["--out", "."], "--out must be a file path, not a folder"),
