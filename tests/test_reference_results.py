@@ -2060,6 +2060,30 @@ def test_the_xla_block_table_is_the_report():
     )
 
 
+def test_what_precision_auto_chooses_without_bfloat16_instructions_is_the_report():
+    """docs/speed.md: on an AVX2-only host bfloat16 is slower for every main config and auto keeps float32."""
+    report = _report("auto_precision_avx2.json")
+    assert report["command"].startswith("python benchmarks/jit_compile_auto.py --questions precision --out ")
+    assert report["questions"] == ["precision"] and len(report["commit"]) == 40 and report["wall_time_s"] > 0
+    assert "no AVX-512" in report["machine"] and "`benchmarks/reference/auto_precision_avx2.json`" in SPEED
+    ratios = []
+    for row in report["configs"]:
+        measured = row["precision"]
+        float32, bfloat16 = (measured["seconds"][name] * 1e3 for name in ("float32", "mixed_bfloat16"))
+        ratio = measured["bfloat16_over_float32"]
+        assert measured["choice"] == ("mixed_bfloat16" if ratio < report["margin"] else "float32")
+        assert (
+            f"| `{row['gin_file']}` | `{row['encoder']}` | {row['minibatch_size']} | {float32:.1f} | "
+            f"{bfloat16:.1f} | {ratio:.2f} | {measured['choice']} |"
+        ) in SPEED
+        ratios.append(ratio)
+    assert {row["precision"]["choice"] for row in report["configs"]} == {"float32"}
+    flat = " ".join(SPEED.split())
+    assert f"bfloat16 is slower for every config here ({min(ratios):.2f}-{max(ratios):.2f}x float32)" in flat
+    training = " ".join((DOCS / "training.md").read_text().split())
+    assert f"where bfloat16 took {min(ratios):.2f}-{max(ratios):.2f}x the float32 step" in training
+
+
 def test_what_jit_compile_auto_chooses_is_the_report():
     """docs/speed.md: XLA against the graph per config, and auto's choice by the margin."""
     report = _report("jit_compile_auto.json")
