@@ -2060,6 +2060,46 @@ def test_the_xla_block_table_is_the_report():
     )
 
 
+def test_the_encoder_speed_on_a_host_without_avx512_is_the_report():
+    """docs/speed.md: the 64x64 train steps on an AVX2-only host, against the ViT and in matmul-times."""
+    report = _report("speed_encoders_avx2.json")
+    assert report["command"].startswith("python benchmarks/encoders.py --models sit,siet,vit,impala_cnn ")
+    assert len(report["commit"]) == 40 and report["wall_time_s"] > 0 and "no AVX-512" in report["machine"]
+    assert "`benchmarks/reference/speed_encoders_avx2.json`" in SPEED
+    ratios = report["ratios"]
+    for name, model in report["models"].items():
+        step = model["timings"]["train_step"]
+        over_vit = ratios["train_step_over_vit"][name]["graph"]
+        cell = "1" if name == "vit" else f"{over_vit:.2f}"
+        cell = f"**{cell}**" if name in ("sit", "siet") else cell
+        assert (
+            f"| `{name}` | {model['params']:,} | {step['graph']['median_ms']:.0f} ms | "
+            f"{step['graph']['matmul_times']:.1f} | {cell} | "
+            f"{ratios['xla_over_graph'][name]['train_step']:.2f} | "
+            f"{model['precision']['mixed_bfloat16']['over_float32']:.2f} |"
+        ) in SPEED, name
+    flat = " ".join(SPEED.split())
+    assert f"one 1024^3 matmul takes {report['matmul']['median_ms']:.1f} ms here" in flat
+    stages = report["models"]["sit"]["stage_profile"]
+    avx512 = _report("speed_encoders.json")
+    before = avx512["stage_profile_matmul_times"]["sit"]
+    vit_here = report["models"]["vit"]["timings"]["train_step"]["graph"]["matmul_times"]
+    sit_here = report["models"]["sit"]["timings"]["train_step"]["graph"]["matmul_times"]
+    assert (round(vit_here, 1), round(sit_here, 1)) == (12.3, 52.1)
+    assert (
+        f"(12.3 against {avx512['train_step_matmul_times']['vit']['graph']:.1f})" in flat
+        and f"(52.1 against {avx512['train_step_matmul_times']['sit']['graph']:.1f})" in flat
+    )
+    assert (
+        f"its local GSA blocks take {stages['local_gsa']['matmul_times']:.1f} matmul-times "
+        f"({stages['local_gsa']['share_of_step']:.0%} of the step; "
+        f"{before['local_gsa']:.1f} there), the global block {stages['global_gsa']['matmul_times']:.1f} "
+        f"({before['global_gsa']:.1f}), the stem and pooling {stages['stem_pool']['matmul_times']:.1f} "
+        f"({before['stem_pool']:.1f})"
+    ) in flat
+    assert all(ratios["train_step_over_vit"][name]["graph"] > 4 for name in ("sit", "siet"))
+
+
 def test_what_precision_auto_chooses_without_bfloat16_instructions_is_the_report():
     """docs/speed.md: on an AVX2-only host bfloat16 is slower for every main config and auto keeps float32."""
     report = _report("auto_precision_avx2.json")
