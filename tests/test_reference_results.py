@@ -2098,6 +2098,8 @@ def test_the_encoder_speed_on_a_host_without_avx512_is_the_report():
         f"({before['stem_pool']:.1f})"
     ) in flat
     assert all(ratios["train_step_over_vit"][name]["graph"] > 4 for name in ("sit", "siet"))
+    sit, siet = (ratios["train_step_over_vit"][name]["graph"] for name in ("sit", "siet"))
+    assert f"not on a host without AVX-512 ({sit:.2f}x and {siet:.2f}x;" in flat
 
 
 def test_what_precision_auto_chooses_without_bfloat16_instructions_is_the_report():
