@@ -2100,6 +2100,11 @@ def test_the_encoder_speed_on_a_host_without_avx512_is_the_report():
     assert all(ratios["train_step_over_vit"][name]["graph"] > 4 for name in ("sit", "siet"))
     sit, siet = (ratios["train_step_over_vit"][name]["graph"] for name in ("sit", "siet"))
     assert f"not on a host without AVX-512 ({sit:.2f}x and {siet:.2f}x;" in flat
+    rerun = _report("speed_encoders_avx2_no_pageout.json")
+    assert rerun["command"].split(" --out ")[0] == report["command"].split(" --out ")[0]
+    assert "echo off > /sys/kernel/mm/damon" in rerun["host_setting"] and len(rerun["commit"]) == 40
+    sit, siet = (rerun["ratios"]["train_step_over_vit"][name]["graph"] for name in ("sit", "siet"))
+    assert f"measured the SiT and SieT steps at {sit:.2f}x and {siet:.2f}x the ViT's" in flat
 
 
 def test_what_precision_auto_chooses_without_bfloat16_instructions_is_the_report():
