@@ -6,8 +6,11 @@ the path, as for ``summaries``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
+import io
+import logging
 import os
 import subprocess
 import sys
@@ -59,16 +62,14 @@ def sit_train(root_dir: str, bindings: list[str]) -> subprocess.CompletedProcess
 def run_in_process(program: str, *arguments: str) -> subprocess.CompletedProcess:
     """``program`` (a console script of ``commands.entry_points``) run in this process, as its script runs it.
 
-    For the tests of a refused argument: the command's ``main`` sees ``sys.argv`` as the script
-    would, and its exit status, stdout and stderr come back as ``sit_train``'s do, without the
-    seconds that a new process spends importing TensorFlow. Whether that start is silent is
-    ``tests/test_console.py``'s subject, in real processes. Gin's configuration and the library
-    log levels the command sets are put back afterwards, so the next test starts as before.
+    For the tests whose subject is what a command does (a refused argument, a damaged file, a
+    folder in use, a tiny run to read), not how a process starts: the command's ``main`` sees
+    ``sys.argv`` as the script would, and its exit status, stdout and stderr come back as
+    ``sit_train``'s do, without the seconds that a new process spends importing TensorFlow.
+    Whether that start is silent is ``tests/test_console.py``'s subject, in real processes. Gin's
+    configuration and the library log levels the command sets are put back afterwards, so the
+    next test starts as before.
     """
-    import contextlib
-    import io
-    import logging
-
     import gin
     from absl import logging as absl_logging
 
