@@ -187,6 +187,35 @@ def test_xla_cpu_ops_times_each_block_both_ways(tmp_path, capsys):
     assert report["table"] in capsys.readouterr().out
 
 
+def test_channels_first_grad_times_both_forms_of_each_shape(tmp_path, capsys):
+    out = tmp_path / "grad.json"
+    assert _load_benchmark("channels_first_grad").main(["--quick", "--repeats", "2", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["command"] == f"python benchmarks/channels_first_grad.py --quick --repeats 2 --out {out}"
+    assert report["repeats"] == 2 and report["commit"]
+    assert list(report["results"]) == ["first_block", "second_block"]
+    printed = capsys.readouterr().out
+    for name, result in report["results"].items():
+        assert (result["rows"], result["columns"]) == ({"first_block": 6, "second_block": 64}[name], 4096)
+        for measurement in ("kernel_grad", "projection"):
+            r = result[measurement]
+            assert r["tensorflow_ms"] > 0 and r["channels_first_ms"] > 0
+            assert r["tensorflow_over_channels_first"] == pytest.approx(
+                r["tensorflow_ms"] / r["channels_first_ms"]
+            )
+            assert f"ratio {r['tensorflow_over_channels_first']:.2f}" in printed
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [(["--repeats", "0"], "--repeats must be at least 1"), (["--out", "."], "--out must be a file path")],
+)
+def test_channels_first_grad_refuses_bad_arguments_in_one_sentence(argv, message, capsys):
+    assert _load_benchmark("channels_first_grad").main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
 def test_xla_cpu_ops_windows_are_each_tokens_3x3_neighbourhood():
     windows = _load_benchmark("xla_cpu_ops")._windows()
     assert windows.shape == (64, 9)

@@ -21,7 +21,10 @@ What this file proves:
   global grid) keeps the rotations and breaks the flips like the others,
   and compiles with XLA;
 - the LayerNorm standardisation with its hand-written gradient equals
-  Keras' LayerNorm without affine part.
+  Keras' LayerNorm without affine part;
+- the channels-first projection, whose kernel gradient is formed as
+  ``(dy x^T)^T`` (fast on CPU), is ``tf.matmul(W, x, transpose_a=True)``
+  with its gradients for any shape, and compiles with XLA.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from hypothesis import strategies as st
 
 from sit_keras import graphs, testing
 from sit_keras.layers import GraphSymmetricAttention, LocalGSA
+from sit_keras.layers.channels_first import project_channels_first
 from sit_keras.layers.normalization import standardize
 from sit_keras.layers.triangle_sums import MAX_MATRIX_SCORES
 from sit_keras.models import build_encoder
@@ -333,6 +337,52 @@ def test_standardize_equals_layer_normalization_without_affine_part() -> None:
             y = fn(x)
         results.append([y.numpy(), tape.gradient(y, x, output_gradients=upstream).numpy()])
     _assert_same(*results, 1e-12)
+
+
+def _projection_values_and_gradients(project, kernel: tf.Tensor, x: tf.Tensor, upstream: tf.Tensor) -> list:
+    with tf.GradientTape() as tape:
+        tape.watch([kernel, x])
+        y = project(kernel, x)
+    return [y, *tape.gradient(y, [kernel, x], output_gradients=upstream)]
+
+
+@given(rows=st.integers(1, 9), outputs=st.integers(1, 12), columns=st.integers(1, 40))
+def test_the_channels_first_projection_is_tensorflows_matmul_with_its_gradients(
+    rows: int, outputs: int, columns: int
+) -> None:
+    rng = np.random.default_rng(rows * 1000 + outputs * 50 + columns)
+    kernel, x = (tf.constant(rng.normal(size=shape)) for shape in [(rows, outputs), (rows, columns)])
+    upstream = tf.constant(rng.normal(size=(outputs, columns)))
+    expected = _projection_values_and_gradients(
+        lambda w, v: tf.matmul(w, v, transpose_a=True), kernel, x, upstream
+    )
+    got = _projection_values_and_gradients(project_channels_first, kernel, x, upstream)
+    assert [g.shape for g in got] == [(outputs, columns), (rows, outputs), (rows, columns)]
+    _assert_same([e.numpy() for e in expected], [g.numpy() for g in got], 1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_channels_first_projection_compiles_in_the_compute_dtype(dtype: str) -> None:
+    rng = np.random.default_rng(3)
+    kernel, x = (tf.constant(rng.normal(size=shape), dtype) for shape in [(6, 8), (6, 50)])
+    upstream = tf.constant(rng.normal(size=(8, 50)), dtype)
+    compiled = tf.function(
+        lambda w, v: _projection_values_and_gradients(project_channels_first, w, v, upstream),
+        jit_compile=True,
+    )
+    got = compiled(kernel, x)
+    expected = _projection_values_and_gradients(
+        lambda w, v: tf.matmul(w, v, transpose_a=True), kernel, x, upstream
+    )
+    tolerance = {"float32": 1e-5, "bfloat16": 5e-2}[dtype]
+    for g, e in zip(got, expected, strict=True):
+        assert g.dtype == tf.as_dtype(dtype)
+        np.testing.assert_allclose(
+            tf.cast(g, tf.float32).numpy(),
+            tf.cast(e, tf.float32).numpy(),
+            rtol=tolerance,
+            atol=tolerance * 10,
+        )
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ import tensorflow as tf
 import tf_keras
 
 from sit_keras import graphs
+from sit_keras.layers.channels_first import project_channels_first
 from sit_keras.layers.graph_weights import NearIdentity, graph_symmetric_dropout
 from sit_keras.layers.indexing import expand_shared
 from sit_keras.layers.precision import stable_dtype
@@ -456,8 +457,8 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         if self.antisymmetric:
             attention += tf.nn.softmax((row - column) * scale, axis=-1)
         # The values as in `_mix_all_tokens`: V = M_v^T y, then G_v per channel.
-        values = tf.matmul(
-            tf.cast(m_v, compute), tf.reshape(tf.cast(inputs, compute), [rows, -1]), transpose_a=True
+        values = project_channels_first(
+            tf.cast(m_v, compute), tf.reshape(tf.cast(inputs, compute), [rows, -1])
         )
         values = tf.matmul(tf.reshape(values, [self.dim, -1, t]), tf.cast(g_v, compute))  # (D, B, T)
         values = tf.reshape(values, [heads, head_dim, -1, t])
@@ -478,7 +479,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         kernel, bias = self.folded_projection(input_scale, input_offset)
         channels_first = tf.transpose(tokens, [2, 0, 1])  # (D, B, T)
         flat = tf.reshape(channels_first, [self.dim, -1])
-        qkv = tf.matmul(kernel, flat, transpose_a=True) + bias[:, None]
+        qkv = project_channels_first(kernel, flat) + bias[:, None]
         return tf.reshape(qkv, [3 * self.dim, -1, tf.shape(tokens)[1]])
 
     def folded_projection(

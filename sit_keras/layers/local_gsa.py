@@ -8,6 +8,7 @@ import tensorflow as tf
 import tf_keras
 
 from sit_keras import graphs
+from sit_keras.layers.channels_first import project_channels_first
 from sit_keras.layers.gsa_block import GraphSymmetricAttentionBlock
 from sit_keras.layers.indexing import ConstantGather
 from sit_keras.layers.precision import stable_dtype
@@ -237,8 +238,8 @@ class LocalGSA(tf_keras.layers.Layer):
             update = gsa.attend_constant_class_token(y, mixing, token_qkv, training=training)
         else:
             compute = kernel.dtype
-            qkv = tf.matmul(
-                tf.cast(mixing, compute), tf.cast(tf.reshape(y, [rows, -1]), compute), transpose_a=True
+            qkv = project_channels_first(
+                tf.cast(mixing, compute), tf.cast(tf.reshape(y, [rows, -1]), compute)
             )
             qkv = tf.reshape(qkv, [3 * self.dim, -1, y.shape[2]])
             update = gsa.mix_and_attend(qkv, training=training, token_only=token_only)

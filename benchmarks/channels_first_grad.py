@@ -1,0 +1,160 @@
+"""The kernel gradient of a channels-first projection, as TensorFlow forms it and as the GSA layers do.
+
+The fast GSA path projects channels-first tokens, ``qkv = W^T x`` with a small
+``(R, N)`` kernel and ``(R, L)`` inputs, ``L`` = batch x tokens (about 10^5).
+TensorFlow's MatMul gradient forms the kernel's gradient as ``x dy^T``
+(``tf.matmul(x, dy, transpose_b=True)``); ``sit_keras.layers.channels_first``
+forms the same product as ``(dy x^T)^T``. This script times, per shape, in
+interleaved rounds (each round calls every function once; medians):
+
+- ``kernel_grad``: the kernel's gradient alone, both ways;
+- ``projection``: forward + both gradients of ``tf.matmul(W, x, transpose_a=True)``
+  against ``project_channels_first(W, x)``.
+
+The default shapes are the SiT train step's at 64x64, batch 96 (``benchmarks/encoders.py``):
+the first local block's composed projection (``R = C + 3 = 6``) and the second block's
+(``R = D = 64``), both to ``N = 3 D = 192`` over ``L = 6144`` windows x 17 tokens.
+
+    python benchmarks/channels_first_grad.py [--repeats 9] [--out runs/channels_first_grad.json]
+    python benchmarks/channels_first_grad.py --quick      # a smoke run, seconds
+"""
+
+from __future__ import annotations
+
+import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up chatter)
+
+# isort: split
+
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import tensorflow as tf
+
+from sit_keras.benchmarking import (
+    SentenceParser,
+    UsageError,
+    check_out_file,
+    command_line,
+    current_commit,
+    environment,
+    parse_or_say_why,
+    write_report,
+)
+from sit_keras.layers.channels_first import project_channels_first
+
+SHAPES = {"first_block": (6, 192, 104448), "second_block": (64, 192, 104448)}
+QUICK_COLUMNS = 4096
+
+
+def _functions(rows: int, outputs: int, columns: int) -> dict[str, tuple[Callable[[], Any], ...]]:
+    """Per measurement, (TensorFlow's form, the layers' form), each a ``tf.function`` of no argument."""
+    generator = tf.random.Generator.from_seed(0)
+    kernel = generator.normal([rows, outputs])
+    x = generator.normal([rows, columns])
+    upstream = generator.normal([outputs, columns])
+
+    def gradients(project: Callable[[tf.Tensor, tf.Tensor], tf.Tensor]) -> Callable[[], Any]:
+        def run() -> list[tf.Tensor]:
+            with tf.GradientTape() as tape:
+                tape.watch([kernel, x])
+                y = project(kernel, x)
+            return tape.gradient(y, [kernel, x], output_gradients=upstream)
+
+        return tf.function(run)
+
+    return {
+        "kernel_grad": (
+            tf.function(lambda: tf.matmul(x, upstream, transpose_b=True)),
+            tf.function(lambda: tf.transpose(tf.matmul(upstream, x, transpose_b=True))),
+        ),
+        "projection": (
+            gradients(lambda w, v: tf.matmul(w, v, transpose_a=True)),
+            gradients(project_channels_first),
+        ),
+    }
+
+
+def _call(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    for tensor in tf.nest.flatten(fn()):
+        tensor.numpy()  # wait for the result
+    return time.perf_counter() - start
+
+
+def measure(shapes: dict[str, tuple[int, int, int]], repeats: int) -> dict[str, Any]:
+    """Medians (ms) of both forms of every measurement of every shape, and their ratios."""
+    functions = {name: _functions(*shape) for name, shape in shapes.items()}
+    times: dict[tuple[str, str, int], list[float]] = {}
+    for name, measurements in functions.items():
+        for measurement, forms in measurements.items():
+            for form, fn in enumerate(forms):
+                _call(fn)  # trace and warm up
+                times[name, measurement, form] = []
+    for _ in range(repeats):
+        for (name, measurement, form), samples in times.items():
+            samples.append(_call(functions[name][measurement][form]))
+    results: dict[str, Any] = {}
+    for name, (rows, outputs, columns) in shapes.items():
+        results[name] = {"rows": rows, "outputs": outputs, "columns": columns}
+        for measurement in functions[name]:
+            tensorflow, layers = (1000 * statistics.median(times[name, measurement, f]) for f in (0, 1))
+            results[name][measurement] = {
+                "tensorflow_ms": tensorflow,
+                "channels_first_ms": layers,
+                "tensorflow_over_channels_first": tensorflow / layers,
+            }
+    return results
+
+
+def parse_args(argv: Sequence[str] | None):
+    parser = SentenceParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=9, help="timed rounds (medians are reported)")
+    parser.add_argument("--quick", action="store_true", help=f"L = {QUICK_COLUMNS} columns, 3 rounds")
+    parser.add_argument("--out", default=None, help="write the report as JSON here")
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        raise UsageError(f"--repeats must be at least 1; received {args.repeats}.")
+    check_out_file(args.out)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_or_say_why(parse_args, argv)
+    if args is None:
+        return 2
+    commit = current_commit()
+    shapes = SHAPES
+    repeats = args.repeats
+    if args.quick:
+        shapes = {name: (rows, outputs, QUICK_COLUMNS) for name, (rows, outputs, _) in SHAPES.items()}
+        repeats = min(repeats, 3)
+    start = time.perf_counter()
+    results = measure(shapes, repeats)
+    for name, result in results.items():
+        for measurement in ("kernel_grad", "projection"):
+            r = result[measurement]
+            print(
+                f"{name:<13} {measurement:<11} (R={result['rows']}, N={result['outputs']}, "
+                f"L={result['columns']}): TensorFlow's form {r['tensorflow_ms']:7.1f} ms, "
+                f"channels-first {r['channels_first_ms']:7.1f} ms, "
+                f"ratio {r['tensorflow_over_channels_first']:.2f}"
+            )
+    report = {
+        "what": "Kernel gradient of W^T x: TensorFlow's MatMul gradient against project_channels_first",
+        "command": command_line("channels_first_grad.py", argv),
+        "commit": commit,
+        "repeats": repeats,
+        "environment": environment(),
+        "results": results,
+        "wall_time_s": time.perf_counter() - start,
+    }
+    if args.out:
+        write_report(report, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+"""The channels-first projection ``W^T x`` with a fast kernel gradient on CPU."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+def project_channels_first(kernel: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
+    """``W^T x``: ``(R, N)`` kernel, ``(R, L)`` channels-first inputs -> ``(N, L)``.
+
+    The GSA layers keep their tokens channels first (``L`` = batch x tokens,
+    often 10^5 columns). The value is ``tf.matmul(kernel, x, transpose_a=True)``;
+    only the kernel's gradient is taken differently. TensorFlow's MatMul
+    gradient forms it as ``x dy^T``, a product over the long axis with its
+    second operand transposed, which this CPU's kernels run 3-8x slower than
+    the same product formed as ``(dy x^T)^T`` (``benchmarks/channels_first_grad.py``).
+    Same sums, so float64 gradients agree to rounding.
+    """
+
+    @tf.custom_gradient
+    def projection(kernel: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
+        def grad(upstream: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            kernel_grad = tf.transpose(tf.matmul(upstream, x, transpose_b=True))  # (R, N)
+            return kernel_grad, tf.matmul(kernel, upstream)
+
+        return tf.matmul(kernel, x, transpose_a=True), grad
+
+    return projection(kernel, x)
