@@ -8,8 +8,9 @@ forms the same product as ``(dy x^T)^T``. This script times, per shape, in
 interleaved rounds (each round calls every function once; medians):
 
 - ``kernel_grad``: the kernel's gradient alone, both ways;
-- ``projection``: forward + both gradients of ``tf.matmul(W, x, transpose_a=True)``
-  against ``project_channels_first(W, x)``.
+- ``both_gradients``: the kernel's and the input's gradients of
+  ``tf.matmul(W, x, transpose_a=True)`` against those of ``project_channels_first(W, x)``
+  (the forward product is not computed: neither gradient needs it).
 
 The default shapes are the SiT train step's at 64x64, batch 96 (``benchmarks/encoders.py``):
 the first local block's composed projection (``R = C + 3 = 6``) and the second block's
@@ -70,7 +71,7 @@ def _functions(rows: int, outputs: int, columns: int) -> dict[str, tuple[Callabl
             tf.function(lambda: tf.matmul(x, upstream, transpose_b=True)),
             tf.function(lambda: tf.transpose(tf.matmul(upstream, x, transpose_b=True))),
         ),
-        "projection": (
+        "both_gradients": (
             gradients(lambda w, v: tf.matmul(w, v, transpose_a=True)),
             gradients(project_channels_first),
         ),
@@ -134,10 +135,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.perf_counter()
     results = measure(shapes, repeats)
     for name, result in results.items():
-        for measurement in ("kernel_grad", "projection"):
+        for measurement in ("kernel_grad", "both_gradients"):
             r = result[measurement]
             print(
-                f"{name:<13} {measurement:<11} (R={result['rows']}, N={result['outputs']}, "
+                f"{name:<13} {measurement:<14} (R={result['rows']}, N={result['outputs']}, "
                 f"L={result['columns']}): TensorFlow's form {r['tensorflow_ms']:7.1f} ms, "
                 f"channels-first {r['channels_first_ms']:7.1f} ms, "
                 f"ratio {r['tensorflow_over_channels_first']:.2f}"

@@ -197,7 +197,7 @@ def test_channels_first_grad_times_both_forms_of_each_shape(tmp_path, capsys):
     printed = capsys.readouterr().out
     for name, result in report["results"].items():
         assert (result["rows"], result["columns"]) == ({"first_block": 6, "second_block": 64}[name], 4096)
-        for measurement in ("kernel_grad", "projection"):
+        for measurement in ("kernel_grad", "both_gradients"):
             r = result[measurement]
             assert r["tensorflow_ms"] > 0 and r["channels_first_ms"] > 0
             assert r["tensorflow_over_channels_first"] == pytest.approx(
