@@ -66,7 +66,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from sit_keras.benchmarking import environment, name_list, write_report
+from sit_keras.benchmarking import command_line, current_commit, environment, name_list, write_report
 from sit_keras.encoder_check import make_forward, make_train_step
 from sit_keras.layers.graph_symmetric_attention import IMPLEMENTATIONS
 from sit_keras.models import ENCODER_NAMES, build_encoder
@@ -543,6 +543,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    commit = current_commit()  # when the run starts: the code it measures
     start = time.perf_counter()
     env = environment()
     print(
@@ -558,6 +559,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     models = {model["spec"]: model_record(model, clock.median_ms) for model in built}
     env["load_average_end"] = list(os.getloadavg())
     report = {
+        "command": command_line("encoders.py", argv),
+        "commit": commit,
         "settings": {
             "models": args.models,
             "repeats": args.repeats,

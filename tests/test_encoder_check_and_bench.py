@@ -83,6 +83,9 @@ def test_benchmark_quick_run_writes_positive_timings(tmp_path, capsys):
     printed = capsys.readouterr().out
 
     report = json.loads(out.read_text())
+    assert (
+        report["command"] == f"python benchmarks/encoders.py {' '.join(argv)}" and len(report["commit"]) == 40
+    )
     assert set(report) >= {"settings", "environment", "matmul", "models", "ratios", "wall_time_s"}
     assert {"tensorflow", "cpu_count", "threading", "date"} <= set(report["environment"])
     matmul = report["matmul"]
@@ -212,6 +215,40 @@ def test_channels_first_grad_times_both_forms_of_each_shape(tmp_path, capsys):
 )
 def test_channels_first_grad_refuses_bad_arguments_in_one_sentence(argv, message, capsys):
     assert _load_benchmark("channels_first_grad").main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_op_profile_sums_the_ops_of_a_stage_by_type_and_node(tmp_path, capsys):
+    out = tmp_path / "ops.json"
+    assert _load_benchmark("op_profile").main(["--quick", "--top", "4", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert (
+        report["command"] == f"python benchmarks/op_profile.py --quick --top 4 --out {out}"
+        and report["commit"]
+    )
+    assert report["settings"]["stage"] == "local_gsa" and report["settings"]["batch"] == 2
+    types = {row["op"]: row for row in report["op_types"]}
+    assert "BatchMatMulV2" in types and "ExecutorState:" not in {row["node"] for row in report["nodes"]}
+    assert sum(row["share"] for row in report["op_types"]) == pytest.approx(1.0)
+    assert sum(row["ms_per_call"] for row in report["op_types"]) == pytest.approx(
+        report["summed_op_ms_per_call"]
+    )
+    assert len(report["nodes"]) == 4 and all(" -> " in row["shapes"] for row in report["nodes"])
+    assert all(row["node"].startswith(("local_gsa/", "gradient_tape/", "MatMul")) for row in report["nodes"])
+    assert f"{report['nodes'][0]['node']} ({report['nodes'][0]['op']})" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--model", "vit", "--stage", "global_gsa"], "needs a SiT-family model"),
+        (["--calls", "0"], "--calls must be at least 1"),
+        (["--stage", "head"], "--stage"),
+    ],
+)
+def test_op_profile_refuses_bad_arguments_in_one_sentence(argv, message, capsys):
+    assert _load_benchmark("op_profile").main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
 

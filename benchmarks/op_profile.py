@@ -1,0 +1,217 @@
+"""Where a SiT encoder's train step spends its time, op by op (TensorFlow's profiler).
+
+``benchmarks/encoders.py`` splits the train step into stages (stem, local GSA,
+global GSA); this script looks inside one of them, or the whole step. It builds
+the encoder as ``encoders.py`` does, warms the function up, and records
+``--calls`` graph-mode calls with ``tf.profiler``. The recorded op executions
+are summed per op type and per graph node (with the node's input and output
+shapes), in ms per call and as shares of the summed op time. On two cores the
+executor runs independent ops side by side, so the summed op time can exceed
+the wall time; the shares are what compares.
+
+    python benchmarks/op_profile.py [--model sit] [--stage local_gsa|global_gsa|stem_pool|train]
+        [--image_size 64] [--batch 96] [--calls 3] [--top 25] [--out runs/op_profile.json]
+    python benchmarks/op_profile.py --quick      # a smoke run, seconds
+"""
+
+from __future__ import annotations
+
+import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up chatter)
+
+# isort: split
+
+import collections
+import glob
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+from sit_keras.benchmarking import (
+    SentenceParser,
+    UsageError,
+    check_out_file,
+    command_line,
+    current_commit,
+    environment,
+    parse_or_say_why,
+    write_report,
+)
+from sit_keras.encoder_check import make_train_step
+from sit_keras.models import build_encoder
+from sit_keras.models.sit import VARIANTS, SiTEncoder
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from encoders import _stage_functions  # noqa: E402
+
+STAGES = ("train", "stem_pool", "local_gsa", "global_gsa")
+
+
+def profiled_function(model: str, stage: str, image_size: int, batch: int) -> tuple[Callable, tf.Tensor]:
+    """The graph-mode function of ``stage`` (the train step, or a stage's forward + backward), its input."""
+    tf_keras.utils.set_random_seed(0)
+    encoder = build_encoder(model, (image_size, image_size, 3))
+    images = np.random.default_rng(0).integers(
+        0, 256, size=(batch, image_size, image_size, 3), dtype=np.uint8
+    )
+    images = tf.constant(images)
+    if stage == "train":
+        return make_train_step(encoder, jit_compile=False), images
+    if not isinstance(encoder, SiTEncoder):
+        raise UsageError(f"--stage {stage} needs a SiT-family model; {model!r} has no stages.")
+    return _stage_functions(encoder, images)[stage]
+
+
+def op_events(logdir: str) -> list[tuple[str, float]]:
+    """``(node:op type, microseconds)`` of every TensorFlow op execution in a profile folder."""
+    paths = glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True)
+    space = xplane_pb2.XSpace()
+    with open(paths[0], "rb") as f:
+        space.ParseFromString(f.read())
+    events = []
+    for plane in space.planes:
+        for line in plane.lines:
+            if not line.name.startswith("tf_Compute"):
+                continue
+            for event in line.events:
+                name = plane.event_metadata[event.metadata_id].name
+                if ":" in name and "::" not in name:  # "scope/node:OpType", not "ExecutorState::Process"
+                    events.append((name, event.duration_ps / 1e6))
+    return events
+
+
+def node_shapes(fn: Callable, x: tf.Tensor) -> dict[str, str]:
+    """``node name -> "in shapes -> out shapes"`` from the traced graph."""
+    graph = fn.get_concrete_function(x).graph
+    shapes = {}
+    for op in graph.get_operations():
+        inputs = ", ".join(str(tuple(t.shape)) for t in op.inputs if t.dtype != tf.resource)
+        outputs = ", ".join(str(tuple(t.shape)) for t in op.outputs)
+        shapes[op.name] = f"{inputs} -> {outputs}"
+    return shapes
+
+
+def profile(fn: Callable, x: tf.Tensor, calls: int, top: int) -> dict[str, Any]:
+    """Per op type and per node: ms per call and share of the summed op time."""
+    for _ in range(3):
+        fn(x)  # trace, then warm up
+    wall = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        tf.nest.map_structure(lambda t: t.numpy(), fn(x))
+        wall.append(1000 * (time.perf_counter() - start))
+    with tempfile.TemporaryDirectory() as logdir:
+        tf.profiler.experimental.start(logdir)
+        for _ in range(calls):
+            tf.nest.map_structure(lambda t: t.numpy(), fn(x))
+        tf.profiler.experimental.stop()
+        events = op_events(logdir)
+    if not events:
+        raise RuntimeError("the profiler recorded no TensorFlow op: is this TensorFlow's CPU build?")
+    by_type: collections.Counter = collections.Counter()
+    by_node: collections.Counter = collections.Counter()
+    counts: collections.Counter = collections.Counter()
+    for name, micros in events:
+        node, op_type = name.rsplit(":", 1)
+        by_type[op_type] += micros
+        by_node[node, op_type] += micros
+        counts[op_type] += 1
+    total = sum(by_type.values())
+    shapes = node_shapes(fn, x)
+    return {
+        "wall_ms_median": statistics.median(wall),
+        "summed_op_ms_per_call": total / calls / 1000,
+        "op_types": [
+            {
+                "op": op,
+                "ms_per_call": t / calls / 1000,
+                "share": t / total,
+                "executions_per_call": counts[op] / calls,
+            }
+            for op, t in by_type.most_common()
+        ],
+        "nodes": [
+            {
+                "node": node,
+                "op": op,
+                "ms_per_call": t / calls / 1000,
+                "share": t / total,
+                "shapes": shapes.get(node, ""),
+            }
+            for (node, op), t in by_node.most_common(top)
+        ],
+    }
+
+
+def parse_args(argv: Sequence[str] | None):
+    parser = SentenceParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--model", default="sit", help=f"an encoder name; stages need one of {', '.join(VARIANTS)}"
+    )
+    parser.add_argument("--stage", default="local_gsa", choices=STAGES, help="what to profile")
+    parser.add_argument("--image_size", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=96)
+    parser.add_argument("--calls", type=int, default=3, help="profiled calls (and timed calls before them)")
+    parser.add_argument("--top", type=int, default=25, help="nodes listed")
+    parser.add_argument("--quick", action="store_true", help="16x16 images, batch 2")
+    parser.add_argument("--out", default=None, help="write the report as JSON here")
+    args = parser.parse_args(argv)
+    for flag in ("image_size", "batch", "calls", "top"):
+        if getattr(args, flag) < 1:
+            raise UsageError(f"--{flag} must be at least 1; received {getattr(args, flag)}.")
+    if args.quick:
+        args.image_size, args.batch = 16, 2
+    check_out_file(args.out)
+    return args
+
+
+def _print(result: dict[str, Any], top_types: int = 12) -> None:
+    print(
+        f"wall {result['wall_ms_median']:.1f} ms per call (median); "
+        f"summed op time {result['summed_op_ms_per_call']:.1f} ms per call"
+    )
+    for row in result["op_types"][:top_types]:
+        print(f"  {row['ms_per_call']:9.1f} ms {row['share']:6.1%}  {row['op']}")
+    print("Nodes:")
+    for row in result["nodes"]:
+        where = f"{row['node']} ({row['op']}): {row['shapes']}"
+        print(f"  {row['ms_per_call']:9.1f} ms {row['share']:6.1%}  {where}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_or_say_why(parse_args, argv)
+    if args is None:
+        return 2
+    commit = current_commit()
+    start = time.perf_counter()
+    try:
+        fn, x = profiled_function(args.model, args.stage, args.image_size, args.batch)
+    except (UsageError, ValueError) as error:
+        print(error, file=sys.stderr)
+        return 2
+    result = profile(fn, x, args.calls, args.top)
+    _print(result)
+    report = {
+        "what": f"TensorFlow op times of {args.model}'s {args.stage} (graph mode) by type and node",
+        "command": command_line("op_profile.py", argv),
+        "commit": commit,
+        "settings": {k: getattr(args, k) for k in ("model", "stage", "image_size", "batch", "calls", "top")},
+        "environment": environment(),
+        **result,
+        "wall_time_s": time.perf_counter() - start,
+    }
+    if args.out:
+        write_report(report, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
