@@ -361,6 +361,14 @@ def test_the_channels_first_projection_is_tensorflows_matmul_with_its_gradients(
     _assert_same([e.numpy() for e in expected], [g.numpy() for g in got], 1e-12)
 
 
+def test_the_channels_first_projection_differentiates_a_variable_kernel() -> None:
+    kernel = tf.Variable(np.random.default_rng(4).normal(size=(3, 5)))
+    x = tf.constant(np.random.default_rng(5).normal(size=(3, 7)))
+    with tf.GradientTape() as tape:
+        total = tf.reduce_sum(project_channels_first(kernel, x))
+    np.testing.assert_allclose(tape.gradient(total, kernel).numpy(), np.tile(x.numpy().sum(1)[:, None], 5))
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_the_channels_first_projection_compiles_in_the_compute_dtype(dtype: str) -> None:
     rng = np.random.default_rng(3)

@@ -25,4 +25,6 @@ def project_channels_first(kernel: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
 
         return tf.matmul(kernel, x, transpose_a=True), grad
 
-    return projection(kernel, x)
+    # Tensors, not variables: a kernel read from a variable (in the compute dtype under a mixed
+    # policy) reaches the variable through that read, outside the custom gradient.
+    return projection(tf.convert_to_tensor(kernel), tf.convert_to_tensor(x))
