@@ -12,8 +12,9 @@ def project_channels_first(kernel: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
     often 10^5 columns). The value is ``tf.matmul(kernel, x, transpose_a=True)``;
     only the kernel's gradient is taken differently. TensorFlow's MatMul
     gradient forms it as ``x dy^T``, a product over the long axis with its
-    second operand transposed, which this CPU's kernels run 3-8x slower than
-    the same product formed as ``(dy x^T)^T`` (``benchmarks/channels_first_grad.py``).
+    second operand transposed; TensorFlow's CPU kernels ran it 2.7x (``R = 64``)
+    to 6.1x (``R = 6``) slower than the same product formed as ``(dy x^T)^T``
+    on an AVX2 host (``benchmarks/channels_first_grad.py``, docs/speed.md).
     Same sums, so float64 gradients agree to rounding.
     """
 
