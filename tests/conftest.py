@@ -7,13 +7,20 @@ that Keras 2 (``tf_keras``) is selected behind ``tf.keras``.
 with ``sit_keras.testing.ErrorModel`` to ``FILE`` (JSON lines: test, transform,
 error, tolerance) and prints the largest error / tolerance ratio per test at the
 end (``make test-precision``, docs/testing.md).
+
+``--resource-report FILE`` appends one JSON line per test: its wall time, the CPU
+time of its process and of the processes it started, the seconds its process spent
+in Python's garbage collections, and the process's peak RSS (docs/testing.md).
 """
 
 import contextlib
+import gc
 import json
 import os
+import resource
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,6 +73,56 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="append the mixed-precision symmetry checks (error, tolerance) to this JSON-lines file",
     )
+    parser.addoption(
+        "--resource-report",
+        default=None,
+        help="append each test's wall, CPU, children's CPU and garbage-collection seconds to this file",
+    )
+
+
+_GC_SECONDS = [0.0, 0.0]  # [time the running collection started, seconds spent in collections so far]
+
+
+def _time_collections(phase: str, info: dict) -> None:
+    if phase == "start":
+        _GC_SECONDS[0] = time.perf_counter()
+    else:
+        _GC_SECONDS[1] += time.perf_counter() - _GC_SECONDS[0]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--resource-report"):
+        gc.callbacks.append(_time_collections)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """``--resource-report``: where a test's wall time went (docs/testing.md)."""
+    path = item.config.getoption("--resource-report")
+    if not path:
+        yield
+        return
+    start, collections = time.time(), _GC_SECONDS[1]
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    yield
+    own_end, children_end = (
+        resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    record = {
+        "test": item.nodeid,
+        "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+        "start": start,
+        "wall_s": time.time() - start,
+        "cpu_s": own_end.ru_utime + own_end.ru_stime - own.ru_utime - own.ru_stime,
+        "children_cpu_s": children_end.ru_utime
+        + children_end.ru_stime
+        - children.ru_utime
+        - children.ru_stime,
+        "gc_s": _GC_SECONDS[1] - collections,
+        "max_rss_mb": own_end.ru_maxrss / 1024,
+    }
+    with open(path, "a") as report:  # one short write per test: whole lines under xdist
+        report.write(json.dumps(record) + "\n")
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -92,3 +93,21 @@ def test_no_top_level_agents_or_export_module_from_this_project(tmp_path):
 
 def test_version_matches_installed_metadata():
     assert sit_keras.__version__ == importlib.metadata.version("sit-keras")
+
+
+def test_the_resource_report_has_a_line_per_test_with_where_its_time_went(tmp_path):
+    report = tmp_path / "resources.jsonl"
+    tests = ["tests/test_package.py::test_tf_keras_is_keras_2_after_import", "tests/test_graphs.py"]
+    command = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider"]
+    done = subprocess.run(
+        [*command, *tests, "-k", "keras_2 or triangle", "--resource-report", str(report)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stdout[-2000:]
+    records = [json.loads(line) for line in report.read_text().splitlines()]
+    assert records[0]["test"] == tests[0] and len(records) >= 2
+    for record in records:
+        assert record["worker"] == "main" and record["wall_s"] > 0 and record["max_rss_mb"] > 0
+        assert min(record["cpu_s"], record["children_cpu_s"], record["gc_s"]) >= 0
