@@ -104,6 +104,9 @@ def test_the_resource_report_has_a_line_per_test_with_where_its_time_went(tmp_pa
         capture_output=True,
         text=True,
         cwd=REPO,
+        env={
+            k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"
+        },  # its own session, not a worker
     )
     assert done.returncode == 0, done.stdout[-2000:]
     records = [json.loads(line) for line in report.read_text().splitlines()]
