@@ -10,10 +10,12 @@ end (``make test-precision``, docs/testing.md).
 
 ``--resource-report FILE`` appends one JSON line per test: its wall time, the CPU
 time of its process and of the processes it started, the seconds its process spent
-in Python's garbage collections, and the process's peak RSS (docs/testing.md).
+in Python's garbage collections, and the process's peak RSS (docs/testing.md); a collection
+that lasts more than 10 s dumps every thread's stack to ``FILE.<worker>.stacks``.
 """
 
 import contextlib
+import faulthandler
 import gc
 import json
 import os
@@ -81,18 +83,32 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 _GC_SECONDS = [0.0, 0.0]  # [time the running collection started, seconds spent in collections so far]
+# A collection that lasts longer than this dumps every thread's stack (what it waits for) beside the report.
+_SLOW_COLLECTION_S = 10
+_STACKS: list = []  # the open file of the stack dumps
 
 
 def _time_collections(phase: str, info: dict) -> None:
     if phase == "start":
         _GC_SECONDS[0] = time.perf_counter()
+        faulthandler.dump_traceback_later(_SLOW_COLLECTION_S, file=_STACKS[0])
     else:
+        faulthandler.cancel_dump_traceback_later()
         _GC_SECONDS[1] += time.perf_counter() - _GC_SECONDS[0]
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if config.getoption("--resource-report"):
+    path = config.getoption("--resource-report")
+    if path:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        _STACKS.append(open(f"{path}.{worker}.stacks", "a"))  # noqa: SIM115 (open for the whole session)
         gc.callbacks.append(_time_collections)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _STACKS:
+        gc.callbacks.remove(_time_collections)
+        _STACKS.pop().close()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -114,3 +114,5 @@ def test_the_resource_report_has_a_line_per_test_with_where_its_time_went(tmp_pa
     for record in records:
         assert record["worker"] == "main" and record["wall_s"] > 0 and record["max_rss_mb"] > 0
         assert min(record["cpu_s"], record["children_cpu_s"], record["gc_s"]) >= 0
+    # Stacks of collections longer than 10 s would go here; these tests have none.
+    assert (tmp_path / "resources.jsonl.main.stacks").read_text() == ""
