@@ -118,24 +118,23 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if not path:
         yield
         return
+
+    def cpu_seconds(who: int) -> float:
+        usage = resource.getrusage(who)
+        return usage.ru_utime + usage.ru_stime
+
     start, collections = time.time(), _GC_SECONDS[1]
-    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    own, children = cpu_seconds(resource.RUSAGE_SELF), cpu_seconds(resource.RUSAGE_CHILDREN)
     yield
-    own_end, children_end = (
-        resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
-    )
     record = {
         "test": item.nodeid,
         "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
         "start": start,
         "wall_s": time.time() - start,
-        "cpu_s": own_end.ru_utime + own_end.ru_stime - own.ru_utime - own.ru_stime,
-        "children_cpu_s": children_end.ru_utime
-        + children_end.ru_stime
-        - children.ru_utime
-        - children.ru_stime,
+        "cpu_s": cpu_seconds(resource.RUSAGE_SELF) - own,
+        "children_cpu_s": cpu_seconds(resource.RUSAGE_CHILDREN) - children,
         "gc_s": _GC_SECONDS[1] - collections,
-        "max_rss_mb": own_end.ru_maxrss / 1024,
+        "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
     with open(path, "a") as report:  # one short write per test: whole lines under xdist
         report.write(json.dumps(record) + "\n")
