@@ -22,6 +22,7 @@ from typing import Any
 import gin
 import tensorflow as tf
 import tf_keras
+from tf_agents.networks import utils as network_utils
 from tf_agents.replay_buffers import tf_uniform_replay_buffer
 from tf_agents.specs import tensor_spec
 from tf_agents.train import ppo_learner
@@ -275,6 +276,45 @@ class WorkerPPOLearner(ppo_learner.PPOLearner):
         super().__init__(*args, strategy=strategy, **kwargs)
         self._strategy = strategy
         self.num_replicas = workers.num_local_replicas(strategy)
+
+    def _create_datasets(self, strategy: tf.distribute.Strategy) -> None:
+        """``PPOLearner``'s two endless pipelines, as TF-Agents builds them, but without tf.data's autotuning.
+
+        Each ``learner.run()`` reads one iteration from ``IterationData`` through
+        a ``Counter().flat_map`` pipeline. With autotuning on, each pipeline's
+        iterator has a model thread that sleeps between optimisations, for up to
+        60 s once a run has gone on for a while, and that the iterator's deletion
+        does not wake: the garbage of a finished run then took 29-35 s to collect
+        (a 128-step PPO run left idle 90 s; 0.5 s without autotuning), so a second
+        run in the same process, or a test after it, stalls for that long. These
+        pipelines (cache, shuffle, batch) have nothing to tune.
+        """
+        untuned = tf.data.Options()
+        untuned.autotune.enabled = False
+
+        def experience(_) -> tf.data.Dataset:
+            return tf.data.Dataset.counter().flat_map(self._one_iteration).with_options(untuned)
+
+        normalization = tf.data.Dataset.counter().flat_map(lambda _: self._normalization_dataset_fn())
+        self._normalization_dataset = normalization.with_options(untuned)
+        self._normalization_iterator = iter(self._normalization_dataset)
+        with strategy.scope():
+            if strategy.num_replicas_in_sync > 1:
+                self._train_dataset = strategy.distribute_datasets_from_function(experience)
+            else:
+                self._train_dataset = experience(0)
+            self._train_iterator = iter(self._train_dataset)
+
+    def _one_iteration(self, _) -> tf.data.Dataset:
+        """One iteration's data, ``num_epochs`` times: whole sequences, or shuffled minibatches of steps."""
+        data = self._experience_dataset_fn().take(self._num_samples).cache().repeat(self._num_epochs)
+        if not self._minibatch_size:
+            return data
+        # Steps from any sequences may share a minibatch: PPO's loss handles episode boundaries.
+        squash = network_utils.BatchSquash(2).flatten
+        steps = data.map(lambda sequence, info: tf.nest.map_structure(squash, (sequence, info))).unbatch()
+        steps = steps.shuffle(self._shuffle_buffer_size).batch(1, drop_remainder=True)
+        return steps.batch(self._minibatch_size, drop_remainder=True)
 
     def _update_normalizers(self, iterator) -> int:
         frames = super()._update_normalizers(iterator)
