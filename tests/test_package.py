@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import importlib.metadata
 import importlib.util
 import json
@@ -10,7 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import tensorflow as tf
+from run_folders import load_benchmark
 
 import sit_keras
 
@@ -116,3 +119,27 @@ def test_the_resource_report_has_a_line_per_test_with_where_its_time_went(tmp_pa
         assert min(record["cpu_s"], record["children_cpu_s"], record["gc_s"]) >= 0
     # Stacks of collections longer than 10 s would go here; these tests have none.
     assert (tmp_path / "resources.jsonl.main.stacks").read_text() == ""
+    # benchmarks/suite_resources.py sums it up per worker.
+    out = tmp_path / "summary.json"
+    assert load_benchmark("suite_resources").main([str(report), "--top", "1", "--out", str(out)]) == 0
+    summary = json.loads(out.read_text())
+    (worker,) = summary["workers"].values()
+    assert worker["tests"] == len(records) and len(worker["most_gc"]) == 1
+    assert worker["wall_s"] == pytest.approx(sum(r["wall_s"] for r in records))
+    assert worker["most_gc"][0]["gc_s"] == max(r["gc_s"] for r in records)
+    assert summary["gc_fraction_of_wall"] == pytest.approx(worker["gc_s"] / worker["wall_s"])
+    gzipped = tmp_path / "resources.jsonl.gz"
+    gzipped.write_bytes(gzip.compress(report.read_bytes()))  # as committed in benchmarks/reference
+    assert load_benchmark("suite_resources").main([str(gzipped), "--top", "1", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["workers"] == summary["workers"]
+
+
+def test_the_resource_summary_names_a_line_that_is_not_a_record(tmp_path, capsys):
+    report = tmp_path / "resources.jsonl"
+    report.write_text(json.dumps({"test": "t", "worker": "gw0", "wall_s": 1.0}) + "\n")
+    assert load_benchmark("suite_resources").main([str(report)]) == 2
+    err = capsys.readouterr().err.strip()
+    missing = "cpu_s, children_cpu_s, gc_s"
+    assert err == f"suite_resources.py: {report}:1 is not a --resource-report line (missing {missing})."
+    assert load_benchmark("suite_resources").main([str(tmp_path / "absent.jsonl")]) == 2
+    assert "is not a file: give the file that --resource-report wrote." in capsys.readouterr().err

@@ -1,9 +1,9 @@
 """``ppo.WorkerPPOLearner``'s input pipelines: TF-Agents' ``PPOLearner`` pipelines, without autotuning.
 
-With tf.data's autotuning on, the garbage of a finished PPO run took 29-35 s to
-collect (the iterators' model threads are not woken when the iterators are
-deleted; ``benchmarks/finished_run_collection.py``). The learner builds the
-same pipelines with autotuning off: these tests hold it to TF-Agents' elements.
+With tf.data's autotuning on, collecting a finished PPO run's garbage took tens
+of seconds: deleting each iterator waits for its sleeping model thread
+(``benchmarks/finished_run_collection.py``). The learner builds the same
+pipelines with autotuning off: these tests hold it to TF-Agents' elements.
 """
 
 from __future__ import annotations

@@ -281,13 +281,13 @@ class WorkerPPOLearner(ppo_learner.PPOLearner):
         """``PPOLearner``'s two endless pipelines, as TF-Agents builds them, but without tf.data's autotuning.
 
         Each ``learner.run()`` reads one iteration from ``IterationData`` through
-        a ``Counter().flat_map`` pipeline. With autotuning on, each pipeline's
+        a ``counter().flat_map`` pipeline. With autotuning on, each pipeline's
         iterator has a model thread that sleeps between optimisations, for up to
         60 s once a run has gone on for a while, and that the iterator's deletion
-        does not wake: the garbage of a finished run then took 29-35 s to collect
-        (a 128-step PPO run left idle 90 s; 0.5 s without autotuning), so a second
-        run in the same process, or a test after it, stalls for that long. These
-        pipelines (cache, shuffle, batch) have nothing to tune.
+        waits for: collecting a finished run's garbage then took tens of seconds
+        instead of half a second (``benchmarks/finished_run_collection.py``), a
+        stall for the next run or test in the same process. These pipelines
+        (cache, shuffle, batch) have nothing to tune.
         """
         untuned = tf.data.Options()
         untuned.autotune.enabled = False
