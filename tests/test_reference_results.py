@@ -8,6 +8,7 @@ formatted as the page prints them. A quoted number cannot drift from its file.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import math
 import statistics
@@ -4443,4 +4444,48 @@ def test_three_seeds_with_64_units_meet_every_target_and_are_quoted_as_measured(
     assert (
         f"with 64 LSTM units 3 seeds keep {' / '.join(f'{x:.0%}' for x in shares)}, "
         f"{min(noise) * 100:.1f}-{max(noise):.1%} less with them" in readme
+    )
+
+
+def test_the_suites_collections_and_the_learner_pipelines_are_the_reports():
+    spec = importlib.util.spec_from_file_location(
+        "suite_resources", ROOT / "benchmarks" / "suite_resources.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    flat = " ".join((DOCS / "testing.md").read_text().split())
+    summaries = {}
+    for when in ("before", "after"):
+        summary = _report(f"suite_resources_avx2_{when}.json")
+        records = bench.read_report(REFERENCE / f"suite_resources_avx2_{when}.jsonl.gz")
+        assert bench.summarise(records, summary["slow_s"], 5) == {  # recomputed from the per-test lines
+            "workers": summary["workers"],
+            "gc_fraction_of_wall": summary["gc_fraction_of_wall"],
+        }
+        assert summary["command"].endswith(f"suite_resources_avx2_{when}.json") and summary["tests_commit"]
+        assert f"suite_resources_avx2_{when}.json" in flat
+        assert f"{100 * summary['gc_fraction_of_wall']:.1f}% of their wall time" in flat
+        summaries[when] = [summary["workers"][w] for w in ("gw0", "gw1")]
+    gw0, gw1 = summaries["before"]
+    assert f"spent {gw0['gc_s']:.0f} s and {gw1['gc_s']:.0f} s of their {gw0['wall_s']:.0f} s and" in flat
+    assert f"{gw1['wall_s']:.0f} s in garbage collections" in flat
+    after = summaries["after"]
+    assert f"workers spent {after[0]['gc_s']:.0f} s and {after[1]['gc_s']:.0f} s in collections" in flat
+    assert all(w["gc_in_slow_collections_s"] == 0 for w in after)
+    assert f"({sum(w['tests'] for w in after)} tests)" in flat
+    cpu = [f"{w['cpu_s']:.0f} s" for w in (*summaries["before"], *after)]
+    assert f"rose from {cpu[0]} and {cpu[1]} to {cpu[2]} and {cpu[3]}" in flat
+    collection = _report("finished_run_collection.json")
+    assert collection["commit"] and collection["command"].startswith(
+        "python benchmarks/finished_run_collection.py"
+    )
+    medians = {}
+    for name in ("tf_agents", "learner"):
+        result = collection["results"][name]
+        assert len(result["runs"]) == collection["repeats"]
+        medians[name] = statistics.median(run["collect_s"] for run in result["runs"])
+        assert medians[name] == result["collect_s_median"]
+    assert (
+        f"after {collection['idle_s']:.0f} s took {medians['tf_agents']:.2f} s (median of "
+        f"{collection['repeats']}) with TF-Agents' pipelines and {medians['learner']:.2f} s" in flat
     )
