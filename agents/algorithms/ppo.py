@@ -269,7 +269,8 @@ class WorkerPPOLearner(ppo_learner.PPOLearner):
     averages the gradients of one minibatch per replica, of every worker. The
     reward normaliser, which each worker updates from its own experience, then
     takes the chief's statistics, so that every worker scales rewards alike.
-    With one worker this is ``PPOLearner``.
+    With one worker this is ``PPOLearner``, whose input pipelines it builds
+    without tf.data's autotuning (``_create_datasets``).
     """
 
     def __init__(self, *args, strategy: tf.distribute.Strategy, **kwargs):
