@@ -11,7 +11,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ def environment() -> dict[str, Any]:
         },
         "env": {
             k: os.environ[k]
-            for k in ("TF_ENABLE_ONEDNN_OPTS", "TF_XLA_FLAGS", "OMP_NUM_THREADS")
+            for k in ("TF_ENABLE_ONEDNN_OPTS", "TF_XLA_FLAGS", "OMP_NUM_THREADS", "TF_CPU_ALLOCATOR_USE_BFC")
             if k in os.environ
         },
     }
@@ -155,7 +155,7 @@ def check_out_file(out: str | None) -> None:
 
 # One training run in its own process; prints its median SPS (first iteration left out) as the last line.
 _TRAINING_SPEED_SCRIPT = r"""
-import json, sys
+import json, resource, sys
 from sit_keras.agents import train
 from sit_keras.commands import demo
 from sit_keras.agents.training import harness
@@ -164,8 +164,10 @@ root, gin_files, bindings, deterministic = sys.argv[1:5]
 train.parse_gin(json.loads(gin_files), json.loads(bindings))
 results = harness.train_eval(root, deterministic=deterministic == "1")
 speed = demo.training_speed({"run": results})
+usage = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"sps": speed["env_steps_per_second"]["run"], "iterations": speed["iterations"]["run"],
-                  "env_steps": results["env_steps"]}))
+                  "env_steps": results["env_steps"], "minor_page_faults": usage.ru_minflt,
+                  "max_rss_mib": round(usage.ru_maxrss / 1024, 1)}))
 """
 
 
@@ -174,14 +176,18 @@ def training_speed(
     bindings: Sequence[str],
     deterministic: bool = False,
     cwd: Path | None = None,
+    environment_variables: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Trains once with ``harness.train_eval`` in a fresh process, in a temporary folder.
 
     Each measurement gets its own process because TensorFlow's global settings
-    (deterministic kernels, thread pools) hold for the whole process.
+    (deterministic kernels, thread pools, the CPU allocator) hold for the whole
+    process. ``environment_variables`` are added to this process's environment
+    for the child.
 
     Returns:
-      ``{"sps": median env steps/s over the iterations after the first, "iterations", "env_steps"}``.
+      ``{"sps": median env steps/s over the iterations after the first, "iterations", "env_steps",
+      "minor_page_faults", "max_rss_mib"}``; the last two are the whole process's.
 
     Raises:
       RuntimeError: the run failed (with the end of its stderr).
@@ -192,7 +198,8 @@ def training_speed(
             json.dumps([str(f) for f in gin_files]), json.dumps(list(bindings)),
             "1" if deterministic else "0",
         ]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True, cwd=cwd)
+        child_environment = {**os.environ, **(environment_variables or {})}
+        done = subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=child_environment)
     if done.returncode != 0:
         raise RuntimeError(f"training with {list(gin_files)} failed: {done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
