@@ -499,7 +499,23 @@ SAVEABLES = [
 ]
 
 
-@pytest.mark.parametrize("name", [*SAVEABLES, *BASELINES])
+# Saving and loading the ViT and the group transformer take 13-21 s each: their float16 round trips run
+# in make test-large; their bfloat16 ones (the same save / load code) and the other models' float16 ones
+# by default.
+_SLOW_TO_SAVE = ("vit", "group_transformer")
+
+
+@pytest.mark.parametrize(
+    ("policy", "name"),
+    [
+        pytest.param(policy, name, marks=pytest.mark.large)
+        if policy == "mixed_float16" and name in _SLOW_TO_SAVE
+        else (policy, name)
+        for policy in POLICIES
+        for name in [*SAVEABLES, *BASELINES]
+    ],
+    indirect=["policy"],
+)
 def test_saved_model_and_h5_weights_round_trips_keep_the_outputs(
     policy: str, name: str, tmp_path: Path
 ) -> None:

@@ -4489,3 +4489,57 @@ def test_the_suites_collections_and_the_learner_pipelines_are_the_reports():
         f"after {collection['idle_s']:.0f} s took {medians['tf_agents']:.2f} s (median of "
         f"{collection['repeats']}) with TF-Agents' pipelines and {medians['learner']:.2f} s" in flat
     )
+
+
+_ALLOCATOR_ROWS = {
+    "sit_train_step": "SiT train step",
+    "vit_train_step": "ViT train step",
+    "ppo_sit_small": "PPO, SiT-small",
+    "ppo_cnn": "PPO, CNN",
+}
+
+
+def _allocator_rows(report: dict) -> list[str]:
+    """docs/speed.md's CPU-allocator table, row by row, from the report's per-setting medians."""
+    malloc, bfc = report["table"]["malloc"], report["table"]["bfc"]
+    rows = []
+    for key, label in _ALLOCATOR_ROWS.items():
+        if key.endswith("train_step"):
+            a, b = malloc[key]["step_ms"], bfc[key]["step_ms"]
+            times, ratio = (f"{a:.0f} ms", f"{b:.0f} ms"), b / a
+            faults = (malloc[key]["page_faults_per_step"], bfc[key]["page_faults_per_step"])
+        else:
+            a, b = malloc[key]["env_steps_per_second"], bfc[key]["env_steps_per_second"]
+            times, ratio = (f"{a:.1f} env steps/s", f"{b:.1f} env steps/s"), a / b
+            faults = (malloc[key]["page_faults_per_env_step"], bfc[key]["page_faults_per_env_step"])
+        memory = (f"{malloc[key]['max_rss_mib']:.0f} MiB", f"{bfc[key]['max_rss_mib']:.0f} MiB")
+        cells = [label, *times, f"{ratio:.2f}", *(f"{f:,.0f}" for f in faults), *memory]
+        rows.append("| " + " | ".join(cells) + " |")
+    return rows
+
+
+def _spread(runs: list[dict], key: str) -> str:
+    values = [run[key] for run in runs]
+    return f"{min(values):.0f}-{max(values):.0f} ms"
+
+
+def test_the_cpu_allocator_table_is_the_report():
+    spec = importlib.util.spec_from_file_location("cpu_allocator", ROOT / "benchmarks" / "cpu_allocator.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    report = _report("cpu_allocator_avx2.json")
+    assert report["commit"] and report["command"] == (
+        "python benchmarks/cpu_allocator.py --out benchmarks/reference/cpu_allocator_avx2.json"
+    )
+    assert all(len(runs) == report["rounds"] for s in report["runs"].values() for runs in s.values())
+    assert bench.summarise(report["runs"]) == {"table": report["table"], "ratios": report["ratios"]}
+    flat = " ".join(SPEED.split())
+    for row in _allocator_rows(report):
+        assert row in SPEED
+    ratios = report["ratios"]
+    assert (
+        f"the SiT step was **{ratios['sit_over_vit_step_time_malloc']:.2f}x** the ViT's under malloc and "
+        f"**{ratios['sit_over_vit_step_time_bfc']:.2f}x** under the arena" in flat
+    )
+    vit = {s: _spread(report["runs"][s]["vit_train_step"], "step_ms") for s in ("malloc", "bfc")}
+    assert f"(ViT under malloc {vit['malloc']}, under the arena {vit['bfc']})" in flat
