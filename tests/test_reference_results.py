@@ -935,11 +935,11 @@ def test_encoder_speed_table_is_the_report():
         rows += 1
     assert rows == len(report["train_step_ms"])
     assert "`benchmarks/reference/speed_encoders.json`" in SPEED
-    avx2 = _report("speed_encoders_avx2_channels_first.json")["ratios"]["train_step_over_vit"]["sit"]["graph"]
+    avx2 = _report("speed_encoders_avx2_bfc.json")["ratios"]["train_step_over_vit"]["sit"]["graph"]
     assert (
         f"a SiT train step costs {ratios['sit']['graph']:.2f}x the ViT's with AVX-512, "
         f"{avx2:.2f}x with AVX2 only "
-        "(`speed_encoders.json`, `speed_encoders_avx2_channels_first.json`)"
+        "(`speed_encoders.json`, `speed_encoders_avx2_bfc.json`)"
     ) in " ".join(README.split())
 
 
@@ -2161,18 +2161,20 @@ def test_the_local_gsa_op_profile_and_the_channels_first_kernel_gradient_are_the
         f"the same sums, {first['tensorflow_over_channels_first']:.1f}x faster for `R = 6` and "
         f"{second['tensorflow_over_channels_first']:.1f}x for `R = 64` on an AVX2 host"
     ) in flat
-    before, after = (_report(f"speed_encoders_avx2{tail}.json") for tail in ("", "_channels_first"))
-    assert after["command"].split(" --out ")[0] == before["command"].split(" --out ")[0]
-    assert len(after["commit"]) == 40 and "no AVX-512" in after["machine"]
+    runs = [_report(f"speed_encoders_avx2{tail}.json") for tail in ("", "_channels_first", "_bfc")]
+    for later in runs[1:]:
+        assert later["command"].split(" --out ")[0] == runs[0]["command"].split(" --out ")[0]
+        assert len(later["commit"]) == 40 and "no AVX-512" in later["machine"]
+    assert runs[2]["environment"]["env"]["TF_CPU_ALLOCATOR_USE_BFC"] == "true"
     rows = {
-        "SiT / ViT": [r["ratios"]["train_step_over_vit"]["sit"]["graph"] for r in (before, after)],
-        "SieT / ViT": [r["ratios"]["train_step_over_vit"]["siet"]["graph"] for r in (before, after)],
+        "SiT / ViT": [r["ratios"]["train_step_over_vit"]["sit"]["graph"] for r in runs],
+        "SieT / ViT": [r["ratios"]["train_step_over_vit"]["siet"]["graph"] for r in runs],
     }
-    for label, (was, now) in rows.items():
-        assert f"| {label} | {was:.2f} | **{now:.2f}** |" in SPEED
-    was, now = (r["models"]["sit"]["stage_profile"]["local_gsa"]["matmul_times"] for r in (before, after))
-    assert f"| SiT's local GSA, matmul-times | {was:.1f} | {now:.1f} |" in SPEED
-    assert f"Still {rows['SiT / ViT'][1]:.1f}x, not the speed issue's 2.0x" in flat
+    for label, (was, now, arena) in rows.items():
+        assert f"| {label} | {was:.2f} | **{now:.2f}** | **{arena:.2f}** |" in SPEED
+    local = [r["models"]["sit"]["stage_profile"]["local_gsa"]["matmul_times"] for r in runs]
+    assert "| SiT's local GSA, matmul-times | {:.1f} | {:.1f} | {:.1f} |".format(*local) in SPEED
+    assert f"Still {rows['SiT / ViT'][2]:.1f}x, not the speed issue's 2.0x" in flat
 
 
 def test_what_precision_auto_chooses_without_bfloat16_instructions_is_the_report():
