@@ -49,7 +49,7 @@ import gin
 
 from sit_keras.agents import train
 from sit_keras.agents.algorithms import ppo
-from sit_keras.benchmarking import environment, write_report
+from sit_keras.benchmarking import command_line, current_commit, environment, write_report
 from sit_keras.mixed_precision import PRECISIONS
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "ppo_throughput.json"
@@ -173,6 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if precision not in PRECISIONS:
             parser.error(f"--precisions: unknown {precision!r}. Expected some of: {', '.join(PRECISIONS)}.")
 
+    started, commit = time.time(), current_commit()
     runs = []
     for model in args.models.split(","):
         for precision in precisions:
@@ -188,6 +189,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{name}: {value:.2f}")
     report = {
         "benchmark": "ppo_throughput",
+        "command": command_line("ppo_throughput.py", argv),
+        "commit": commit,
+        "wall_seconds": round(time.time() - started, 1),
         "machine": environment(),
         "settings": {k: v for k, v in vars(args).items() if k != "out"},
         "runs": runs,
