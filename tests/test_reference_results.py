@@ -4545,3 +4545,26 @@ def test_the_cpu_allocator_table_is_the_report():
     )
     vit = {s: _spread(report["runs"][s]["vit_train_step"], "step_ms") for s in ("malloc", "bfc")}
     assert f"(ViT under malloc {vit['malloc']}, under the arena {vit['bfc']})" in flat
+
+
+def test_the_procgen_throughput_under_each_cpu_allocator_is_the_reports():
+    flat = " ".join(SPEED.split())
+    earlier = _report("speed_ppo_procgen.json")
+    sit, cnn = (earlier["runs"][m]["env_steps_per_second"] for m in ("sit", "impala_cnn"))
+    ratio = earlier["ratios"]["impala_cnn_over_sit_env_steps_per_second"]
+    assert ratio == pytest.approx(cnn / sit, rel=0.01)
+    assert f"SiT {sit:.0f} env steps/s against IMPALA-CNN's {cnn:.0f}, 1/{ratio:.1f}" in flat
+    assert f"than in `speed_ppo_procgen.json` ({sit:.0f} and {cnn:.0f})" in flat
+    assert f"and not on that one (1/{ratio:.1f})" in flat
+    for name, label in (("malloc", "glibc `malloc`"), ("bfc", "BFC arena (the default)")):
+        report = _report(f"speed_ppo_procgen_avx2_{name}.json")
+        setting = report["machine"]["env"]["TF_CPU_ALLOCATOR_USE_BFC"]
+        assert setting == ("false" if name == "malloc" else "true")
+        assert report["command"].startswith(
+            f"TF_CPU_ALLOCATOR_USE_BFC={setting} python benchmarks/ppo_throughput.py"
+        )
+        speeds = report["env_steps_per_second"]
+        assert speeds == {run["model"]: run["summary"]["env_steps_per_second"] for run in report["runs"]}
+        slower = speeds["impala_cnn"] / speeds["sit"]
+        assert slower < 6  # the speed issue's 1/6, as the page says
+        assert f"| {label} | {speeds['sit']:.1f} | {speeds['impala_cnn']:.1f} | 1/{slower:.2f} |" in SPEED
