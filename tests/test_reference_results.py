@@ -4568,3 +4568,39 @@ def test_the_procgen_throughput_under_each_cpu_allocator_is_the_reports():
         slower = speeds["impala_cnn"] / speeds["sit"]
         assert slower < 6  # the speed issue's 1/6, as the page says
         assert f"| {label} | {speeds['sit']:.1f} | {speeds['impala_cnn']:.1f} | 1/{slower:.2f} |" in SPEED
+
+
+def test_the_suite_after_the_float16_moves_and_the_allocator_is_the_report():
+    spec = importlib.util.spec_from_file_location(
+        "suite_resources", ROOT / "benchmarks" / "suite_resources.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    flat = " ".join((DOCS / "testing.md").read_text().split())
+    summary = _report("suite_resources_avx2_bfc.json")
+    records = bench.read_report(REFERENCE / "suite_resources_avx2_bfc.jsonl.gz")
+    assert bench.summarise(records, summary["slow_s"], 5) == {
+        "workers": summary["workers"],
+        "gc_fraction_of_wall": summary["gc_fraction_of_wall"],
+    }
+    tests = sum(w["tests"] for w in summary["workers"].values())
+    assert summary["note"].endswith(f"{tests} passed in 30:59") and summary["tests_commit"] == "7f7f5f1"
+    assert f"passed {tests} tests in 30 min 59 s" in flat and f"{tests} tests, a 2-core AMD EPYC" in flat
+    gw0, gw1 = (summary["workers"][w] for w in ("gw0", "gw1"))
+    assert f"summed to {gw0['wall_s']:.0f} s and {gw1['wall_s']:.0f} s" in flat
+    assert f"CPU time to {gw0['cpu_s']:.0f} s and {gw1['cpu_s']:.0f} s" in flat
+    # The moved cases' times in the run before, and that they left the default suite.
+    before = {r["test"].split("@")[0]: r["wall_s"] for r in bench.read_report(
+        REFERENCE / "suite_resources_avx2_after.jsonl.gz"
+    )}  # fmt: skip
+    moved = {
+        "tests/test_supervised.py::test_mixed_precision_training_keeps_float32_variables_and_logits"
+        "[sit-mixed_float16]": "supervised epoch, {:.0f} s,",
+        "tests/test_mixed_precision_groups_neurons.py::test_saved_model_and_h5_weights_round_trips_keep_the_"
+        "outputs[mixed_float16-vit]": "round trips, {:.0f} s and",
+        "tests/test_mixed_precision_groups_neurons.py::test_saved_model_and_h5_weights_round_trips_keep_the_"
+        "outputs[mixed_float16-group_transformer]": "and {:.0f} s) now run with `make test-large`",
+    }
+    now = {r["test"].split("@")[0] for r in records}
+    for test, quoted in moved.items():
+        assert quoted.format(before[test]) in flat and test not in now
