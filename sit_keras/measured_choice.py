@@ -12,7 +12,8 @@ measured again, not read from an older code's timings.
 
 A host is its processor (model name and the instruction sets that decide
 the kernels: AVX2, AVX512F, AVX512_BF16, AMX), its number of CPUs and GPUs,
-and the TensorFlow version. Each candidate is timed ``ROUNDS`` times, in a
+the TensorFlow version and TensorFlow's CPU allocator
+(``TF_CPU_ALLOCATOR_USE_BFC``). Each candidate is timed ``ROUNDS`` times, in a
 new order each round after a warm-up; a candidate other than the default is
 chosen only if the median of its per-round time ratios to the default is
 below ``MARGIN`` (these machines are noisy: a tie keeps the default). A
@@ -112,6 +113,9 @@ def host() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "gpus": len(tf.config.list_physical_devices("GPU")),
         "tensorflow": tf.__version__,
+        # The allocator this process started with (sit_keras._cpu_allocator): it changes the models'
+        # step times by different amounts (docs/speed.md, "The CPU allocator").
+        "cpu_allocator_use_bfc": os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", ""),
     }
 
 

@@ -236,6 +236,14 @@ def test_a_cache_that_cannot_be_written_leaves_the_choice_measured_and_uncached(
         measured_choice.fastest("speed", {}, {"a": _sleeper(0.0)}, default="a")
 
 
+def test_the_cpu_allocator_is_part_of_the_host(monkeypatch):
+    monkeypatch.setenv("TF_CPU_ALLOCATOR_USE_BFC", "true")
+    arena = measured_choice._entry_key("jit_compile", {"model": "x"})
+    assert measured_choice.host()["cpu_allocator_use_bfc"] == "true"
+    monkeypatch.setenv("TF_CPU_ALLOCATOR_USE_BFC", "false")
+    assert measured_choice._entry_key("jit_compile", {"model": "x"}) != arena
+
+
 def test_a_host_without_cpuinfo_is_known_by_its_counts(monkeypatch):
     monkeypatch.setattr(measured_choice, "_cpuinfo", lambda: "")
     described = measured_choice.host()
