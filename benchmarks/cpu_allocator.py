@@ -50,6 +50,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sit_keras._cpu_allocator import VARIABLE
 from sit_keras.benchmarking import (
     SentenceParser,
     UsageError,
@@ -67,7 +68,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from lavacrossing_cost import COMMON, CONFIGS, ITERATION, protocol  # noqa: E402  (Table 4's PPO process)
 
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "cpu_allocator.json"
-SETTINGS = {"malloc": {"TF_CPU_ALLOCATOR_USE_BFC": "false"}, "bfc": {"TF_CPU_ALLOCATOR_USE_BFC": "true"}}
+SETTINGS = {"malloc": {VARIABLE: "false"}, "bfc": {VARIABLE: "true"}}
 ENCODERS = ("sit", "vit")
 PPO_MODELS = ("sit_small", "cnn")
 BATCH, IMAGE_SIZE = 96, 64

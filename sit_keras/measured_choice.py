@@ -47,6 +47,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from sit_keras import _cpu_allocator
+
 CACHE_DIR_VARIABLE = "SIT_KERAS_CACHE_DIR"
 NO_MEASURE_VARIABLE = "SIT_KERAS_NO_MEASURE"
 """Set (to anything but ``""`` or ``"0"``): every ``"auto"`` keeps its default without timing anything, so
@@ -115,7 +117,7 @@ def host() -> dict[str, Any]:
         "tensorflow": tf.__version__,
         # The allocator this process started with (sit_keras._cpu_allocator): it changes the models'
         # step times by different amounts (docs/speed.md, "The CPU allocator").
-        "cpu_allocator_use_bfc": os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", ""),
+        "cpu_allocator_use_bfc": os.environ.get(_cpu_allocator.VARIABLE, ""),
     }
 
 
