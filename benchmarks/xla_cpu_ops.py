@@ -20,8 +20,9 @@ weights; forward and the input's gradient for the others) as a graph
 - ``window_gather``: each token's 3x3 window of tokens by a constant-index
   gather (its default gradient is a scatter);
 - ``segment_sum``: the windows summed back onto their tokens;
-- and two whole encoders with a value head, ``cnn`` and ``sit_chiral``
-  (``configs/minigrid/lavacrossing_cnn.gin``, ``lavacrossing_sit_chiral.gin``).
+- and whole encoders with a value head: ``cnn``, ``sit_chiral``, ``sit_small`` and
+  ``vit_small`` (``configs/minigrid/lavacrossing_cnn.gin``, ``lavacrossing_sit_chiral.gin``,
+  ``lavacrossing_sit_small.gin``, ``lavacrossing_vit.gin``).
 
 Each pair is timed in interleaved rounds in one process
 (``measured_choice.time_candidates``: warm-up, then every round calls each
@@ -78,6 +79,15 @@ ENCODERS = {
             "window": 3, "local_layers": 1, "global_layers": 1, "output_dim": 32,
         },
     ),
+    # configs/minigrid/lavacrossing_sit_small.gin and lavacrossing_vit.gin
+    "sit_small": (
+        "sit",
+        {
+            "preset": "minigrid", "dim": 32, "num_heads": 4, "stem_kernel_size": 3, "pool_size": 2,
+            "window": 3, "local_layers": 1, "global_layers": 1, "output_dim": 32,
+        },
+    ),
+    "vit_small": ("vit", {"patch_size": 2, "embed_dim": 64, "num_heads": 8, "num_layers": 2, "mlp_dim": 0}),
 }  # fmt: skip
 
 
@@ -122,6 +132,11 @@ def _blocks(batch: int) -> dict[str, tuple[Callable[[], tf_keras.layers.Layer | 
         "window_gather": (None, lambda _, x: tf.gather(x, windows, axis=1), (batch, TOKENS, DIM)),
         "segment_sum": (None, segment_sum, (TOKENS * WINDOW, batch, DIM)),
     }
+
+
+def block_names() -> list[str]:
+    """The blocks' names, in the report's order."""
+    return list(_blocks(1))
 
 
 def _block_step(make_layer, function, shape: tuple, jit_compile: bool) -> Callable[[], tf.Tensor]:
@@ -194,7 +209,7 @@ def table(results: dict[str, dict[str, float]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    names = [*_blocks(1), *ENCODERS]
+    names = [*block_names(), *ENCODERS]
 
     def parse(argv: Sequence[str] | None):
         parser = SentenceParser(description=__doc__.split("\n")[0])
