@@ -120,7 +120,7 @@ def run(names: Sequence[str], rounds: int, batch: int, calls: int, in_process_ro
         "the rounds",
         "command": command_line("xla_runtime.py", None),
         "commit": commit,
-        "runtimes": RUNTIMES,
+        "xla_flags": {r: child_environment(r, os.environ)["XLA_FLAGS"] for r in RUNTIMES},
         "rounds": rounds,
         "batch": batch,
         "calls_per_round": calls,

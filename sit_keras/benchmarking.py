@@ -46,7 +46,13 @@ def environment() -> dict[str, Any]:
         },
         "env": {
             k: os.environ[k]
-            for k in ("TF_ENABLE_ONEDNN_OPTS", "TF_XLA_FLAGS", "OMP_NUM_THREADS", "TF_CPU_ALLOCATOR_USE_BFC")
+            for k in (
+                "TF_ENABLE_ONEDNN_OPTS",
+                "TF_XLA_FLAGS",
+                "XLA_FLAGS",
+                "OMP_NUM_THREADS",
+                "TF_CPU_ALLOCATOR_USE_BFC",
+            )
             if k in os.environ
         },
     }
