@@ -12,8 +12,9 @@ measured again, not read from an older code's timings.
 
 A host is its processor (model name and the instruction sets that decide
 the kernels: AVX2, AVX512F, AVX512_BF16, AMX), its number of CPUs and GPUs,
-the TensorFlow version and TensorFlow's CPU allocator
-(``TF_CPU_ALLOCATOR_USE_BFC``). Each candidate is timed ``ROUNDS`` times, in a
+the TensorFlow version, TensorFlow's CPU allocator
+(``TF_CPU_ALLOCATOR_USE_BFC``) and XLA's flags (``XLA_FLAGS``: they choose
+XLA's CPU runtime, which changes the XLA steps' times by model). Each candidate is timed ``ROUNDS`` times, in a
 new order each round after a warm-up; a candidate other than the default is
 chosen only if the median of its per-round time ratios to the default is
 below ``MARGIN`` (these machines are noisy: a tie keeps the default). A
@@ -118,6 +119,9 @@ def host() -> dict[str, Any]:
         # The allocator this process started with (sit_keras._cpu_allocator): it changes the models'
         # step times by different amounts (docs/speed.md, "The CPU allocator").
         "cpu_allocator_use_bfc": os.environ.get(_cpu_allocator.VARIABLE, ""),
+        # XLA's flags, read at its first compilation: --xla_cpu_use_thunk_runtime makes a model's XLA
+        # step faster or slower than its graph step (docs/speed.md, "XLA's two CPU runtimes").
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
     }
 
 

@@ -244,6 +244,14 @@ def test_the_cpu_allocator_is_part_of_the_host(monkeypatch):
     assert measured_choice._entry_key("jit_compile", {"model": "x"}) != arena
 
 
+def test_xlas_flags_are_part_of_the_host(monkeypatch):
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    default = measured_choice._entry_key("jit_compile", {"model": "x"})
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_thunk_runtime=false")
+    assert measured_choice.host()["xla_flags"] == "--xla_cpu_use_thunk_runtime=false"
+    assert measured_choice._entry_key("jit_compile", {"model": "x"}) != default
+
+
 def test_a_host_without_cpuinfo_is_known_by_its_counts(monkeypatch):
     monkeypatch.setattr(measured_choice, "_cpuinfo", lambda: "")
     described = measured_choice.host()
