@@ -14,8 +14,8 @@ A host is its processor (model name and the instruction sets that decide
 the kernels: AVX2, AVX512F, AVX512_BF16, AMX), its number of CPUs and GPUs,
 the TensorFlow version, TensorFlow's CPU allocator
 (``TF_CPU_ALLOCATOR_USE_BFC``) and XLA's flags (``XLA_FLAGS``: they choose
-XLA's CPU runtime, which changes the XLA steps' times by model). Each candidate is timed ``ROUNDS`` times, in a
-new order each round after a warm-up; a candidate other than the default is
+XLA's CPU runtime, which changes the XLA steps' times by model). Each
+candidate is timed ``ROUNDS`` times, in a new order each round after a warm-up; a candidate other than the default is
 chosen only if the median of its per-round time ratios to the default is
 below ``MARGIN`` (these machines are noisy: a tie keeps the default). A
 candidate that takes more than ``CLEARLY_SLOWER`` times the default's time
