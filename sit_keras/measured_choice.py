@@ -10,17 +10,18 @@ the code is the same: the key holds a digest of the package's Python sources
 (``code_version``), so a change that makes a path faster or slower is
 measured again, not read from an older code's timings.
 
-A host is its processor (model name and the instruction sets that decide
-the kernels: AVX2, AVX512F, AVX512_BF16, AMX), its number of CPUs and GPUs,
-the TensorFlow version, TensorFlow's CPU allocator
+A host is its processor (model name and the instruction sets that decide the
+kernels: AVX2, AVX512F, AVX512_BF16, AMX), its number of CPUs and GPUs, the
+TensorFlow version, TensorFlow's CPU allocator
 (``TF_CPU_ALLOCATOR_USE_BFC``) and XLA's flags (``XLA_FLAGS``: they choose
 XLA's CPU runtime, which changes the XLA steps' times by model). Each
-candidate is timed ``ROUNDS`` times, in a new order each round after a warm-up; a candidate other than the default is
-chosen only if the median of its per-round time ratios to the default is
-below ``MARGIN`` (these machines are noisy: a tie keeps the default). A
-candidate that takes more than ``CLEARLY_SLOWER`` times the default's time
-after the warm-up is not timed in the rounds: it cannot win; and steps
-longer than ``LONG_CALL_S`` are called once per round.
+candidate is timed ``ROUNDS`` times, in a new order each round after a
+warm-up; a candidate other than the default is chosen only if the median of
+its per-round time ratios to the default is below ``MARGIN`` (these machines
+are noisy: a tie keeps the default). A candidate that takes more than
+``CLEARLY_SLOWER`` times the default's time after the warm-up is not timed
+in the rounds: it cannot win; and steps longer than ``LONG_CALL_S`` are
+called once per round.
 
 With ``$SIT_KERAS_NO_MEASURE`` set, ``"auto"`` keeps the default (float32,
 no XLA) and nothing is timed, read or cached: runs that must not depend on
