@@ -479,8 +479,10 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         kernel, bias = self.folded_projection(input_scale, input_offset)
         channels_first = tf.transpose(tokens, [2, 0, 1])  # (D, B, T)
         flat = tf.reshape(channels_first, [self.dim, -1])
-        qkv = project_channels_first(kernel, flat) + bias[:, None]
-        return tf.reshape(qkv, [3 * self.dim, -1, tf.shape(tokens)[1]])
+        qkv = tf.reshape(project_channels_first(kernel, flat), [3 * self.dim, -1, tf.shape(tokens)[1]])
+        # The bias after the reshape: XLA's legacy CPU runtime fuses a per-row bias of the 2-D product
+        # into a oneDNN matmul that ran 60-90x slower than the two ops apart (docs/speed.md, "XLA").
+        return qkv + bias[:, None, None]
 
     def folded_projection(
         self, input_scale: tf.Tensor | None = None, input_offset: tf.Tensor | None = None
