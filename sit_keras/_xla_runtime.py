@@ -1,0 +1,30 @@
+"""XLA's legacy CPU runtime, selected before XLA first compiles.
+
+TensorFlow 2.19's XLA runs a compiled CPU program on one of two runtimes,
+chosen by ``--xla_cpu_use_thunk_runtime`` in ``XLA_FLAGS``: the *thunk*
+runtime (XLA's default: a kernel per fusion, run one after the other) or the
+*legacy* one (the whole program as one function, with oneDNN for its
+convolutions and matmuls on x86). On the 2-core CPU hosts measured, the
+legacy runtime made XLA as fast as TensorFlow's graph executor or faster for
+the CNN, the ViT and the SiTs, where the thunk runtime made the CNN's step
+1.5x and the IMPALA-CNN's 2x slower than without XLA
+(``benchmarks/xla_runtime.py``; docs/speed.md, "XLA's two CPU runtimes").
+
+XLA reads ``XLA_FLAGS`` once, at its first compilation, so this must run
+before then. A choice the user made (``--xla_cpu_use_thunk_runtime`` in
+``XLA_FLAGS``, either value) is kept; other flags there are kept too.
+"""
+
+from __future__ import annotations
+
+import os
+
+VARIABLE = "XLA_FLAGS"
+FLAG = "--xla_cpu_use_thunk_runtime"
+
+
+def prefer_legacy_runtime() -> None:
+    """Adds ``--xla_cpu_use_thunk_runtime=false`` to ``XLA_FLAGS`` unless it already names a runtime."""
+    flags = os.environ.get(VARIABLE, "")
+    if FLAG not in flags:
+        os.environ[VARIABLE] = f"{flags} {FLAG}=false".strip()
