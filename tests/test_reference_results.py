@@ -4604,3 +4604,34 @@ def test_the_suite_after_the_float16_moves_and_the_allocator_is_the_report():
     now = {r["test"].split("@")[0] for r in records}
     for test, quoted in moved.items():
         assert quoted.format(before[test]) in flat and test not in now
+
+
+def test_the_xla_runtime_table_is_the_two_reports():
+    spec = importlib.util.spec_from_file_location("xla_runtime", ROOT / "benchmarks" / "xla_runtime.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    first, second = _report("xla_runtime_avx2_before_bias.json"), _report("xla_runtime_avx2.json")
+    flat = " ".join(SPEED.split())
+    assert f"the first at {first['commit'][:7]}" in flat
+    for report in (first, second):
+        assert report["command"].startswith("python benchmarks/xla_runtime.py --out runs/")
+        assert report["load_note"] and report["rounds"] == 3
+        assert all(len(runs) == 3 for runs in report["runs"].values())
+        assert bench.summarise(report["runs"]) == report["table"]
+        assert 9 * 60 < report["wall_seconds"] < 13 * 60  # "about 11 minutes"
+    for name in first["table"]:
+        cells = [
+            f"{report['table'][name][f'{runtime}_xla_over_graph']:.2f}"
+            for report in (first, second)
+            for runtime in ("thunk", "legacy")
+        ]
+        row = f"| `{name}` | " + " | ".join(cells) + " |"
+        assert row.replace("| 0.73 |", "| **0.73** |") in SPEED, row
+    sit = second["table"]["sit_small"]
+    assert f"SiT-small's XLA step is {sit['legacy_xla_over_graph']:.2f}x its graph step" in flat
+    assert f"{sit['thunk_xla_over_graph']:.2f}x under the thunk runtime" in flat
+    chiral = second["table"]["sit_chiral"]
+    both = f"({chiral['legacy_xla_over_graph']:.2f}x and {chiral['thunk_xla_over_graph']:.2f}x)"
+    assert f"under both {both}" in flat
+    before = [first["table"][n]["legacy_xla_over_graph"] for n in ("sit_small", "sit_chiral")]
+    assert f"{min(before):.1f}-{max(before):.1f}x their graph steps under the legacy runtime" in flat
