@@ -4635,3 +4635,25 @@ def test_the_xla_runtime_table_is_the_two_reports():
     assert f"under both {both}" in flat
     before = [first["table"][n]["legacy_xla_over_graph"] for n in ("sit_small", "sit_chiral")]
     assert f"{min(before):.1f}-{max(before):.1f}x their graph steps under the legacy runtime" in flat
+
+
+def test_the_encoder_xla_ratios_under_each_runtime_are_the_reports():
+    thunk, legacy = _report("speed_encoders_avx2_bfc.json"), _report("speed_encoders_avx2_legacy_xla.json")
+    assert legacy["environment"]["env"]["XLA_FLAGS"] == "--xla_cpu_use_thunk_runtime=false"
+    assert "XLA_FLAGS" not in thunk["environment"]["env"] and legacy["load_note"]
+    assert legacy["command"] == (
+        "python benchmarks/encoders.py --models sit,siet,vit,impala_cnn --precisions float32 --no_profile "
+        "--out runs/speed_encoders_avx2_legacy_xla.json"
+    )
+    flat = " ".join(SPEED.split())
+    assert f"at {legacy['commit'][:7]} beside a training run" in flat
+    ratio = {
+        name: report["ratios"]["xla_over_graph"] for name, report in (("thunk", thunk), ("legacy", legacy))
+    }
+    for model in ("sit", "siet", "vit", "impala_cnn"):
+        cells = [f"{ratio[r][model]['train_step']:.2f}" for r in ("thunk", "legacy")]
+        assert f"| `{model}` | {cells[0]} | {cells[1]} |" in SPEED
+    cnn = [f"{ratio[r]['impala_cnn']['train_step']:.2f}x" for r in ("thunk", "legacy")]
+    assert f"The IMPALA-CNN's XLA step went from {cnn[0]} its graph step to {cnn[1]}" in flat
+    forward = [f"{ratio['legacy'][m]['forward_batch']:.2f}x" for m in ("sit", "siet")]
+    assert f"faster with XLA ({forward[0]} and {forward[1]})" in flat
