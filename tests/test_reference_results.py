@@ -4657,3 +4657,37 @@ def test_the_encoder_xla_ratios_under_each_runtime_are_the_reports():
     assert f"The IMPALA-CNN's XLA step went from {cnn[0]} its graph step to {cnn[1]}" in flat
     forward = [f"{ratio['legacy'][m]['forward_batch']:.2f}x" for m in ("sit", "siet")]
     assert f"faster with XLA ({forward[0]} and {forward[1]})" in flat
+
+
+def test_what_jit_compile_auto_chooses_under_the_legacy_runtime_is_the_report():
+    thunk, legacy = _report("jit_compile_auto.json"), _report("jit_compile_auto_legacy.json")
+    assert legacy["environment"]["env"]["XLA_FLAGS"] == "--xla_cpu_use_thunk_runtime=false"
+    assert (
+        legacy["command"] == "python benchmarks/jit_compile_auto.py --out runs/jit_compile_auto_legacy.json"
+    )
+    assert legacy["load_note"] and legacy["margin"] == thunk["margin"]
+    flat = " ".join(SPEED.split())
+    assert f"at {legacy['commit'][:7]}, beside a training run" in flat
+    for row in legacy["configs"]:
+        graph, compiled = row["seconds"]["off"] * 1e3, row["seconds"]["on"] * 1e3
+        assert row["choice"] == ("on" if row["xla_over_graph"] < legacy["margin"] else "off")
+        assert (
+            f"| `{row['gin_file']}` | `{row['encoder']}` | {row['minibatch_size']} | {graph:.1f} | "
+            f"{compiled:.1f} | {row['xla_over_graph']:.2f} | {row['choice']} |"
+        ) in SPEED
+    chosen = {r["gin_file"] for r in legacy["configs"] if r["choice"] == "on"}
+    assert chosen == {
+        "configs/demo/sit.gin",
+        "configs/minigrid/lavacrossing_sit_small.gin",
+        "configs/minigrid/lavacrossing_vit.gin",
+        "configs/dmc/cartpole_swingup_mlp.gin",
+    }
+    before = {r["gin_file"]: r["xla_over_graph"] for r in thunk["configs"]}
+    after = {r["gin_file"]: r["xla_over_graph"] for r in legacy["configs"]}
+    images = [f for f in after if before[f] and not f.startswith(("configs/dmc", "configs/cartpole"))]
+    assert all(after[f] < before[f] for f in images) and len(images) == 9
+    chiral = after["configs/minigrid/lavacrossing_sit_chiral.gin"]
+    assert f"the chiral SiT's XLA step is still {chiral:.2f}x its graph step" in flat
+    procgen, pi = "configs/procgen/caveflyer_impala_cnn.gin", "configs/cartpole/swingup_harder_pi.gin"
+    assert f"(the Procgen IMPALA-CNN's from {before[procgen]:.2f} to {after[procgen]:.2f})" in flat
+    assert f"The AttentionNeuron's rose, from {before[pi]:.2f} to {after[pi]:.2f}" in flat
