@@ -4,11 +4,13 @@ TensorFlow 2.19's XLA runs a compiled CPU program on one of two runtimes,
 chosen by ``--xla_cpu_use_thunk_runtime`` in ``XLA_FLAGS``: the *thunk*
 runtime (XLA's default: a kernel per fusion, run one after the other) or the
 *legacy* one (the whole program as one function, with oneDNN for its
-convolutions and matmuls on x86). On the 2-core CPU hosts measured, the
-legacy runtime made XLA as fast as TensorFlow's graph executor or faster for
-the CNN, the ViT and the SiTs, where the thunk runtime made the CNN's step
-1.5x and the IMPALA-CNN's 2x slower than without XLA
-(``benchmarks/xla_runtime.py``; docs/speed.md, "XLA's two CPU runtimes").
+convolutions and matmuls on x86). On the 2-core AVX2 host measured, the
+legacy runtime made every image model's XLA train step faster than the thunk
+runtime did, and as fast as TensorFlow's graph executor or faster for the
+CNN, the ViT-small and SiT-small at a LavaCrossing minibatch, where the thunk
+runtime made the CNN's step 1.5x and the IMPALA-CNN's (64x64) 2x slower than
+without XLA (``benchmarks/xla_runtime.py``, ``benchmarks/encoders.py``;
+docs/speed.md, "XLA's two CPU runtimes").
 
 XLA reads ``XLA_FLAGS`` once, at its first compilation, so this must run
 before then. A choice the user made (``--xla_cpu_use_thunk_runtime`` in

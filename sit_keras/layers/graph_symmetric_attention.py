@@ -481,7 +481,8 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         flat = tf.reshape(channels_first, [self.dim, -1])
         qkv = tf.reshape(project_channels_first(kernel, flat), [3 * self.dim, -1, tf.shape(tokens)[1]])
         # The bias after the reshape: XLA's legacy CPU runtime fuses a per-row bias of the 2-D product
-        # into a oneDNN matmul that ran 60-90x slower than the two ops apart (docs/speed.md, "XLA").
+        # into a oneDNN matmul that ran far slower than the two ops apart (docs/speed.md, "XLA's two
+        # CPU runtimes").
         return qkv + bias[:, None, None]
 
     def folded_projection(
