@@ -4627,6 +4627,9 @@ def test_the_xla_runtime_table_is_the_two_reports():
         ]
         row = f"| `{name}` | " + " | ".join(cells) + " |"
         assert row.replace("| 0.73 |", "| **0.73** |") in SPEED, row
+    blocks = [r["table"][n] for r in (first, second) for n in ("conv2d_3x3", "window_attention")]
+    assert max(b["legacy_xla_over_graph"] for b in blocks) < 1.3  # "within 1.3x of the graph's speed"
+    assert all(1.8 < b["thunk_xla_over_graph"] < 2.2 for b in blocks)  # "about 2x"
     sit = second["table"]["sit_small"]
     assert f"SiT-small's XLA step is {sit['legacy_xla_over_graph']:.2f}x its graph step" in flat
     assert f"{sit['thunk_xla_over_graph']:.2f}x under the thunk runtime" in flat
