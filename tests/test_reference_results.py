@@ -2201,6 +2201,17 @@ def test_what_precision_auto_chooses_without_bfloat16_instructions_is_the_report
     assert f"where bfloat16 took {min(ratios):.2f}-{max(ratios):.2f}x the float32 step" in training
 
 
+def _check_jit_compile_auto_rows(report: dict) -> None:
+    """Each config's row of docs/speed.md is the report's, and its choice follows the margin."""
+    for row in report["configs"]:
+        graph, compiled = row["seconds"]["off"] * 1e3, row["seconds"]["on"] * 1e3
+        assert row["choice"] == ("on" if row["xla_over_graph"] < report["margin"] else "off")
+        assert (
+            f"| `{row['gin_file']}` | `{row['encoder']}` | {row['minibatch_size']} | {graph:.1f} | "
+            f"{compiled:.1f} | {row['xla_over_graph']:.2f} | {row['choice']} |"
+        ) in SPEED
+
+
 def test_what_jit_compile_auto_chooses_is_the_report():
     """docs/speed.md: XLA against the graph per config, and auto's choice by the margin."""
     report = _report("jit_compile_auto.json")
@@ -2210,13 +2221,7 @@ def test_what_jit_compile_auto_chooses_is_the_report():
     )
     assert len(report["commit"]) == 40 and report["wall_time_s"] > 0
     assert "`benchmarks/reference/jit_compile_auto.json`" in SPEED
-    for row in report["configs"]:
-        graph, compiled = row["seconds"]["off"] * 1e3, row["seconds"]["on"] * 1e3
-        assert row["choice"] == ("on" if row["xla_over_graph"] < report["margin"] else "off")
-        assert (
-            f"| `{row['gin_file']}` | `{row['encoder']}` | {row['minibatch_size']} | {graph:.1f} | "
-            f"{compiled:.1f} | {row['xla_over_graph']:.2f} | {row['choice']} |"
-        ) in SPEED
+    _check_jit_compile_auto_rows(report)
     images = [
         r["xla_over_graph"] for r in report["configs"] if r["encoder"] not in ("mlp", "attention_neuron")
     ]
@@ -4671,13 +4676,7 @@ def test_what_jit_compile_auto_chooses_under_the_legacy_runtime_is_the_report():
     assert legacy["load_note"] and legacy["margin"] == thunk["margin"]
     flat = " ".join(SPEED.split())
     assert f"at {legacy['commit'][:7]}, beside a training run" in flat
-    for row in legacy["configs"]:
-        graph, compiled = row["seconds"]["off"] * 1e3, row["seconds"]["on"] * 1e3
-        assert row["choice"] == ("on" if row["xla_over_graph"] < legacy["margin"] else "off")
-        assert (
-            f"| `{row['gin_file']}` | `{row['encoder']}` | {row['minibatch_size']} | {graph:.1f} | "
-            f"{compiled:.1f} | {row['xla_over_graph']:.2f} | {row['choice']} |"
-        ) in SPEED
+    _check_jit_compile_auto_rows(legacy)
     chosen = {r["gin_file"] for r in legacy["configs"] if r["choice"] == "on"}
     assert chosen == {
         "configs/demo/sit.gin",
