@@ -4693,3 +4693,52 @@ def test_what_jit_compile_auto_chooses_under_the_legacy_runtime_is_the_report():
     procgen, pi = "configs/procgen/caveflyer_impala_cnn.gin", "configs/cartpole/swingup_harder_pi.gin"
     assert f"(the Procgen IMPALA-CNN's from {before[procgen]:.2f} to {after[procgen]:.2f})" in flat
     assert f"The AttentionNeuron's rose, from {before[pi]:.2f} to {after[pi]:.2f}" in flat
+
+
+def test_the_suite_under_the_legacy_xla_runtime_is_the_report():
+    spec = importlib.util.spec_from_file_location(
+        "suite_resources", ROOT / "benchmarks" / "suite_resources.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    flat = " ".join((DOCS / "testing.md").read_text().split())
+    summary = _report("suite_resources_avx2_legacy_xla.json")
+    records = bench.read_report(REFERENCE / "suite_resources_avx2_legacy_xla.jsonl.gz")
+    assert bench.summarise(records, summary["slow_s"], 5) == {
+        "workers": summary["workers"],
+        "gc_fraction_of_wall": summary["gc_fraction_of_wall"],
+    }
+    tests = sum(w["tests"] for w in summary["workers"].values())
+    assert summary["note"].endswith(f"{tests} passed in 33:19") and summary["tests_commit"] == "be7d356"
+    assert (
+        f"passed {tests} tests in 33 min 19 s (`suite_resources_avx2_legacy_xla.json`, commit be7d356)"
+        in flat
+    )
+    before = {r["test"]: r for r in bench.read_report(REFERENCE / "suite_resources_avx2_bfc.jsonl.gz")}
+    now = {r["test"]: r for r in records}
+
+    def compiles(test: str) -> bool:
+        name = test.split("::", 1)[1].lower()
+        return (
+            "xla" in name
+            or "jit" in name
+            or "compiled" in name
+            or test.startswith("tests/test_jit_compile.py")
+        )
+
+    xla = [t for t in set(before) & set(now) if compiles(t)]
+    summed = [sum(run[t]["wall_s"] for t in xla) for run in (now, before)]
+    assert (
+        f"the {len(xla)} tests that compile with XLA took {summed[0]:.0f} s summed against {summed[1]:.0f} s"
+        in flat
+    )
+    annealed = now["tests/test_ppo_training.py::test_annealed_learning_rate_decays_to_zero"]
+    assert f"(99 s, {annealed['gc_s']:.0f} s of it in one garbage collection" in flat
+    assert (
+        round(annealed["wall_s"]) == 99
+        and annealed["gc_s"] == summary["workers"]["gw1"]["gc_in_slow_collections_s"]
+    )
+    bf16 = now[
+        "tests/test_supervised.py::test_mixed_precision_training_keeps_float32_variables_and_logits[sit-mixed_bfloat16]"
+    ]
+    assert round(bf16["wall_s"]) == 75 and bf16["cpu_s"] > 0.85 * bf16["wall_s"]  # "busy on the CPU"
