@@ -4575,19 +4575,26 @@ def test_the_procgen_throughput_under_each_cpu_allocator_is_the_reports():
         assert f"| {label} | {speeds['sit']:.1f} | {speeds['impala_cnn']:.1f} | 1/{slower:.2f} |" in SPEED
 
 
-def test_the_suite_after_the_float16_moves_and_the_allocator_is_the_report():
+def _suite_report(name: str):
+    """``benchmarks/suite_resources.py``, the summary ``suite_resources_avx2_<name>.json`` and its records,
+    after checking that the summary is the one the script makes from the records."""
     spec = importlib.util.spec_from_file_location(
         "suite_resources", ROOT / "benchmarks" / "suite_resources.py"
     )
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    flat = " ".join((DOCS / "testing.md").read_text().split())
-    summary = _report("suite_resources_avx2_bfc.json")
-    records = bench.read_report(REFERENCE / "suite_resources_avx2_bfc.jsonl.gz")
+    summary = _report(f"suite_resources_avx2_{name}.json")
+    records = bench.read_report(REFERENCE / f"suite_resources_avx2_{name}.jsonl.gz")
     assert bench.summarise(records, summary["slow_s"], 5) == {
         "workers": summary["workers"],
         "gc_fraction_of_wall": summary["gc_fraction_of_wall"],
     }
+    return bench, summary, records
+
+
+def test_the_suite_after_the_float16_moves_and_the_allocator_is_the_report():
+    bench, summary, records = _suite_report("bfc")
+    flat = " ".join((DOCS / "testing.md").read_text().split())
     tests = sum(w["tests"] for w in summary["workers"].values())
     assert summary["note"].endswith(f"{tests} passed in 30:59") and summary["tests_commit"] == "7f7f5f1"
     assert f"passed {tests} tests in 30 min 59 s" in flat and f"{tests} tests, a 2-core AMD EPYC" in flat
@@ -4696,18 +4703,8 @@ def test_what_jit_compile_auto_chooses_under_the_legacy_runtime_is_the_report():
 
 
 def test_the_suite_under_the_legacy_xla_runtime_is_the_report():
-    spec = importlib.util.spec_from_file_location(
-        "suite_resources", ROOT / "benchmarks" / "suite_resources.py"
-    )
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench, summary, records = _suite_report("legacy_xla")
     flat = " ".join((DOCS / "testing.md").read_text().split())
-    summary = _report("suite_resources_avx2_legacy_xla.json")
-    records = bench.read_report(REFERENCE / "suite_resources_avx2_legacy_xla.jsonl.gz")
-    assert bench.summarise(records, summary["slow_s"], 5) == {
-        "workers": summary["workers"],
-        "gc_fraction_of_wall": summary["gc_fraction_of_wall"],
-    }
     tests = sum(w["tests"] for w in summary["workers"].values())
     assert summary["note"].endswith(f"{tests} passed in 33:19") and summary["tests_commit"] == "be7d356"
     assert (
