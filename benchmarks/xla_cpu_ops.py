@@ -12,7 +12,9 @@ weights; forward and the input's gradient for the others) as a graph
 
 - ``conv2d_3x3``: the CNN's convolutions (16 then 32 filters, 3x3, stride 1);
 - ``depthwise_5x5``: a 5x5 depth-wise convolution, 4 maps per channel (the
-  chiral stem's size);
+  chiral stem's size), as Keras' ``DepthwiseConv2D`` computes it;
+- ``graph_conv_stem``: the chiral stem itself (``GraphConv2D``, 5x5, 4 maps
+  per channel), which runs that convolution in its dense form;
 - ``dense``: a token projection to ``3D`` (Q, K and V);
 - ``window_attention``: scores ``Q K^T`` of each 3x3 window, softmax, and
   the weighted sum of values (batched matmuls on 9x9 matrices);
@@ -20,9 +22,10 @@ weights; forward and the input's gradient for the others) as a graph
 - ``window_gather``: each token's 3x3 window of tokens by a constant-index
   gather (its default gradient is a scatter);
 - ``segment_sum``: the windows summed back onto their tokens;
-- and whole encoders with a value head: ``cnn``, ``sit_chiral``, ``sit_small`` and
-  ``vit_small`` (``configs/minigrid/lavacrossing_cnn.gin``, ``lavacrossing_sit_chiral.gin``,
-  ``lavacrossing_sit_small.gin``, ``lavacrossing_vit.gin``).
+- and whole encoders with a value head: ``cnn``, ``sit_chiral``, ``sit_small``,
+  ``vit_small`` and ``siet_readout`` (``configs/minigrid/lavacrossing_cnn.gin``,
+  ``lavacrossing_sit_chiral.gin``, ``lavacrossing_sit_small.gin``, ``lavacrossing_vit.gin``,
+  ``lavacrossing_siet_rotation_pooled.gin``).
 
 Each pair is timed in interleaved rounds in one process
 (``measured_choice.time_candidates``: warm-up, then every round calls each
@@ -65,6 +68,7 @@ from sit_keras.benchmarking import (
     parse_or_say_why,
     write_report,
 )
+from sit_keras.layers import GraphConv2D
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "xla_cpu_ops.json"
 IMAGE = (14, 14, 3)
@@ -88,6 +92,16 @@ ENCODERS = {
         },
     ),
     "vit_small": ("vit", {"patch_size": 2, "embed_dim": 64, "num_heads": 8, "num_layers": 2, "mlp_dim": 0}),
+    "siet_readout": (
+        "siet",
+        {
+            "preset": "minigrid", "dim": 32, "num_heads": 4, "stem_kernel_size": 5,
+            "stem_symmetry": "chiral", "stem_depth_multiplier": 4, "pool_size": 2, "pool_padding": 1,
+            "window": 3, "local_layers": 1, "global_layers": 1, "output_dim": 32,
+            "query_key_init_scale": 4.0, "head_standardization": True, "patch_readout": "rotation_pooled",
+            "equivariant_dim": 8,
+        },
+    ),
 }  # fmt: skip
 
 
@@ -123,6 +137,11 @@ def _blocks(batch: int) -> dict[str, tuple[Callable[[], tf_keras.layers.Layer | 
         ),
         "depthwise_5x5": (
             lambda: tf_keras.layers.DepthwiseConv2D(5, depth_multiplier=4, padding="same"),
+            lambda layer, x: layer(x),
+            (batch, *IMAGE),
+        ),
+        "graph_conv_stem": (
+            lambda: GraphConv2D(5, "chiral", depth_multiplier=4),
             lambda layer, x: layer(x),
             (batch, *IMAGE),
         ),

@@ -123,6 +123,10 @@ CASES: dict[str, Case] = {
         _layer(layers.GraphConv2D, kernel_size=5, symmetry="chiral", seed=0), (7, 7, 2), (BATCH, 7, 7),
         "(B, H, W, 2)",
     ),
+    "GraphConv2D_chiral_stem": Case(  # the chiral stem's depth multiplier: the dense form (uses_dense_form)
+        _layer(layers.GraphConv2D, kernel_size=5, symmetry="chiral", depth_multiplier=2, seed=0), (7, 7, 3),
+        (BATCH, 7, 7), "(B, H, W, 3)",
+    ),
     "RotationPooledConv2D": Case(  # C4-equivariant maps, flips broken (a free kernel is chiral)
         _layer(layers.RotationPooledConv2D, filters=3, kernel_size=3, seed=0), (7, 7, 2), (BATCH, 7, 7),
         "(B, H, W, 2)", keras_kwargs={"filters": 3, "kernel_size": 3},

@@ -306,6 +306,32 @@ def test_rotation_graph_conv_is_d4_equivariant(side: int, kernel_size: int, dept
     testing.assert_equivariant(layer, x, testing.DIHEDRAL)
 
 
+@given(
+    channels=st.integers(1, 5),
+    depth_multiplier=st.integers(1, 4),
+    side=st.integers(5, 9),
+    strides=st.sampled_from([1, 2]),
+    padding=st.sampled_from(["same", "valid"]),
+)
+@settings(max_examples=12, deadline=None)
+def test_the_dense_form_is_the_depthwise_convolution(
+    channels: int, depth_multiplier: int, side: int, strides: int, padding: str
+) -> None:
+    """A depth multiplier on an image's few channels: ``call`` convolves with the block-diagonal kernel."""
+    layer = _graph_conv(5, channels, symmetry="chiral", depth_multiplier=depth_multiplier, strides=strides,
+                        padding=padding)  # fmt: skip
+    assert layer.uses_dense_form == (depth_multiplier > 1 and channels <= 4)
+    x = testing.random_normal((3, side, side, channels))
+    stride = [1, strides, strides, 1]
+    depthwise = tf.nn.depthwise_conv2d(x, layer.kernel(), stride, padding.upper()) + layer.bias
+    np.testing.assert_allclose(layer(x).numpy(), depthwise.numpy(), rtol=0, atol=1e-12)
+    dense = layer.dense_kernel().numpy()  # zero outside the channel's own block
+    for c in range(channels):
+        block = slice(c * depth_multiplier, (c + 1) * depth_multiplier)
+        np.testing.assert_array_equal(dense[:, :, c, block], layer.kernel().numpy()[:, :, c, :])
+        assert not np.delete(dense[:, :, c, :], np.r_[block], axis=-1).any()
+
+
 def test_rotation_graph_conv_kernel_is_d4_invariant() -> None:
     kernel = _graph_conv(5).kernel().numpy()  # (k, k, C, m)
     for op in (lambda a: np.rot90(a, axes=(0, 1)), lambda a: np.flip(a, 0), lambda a: np.swapaxes(a, 0, 1)):

@@ -12,6 +12,10 @@ from sit_keras.layers.graph_weights import NearIdentity
 from sit_keras.layers.indexing import expand_shared
 from sit_keras.symmetry import EQUIVARIANT, Symmetry, graph_symmetry
 
+# Input channels up to which a depth-wise convolution with a depth multiplier runs
+# in the dense form (``GraphConv2D.uses_dense_form``): an RGB or RGBA image.
+DENSE_FORM_MAX_CHANNELS = 4
+
 
 @tf_keras.saving.register_keras_serializable(package="sit_keras")
 class GraphConv2D(tf_keras.layers.Layer):
@@ -103,13 +107,41 @@ class GraphConv2D(tf_keras.layers.Layer):
         kernel = expand_shared(self.graph_weights, self._kernel_index)  # (k, k, C * m)
         return tf.reshape(kernel, [k, k, self.in_channels, self.depth_multiplier])
 
+    def dense_kernel(self) -> tf.Tensor:
+        """The same convolution as a dense ``(k, k, C, C * depth_multiplier)`` kernel, block-diagonal.
+
+        Output channel ``c * m + j`` reads input channel ``c`` only, with the
+        depth-wise kernel's ``[:, :, c, j]``; every other entry is zero.
+        """
+        kernel = self.kernel()
+        k, channels, multiplier = self.kernel_size, self.in_channels, self.depth_multiplier
+        blocks = tf.eye(channels, dtype=kernel.dtype)[None, None, :, :, None] * kernel[:, :, None, :, :]
+        return tf.reshape(blocks, [k, k, channels, channels * multiplier])
+
+    @property
+    def uses_dense_form(self) -> bool:
+        """Whether ``call`` convolves with ``dense_kernel`` instead of the depth-wise kernel.
+
+        With a depth multiplier, TensorFlow's depth-wise convolution is slow on a
+        CPU, its kernel's gradient most (8-20x the dense form's under XLA,
+        ``graph_conv_stem`` in ``benchmarks/xla_cpu_ops.py``). On few input
+        channels (an image's) the dense form costs little more: ``C`` times the
+        multiply-adds, the added products zero. The values are the same up to
+        the order of the float sums.
+        """
+        return self.depth_multiplier > 1 and self.in_channels <= DENSE_FORM_MAX_CHANNELS
+
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
         if inputs.shape.rank != 4 or inputs.shape[-1] != self.in_channels:
             raise ValueError(
                 f"{self.name} expects maps (B, H, W, {self.in_channels}). Received: {inputs.shape}"
             )
         stride = [1, self.strides, self.strides, 1]
-        out = tf.nn.depthwise_conv2d(inputs, self.kernel(), strides=stride, padding=self.padding.upper())
+        padding = self.padding.upper()
+        if self.uses_dense_form:
+            out = tf.nn.conv2d(inputs, self.dense_kernel(), strides=stride, padding=padding)
+        else:
+            out = tf.nn.depthwise_conv2d(inputs, self.kernel(), strides=stride, padding=padding)
         return out + self.bias if self.use_bias else out
 
     @property
