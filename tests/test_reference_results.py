@@ -2066,6 +2066,30 @@ def test_the_xla_block_table_is_the_report():
     )
 
 
+def test_the_dense_stem_table_is_the_report():
+    """docs/speed.md, "The chiral stem in its dense form": the table and every ratio quoted beside it."""
+    report = _report("xla_cpu_ops_dense_stem.json")
+    assert report["load_note"] and report["commit"].startswith("6b185d2")
+    assert report["command"] == (
+        "python benchmarks/xla_cpu_ops.py --names depthwise_5x5,graph_conv_stem,sit_chiral,sit_small,"
+        "siet_readout --rounds 5 --calls 5 --out runs/xla_cpu_ops_dense_stem.json"
+    )
+    assert report["table"] in SPEED and "`benchmarks/reference/xla_cpu_ops_dense_stem.json`" in SPEED
+    results = report["results"]
+    for name, result in results.items():
+        per_round = result["xla_over_graph_per_round"]
+        assert result["xla_over_graph"] == pytest.approx(statistics.median(per_round))
+        assert f"| `{name}` | {result['graph_ms']:.2f} | {result['xla_ms']:.2f} |" in report["table"]
+    ratio = {name: result["xla_over_graph"] for name, result in results.items()}
+    before = _report("xla_runtime_avx2.json")["table"]["sit_chiral"]["legacy_xla_over_graph"]
+    flat = " ".join(SPEED.split())
+    assert f"The stem's XLA step is {ratio['graph_conv_stem']:.2f}x its graph step" in flat
+    assert f"`DepthwiseConv2D` of the same size is {ratio['depthwise_5x5']:.2f}x" in flat
+    assert f"XLA step is {ratio['sit_chiral']:.2f}x its graph step ({before:.2f}x in `xla_runtime_" in flat
+    assert f"is still {ratio['siet_readout']:.2f}x slower with XLA" in flat
+    assert ratio["sit_chiral"] < 0.9 < 1 < ratio["depthwise_5x5"]  # auto's margin: XLA must be 10% faster
+
+
 def test_the_encoder_speed_on_a_host_without_avx512_is_the_report():
     """docs/speed.md: the 64x64 train steps on an AVX2-only host, against the ViT and in matmul-times."""
     report = _report("speed_encoders_avx2.json")
