@@ -44,6 +44,7 @@ from sit_keras.layers import GraphSymmetricAttention, LocalGSA
 from sit_keras.layers.channels_first import project_channels_first
 from sit_keras.layers.normalization import standardize
 from sit_keras.layers.triangle_sums import MAX_MATRIX_SCORES
+from sit_keras.layers.xla_context import in_compiled_function
 from sit_keras.models import build_encoder
 
 DROPOUT = 0.2
@@ -54,7 +55,7 @@ DROPOUT = 0.2
 # tolerance, 1e-10; single layers to 1e-12.
 ENCODER_RTOL = {"float64": 1e-10, "float32": 1e-4}
 MODES = pytest.mark.parametrize("training", [True, False], ids=["training", "inference"])
-FORMS = pytest.mark.parametrize("triangle_form", ["matrix", "pairs"])
+FORMS = pytest.mark.parametrize("triangle_form", ["matrix", "pairs", "gather"])
 
 
 @pytest.fixture(autouse=True)
@@ -145,7 +146,7 @@ def test_fast_gsa_equals_the_reference(
     height=st.integers(2, 5),
     width=st.integers(2, 5),
     triangles=st.sampled_from([1, 2]),
-    triangle_form=st.sampled_from(["matrix", "pairs"]),
+    triangle_form=st.sampled_from(["matrix", "pairs", "gather"]),
 )
 def test_fast_gsa_equals_the_reference_for_any_batch_and_grid(
     batch: int, height: int, width: int, triangles: int, triangle_form: str
@@ -155,12 +156,38 @@ def test_fast_gsa_equals_the_reference_for_any_batch_and_grid(
     _assert_same(_values_and_gradients(reference, x, True), _values_and_gradients(fast, x, True), 1e-12)
 
 
-def test_auto_uses_the_matrix_for_windows_and_pairs_for_large_grids() -> None:
+def test_auto_uses_the_matrix_for_windows_and_for_large_grids_pairs_or_under_xla_gathers() -> None:
     small, _ = _gsa_pair((4, 4), "auto", triangles=1)  # T^2 = 289
     large, _ = _gsa_pair((8, 8), "auto", triangles=1)  # T^2 = 4225
     assert small.num_tokens**2 <= MAX_MATRIX_SCORES < large.num_tokens**2
-    assert small._triangle_sums.use_matrix("auto")
-    assert not large._triangle_sums.use_matrix("auto")
+    for compiled in (False, True):
+        assert small._triangle_sums.resolve_form("auto", compiled) == "matrix"
+        assert small._triangle_sums.resolve_form("pairs", compiled) == "pairs"
+    assert large._triangle_sums.resolve_form("auto", compiled=False) == "pairs"
+    assert large._triangle_sums.resolve_form("auto", compiled=True) == "gather"
+
+
+def test_a_layer_knows_when_xla_compiles_it() -> None:
+    seen = []
+
+    def trace(x: tf.Tensor) -> tf.Tensor:
+        seen.append(in_compiled_function())
+        return x
+
+    tf.function(trace, jit_compile=True)(tf.constant(1.0))
+    tf.function(trace)(tf.constant(2.0))
+    trace(tf.constant(3.0))
+    assert seen == [True, False, False]
+
+
+def test_auto_under_xla_equals_the_reference() -> None:
+    """The large grid's ``auto`` takes the gathers under XLA and the pairs in a graph: the same values."""
+    reference, fast = _gsa_pair((8, 8), "auto", triangles=1)
+    x = tf.constant(np.random.default_rng(4).normal(size=(2, reference.num_tokens, 8)))
+    expected = reference(x, training=False)
+    for jit_compile in (False, True):
+        got = tf.function(lambda z: fast(z, training=False), jit_compile=jit_compile)(x)
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=0, atol=1e-12)
 
 
 @MODES

@@ -16,6 +16,7 @@ from sit_keras.layers.graph_weights import NearIdentity, graph_symmetric_dropout
 from sit_keras.layers.indexing import expand_shared
 from sit_keras.layers.precision import stable_dtype
 from sit_keras.layers.triangle_sums import TRIANGLE_FORMS, TriangleSums, theta_table
+from sit_keras.layers.xla_context import in_compiled_function
 from sit_keras.symmetry import EQUIVARIANT, Symmetry, graph_symmetry
 
 GRAPH_FORMS = ("auto", "dense", "conv")
@@ -119,7 +120,9 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
       seed: seed of the graph weight initialisers.
       implementation: ``"fast"`` (default) or ``"reference"``, see above.
       triangle_form: form of the fast triangle sums, ``"matrix"``,
-        ``"pairs"`` or ``"auto"`` (the matrix up to ``T^2 = 1024``).
+        ``"pairs"``, ``"gather"`` or ``"auto"`` (the matrix up to ``T^2 =
+        1024``, above it the gathers under XLA and the pairs otherwise;
+        ``sit_keras.layers.triangle_sums``).
       **kwargs: ``tf_keras.layers.Layer`` arguments (``name``, ``dtype``).
 
     Call arguments:
@@ -636,10 +639,17 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
             if sign:
                 scores = scores + sign * tf.transpose(scores, [0, 1, 3, 2])
             return scores * tf.cast(scale, scores.dtype)
-        if self._triangle_sums.use_matrix(self.triangle_form):
+        form = self._triangle_sums.resolve_form(self.triangle_form, compiled=in_compiled_function())
+        if form == "matrix":
             matrix = self._triangle_sums.matrix(tables, sign, scale)  # (H, T^2, T^2)
             flat = tf.reshape(scores, [heads, -1, t * t])
             return tf.reshape(tf.matmul(flat, matrix, transpose_b=True), tf.shape(scores))
+        if form == "gather":
+            if sign:
+                scores = scores + sign * tf.transpose(scores, [0, 1, 3, 2])
+            for table in tables:
+                scores = self._triangle_sums.gather_sum(scores, table, head_axis=0)
+            return scores * tf.cast(scale, scores.dtype)
         pairs = tf.reshape(tf.transpose(scores, [2, 3, 0, 1]), [t * t, heads, -1])  # (T^2, H, B)
         pairs = self._triangle_sums.pairs_sum(pairs, tables, sign, scale)
         return tf.transpose(tf.reshape(pairs, [t, t, heads, -1]), [2, 3, 0, 1])

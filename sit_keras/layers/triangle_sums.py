@@ -17,7 +17,12 @@ tri_n(...tri_1(S + sign S^T))``, is one linear map of the ``T^2`` scores:
 - ``pairs``: the scores laid out pair-major, ``(T^2, H, B)``, so that each
   constant gather copies whole contiguous rows, with an
   ``unsorted_segment_sum`` as its gradient (global GSA, ``T^2`` in the
-  thousands, where the matrix would not pay).
+  thousands, where the matrix would not pay);
+- ``gather``: the reference's gathers on the scores' last axis, in their
+  head-major layout ``(H, B, T^2)``. Under XLA on a CPU the pairs form's two
+  layout changes, which XLA fuses into the element-wise loops around them,
+  cost more than the gathers (``benchmarks/xla_cpu_ops.py``, ``siet_readout``),
+  so ``auto`` takes this form there.
 
 All three compute the same function with the same weights; the tests compare
 them on perturbed weights in float64.
@@ -31,7 +36,7 @@ import tensorflow as tf
 from sit_keras import graphs
 from sit_keras.layers.indexing import ConstantGather, expand_shared
 
-TRIANGLE_FORMS = ("auto", "matrix", "pairs")
+TRIANGLE_FORMS = ("auto", "matrix", "pairs", "gather")
 
 # `auto` builds the per-head matrix up to this many scores per head (T^2):
 # 4x4 windows with a class token have 289, the Procgen global grid 4225.
@@ -114,23 +119,33 @@ class TriangleSums:
         self._gather_jk = ConstantGather(full_jk, t * t, axis=-1)
         self._gather_ki = ConstantGather(full_ki, t * t, axis=-1)
 
-    def use_matrix(self, form: str) -> bool:
-        """Whether ``form`` (one of ``TRIANGLE_FORMS``) means the matrix form for these sizes."""
-        if form == "auto":
-            return self.num_tokens**2 <= MAX_MATRIX_SCORES
-        return form == "matrix"
+    def resolve_form(self, form: str, compiled: bool) -> str:
+        """The form ``form`` (one of ``TRIANGLE_FORMS``) means for these sizes; ``compiled``: under XLA.
 
-    # -- the reference: gathers on the last axis of (B, H, T^2) ---------------
-    def gather_sum(self, scores: tf.Tensor, table: tf.Tensor) -> tf.Tensor:
-        """One triangle sum of ``(B, H, T, T)`` scores; ``table`` from ``theta_table``."""
+        ``auto``: the matrix up to ``MAX_MATRIX_SCORES`` scores per head, above
+        it the gathers under XLA and the pairs in a TensorFlow graph.
+        """
+        if form != "auto":
+            return form
+        if self.num_tokens**2 <= MAX_MATRIX_SCORES:
+            return "matrix"
+        return "gather" if compiled else "pairs"
+
+    # -- the reference: gathers on the last axis ---------------------------------
+    def gather_sum(self, scores: tf.Tensor, table: tf.Tensor, head_axis: int = 1) -> tf.Tensor:
+        """One triangle sum of ``(B, H, T, T)`` scores; ``table`` from ``theta_table``.
+
+        ``head_axis=0``: of head-major ``(H, B, T, T)`` scores.
+        """
         t = self.num_tokens
-        heads = table.shape[-1]
         theta = tf.transpose(
             expand_shared(table, self.classes.reshape(t, t, 3)), [3, 2, 0, 1]
         )  # (H, 3, T, T)
-        flat = tf.reshape(scores, [-1, heads, t * t])
-        s_jk = tf.reshape(self._gather_jk(flat), [-1, heads, t, t])
-        s_ki = tf.reshape(self._gather_ki(flat), [-1, heads, t, t])
+        if head_axis == 0:
+            theta = theta[:, :, None]  # (H, 3, 1, T, T): the same weights for every example
+        flat = tf.reshape(scores, [-1, t * t])
+        s_jk = tf.reshape(self._gather_jk(flat), tf.shape(scores))
+        s_ki = tf.reshape(self._gather_ki(flat), tf.shape(scores))
         return theta[:, 0] * scores + theta[:, 1] * s_jk + theta[:, 2] * s_ki
 
     # -- one (T^2 x T^2) matrix per head ----------------------------------------
