@@ -2090,6 +2090,24 @@ def test_the_dense_stem_table_is_the_report():
     assert ratio["sit_chiral"] < 0.9 < 1 < ratio["depthwise_5x5"]  # auto's margin: XLA must be 10% faster
 
 
+def test_the_triangle_sums_under_xla_table_is_the_report():
+    """docs/speed.md, "Triangle sums under XLA": the table and the SieT readout's ratio before and after."""
+    report = _report("xla_cpu_ops_gather.json")
+    assert report["load_note"] and report["commit"].startswith("7e1f9f5")
+    assert report["table"] in SPEED and "`benchmarks/reference/xla_cpu_ops_gather.json`" in SPEED
+    ratio = {name: result["xla_over_graph"] for name, result in report["results"].items()}
+    for name, result in report["results"].items():
+        assert ratio[name] == pytest.approx(statistics.median(result["xla_over_graph_per_round"]))
+    before = _report("xla_cpu_ops_dense_stem.json")["results"]["siet_readout"]["xla_over_graph"]
+    flat = " ".join(SPEED.split())
+    assert (
+        f"The SieT readout's XLA step went from {before:.2f}x its graph step to "
+        f"{ratio['siet_readout']:.2f}x; SiT-small, which runs no triangle sum, is unchanged "
+        f"({ratio['sit_small']:.2f}x)." in flat
+    )
+    assert ratio["siet_readout"] < 0.9 < 1 < before  # now within auto's margin
+
+
 def test_the_encoder_speed_on_a_host_without_avx512_is_the_report():
     """docs/speed.md: the 64x64 train steps on an AVX2-only host, against the ViT and in matmul-times."""
     report = _report("speed_encoders_avx2.json")
