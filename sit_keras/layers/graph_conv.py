@@ -123,8 +123,9 @@ class GraphConv2D(tf_keras.layers.Layer):
         """Whether ``call`` convolves with ``dense_kernel`` instead of the depth-wise kernel.
 
         With a depth multiplier, TensorFlow's depth-wise convolution is slow on a
-        CPU, its kernel's gradient most (8-20x the dense form's under XLA,
-        ``graph_conv_stem`` in ``benchmarks/xla_cpu_ops.py``). On few input
+        CPU, its kernel's gradient most: under XLA the chiral stem's train step
+        took 15x the dense form's (``depthwise_5x5`` against ``graph_conv_stem``,
+        ``benchmarks/reference/xla_cpu_ops_dense_stem.json``). On few input
         channels (an image's) the dense form costs little more: ``C`` times the
         multiply-adds, the added products zero. The values are the same up to
         the order of the float sums.

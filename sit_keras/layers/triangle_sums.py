@@ -1,4 +1,4 @@
-"""The triangle sums of the SiT paper (eq. 4 / eq. 8) over ``T x T`` scores, in three exact forms.
+"""The triangle sums of the SiT paper (eq. 4 / eq. 8) over ``T x T`` scores, in four exact forms.
 
 One triangle sum maps the scores ``X`` of a head to
 
@@ -24,7 +24,7 @@ tri_n(...tri_1(S + sign S^T))``, is one linear map of the ``T^2`` scores:
   cost more than the gathers (``benchmarks/xla_cpu_ops.py``, ``siet_readout``),
   so ``auto`` takes this form there.
 
-All three compute the same function with the same weights; the tests compare
+All four compute the same function with the same weights; the tests compare
 them on perturbed weights in float64.
 """
 
