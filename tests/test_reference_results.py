@@ -4716,6 +4716,25 @@ def test_the_encoder_xla_ratios_under_each_runtime_are_the_reports():
     assert f"faster with XLA ({forward[0]} and {forward[1]})" in flat
 
 
+def test_the_encoder_xla_ratios_with_the_gather_form_are_the_report():
+    """docs/speed.md, "Triangle sums under XLA": the 64x64 train steps before and after the gather form."""
+    before, after = _report("speed_encoders_avx2_legacy_xla.json"), _report("speed_encoders_avx2_gather.json")
+    assert after["command"] == before["command"].replace("legacy_xla", "gather")
+    assert after["commit"].startswith("7e1f9f5") and after["load_note"]
+    assert after["environment"]["env"]["XLA_FLAGS"] == "--xla_cpu_use_thunk_runtime=false"
+    assert "`benchmarks/reference/speed_encoders_avx2_gather.json`" in SPEED
+    ratio = [report["ratios"]["xla_over_graph"] for report in (before, after)]
+    for model in ("sit", "siet", "vit", "impala_cnn"):
+        cells = " | ".join(f"{r[model]['train_step']:.2f}" for r in ratio)
+        assert f"| `{model}` | {cells} |" in SPEED
+    sits = [f"{r['sit']['train_step']:.2f}x and {r['siet']['train_step']:.2f}x" for r in ratio]
+    flat = " ".join(SPEED.split())
+    assert f"The SiT's and the SieT's XLA steps, {sits[0]} their graph steps before, are now {sits[1]}" in (
+        flat
+    )
+    assert max(r["train_step"] for r in ratio[1].values()) < 1  # every encoder faster with XLA
+
+
 def test_what_jit_compile_auto_chooses_under_the_legacy_runtime_is_the_report():
     thunk, legacy = _report("jit_compile_auto.json"), _report("jit_compile_auto_legacy.json")
     assert legacy["environment"]["env"]["XLA_FLAGS"] == "--xla_cpu_use_thunk_runtime=false"
