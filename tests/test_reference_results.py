@@ -4735,6 +4735,31 @@ def test_the_encoder_xla_ratios_with_the_gather_form_are_the_report():
     assert max(r["train_step"] for r in ratio[1].values()) < 1  # every encoder faster with XLA
 
 
+def test_what_jit_compile_auto_chooses_after_the_dense_stem_and_the_gathers_is_the_report():
+    """docs/speed.md, "Triangle sums under XLA": auto's choices at 797a097 against the legacy-runtime run."""
+    before, after = _report("jit_compile_auto_legacy.json"), _report("jit_compile_auto_gather.json")
+    assert after["command"] == "python benchmarks/jit_compile_auto.py --out runs/jit_compile_auto_gather.json"
+    assert (
+        after["commit"].startswith("797a097") and after["load_note"] and after["margin"] == before["margin"]
+    )
+    assert "`benchmarks/reference/jit_compile_auto_gather.json`" in SPEED
+    _check_jit_compile_auto_rows(after)
+    old = {r["gin_file"]: r for r in before["configs"]}
+    new = {r["gin_file"]: r for r in after["configs"]}
+    flat = " ".join(SPEED.split())
+    chiral, procgen = "configs/minigrid/lavacrossing_sit_chiral.gin", "configs/procgen/caveflyer_sit.gin"
+    assert (
+        f"The chiral SiT's XLA step is {new[chiral]['xla_over_graph']:.2f}x its graph step "
+        f"({old[chiral]['xla_over_graph']:.2f}x in `jit_compile_auto_legacy.json`), so `auto` trains it with XLA; "
+        f"the Procgen SiT's is {new[procgen]['xla_over_graph']:.2f}x ({old[procgen]['xla_over_graph']:.2f}x)"
+    ) in flat
+    assert (new[chiral]["choice"], old[chiral]["choice"], new[procgen]["choice"]) == ("on", "off", "off")
+    others = [g for g in new if new[g]["choice"] != old[g]["choice"] and new[g]["encoder"] != "sit"]
+    gaps = [abs(new[g]["xla_over_graph"] - old[g]["xla_over_graph"]) for g in others]
+    assert f"The choice also changed for {len(others)} configs whose code did not change" in flat
+    assert f"ratios {min(gaps):.2f}-{max(gaps):.2f} apart between the two runs" in flat
+
+
 def test_what_jit_compile_auto_chooses_under_the_legacy_runtime_is_the_report():
     thunk, legacy = _report("jit_compile_auto.json"), _report("jit_compile_auto_legacy.json")
     assert legacy["environment"]["env"]["XLA_FLAGS"] == "--xla_cpu_use_thunk_runtime=false"
