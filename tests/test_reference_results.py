@@ -4750,7 +4750,8 @@ def test_what_jit_compile_auto_chooses_after_the_dense_stem_and_the_gathers_is_t
     chiral, procgen = "configs/minigrid/lavacrossing_sit_chiral.gin", "configs/procgen/caveflyer_sit.gin"
     assert (
         f"The chiral SiT's XLA step is {new[chiral]['xla_over_graph']:.2f}x its graph step "
-        f"({old[chiral]['xla_over_graph']:.2f}x in `jit_compile_auto_legacy.json`), so `auto` trains it with XLA; "
+        f"({old[chiral]['xla_over_graph']:.2f}x in `jit_compile_auto_legacy.json`), "
+        "so `auto` trains it with XLA; "
         f"the Procgen SiT's is {new[procgen]['xla_over_graph']:.2f}x ({old[procgen]['xla_over_graph']:.2f}x)"
     ) in flat
     assert (new[chiral]["choice"], old[chiral]["choice"], new[procgen]["choice"]) == ("on", "off", "off")
