@@ -635,16 +635,15 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
             theta_table(graph_symmetric_dropout(w, self.graph_dropout, training))
             for w in self.triangle_weights
         ]
-        if not tables:
-            if sign:
-                scores = scores + sign * tf.transpose(scores, [0, 1, 3, 2])
-            return scores * tf.cast(scale, scores.dtype)
-        form = self._triangle_sums.resolve_form(self.triangle_form, compiled=in_compiled_function())
+        # Without triangle sums (form None), or in the gather form, the scores stay head-major.
+        form = None
+        if tables:
+            form = self._triangle_sums.resolve_form(self.triangle_form, compiled=in_compiled_function())
         if form == "matrix":
             matrix = self._triangle_sums.matrix(tables, sign, scale)  # (H, T^2, T^2)
             flat = tf.reshape(scores, [heads, -1, t * t])
             return tf.reshape(tf.matmul(flat, matrix, transpose_b=True), tf.shape(scores))
-        if form == "gather":
+        if form in ("gather", None):
             if sign:
                 scores = scores + sign * tf.transpose(scores, [0, 1, 3, 2])
             for table in tables:
