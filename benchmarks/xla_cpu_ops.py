@@ -47,6 +47,7 @@ import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up 
 import functools
 import statistics
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -251,6 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args is None:
         return 2
     chosen = args.chosen
+    start = time.perf_counter()
     report = {
         "what": "Train step (forward, backward, Adam) of each block and encoder, graph vs XLA (tf.function "
         "jit_compile=True), at a LavaCrossing PPO minibatch; medians of interleaved rounds",
@@ -263,6 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "results": measure(chosen, args.batch, args.rounds, args.calls),
     }
     report["table"] = table(report["results"])
+    report["wall_seconds"] = round(time.perf_counter() - start, 1)
     print(report["table"])
     write_report(report, args.out)
     return 0

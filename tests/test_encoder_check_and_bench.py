@@ -187,7 +187,7 @@ def test_xla_cpu_ops_times_each_block_both_ways(tmp_path, capsys):
         assert len(result["xla_over_graph_per_round"]) == 2
         assert result["graph_ms"] > 0 and result["xla_ms"] > 0
     assert report["command"].startswith("python benchmarks/xla_cpu_ops.py --names dense,segment_sum,cnn")
-    assert report["table"] in capsys.readouterr().out
+    assert report["table"] in capsys.readouterr().out and report["wall_seconds"] > 0
 
 
 def test_channels_first_grad_times_both_forms_of_each_shape(tmp_path, capsys):
