@@ -212,6 +212,8 @@ def test_atari_c51_from_the_pong_config(atari_c51_run):
     assert {"Losses/critic_loss"} <= summary_tags(os.path.join(root_dir, "train"))
 
 
+# DQN itself: the CartPole runs; the Atari configs and pipeline: the Pong C51 run above.
+@pytest.mark.large
 def test_atari_dqn_short_run(tmp_path):
     _parse_atari_config("configs/atari/breakout_cnn.gin", [*ATARI_BINDINGS, "dqn.algorithm = 'dqn'"])
     results = train.train_eval(str(tmp_path))

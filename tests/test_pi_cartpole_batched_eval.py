@@ -130,6 +130,7 @@ def test_pi_cartpole_batched_eval_plays_every_column_on_the_same_starts(tmp_path
     }
 
 
+@pytest.mark.large  # the Table 6 benchmark's column with a trained student (about a minute)
 def test_a_reshuffle_gives_each_episode_an_order_of_its_own(tmp_path):
     """Table 6's column: each episode's readings permuted, again every ``reshuffle_every`` steps."""
     from run_folders import tiny_pi_cartpole_run

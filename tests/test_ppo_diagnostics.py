@@ -55,6 +55,7 @@ def test_measure_reports_a_blind_actor_as_dead_and_state_independent():
     assert blind["gradients"]["conv_0"]["norm"] == 0.0 and alive["gradients"]["conv_0"]["norm"] > 0
 
 
+@pytest.mark.large  # a benchmark smoke run; its measurements are tested above on tiny networks
 def test_noise_phase_quick_trains_on_noise_and_measures_every_iteration(tmp_path):
     out = tmp_path / "noise.json"
     assert _load("ppo_noise_phase").main(["--quick", "--models", "cnn", "--out", str(out)]) == 0

@@ -73,11 +73,10 @@ def test_speed_ratios_cover_every_pair_in_order():
 
 @pytest.mark.parametrize(
     "family",
-    [
-        # The same script and protocol on the paper's task; lavagap covers it in the default run.
-        pytest.param("lavacrossing", marks=pytest.mark.large),
-        "lavagap",
-    ],
+    # Benchmark smoke runs (a minute each): make test-large. The default run tests the script's
+    # refusals, its stopped run and its critics below, the training it calls in test_harness and the
+    # rotated environments it evaluates on in test_environments.
+    [pytest.param(family, marks=pytest.mark.large) for family in ("lavacrossing", "lavagap")],
 )
 def test_minigrid_rotation_quick(family, tmp_path):
     out = tmp_path / "table4.json"
@@ -213,6 +212,7 @@ def test_minigrid_rotation_refuses_to_merge_different_protocols(tmp_path, capsys
     assert not (tmp_path / "out.json").exists()
 
 
+@pytest.mark.large  # a benchmark smoke run; Atari training: test_dqn_training
 def test_atari100k_tiny_run(tmp_path):
     """benchmarks/atari100k.py through sit-train's parser and train_eval: Pong, a tiny CNN, 40 agent steps."""
     out = tmp_path / "atari100k.json"
@@ -303,6 +303,7 @@ def test_pi_cartpole_distill_refuses_a_negative_count_before_training(flag, tmp_
     assert not root.exists()
 
 
+@pytest.mark.large  # a benchmark run; distillation itself: test_distill
 def test_pi_cartpole_distill_records_episodes_cut_at_the_time_limit_and_tests_whole_ones(tmp_path):
     """--record_time_limit: every recorded episode ends after that many steps; the tests' do not. The teacher
     is its small folder, as committed under benchmarks/teachers/."""
