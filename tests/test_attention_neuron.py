@@ -481,6 +481,39 @@ def test_xla_matches_eager(attention: str) -> None:
     )
 
 
+@given(
+    batch=st.integers(1, 3), count=st.integers(1, 6), hidden=st.integers(1, 5), seed=st.integers(0, 3)
+)
+def test_both_forms_of_the_lstm_gates_give_the_same_gates_and_gradients(
+    batch: int, count: int, hidden: int, seed: int
+) -> None:
+    pre_activations = testing.random_normal((batch, count, 4 * hidden), seed)
+    upstream = [testing.random_normal((batch, count, hidden), seed + 1 + k) for k in range(4)]
+    results = []
+    for whole_sigmoid in (False, True):
+        with tf.GradientTape() as tape:
+            tape.watch(pre_activations)
+            gates = neuron_module.lstm_gates(pre_activations, whole_sigmoid=whole_sigmoid)
+            loss = sum(tf.reduce_sum(g * u) for g, u in zip(gates, upstream, strict=True))
+        assert [g.shape for g in gates] == [(batch, count, hidden)] * 4
+        results.append([*gates, tape.gradient(loss, pre_activations)])
+    for split, whole in zip(*results, strict=True):
+        np.testing.assert_allclose(whole.numpy(), split.numpy(), rtol=1e-15, atol=1e-15)
+
+
+def test_xla_takes_the_lstm_gates_whole_and_a_graph_split() -> None:
+    layer = _neuron(3)
+    x, action = _readings(layer, 2, 5), testing.random_normal((2, 2))
+
+    def sigmoid_widths(jit_compile: bool) -> list[int]:
+        function = tf.function(lambda x, a: layer(x, a)[0], jit_compile=jit_compile)
+        graph = function.get_concrete_function(x, action).graph
+        return sorted(op.outputs[0].shape[-1] for op in graph.get_operations() if op.type == "Sigmoid")
+
+    assert sigmoid_widths(jit_compile=True) == [4 * layer.hidden_size]
+    assert sigmoid_widths(jit_compile=False) == [layer.hidden_size] * 3
+
+
 @pytest.mark.parametrize("which", ["neuron", "neuron_value_dim", "vision"])
 def test_gradients_reach_every_weight(which: str) -> None:
     if which == "vision":

@@ -35,6 +35,7 @@ import tensorflow as tf
 import tf_keras
 
 from sit_keras.layers.precision import stable_dtype
+from sit_keras.layers.xla_context import in_compiled_function
 from sit_keras.symmetry import SENSORS, Symmetry
 
 ATTENTIONS = ("tanh", "softmax")
@@ -155,9 +156,32 @@ def lstm_step(
     """
     recurrent = apply_kernel(tf.cast(hidden, gate_inputs.dtype), recurrent_kernel)
     z = tf.cast(gate_inputs, cell.dtype) + tf.cast(recurrent, cell.dtype)
-    i, f, g, o = tf.split(z, 4, axis=-1)
-    cell = tf.sigmoid(f) * cell + tf.sigmoid(i) * tf.tanh(g)
-    return tf.sigmoid(o) * tf.tanh(cell), cell
+    i, f, g, o = lstm_gates(z)
+    cell = f * cell + i * g
+    return o * tf.tanh(cell), cell
+
+
+def lstm_gates(pre_activations: tf.Tensor, whole_sigmoid: bool | None = None) -> list[tf.Tensor]:
+    """The LSTM's gates from their pre-activations ``(..., 4 H)``: ``sigmoid`` of the input, forget and
+    output quarters, ``tanh`` of the cell quarter, each ``(..., H)``.
+
+    Two forms of the same function, chosen by ``whole_sigmoid`` (default: whether
+    XLA compiles the caller, ``in_compiled_function``). In a graph the
+    pre-activations are split and each quarter activated. Under XLA on a CPU the
+    gradient of that split, a concatenation, was fused with the four
+    derivatives and computed twice: the AttentionNeuron's train step took
+    1.65x its graph step. With ``whole_sigmoid`` the sigmoid runs on all ``4 H``
+    columns (its cell quarter unused) and the split takes activated values:
+    0.83x (docs/speed.md, "The AttentionNeuron's LSTM under XLA").
+    """
+    if whole_sigmoid is None:
+        whole_sigmoid = in_compiled_function()
+    quarters = tf.split(pre_activations, 4, axis=-1)
+    if whole_sigmoid:
+        i, f, _, o = tf.split(tf.sigmoid(pre_activations), 4, axis=-1)
+    else:
+        i, f, o = (tf.sigmoid(quarters[k]) for k in (0, 1, 3))
+    return [i, f, tf.tanh(quarters[2]), o]
 
 
 def unit_forget_bias(hidden_size: int):
