@@ -481,9 +481,7 @@ def test_xla_matches_eager(attention: str) -> None:
     )
 
 
-@given(
-    batch=st.integers(1, 3), count=st.integers(1, 6), hidden=st.integers(1, 5), seed=st.integers(0, 3)
-)
+@given(batch=st.integers(1, 3), count=st.integers(1, 6), hidden=st.integers(1, 5), seed=st.integers(0, 3))
 def test_both_forms_of_the_lstm_gates_give_the_same_gates_and_gradients(
     batch: int, count: int, hidden: int, seed: int
 ) -> None:

@@ -4761,6 +4761,30 @@ def test_what_jit_compile_auto_chooses_after_the_dense_stem_and_the_gathers_is_t
     assert f"ratios {min(gaps):.2f}-{max(gaps):.2f} apart between the two runs" in flat
 
 
+def test_the_attention_neurons_lstm_gates_under_xla_are_the_reports():
+    """docs/speed.md, "The AttentionNeuron's LSTM under XLA": the two configs before and after lstm_gates."""
+    before = _report("jit_compile_auto_lstm_gates_before.json")
+    after = _report("jit_compile_auto_lstm_gates.json")
+    for name, report, commit in [("_before", before, "6340093"), ("", after, "632ff7b")]:
+        assert report["command"] == (
+            "python benchmarks/jit_compile_auto.py --gin_files "
+            "configs/cartpole/swingup_harder_pi.gin,configs/dmc/cartpole_swingup_pi.gin "
+            f"--out benchmarks/reference/jit_compile_auto_lstm_gates{name}.json"
+        )
+        assert report["commit"].startswith(commit) and report["load_note"] and report["wall_time_s"] > 0
+        assert f"`benchmarks/reference/jit_compile_auto_lstm_gates{name}.json`" in SPEED
+        assert {r["encoder"] for r in report["configs"]} == {"attention_neuron"}
+        _check_jit_compile_auto_rows(report)
+    old = [r["xla_over_graph"] for r in before["configs"]]
+    new = [r["xla_over_graph"] for r in after["configs"]]
+    assert min(old) > 1 and max(new) < 1
+    flat = " ".join(SPEED.split())
+    assert f"their ratios after the change, {new[0]:.2f} and {new[1]:.2f}, differ" in flat
+    assert f"where it was {old[0]:.2f}x and {old[1]:.2f}x slower" in flat
+    near_margin = after["configs"][1]["choice"] == "off"
+    assert ("the second sits just short of `auto`'s 10% margin" in flat) == near_margin
+
+
 def test_what_jit_compile_auto_chooses_under_the_legacy_runtime_is_the_report():
     thunk, legacy = _report("jit_compile_auto.json"), _report("jit_compile_auto_legacy.json")
     assert legacy["environment"]["env"]["XLA_FLAGS"] == "--xla_cpu_use_thunk_runtime=false"
