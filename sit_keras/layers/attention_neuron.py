@@ -162,17 +162,18 @@ def lstm_step(
 
 
 def lstm_gates(pre_activations: tf.Tensor, whole_sigmoid: bool | None = None) -> list[tf.Tensor]:
-    """The LSTM's gates from their pre-activations ``(..., 4 H)``: ``sigmoid`` of the input, forget and
-    output quarters, ``tanh`` of the cell quarter, each ``(..., H)``.
+    """The LSTM's four gates, each ``(..., H)``, from their pre-activations ``(..., 4 H)``.
 
-    Two forms of the same function, chosen by ``whole_sigmoid`` (default: whether
-    XLA compiles the caller, ``in_compiled_function``). In a graph the
-    pre-activations are split and each quarter activated. Under XLA on a CPU the
-    gradient of that split, a concatenation, was fused with the four
-    derivatives and computed twice: the AttentionNeuron's train step took
-    1.65x its graph step. With ``whole_sigmoid`` the sigmoid runs on all ``4 H``
-    columns (its cell quarter unused) and the split takes activated values:
-    0.83x (docs/speed.md, "The AttentionNeuron's LSTM under XLA").
+    ``sigmoid`` of the input, forget and output quarters, ``tanh`` of the cell
+    quarter, in two forms of the same function, chosen by ``whole_sigmoid``
+    (default: whether XLA compiles the caller, ``in_compiled_function``). In a
+    graph the pre-activations are split and each quarter activated. Under XLA
+    on a CPU the gradient of that split, a concatenation, was fused with the
+    gates' derivatives and computed twice, and the AttentionNeuron's train step
+    took about 1.7x its graph step. With ``whole_sigmoid`` the sigmoid runs on
+    all ``4 H`` columns (its cell quarter unused) and the split takes activated
+    values; the XLA step is then faster than the graph step (docs/speed.md,
+    "The AttentionNeuron's LSTM under XLA").
     """
     if whole_sigmoid is None:
         whole_sigmoid = in_compiled_function()
