@@ -599,6 +599,34 @@ def test_the_lavacrossing_throughput_on_a_host_without_avx512_is_quoted_as_measu
     assert sps["sit_small"] / sps["cnn"] >= 0.6  # the speed issue's LavaCrossing target
 
 
+def test_the_lavacrossing_cost_with_auto_xla_on_the_avx2_host_is_quoted_as_measured():
+    """docs/speed.md, docs/lavacrossing.md: SiT-small, the SieT readout and the CNN with auto's XLA."""
+    report = _report("lavacrossing_cost_xla_auto_avx2.json")
+    assert report["command"] == (
+        "python benchmarks/lavacrossing_cost.py --models sit_small,siet_rotation_pooled,cnn --repeats 3 "
+        "--env_steps 10240 --out runs/cost_xla_defaults.json"
+    )
+    assert report["commit"].startswith("b9e1e89") and report["wall_note"] and report["wall_seconds"] > 0
+    assert "avx512" not in report["cpu_flags"].split(";")[0]
+    sps = {m: statistics.median(r["sps"] for r in runs) for m, runs in report["runs"].items()}
+    assert sps == {m: row["env_steps_per_second"] for m, row in report["table"].items()}
+    assert all(len(runs) == report["repeats"] == 3 for runs in report["runs"].values())
+    siet = sps["sit_small"] / sps["siet_rotation_pooled"]
+    speed = " ".join((DOCS / "speed.md").read_text().split())
+    assert (
+        f"at b9e1e89, 3 repeats beside the two Table 4 runs at nice 10 "
+        "(`benchmarks/reference/lavacrossing_cost_xla_auto_avx2.json`): SiT-small "
+        f"{sps['sit_small']:.1f} env steps/s, the CNN {sps['cnn']:.1f} (SiT-small / CNN "
+        f"**{sps['sit_small'] / sps['cnn']:.2f}x**) and the SieT readout {sps['siet_rotation_pooled']:.1f}, "
+        f"**{siet:.2f}x** SiT-small's cost per environment step: still past issue 24's 1.5x."
+    ) in speed
+    assert siet > 1.5
+    assert (
+        f"On the AVX2 host, each model with XLA where `--jit_compile auto` takes it, the SieT readout costs "
+        f"{siet:.2f}x SiT-small (`benchmarks/reference/lavacrossing_cost_xla_auto_avx2.json`)."
+    ) in LAVACROSSING_SHORT
+
+
 def test_the_sit_grid_readout_cost_and_probe_are_quoted_as_measured():
     """docs/lavacrossing.md, "A SiT that reads its local grid": its cost per env step and its probe."""
     cost = _report("lavacrossing_cost_readout.json")
