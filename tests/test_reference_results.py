@@ -4789,6 +4789,37 @@ def test_what_jit_compile_auto_chooses_after_the_dense_stem_and_the_gathers_is_t
     assert f"ratios {min(gaps):.2f}-{max(gaps):.2f} apart between the two runs" in flat
 
 
+def test_where_the_sit_train_step_goes_on_the_avx2_host_is_the_profile():
+    """docs/speed.md, "Where the SiT's train step goes now": op-type and stage shares of op_profile.py."""
+    report = _report("op_profile_train_avx2.json")
+    assert report["command"] == (
+        "python benchmarks/op_profile.py --model sit --stage train --batch 96 --calls 3 --top 30 "
+        "--out runs/op_profile_train_avx2.json"
+    )
+    assert report["commit"].startswith("1a035c5") and report["load_note"]
+    assert "avx512" not in report["cpu_flags"].split(";")[0]
+    types = {row["op"]: 100 * row["share"] for row in report["op_types"]}
+    nodes = report["nodes"]
+    mixing = [
+        n for n in nodes if "local_gsa/MatMul_4" in n["node"] or "local_gsa/block_1/gsa/MatMul_1" in n["node"]
+    ]
+    triangle = [n for n in nodes if "local_gsa/MatMul_6" in n["node"]]
+    assert len(mixing) == 6 and len(triangle) == 3  # forward and both gradients of each product
+    assert all(n["shapes"].startswith("(192, 6144, 17)") for n in mixing)
+    assert all(n["shapes"].startswith("(4, 6144, 289)") for n in triangle)
+    mixing_share, triangle_share = (100 * sum(n["share"] for n in group) for group in (mixing, triangle))
+    (matrix_gradient,) = [n for n in triangle if n["shapes"].endswith("-> (4, 289, 289)")]
+    flat = " ".join(SPEED.split())
+    assert (
+        f"batched matmuls take {types['BatchMatMulV2']:.1f}% of the summed op time, 2-D matmuls "
+        f"{types['MatMul']:.1f}%, transposes {types['Transpose']:.1f}%. Two stages of the local GSA hold "
+        f"{mixing_share + triangle_share:.1f}% of it"
+    ) in flat
+    assert f"in both blocks) {mixing_share:.1f}%, and the triangle matrix" in flat
+    assert f"per head) {triangle_share:.1f}%, of which its gradient for the matrix" in flat
+    assert f"matrix per head, is {100 * matrix_gradient['share']:.1f}%." in flat
+
+
 def test_the_attention_neurons_lstm_gates_under_xla_are_the_reports():
     """docs/speed.md, "The AttentionNeuron's LSTM under XLA": the two configs before and after lstm_gates."""
     before = _report("jit_compile_auto_lstm_gates_before.json")
