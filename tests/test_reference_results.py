@@ -558,6 +558,13 @@ def test_the_cost_under_table_4s_protocol_is_quoted_as_measured():
         assert text in page, text
 
 
+def _cost_medians(report: dict) -> dict[str, float]:
+    """A ``lavacrossing_cost.py`` report's env steps/s per model: its repeats' medians, as its table says."""
+    sps = {m: statistics.median(r["sps"] for r in runs) for m, runs in report["runs"].items()}
+    assert sps == {m: row["env_steps_per_second"] for m, row in report["table"].items()}
+    return sps
+
+
 def test_the_lavacrossing_throughput_before_and_after_the_composed_token_row_is_quoted_as_measured():
     """docs/speed.md's LavaCrossing table and docs/lavacrossing.md's 2.09x come from the two cost reports."""
     speed = " ".join((DOCS / "speed.md").read_text().split())
@@ -568,8 +575,7 @@ def test_the_lavacrossing_throughput_before_and_after_the_composed_token_row_is_
     ):
         report = _report(name)
         assert report["commit"].startswith(commit)
-        sps = {m: statistics.median(r["sps"] for r in runs) for m, runs in report["runs"].items()}
-        assert sps == {m: row["env_steps_per_second"] for m, row in report["table"].items()}
+        sps = _cost_medians(report)
         row = (
             f"| `{name}` | {commit} | {sps['sit_small']:.1f} | {sps['cnn']:.1f} | "
             f"{sps['sit_small'] / sps['cnn']:.2f}x | {sps['siet_rotation_pooled']:.1f} |"
@@ -587,8 +593,7 @@ def test_the_lavacrossing_throughput_on_a_host_without_avx512_is_quoted_as_measu
     report = _report("lavacrossing_cost_avx2.json")
     assert report["command"].startswith("python benchmarks/lavacrossing_cost.py --models sit_small,cnn ")
     assert report["commit"].startswith("9a5a828") and "avx512" not in report["cpu_flags"].split(";")[0]
-    sps = {m: statistics.median(r["sps"] for r in runs) for m, runs in report["runs"].items()}
-    assert sps == {m: row["env_steps_per_second"] for m, row in report["table"].items()}
+    sps = _cost_medians(report)
     speed = " ".join((DOCS / "speed.md").read_text().split())
     assert (
         f"at 9a5a828, {report['repeats']} repeats with nothing else running "
@@ -608,8 +613,7 @@ def test_the_lavacrossing_cost_with_auto_xla_on_the_avx2_host_is_quoted_as_measu
     )
     assert report["commit"].startswith("b9e1e89") and report["wall_note"] and report["wall_seconds"] > 0
     assert "avx512" not in report["cpu_flags"].split(";")[0]
-    sps = {m: statistics.median(r["sps"] for r in runs) for m, runs in report["runs"].items()}
-    assert sps == {m: row["env_steps_per_second"] for m, row in report["table"].items()}
+    sps = _cost_medians(report)
     assert all(len(runs) == report["repeats"] == 3 for runs in report["runs"].values())
     siet = sps["sit_small"] / sps["siet_rotation_pooled"]
     speed = " ".join((DOCS / "speed.md").read_text().split())
