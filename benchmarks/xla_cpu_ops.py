@@ -15,6 +15,9 @@ weights; forward and the input's gradient for the others) as a graph
   chiral stem's size), as Keras' ``DepthwiseConv2D`` computes it;
 - ``graph_conv_stem``: the chiral stem itself (``GraphConv2D``, 5x5, 4 maps
   per channel), which runs that convolution in its dense form;
+- ``graph_conv_map``: the GSA's graph convolution on the token map (``GraphConv2D``,
+  5x5, one map per channel, over the 8x8 grid's ``3D`` channels of Q, K and V),
+  what ``local_graph_kernel_size=5`` runs in the first local block;
 - ``dense``: a token projection to ``3D`` (Q, K and V);
 - ``window_attention``: scores ``Q K^T`` of each 3x3 window, softmax, and
   the weighted sum of values (batched matmuls on 9x9 matrices);
@@ -74,6 +77,7 @@ from sit_keras.layers import GraphConv2D
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "xla_cpu_ops.json"
 IMAGE = (14, 14, 3)
 TOKENS, DIM, HEADS, WINDOW = 64, 32, 4, 9  # the chiral SiT's 8x8 pooled tokens, 3x3 windows
+GRID = 8  # the tokens' grid side
 ENCODERS = {
     "cnn": ("cnn", {"filters": (16, 32), "strides": 1}),
     "sit_chiral": (
@@ -145,6 +149,11 @@ def _blocks(batch: int) -> dict[str, tuple[Callable[[], tf_keras.layers.Layer | 
             lambda: GraphConv2D(5, "chiral", depth_multiplier=4),
             lambda layer, x: layer(x),
             (batch, *IMAGE),
+        ),
+        "graph_conv_map": (
+            lambda: GraphConv2D(5, "rotation"),
+            lambda layer, x: layer(x),
+            (batch, GRID, GRID, 3 * DIM),
         ),
         "dense": (lambda: tf_keras.layers.Dense(3 * DIM), lambda layer, x: layer(x), (batch * TOKENS, DIM)),
         "window_attention": (None, attention, (batch * TOKENS, WINDOW, 3 * DIM)),
