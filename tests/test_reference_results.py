@@ -4824,6 +4824,23 @@ def test_where_the_sit_train_step_goes_on_the_avx2_host_is_the_profile():
     assert f"matrix per head, is {100 * matrix_gradient['share']:.1f}%." in flat
 
 
+def test_the_map_level_graph_convolution_under_xla_is_the_report():
+    """docs/speed.md, "Map-level graph is opt-in": xla_cpu_ops.py's graph_conv_map, legacy runtime."""
+    report = _report("xla_cpu_ops_graph_conv_map.json")
+    assert report["command"] == (
+        "python benchmarks/xla_cpu_ops.py --names graph_conv_map,graph_conv_stem "
+        "--out runs/xla_cpu_ops_graph_conv_map.json"
+    )
+    assert report["commit"].startswith("c2eefbf") and report["load_note"] and report["batch"] == 256
+    assert report["environment"]["env"]["XLA_FLAGS"] == "--xla_cpu_use_thunk_runtime=false"
+    conv_map, stem = (report["results"][n]["xla_over_graph"] for n in ("graph_conv_map", "graph_conv_stem"))
+    flat = " ".join(SPEED.split())
+    assert f"takes {conv_map:.2f}x its graph step, where the chiral stem's dense form takes {stem:.2f}x" in (
+        flat
+    )
+    assert conv_map > 1 and stem < 0.9  # auto's 10% margin: the map keeps graph mode, the stem compiles
+
+
 def test_the_attention_neurons_lstm_gates_under_xla_are_the_reports():
     """docs/speed.md, "The AttentionNeuron's LSTM under XLA": the two configs before and after lstm_gates."""
     before = _report("jit_compile_auto_lstm_gates_before.json")
