@@ -76,8 +76,8 @@ from sit_keras.layers import GraphConv2D
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "xla_cpu_ops.json"
 IMAGE = (14, 14, 3)
-TOKENS, DIM, HEADS, WINDOW = 64, 32, 4, 9  # the chiral SiT's 8x8 pooled tokens, 3x3 windows
-GRID = 8  # the tokens' grid side
+GRID = 8  # the chiral SiT's pooled tokens: an 8x8 grid
+TOKENS, DIM, HEADS, WINDOW = GRID * GRID, 32, 4, 9  # 3x3 windows
 ENCODERS = {
     "cnn": ("cnn", {"filters": (16, 32), "strides": 1}),
     "sit_chiral": (
@@ -112,7 +112,7 @@ ENCODERS = {
 
 def _windows() -> np.ndarray:
     """``(TOKENS, WINDOW)``: the token indices of each token's 3x3 window on the 8x8 grid (clamped)."""
-    side = int(TOKENS**0.5)
+    side = GRID
     rows, cols = np.divmod(np.arange(TOKENS), side)
     offsets = [(dr, dc) for dr in (-1, 0, 1) for dc in (-1, 0, 1)]
     return np.stack(
