@@ -27,7 +27,11 @@ than milliseconds.
 With ``--precisions`` the graph-mode train step is also timed under
 Keras' mixed-precision policies (``mixed_bfloat16``, ``mixed_float16``:
 float16 / bfloat16 compute, float32 variables), in the same rounds, and
-reported as a ratio to the float32 step.
+reported as a ratio to the float32 step. The same 1024^3 matmul is then also
+timed in each policy's compute dtype, once per round: the host's own
+bfloat16 / float32 ratio for the primitive that dominates a ViT, which bounds
+what a mixed policy can gain on it (on a host whose bfloat16 matmul is slower
+than its float32 one, no model's step gets faster).
 
 For the SiT family the train step is also split into stages, each timed in
 the same rounds as forward + backward on its real input (graph mode, train
@@ -88,6 +92,7 @@ MEASUREMENTS: dict[str, tuple[int, int, str]] = {
 MODES: dict[str, bool] = {"graph": False, "xla": True}  # mode -> jit_compile
 STAGES = ("stem_pool", "local_gsa", "global_gsa")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+COMPUTE_DTYPES = {"float32": tf.float32, "mixed_bfloat16": tf.bfloat16, "mixed_float16": tf.float16}
 
 MATMUL_SIZE = 1024
 MATMUL_MIN_RUNS = 10  # timed matmuls at the start; then one per round and 3 at the end
@@ -128,13 +133,13 @@ class Timed:
 
 
 class MatmulClock:
-    """A ``MATMUL_SIZE``-cube float32 matmul (tf.function, no XLA), timed in blocks between the models."""
+    """A ``MATMUL_SIZE``-cube matmul (tf.function, no XLA; float32 unless ``dtype``), timed in blocks."""
 
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, dtype: tf.DType = tf.float32):
         rng = np.random.default_rng(seed)
         shape = (MATMUL_SIZE, MATMUL_SIZE)
-        self.a = tf.constant(rng.standard_normal(shape, dtype=np.float32))
-        self.b = tf.constant(rng.standard_normal(shape, dtype=np.float32))
+        self.a = tf.cast(rng.standard_normal(shape, dtype=np.float32), dtype)
+        self.b = tf.cast(rng.standard_normal(shape, dtype=np.float32), dtype)
         self.timed = Timed(tf.function(lambda a: tf.matmul(a, self.b)), self.a, warmup=1)
         self.blocks: list[dict[str, Any]] = []
 
@@ -308,10 +313,14 @@ def build_model(spec: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def run_rounds(models: list[dict[str, Any]], clock: MatmulClock, repeats: int) -> None:
-    """``repeats`` rounds; each times one matmul and one call of every function of every model."""
+def run_rounds(
+    models: list[dict[str, Any]], clock: MatmulClock, repeats: int, dtype_clocks: dict[str, MatmulClock]
+) -> None:
+    """``repeats`` rounds; each times one matmul (and one per extra dtype) and one call of every function."""
     for round_ in range(repeats):
         clock.time_block(f"round {round_}", 1)
+        for dtype_clock in dtype_clocks.values():
+            dtype_clock.time_block(f"round {round_}", 1)
         for model in models:
             for timed in [*model["timed"].values(), *model["stages"].values(), *model["precisions"].values()]:
                 timed.time_once()
@@ -454,6 +463,10 @@ def format_report(report: dict[str, Any]) -> str:
         for name, record in models.items():
             by_precision = record.get("precision", {})
             rows.append([name, *(f"{by_precision[p]['over_float32']:.2f}" for p in precisions)])
+        by_dtype = report["matmul"]["by_precision"]
+        rows.append(
+            [f"({MATMUL_SIZE}^3 matmul)", *(f"{by_dtype[p]['over_float32']:.2f}" for p in precisions)]
+        )
         out += [
             "",
             "Train step (graph) under mixed precision, over float32:",
@@ -553,8 +566,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     clock = MatmulClock()
     clock.time_block("start", MATMUL_MIN_RUNS)
+    dtype_clocks = {p: MatmulClock(dtype=COMPUTE_DTYPES[p]) for p in args.precisions if p != "float32"}
     built = [build_model(spec, args) for spec in args.models]
-    run_rounds(built, clock, args.repeats)
+    run_rounds(built, clock, args.repeats, dtype_clocks)
     clock.time_block("end", 3)
     models = {model["spec"]: model_record(model, clock.median_ms) for model in built}
     env["load_average_end"] = list(os.getloadavg())
@@ -581,6 +595,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             "runs_ms": clock.runs_ms,
             "median_ms": clock.median_ms,
             "blocks": clock.blocks,
+            "by_precision": {
+                precision: {
+                    "dtype": COMPUTE_DTYPES[precision].name,
+                    "runs_ms": dtype_clock.runs_ms,
+                    "median_ms": dtype_clock.median_ms,
+                    "over_float32": dtype_clock.median_ms / clock.median_ms,
+                }
+                for precision, dtype_clock in dtype_clocks.items()
+            },
         },
         "models": models,
         "ratios": ratios(models),

@@ -90,6 +90,7 @@ def test_benchmark_quick_run_writes_positive_timings(tmp_path, capsys):
     assert {"tensorflow", "cpu_count", "threading", "date"} <= set(report["environment"])
     matmul = report["matmul"]
     assert len(matmul["runs_ms"]) >= 10 and min(matmul["runs_ms"]) > 0 and matmul["median_ms"] > 0
+    assert matmul["by_precision"] == {}  # float32 only: no matmul in another dtype
 
     cnn = report["models"]["cnn"]
     assert cnn["params"] > 0
@@ -128,6 +129,13 @@ def test_benchmark_times_fast_and_reference_gsa_and_profiles_the_stages(tmp_path
         assert set(precision) == {"mixed_bfloat16", "mixed_float16"}
         assert all(p["over_float32"] > 0 and len(p["runs_ms"]) == 2 for p in precision.values())
     assert "under mixed precision, over float32" in printed
+    by_dtype = report["matmul"]["by_precision"]  # the primitive in each compute dtype, once per round
+    dtypes = {p: r["dtype"] for p, r in by_dtype.items()}
+    assert dtypes == {"mixed_bfloat16": "bfloat16", "mixed_float16": "float16"}
+    for record in by_dtype.values():
+        assert len(record["runs_ms"]) == 2
+        assert record["over_float32"] == pytest.approx(record["median_ms"] / report["matmul"]["median_ms"])
+    assert "(1024^3 matmul)" in printed
 
 
 @pytest.mark.parametrize(
