@@ -4717,6 +4717,23 @@ def test_the_procgen_throughput_under_each_cpu_allocator_is_the_reports():
         slower = speeds["impala_cnn"] / speeds["sit"]
         assert slower < 6  # the speed issue's 1/6, as the page says
         assert f"| {label} | {speeds['sit']:.1f} | {speeds['impala_cnn']:.1f} | 1/{slower:.2f} |" in SPEED
+    intel = _report("speed_ppo_procgen_avx512bf16.json")
+    assert (
+        intel["command"].startswith("python benchmarks/ppo_throughput.py --out ")
+        and "no AMX" in intel["machine_note"]
+    )
+    speeds = intel["env_steps_per_second"]
+    assert speeds == {run["model"]: run["summary"]["env_steps_per_second"] for run in intel["runs"]}
+    slower = intel["ratios"]["impala_cnn_over_sit_env_steps_per_second"]
+    assert slower == pytest.approx(speeds["impala_cnn"] / speeds["sit"]) and slower > 6  # the 1/6 is missed
+    assert (
+        f"command at {intel['commit'][:7]}, beside two PPO runs at nice 10 "
+        "(`benchmarks/reference/speed_ppo_procgen_avx512bf16.json`): "
+        f"SiT {speeds['sit']:.1f} env steps/s, IMPALA-CNN {speeds['impala_cnn']:.1f}, **1/{slower:.2f}**, "
+        f"with {intel['runs'][0]['summary']['train_fraction']:.0%} and "
+        f"{intel['runs'][1]['summary']['train_fraction']:.0%} of the wall time in the train steps"
+    ) in flat
+    assert [run["model"] for run in intel["runs"]] == ["sit", "impala_cnn"]
 
 
 def _suite_report(name: str):
