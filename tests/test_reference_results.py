@@ -2326,7 +2326,22 @@ def test_bfloat16_on_a_host_with_avx512_bf16_and_no_amx_is_the_reports():
             f"| `{name}` | {step:.0f} ms | {model['precision']['mixed_bfloat16']['over_float32']:.2f} | "
             f"{'1' if name == 'vit' else f'{ratio:.2f}'} |"
         ) in SPEED, name
-    assert matmul["over_float32"] > 1 and over_vit["sit"]["graph"] > 2  # why the 0.7x and 2.0x targets fail
+    assert matmul["over_float32"] > 1  # why the 0.7x target fails
+    quiet = _report("speed_encoders_avx512_quiet.json")
+    assert quiet["machine"] == encoders["machine"] and "paused" in quiet["load_note"]
+    assert quiet["command"].startswith(
+        "python benchmarks/encoders.py --models sit,siet,vit --precisions float32 "
+    )
+    steps = {
+        name: model["timings"]["train_step"]["graph"]["median_ms"] for name, model in quiet["models"].items()
+    }
+    quiet_over_vit = {name: quiet["ratios"]["train_step_over_vit"][name]["graph"] for name in ("sit", "siet")}
+    assert (
+        f"at {steps['sit']:.0f} ms for `sit`, {steps['siet']:.0f} ms for `siet` and "
+        f"{steps['vit']:.0f} ms for `vit`: **{quiet_over_vit['sit']:.2f}x** and "
+        f"**{quiet_over_vit['siet']:.2f}x** the ViT"
+    ) in flat
+    assert min(quiet_over_vit.values()) > 2  # the 2.0x target is missed
     ratios = []
     for row in auto["configs"]:
         measured = row["precision"]
