@@ -4926,6 +4926,36 @@ def test_where_the_sit_train_step_goes_on_the_avx2_host_is_the_profile():
     assert f"matrix per head, is {100 * matrix_gradient['share']:.1f}%." in flat
 
 
+def test_where_the_sit_train_step_goes_on_the_avx512_host_is_the_profile():
+    """docs/speed.md: the same profile on the Intel AVX-512 host, where TensorFlow runs oneDNN's kernels."""
+    report = _report("op_profile_train_avx512.json")
+    assert report["command"] == (
+        "python benchmarks/op_profile.py --model sit --stage train --out runs/op_profile_train_avx512.json"
+    )
+    assert (report["settings"]["batch"], report["settings"]["image_size"]) == (96, 64) and report["load_note"]
+    assert "avx512f" in report["cpu_flags"] and "TF_ENABLE_ONEDNN_OPTS" not in report["environment"]["env"]
+    eigen = {row["op"] for row in _report("op_profile_train_avx2.json")["op_types"]}
+    assert "TF_ENABLE_ONEDNN_OPTS" not in _report("op_profile_train_avx2.json")["environment"]["env"]
+    assert not any(op.startswith("_Mkl") for op in eigen) and "BatchMatMulV2" in eigen
+    types = {row["op"]: 100 * row["share"] for row in report["op_types"]}
+    nodes = report["nodes"]
+    mixing = [
+        n for n in nodes if "local_gsa/MatMul_4" in n["node"] or "local_gsa/block_1/gsa/MatMul_1" in n["node"]
+    ]
+    triangle = [n for n in nodes if "local_gsa/MatMul_6" in n["node"]]
+    assert len(mixing) == 6 and len(triangle) == 3
+    (matrix_gradient,) = [n for n in triangle if n["shapes"].endswith("-> (4, 289, 289)")]
+    mixing_share, triangle_share = (100 * sum(n["share"] for n in group) for group in (mixing, triangle))
+    flat = " ".join(SPEED.split())
+    assert (
+        f"Batched matmuls take {types['_MklBatchMatMulV2']:.1f}% of the summed op time there, 2-D matmuls "
+        f"{types['_MklMatMul']:.1f}%, `Mul` {types['Mul']:.1f}%, transposes "
+        f"{types['_MklTranspose']:.1f}%; the per-feature graph mixing {mixing_share:.1f}% and the "
+        f"triangle matrix {triangle_share:.1f}% (its gradient for the matrix "
+        f"{100 * matrix_gradient['share']:.1f}%)."
+    ) in flat
+
+
 def test_the_map_level_graph_convolution_under_xla_is_the_report():
     """docs/speed.md, "Map-level graph is opt-in": xla_cpu_ops.py's graph_conv_map, legacy runtime."""
     report = _report("xla_cpu_ops_graph_conv_map.json")
