@@ -4956,6 +4956,32 @@ def test_where_the_sit_train_step_goes_on_the_avx512_host_is_the_profile():
     ) in flat
 
 
+def test_onednn_against_eigen_on_the_avx512_host_is_the_reports():
+    """docs/speed.md, "oneDNN or Eigen": the SiT and ViT train steps with oneDNN kernels on and off."""
+    runs = {name: _report(f"speed_encoders_avx512_{name}.json") for name in ("onednn", "eigen")}
+    for name, setting in (("onednn", "1"), ("eigen", "0")):
+        assert runs[name]["command"].startswith(
+            f"TF_ENABLE_ONEDNN_OPTS={setting} python benchmarks/encoders.py "
+        )
+        assert runs[name]["environment"]["env"]["TF_ENABLE_ONEDNN_OPTS"] == setting
+    step = {
+        (name, model): report["models"][model]["timings"]["train_step"]["graph"]["median_ms"]
+        for name, report in runs.items()
+        for model in ("sit", "vit")
+    }
+    over_vit = {
+        name: report["ratios"]["train_step_over_vit"]["sit"]["graph"] for name, report in runs.items()
+    }
+    flat = " ".join(SPEED.split())
+    assert (
+        f"took {step['onednn', 'sit']:.0f} ms with oneDNN and {step['eigen', 'sit']:.0f} ms with Eigen "
+        f"({step['eigen', 'sit'] / step['onednn', 'sit']:.2f}x), the ViT's {step['onednn', 'vit']:.0f} and "
+        f"{step['eigen', 'vit']:.0f} ms ({step['eigen', 'vit'] / step['onednn', 'vit']:.2f}x): SiT / ViT "
+        f"**{over_vit['onednn']:.2f}x** with oneDNN, **{over_vit['eigen']:.2f}x** with Eigen."
+    ) in flat
+    assert over_vit["onednn"] < over_vit["eigen"]
+
+
 def test_the_map_level_graph_convolution_under_xla_is_the_report():
     """docs/speed.md, "Map-level graph is opt-in": xla_cpu_ops.py's graph_conv_map, legacy runtime."""
     report = _report("xla_cpu_ops_graph_conv_map.json")
