@@ -48,6 +48,7 @@ def environment() -> dict[str, Any]:
             k: os.environ[k]
             for k in (
                 "TF_ENABLE_ONEDNN_OPTS",
+                "ONEDNN_MAX_CPU_ISA",
                 "TF_XLA_FLAGS",
                 "XLA_FLAGS",
                 "OMP_NUM_THREADS",

@@ -4980,6 +4980,23 @@ def test_onednn_against_eigen_on_the_avx512_host_is_the_reports():
         f"**{over_vit['onednn']:.2f}x** with oneDNN, **{over_vit['eigen']:.2f}x** with Eigen."
     ) in flat
     assert over_vit["onednn"] < over_vit["eigen"]
+    capped, rerun = (
+        _report(f"speed_encoders_avx512_{name}.json") for name in ("onednn_isa_avx2", "eigen_rerun")
+    )
+    assert capped["command"].startswith("ONEDNN_MAX_CPU_ISA=AVX2 TF_ENABLE_ONEDNN_OPTS=1 python benchmarks/")
+    assert rerun["command"].startswith(
+        "TF_ENABLE_ONEDNN_OPTS=0 python benchmarks/encoders.py --models sit,vit "
+    )
+    sit, vit = (
+        [r["models"][m]["timings"]["train_step"]["graph"]["median_ms"] for r in (capped, rerun)]
+        for m in ("sit", "vit")
+    )
+    ratios = [r["ratios"]["train_step_over_vit"]["sit"]["graph"] for r in (capped, rerun)]
+    assert (
+        f"SiT {sit[0]:.0f} against {sit[1]:.0f} ms, ViT {vit[0]:.0f} against {vit[1]:.0f} ms, SiT / ViT "
+        f"**{ratios[0]:.2f}x** against **{ratios[1]:.2f}x**: with AVX2 instructions alone" in flat
+    )
+    assert sit[0] < sit[1] and vit[0] > vit[1]
 
 
 def test_the_map_level_graph_convolution_under_xla_is_the_report():
