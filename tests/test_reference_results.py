@@ -2278,12 +2278,11 @@ def test_the_local_gsa_op_profile_and_the_channels_first_kernel_gradient_are_the
     assert f"Still {rows['SiT / ViT'][2]:.1f}x, not the speed issue's 2.0x" in flat
 
 
-def test_what_precision_auto_chooses_without_bfloat16_instructions_is_the_report():
-    """docs/speed.md: on an AVX2-only host bfloat16 is slower for every main config and auto keeps float32."""
-    report = _report("auto_precision_avx2.json")
-    assert report["command"].startswith("python benchmarks/jit_compile_auto.py --questions precision --out ")
-    assert report["questions"] == ["precision"] and len(report["commit"]) == 40 and report["wall_time_s"] > 0
-    assert "no AVX-512" in report["machine"] and "`benchmarks/reference/auto_precision_avx2.json`" in SPEED
+def _check_precision_auto_rows(report: dict) -> list[float]:
+    """Each config's row of docs/speed.md is the report's, its choice follows the margin, and it is float32.
+
+    Returns the bfloat16 / float32 ratios.
+    """
     ratios = []
     for row in report["configs"]:
         measured = row["precision"]
@@ -2296,6 +2295,16 @@ def test_what_precision_auto_chooses_without_bfloat16_instructions_is_the_report
         ) in SPEED
         ratios.append(ratio)
     assert {row["precision"]["choice"] for row in report["configs"]} == {"float32"}
+    return ratios
+
+
+def test_what_precision_auto_chooses_without_bfloat16_instructions_is_the_report():
+    """docs/speed.md: on an AVX2-only host bfloat16 is slower for every main config and auto keeps float32."""
+    report = _report("auto_precision_avx2.json")
+    assert report["command"].startswith("python benchmarks/jit_compile_auto.py --questions precision --out ")
+    assert report["questions"] == ["precision"] and len(report["commit"]) == 40 and report["wall_time_s"] > 0
+    assert "no AVX-512" in report["machine"] and "`benchmarks/reference/auto_precision_avx2.json`" in SPEED
+    ratios = _check_precision_auto_rows(report)
     flat = " ".join(SPEED.split())
     assert f"bfloat16 is slower for every config here ({min(ratios):.2f}-{max(ratios):.2f}x float32)" in flat
     training = " ".join((DOCS / "training.md").read_text().split())
@@ -2342,18 +2351,7 @@ def test_bfloat16_on_a_host_with_avx512_bf16_and_no_amx_is_the_reports():
         f"**{quiet_over_vit['siet']:.2f}x** the ViT"
     ) in flat
     assert min(quiet_over_vit.values()) > 2  # the 2.0x target is missed
-    ratios = []
-    for row in auto["configs"]:
-        measured = row["precision"]
-        float32, bfloat16 = (measured["seconds"][name] * 1e3 for name in ("float32", "mixed_bfloat16"))
-        ratio = measured["bfloat16_over_float32"]
-        assert measured["choice"] == ("mixed_bfloat16" if ratio < auto["margin"] else "float32")
-        assert (
-            f"| `{row['gin_file']}` | `{row['encoder']}` | {row['minibatch_size']} | {float32:.1f} | "
-            f"{bfloat16:.1f} | {ratio:.2f} | {measured['choice']} |"
-        ) in SPEED
-        ratios.append(ratio)
-    assert {row["precision"]["choice"] for row in auto["configs"]} == {"float32"}
+    ratios = _check_precision_auto_rows(auto)
     span = f"{min(ratios):.2f}-{max(ratios):.2f}x"
     assert f"bfloat16 takes {span} the float32 step here; no config is below `auto`'s margin of 0.9" in flat
     training = " ".join((DOCS / "training.md").read_text().split())
