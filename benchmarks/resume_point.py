@@ -150,7 +150,7 @@ def restore(name: str, store: Path, run_dir: str | None) -> tuple[dict[str, Any]
             raise
         raise UsageError(f"The archive {path} cannot be unpacked ({error}).") from None
     os.replace(partial, target)
-    prefix, steps = newest_checkpoint(target)
+    _, steps = newest_checkpoint(target)
     return record, target, steps
 
 
