@@ -112,3 +112,14 @@ def test_a_folder_without_a_checkpoint_is_not_saved(tmp_path, capsys):
         == f"--run_dir {str(tmp_path / 'run')!r} holds no checkpoint in checkpoints/.\n"
     )
     assert not (tmp_path / "store").exists()
+
+
+def test_the_committed_resume_points_hold_the_checkpoint_their_index_names():
+    store = ROOT / "benchmarks" / "resume"
+    index = json.loads((store / "index.json").read_text()) if (store / "index.json").exists() else {}
+    for name, record in index.items():
+        assert record["command"].startswith("python benchmarks/") and record["env_steps"] > 0, name
+        assert _load().archive_name(record["run_dir"]) == name
+        with tarfile.open(store / f"{name}.tar.xz") as archive:
+            names = set(archive.getnames())
+        assert {f"checkpoints/{record['checkpoint']}.index", "checkpoints/checkpoint", "config.gin"} <= names
