@@ -2378,6 +2378,14 @@ def test_bfloat16_on_a_host_with_avx512_bf16_and_no_amx_is_the_reports():
             f"{'1' if name == 'vit' else f'{ratio:.2f}'} |"
         ) in SPEED, name
     assert matmul["over_float32"] > 1  # why the 0.7x target fails
+    shares = {row["op"]: row["share"] for row in _report("op_profile_train_avx512.json")["op_types"]}
+    matmuls = shares["_MklBatchMatMulV2"] + shares["_MklMatMul"]
+    bound = matmuls * matmul["over_float32"]
+    assert (
+        f"alone would take about {bound:.2f}x the float32 step ({100 * matmuls:.1f}% x "
+        f"{matmul['over_float32']:.2f}), before any of the rest."
+    ) in flat
+    assert bound > 0.7
     quiet = _report("speed_encoders_avx512_quiet.json")
     assert quiet["machine"] == encoders["machine"] and "paused" in quiet["load_note"]
     assert quiet["command"].startswith(
