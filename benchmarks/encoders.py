@@ -31,7 +31,7 @@ reported as a ratio to the float32 step. The same 1024^3 matmul is then also
 timed in each policy's compute dtype, once per round: the host's own
 bfloat16 / float32 ratio for the primitive that dominates a ViT, which bounds
 what a mixed policy can gain on it (on a host whose bfloat16 matmul is slower
-than its float32 one, no model's step gets faster).
+than its float32 one, a step made mostly of matmuls cannot get faster).
 
 For the SiT family the train step is also split into stages, each timed in
 the same rounds as forward + backward on its real input (graph mode, train
