@@ -5182,3 +5182,15 @@ def test_the_suite_under_the_legacy_xla_runtime_is_the_report():
         "tests/test_supervised.py::test_mixed_precision_training_keeps_float32_variables_and_logits[sit-mixed_bfloat16]"
     ]
     assert round(bf16["wall_s"]) == 75 and bf16["cpu_s"] > 0.85 * bf16["wall_s"]  # "busy on the CPU"
+
+
+def test_the_small_sits_seed0_part_is_quoted_as_a_run_that_did_not_learn():
+    """docs/results.md: SiT-small seed 0's best training success at the 250k marks and its sampling N1."""
+    part = json.loads((REFERENCE / "table4_lavacrossing_parts" / "sit_small_seed0.json").read_text())
+    (run,) = part["runs"]
+    best = max(success for _, success in part["training_curve"]["success_every_250k"])
+    assert part["training_curve"]["first_step_with_success_at_least"]["0.5"] is None
+    page = " ".join((DOCS / "results.md").read_text().split())
+    assert f"It did not learn: training success at most {best:.2f} at any 250k mark" in page
+    sampling = run["sampling"]["train: easy"]["success_rate"]
+    assert f"sampling succeeds on {sampling:.2f} of the N1 episodes." in page
