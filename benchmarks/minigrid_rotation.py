@@ -178,16 +178,22 @@ def tflite_rotation_rows(root_dir: str, rows, num_episodes: int) -> dict[str, di
     return evaluate_rows(policy, {row: rows[row] for row in ROTATION_ROWS}, num_episodes)
 
 
+PLUS_MINUS = "mean ± population standard deviation (statistics.pstdev) over the seeds of a model"
+
+
 def _mean_std(values: Sequence[float]) -> str:
     std = statistics.pstdev(values) if len(values) > 1 else 0.0
     return f"{statistics.mean(values):.2f} ± {std:.2f}"
 
 
-def format_table(per_model: dict[str, list[dict[str, dict[str, float]]]], rows) -> str:
+def format_table(
+    per_model: dict[str, list[dict[str, dict[str, float]]]], rows, metric: str = "success_rate"
+) -> str:
+    """Mean ± population std over seeds of ``metric`` per row (rows) and model (columns)."""
     models = list(per_model)
     lines = ["| test task | " + " | ".join(models) + " |", "| --- |" + " ---: |" * len(models)]
     for row in rows:
-        cells = [_mean_std([run[row]["success_rate"] for run in per_model[m]]) for m in models]
+        cells = [_mean_std([run[row][metric] for run in per_model[m]]) for m in models]
         lines.append(f"| {row} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -204,6 +210,29 @@ def tables_of(runs: Sequence[dict[str, Any]], rows) -> dict[str, str]:
             shown = rows if kind in POLICIES else {row: rows[row] for row in ROTATION_ROWS}
             tables[kind] = format_table(per_model, shown)
     return tables
+
+
+def mean_return_tables_of(runs: Sequence[dict[str, Any]], rows) -> dict[str, str]:
+    """The paper's metric (Appendix G.2: mean reward over the test episodes) per policy kind."""
+    tables = {}
+    for kind in POLICIES:
+        per_model: dict[str, list] = {}
+        for run in runs:
+            per_model.setdefault(run["model"], []).append(run[kind])
+        tables[kind] = format_table(per_model, rows, metric="mean_return")
+    return tables
+
+
+def _training_curves(reports: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """``{<model>_seed<seed>: curve}`` of the parts that carry one (``training_curve.py``'s, added to a
+    one-run part as ``training_curve``, or a report's ``training_curves``)."""
+    curves: dict[str, Any] = {}
+    for _, report in reports:
+        curves.update(report.get("training_curves", {}))
+        if "training_curve" in report and len(report["runs"]) == 1:
+            (run,) = report["runs"]
+            curves[f"{run['model']}_seed{run['seed']}"] = report["training_curve"]
+    return curves
 
 
 def _protocol(settings: dict[str, Any], key: str) -> Any:
@@ -244,12 +273,16 @@ def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
     if duplicated:
         raise ValueError(f"The reports repeat (model, seed) {duplicated}.")
     settings = {key: _protocol(first["settings"], key) for key in same}
+    rows = FAMILIES[settings["family"]][2]
     return {
         "benchmark": "minigrid_rotation",
         "settings": settings,
         "rows": first["rows"],
         "runs": runs,
-        "tables": tables_of(runs, FAMILIES[settings["family"]][2]),
+        "plus_minus": PLUS_MINUS,
+        "tables": tables_of(runs, rows),
+        "mean_return_tables": mean_return_tables_of(runs, rows),
+        "training_curves": _training_curves(reports),
         "paper_table4_cnn_sit_20M_steps": PAPER_TABLE4,
         "parts": [
             {"file": path, **{k: report.get(k) for k in ("command", "commit", "machine", "settings")}}
@@ -290,6 +323,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_tables(
             report["tables"], str(seeds), report["settings"]["env_steps"], report["settings"]["family"]
         )
+        for kind, table in report["mean_return_tables"].items():
+            print(f"\nMean return ({kind} policy; the paper's metric), {PLUS_MINUS}:\n\n{table}")
         write_report(report, args.out)
         return 0
     if args.quick:

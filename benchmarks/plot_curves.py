@@ -36,13 +36,13 @@ def curves(reports: Sequence[Path]) -> dict[str, list[list[tuple[float, float]]]
     """``{model: [one (env_steps, success) list per seed]}`` from the reports' ``training_curves``.
 
     Runs are named ``<model>_seed<seed>``; a run in several reports is drawn from the last.
+    A one-run part of a table (``minigrid_rotation.py --out`` with its ``training_curve``
+    added) counts as a report of that run.
     """
     by_run: dict[str, list[tuple[float, float]]] = {}
     for path in reports:
         report = json.loads(path.read_text())
-        if "training_curves" not in report:
-            raise UsageError(f"{path} has no training_curves (written with benchmarks/training_curve.py).")
-        for run, curve in report["training_curves"].items():
+        for run, curve in _training_curves(path, report).items():
             series = next(v for k, v in curve.items() if k.startswith("success_every"))
             # A later report of the same run (resumed to a larger budget) replaces the earlier one.
             by_run[run] = [(0.0, 0.0), *((float(s), float(v)) for s, v in series)]
@@ -50,6 +50,16 @@ def curves(reports: Sequence[Path]) -> dict[str, list[list[tuple[float, float]]]
     for run, points in by_run.items():
         by_model.setdefault(run.rsplit("_seed", 1)[0], []).append(points)
     return by_model
+
+
+def _training_curves(path: Path, report: dict) -> dict[str, dict]:
+    """``{<model>_seed<seed>: curve}`` of a report, or of a one-run part (``training_curve``)."""
+    if "training_curves" in report:
+        return report["training_curves"]
+    if "training_curve" in report and len(report.get("runs", [])) == 1:
+        (run,) = report["runs"]
+        return {f"{run['model']}_seed{run['seed']}": report["training_curve"]}
+    raise UsageError(f"{path} has no training_curves (written with benchmarks/training_curve.py).")
 
 
 def draw(
@@ -106,15 +116,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def parse(argv: Sequence[str] | None):
         parser = SentenceParser(description=__doc__.split("\n\n")[0])
-        parser.add_argument("--reports", required=True, help="comma-separated report JSONs")
+        parser.add_argument(
+            "--reports", required=True, help="comma-separated report JSONs, or folders: every JSON in each"
+        )
         parser.add_argument("--out", required=True, help="PNG file")
         parser.add_argument("--max_steps", type=float, default=3_000_000)
         parser.add_argument("--title", default="MiniGrid LavaCrossing, PPO: training success per run")
         args = parser.parse_args(argv)
-        args.reports = [Path(p) for p in args.reports.split(",") if p]
-        missing = [str(p) for p in args.reports if not p.is_file()]
+        named = [Path(p) for p in args.reports.split(",") if p]
+        missing = [str(p) for p in named if not p.exists()]
         if missing:
             raise UsageError(f"No such report: {', '.join(missing)}.")
+        args.reports = [report for p in named for report in (sorted(p.glob("*.json")) if p.is_dir() else [p])]
+        if not args.reports:
+            raise UsageError(f"No report JSON in {', '.join(map(str, named))}.")
         if args.max_steps <= 0:
             raise UsageError(f"--max_steps must be positive, got {args.max_steps:g}.")
         args.curves = curves(args.reports)

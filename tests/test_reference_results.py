@@ -921,6 +921,27 @@ def test_lavacrossing_curves_png_is_drawn_from_the_reports(tmp_path):
     assert ImageChops.difference(drawn, committed).getbbox() is None
 
 
+def test_table4_parts_curves_png_is_drawn_from_every_committed_part():
+    """docs/table4_parts_curves.png: one line per committed Table 4 part, redrawn as docs/results.md says."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("plot_curves", ROOT / "benchmarks" / "plot_curves.py")
+    plot = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plot)
+    from PIL import Image, ImageChops
+
+    parts = sorted((REFERENCE / "table4_lavacrossing_parts").glob("*.json"))
+    page = " ".join(RESULTS.split())
+    assert (
+        "python benchmarks/plot_curves.py --reports benchmarks/reference/table4_lavacrossing_parts " in page
+    )
+    title = "MiniGrid LavaCrossing, PPO, Table 4 parts: training success per run"
+    assert f'--title "{title}"' in page
+    drawn = plot.draw(plot.curves(parts), 3_000_000, title)
+    committed = Image.open(ROOT / "docs" / "table4_parts_curves.png").convert("RGB")
+    assert ImageChops.difference(drawn, committed).getbbox() is None
+
+
 # The views of a SiT policy's parity check and evaluation: upright, its rotations and flips.
 SIT_VIEWS = {"none", "rot90", "rot180", "rot270", "flip_h", "flip_v"}
 

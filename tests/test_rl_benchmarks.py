@@ -135,8 +135,11 @@ def test_minigrid_rotation_keeps_a_shared_torso_and_gives_other_models_the_cnn_c
         gin.clear_config()
 
 
-def _table4_part(path: Path, runs: list[tuple[str, int, float]], **settings) -> str:
-    """A minigrid_rotation report with one greedy and sampling success rate per (model, seed)."""
+def _table4_part(
+    path: Path, runs: list[tuple[str, int, float]], curve: dict | None = None, **settings
+) -> str:
+    """A minigrid_rotation report with one greedy and sampling success rate per (model, seed), and a
+    mean return of 0.9 times it; with ``curve``, a one-run part's ``training_curve``."""
     module = _load("minigrid_rotation")
     rows = list(module.ROWS)
     report = {
@@ -149,11 +152,16 @@ def _table4_part(path: Path, runs: list[tuple[str, int, float]], **settings) -> 
             {
                 "model": model,
                 "seed": seed,
-                **{kind: {row: {"success_rate": success} for row in rows} for kind in ("sampling", "greedy")},
+                **{
+                    kind: {row: {"success_rate": success, "mean_return": 0.9 * success} for row in rows}
+                    for kind in ("sampling", "greedy")
+                },
             }
             for model, seed, success in runs
         ],
     }
+    if curve is not None:
+        report["training_curve"] = curve
     path.write_text(json.dumps(report))
     return str(path)
 
@@ -162,7 +170,9 @@ def test_minigrid_rotation_merges_parts_of_one_protocol(tmp_path, capsys):
     module = _load("minigrid_rotation")
     parts = [
         _table4_part(tmp_path / "sit0.json", [("sit_small", 0, 1.0)]),
-        _table4_part(tmp_path / "sit1.json", [("sit_small", 1, 0.5)]),
+        _table4_part(
+            tmp_path / "sit1.json", [("sit_small", 1, 0.5)], curve={"success_every_250k": [[250, 0.5]]}
+        ),
         _table4_part(tmp_path / "cnn.json", [("cnn", 0, 0.25), ("cnn", 1, 0.75)]),
     ]
     out = tmp_path / "table4.json"
@@ -172,6 +182,11 @@ def test_minigrid_rotation_merges_parts_of_one_protocol(tmp_path, capsys):
         ("sit_small", 0), ("sit_small", 1), ("cnn", 0), ("cnn", 1)
     ]  # fmt: skip
     assert "| train: easy | 0.75 ± 0.25 | 0.50 ± 0.25 |" in report["tables"]["greedy"]
+    # The paper's metric, mean return, with the same ± (population std over seeds).
+    assert "| train: easy | 0.68 ± 0.23 | 0.45 ± 0.23 |" in report["mean_return_tables"]["greedy"]
+    assert "population standard deviation" in report["plus_minus"]
+    # A one-run part's training curve is kept under its run's name.
+    assert report["training_curves"] == {"sit_small_seed1": {"success_every_250k": [[250, 0.5]]}}
     assert [part["commit"] for part in report["parts"]] == ["abc1234"] * 3
     assert report["paper_table4_cnn_sit_20M_steps"]["rotations average"] == [0.0, 0.91]
     assert "| test task | sit_small | cnn |" in capsys.readouterr().out
@@ -464,11 +479,35 @@ def test_plot_curves_draws_one_colour_per_model(tmp_path):
     assert by_model["sit"][0] == [(0.0, 0.0), (100000.0, 0.0), (200000.0, 0.1)]
 
 
-@pytest.mark.parametrize("bad", ["missing", "no_curves", "max_steps"])
+def test_plot_curves_reads_a_folder_of_one_run_parts(tmp_path):
+    """A Table 4 part (one run, its ``training_curve``) is a report of that run; a folder is its JSONs."""
+    plot = _load("plot_curves")
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    for model, seed, success in (("cnn", 0, 0.9), ("cnn", 1, 0.8), ("sit_small", 0, 0.1)):
+        part = {
+            "runs": [{"model": model, "seed": seed}],
+            "training_curve": {"success_every_250k": [[250000, success]]},
+        }
+        (folder / f"{model}_seed{seed}.json").write_text(json.dumps(part))
+    out = tmp_path / "curves.png"
+    assert plot.main(["--reports", str(folder), "--out", str(out), "--max_steps", "250000"]) == 0
+    by_model = plot.curves(sorted(folder.glob("*.json")))
+    assert by_model == {
+        "cnn": [[(0.0, 0.0), (250000.0, 0.9)], [(0.0, 0.0), (250000.0, 0.8)]],
+        "sit_small": [[(0.0, 0.0), (250000.0, 0.1)]],
+    }
+
+
+@pytest.mark.parametrize("bad", ["missing", "no_curves", "max_steps", "empty_folder"])
 def test_plot_curves_refuses_bad_arguments_in_one_sentence(bad, tmp_path, capsys):
     report = tmp_path / "r.json"
     report.write_text(json.dumps({"training_curves": {}} if bad != "no_curves" else {"runs": []}))
-    argv = ["--reports", str(tmp_path / "nope.json") if bad == "missing" else str(report), "--out", "x.png"]
+    named = {"missing": str(tmp_path / "nope.json"), "empty_folder": str(tmp_path / "empty")}.get(
+        bad, str(report)
+    )
+    (tmp_path / "empty").mkdir()
+    argv = ["--reports", named, "--out", "x.png"]
     if bad == "max_steps":
         argv += ["--max_steps", "0"]
     assert _load("plot_curves").main(argv) == 2
