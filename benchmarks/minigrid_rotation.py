@@ -64,6 +64,9 @@ from sit_keras.command_line import INTERRUPTED
 from sit_keras.export.exporter import export_policy
 from sit_keras.export.tflite_py_policy import TFLitePyPolicy
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from plot_curves import training_curves  # noqa: E402  (a part's training curve, as the plot reads it)
+
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "minigrid_rotation.json"
 CONFIG_ROOT = Path(__file__).resolve().parent.parent / "configs"
 CRITIC = [
@@ -223,18 +226,6 @@ def mean_return_tables_of(runs: Sequence[dict[str, Any]], rows) -> dict[str, str
     return tables
 
 
-def _training_curves(reports: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
-    """``{<model>_seed<seed>: curve}`` of the parts that carry one (``training_curve.py``'s, added to a
-    one-run part as ``training_curve``, or a report's ``training_curves``)."""
-    curves: dict[str, Any] = {}
-    for _, report in reports:
-        curves.update(report.get("training_curves", {}))
-        if "training_curve" in report and len(report["runs"]) == 1:
-            (run,) = report["runs"]
-            curves[f"{run['model']}_seed{run['seed']}"] = report["training_curve"]
-    return curves
-
-
 def _protocol(settings: dict[str, Any], key: str) -> Any:
     """A part's setting as the protocol sees it: the bindings without their spaces and without those
     that a resumed run may change (``run_record.RESUMABLE``: how often it saves or logs, e.g.
@@ -282,7 +273,9 @@ def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
         "plus_minus": PLUS_MINUS,
         "tables": tables_of(runs, rows),
         "mean_return_tables": mean_return_tables_of(runs, rows),
-        "training_curves": _training_curves(reports),
+        "training_curves": {
+            run: curve for _, report in reports for run, curve in training_curves(report).items()
+        },
         "paper_table4_cnn_sit_20M_steps": PAPER_TABLE4,
         "parts": [
             {"file": path, **{k: report.get(k) for k in ("command", "commit", "machine", "settings")}}

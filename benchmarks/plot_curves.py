@@ -42,7 +42,10 @@ def curves(reports: Sequence[Path]) -> dict[str, list[list[tuple[float, float]]]
     by_run: dict[str, list[tuple[float, float]]] = {}
     for path in reports:
         report = json.loads(path.read_text())
-        for run, curve in _training_curves(path, report).items():
+        runs = training_curves(report)
+        if not runs:
+            raise UsageError(f"{path} has no training_curves (written with benchmarks/training_curve.py).")
+        for run, curve in runs.items():
             series = next(v for k, v in curve.items() if k.startswith("success_every"))
             # A later report of the same run (resumed to a larger budget) replaces the earlier one.
             by_run[run] = [(0.0, 0.0), *((float(s), float(v)) for s, v in series)]
@@ -52,14 +55,14 @@ def curves(reports: Sequence[Path]) -> dict[str, list[list[tuple[float, float]]]
     return by_model
 
 
-def _training_curves(path: Path, report: dict) -> dict[str, dict]:
-    """``{<model>_seed<seed>: curve}`` of a report, or of a one-run part (``training_curve``)."""
-    if "training_curves" in report:
-        return report["training_curves"]
+def training_curves(report: dict) -> dict[str, dict]:
+    """``{<model>_seed<seed>: curve}`` of a report (``training_curves``) and of a one-run part
+    (``training_curve``); empty when it has neither."""
+    by_run = dict(report.get("training_curves", {}))
     if "training_curve" in report and len(report.get("runs", [])) == 1:
         (run,) = report["runs"]
-        return {f"{run['model']}_seed{run['seed']}": report["training_curve"]}
-    raise UsageError(f"{path} has no training_curves (written with benchmarks/training_curve.py).")
+        by_run[f"{run['model']}_seed{run['seed']}"] = report["training_curve"]
+    return by_run
 
 
 def draw(
