@@ -1678,7 +1678,6 @@ def test_the_noise_phase_with_qk_normalisation_is_quoted_as_measured():
     assert f"seed 0 ends at {spread(normed[0], -1):.3f}, {fifth}" in page
     assert spread(normed[3], -1) <= spread(default[3], -1)  # "as blind as without it"
     assert "`benchmarks/reference/lavacrossing_noise_phase_qknorm.json`" in LAVACROSSING_SHORT
-    assert "`benchmarks/reference/lavacrossing_noise_phase_qknorm.json`" in README
 
 
 def test_the_sharp_runs_traces_are_quoted_as_measured():
@@ -1851,7 +1850,6 @@ def test_the_sharp_sit_ppo_screens_are_quoted_as_measured():
     for table in _sharp_screen_tables():
         assert table in page, table
     assert "`benchmarks/reference/lavacrossing_sharp_screens.json`)." in LAVACROSSING_SHORT
-    assert "`benchmarks/reference/lavacrossing_sharp_screens.json`)" in " ".join(README.split())
     epochs, entropy = report["runs"]
     assert [run["binding"] for run in report["runs"]] == ["ppo.num_epochs = 8", "ppo.entropy_coef = 0.001"]
     stop = epochs["stopped_at_env_steps"]
@@ -2938,10 +2936,7 @@ def test_the_cnn_with_a_shared_torso_is_quoted_as_measured():
     minutes = " and ".join(f"{run['train_wall_minutes_total']:.0f}" for run in runs)
     assert f"{minutes} minutes of training" in text
     assert "`benchmarks/reference/lavacrossing_cnn_shared_1m.json`" in LAVACROSSING_SHORT
-    readme = " ".join(README.split())
     assert max(max(c0.values()), max(c1.values())) < 0.1  # "did not learn"
-    assert "did not learn by 1M steps on either of two seeds" in readme
-    assert "`benchmarks/reference/lavacrossing_cnn_shared_1m.json`" in readme
 
 
 def test_the_shared_torso_runs_are_quoted_as_measured():
@@ -3023,7 +3018,6 @@ def test_the_shared_torso_runs_are_quoted_as_measured():
     assert f"stalled at {min(late):.2f}-{max(late):.2f} to 1M (greedy N1 {greedy['train: easy']:.2f}" in (
         LAVACROSSING_SHORT
     )
-    assert f"stalled it at {curve1[max(curve1)]:.2f} training success by 1M steps" in " ".join(README.split())
 
 
 # docs/results.md's table of the share of test starts each cart-pole student keeps: (label, report).
@@ -5215,3 +5209,54 @@ def test_the_small_sits_seed0_part_is_quoted_as_a_run_that_did_not_learn():
     assert f"It did not learn: training success at most {best:.2f} at any 250k mark" in page
     sampling = run["sampling"]["train: easy"]["success_rate"]
     assert f"sampling succeeds on {sampling:.2f} of the N1 episodes." in page
+
+
+def test_the_forward_prior_on_the_siet_readouts_hard_seed_is_quoted_as_measured():
+    """docs/lavacrossing.md: the readout without triangle sums with the forward prior, seed 1 to 1M steps."""
+    report = _report("lavacrossing_siet_no_triangles_forward_seed1_1m.json")
+    run = report["runs"]["seed 1"]
+    assert run["command"].startswith(
+        "python benchmarks/minigrid_rotation.py --models siet_rotation_pooled_no_triangles --seeds 1 "
+        "--env_steps 1000000 --num_episodes 200 "
+    )
+    assert "--gin_bindings 'ppo.initial_action_probabilities = (0.7, 0.1, 0.1, 0.1)'" in run["command"]
+    assert len(run["commit"]) >= 7 and run["train_wall_s"] > 0 and report["wall_note"] and run["evaluated"]
+    assert run["num_episodes"] == 200 and run["curve"]["last"]["env_steps"] >= 1_000_000
+    points = {p["env_steps"]: p["success"] for p in run["curve"]["curve"]}
+
+    def at(steps: int) -> float:
+        return points[min(points, key=lambda s: abs(s - steps))]
+
+    half = run["curve"]["first_step_with_success_at_least"]["0.5"]
+    assert half <= min(s for s, v in points.items() if v >= 0.5)  # found among every log, not only the marks
+    cnn = [
+        json.loads((REFERENCE / "table4_lavacrossing_parts" / f"cnn_seed{seed}.json").read_text())[
+            "training_curve"
+        ]["first_step_with_success_at_least"]["0.5"]
+        for seed in (0, 1, 2)
+    ]
+    assert min(cnn) <= half <= max(cnn)  # "within the range of the CNN's seeds"
+    unprimed = _report("lavacrossing_siet_readout_seed1_1m.json")
+    assert max(p["success"] for p in unprimed["curve"]["curve"]) <= 0.02
+    greedy, sampling = run["greedy"], run["sampling"]
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    assert (
+        f"training success {at(300_000):.2f} at 0.3M steps, {at(500_000):.2f} at 0.5M and {at(800_000):.2f} "
+        f"at 0.8M; **first 0.5 at {half:,} steps** (the CNN's three Table 4 parts, without a prior: "
+        f"{min(cnn):,} to {max(cnn):,}), {at(1_000_000):.2f} at 1M."
+    ) in page
+    assert (
+        f"Greedy at 1M, 200 episodes a row: N1 {greedy['train: easy']['success_rate']:.2f}, rotated "
+        f"{greedy['rotations average']['success_rate']:.2f}, "
+        f"N2 {greedy['train: medium']['success_rate']:.2f}, N3 {greedy['hard']['success_rate']:.2f}; "
+        f"sampling N1 {sampling['train: easy']['success_rate']:.2f}."
+    ) in page
+    assert (
+        f"first 0.5 training success at {half:,} steps, {at(1_000_000):.2f} at 1M, greedy N1 and rotated "
+        f"{greedy['train: easy']['success_rate']:.2f}"
+    ) in LAVACROSSING_SHORT
+    assert greedy["train: easy"] == greedy["rotations average"]  # invariant to the quarter turns
+    assert (
+        f"exploration prior (`ppo.initial_action_probabilities`), it reached 0.5 on seed 1 at {half:,} steps "
+        "(one seed; `benchmarks/reference/lavacrossing_siet_no_triangles_forward_seed1_1m.json`)"
+    ) in " ".join(README.split())
