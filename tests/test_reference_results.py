@@ -4200,6 +4200,25 @@ def test_the_siet_readouts_second_seed_is_quoted_as_measured():
 TABLE4_PARTS = sorted((REFERENCE / "table4_lavacrossing_parts").glob("*.json"))
 
 
+def _greedy_cells(greedy: dict, column: str) -> str:
+    """Table 4's rows as the docs quote them: greedy success (mean return; the paper column's reward)."""
+    names = {
+        "train: easy": "N1",
+        "train: medium": "N2",
+        "hard": "N3",
+        "rotations average": "rotations",
+        "goal top-right": "goal top-right",
+        "goal bottom-left": "bottom-left",
+        "random goal": "random goal",
+    }
+    return ", ".join(
+        f"{name} {greedy[row]['success_rate']:.2f} ({greedy[row]['mean_return']:.2f}"
+        + ("; paper " if row == "train: easy" else "; ")
+        + f"{_paper(column, row):.2f})"
+        for row, name in names.items()
+    )
+
+
 @pytest.mark.parametrize("path", TABLE4_PARTS, ids=[p.stem for p in TABLE4_PARTS])
 def test_table4_parts_are_quoted_as_measured(path):
     """docs/results.md: each committed part of the 3-seed, 200-episode Table 4, beside the paper's column."""
@@ -4215,21 +4234,7 @@ def test_table4_parts_are_quoted_as_measured(path):
     curve = part["training_curve"]
     column = PAPERS["sit_icml2024"]["our_configs"][model]["table_4"]
     greedy = run["greedy"]
-    names = {
-        "train: easy": "N1",
-        "train: medium": "N2",
-        "hard": "N3",
-        "rotations average": "rotations",
-        "goal top-right": "goal top-right",
-        "goal bottom-left": "bottom-left",
-        "random goal": "random goal",
-    }
-    cells = ", ".join(
-        f"{name} {greedy[row]['success_rate']:.2f} ({greedy[row]['mean_return']:.2f}"
-        + ("; paper " if row == "train: easy" else "; ")
-        + f"{_paper(column, row):.2f})"
-        for row, name in names.items()
-    )
+    cells = _greedy_cells(greedy, column)
     page = " ".join((DOCS / "results.md").read_text().split())
     assert f"(`table4_lavacrossing_parts/{path.name}`, 3M steps, 15% of the paper's 20M IMPALA steps)" in page
 
@@ -5278,21 +5283,7 @@ def test_the_siet_readout_without_triangle_sums_to_3m_steps_is_quoted_as_measure
     reached = run["curve"]["first_step_with_success_at_least"]
     column = PAPERS["sit_icml2024"]["our_configs"]["siet_rotation_pooled_no_triangles"]["table_4"]
     greedy, sampling = run["greedy"], run["sampling"]
-    names = {
-        "train: easy": "N1",
-        "train: medium": "N2",
-        "hard": "N3",
-        "rotations average": "rotations",
-        "goal top-right": "goal top-right",
-        "goal bottom-left": "bottom-left",
-        "random goal": "random goal",
-    }
-    cells = ", ".join(
-        f"{name} {greedy[row]['success_rate']:.2f} ({greedy[row]['mean_return']:.2f}"
-        + ("; paper " if row == "train: easy" else "; ")
-        + f"{_paper(column, row):.2f})"
-        for row, name in names.items()
-    )
+    cells = _greedy_cells(greedy, column)
     cnn = [
         json.loads((REFERENCE / "table4_lavacrossing_parts" / f"cnn_seed{seed}.json").read_text())["runs"][0][
             "greedy"
