@@ -658,16 +658,22 @@ def test_the_siet_readout_cuts_one_at_a_time_are_quoted_as_measured():
     assert "Only the readout without triangle sums comes within issue 24's 1.5x" in page
 
 
-def test_the_siet_readout_without_triangle_sums_in_ppo_is_quoted_as_measured():
-    """docs/lavacrossing.md: the one cut within the cost limit, seed 0 to 1M steps, beside the full one."""
-    report = _report("lavacrossing_siet_no_triangles_1m.json")
-    run = report["runs"]["seed 0"]
+def _evaluated_1m_run(name: str, seed: int) -> tuple[dict, dict]:
+    """A 1M-step run of the SieT readout without triangle sums: its command, provenance and evaluation."""
+    report = _report(name)
+    run = report["runs"][f"seed {seed}"]
     assert run["command"].startswith(
-        "python benchmarks/minigrid_rotation.py --models siet_rotation_pooled_no_triangles --seeds 0 "
+        f"python benchmarks/minigrid_rotation.py --models siet_rotation_pooled_no_triangles --seeds {seed} "
         "--env_steps 1000000 --num_episodes 200 "
     )
     assert len(run["commit"]) >= 7 and run["train_wall_s"] > 0 and report["wall_note"] and run["evaluated"]
     assert run["num_episodes"] == 200 and run["curve"]["last"]["env_steps"] >= 1_000_000
+    return report, run
+
+
+def test_the_siet_readout_without_triangle_sums_in_ppo_is_quoted_as_measured():
+    """docs/lavacrossing.md: the one cut within the cost limit, seed 0 to 1M steps, beside the full one."""
+    report, run = _evaluated_1m_run("lavacrossing_siet_no_triangles_1m.json", 0)
     curve = {p["env_steps"]: p["success"] for p in run["curve"]["curve"]}
     full_report = _report("lavacrossing_siet_readout_seed0_1m.json")
     full = {p["env_steps"]: p["success"] for p in full_report["curve"]["curve"]}
@@ -5218,15 +5224,8 @@ def test_the_small_sits_seed0_part_is_quoted_as_a_run_that_did_not_learn():
 
 def test_the_forward_prior_on_the_siet_readouts_hard_seed_is_quoted_as_measured():
     """docs/lavacrossing.md: the readout without triangle sums with the forward prior, seed 1 to 1M steps."""
-    report = _report("lavacrossing_siet_no_triangles_forward_seed1_1m.json")
-    run = report["runs"]["seed 1"]
-    assert run["command"].startswith(
-        "python benchmarks/minigrid_rotation.py --models siet_rotation_pooled_no_triangles --seeds 1 "
-        "--env_steps 1000000 --num_episodes 200 "
-    )
+    report, run = _evaluated_1m_run("lavacrossing_siet_no_triangles_forward_seed1_1m.json", 1)
     assert "--gin_bindings 'ppo.initial_action_probabilities = (0.7, 0.1, 0.1, 0.1)'" in run["command"]
-    assert len(run["commit"]) >= 7 and run["train_wall_s"] > 0 and report["wall_note"] and run["evaluated"]
-    assert run["num_episodes"] == 200 and run["curve"]["last"]["env_steps"] >= 1_000_000
     points = {p["env_steps"]: p["success"] for p in run["curve"]["curve"]}
 
     def at(steps: int) -> float:
