@@ -658,6 +658,30 @@ def test_the_siet_readout_cuts_one_at_a_time_are_quoted_as_measured():
     assert "Only the readout without triangle sums comes within issue 24's 1.5x" in page
 
 
+def test_the_readout_without_triangle_sums_costs_more_on_the_avx512_host_as_measured():
+    """docs/lavacrossing.md: the AVX-512 cost of the readout without triangle sums, against the AVX2 run."""
+    report = _report("lavacrossing_cost_siet_no_triangles_avx512.json")
+    assert report["command"] == (
+        "python benchmarks/lavacrossing_cost.py --models sit_small,siet_rotation_pooled_no_triangles "
+        "--repeats 3 --env_steps 10240 --out runs/cost_siet_nt_avx512.json"
+    )
+    assert report["commit"].startswith("a00e92d") and report["repeats"] == 3 and report["wall_note"]
+    assert "avx512f" in report["cpu_flags"] and "no amx" in report["cpu_flags"]
+    sps = _cost_medians(report)
+    avx2 = _cost_medians(_report("lavacrossing_cost_siet_cuts.json"))
+    nt = "siet_rotation_pooled_no_triangles"
+    cost = sps["sit_small"] / sps[nt]
+    assert cost > 1.5
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    assert (
+        f"SiT-small {sps['sit_small']:.1f} and the readout without triangle sums {sps[nt]:.1f} env steps/s, "
+        f"**{cost:.2f}x**. Against the AVX2 run above, SiT-small runs "
+        f"{sps['sit_small'] / avx2['sit_small']:.2f}x as fast here and the readout "
+        f"{sps[nt] / avx2[nt]:.2f}x as fast"
+    ) in page
+    assert f"(1.49x SiT-small on the AVX2 host, {cost:.2f}x on the AVX-512 host)" in LAVACROSSING_SHORT
+
+
 def _evaluated_1m_run(name: str, seed: int) -> tuple[dict, dict]:
     """A 1M-step run of the SieT readout without triangle sums: its command, provenance and evaluation."""
     report = _report(name)
