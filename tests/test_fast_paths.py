@@ -109,6 +109,7 @@ GSA_CASES = {
     },
     "unsymmetrised": {"triangles": 2, "symmetrize": False},
     "no_triangles": {"triangles": 0, "antisymmetric": True},
+    "no_triangles_unsymmetrised": {"triangles": 0, "symmetrize": False},
     "conv_graphs": {"triangles": 1, "graph_kernel_size": 3, "graph_form": "conv"},
     "query_key_norm": {"triangles": 1, "query_key_norm": True},
 }

@@ -599,6 +599,12 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         heads, head_dim, t = self.num_heads, self.head_dim, self.num_tokens
         # (3, H, d, B, T) -> (3, H, B, d, T)
         q, k, v = tf.unstack(tf.transpose(tf.reshape(qkv, [3, heads, head_dim, -1, t]), [0, 1, 3, 2, 4]))
+        if not (self.score_mixing or self.score_graph or self.triangle_weights):
+            attention = tf.nn.softmax(self._plain_logits(q, k, 1.0 if self.symmetrize else 0.0))
+            if self.antisymmetric:
+                attention += tf.nn.softmax(self._plain_logits(q, k, -1.0))
+            out = tf.matmul(tf.cast(attention, v.dtype), v, transpose_b=True)  # (H, B, T, d)
+            return tf.reshape(tf.transpose(out, [1, 2, 0, 3]), [-1, t, self.dim])
         scores = self._scores(q, k)  # (H, B, T, T): q_i . k_j
         if self.score_mixing:
             scores = self._mix_scores(scores, training, "hik,hbkj->hbij", head_axis=0)
@@ -622,6 +628,18 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         attention weights go back to the compute dtype for the values.
         """
         return tf.cast(tf.matmul(q, k, transpose_a=True), stable_dtype(self.compute_dtype))
+
+    def _plain_logits(self, q: tf.Tensor, k: tf.Tensor, sign: float) -> tf.Tensor:
+        """``(S + sign S^T) / sqrt(d)`` with ``S = q^T k`` (eq. 3 without ``G`` and triangles), in one matmul.
+
+        ``q^T k + sign k^T q = [q; k]^T [k; sign q]``: stacking the features
+        forms the symmetrised scores directly, without a transpose and a sum
+        of the ``(H, B, T, T)`` scores; the scale goes on the smaller ``q``.
+        """
+        q = q * tf.cast(1.0 / math.sqrt(self.head_dim), q.dtype)
+        if sign:
+            return self._scores(tf.concat([q, k], axis=-2), tf.concat([k, sign * q], axis=-2))
+        return self._scores(q, k)
 
     def _score_logits(
         self, scores: tf.Tensor, graph: tf.Tensor | None, sign: float, training: bool | None

@@ -191,8 +191,8 @@ class LocalGSA(tf_keras.layers.Layer):
         ``r = 1 / sqrt(var + eps)`` and ``(W', b')`` the projection with the
         LayerNorm's ``gamma`` and ``beta`` folded in.
 
-        The windows are cut from the ``[x, 1]`` map (``C + 1`` channels rather
-        than ``D``), and the whole ``(3 D, B N, T)`` projection, window class
+        The windows are cut from the ``r [x, 1]`` map (``C + 1`` channels rather
+        than ``D``; ``r`` computed once per pixel), and the whole ``(3 D, B N, T)`` projection, window class
         tokens included, is one matmul ``M^T y`` with ``M = [Z W'; u - b'; b']``
         and per token ``y = [r x, r, 0, 1]`` (pixels) or ``[0, 0, 1, 1]``
         (class token, whose projection is the constant ``u``). Outside the
@@ -222,13 +222,15 @@ class LocalGSA(tf_keras.layers.Layer):
             ],
             axis=0,
         )  # (C + 3, 3 D)
-        # [x, 1] per window token, channels first: (C + 1, B N, window^2).
+        # r [x, 1] per pixel, before the windows are cut: each pixel lies in up to window^2
+        # windows, and its statistics do not depend on which. Outside the map the cut pads
+        # zeros, as the reference's zero token gives ([x, 1] = 0, so r [x, 1] = 0).
         x = tf.cast(pixels, stable)
-        x = tf.concat([x, tf.ones_like(x[..., :1])], axis=-1)
-        x = tf.transpose(self._cut_windows(x), [2, 0, 1])
-        variance = tf.reduce_sum(x * tf.einsum("cf,fbt->cbt", gram, x), axis=0, keepdims=True)
-        inverse_std = tf.math.rsqrt(tf.maximum(variance, 0.0) + tf.cast(block.norm_epsilon, stable))
-        pixel_part = tf.concat([inverse_std * x, tf.zeros_like(x[:1]), tf.ones_like(x[:1])], axis=0)
+        x = tf.concat([x, tf.ones_like(x[..., :1])], axis=-1)  # (B, H, W, C + 1)
+        variance = tf.reduce_sum(x * tf.einsum("cf,bhwf->bhwc", gram, x), axis=-1, keepdims=True)
+        x = tf.math.rsqrt(tf.maximum(variance, 0.0) + tf.cast(block.norm_epsilon, stable)) * x
+        x = tf.transpose(self._cut_windows(x), [2, 0, 1])  # (C + 1, B N, window^2)
+        pixel_part = tf.concat([x, tf.zeros_like(x[:1]), tf.ones_like(x[:1])], axis=0)
         rows = pixel_part.shape[0]  # C + 3
         class_part = tf.constant([0.0] * (rows - 2) + [1.0, 1.0], stable)[:, None, None]
         y = tf.concat([tf.tile(class_part, [1, tf.shape(x)[1], 1]), pixel_part], axis=2)  # (C + 3, B N, T)
