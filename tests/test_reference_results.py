@@ -680,6 +680,18 @@ def test_the_readout_without_triangle_sums_costs_more_on_the_avx512_host_as_meas
         f"{sps[nt] / avx2[nt]:.2f}x as fast"
     ) in page
     assert f"(1.49x SiT-small on the AVX2 host, {cost:.2f}x on the AVX-512 host)" in LAVACROSSING_SHORT
+    after = _report("lavacrossing_cost_siet_no_triangles_avx512_after.json")
+    assert after["command"] == report["command"].replace(".json", "_after.json")
+    assert after["commit"].startswith("2ee3c23") and after["repeats"] == 3 and after["wall_note"]
+    sps = _cost_medians(after)
+    runs = {m: sorted(r["sps"] for r in rs) for m, rs in after["runs"].items()}
+    cost = sps["sit_small"] / sps[nt]
+    assert cost > 1.5
+    assert (
+        f"SiT-small {sps['sit_small']:.1f} env steps/s (repeats {runs['sit_small'][0]:.1f} to "
+        f"{runs['sit_small'][-1]:.1f}), the readout {sps[nt]:.1f} ({runs[nt][0]:.1f} to {runs[nt][-1]:.1f}), "
+        f"**{cost:.2f}x**. Past the limit in both runs"
+    ) in page
 
 
 def _evaluated_1m_run(name: str, seed: int) -> tuple[dict, dict]:
