@@ -5356,3 +5356,43 @@ def test_the_siet_readout_without_triangle_sums_to_3m_steps_is_quoted_as_measure
         f"N2 {greedy['train: medium']['success_rate']:.2f} "
         "(`benchmarks/reference/lavacrossing_siet_no_triangles_3m.json`)"
     ) in " ".join(README.split())
+
+
+def test_the_forward_prior_on_seed_1_to_3m_steps_is_quoted_as_measured():
+    """docs/lavacrossing.md and the README: seed 1 with the forward prior continued to 3M steps."""
+    report = _report("lavacrossing_siet_no_triangles_forward_seed1_3m.json")
+    run = report["runs"]["seed 1"]
+    first = _report("lavacrossing_siet_no_triangles_forward_seed1_1m.json")["runs"]["seed 1"]
+    assert run["command"] == first["command"].replace("1000000", "3000000").replace("_1m.json", "_3m.json")
+    walls = report["train_wall_s"]
+    assert walls["first_process_to_1m"] == first["train_wall_s"]
+    assert walls["total"] == pytest.approx(sum(v for k, v in walls.items() if k != "total"), abs=0.2)
+    assert run["evaluated"] and run["num_episodes"] == 200 and run["curve"]["last"]["env_steps"] >= 3_000_000
+    reached = run["curve"]["first_step_with_success_at_least"]
+    assert reached["0.5"] == first["curve"]["first_step_with_success_at_least"]["0.5"]  # one run, continued
+    unprimed = _report("lavacrossing_siet_no_triangles_3m.json")["runs"]["seed 0"]["curve"]
+    before = unprimed["first_step_with_success_at_least"]
+    points = {p["env_steps"]: p["success"] for p in run["curve"]["curve"]}
+    late = [v for s, v in points.items() if s >= 2_000_000]
+    last = run["curve"]["last"]["success"]
+    column = PAPERS["sit_icml2024"]["our_configs"]["siet_rotation_pooled_no_triangles"]["table_4"]
+    greedy, sampling = run["greedy"], run["sampling"]
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    assert (
+        f"training success first 0.5 at {reached['0.5']:,} steps, 0.8 at {reached['0.8']:,} and 0.9 at "
+        f"{reached['0.9']:,} (seed 0 without the prior, above: {before['0.5']:,}, {before['0.8']:,} and "
+        f"{before['0.9']:,}), {min(late):.2f}-{max(late):.2f} at the 50k marks from 2M steps "
+        f"({last:.2f} at 3M)."
+    ) in page
+    assert f"beside the paper's {column} column (mean rewards): {_greedy_cells(greedy, column)}." in page
+    assert (
+        f"Sampling: N1 {sampling['train: easy']['success_rate']:.2f}, rotations "
+        f"{sampling['rotations average']['success_rate']:.2f}."
+    ) in page
+    short = (
+        f"training success first 0.9 at {reached['0.9']:,} steps and {last:.2f} at 3M; greedy N1 "
+        f"{greedy['train: easy']['success_rate']:.2f} and rotated "
+        f"{greedy['rotations average']['success_rate']:.2f}, "
+        f"N2 {greedy['train: medium']['success_rate']:.2f}"
+    )
+    assert short in LAVACROSSING_SHORT
