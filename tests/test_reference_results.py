@@ -5394,6 +5394,7 @@ def test_the_forward_prior_on_seed_1_to_3m_steps_is_quoted_as_measured():
     assert (
         "with an exploration prior (`ppo.initial_action_probabilities`) too, seed 1 scores greedy N1 "
         f"{greedy['train: easy']['success_rate']:.2f} and rotated "
-        f"{greedy['rotations average']['success_rate']:.2f} at 3M steps, N2 {greedy['train: medium']['success_rate']:.2f} "
+        f"{greedy['rotations average']['success_rate']:.2f} at 3M steps, "
+        f"N2 {greedy['train: medium']['success_rate']:.2f} "
         "(one seed; `benchmarks/reference/lavacrossing_siet_no_triangles_forward_seed1_3m.json`)"
     ) in " ".join(README.split())
