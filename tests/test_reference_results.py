@@ -5298,16 +5298,21 @@ def test_the_forward_prior_on_the_siet_readouts_hard_seed_is_quoted_as_measured(
     assert greedy["train: easy"] == greedy["rotations average"]  # invariant to the quarter turns
 
 
-def test_the_siet_readout_without_triangle_sums_to_3m_steps_is_quoted_as_measured():
-    """docs/lavacrossing.md: seed 0 without a prior, continued to 3M steps, beside SiT-1 and the CNN."""
-    report = _report("lavacrossing_siet_no_triangles_3m.json")
-    run = report["runs"]["seed 0"]
-    first = _report("lavacrossing_siet_no_triangles_1m.json")["runs"]["seed 0"]
+def _continued_3m_run(name: str, seed: int) -> tuple[dict, dict]:
+    """A 1M-step run continued to 3M: its command and wall times agree with the 1M report's; evaluated."""
+    run = _report(name)["runs"][f"seed {seed}"]
+    first = _report(name.replace("_3m.json", "_1m.json"))["runs"][f"seed {seed}"]
     assert run["command"] == first["command"].replace("1000000", "3000000").replace("_1m.json", "_3m.json")
-    walls = report["train_wall_s"]
+    walls = _report(name)["train_wall_s"]
     assert walls["first_process_to_1m"] == first["train_wall_s"]
     assert walls["total"] == pytest.approx(sum(v for k, v in walls.items() if k != "total"), abs=0.2)
     assert run["evaluated"] and run["num_episodes"] == 200 and run["curve"]["last"]["env_steps"] >= 3_000_000
+    return run, first
+
+
+def test_the_siet_readout_without_triangle_sums_to_3m_steps_is_quoted_as_measured():
+    """docs/lavacrossing.md: seed 0 without a prior, continued to 3M steps, beside SiT-1 and the CNN."""
+    run, _ = _continued_3m_run("lavacrossing_siet_no_triangles_3m.json", 0)
     points = {p["env_steps"]: p["success"] for p in run["curve"]["curve"]}
     late = [v for s, v in points.items() if s >= 2_000_000]
     reached = run["curve"]["first_step_with_success_at_least"]
@@ -5355,14 +5360,7 @@ def test_the_siet_readout_without_triangle_sums_to_3m_steps_is_quoted_as_measure
 
 def test_the_forward_prior_on_seed_1_to_3m_steps_is_quoted_as_measured():
     """docs/lavacrossing.md and the README: seed 1 with the forward prior continued to 3M steps."""
-    report = _report("lavacrossing_siet_no_triangles_forward_seed1_3m.json")
-    run = report["runs"]["seed 1"]
-    first = _report("lavacrossing_siet_no_triangles_forward_seed1_1m.json")["runs"]["seed 1"]
-    assert run["command"] == first["command"].replace("1000000", "3000000").replace("_1m.json", "_3m.json")
-    walls = report["train_wall_s"]
-    assert walls["first_process_to_1m"] == first["train_wall_s"]
-    assert walls["total"] == pytest.approx(sum(v for k, v in walls.items() if k != "total"), abs=0.2)
-    assert run["evaluated"] and run["num_episodes"] == 200 and run["curve"]["last"]["env_steps"] >= 3_000_000
+    run, first = _continued_3m_run("lavacrossing_siet_no_triangles_forward_seed1_3m.json", 1)
     reached = run["curve"]["first_step_with_success_at_least"]
     assert reached["0.5"] == first["curve"]["first_step_with_success_at_least"]["0.5"]  # one run, continued
     unprimed = _report("lavacrossing_siet_no_triangles_3m.json")["runs"]["seed 0"]["curve"]
