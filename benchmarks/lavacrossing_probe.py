@@ -68,7 +68,12 @@ Models (``--models``), with the kwargs of the PPO configs:
   response kept (``SiTEncoder(patch_readout="rotation_pooled")``);
   ``sit_grid_readout_m4_corners`` / ``_m1_corners``: the same readout on a SiT,
   of the global block's input grid (the local tokens), with four or one stem
-  maps per colour channel;
+  maps per colour channel; ``siet_rotation_pooled_m4_corners_sharp_standardized``:
+  the SieT readout as PPO trains it, and its cheaper forms ``siet_nt`` (no
+  triangle sums), ``siet_nt_m1`` / ``siet_nt_2h`` (and one stem map per channel,
+  or 2 heads), ``siet_lite`` (all three cuts; ``_fc64`` with a dense layer of
+  64 before the logits) and ``siet_nt_turn_attention`` (the turns pooled by one
+  attention weighting, ``SiTEncoder(turn_pooling="attention")``);
 - ``vit_small``: ``configs/minigrid/lavacrossing_vit.gin``.
 
 Each is followed by ``Dense(4)`` logits. The loss is the negative log of the
@@ -163,6 +168,7 @@ _SIET_READOUT_PPO = {
     "query_key_init_scale": 4.0,
     "head_standardization": True,
 }
+_SIET_LITE = {**_SIET_READOUT_PPO, "num_heads": 2, "stem_depth_multiplier": 1, "triangles": 0}
 
 MODELS: dict[str, dict[str, Any]] = {
     "cnn": {"encoder": "cnn", "kwargs": {"filters": (16, 32), "strides": 1}, "fc": (64,)},
@@ -279,6 +285,24 @@ MODELS: dict[str, dict[str, Any]] = {
         },
         "fc": (),
     },
+    # The cheaper SieT readout as PPO trains it (configs/minigrid/lavacrossing_siet_rotation_pooled_lite.gin:
+    # no triangle sums, one stem map per channel, 2 heads), and with the CNN's extra dense layer of 64
+    # ReLUs between the encoder and the logits ("_fc64"; ppo.fc_layer_params = (64,)).
+    "siet_lite": {"encoder": "siet", "kwargs": _SIET_LITE, "fc": ()},
+    # One or two of its three cuts ("_nt": no triangle sums, as
+    # lavacrossing_siet_rotation_pooled_no_triangles.gin; "_m1": one stem map per channel; "_2h": 2 heads).
+    "siet_nt": {"encoder": "siet", "kwargs": {**_SIET_READOUT_PPO, "triangles": 0}, "fc": ()},
+    "siet_nt_m1": {"encoder": "siet", "kwargs": {**_SIET_LITE, "num_heads": 4}, "fc": ()},
+    "siet_nt_2h": {"encoder": "siet", "kwargs": {**_SIET_LITE, "stem_depth_multiplier": 4}, "fc": ()},
+    # The readout without triangle sums whose head pools the grid's four turns with one attention
+    # weighting for all units (SiTEncoder turn_pooling="attention": a shared frame) instead of each
+    # unit's max.
+    "siet_nt_turn_attention": {
+        "encoder": "siet",
+        "kwargs": {**_SIET_READOUT_PPO, "triangles": 0, "turn_pooling": "attention"},
+        "fc": (),
+    },
+    "siet_lite_fc64": {"encoder": "siet", "kwargs": _SIET_LITE, "fc": (64,)},
     "vit_small": {
         "encoder": "vit",
         "kwargs": {"patch_size": 2, "embed_dim": 64, "num_heads": 8, "num_layers": 2, "mlp_dim": 0},

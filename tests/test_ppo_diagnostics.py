@@ -1,4 +1,5 @@
-"""The PPO actor diagnostics of issue 24: benchmarks/ppo_trace.py, ppo_noise_phase.py, sit_state_signal.py."""
+"""The PPO actor diagnostics of issue 24: benchmarks/ppo_trace.py, ppo_noise_phase.py, sit_state_signal.py,
+lavacrossing_failures.py."""
 
 from __future__ import annotations
 
@@ -79,6 +80,9 @@ def test_noise_phase_quick_trains_on_noise_and_measures_every_iteration(tmp_path
         ("sit_state_signal", ["--num_states", "1"], "--num_states must be >= 2"),
         ("sit_state_signal", ["--seeds", "1,-1"], "--seeds must be distinct non-negative integers"),
         ("ppo_noise_phase", ["--out", str(BENCHMARKS)], "--out must be a file path, not a folder"),
+        ("lavacrossing_failures", ["--root_dir", ".", "--num_episodes", "0"], "--num_episodes must be >= 1"),
+        ("lavacrossing_failures", ["--root_dir", ".", "--rows", "easy"], "Unknown --rows easy"),
+        ("lavacrossing_failures", ["--root_dir", str(BENCHMARKS)], "holds no policies/greedy_policy"),
     ],
 )
 def test_diagnostics_refuse_bad_arguments_in_one_sentence(script, argv, message, capsys):
@@ -87,6 +91,21 @@ def test_diagnostics_refuse_bad_arguments_in_one_sentence(script, argv, message,
     assert module.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err and "Traceback" not in err
+
+
+def test_failures_count_each_way_an_episode_ends():
+    failures = _load("lavacrossing_failures")
+    episodes = [
+        {"success": True, "length": 20},
+        {"success": False, "length": 3},  # lava at once
+        {"success": False, "length": 40},  # lava later
+        {"success": False, "length": 324},  # the time limit of LavaCrossingS9
+    ]
+    summary = failures.summarize_outcomes(episodes, max_steps=324)
+    assert (summary["success"], summary["lava"], summary["time_limit"]) == (0.25, 0.5, 0.25)
+    assert summary["lava_within_early_steps"] == 0.25 and summary["lava_steps"] == [3, 40]
+    assert summary["lava_median_step"] == 21.5
+    assert failures.max_steps_of("minigrid:LavaCrossingS9N2") == 4 * 9 * 9
 
 
 def test_state_signal_is_spread_over_the_shared_part():
@@ -143,6 +162,31 @@ def test_ppo_trace_reads_every_checkpoint_of_a_run_trained_with_sit_train(tmp_pa
     missing = subprocess.run([*command[:2], "--root_dir", str(tmp_path)], capture_output=True, text=True)
     assert missing.returncode == 2 and "holds no policy_network.json" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+@pytest.mark.large
+def test_failures_replay_the_evaluations_episodes(tmp_path):
+    """The failure counts come from agents.evaluate's episodes: the greedy success rates agree exactly."""
+    from run_folders import TINY_PPO, sit_train
+
+    from sit_keras.agents import evaluate
+
+    root = tmp_path / "run"
+    bindings = [*TINY_PPO, "train_eval.env_name = 'minigrid:LavaCrossingS9N1'", "train_eval.progress = False"]
+    trained = sit_train(str(root), bindings)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    out = tmp_path / "failures.json"
+    argv = ["--root_dir", str(root), "--rows", "train: easy", "--num_episodes", "16", "--out", str(out)]
+    assert _load("lavacrossing_failures").main(argv) == 0
+    report = json.loads(out.read_text())
+    for kind in ("greedy", "sampling"):
+        counts = report["results"][kind]["train: easy"]
+        assert counts["success"] + counts["lava"] + counts["time_limit"] == pytest.approx(1.0)
+        assert counts["episodes"] == 16 and counts["max_steps"] == 4 * 9 * 9
+    policy = evaluate.load_policy(str(root / "policies" / "greedy_policy"))  # sampling draws differ per run
+    expected = evaluate.evaluate(policy, "minigrid:LavaCrossingS9N1", num_episodes=16)["none"]
+    assert report["results"]["greedy"]["train: easy"]["success"] == expected["success_rate"]
+    assert report["command"].startswith("python benchmarks/lavacrossing_failures.py --root_dir")
 
 
 def test_a_reports_command_reruns_as_written():

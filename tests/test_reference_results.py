@@ -5396,3 +5396,169 @@ def test_the_forward_prior_on_seed_1_to_3m_steps_is_quoted_as_measured():
         f"N2 {greedy['train: medium']['success_rate']:.2f} "
         "(one seed; `benchmarks/reference/lavacrossing_siet_no_triangles_forward_seed1_3m.json`)"
     ) in " ".join(README.split())
+
+
+FAILURE_RUNS = {
+    # failure report -> (3M report, seed, the docs' row label, the command's --out)
+    "lavacrossing_failures_siet_no_triangles_seed0_3m.json": (
+        "lavacrossing_siet_no_triangles_3m.json",
+        0,
+        "seed 0, no prior",
+        "runs/failures_nt_seed0_3m.json",
+    ),
+    "lavacrossing_failures_siet_no_triangles_forward_seed1_3m.json": (
+        "lavacrossing_siet_no_triangles_forward_seed1_3m.json",
+        1,
+        "seed 1, forward prior",
+        "runs/failures_nt_fwd_seed1_3m.json",
+    ),
+}
+
+
+def test_how_the_readout_without_triangle_sums_fails_on_n2_is_quoted_as_measured():
+    """docs/lavacrossing.md, "How the readout without triangle sums fails on N2": the table and its ranges."""
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    counts = {}
+    for name, (evaluated, seed, label, out) in FAILURE_RUNS.items():
+        report = _report(name)
+        run = _report(evaluated)["runs"][f"seed {seed}"]
+        root = (
+            run["command"].split("--root ")[1].split()[0] + f"/siet_rotation_pooled_no_triangles_seed{seed}"
+        )
+        assert report["command"] == (
+            f"python benchmarks/lavacrossing_failures.py --root_dir {root} --num_episodes 200 --out {out}"
+        )
+        assert report["commit"] and report["num_episodes"] == 200 and report["early_steps"] == 10
+        for kind in ("greedy", "sampling"):
+            rows = report["results"][kind]
+            for row, summary in rows.items():
+                assert summary["episodes"] == 200 and summary["max_steps"] == 324
+                assert summary["success"] + summary["lava"] + summary["time_limit"] == pytest.approx(1.0)
+                assert len(summary["lava_steps"]) == round(200 * summary["lava"])
+                if kind == "greedy":  # the evaluation's episodes: the same success rates
+                    assert summary["success"] == run["greedy"][row]["success_rate"]
+            cells = []
+            for row in ("train: medium", "hard"):
+                s = rows[row]
+                cells += [
+                    f"{s['success']:.2f}",
+                    f"{s['lava']:.2f} ({s['lava_within_early_steps']:.2f})",
+                    f"{s['time_limit']:.2f}",
+                ]
+            assert f"| {label} | {kind} | " + " | ".join(cells) + " |" in page
+            counts[label, kind] = rows
+    assert "MiniGrid's time limit of 324 steps" in page
+
+    def span(kinds: tuple[str, ...], row: str, key: str) -> str:
+        values = [rows[row][key] for (_, kind), rows in counts.items() if kind in kinds]
+        return f"{min(values):.2f}-{max(values):.2f}"
+
+    both, greedy, sampling, n2 = ("greedy", "sampling"), ("greedy",), ("sampling",), "train: medium"
+    for text in (
+        f"On N1 the four policies reach the goal in {span(both, 'train: easy', 'success')} of the episodes.",
+        f"they go round until the time limit ({span(greedy, n2, 'time_limit')})",
+        f"they walk into lava ({span(greedy, n2, 'lava')}), most of it within the first 10 steps",
+        f"The sampling policies rarely reach the time limit ({span(sampling, n2, 'time_limit')})",
+        f"end in lava instead ({span(sampling, n2, 'lava')})",
+    ):
+        assert text in page, text
+    for (_, kind), rows in counts.items():
+        if kind == "greedy":  # "most of it within the first 10 steps"
+            assert rows[n2]["lava_within_early_steps"] > rows[n2]["lava"] / 2
+
+
+PROBE_CUTS = {
+    "siet_rotation_pooled_m4_corners_sharp_standardized": "SieT readout",
+    "siet_nt": "without triangle sums",
+    "siet_nt_m1": "without triangle sums, one stem map per channel",
+    "siet_nt_2h": "without triangle sums, 2 heads",
+    "siet_lite": "all three cuts (the cheaper readout)",
+    "siet_lite_fc64": "all three cuts, and a dense layer of 64",
+}
+
+
+def test_the_cheaper_readouts_cuts_in_the_probe_are_quoted_as_measured():
+    """docs/lavacrossing.md, "The cheaper readout's cuts in the imitation probe": table, prose and cost."""
+    results = _probe_results()
+    pair = functools.partial(_seed_pair, results)
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    reports = ("siet_ppo_config", "siet_cuts", "siet_lite")
+    for name in reports:
+        report = _report(f"lavacrossing_probe_{name}.json")
+        assert report["command"].startswith("python benchmarks/lavacrossing_probe.py --models ")
+        assert report["command"].endswith(
+            "--seeds 0,1 --num_states 20000 --num_heldout 2000 --steps 3000 "
+            f"--out runs/probe_{name.replace('siet_lite', 'siet_lite_fc64')}.json"
+        )
+        assert report["commit"].startswith("48e5456") and report["provenance_note"]
+
+    def last_loss(run: dict) -> str:
+        return f"{run['loss_last']:.2f}"
+
+    for model, label in PROBE_CUTS.items():
+        cells = (pair(model, _held_out()), pair(model, _held_out("n2")), pair(model, last_loss))
+        row = f"| {label} | " + " | ".join(cells) + " |"
+        assert row in page, row
+        assert all(results[model, seed]["loss_window_steps"] == 50 for seed in (0, 1))
+    assert (
+        f"(The CNN: {pair('cnn', _held_out())} held-out, `benchmarks/reference/lavacrossing_probe.json`.)"
+        in page
+    )
+    stuck = [run for (model, _), run in results.items() if model in PROBE_CUTS and run["loss_last"] > 0.9]
+    assert len(stuck) == 3 and {(_held_out()(r), _held_out("turn_only")(r)) for r in stuck} == {
+        ("0.33", "0.00")
+    }
+    assert (
+        f"its loss is still {last_loss(results['siet_nt_2h', 0])} over the last 50 of 3,000 steps, and it "
+        "scores 0.33 held-out and 0.00 on the left/right-only states, the same as every run here that stayed "
+        "on the plateau"
+    ) in page
+    assert f"give both failures ({pair('siet_lite', _held_out())})" in page
+    assert f"does not lift them ({pair('siet_lite_fc64', _held_out())})" in page
+
+    cost = _report("lavacrossing_cost_lite_avx512.json")
+    assert cost["command"] == (
+        "python benchmarks/lavacrossing_cost.py --models sit_small,siet_rotation_pooled_lite --repeats 3 "
+        "--env_steps 10240 --out runs/cost_lite_avx512_48e5456.json"
+    )
+    assert (
+        cost["commit"].startswith("48e5456")
+        and "avx512f" in cost["cpu_flags"]
+        and "no amx" in cost["cpu_flags"]
+    )
+    sps = _cost_medians(cost)
+    ratio = sps["sit_small"] / sps["siet_rotation_pooled_lite"]
+    assert ratio <= 1.5
+    before = [
+        _cost_medians(_report(name))
+        for name in (
+            "lavacrossing_cost_siet_no_triangles_avx512.json",
+            "lavacrossing_cost_siet_no_triangles_avx512_after.json",
+        )
+    ]
+    no_triangles = sorted(s["sit_small"] / s["siet_rotation_pooled_no_triangles"] for s in before)
+    assert (
+        f"the cheaper readout costs **{ratio:.2f}x** SiT-small per environment step "
+        f"({sps['siet_rotation_pooled_lite']:.1f} against {sps['sit_small']:.1f} env steps/s;"
+    ) in page
+    assert (
+        f"where the readout without triangle sums costs {no_triangles[0]:.2f}-{no_triangles[1]:.2f}x." in page
+    )
+
+
+def test_pooling_the_turns_in_one_frame_is_quoted_as_measured():
+    """docs/lavacrossing.md, "Pooling the turns in one frame": its probe against the max over the turns."""
+    report = _report("lavacrossing_probe_siet_turn_attention.json")
+    assert report["command"].startswith(
+        "python benchmarks/lavacrossing_probe.py --models siet_nt_turn_attention "
+    )
+    assert report["results"][0]["encoder_kwargs"]["turn_pooling"] == "attention"
+    pair = functools.partial(_seed_pair, _probe_results())
+    attention, plain = "siet_nt_turn_attention", "siet_nt"
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    assert (
+        f"scores {pair(attention, _held_out())} held-out and {pair(attention, _held_out('n2'))} on N2, "
+        f"against {pair(plain, _held_out())} and {pair(plain, _held_out('n2'))} with each unit's max: "
+        "no gain over the two seeds"
+    ) in page
+    assert _held_out()(_probe_results()[attention, 0]) < _held_out()(_probe_results()[plain, 0])

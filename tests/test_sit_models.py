@@ -308,13 +308,17 @@ def test_a_rotation_pooled_stem_is_configured_and_refused_as_documented() -> Non
 
 
 @pytest.mark.parametrize(
-    "variant, head_activation, triangles",
+    "variant, head_activation, triangles, turn_pooling",
     # the SieT's output grid, the SiT's local grid; a SieT whose global block has no triangle sum
-    # (configs/minigrid/lavacrossing_siet_rotation_pooled_lite.gin), left mirror-aware by its chiral stem
-    [("siet", "relu", None), ("sit", "relu", None), ("siet", "elu", None), ("siet", "relu", 0)],
-)
+    # (configs/minigrid/lavacrossing_siet_rotation_pooled_lite.gin), left mirror-aware by its chiral stem;
+    # the turns pooled by one attention weighting instead of each unit's max
+    [
+        ("siet", "relu", None, "max"), ("sit", "relu", None, "max"), ("siet", "elu", None, "max"),
+        ("siet", "relu", 0, "max"), ("siet", "relu", 0, "attention"), ("sit", "relu", None, "attention"),
+    ],
+)  # fmt: skip
 def test_a_rotation_pooled_patch_readout_is_invariant_to_turns_in_training_and_not_to_flips(
-    variant: str, head_activation: str, triangles: int | None
+    variant: str, head_activation: str, triangles: int | None, turn_pooling: str
 ) -> None:
     # configs/minigrid/lavacrossing_siet_rotation_pooled.gin: standardised class token and grid, one
     # block per level (the class token alone would be mirror-blind; the dense readout is not).
@@ -322,8 +326,11 @@ def test_a_rotation_pooled_patch_readout_is_invariant_to_turns_in_training_and_n
         **SIT_SMALL, "pool_padding": 1, "stem_kernel_size": 5, "stem_symmetry": "chiral",
         "query_key_init_scale": 4.0, "head_standardization": True, "patch_readout": "rotation_pooled",
         "equivariant_dim": 8, "head_activation": head_activation, "triangles": triangles,
+        "turn_pooling": turn_pooling,
     }  # fmt: skip
     encoder = _perturbed_encoder(variant, shape=(14, 14, 3), **config)
+    if turn_pooling == "attention":  # perturbed off zero: the turns' weights differ
+        assert float(tf.reduce_min(tf.abs(encoder.turn_score.kernel))) > 0
     x = _images(3, shape=(14, 14, 3), dtype="float64")
 
     def grid(images: tf.Tensor) -> tf.Tensor:
@@ -339,6 +346,7 @@ def test_a_rotation_pooled_patch_readout_is_invariant_to_turns_in_training_and_n
     restored = SiTEncoder.from_config(encoder.get_config())
     assert restored.patch_readout == "rotation_pooled" and restored.grid_standardization is not None
     assert restored.head_activation == head_activation and restored.triangles == encoder.triangles
+    assert restored.turn_pooling == turn_pooling
     if triangles == 0:
         assert encoder.triangles == 0
     if head_activation == "elu":  # negative outputs: the head is not a ReLU
@@ -360,6 +368,13 @@ def test_the_head_activation_must_be_a_keras_activation() -> None:
             "siet",
             {"patch_readout": "rotation_pooled", "symmetry": "flip_hv"},
             "needs symmetry 'rotation' (received 'flip_hv'); stem_symmetry 'rotation' or 'chiral'",
+        ),
+        ("siet", {"turn_pooling": "mean"}, "turn_pooling must be one of max, attention. Received: 'mean'"),
+        (
+            "siet",
+            {"turn_pooling": "attention"},
+            "turn_pooling='attention' pools the turns of patch_readout='rotation_pooled'. "
+            "Received: patch_readout='ordered'",
         ),
     ],
 )

@@ -29,6 +29,7 @@ STEM_KINDS: tuple[str, ...] = ("graph", "rotation_pooled")
 """``SiTEncoder(stem_kind=...)``: the paper's graph convolution, or a turned kernel max-pooled over turns."""
 
 PATCH_READOUTS: tuple[str, ...] = ("ordered", "rotation_pooled")
+TURN_POOLINGS: tuple[str, ...] = ("max", "attention")
 """``SiTEncoder(patch_readout=...)``: how the head of a SeT or SieT reads the equivariant patch grid."""
 
 # What each variant promises (section 4, Table 1): triangle sums that keep
@@ -200,6 +201,15 @@ class SiTEncoder(Encoder):
         not learn, most of the ReLU head's units were zero on every state (no
         gradient reaches them again; docs/lavacrossing.md), which cannot
         happen to ``"elu"``, whose gradient is positive everywhere.
+      turn_pooling: how ``patch_readout="rotation_pooled"`` pools the head's
+        four readouts ``h_r`` (one per quarter turn ``r`` of the grid).
+        ``"max"`` (default): each unit's largest response, so every unit
+        picks its own turn. ``"attention"``: one weighting for all units,
+        ``sum_r softmax_r(v . h_r) h_r`` with a learned ``v`` (zero at the
+        start: the mean over the turns), so the units read the grid in a
+        shared frame and keep how the patterns they detect lie relative to
+        each other. Both are invariant under the quarter turns (a turn of the
+        input permutes the ``h_r``). Not in the paper.
       seed: seed of the graph initialisers.
       implementation: ``"fast"`` (default) or ``"reference"`` for every GSA
         layer; both compute the same function with the same weights (see
@@ -253,6 +263,7 @@ class SiTEncoder(Encoder):
         stem_kind: str = "graph",
         patch_readout: str = "ordered",
         head_activation: str = "relu",
+        turn_pooling: str = "max",
         **kwargs: Any,
     ):
         super().__init__(image_shape, output_dim, **kwargs)
@@ -300,6 +311,16 @@ class SiTEncoder(Encoder):
         self.patch_grid = self._patch_grid()
         self.patch_readout = patch_readout
         self._check_patch_readout()
+        if turn_pooling not in TURN_POOLINGS:
+            raise ValueError(
+                f"turn_pooling must be one of {', '.join(TURN_POOLINGS)}. Received: {turn_pooling!r}"
+            )
+        if turn_pooling != "max" and patch_readout != "rotation_pooled":
+            raise ValueError(
+                f"turn_pooling={turn_pooling!r} pools the turns of patch_readout='rotation_pooled'. "
+                f"Received: patch_readout={patch_readout!r}"
+            )
+        self.turn_pooling = turn_pooling
 
         shared = {
             "symmetry": symmetry,
@@ -384,6 +405,11 @@ class SiTEncoder(Encoder):
         self.head = tf_keras.layers.Dense(
             self.output_dim, activation=head_activation, dtype=self.dtype_policy, name="head"
         )
+        self.turn_score = None
+        if self.turn_pooling == "attention":
+            self.turn_score = tf_keras.layers.Dense(
+                1, use_bias=False, kernel_initializer="zeros", dtype=self.dtype_policy, name="turn_score"
+            )
 
     def _check_patch_readout(self) -> None:
         if self.patch_readout not in PATCH_READOUTS:
@@ -565,10 +591,11 @@ class SiTEncoder(Encoder):
         return self.head(features)
 
     def _rotation_pooled_head(self, parts: dict[str, tf.Tensor], training: bool | None) -> tf.Tensor:
-        """``max_r head([token, flatten(rot^r grid)])`` over the quarter turns ``r``: invariant under them.
+        """``max_r head([token, flatten(rot^r grid)])`` over the quarter turns ``r`` (or their
+        attention-weighted sum, ``turn_pooling``): invariant under them.
 
         Turning the input turns the grid (the SeT part is equivariant) and
-        leaves the token, so it permutes the four readouts and keeps their max.
+        leaves the token, so it permutes the four readouts and keeps their pool.
         """
         grid = parts["equivariant"]
         if self.grid_standardization is not None:
@@ -584,8 +611,13 @@ class SiTEncoder(Encoder):
                 token = self.standardization(token, training=training)
             token = tf.broadcast_to(token[None], [4, tf.shape(token)[0], token.shape[-1]])
             readouts = tf.concat([token, readouts], axis=-1)
-        # The max over the turns of the activated head: invariant whatever the activation.
-        return tf.reduce_max(self.head(readouts), axis=0)
+        heads = self.head(readouts)
+        if self.turn_score is None:
+            # The max over the turns of the activated head: invariant whatever the activation.
+            return tf.reduce_max(heads, axis=0)
+        # One softmax over the turns for all units (a shared frame); a turn of the input permutes both.
+        weights = tf.nn.softmax(self.turn_score(heads), axis=0)
+        return tf.reduce_sum(weights * heads, axis=0)
 
     def symmetry_parts(self, images: tf.Tensor, training: bool | None = None) -> dict[str, tf.Tensor]:
         """``{"invariant": (B, dim)}`` and/or ``{"equivariant": (B, h, w, equivariant_dim)}``."""
@@ -614,6 +646,7 @@ class SiTEncoder(Encoder):
             stem_kind=self.stem_kind,
             patch_readout=self.patch_readout,
             head_activation=self.head_activation,
+            turn_pooling=self.turn_pooling,
             pool_size=self.pool_size,
             pool_padding=self.pool_padding,
             window=self.window,
