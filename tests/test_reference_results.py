@@ -7,6 +7,7 @@ formatted as the page prints them. A quoted number cannot drift from its file.
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib.util
 import json
@@ -5562,3 +5563,30 @@ def test_pooling_the_turns_in_one_frame_is_quoted_as_measured():
         "no gain over the two seeds"
     ) in page
     assert _held_out()(_probe_results()[attention, 0]) < _held_out()(_probe_results()[plain, 0])
+
+
+def _gin_encoder_kwargs(config: str) -> dict:
+    """``train_eval.encoder_kwargs`` of ``configs/minigrid/<config>`` (a Python dict literal)."""
+    text = (ROOT / "configs" / "minigrid" / config).read_text()
+    return ast.literal_eval(text.split("train_eval.encoder_kwargs =", 1)[1].strip())
+
+
+def test_the_readout_without_triangle_sums_and_with_2_heads_costs_what_the_docs_say():
+    """docs/lavacrossing.md, "The cheaper readout's cuts in the imitation probe": two cuts within 1.5x."""
+    cost = _report("lavacrossing_cost_no_triangles_2heads_avx512.json")
+    model = "siet_rotation_pooled_no_triangles_2heads"
+    assert cost["command"] == (
+        f"python benchmarks/lavacrossing_cost.py --models sit_small,{model} --repeats 3 --env_steps 10240 "
+        "--out runs/cost_nt_2h_avx512.json"
+    )
+    assert "avx512f" in cost["cpu_flags"] and "no amx" in cost["cpu_flags"] and cost["wall_note"]
+    sps = _cost_medians(cost)
+    ratio = sps["sit_small"] / sps[model]
+    assert ratio <= 1.5
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    assert (
+        f"costs **{ratio:.2f}x** SiT-small on the same host ({sps[model]:.1f} against {sps['sit_small']:.1f} "
+        "env steps/s;"
+    ) in page
+    kwargs = _gin_encoder_kwargs("lavacrossing_siet_rotation_pooled_no_triangles_2heads.gin")
+    assert (kwargs["triangles"], kwargs["num_heads"], kwargs["stem_depth_multiplier"]) == (0, 2, 4)
