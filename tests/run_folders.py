@@ -59,6 +59,13 @@ def sit_train(root_dir: str, bindings: list[str]) -> subprocess.CompletedProcess
     return subprocess.run(command, capture_output=True, text=True, timeout=600)
 
 
+def tiny_lavacrossing_run(root_dir: str, extra_bindings: tuple[str, ...] = ()) -> None:
+    """A tiny PPO run on LavaCrossingS9N1 in ``root_dir`` (``sit-train``; 32 steps unless rebound)."""
+    bindings = [*TINY_PPO, "train_eval.env_name = 'minigrid:LavaCrossingS9N1'", "train_eval.progress = False"]
+    trained = sit_train(root_dir, [*bindings, *extra_bindings])
+    assert trained.returncode == 0, trained.stderr[-2000:]
+
+
 def run_in_process(program: str, *arguments: str) -> subprocess.CompletedProcess:
     """``program`` (a console script of ``commands.entry_points``) run in this process, as its script runs it.
 

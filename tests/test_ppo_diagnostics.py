@@ -138,15 +138,11 @@ def test_state_signal_measures_every_stage_and_the_head(tmp_path):
 # test_measure_reports_a_blind_actor_as_dead_and_state_independent and the effective-rank test.
 @pytest.mark.large
 def test_ppo_trace_reads_every_checkpoint_of_a_run_trained_with_sit_train(tmp_path):
-    from run_folders import TINY_PPO, sit_train
+    from run_folders import tiny_lavacrossing_run
 
     root = tmp_path / "run"
-    bindings = [
-        *TINY_PPO, "train_eval.env_name = 'minigrid:LavaCrossingS9N1'", "train_eval.progress = False",
-        "train_eval.total_env_steps = 64", "train_eval.checkpoint_interval = 16",
-    ]  # fmt: skip
-    trained = sit_train(str(root), bindings)
-    assert trained.returncode == 0, trained.stderr[-2000:]
+    longer = ("train_eval.total_env_steps = 64", "train_eval.checkpoint_interval = 16")
+    tiny_lavacrossing_run(str(root), longer)
     out = tmp_path / "trace.json"
     command = [sys.executable, str(BENCHMARKS / "ppo_trace.py"), "--root_dir", str(root),
                "--num_states", "30", "--out", str(out)]  # fmt: skip
@@ -167,14 +163,12 @@ def test_ppo_trace_reads_every_checkpoint_of_a_run_trained_with_sit_train(tmp_pa
 @pytest.mark.large
 def test_failures_replay_the_evaluations_episodes(tmp_path):
     """The failure counts come from agents.evaluate's episodes: the greedy success rates agree exactly."""
-    from run_folders import TINY_PPO, sit_train
+    from run_folders import tiny_lavacrossing_run
 
     from sit_keras.agents import evaluate
 
     root = tmp_path / "run"
-    bindings = [*TINY_PPO, "train_eval.env_name = 'minigrid:LavaCrossingS9N1'", "train_eval.progress = False"]
-    trained = sit_train(str(root), bindings)
-    assert trained.returncode == 0, trained.stderr[-2000:]
+    tiny_lavacrossing_run(str(root))
     out = tmp_path / "failures.json"
     argv = ["--root_dir", str(root), "--rows", "train: easy", "--num_episodes", "16", "--out", str(out)]
     assert _load("lavacrossing_failures").main(argv) == 0

@@ -522,12 +522,10 @@ def test_lavacrossing_probe_scores_a_policy_trained_with_sit_train(tmp_path):
     import subprocess
     import sys
 
-    from run_folders import TINY_PPO, sit_train
+    from run_folders import tiny_lavacrossing_run
 
     root = tmp_path / "run"
-    bindings = [*TINY_PPO, "train_eval.env_name = 'minigrid:LavaCrossingS9N1'", "train_eval.progress = False"]
-    trained = sit_train(str(root), bindings)
-    assert trained.returncode == 0, trained.stderr[-2000:]
+    tiny_lavacrossing_run(str(root))
     policy_dir = str(root / "policies" / "greedy_policy")
     out = tmp_path / "probe.json"
     command = [sys.executable, str(BENCHMARKS / "lavacrossing_probe.py"), "--quick", "--models", "",
