@@ -5514,6 +5514,13 @@ def test_the_cheaper_readouts_cuts_in_the_probe_are_quoted_as_measured():
         "scores 0.33 held-out and 0.00 on the left/right-only states, the same as every run here that stayed "
         "on the plateau"
     ) in page
+    full, cuts = "siet_rotation_pooled_m4_corners_sharp_standardized", ("siet_nt", "siet_nt_m1", "siet_nt_2h")
+    nt, m1, two_heads = (pair(model, _held_out()) for model in cuts)
+    assert (
+        f"the readout without triangle sums scores as the full readout does (held-out {nt} against "
+        f"{pair(full, _held_out())}, seeds 0 / 1), one stem map per colour channel costs accuracy ({m1}) and "
+        f"2 heads leave seed 0 on the plateau ({two_heads})"
+    ) in LAVACROSSING_SHORT
     assert f"give both failures ({pair('siet_lite', _held_out())})" in page
     assert f"does not lift them ({pair('siet_lite_fc64', _held_out())})" in page
 
@@ -5588,5 +5595,9 @@ def test_the_readout_without_triangle_sums_and_with_2_heads_costs_what_the_docs_
         f"costs **{ratio:.2f}x** SiT-small on the same host ({sps[model]:.1f} against {sps['sit_small']:.1f} "
         "env steps/s;"
     ) in page
+    assert (
+        f"without triangle sums and with 2 heads, the readout costs {ratio:.2f}x SiT-small on the AVX-512 "
+        "host"
+    ) in LAVACROSSING_SHORT
     kwargs = _gin_encoder_kwargs("lavacrossing_siet_rotation_pooled_no_triangles_2heads.gin")
     assert (kwargs["triangles"], kwargs["num_heads"], kwargs["stem_depth_multiplier"]) == (0, 2, 4)
