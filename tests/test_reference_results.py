@@ -5390,13 +5390,7 @@ def test_the_forward_prior_on_seed_1_to_3m_steps_is_quoted_as_measured():
         f"N2 {greedy['train: medium']['success_rate']:.2f}"
     )
     assert short in LAVACROSSING_SHORT
-    assert (
-        "with an exploration prior (`ppo.initial_action_probabilities`) too, seed 1 scores greedy N1 "
-        f"{greedy['train: easy']['success_rate']:.2f} and rotated "
-        f"{greedy['rotations average']['success_rate']:.2f} at 3M steps, "
-        f"N2 {greedy['train: medium']['success_rate']:.2f} "
-        "(one seed; `benchmarks/reference/lavacrossing_siet_no_triangles_forward_seed1_3m.json`)"
-    ) in " ".join(README.split())
+    # the README's sentence on both seeds: test_the_forward_prior_on_seed_0_to_3m_steps_is_quoted_as_measured
 
 
 FAILURE_RUNS = {
@@ -5406,6 +5400,12 @@ FAILURE_RUNS = {
         0,
         "seed 0, no prior",
         "runs/failures_nt_seed0_3m.json",
+    ),
+    "lavacrossing_failures_siet_no_triangles_forward_seed0_3m.json": (
+        "lavacrossing_siet_no_triangles_forward_seed0_3m.json",
+        0,
+        "seed 0, forward prior",
+        "runs/failures_nt_fwd_seed0_3m.json",
     ),
     "lavacrossing_failures_siet_no_triangles_forward_seed1_3m.json": (
         "lavacrossing_siet_no_triangles_forward_seed1_3m.json",
@@ -5456,16 +5456,18 @@ def test_how_the_readout_without_triangle_sums_fails_on_n2_is_quoted_as_measured
 
     both, greedy, sampling, n2 = ("greedy", "sampling"), ("greedy",), ("sampling",), "train: medium"
     for text in (
-        f"On N1 the four policies reach the goal in {span(both, 'train: easy', 'success')} of the episodes.",
-        f"they go round until the time limit ({span(greedy, n2, 'time_limit')})",
-        f"they walk into lava ({span(greedy, n2, 'lava')}), most of it within the first 10 steps",
+        f"On N1 the six policies reach the goal in {span(both, 'train: easy', 'success')} of the episodes.",
+        f"more often they go round until the time limit ({span(greedy, n2, 'time_limit')})",
+        f"less often they walk into lava ({span(greedy, n2, 'lava')}), most of it within the first 10 steps",
         f"The sampling policies rarely reach the time limit ({span(sampling, n2, 'time_limit')})",
         f"end in lava instead ({span(sampling, n2, 'lava')})",
     ):
         assert text in page, text
+    assert len(counts) == 6
     for (_, kind), rows in counts.items():
-        if kind == "greedy":  # "most of it within the first 10 steps"
+        if kind == "greedy":  # "most of it within the first 10 steps"; "more often ... less often"
             assert rows[n2]["lava_within_early_steps"] > rows[n2]["lava"] / 2
+            assert rows[n2]["time_limit"] > rows[n2]["lava"]
 
 
 PROBE_CUTS = {
@@ -5601,3 +5603,69 @@ def test_the_readout_without_triangle_sums_and_with_2_heads_costs_what_the_docs_
     ) in LAVACROSSING_SHORT
     kwargs = _gin_encoder_kwargs("lavacrossing_siet_rotation_pooled_no_triangles_2heads.gin")
     assert (kwargs["triangles"], kwargs["num_heads"], kwargs["stem_depth_multiplier"]) == (0, 2, 4)
+
+
+def test_the_forward_prior_on_seed_0_to_3m_steps_is_quoted_as_measured():
+    """docs/lavacrossing.md and the README: seed 0 with the forward prior to 3M steps, beside seed 1 and the
+    same seed without the prior."""
+    name = "lavacrossing_siet_no_triangles_forward_seed0_3m.json"
+    report = _report(name)
+    run = report["runs"]["seed 0"]
+    seed1 = _report("lavacrossing_siet_no_triangles_forward_seed1_3m.json")["runs"]["seed 1"]
+    assert run["command"] == seed1["command"].replace("--seeds 1", "--seeds 0").replace(
+        "seed1_3m", "seed0_3m"
+    )
+    walls = report["train_wall_s"]
+    assert len(walls) == 6 and walls["total"] == pytest.approx(sum(walls.values()) - walls["total"], abs=0.2)
+    for commit in ("042a770", "a00e92d", "3695933", "ee2d4de", "48e5456"):
+        assert commit in report["status"]
+    assert run["commit"] == "48e5456" and run["evaluated"] and run["num_episodes"] == 200
+    assert run["curve"]["last"]["env_steps"] >= 3_000_000
+    reached = run["curve"]["first_step_with_success_at_least"]
+    primed = seed1["curve"]["first_step_with_success_at_least"]
+    unprimed = _report("lavacrossing_siet_no_triangles_3m.json")["runs"]["seed 0"]["curve"]
+    before = unprimed["first_step_with_success_at_least"]
+    points = {p["env_steps"]: p["success"] for p in run["curve"]["curve"]}
+    late = [v for s, v in points.items() if s >= 2_000_000]
+    last = run["curve"]["last"]["success"]
+    column = PAPERS["sit_icml2024"]["our_configs"]["siet_rotation_pooled_no_triangles"]["table_4"]
+    greedy, sampling = run["greedy"], run["sampling"]
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    assert (
+        f"training success first 0.5 at {reached['0.5']:,} steps, 0.8 at {reached['0.8']:,} and 0.9 at "
+        f"{reached['0.9']:,} (the same seed without the prior: {before['0.5']:,}, {before['0.8']:,} and "
+        f"{before['0.9']:,}; seed 1 with it: {primed['0.5']:,}, {primed['0.8']:,} and {primed['0.9']:,}), "
+        f"{min(late):.2f}-{max(late):.2f} at the 50k marks from 2M steps ({last:.2f} at 3M)."
+    ) in page
+    assert f"beside the paper's {column} column (mean rewards): {_greedy_cells(greedy, column)}." in page
+    assert (
+        f"Sampling: N1 {sampling['train: easy']['success_rate']:.2f}, rotations "
+        f"{sampling['rotations average']['success_rate']:.2f}."
+    ) in page
+    assert f"{walls['total'] / 3600:.1f} hours of training in five processes" in page
+    short = (
+        f"training success first 0.9 at {reached['0.9']:,} steps and {last:.2f} at 3M; greedy N1 "
+        f"{greedy['train: easy']['success_rate']:.2f} and rotated "
+        f"{greedy['rotations average']['success_rate']:.2f}, "
+        f"N2 {greedy['train: medium']['success_rate']:.2f}"
+    )
+    assert short in LAVACROSSING_SHORT
+
+    def both(row: str) -> str:
+        return " and ".join(f"{g[row]['success_rate']:.2f}" for g in (greedy, seed1["greedy"]))
+
+    assert (
+        "with an exploration prior (`ppo.initial_action_probabilities`) too, seeds 0 and 1 score greedy N1 "
+        f"{both('train: easy')}, rotated {both('rotations average')} at 3M steps, N2 {both('train: medium')} "
+        "(`benchmarks/reference/lavacrossing_siet_no_triangles_forward_seed{0,1}_3m.json`)"
+    ) in " ".join(README.split())
+    n2 = [
+        r["greedy"]["train: medium"]["success_rate"]
+        for r in (run, _report("lavacrossing_siet_no_triangles_3m.json")["runs"]["seed 0"], seed1)
+    ]
+    assert n2[0] < n2[1] < n2[2]
+    assert (
+        f"{n2[0]:.2f} greedy at 3M, against {n2[1]:.2f} for the same seed without it (seed 1 with it: "
+        f"{n2[2]:.2f})"
+    ) in page
+    assert reached["0.9"] < before["0.9"] and primed["0.9"] < before["0.9"]  # "both seeds ... sooner"
