@@ -130,7 +130,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.perf_counter()
     results: dict[str, dict[str, Any]] = {}
     for kind, saved in POLICIES.items():
-        policy = evaluate.load_policy(os.path.join(args.root_dir, "policies", saved))
+        policy_dir = os.path.join(args.root_dir, "policies", saved)
+        try:
+            policy = evaluate.load_policy(policy_dir)
+        except (OSError, ValueError) as error:  # missing or damaged SavedModel: one sentence, no traceback
+            print(f"lavacrossing_failures.py: cannot load {policy_dir}: {error}", file=sys.stderr)
+            return 2
         results[kind] = {}
         for row in args.rows:
             env_name = ROWS[row]

@@ -93,6 +93,14 @@ def test_diagnostics_refuse_bad_arguments_in_one_sentence(script, argv, message,
     assert message in err and "\n" not in err and "Traceback" not in err
 
 
+def test_failures_name_a_policy_folder_without_a_saved_model(tmp_path, capsys):
+    for saved in ("greedy_policy", "policy"):
+        (tmp_path / "policies" / saved).mkdir(parents=True)
+    assert _load("lavacrossing_failures").main(["--root_dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"cannot load {tmp_path}/policies/greedy_policy" in err and "Traceback" not in err
+
+
 def test_failures_count_each_way_an_episode_ends():
     failures = _load("lavacrossing_failures")
     episodes = [

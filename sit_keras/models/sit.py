@@ -29,8 +29,10 @@ STEM_KINDS: tuple[str, ...] = ("graph", "rotation_pooled")
 """``SiTEncoder(stem_kind=...)``: the paper's graph convolution, or a turned kernel max-pooled over turns."""
 
 PATCH_READOUTS: tuple[str, ...] = ("ordered", "rotation_pooled")
-TURN_POOLINGS: tuple[str, ...] = ("max", "attention")
 """``SiTEncoder(patch_readout=...)``: how the head of a SeT or SieT reads the equivariant patch grid."""
+
+TURN_POOLINGS: tuple[str, ...] = ("max", "attention")
+"""``SiTEncoder(turn_pooling=...)``: how a rotation-pooled readout pools its four quarter turns."""
 
 # What each variant promises (section 4, Table 1): triangle sums that keep
 # rotations and break flips, and which parts of the representation it uses.
