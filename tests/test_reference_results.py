@@ -5359,37 +5359,42 @@ def test_the_siet_readout_without_triangle_sums_to_3m_steps_is_quoted_as_measure
     ) in " ".join(README.split())
 
 
-def test_the_forward_prior_on_seed_1_to_3m_steps_is_quoted_as_measured():
-    """docs/lavacrossing.md and the README: seed 1 with the forward prior continued to 3M steps."""
-    run, first = _continued_3m_run("lavacrossing_siet_no_triangles_forward_seed1_3m.json", 1)
+def _quoted_3m_prior_run(run: dict, page: str) -> tuple[dict, list[float], float]:
+    """A 3M-step run of the readout without triangle sums: its greedy cells, sampling sentence and In-short
+    line as the docs quote them; returns its first steps at 0.5 / 0.8 / 0.9, its marks from 2M, its last."""
     reached = run["curve"]["first_step_with_success_at_least"]
-    assert reached["0.5"] == first["curve"]["first_step_with_success_at_least"]["0.5"]  # one run, continued
-    unprimed = _report("lavacrossing_siet_no_triangles_3m.json")["runs"]["seed 0"]["curve"]
-    before = unprimed["first_step_with_success_at_least"]
-    points = {p["env_steps"]: p["success"] for p in run["curve"]["curve"]}
-    late = [v for s, v in points.items() if s >= 2_000_000]
+    late = [p["success"] for p in run["curve"]["curve"] if p["env_steps"] >= 2_000_000]
     last = run["curve"]["last"]["success"]
     column = PAPERS["sit_icml2024"]["our_configs"]["siet_rotation_pooled_no_triangles"]["table_4"]
     greedy, sampling = run["greedy"], run["sampling"]
+    assert f"beside the paper's {column} column (mean rewards): {_greedy_cells(greedy, column)}." in page
+    assert (
+        f"Sampling: N1 {sampling['train: easy']['success_rate']:.2f}, rotations "
+        f"{sampling['rotations average']['success_rate']:.2f}."
+    ) in page
+    assert (
+        f"training success first 0.9 at {reached['0.9']:,} steps and {last:.2f} at 3M; greedy N1 "
+        f"{greedy['train: easy']['success_rate']:.2f} and rotated "
+        f"{greedy['rotations average']['success_rate']:.2f}, "
+        f"N2 {greedy['train: medium']['success_rate']:.2f}"
+    ) in LAVACROSSING_SHORT
+    return reached, late, last
+
+
+def test_the_forward_prior_on_seed_1_to_3m_steps_is_quoted_as_measured():
+    """docs/lavacrossing.md and the README: seed 1 with the forward prior continued to 3M steps."""
+    run, first = _continued_3m_run("lavacrossing_siet_no_triangles_forward_seed1_3m.json", 1)
     page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    reached, late, last = _quoted_3m_prior_run(run, page)
+    assert reached["0.5"] == first["curve"]["first_step_with_success_at_least"]["0.5"]  # one run, continued
+    unprimed = _report("lavacrossing_siet_no_triangles_3m.json")["runs"]["seed 0"]["curve"]
+    before = unprimed["first_step_with_success_at_least"]
     assert (
         f"training success first 0.5 at {reached['0.5']:,} steps, 0.8 at {reached['0.8']:,} and 0.9 at "
         f"{reached['0.9']:,} (seed 0 without the prior, above: {before['0.5']:,}, {before['0.8']:,} and "
         f"{before['0.9']:,}), {min(late):.2f}-{max(late):.2f} at the 50k marks from 2M steps "
         f"({last:.2f} at 3M)."
     ) in page
-    assert f"beside the paper's {column} column (mean rewards): {_greedy_cells(greedy, column)}." in page
-    assert (
-        f"Sampling: N1 {sampling['train: easy']['success_rate']:.2f}, rotations "
-        f"{sampling['rotations average']['success_rate']:.2f}."
-    ) in page
-    short = (
-        f"training success first 0.9 at {reached['0.9']:,} steps and {last:.2f} at 3M; greedy N1 "
-        f"{greedy['train: easy']['success_rate']:.2f} and rotated "
-        f"{greedy['rotations average']['success_rate']:.2f}, "
-        f"N2 {greedy['train: medium']['success_rate']:.2f}"
-    )
-    assert short in LAVACROSSING_SHORT
     # the README's sentence on both seeds: test_the_forward_prior_on_seed_0_to_3m_steps_is_quoted_as_measured
 
 
@@ -5621,35 +5626,19 @@ def test_the_forward_prior_on_seed_0_to_3m_steps_is_quoted_as_measured():
         assert commit in report["status"]
     assert run["commit"] == "48e5456" and run["evaluated"] and run["num_episodes"] == 200
     assert run["curve"]["last"]["env_steps"] >= 3_000_000
-    reached = run["curve"]["first_step_with_success_at_least"]
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    reached, late, last = _quoted_3m_prior_run(run, page)
     primed = seed1["curve"]["first_step_with_success_at_least"]
     unprimed = _report("lavacrossing_siet_no_triangles_3m.json")["runs"]["seed 0"]["curve"]
     before = unprimed["first_step_with_success_at_least"]
-    points = {p["env_steps"]: p["success"] for p in run["curve"]["curve"]}
-    late = [v for s, v in points.items() if s >= 2_000_000]
-    last = run["curve"]["last"]["success"]
-    column = PAPERS["sit_icml2024"]["our_configs"]["siet_rotation_pooled_no_triangles"]["table_4"]
-    greedy, sampling = run["greedy"], run["sampling"]
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    greedy = run["greedy"]
     assert (
         f"training success first 0.5 at {reached['0.5']:,} steps, 0.8 at {reached['0.8']:,} and 0.9 at "
         f"{reached['0.9']:,} (the same seed without the prior: {before['0.5']:,}, {before['0.8']:,} and "
         f"{before['0.9']:,}; seed 1 with it: {primed['0.5']:,}, {primed['0.8']:,} and {primed['0.9']:,}), "
         f"{min(late):.2f}-{max(late):.2f} at the 50k marks from 2M steps ({last:.2f} at 3M)."
     ) in page
-    assert f"beside the paper's {column} column (mean rewards): {_greedy_cells(greedy, column)}." in page
-    assert (
-        f"Sampling: N1 {sampling['train: easy']['success_rate']:.2f}, rotations "
-        f"{sampling['rotations average']['success_rate']:.2f}."
-    ) in page
     assert f"{walls['total'] / 3600:.1f} hours of training in five processes" in page
-    short = (
-        f"training success first 0.9 at {reached['0.9']:,} steps and {last:.2f} at 3M; greedy N1 "
-        f"{greedy['train: easy']['success_rate']:.2f} and rotated "
-        f"{greedy['rotations average']['success_rate']:.2f}, "
-        f"N2 {greedy['train: medium']['success_rate']:.2f}"
-    )
-    assert short in LAVACROSSING_SHORT
 
     def both(row: str) -> str:
         return " and ".join(f"{g[row]['success_rate']:.2f}" for g in (greedy, seed1["greedy"]))
