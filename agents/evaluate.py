@@ -84,7 +84,11 @@ def _quotas(num_episodes: int, num_envs: int) -> np.ndarray:
 
 
 def run_episodes(
-    policy: py_policy.PyPolicy, env, num_episodes: int, frames: list[np.ndarray] | None = None
+    policy: py_policy.PyPolicy,
+    env,
+    num_episodes: int,
+    frames: list[np.ndarray] | None = None,
+    observer: Callable[[Any], None] | None = None,
 ) -> list[dict[str, float]]:
     """Runs ``num_episodes`` episodes of ``policy`` in the batched ``env``.
 
@@ -94,6 +98,8 @@ def run_episodes(
       num_episodes: how many episodes in total (split evenly over the batch).
       frames: if given, the observations of environment 0's first episode,
         its last (e.g. goal) observation included, are appended to it (for a GIF).
+      observer: if given, called with every batched time step, the first
+        ``reset`` one included (e.g. to trace the states of each episode).
 
     Returns:
       One dict per episode: ``env``, ``return``, ``length``, ``success``.
@@ -105,6 +111,8 @@ def run_episodes(
         raise ValueError(f"num_episodes must be >= 1. Received: {num_episodes}")
     recorder = EpisodeRecorder(_quotas(num_episodes, env.batch_size))
     time_step = env.reset()
+    if observer is not None:
+        observer(time_step)
     policy_state = policy.get_initial_state(env.batch_size)
     recording = frames is not None
     for _ in range(MAX_BATCHED_STEPS):
@@ -112,6 +120,8 @@ def run_episodes(
             frames.append(np.asarray(time_step.observation[0]))
         action_step = policy.action(time_step, policy_state)
         next_time_step = env.step(action_step.action)
+        if observer is not None:
+            observer(next_time_step)
         recorder(trajectory.from_transition(time_step, action_step, next_time_step))
         recorder.observe_info(env.get_info())
         if recording and bool(next_time_step.is_last()[0]):

@@ -19,6 +19,14 @@ evaluation's for the same weights and episode count; the sampling policy's
 draws differ from run to run), and counts each outcome, with the steps at
 which the lava episodes ended.
 
+For the time-limit episodes it also says how the policy loops: the period of
+the cycle that their last ``LOOP_TAIL`` observations repeat (the levels are
+static and fully observed, so a repeated observation is a repeated state;
+period 1 is the agent pressing into something that does not let it move),
+and how many of the period-1 loops have the agent on the edge of the
+observation facing out, i.e. into the outer wall that ``crop_border`` leaves
+out of the image (docs/lavacrossing.md, "The edge of the map").
+
 Usage::
 
     python benchmarks/lavacrossing_failures.py \\
@@ -42,6 +50,9 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium
+import numpy as np
+from minigrid.core.constants import DIR_TO_VEC
+from tf_agents.trajectories.time_step import StepType
 
 from sit_keras.agents import evaluate
 from sit_keras.agents.environments import load, minigrid_env
@@ -66,6 +77,100 @@ ROWS = {
 POLICIES = {"greedy": "greedy_policy", "sampling": "policy"}
 EARLY_STEPS = 10
 """A lava episode that ends within this many steps counts as an early one."""
+LOOP_TAIL = 40
+"""The last observations of a time-limit episode searched for a cycle."""
+MAX_PERIOD = LOOP_TAIL // 2
+"""The longest cycle looked for (it must repeat at least twice in the tail)."""
+
+
+class EpisodeTraces:
+    """Each environment's observations, episode by episode: an ``agents.evaluate.run_episodes`` observer.
+
+    ``finished[i]`` lists environment ``i``'s ended episodes in the order they
+    ended, each as its observations from the first to the last, so the ``k``-th
+    of them is the ``k``-th episode that ``run_episodes`` reports for ``i``.
+    """
+
+    def __init__(self, num_envs: int):
+        self.current: list[list[np.ndarray]] = [[] for _ in range(num_envs)]
+        self.finished: list[list[list[np.ndarray]]] = [[] for _ in range(num_envs)]
+
+    def __call__(self, time_step: Any) -> None:
+        observations = np.asarray(time_step.observation)
+        for i, kind in enumerate(np.asarray(time_step.step_type).reshape(-1)):
+            if kind == StepType.FIRST:
+                self.current[i] = []
+            self.current[i].append(observations[i].copy())
+            if kind == StepType.LAST:
+                self.finished[i].append(self.current[i])
+
+    def of(self, episodes: Sequence[Mapping[str, Any]]) -> list[list[np.ndarray]]:
+        """The observations of each of ``episodes`` (``run_episodes``' records), in their order."""
+        seen = [0] * len(self.finished)
+        traces = []
+        for episode in episodes:
+            i = episode["env"]
+            trace = self.finished[i][seen[i]]
+            seen[i] += 1
+            if len(trace) != episode["length"] + 1:
+                raise RuntimeError(
+                    f"environment {i}'s episode {seen[i]} has {len(trace)} observations for "
+                    f"{episode['length']} steps: the traces do not match the episodes."
+                )
+            traces.append(trace)
+        return traces
+
+
+def cycle_period(trace: Sequence[np.ndarray]) -> int | None:
+    """The shortest period (up to ``MAX_PERIOD``) with which the last ``LOOP_TAIL`` observations repeat."""
+    tail = [o.tobytes() for o in trace[-LOOP_TAIL:]]
+    for period in range(1, MAX_PERIOD + 1):
+        if all(tail[i] == tail[i + period] for i in range(len(tail) - period)):
+            return period
+    return None
+
+
+def agent_pose(observation: np.ndarray) -> tuple[int, int, int]:
+    """``(column, row, heading)`` of the agent in a 14x14 observation of 2x2-pixel cells.
+
+    The agent's pixels are the only grey-and-red blends (red above equal green
+    and blue; lava's green and blue differ); its heading (MiniGrid's: 0 east,
+    1 south, 2 west, 3 north) is the half of its cell that is less red: the
+    triangle's point (its base covers more of the other half).
+    """
+    image = np.asarray(observation, np.float64)
+    red, green, blue = image[..., 0], image[..., 1], image[..., 2]
+    redness = np.where(green == blue, red - green, 0.0)
+    cells = redness.shape[0] // 2
+    row, column = np.unravel_index(
+        np.argmax(redness.reshape(cells, 2, cells, 2).sum(axis=(1, 3))), (cells,) * 2
+    )
+    block = redness[2 * row : 2 * row + 2, 2 * column : 2 * column + 2]
+    halves = [block[:, 1].sum(), block[1, :].sum(), block[:, 0].sum(), block[0, :].sum()]
+    return int(column), int(row), int(np.argmin(halves))
+
+
+def faces_the_edge(observation: np.ndarray) -> bool:
+    """Whether the cell ahead of the agent lies outside the observation (the cropped wall ring)."""
+    column, row, heading = agent_pose(observation)
+    dx, dy = DIR_TO_VEC[heading]
+    cells = np.asarray(observation).shape[0] // 2
+    return not (0 <= column + dx < cells and 0 <= row + dy < cells)
+
+
+def summarize_loops(traces: Sequence[Sequence[np.ndarray]]) -> dict[str, Any]:
+    """Time-limit episodes by the period of their final cycle, and the period-1 loops facing the edge."""
+    periods = [cycle_period(trace) for trace in traces]
+    counts: dict[str, int] = {}
+    for period in sorted(periods, key=lambda p: MAX_PERIOD + 1 if p is None else p):
+        key = "none" if period is None else str(period)
+        counts[key] = counts.get(key, 0) + 1
+    stuck = [trace[-1] for trace, period in zip(traces, periods, strict=True) if period == 1]
+    return {
+        "time_limit_episodes": len(traces),
+        "cycle_periods": counts,
+        "period_1_facing_the_edge": sum(faces_the_edge(o) for o in stuck),
+    }
 
 
 def max_steps_of(env_name: str) -> int:
@@ -81,8 +186,10 @@ def outcome(episode: Mapping[str, Any], max_steps: int) -> str:
     return "time limit" if episode["length"] >= max_steps else "lava"
 
 
-def summarize_outcomes(episodes: Sequence[Mapping[str, Any]], max_steps: int) -> dict[str, Any]:
-    """The share of each outcome and the steps at which the lava episodes ended."""
+def summarize_outcomes(
+    episodes: Sequence[Mapping[str, Any]], max_steps: int, traces: Sequence[Sequence[np.ndarray]]
+) -> dict[str, Any]:
+    """The share of each outcome, the steps at which the lava episodes ended and the time limit's loops."""
     kinds = [outcome(e, max_steps) for e in episodes]
     lava_steps = sorted(e["length"] for e, kind in zip(episodes, kinds, strict=True) if kind == "lava")
     n = len(episodes)
@@ -95,6 +202,9 @@ def summarize_outcomes(episodes: Sequence[Mapping[str, Any]], max_steps: int) ->
         "lava_median_step": statistics.median(lava_steps) if lava_steps else None,
         "lava_steps": lava_steps,
         "max_steps": max_steps,
+        "time_limit_loops": summarize_loops(
+            [trace for trace, kind in zip(traces, kinds, strict=True) if kind == "time limit"]
+        ),
     }
 
 
@@ -141,16 +251,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             env_name = ROWS[row]
             # agents.evaluate's environments and seed: the episodes of minigrid_rotation.py's evaluation.
             env = load(env_name, num_envs=8, seed=1_000_000)
+            traces = EpisodeTraces(env.batch_size)
             try:
-                episodes = evaluate.run_episodes(policy, env, args.num_episodes)
+                episodes = evaluate.run_episodes(policy, env, args.num_episodes, observer=traces)
             finally:
                 env.close()
-            summary = summarize_outcomes(episodes, max_steps_of(env_name))
+            summary = summarize_outcomes(episodes, max_steps_of(env_name), traces.of(episodes))
             results[kind][row] = summary
             print(
                 f"{kind:8s} {row:14s} success {summary['success']:.2f}  lava {summary['lava']:.2f} "
                 f"(within {EARLY_STEPS} steps {summary['lava_within_early_steps']:.2f})  "
-                f"time limit {summary['time_limit']:.2f}",
+                f"time limit {summary['time_limit']:.2f} (cycle periods "
+                f"{summary['time_limit_loops']['cycle_periods']}, period 1 facing the edge "
+                f"{summary['time_limit_loops']['period_1_facing_the_edge']})",
                 flush=True,
             )
     if args.out:

@@ -146,7 +146,7 @@ from sit_keras.benchmarking import (  # noqa: E402
 from sit_keras.models import build_encoder  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from agents.environments.minigrid_env import _TURNS, SiTMiniGrid  # noqa: E402
+from agents.environments.minigrid_env import _TURNS, WALL_VALUE, SiTMiniGrid  # noqa: E402
 
 IMAGE_SHAPE = (14, 14, 3)
 NUM_ACTIONS = 4
@@ -300,6 +300,18 @@ MODELS: dict[str, dict[str, Any]] = {
     "siet_nt_turn_attention": {
         "encoder": "siet",
         "kwargs": {**_SIET_READOUT_PPO, "triangles": 0, "turn_pooling": "attention"},
+        "fc": (),
+    },
+    # The same two readouts with the image's outside read as MiniGrid's wall grey (SiTEncoder border_value:
+    # the observation crops the wall ring, and zero padding looks like the black floor).
+    "siet_nt_wall": {
+        "encoder": "siet",
+        "kwargs": {**_SIET_READOUT_PPO, "triangles": 0, "border_value": WALL_VALUE},
+        "fc": (),
+    },
+    "siet_nt_2h_wall": {
+        "encoder": "siet",
+        "kwargs": {**_SIET_LITE, "stem_depth_multiplier": 4, "border_value": WALL_VALUE},
         "fc": (),
     },
     "siet_lite_fc64": {"encoder": "siet", "kwargs": _SIET_LITE, "fc": (64,)},

@@ -25,6 +25,7 @@ from __future__ import annotations
 import doctest
 import time
 from collections import deque
+from pathlib import Path
 
 import gymnasium
 import numpy as np
@@ -52,6 +53,7 @@ FIRST, MID, LAST = (int(t) for t in (ts.StepType.FIRST, ts.StepType.MID, ts.Step
 LAVA_TASKS = ("LavaCrossingS9N1", "LavaCrossingS9N2", "LavaCrossingS9N3")
 # MiniGrid heading -> unit step (x right, y down): east, south, west, north.
 HEADINGS = ((1, 0), (0, 1), (-1, 0), (0, -1))
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(env, actions):
@@ -451,6 +453,23 @@ def test_rendering_of_rotated_state_is_rotated_rendering(task, goal):
             rotated = env.renderer.render(grid, pos, heading)
             np.testing.assert_array_equal(rotated, np.rot90(observation, k))
             np.testing.assert_array_equal(rotated[None], testing.rot90(observation[None], k).numpy())
+
+
+def test_wall_value_is_the_wall_ring_that_crop_border_leaves_out():
+    """WALL_VALUE (SiTEncoder border_value in lavacrossing_siet_rotation_pooled_no_triangles_wall.gin) is
+    the ring's colour: the uncropped observation's outer 2-pixel frame, on the [0, 1] scale."""
+    env = next(_random_states("LavaCrossingS9N2", "default", count=1, seed=3))
+    base = env.minigrid
+    full = minigrid_env.SymmetricRenderer(tile_size=14, size=18, crop_border=False)
+    image = full.render(base.grid, base.agent_pos, base.agent_dir).astype(np.float64) / 255
+    ring = np.ones((18, 18), bool)
+    ring[2:-2, 2:-2] = False
+    np.testing.assert_array_equal(image[ring], minigrid_env.WALL_VALUE)
+    inner = full.render(base.grid, base.agent_pos, base.agent_dir)[2:-2, 2:-2]
+    np.testing.assert_array_equal(inner, env.observation())
+    config = ROOT / "configs" / "minigrid" / "lavacrossing_siet_rotation_pooled_no_triangles_wall.gin"
+    config = config.read_text()
+    assert f"'border_value': {minigrid_env.WALL_VALUE!r}," in config
 
 
 def test_rotate_state_is_a_group_action():

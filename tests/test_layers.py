@@ -359,6 +359,19 @@ def test_rotation_pooled_conv_rotates_with_the_input_and_breaks_every_flip(
     _assert_not_equivariant(layer, x, _images(("flip_h", "flip_v", "transpose", "anti_transpose")))
 
 
+def test_rotation_pooled_conv_with_valid_padding_is_the_same_conv_on_padded_maps() -> None:
+    same = RotationPooledConv2D(4, 5, seed=1, dtype=DTYPE)
+    valid = RotationPooledConv2D(4, 5, seed=1, padding="valid", dtype=DTYPE)
+    x = testing.random_normal((2, 7, 7, 3), seed=2)
+    padded = tf.pad(x, [[0, 0], [2, 2], [2, 2], [0, 0]])
+    expected = same(x)
+    valid(padded)
+    valid.set_weights(same.get_weights())
+    np.testing.assert_array_equal(valid(padded), expected)
+    testing.assert_equivariant(valid, padded, _images(("rot90", "rot180", "rot270")))
+    assert RotationPooledConv2D.from_config(valid.get_config()).padding == "valid"
+
+
 def test_flip_h_graph_conv_is_flip_h_equivariant_only() -> None:
     layer = _graph_conv(3, symmetry="flip_h")
     x = testing.random_normal((2, 6, 6, 3))
@@ -794,6 +807,10 @@ INVALID_OPTIONS = [
     (lambda: GraphConv2D(0, padding="valid"), "kernel_size must be a positive integer"),
     (lambda: RotationPooledConv2D(4, 4), "kernel_size must be a positive odd integer"),
     (lambda: RotationPooledConv2D(0, 3), "filters must be a positive integer. Received: filters=0"),
+    (
+        lambda: RotationPooledConv2D(2, 3, padding="full"),
+        "padding must be 'same' or 'valid'. Received: padding='full'",
+    ),
     (lambda: LocalGSA(window=4, num_layers=0), "LocalGSA needs num_layers >= 1"),
     (lambda: LocalGSA(window=4, graph_kernel_size=4), "kernel_size must be a positive odd integer"),
     (lambda: LocalGSA(window=4, graph_dropout=1.0), "graph_dropout must be in [0, 1)"),

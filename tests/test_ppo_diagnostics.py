@@ -109,11 +109,52 @@ def test_failures_count_each_way_an_episode_ends():
         {"success": False, "length": 40},  # lava later
         {"success": False, "length": 324},  # the time limit of LavaCrossingS9
     ]
-    summary = failures.summarize_outcomes(episodes, max_steps=324)
+    states = [np.full((14, 14, 3), v, np.uint8) for v in range(3)]
+    traces = [[states[0]] * 21, [states[0]] * 4, [states[0]] * 41, [states[1], states[2]] * 162 + [states[1]]]
+    summary = failures.summarize_outcomes(episodes, max_steps=324, traces=traces)
     assert (summary["success"], summary["lava"], summary["time_limit"]) == (0.25, 0.5, 0.25)
     assert summary["lava_within_early_steps"] == 0.25 and summary["lava_steps"] == [3, 40]
     assert summary["lava_median_step"] == 21.5
+    assert summary["time_limit_loops"] == {
+        "time_limit_episodes": 1, "cycle_periods": {"2": 1}, "period_1_facing_the_edge": 0
+    }  # fmt: skip
     assert failures.max_steps_of("minigrid:LavaCrossingS9N2") == 4 * 9 * 9
+
+
+def test_failures_find_the_cycle_a_looping_episode_ends_in():
+    period = _load("lavacrossing_failures").cycle_period
+    a, b, c = (np.full((2, 2, 3), v, np.uint8) for v in range(3))
+    assert period([c] * 5 + [a] * 40) == 1
+    assert period([c] * 5 + [a, b, c] * 14) == 3
+    assert period([a, b] * 5 + [c] * 35) is None  # the last 40 do not repeat: the cycle starts too late
+    assert period([a, b, b, a, b, c] * 7) == 6
+
+
+def test_failures_read_the_agents_cell_and_heading_off_the_observation():
+    """Every state of a few random LavaCrossing walks: the decoded pose is MiniGrid's (inner cells)."""
+    from minigrid.core.constants import DIR_TO_VEC
+
+    from sit_keras.agents.environments.minigrid_env import SiTMiniGrid
+
+    failures = _load("lavacrossing_failures")
+    env = SiTMiniGrid("MiniGrid-LavaCrossingS9N2-v0")
+    rng = np.random.default_rng(0)
+    facing, seen = 0, set()
+    for episode in range(8):
+        observation, _ = env.reset(seed=episode)
+        for _ in range(60):
+            x, y = (int(v) for v in env.minigrid.agent_pos)
+            heading = int(env.minigrid.agent_dir)
+            assert failures.agent_pose(observation) == (x - 1, y - 1, heading)
+            dx, dy = DIR_TO_VEC[heading]
+            out = not (1 <= x + dx <= 7 and 1 <= y + dy <= 7)
+            assert failures.faces_the_edge(observation) == out
+            facing += out
+            seen.add(heading)
+            observation, _, terminated, truncated, _ = env.step(int(rng.integers(4)))
+            if terminated or truncated:
+                break
+    assert facing > 0 and seen == {0, 1, 2, 3}
 
 
 def test_state_signal_is_spread_over_the_shared_part():

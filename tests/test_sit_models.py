@@ -35,6 +35,7 @@ import tf_keras
 from train_step_checks import assert_jit_train_step_updates_every_weight
 
 from sit_keras import graphs, testing
+from sit_keras.agents.environments.minigrid_env import WALL_VALUE
 from sit_keras.layers import GraphSymmetricAttention, RotationPooledConv2D
 from sit_keras.models import build_encoder, sit
 from sit_keras.models.sit import PRESETS, VARIANTS, SiTEncoder
@@ -308,17 +309,20 @@ def test_a_rotation_pooled_stem_is_configured_and_refused_as_documented() -> Non
 
 
 @pytest.mark.parametrize(
-    "variant, head_activation, triangles, turn_pooling",
+    "variant, head_activation, triangles, turn_pooling, border_value",
     # the SieT's output grid, the SiT's local grid; a SieT whose global block has no triangle sum
     # (configs/minigrid/lavacrossing_siet_rotation_pooled_lite.gin), left mirror-aware by its chiral stem;
-    # the turns pooled by one attention weighting instead of each unit's max
+    # the turns pooled by one attention weighting instead of each unit's max; the image's outside read
+    # as MiniGrid's wall grey
     [
-        ("siet", "relu", None, "max"), ("sit", "relu", None, "max"), ("siet", "elu", None, "max"),
-        ("siet", "relu", 0, "max"), ("siet", "relu", 0, "attention"), ("sit", "relu", None, "attention"),
+        ("siet", "relu", None, "max", 0.0), ("sit", "relu", None, "max", 0.0),
+        ("siet", "elu", None, "max", 0.0), ("siet", "relu", 0, "max", 0.0),
+        ("siet", "relu", 0, "attention", 0.0), ("sit", "relu", None, "attention", 0.0),
+        ("siet", "relu", 0, "max", WALL_VALUE),
     ],
 )  # fmt: skip
 def test_a_rotation_pooled_patch_readout_is_invariant_to_turns_in_training_and_not_to_flips(
-    variant: str, head_activation: str, triangles: int | None, turn_pooling: str
+    variant: str, head_activation: str, triangles: int | None, turn_pooling: str, border_value: float
 ) -> None:
     # configs/minigrid/lavacrossing_siet_rotation_pooled.gin: standardised class token and grid, one
     # block per level (the class token alone would be mirror-blind; the dense readout is not).
@@ -326,7 +330,7 @@ def test_a_rotation_pooled_patch_readout_is_invariant_to_turns_in_training_and_n
         **SIT_SMALL, "pool_padding": 1, "stem_kernel_size": 5, "stem_symmetry": "chiral",
         "query_key_init_scale": 4.0, "head_standardization": True, "patch_readout": "rotation_pooled",
         "equivariant_dim": 8, "head_activation": head_activation, "triangles": triangles,
-        "turn_pooling": turn_pooling,
+        "turn_pooling": turn_pooling, "border_value": border_value,
     }  # fmt: skip
     encoder = _perturbed_encoder(variant, shape=(14, 14, 3), **config)
     if turn_pooling == "attention":  # perturbed off zero: the turns' weights differ
@@ -346,11 +350,45 @@ def test_a_rotation_pooled_patch_readout_is_invariant_to_turns_in_training_and_n
     restored = SiTEncoder.from_config(encoder.get_config())
     assert restored.patch_readout == "rotation_pooled" and restored.grid_standardization is not None
     assert restored.head_activation == head_activation and restored.triangles == encoder.triangles
-    assert restored.turn_pooling == turn_pooling
+    assert restored.turn_pooling == turn_pooling and restored.border_value == border_value
     if triangles == 0:
         assert encoder.triangles == 0
     if head_activation == "elu":  # negative outputs: the head is not a ReLU
         assert float(tf.reduce_min(encoder(x))) < 0
+
+
+@pytest.mark.parametrize("stem_kind", ["graph", "rotation_pooled"])
+def test_border_value_is_what_the_stem_sees_beyond_the_edge(stem_kind: str) -> None:
+    # A cropped MiniGrid wall ring: with border_value the wall grey, an all-wall image has no edge (every
+    # stem output pixel the same), where zero padding (black, like the floor) marks the edge.
+    config = {**SIT_SMALL, "stem_kernel_size": 5, "stem_symmetry": "chiral", "stem_kind": stem_kind}
+    wall = tf.fill([1, 14, 14, 3], tf.constant(WALL_VALUE, tf.float64))
+
+    def stem_spread(encoder: SiTEncoder) -> float:
+        maps = encoder.stages(wall)["stem"]
+        return float(tf.reduce_max(tf.reduce_max(maps, [1, 2]) - tf.reduce_min(maps, [1, 2])))
+
+    walled = _perturbed_encoder("sit", shape=(14, 14, 3), border_value=WALL_VALUE, **config)
+    assert walled.stages(wall)["stem"].shape == (1, 14, 14, 3)
+    assert stem_spread(walled) < 1e-12
+    zero_padded = _perturbed_encoder("sit", shape=(14, 14, 3), **config)
+    zero_padded.set_weights(walled.get_weights())
+    assert stem_spread(zero_padded) > 1e-3
+    # Only the 2 pixels next to the edge (half the 5x5 kernel) see the padding.
+    x = _images(2, shape=(14, 14, 3), dtype="float64")
+    difference = np.abs(walled.stages(x)["stem"] - zero_padded.stages(x)["stem"])
+    assert difference[:, 2:-2, 2:-2].max() == 0.0 and difference[:, :2].min(axis=(0, 1, 2)).max() > 0
+    assert SiTEncoder.from_config(walled.get_config()).border_value == WALL_VALUE
+    for overrides, message in [
+        ({"border_value": float("nan")}, "border_value must be a finite number. Received: border_value=nan"),
+        (
+            {"border_value": 0.5, "stem_kernel_size": 0},
+            "border_value pads the stem's input: it needs stem_kernel_size > 0. "
+            "Received: border_value=0.5, stem_kernel_size=0",
+        ),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            build_encoder("sit", (14, 14, 3), **{**SIT_SMALL, **overrides})
 
 
 def test_the_head_activation_must_be_a_keras_activation() -> None:

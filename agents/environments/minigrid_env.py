@@ -56,6 +56,10 @@ OBSERVATION_SIZE = 14
 TILE_SIZE = 14
 """Pixels per grid cell before the downscale (see the module docstring)."""
 
+WALL_VALUE = 100 / 255
+"""MiniGrid's wall grey (100 on every channel) on the ``[0, 1]`` scale: what lies beyond the edge of an
+observation whose wall ring is cropped (``SiTEncoder(border_value=WALL_VALUE)``)."""
+
 ACTIONS = ("forward", "backward", "left", "right")
 """The relative moves, in action order."""
 

@@ -46,6 +46,8 @@ class RotationPooledConv2D(tf_keras.layers.Layer):
       kernel_size: side of the square kernel; odd, so that ``"same"`` padding
         is symmetric and the rotations exact.
       use_bias: add a bias per output channel (shared by the turns).
+      padding: ``"same"`` (zeros) or ``"valid"`` (none: for maps already
+        padded on every side alike, as ``SiTEncoder(border_value=...)`` pads).
       seed: seed of the Glorot-uniform kernel initialiser.
       **kwargs: ``tf_keras.layers.Layer`` arguments.
 
@@ -62,6 +64,7 @@ class RotationPooledConv2D(tf_keras.layers.Layer):
         kernel_size: int,
         use_bias: bool = True,
         seed: int | None = None,
+        padding: str = "same",
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -72,6 +75,9 @@ class RotationPooledConv2D(tf_keras.layers.Layer):
                 f"kernel_size must be a positive odd integer (symmetric padding keeps the rotations exact). "
                 f"Received: kernel_size={kernel_size}"
             )
+        if padding not in ("same", "valid"):
+            raise ValueError(f"padding must be 'same' or 'valid'. Received: padding={padding!r}")
+        self.padding = padding
         self.filters = int(filters)
         self.kernel_size = int(kernel_size)
         self.use_bias = bool(use_bias)
@@ -97,7 +103,7 @@ class RotationPooledConv2D(tf_keras.layers.Layer):
             raise ValueError(
                 f"{self.name} expects maps (B, H, W, {self.in_channels}). Received: {inputs.shape}"
             )
-        lifted = tf.nn.conv2d(inputs, quarter_turns(self.kernel), strides=1, padding="SAME")
+        lifted = tf.nn.conv2d(inputs, quarter_turns(self.kernel), strides=1, padding=self.padding.upper())
         shape = tf.shape(lifted)
         turns = tf.reshape(lifted, tf.concat([shape[:3], [4, self.filters]], axis=0))
         pooled = tf.reduce_max(turns, axis=3)
@@ -120,6 +126,10 @@ class RotationPooledConv2D(tf_keras.layers.Layer):
     def get_config(self) -> dict[str, Any]:
         config = super().get_config()
         config.update(
-            filters=self.filters, kernel_size=self.kernel_size, use_bias=self.use_bias, seed=self.seed
+            filters=self.filters,
+            kernel_size=self.kernel_size,
+            use_bias=self.use_bias,
+            seed=self.seed,
+            padding=self.padding,
         )
         return config

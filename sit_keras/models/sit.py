@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -212,6 +213,17 @@ class SiTEncoder(Encoder):
         shared frame and keep how the patterns they detect lie relative to
         each other. Both are invariant under the quarter turns (a turn of the
         input permutes the ``h_r``). Not in the paper.
+      border_value: the value (on the ``[0, 1]`` scale of the preprocessed
+        images) of the pixels beyond the image's edge: the stem convolves the
+        image padded with it on every side (``"valid"``), where the default 0
+        is the stem's zero padding. Only the stem's outputs within
+        ``stem_kernel_size // 2`` pixels of the edge change. For MiniGrid with
+        its wall ring cropped (``crop_border``), the wall grey 100/255
+        (``minigrid_env.WALL_VALUE``) makes the edge look like the wall it
+        stands for, where zeros look like the black floor, so that an agent
+        facing the edge cannot tell it from open floor (docs/lavacrossing.md,
+        "The edge of the map"). The same padding on every side keeps every
+        rotation and flip. Needs a stem. Not in the paper.
       seed: seed of the graph initialisers.
       implementation: ``"fast"`` (default) or ``"reference"`` for every GSA
         layer; both compute the same function with the same weights (see
@@ -266,6 +278,7 @@ class SiTEncoder(Encoder):
         patch_readout: str = "ordered",
         head_activation: str = "relu",
         turn_pooling: str = "max",
+        border_value: float = 0.0,
         **kwargs: Any,
     ):
         super().__init__(image_shape, output_dim, **kwargs)
@@ -323,6 +336,14 @@ class SiTEncoder(Encoder):
                 f"Received: patch_readout={patch_readout!r}"
             )
         self.turn_pooling = turn_pooling
+        if not math.isfinite(float(border_value)):
+            raise ValueError(f"border_value must be a finite number. Received: border_value={border_value!r}")
+        if border_value and not stem_kernel_size:
+            raise ValueError(
+                f"border_value pads the stem's input: it needs stem_kernel_size > 0. "
+                f"Received: border_value={border_value!r}, stem_kernel_size={stem_kernel_size}"
+            )
+        self.border_value = float(border_value)
 
         shared = {
             "symmetry": symmetry,
@@ -338,10 +359,16 @@ class SiTEncoder(Encoder):
             "dtype": self.dtype_policy,
         }
         self.stem = None
+        stem_padding = "valid" if self.border_value else "same"  # valid: _stages pads with border_value
         if self.stem_kernel_size and stem_kind == "rotation_pooled":
             channels = int(self.image_shape[-1]) * self.stem_depth_multiplier
             self.stem = RotationPooledConv2D(
-                channels, self.stem_kernel_size, seed=seed, dtype=self.dtype_policy, name="stem"
+                channels,
+                self.stem_kernel_size,
+                seed=seed,
+                padding=stem_padding,
+                dtype=self.dtype_policy,
+                name="stem",
             )
         elif self.stem_kernel_size:
             self.stem = GraphConv2D(
@@ -349,6 +376,7 @@ class SiTEncoder(Encoder):
                 symmetry=self.stem_symmetry,
                 depth_multiplier=self.stem_depth_multiplier,
                 seed=seed,
+                padding=stem_padding,
                 dtype=self.dtype_policy,
                 name="stem",
             )
@@ -550,6 +578,9 @@ class SiTEncoder(Encoder):
         stages = {}
         x = images
         if self.stem is not None:
+            if self.border_value:
+                p = self.stem_kernel_size // 2
+                x = tf.pad(x, [[0, 0], [p, p], [p, p], [0, 0]], constant_values=self.border_value)
             x = stages["stem"] = self.stem(x)
         if self.pool_size > 1:
             x = stages["pooled"] = self.pool(x)
@@ -649,6 +680,7 @@ class SiTEncoder(Encoder):
             patch_readout=self.patch_readout,
             head_activation=self.head_activation,
             turn_pooling=self.turn_pooling,
+            border_value=self.border_value,
             pool_size=self.pool_size,
             pool_padding=self.pool_padding,
             window=self.window,
