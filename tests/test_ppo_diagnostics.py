@@ -116,7 +116,7 @@ def test_failures_count_each_way_an_episode_ends():
     assert summary["lava_within_early_steps"] == 0.25 and summary["lava_steps"] == [3, 40]
     assert summary["lava_median_step"] == 21.5
     assert summary["time_limit_loops"] == {
-        "time_limit_episodes": 1, "cycle_periods": {"2": 1}, "period_1_facing_the_edge": 0
+        "time_limit_episodes": 1, "cycle_periods": {"2": 1}, "cycles_facing_the_edge": {}
     }  # fmt: skip
     assert failures.max_steps_of("minigrid:LavaCrossingS9N2") == 4 * 9 * 9
 
@@ -139,7 +139,7 @@ def test_failures_read_the_agents_cell_and_heading_off_the_observation():
     failures = _load("lavacrossing_failures")
     env = SiTMiniGrid("MiniGrid-LavaCrossingS9N2-v0")
     rng = np.random.default_rng(0)
-    facing, seen = 0, set()
+    facing, seen, at_edge = 0, set(), None
     for episode in range(8):
         observation, _ = env.reset(seed=episode)
         for _ in range(60):
@@ -151,10 +151,15 @@ def test_failures_read_the_agents_cell_and_heading_off_the_observation():
             assert failures.faces_the_edge(observation) == out
             facing += out
             seen.add(heading)
+            at_edge = observation if out else at_edge
             observation, _, terminated, truncated, _ = env.step(int(rng.integers(4)))
             if terminated or truncated:
                 break
     assert facing > 0 and seen == {0, 1, 2, 3}
+    # Pressing into the wall (period 1) and a 3-cycle through the same state: both loops face the edge.
+    inside = np.zeros_like(at_edge)
+    loops = failures.summarize_loops([[inside] * 3 + [at_edge] * 40, [at_edge, inside, inside] * 14])
+    assert loops["cycle_periods"] == loops["cycles_facing_the_edge"] == {"1": 1, "3": 1}
 
 
 def test_state_signal_is_spread_over_the_shared_part():
