@@ -314,6 +314,18 @@ MODELS: dict[str, dict[str, Any]] = {
         "kwargs": {**_SIET_LITE, "stem_depth_multiplier": 4, "border_value": WALL_VALUE},
         "fc": (),
     },
+    # Starts for the 2-head readout without triangle sums, whose seed 0 stays on the plateau: the ELU head
+    # (a gradient for every unit) and attention twice as selective at the start (query/key scale 8).
+    "siet_nt_2h_elu": {
+        "encoder": "siet",
+        "kwargs": {**_SIET_LITE, "stem_depth_multiplier": 4, "head_activation": "elu"},
+        "fc": (),
+    },
+    "siet_nt_2h_qk8": {
+        "encoder": "siet",
+        "kwargs": {**_SIET_LITE, "stem_depth_multiplier": 4, "query_key_init_scale": 8.0},
+        "fc": (),
+    },
     "siet_lite_fc64": {"encoder": "siet", "kwargs": _SIET_LITE, "fc": (64,)},
     "vit_small": {
         "encoder": "vit",

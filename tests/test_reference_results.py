@@ -5475,6 +5475,55 @@ def test_how_the_readout_without_triangle_sums_fails_on_n2_is_quoted_as_measured
             assert rows[n2]["time_limit"] > rows[n2]["lava"]
 
 
+def test_the_loops_at_the_edge_of_the_map_are_quoted_as_measured():
+    """docs/lavacrossing.md, "The edge of the map": the loop table, its shares, the probe of the padding."""
+    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    shares = []
+    for name, (_, _, label, _) in FAILURE_RUNS.items():
+        report = _report(name)
+        assert (
+            report["commit"].startswith("8638d37")
+            and "identical to the first run's" in report["provenance_note"]
+        )
+        for row, short in (("train: medium", "N2"), ("hard", "N3")):
+            summary = report["results"]["greedy"][row]
+            loops = summary["time_limit_loops"]
+            periods, at_edge = loops["cycle_periods"], loops["cycles_facing_the_edge"]
+            assert loops["time_limit_episodes"] == round(200 * summary["time_limit"]) == sum(periods.values())
+            longer = sum(count for period, count in periods.items() if period not in ("1", "2", "none"))
+            cells = [loops["time_limit_episodes"], periods.get("1", 0), periods.get("2", 0), longer]
+            cells += [periods.get("none", 0), sum(at_edge.values())]
+            assert f"| {label} | {short} | " + " | ".join(str(c) for c in cells) + " |" in page
+            assert at_edge["1"] == periods["1"]  # "every loop of period 1 is one"
+            shares.append(sum(at_edge.values()) / loops["time_limit_episodes"])
+    share_range = f"{100 * min(shares):.0f}-{max(shares):.0%}"
+    assert f"So {share_range} of the loops pass through a state" in page
+    assert f"{share_range} pass through a state in which the agent faces the edge" in LAVACROSSING_SHORT
+    # The base rate: inner cells of the 7x7 grid and headings whose cell ahead lies outside.
+    out = [
+        (x + dx, y + dy) for x in range(7) for y in range(7) for dx, dy in ((1, 0), (0, 1), (-1, 0), (0, -1))
+    ]
+    facing = sum(not (0 <= a < 7 and 0 <= b < 7) for a, b in out)
+    assert f"the agent faces the edge {facing} times in {len(out)} ({facing / len(out):.0%};" in page
+
+    results = _probe_results()
+    pair = functools.partial(_seed_pair, results)
+    wall, zeros = ((pair(m, _held_out()), pair(m, _held_out("n2"))) for m in ("siet_nt_wall", "siet_nt"))
+    assert (
+        f"it scores {wall[0]} held-out and {wall[1]} on N2, against {zeros[0]} and {zeros[1]} "
+        "with zero padding"
+    ) in page
+    assert results["siet_nt_wall", 0]["encoder_kwargs"]["border_value"] == 100 / 255
+    starts = [results[model, 0] for model in ("siet_nt_2h_wall", "siet_nt_2h_elu", "siet_nt_2h_qk8")]
+    assert {_held_out()(run) for run in starts} == {"0.33"}
+    losses = " / ".join(f"{run['loss_last']:.2f}" for run in starts)
+    assert f"(held-out 0.33 each, loss {losses} over the last 50 steps)" in page
+    for name in ("siet_wall_seed0", "siet_wall_seed1", "siet_2h_starts"):
+        report = _report(f"lavacrossing_probe_{name}.json")
+        assert report["command"].startswith("python benchmarks/lavacrossing_probe.py --models ")
+        assert report["provenance_note"]
+
+
 PROBE_CUTS = {
     "siet_rotation_pooled_m4_corners_sharp_standardized": "SieT readout",
     "siet_nt": "without triangle sums",
