@@ -456,8 +456,8 @@ def test_rendering_of_rotated_state_is_rotated_rendering(task, goal):
 
 
 def test_wall_value_is_the_wall_ring_that_crop_border_leaves_out():
-    """WALL_VALUE (SiTEncoder border_value in lavacrossing_siet_rotation_pooled_no_triangles_wall.gin) is
-    the ring's colour: the uncropped observation's outer 2-pixel frame, on the [0, 1] scale."""
+    """WALL_VALUE (SiTEncoder border_value in the configs lavacrossing_*_wall.gin) is the ring's colour:
+    the uncropped observation's outer 2-pixel frame, on the [0, 1] scale."""
     env = next(_random_states("LavaCrossingS9N2", "default", count=1, seed=3))
     base = env.minigrid
     full = minigrid_env.SymmetricRenderer(tile_size=14, size=18, crop_border=False)
@@ -467,9 +467,9 @@ def test_wall_value_is_the_wall_ring_that_crop_border_leaves_out():
     np.testing.assert_array_equal(image[ring], minigrid_env.WALL_VALUE)
     inner = full.render(base.grid, base.agent_pos, base.agent_dir)[2:-2, 2:-2]
     np.testing.assert_array_equal(inner, env.observation())
-    config = ROOT / "configs" / "minigrid" / "lavacrossing_siet_rotation_pooled_no_triangles_wall.gin"
-    config = config.read_text()
-    assert f"'border_value': {minigrid_env.WALL_VALUE!r}," in config
+    for name in ("siet_rotation_pooled_no_triangles_wall", "sit_grid_readout_wall"):
+        config = (ROOT / "configs" / "minigrid" / f"lavacrossing_{name}.gin").read_text()
+        assert f"'border_value': {minigrid_env.WALL_VALUE!r}," in config
 
 
 def test_rotate_state_is_a_group_action():
