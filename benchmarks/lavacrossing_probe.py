@@ -314,6 +314,28 @@ MODELS: dict[str, dict[str, Any]] = {
         "kwargs": {**_SIET_LITE, "stem_depth_multiplier": 4, "border_value": WALL_VALUE},
         "fc": (),
     },
+    # The same two with the stem's input read relative to the wall grey (SiTEncoder input_offset: a constant
+    # shift of the input, i.e. other stem biases at the start).
+    "siet_nt_wall_centred": {
+        "encoder": "siet",
+        "kwargs": {
+            **_SIET_READOUT_PPO,
+            "triangles": 0,
+            "border_value": WALL_VALUE,
+            "input_offset": WALL_VALUE,
+        },
+        "fc": (),
+    },
+    "siet_nt_2h_wall_centred": {
+        "encoder": "siet",
+        "kwargs": {
+            **_SIET_LITE,
+            "stem_depth_multiplier": 4,
+            "border_value": WALL_VALUE,
+            "input_offset": WALL_VALUE,
+        },
+        "fc": (),
+    },
     # Starts for the 2-head readout without triangle sums, whose seed 0 stays on the plateau: the ELU head
     # (a gradient for every unit) and attention twice as selective at the start (query/key scale 8).
     "siet_nt_2h_elu": {

@@ -313,7 +313,7 @@ def test_a_rotation_pooled_stem_is_configured_and_refused_as_documented() -> Non
     # the SieT's output grid, the SiT's local grid; a SieT whose global block has no triangle sum
     # (configs/minigrid/lavacrossing_siet_rotation_pooled_lite.gin), left mirror-aware by its chiral stem;
     # the turns pooled by one attention weighting instead of each unit's max; the image's outside read
-    # as MiniGrid's wall grey
+    # as MiniGrid's wall grey, and the input read relative to it (input_offset)
     [
         ("siet", "relu", None, "max", 0.0), ("sit", "relu", None, "max", 0.0),
         ("siet", "elu", None, "max", 0.0), ("siet", "relu", 0, "max", 0.0),
@@ -330,7 +330,7 @@ def test_a_rotation_pooled_patch_readout_is_invariant_to_turns_in_training_and_n
         **SIT_SMALL, "pool_padding": 1, "stem_kernel_size": 5, "stem_symmetry": "chiral",
         "query_key_init_scale": 4.0, "head_standardization": True, "patch_readout": "rotation_pooled",
         "equivariant_dim": 8, "head_activation": head_activation, "triangles": triangles,
-        "turn_pooling": turn_pooling, "border_value": border_value,
+        "turn_pooling": turn_pooling, "border_value": border_value, "input_offset": border_value,
     }  # fmt: skip
     encoder = _perturbed_encoder(variant, shape=(14, 14, 3), **config)
     if turn_pooling == "attention":  # perturbed off zero: the turns' weights differ
@@ -379,8 +379,23 @@ def test_border_value_is_what_the_stem_sees_beyond_the_edge(stem_kind: str) -> N
     difference = np.abs(walled.stages(x)["stem"] - zero_padded.stages(x)["stem"])
     assert difference[:, 2:-2, 2:-2].max() == 0.0 and difference[:, :2].min(axis=(0, 1, 2)).max() > 0
     assert SiTEncoder.from_config(walled.get_config()).border_value == WALL_VALUE
+    # input_offset shifts the padded input: every stem map moves by one constant, the edge's included.
+    centred = _perturbed_encoder(
+        "sit", shape=(14, 14, 3), border_value=WALL_VALUE, input_offset=0.4, **config
+    )
+    centred.set_weights(walled.get_weights())
+    shift = (centred.stages(x)["stem"] - walled.stages(x)["stem"]).numpy()
+    np.testing.assert_allclose(shift, np.broadcast_to(shift[:1, :1, :1], shift.shape), atol=1e-12)
+    assert np.abs(shift).max() > 1e-3
+    assert SiTEncoder.from_config(centred.get_config()).input_offset == 0.4
     for overrides, message in [
         ({"border_value": float("nan")}, "border_value must be a finite number. Received: border_value=nan"),
+        ({"input_offset": float("inf")}, "input_offset must be a finite number. Received: input_offset=inf"),
+        (
+            {"input_offset": 0.5, "stem_kernel_size": 0},
+            "input_offset shifts the stem's input: it needs stem_kernel_size > 0. "
+            "Received: input_offset=0.5, stem_kernel_size=0",
+        ),
         (
             {"border_value": 0.5, "stem_kernel_size": 0},
             "border_value pads the stem's input: it needs stem_kernel_size > 0. "

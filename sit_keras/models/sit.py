@@ -224,6 +224,11 @@ class SiTEncoder(Encoder):
         facing the edge cannot tell it from open floor (docs/lavacrossing.md,
         "The edge of the map"). The same padding on every side keeps every
         rotation and flip. Needs a stem. Not in the paper.
+      input_offset: subtracted from every pixel (the padding included) before
+        the stem: the value the stem reads as zero. A constant shift of the
+        input moves each stem map by a constant, i.e. starts the stem with
+        other biases (``-input_offset`` times the sum of each map's kernel),
+        and keeps every rotation and flip. Default 0. Not in the paper.
       seed: seed of the graph initialisers.
       implementation: ``"fast"`` (default) or ``"reference"`` for every GSA
         layer; both compute the same function with the same weights (see
@@ -279,6 +284,7 @@ class SiTEncoder(Encoder):
         head_activation: str = "relu",
         turn_pooling: str = "max",
         border_value: float = 0.0,
+        input_offset: float = 0.0,
         **kwargs: Any,
     ):
         super().__init__(image_shape, output_dim, **kwargs)
@@ -344,6 +350,14 @@ class SiTEncoder(Encoder):
                 f"Received: border_value={border_value!r}, stem_kernel_size={stem_kernel_size}"
             )
         self.border_value = float(border_value)
+        if not math.isfinite(float(input_offset)):
+            raise ValueError(f"input_offset must be a finite number. Received: input_offset={input_offset!r}")
+        if input_offset and not stem_kernel_size:
+            raise ValueError(
+                f"input_offset shifts the stem's input: it needs stem_kernel_size > 0. "
+                f"Received: input_offset={input_offset!r}, stem_kernel_size={stem_kernel_size}"
+            )
+        self.input_offset = float(input_offset)
 
         shared = {
             "symmetry": symmetry,
@@ -581,6 +595,8 @@ class SiTEncoder(Encoder):
             if self.border_value:
                 p = self.stem_kernel_size // 2
                 x = tf.pad(x, [[0, 0], [p, p], [p, p], [0, 0]], constant_values=self.border_value)
+            if self.input_offset:
+                x = x - self.input_offset
             x = stages["stem"] = self.stem(x)
         if self.pool_size > 1:
             x = stages["pooled"] = self.pool(x)
@@ -681,6 +697,7 @@ class SiTEncoder(Encoder):
             head_activation=self.head_activation,
             turn_pooling=self.turn_pooling,
             border_value=self.border_value,
+            input_offset=self.input_offset,
             pool_size=self.pool_size,
             pool_padding=self.pool_padding,
             window=self.window,
