@@ -5518,7 +5518,19 @@ def test_the_loops_at_the_edge_of_the_map_are_quoted_as_measured():
     assert {_held_out()(run) for run in starts} == {"0.33"}
     losses = " / ".join(f"{run['loss_last']:.2f}" for run in starts)
     assert f"(held-out 0.33 each, loss {losses} over the last 50 steps)" in page
-    for name in ("siet_wall_seed0", "siet_wall_seed1", "siet_2h_starts"):
+
+    def last_loss(run: dict) -> str:
+        return f"{run['loss_last']:.2f}"
+
+    two, four = "siet_nt_2h_wall_centred", "siet_nt_wall_centred"
+    assert (
+        f"the 2-head readout scores {pair(two, _held_out())} held-out (loss {pair(two, last_loss)}; "
+        f"`{two}`), against {pair('siet_nt_2h', _held_out())} without it, and the 4-head readout "
+        f"{pair(four, _held_out())} (loss {pair(four, last_loss)}; `{four}`), against "
+        f"{pair('siet_nt_wall', _held_out())}"
+    ) in page
+    assert all(results[four, seed]["encoder_kwargs"]["input_offset"] == 100 / 255 for seed in (0, 1))
+    for name in ("siet_wall_seed0", "siet_wall_seed1", "siet_2h_starts", "siet_wall_centred"):
         report = _report(f"lavacrossing_probe_{name}.json")
         assert report["command"].startswith("python benchmarks/lavacrossing_probe.py --models ")
         assert report["provenance_note"]
