@@ -77,6 +77,18 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+def _stem_input_constant(name: str, value: float, role: str, stem_kernel_size: int) -> float:
+    """``value`` as a float: finite, and nonzero only with a stem (``role``: what it does to the input)."""
+    if not math.isfinite(float(value)):
+        raise ValueError(f"{name} must be a finite number. Received: {name}={value!r}")
+    if value and not stem_kernel_size:
+        raise ValueError(
+            f"{name} {role}: it needs stem_kernel_size > 0. "
+            f"Received: {name}={value!r}, stem_kernel_size={stem_kernel_size}"
+        )
+    return float(value)
+
+
 @tf_keras.saving.register_keras_serializable(package="sit_keras")
 class SiTEncoder(Encoder):
     """Symmetry-invariant (and -equivariant) transformer encoder.
@@ -342,22 +354,12 @@ class SiTEncoder(Encoder):
                 f"Received: patch_readout={patch_readout!r}"
             )
         self.turn_pooling = turn_pooling
-        if not math.isfinite(float(border_value)):
-            raise ValueError(f"border_value must be a finite number. Received: border_value={border_value!r}")
-        if border_value and not stem_kernel_size:
-            raise ValueError(
-                f"border_value pads the stem's input: it needs stem_kernel_size > 0. "
-                f"Received: border_value={border_value!r}, stem_kernel_size={stem_kernel_size}"
-            )
-        self.border_value = float(border_value)
-        if not math.isfinite(float(input_offset)):
-            raise ValueError(f"input_offset must be a finite number. Received: input_offset={input_offset!r}")
-        if input_offset and not stem_kernel_size:
-            raise ValueError(
-                f"input_offset shifts the stem's input: it needs stem_kernel_size > 0. "
-                f"Received: input_offset={input_offset!r}, stem_kernel_size={stem_kernel_size}"
-            )
-        self.input_offset = float(input_offset)
+        self.border_value = _stem_input_constant(
+            "border_value", border_value, "pads the stem's input", stem_kernel_size
+        )
+        self.input_offset = _stem_input_constant(
+            "input_offset", input_offset, "shifts the stem's input", stem_kernel_size
+        )
 
         shared = {
             "symmetry": symmetry,
