@@ -5530,6 +5530,27 @@ def test_the_loops_at_the_edge_of_the_map_are_quoted_as_measured():
         f"{pair('siet_nt_wall', _held_out())}"
     ) in page
     assert all(results[four, seed]["encoder_kwargs"]["input_offset"] == 100 / 255 for seed in (0, 1))
+    cost = _report("lavacrossing_cost_grid_readout_wall_avx512.json")
+    models = "sit_small,sit_grid_readout_wall,siet_rotation_pooled_no_triangles_2heads"
+    assert cost["command"] == (
+        f"python benchmarks/lavacrossing_cost.py --models {models} --repeats 3 --env_steps 10240 "
+        "--out runs/cost_grid_wall_2h_avx512.json"
+    )
+    assert "avx512f" in cost["cpu_flags"] and "no amx" in cost["cpu_flags"] and cost["wall_note"]
+    sps = _cost_medians(cost)
+    grid, two_heads = (sps["sit_small"] / sps[m] for m in models.split(",")[1:])
+    own = _cost_medians(_report("lavacrossing_cost_no_triangles_2heads_avx512.json"))
+    own_ratio = own["sit_small"] / own["siet_rotation_pooled_no_triangles_2heads"]
+    assert grid <= 1.5
+    for text in (
+        f"costs **{grid:.2f}x** SiT-small per environment step on the AVX-512 host "
+        f"({sps['sit_grid_readout_wall']:.1f} against {sps['sit_small']:.1f} env steps/s;",
+        f"In the same run the 2-head readout measures {two_heads:.2f}x, against {own_ratio:.2f}x in its own "
+        "run",
+    ):
+        assert text in page, text
+    assert abs(two_heads - own_ratio) <= 0.2  # "move by about 0.2 from run to run"
+    assert f"one of them the SiT that reads its local grid, which costs {grid:.2f}x SiT-small" in LAVACROSSING_SHORT
     for name in ("siet_wall_seed0", "siet_wall_seed1", "siet_2h_starts", "siet_wall_centred"):
         report = _report(f"lavacrossing_probe_{name}.json")
         assert report["command"].startswith("python benchmarks/lavacrossing_probe.py --models ")
