@@ -5550,7 +5550,8 @@ def test_the_loops_at_the_edge_of_the_map_are_quoted_as_measured():
     ):
         assert text in page, text
     assert abs(two_heads - own_ratio) <= 0.2  # "move by about 0.2 from run to run"
-    assert f"one of them the SiT that reads its local grid, which costs {grid:.2f}x SiT-small" in LAVACROSSING_SHORT
+    short = f"one of them the SiT that reads its local grid, which costs {grid:.2f}x SiT-small"
+    assert short in LAVACROSSING_SHORT
     for name in ("siet_wall_seed0", "siet_wall_seed1", "siet_2h_starts", "siet_wall_centred"):
         report = _report(f"lavacrossing_probe_{name}.json")
         assert report["command"].startswith("python benchmarks/lavacrossing_probe.py --models ")
