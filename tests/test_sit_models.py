@@ -758,8 +758,13 @@ def _check_jit_train_step(encoder: SiTEncoder, batch: int = 2) -> None:
     assert_jit_train_step_updates_every_weight(encoder, _images(batch, encoder.image_shape, "uint8"))
 
 
-def test_jit_compiled_train_step_reaches_every_weight() -> None:
-    encoder = build_encoder("sit", SMALL, dim=16, num_heads=2, graph_dropout=DROPOUT)
+PADDED_STEM = {"stem_kernel_size": 5, "border_value": WALL_VALUE, "input_offset": 0.2}
+
+
+@pytest.mark.parametrize("stem", [{}, PADDED_STEM])
+def test_jit_compiled_train_step_reaches_every_weight(stem: dict[str, float]) -> None:
+    # the second: the stem pads with a constant and reads the input shifted ("valid" convolution)
+    encoder = build_encoder("sit", SMALL, dim=16, num_heads=2, graph_dropout=DROPOUT, **stem)
     _check_jit_train_step(encoder)
 
 
