@@ -336,6 +336,18 @@ MODELS: dict[str, dict[str, Any]] = {
         },
         "fc": (),
     },
+    # The SiT that reads its local grid as PPO trains it (configs/minigrid/lavacrossing_sit_grid_readout.gin:
+    # the selective start and the standardised head), and with the wall padding (..._wall.gin).
+    "sit_grid_readout_ppo": {
+        "encoder": "sit",
+        "kwargs": dict(_SIET_READOUT_PPO),
+        "fc": (),
+    },
+    "sit_grid_readout_ppo_wall": {
+        "encoder": "sit",
+        "kwargs": {**_SIET_READOUT_PPO, "border_value": WALL_VALUE},
+        "fc": (),
+    },
     # Starts for the 2-head readout without triangle sums, whose seed 0 stays on the plateau: the ELU head
     # (a gradient for every unit) and attention twice as selective at the start (query/key scale 8).
     "siet_nt_2h_elu": {
