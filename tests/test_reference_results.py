@@ -5552,7 +5552,23 @@ def test_the_loops_at_the_edge_of_the_map_are_quoted_as_measured():
     assert abs(two_heads - own_ratio) <= 0.2  # "move by about 0.2 from run to run"
     short = f"one of them the SiT that reads its local grid, which costs {grid:.2f}x SiT-small"
     assert short in LAVACROSSING_SHORT
-    for name in ("siet_wall_seed0", "siet_wall_seed1", "siet_2h_starts", "siet_wall_centred"):
+    plain, walled = "sit_grid_readout_ppo", "sit_grid_readout_ppo_wall"
+    assert (
+        f"scores {pair(plain, _held_out())} held-out in the probe, and {pair(walled, _held_out())} with the "
+        "wall padding"
+    ) in page
+    for model, config in ((plain, "sit_grid_readout"), (walled, "sit_grid_readout_wall")):
+        for seed in (0, 1):  # the probe's encoder is the one the PPO config trains
+            assert results[model, seed]["encoder_kwargs"] == _gin_encoder_kwargs(f"lavacrossing_{config}.gin")
+    accuracy = {model: results[model, 0]["heldout_greedy_accuracy"]["all"] for model in (plain, walled)}
+    assert accuracy[walled] < accuracy[plain]  # "the padding costs seed 0 some accuracy"
+    for name in (
+        "siet_wall_seed0",
+        "siet_wall_seed1",
+        "siet_2h_starts",
+        "siet_wall_centred",
+        "sit_grid_readout_wall",
+    ):
         report = _report(f"lavacrossing_probe_{name}.json")
         assert report["command"].startswith("python benchmarks/lavacrossing_probe.py --models ")
         assert report["provenance_note"]
