@@ -5550,6 +5550,18 @@ def test_the_loops_at_the_edge_of_the_map_are_quoted_as_measured():
             assert results[model, seed]["encoder_kwargs"] == _gin_encoder_kwargs(f"lavacrossing_{config}.gin")
     accuracy = {model: results[model, 0]["heldout_greedy_accuracy"]["all"] for model in (plain, walled)}
     assert accuracy[walled] < accuracy[plain]  # "the padding costs seed 0 some accuracy"
+    longer = _report("lavacrossing_probe_sit_grid_readout_wall_9k.json")
+    assert longer["command"] == (
+        f"python benchmarks/lavacrossing_probe.py --models {plain},{walled} --seeds 0 --num_states 20000 "
+        "--num_heldout 2000 --steps 9000 --out runs/probe_sit_grid_readout_wall_9k.json"
+    )
+    runs = {run["model"]: run for run in longer["results"]}
+    fits = " / ".join(f"{runs[m]['train_greedy_accuracy']['all']:.2f}" for m in (plain, walled))
+    held = [_held_out()(runs[m]) for m in (plain, walled)]
+    assert (
+        f"both fit their training states (greedy {fits}) and the gap on the held-out states stays "
+        f"({held[0]} without the padding, {held[1]} with it)"
+    ) in page
     for name in (
         "siet_wall_seed0",
         "siet_wall_seed1",
