@@ -369,6 +369,7 @@ def test_rotation_pooled_conv_with_valid_padding_is_the_same_conv_on_padded_maps
     valid.set_weights(same.get_weights())
     np.testing.assert_array_equal(valid(padded), expected)
     testing.assert_equivariant(valid, padded, _images(("rot90", "rot180", "rot270")))
+    _assert_not_equivariant(valid, padded, _images(("flip_h", "flip_v", "transpose", "anti_transpose")))
     assert RotationPooledConv2D.from_config(valid.get_config()).padding == "valid"
 
 
