@@ -38,6 +38,12 @@ PAPERS = json.loads((ROOT / "benchmarks" / "papers.json").read_text())
 TABLE4 = PAPERS["sit_icml2024"]["table_4"]["columns"]
 
 
+@functools.cache
+def _flat_page(name: str) -> str:
+    """A page of docs/ with its whitespace flattened: a quoted sentence may wrap anywhere."""
+    return " ".join((DOCS / name).read_text().split())
+
+
 def _report(name: str) -> dict:
     return json.loads((REFERENCE / name).read_text())
 
@@ -481,7 +487,7 @@ def test_what_the_symmetry_costs_the_optimisation_is_quoted_as_measured():
     chiral = "sit_small_chiral_m4_corners"
     pair = functools.partial(_seed_pair, results)
     below, loss_at_600, held_out = _steps_to_08, _loss_at_600, _held_out()
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     for text in (
         f"its imitation loss is below 0.8 by step {pair(chiral + '_translation', below)} (seeds 0 / 1), "
         f"where the chiral SiT's stays above 0.8 for the first {pair(chiral, below)} steps and the CNN's "
@@ -503,7 +509,7 @@ def test_the_rotation_pooled_stem_probe_is_quoted_as_measured():
     assert report["command"].startswith("python benchmarks/lavacrossing_probe.py --models " + pooled)
     pair = functools.partial(_seed_pair, results)
     below, loss_at_600, held_out = _steps_to_08, _loss_at_600, _held_out()
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     for text in (
         f"stays above 0.8 for the first {pair(pooled, below)} steps "
         f"(the chiral SiT's: {pair(chiral, below)})",
@@ -522,7 +528,7 @@ def test_the_rotation_pooled_patch_readout_probe_is_quoted_as_measured():
     assert report["command"].startswith("python benchmarks/lavacrossing_probe.py --models " + pooled)
     pair = functools.partial(_seed_pair, results)
     below, loss_at_600, accuracy = _steps_to_08, _loss_at_600, _held_out
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     for text in (
         f"the loss is below 0.8 by step {pair(pooled, below)} (the chiral SiT's: {pair(chiral, below)})",
         f"and {pair(pooled, loss_at_600)} at step 600 ({pair(chiral, loss_at_600)})",
@@ -547,7 +553,7 @@ def test_the_cost_under_table_4s_protocol_is_quoted_as_measured():
         assert table[model]["env_steps_per_second"] == statistics.median(r["sps"] for r in runs)
     sps = {m: v["env_steps_per_second"] for m, v in table.items()}
     ratio = {m: sps["sit_small"] / v for m, v in sps.items()}
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     for text in (
         f"the SieT readout costs **{ratio['siet_rotation_pooled']:.2f}x** SiT-small "
         f"({sps['siet_rotation_pooled']:.1f} against {sps['sit_small']:.1f} env steps/s) and the CNN "
@@ -578,8 +584,8 @@ def _avx512_cost_medians(name: str, models: str, out: str) -> dict[str, float]:
 
 def test_the_lavacrossing_throughput_before_and_after_the_composed_token_row_is_quoted_as_measured():
     """docs/speed.md's LavaCrossing table and docs/lavacrossing.md's 2.09x come from the two cost reports."""
-    speed = " ".join((DOCS / "speed.md").read_text().split())
-    lava = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    speed = _flat_page("speed.md")
+    lava = _flat_page("lavacrossing.md")
     for name, commit in (
         ("lavacrossing_cost_protocol.json", "519bf1f"),
         ("lavacrossing_cost_composed_token.json", "e1b0537"),
@@ -605,7 +611,7 @@ def test_the_lavacrossing_throughput_on_a_host_without_avx512_is_quoted_as_measu
     assert report["command"].startswith("python benchmarks/lavacrossing_cost.py --models sit_small,cnn ")
     assert report["commit"].startswith("9a5a828") and "avx512" not in report["cpu_flags"].split(";")[0]
     sps = _cost_medians(report)
-    speed = " ".join((DOCS / "speed.md").read_text().split())
+    speed = _flat_page("speed.md")
     assert (
         f"at 9a5a828, {report['repeats']} repeats with nothing else running "
         "(`benchmarks/reference/lavacrossing_cost_avx2.json`), measured SiT-small at "
@@ -627,7 +633,7 @@ def test_the_lavacrossing_cost_with_auto_xla_on_the_avx2_host_is_quoted_as_measu
     sps = _cost_medians(report)
     assert all(len(runs) == report["repeats"] == 3 for runs in report["runs"].values())
     siet = sps["sit_small"] / sps["siet_rotation_pooled"]
-    speed = " ".join((DOCS / "speed.md").read_text().split())
+    speed = _flat_page("speed.md")
     assert (
         f"at b9e1e89, 3 repeats beside the two Table 4 runs at nice 10 "
         "(`benchmarks/reference/lavacrossing_cost_xla_auto_avx2.json`): SiT-small "
@@ -683,7 +689,7 @@ def test_the_readout_without_triangle_sums_costs_more_on_the_avx512_host_as_meas
     nt = "siet_rotation_pooled_no_triangles"
     cost = sps["sit_small"] / sps[nt]
     assert cost > 1.5
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     assert (
         f"SiT-small {sps['sit_small']:.1f} and the readout without triangle sums {sps[nt]:.1f} env steps/s, "
         f"**{cost:.2f}x**. Against the AVX2 run above, SiT-small runs "
@@ -730,7 +736,7 @@ def test_the_siet_readout_without_triangle_sums_in_ppo_is_quoted_as_measured():
         return points[min(points, key=lambda s: abs(s - steps))]
 
     greedy, sampling = run["greedy"], run["sampling"]
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     assert (
         f"training success {at(500_000, curve):.2f} at 0.5M steps, {at(800_000, curve):.2f} at 0.8M and "
         f"{at(1_000_000, curve):.2f} at 1M, where the full SieT readout's seed 0 had "
@@ -777,7 +783,7 @@ def test_the_sit_grid_readout_cost_and_probe_are_quoted_as_measured():
     report = _report("lavacrossing_probe_sit_grid_readout.json")
     assert report["command"].startswith("python benchmarks/lavacrossing_probe.py --models " + grid)
     below, accuracy = _steps_to_08, _held_out
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     for text in (
         f"The SieT readout costs {ratio['siet_rotation_pooled']:.2f}x SiT-small per environment step in PPO "
         f"({sps['siet_rotation_pooled']} against {sps['sit_small']} env steps/s), past the 1.5x",
@@ -818,7 +824,7 @@ def test_the_sit_grid_readout_in_ppo_is_quoted_as_measured():
     def most(run: dict) -> str:
         return f"{max(p['success'] for p in run['curve']['curve']):.2f}"
 
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     for text in (
         f"success at most {most(seed0)} at any 50k mark to 1M steps on seed 0, and at most {most(seed1)} to "
         f"{seed1['stopped_at_env_steps']:,} steps on seed 1",
@@ -844,7 +850,7 @@ def test_the_translation_control_in_ppo_is_quoted_as_measured():
     greedy = {row: f"{v['success_rate']:.2f}" for row, v in report["greedy"].items()}
     sampling = {row: f"{v['success_rate']:.2f}" for row, v in report["sampling"].items()}
     entropy = [f"{d['entropy']:.2f}" for d in report["learner_diagnostics_per_100k_env_steps"]]
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     text = (
         f"{report['train_wall_minutes']:.0f} minutes of training on one core; 5% of the paper's 20M IMPALA "
         f"steps), did not learn either: its training success was at most {max(s for _, s in curve):.2f} "
@@ -872,7 +878,7 @@ def test_a_larger_learning_rate_is_quoted_as_measured():
     def accuracy(run):
         return f"{run['heldout_greedy_accuracy']['all']:.2f}"
 
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     for text in (
         f"stays above 0.8 for the first {pair(larger, chiral, steps)} steps (seeds 0 / 1; "
         f"{pair(usual, chiral, steps)} at 1e-3)",
@@ -890,7 +896,7 @@ def test_the_ppo_policy_probe_is_quoted_as_measured():
     assert policy["policy_dir"] == "runs/chiral_1m/sit_chiral_seed1/policies/greedy_policy"
     train, held_out = policy["train_greedy_accuracy"], policy["heldout_greedy_accuracy"]
     constant = report["data"]["heldout"]["best_constant_action_accuracy"]
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     for text in (
         f"optimal move in {train['n1']:.2f} of the N1 and {train['n2']:.2f} of the N2 states",
         f"in {held_out['all']:.2f} of the held-out states (N1 {held_out['n1']:.2f}, N2 {held_out['n2']:.2f})",
@@ -1215,7 +1221,7 @@ def test_the_chiral_run_is_quoted_as_measured():
     latest = f"{last['success']:.2f} at {last['env_steps'] / 1e6:.2f}M"
     quoted = [f"{success[steps]:.2f} at {label}" for steps, label in
               ((1001472, "1.0M"), (1501184, "1.5M"), (1900544, "1.9M"))]  # fmt: skip
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     thresholds = [f"first {t} at {first[t] / 1e6:.2f}M" for t in ("0.5", "0.8")]
     for text in [*quoted, *thresholds, latest, f"{total:.0f} minutes of training"]:
         assert text in page, text
@@ -1248,7 +1254,7 @@ def test_the_cnn_policy_probe_is_quoted_as_measured():
     assert cnn["policy_dir"] == "runs/table4_lavacrossing/cnn_seed2/policies/greedy_policy"
     assert cnn["weights"].endswith("policy_checkpoint_0000046880")  # 3M steps: its final weights
     held_out = cnn["heldout_greedy_accuracy"]
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     text = (
         f"optimal move in {held_out['all']:.2f} of the held-out states (N1 {held_out['n1']:.2f}, "
         f"N2 {held_out['n2']:.2f}), against the chiral SiT's {sit['all']:.2f} (N1 {sit['n1']:.2f}, "
@@ -1267,7 +1273,7 @@ def test_the_third_cnn_seed_is_quoted_as_measured():
         f"{report['last']['success']:.2f} at 3M; greedy over 200 episodes "
         + "N1 {:.2f}, N2 {:.2f}, N3 {:.2f}, rotated {:.2f}".format(*(greedy[r]["success_rate"] for r in rows))
     )
-    assert text in " ".join((DOCS / "lavacrossing.md").read_text().split()), text
+    assert text in _flat_page("lavacrossing.md"), text
 
 
 def test_deployment_table_is_the_report():
@@ -1323,7 +1329,7 @@ def test_the_chiral_seed0_run_to_3m_is_quoted_as_measured():
         [1400832, 3000000],
     ]
     assert all(part["command"] and part["commit"] for part in report["parts"])
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     curve = report["training_curves"]["sit_chiral_seed0"]["success_every_50k"]
     assert curve[-1][0] == 3_000_320 and f"was at most {max(s for _, s in curve):.2f}" in page
     greedy, sampling = report["greedy"], report["sampling"]
@@ -1356,7 +1362,7 @@ def test_the_attention_and_critic_controls_are_quoted_as_measured(name):
     def rate(kind: str, row: str) -> str:
         return f"{report[kind][row]['success_rate']:.2f}"
 
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     text = (
         f"{report['train_wall_minutes']:.0f} minutes of training on one core): training success at most "
         f"{best}"
@@ -1389,7 +1395,7 @@ def test_the_few_states_probe_is_quoted_as_measured():
         f"CNN {pair('cnn')}, ViT-small {pair('vit_small')}, the translation-only control "
         f"{pair(chiral + '_translation')}, the chiral SiT {pair(chiral)}."
     )
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     assert text in page, text
     assert f"most common optimal move scores {constant:.2f} there" in page
 
@@ -1398,7 +1404,7 @@ def test_the_ppo_traces_are_quoted_as_measured():
     """docs/lavacrossing.md: the real runs' logit spread per checkpoint and the ViT's dead units."""
     report = _report("lavacrossing_ppo_trace.json")
     runs = {run["model"]: {r["env_steps"] // 1000: r for r in run["trace"]} for run in report["runs"]}
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
 
     def spread(model: str, k: int) -> str:
         if k not in runs[model]:
@@ -1426,7 +1432,7 @@ def test_the_noise_phase_is_quoted_as_measured():
     report = _report("lavacrossing_noise_phase.json")
     assert report["settings"]["iterations"] == 25 and report["command"] and report["commit"]
     runs = {(r["model"], r["seed"]): r["trace"] for r in report["runs"]}
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
 
     def cell(model: str, seed: int) -> str:
         first, last = runs[model, seed][0], runs[model, seed][-1]
@@ -1462,7 +1468,7 @@ def test_the_harder_cartpole_students_are_quoted_as_measured():
     assert summary["pi_5_obs_mean"] == pytest.approx(statistics.mean(pi))
     assert summary["pi_5_obs_std_over_seeds_sample"] == pytest.approx(statistics.stdev(pi))
     assert summary["student_over_teacher"] == pytest.approx(statistics.mean(pi) / teacher["5 obs"]["mean"])
-    page = " ".join((DOCS / "results.md").read_text().split())
+    page = _flat_page("results.md")
     rows = [
         f"| teacher (SAC) | {teacher['5 obs']['mean']:.0f} (FNN 593) | "
         f"{teacher['5 obs (shuffled)']['mean']:.0f} (FNN 38) |",
@@ -1495,7 +1501,7 @@ def test_the_state_signal_table_is_the_report():
     """docs/lavacrossing.md: the state signal after each stage of fresh encoders, mean over seeds."""
     report = _report("lavacrossing_state_signal.json")
     assert report["command"].startswith("python benchmarks/sit_state_signal.py") and report["commit"]
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     names = {
         "sit_small_chiral_m4_corners": "chiral SiT",
         "sit_small_chiral_m4_corners_sharp": "chiral SiT, query/key init x4",
@@ -1567,7 +1573,7 @@ def test_the_sharp_chiral_sit_in_ppo_is_quoted_as_measured():
     assert report["budget_env_steps"] == 1_000_000 and report["settings"]["num_episodes"] == 100
     runs = sorted(report["runs"], key=lambda r: r["seed"])
     assert [r["seed"] for r in runs] == [0, 1] and all(r["command"] and r["commit"] for r in runs)
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     curves = [dict(r["success_every_50k"]) for r in runs]
     best = [max(c.values()) for c in curves]
     last = [c[max(c)] for c in curves]
@@ -1597,7 +1603,7 @@ def test_the_noise_phase_with_selective_attention_is_quoted_as_measured():
     report = _report("lavacrossing_noise_phase_sharp.json")
     assert report["settings"]["iterations"] == 25 and report["commit"]
     runs = {(r["model"], r["seed"]): r["trace"] for r in report["runs"]}
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     spread = {}
     for (model, label) in (("sit_small_chiral_m4_corners", "default initialisation"),
                            ("sit_small_chiral_m4_corners_sharp", "query/key init x4")):  # fmt: skip
@@ -1633,7 +1639,7 @@ def test_the_noise_phase_with_a_standardised_head_is_quoted_as_measured():
                if r["model"] == "sit_small_chiral_m4_corners"}  # fmt: skip
     sharp = {r["seed"]: r["trace"] for r in _report("lavacrossing_noise_phase_sharp.json")["runs"]
              if r["model"] == "sit_small_chiral_m4_corners_sharp"}  # fmt: skip
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
 
     def spread(trace: list, at: int) -> float:
         return trace[at]["policy"]["logit_std_across_states"]
@@ -1678,7 +1684,7 @@ def test_the_standardised_ppo_run_so_far_is_quoted_as_measured():
     report = _report("lavacrossing_standardized_seed0_partial.json")
     assert report["status"] == "partial" and report["run"]["commit"] and report["trace_commit"]
     assert "--models sit_chiral_sharp_standardized --seeds 0" in report["run"]["command"]
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     trace = report["trace"]["trace"]
     spread = [t["policy"]["logit_std_across_states"] for t in trace]
     dead = [t["relu"]["head"]["dead_fraction"] for t in trace]
@@ -1709,7 +1715,7 @@ def test_the_noise_phase_with_qk_normalisation_is_quoted_as_measured():
     default = {r["seed"]: r["trace"] for r in _report("lavacrossing_noise_phase_sharp.json")["runs"]
                if r["model"] == "sit_small_chiral_m4_corners"}  # fmt: skip
     normed = {r["seed"]: r["trace"] for r in report["runs"]}
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
 
     def spread(trace: list, at: int) -> float:
         return trace[at]["policy"]["logit_std_across_states"]
@@ -1738,7 +1744,7 @@ def test_the_sharp_runs_traces_are_quoted_as_measured():
     report = _report("lavacrossing_ppo_trace_sharp.json")
     traces = {part["seed"]: part["trace"] for part in report["parts"]}
     assert sorted(traces) == [0, 1] and all(part["command"] and part["commit"] for part in report["parts"])
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     spread = {s: [t["policy"]["logit_std_across_states"] for t in trace] for s, trace in traces.items()}
     text = (
         f"by {min(spread[0]):.2f} to {max(spread[0]):.2f} (seed 0) and {min(spread[1]):.2f} to "
@@ -1797,7 +1803,7 @@ def test_the_sharp_chiral_sit_to_2m_steps_is_quoted_as_measured():
         assert [p["env_steps"] for p in run["parts"]] == [[0, 1_000_000], [1_000_000, 2_000_000]]
         assert all(p["command"] and p["commit"] for p in run["parts"])
         assert f"--seeds {run['seed']} --env_steps 2000000 --num_episodes 200" in run["parts"][1]["command"]
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     minutes = [f"{r['parts'][1]['train_wall_minutes']:.0f}" for r in runs]
     assert f"({minutes[0]} and {minutes[1]} minutes of training for the second million" in page
     second = [[s for steps, s in r["success_every_50k"] if steps >= 1_000_000] for r in runs]
@@ -1926,7 +1932,7 @@ def test_the_redesign_before_and_after_is_quoted_as_measured():
     report = _report("redesign_before_after.json")
     before, after = report["before"], report["after"]
     assert before["commit"] == "712873b" and after["commit"]
-    page = " ".join((DOCS / "architecture.md").read_text().split())
+    page = _flat_page("architecture.md")
     for run in (before, after):
         path = run["ppo_code_path"]
         assert (
@@ -2005,7 +2011,7 @@ def test_the_wide_sits_cost_is_quoted_as_measured():
     base, wide = table["sit_chiral_sharp"], table["sit_chiral_sharp_wide"]
     ratio = base["env_steps_per_second"] / wide["env_steps_per_second"]
     assert wide["cost_per_env_step"] == pytest.approx(ratio)
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     assert (
         f"costs {wide['cost_per_env_step']:.2f}x the sharp chiral SiT per environment step: "
         f"{wide['env_steps_per_second']:.1f} against {base['env_steps_per_second']:.1f} env steps/s, "
@@ -2421,7 +2427,7 @@ def test_what_precision_auto_chooses_without_bfloat16_instructions_is_the_report
     ratios = _check_precision_auto_rows(report)
     flat = " ".join(SPEED.split())
     assert f"bfloat16 is slower for every config here ({min(ratios):.2f}-{max(ratios):.2f}x float32)" in flat
-    training = " ".join((DOCS / "training.md").read_text().split())
+    training = _flat_page("training.md")
     assert f"where bfloat16 took {min(ratios):.2f}-{max(ratios):.2f}x the float32 step" in training
 
 
@@ -2476,7 +2482,7 @@ def test_bfloat16_on_a_host_with_avx512_bf16_and_no_amx_is_the_reports():
     ratios = _check_precision_auto_rows(auto)
     span = f"{min(ratios):.2f}-{max(ratios):.2f}x"
     assert f"bfloat16 takes {span} the float32 step here; no config is below `auto`'s margin of 0.9" in flat
-    training = " ".join((DOCS / "training.md").read_text().split())
+    training = _flat_page("training.md")
     assert f"it kept float32 too, where bfloat16 took {span}" in training
 
 
@@ -2516,7 +2522,7 @@ def test_what_jit_compile_auto_chooses_is_the_report():
     ]
     assert 1 <= min(images_cost) and max(images_cost) <= 20
     assert f"{min(procgen_cost):.0f}-{max(procgen_cost):.0f} s for the Procgen models" in flat
-    training = " ".join((DOCS / "training.md").read_text().split())
+    training = _flat_page("training.md")
     assert {r["choice"] for r in report["configs"]} == {"off"}
     assert "`auto` chose it for none of the main configs" in training
 
@@ -3976,7 +3982,7 @@ def test_the_standardised_ppo_run_to_1m_steps_is_quoted_as_measured():
     successes = [point["success"] for point in curve["curve"]]
     assert curve["last"]["env_steps"] >= 1_000_000 and len(successes) == 20
     assert max(successes) == pytest.approx(0.01) and min(successes) == 0
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     assert "its training success stayed at 0.00-0.01 at every 50k mark to 1M steps" in page
     greedy, sampling = report["greedy"], report["sampling"]
     rows = ("train: easy", "train: medium", "hard", "rotations average")
@@ -4053,7 +4059,7 @@ def test_the_forward_prior_screen_is_quoted_as_measured():
     report = _report("lavacrossing_forward_prior_seed0_05m.json")
     assert "ppo.initial_action_probabilities = (0.7, 0.1, 0.1, 0.1)" in report["run"]["command"]
     assert report["run"]["commit"] and report["budget_env_steps"] == 500_000
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     successes = [point["success"] for point in report["curve"]["curve"]]
     assert len(successes) == 10 and report["curve"]["last"]["env_steps"] >= 500_000
     assert f"Training success at every 50k mark: {' / '.join(f'{s:.2f}' for s in successes)}." in page
@@ -4095,7 +4101,7 @@ def test_the_forward_prior_run_to_1m_is_quoted_as_measured():
         report["run"]["command"].replace("1000000", "500000").split(" --out ")[0]
         == (screen["run"]["command"].split(" --out ")[0])
     )
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     points = report["curve"]["curve"]
     # The first half of the curve is the screen's: the same checkpoints, read again.
     assert [p["success"] for p in points[:10]] == [p["success"] for p in screen["curve"]["curve"]]
@@ -4128,7 +4134,7 @@ def test_the_cnn_with_the_forward_prior_is_quoted_as_measured():
     report = _report("lavacrossing_forward_prior_cnn_seed0_1m.json")
     assert "--models cnn" in report["run"]["command"] and report["run"]["commit"]
     assert "ppo.initial_action_probabilities = (0.7, 0.1, 0.1, 0.1)" in report["run"]["command"]
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     half = next(p for p in report["curve"]["curve"] if p["env_steps"] >= 500_000)
     last = report["curve"]["last"]
     assert last["env_steps"] >= 1_000_000
@@ -4166,7 +4172,7 @@ def test_the_rotation_pooled_readout_in_ppo_is_quoted_as_measured():
     def at(curve: dict) -> str:
         return " / ".join(f"{_success_at(curve, m):.2f}" for m in marks)
 
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     greedy = {row: f"{v['success_rate']:.2f}" for row, v in report["greedy"].items()}
     sampling = {row: f"{v['success_rate']:.2f}" for row, v in report["sampling"].items()}
     table4 = _report("table4_lavacrossing_3m.json")["training_curves"]
@@ -4235,7 +4241,7 @@ def test_the_siet_readouts_second_seed_is_quoted_as_measured():
     assert curve["first_step_with_success_at_least"]["0.5"] is None
     greedy = {row: v["success_rate"] for row, v in report["greedy"].items()}
     sampling = {row: v["success_rate"] for row, v in report["sampling"].items()}
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     for text in (
         f"its training success was at most {best:.2f} at every 50k mark to 1M steps "
         f"({curve['last']['success']:.2f} at 1M)",
@@ -4288,7 +4294,7 @@ def test_table4_parts_are_quoted_as_measured(path):
     column = PAPERS["sit_icml2024"]["our_configs"][model]["table_4"]
     greedy = run["greedy"]
     cells = _greedy_cells(greedy, column)
-    page = " ".join((DOCS / "results.md").read_text().split())
+    page = _flat_page("results.md")
     assert f"(`table4_lavacrossing_parts/{path.name}`, 3M steps, 15% of the paper's 20M IMPALA steps)" in page
 
     half, ninety = (curve["first_step_with_success_at_least"][level] for level in ("0.5", "0.9"))
@@ -4310,7 +4316,7 @@ def test_the_small_sits_table4_part_quotes_its_sampling_and_tflite_scores():
         "runs"
     ]
     sampling = {row: v["success_rate"] for row, v in run["sampling"].items()}
-    page = " ".join((DOCS / "results.md").read_text().split())
+    page = _flat_page("results.md")
     assert (
         f"Sampling, it succeeds far more often: N1 {sampling['train: easy']:.2f}, rotations "
         f"{sampling['rotations average']:.2f}, N2 {sampling['train: medium']:.2f}." in page
@@ -4345,7 +4351,7 @@ def test_the_siet_readout_trace_table_is_the_report():
 
 def test_the_cheaper_siet_readouts_cost_is_quoted_as_measured():
     """docs/lavacrossing.md: the lite SieT readout's cost per environment step, with 2 heads and with 4."""
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     two, four = _report("lavacrossing_cost_lite_2heads.json"), _report("lavacrossing_cost_lite.json")
     assert four["encoder_kwargs_at_commit"]["num_heads"] == 4
     config = (ROOT / "configs" / "minigrid" / "lavacrossing_siet_rotation_pooled_lite.gin").read_text()
@@ -4375,7 +4381,7 @@ def test_the_cheaper_siet_readouts_cost_is_quoted_as_measured():
 def test_the_cheaper_siet_readouts_ppo_runs_are_quoted_as_measured():
     """docs/lavacrossing.md: the lite SieT readout on seeds 0 and 1 to 1M steps."""
     report = _report("lavacrossing_siet_readout_lite_1m.json")
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     best = []
     for seed in (0, 1):
         run = report["runs"][f"seed {seed}"]
@@ -4504,7 +4510,7 @@ def test_the_elu_head_on_the_seed_that_did_not_learn_is_quoted_as_measured():
     )
 
     relu_trace = _report("lavacrossing_siet_readout_trace_1m.json")["runs"]["seed 1"]["trace"]
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     best = max(p["success"] for p in curve)
     relu_best = max(p["success"] for p in relu["curve"]["curve"])
     assert (
@@ -4559,7 +4565,7 @@ def test_the_siet_readouts_third_seed_is_quoted_as_measured():
     half = curve["first_step_with_success_at_least"]["0.5"]
     greedy = {row: v["success_rate"] for row, v in report["greedy"].items()}
     sampling = {row: v["success_rate"] for row, v in report["sampling"].items()}
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     seed0 = _report("lavacrossing_siet_readout_seed0_1m.json")["curve"]["first_step_with_success_at_least"][
         "0.5"
     ]
@@ -4740,7 +4746,7 @@ def test_the_suites_collections_and_the_learner_pipelines_are_the_reports():
     )
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    flat = " ".join((DOCS / "testing.md").read_text().split())
+    flat = _flat_page("testing.md")
     summaries = {}
     for when in ("before", "after"):
         summary = _report(f"suite_resources_avx2_{when}.json")
@@ -4891,7 +4897,7 @@ def _suite_report(name: str):
 
 def test_the_suite_after_the_float16_moves_and_the_allocator_is_the_report():
     bench, summary, records = _suite_report("bfc")
-    flat = " ".join((DOCS / "testing.md").read_text().split())
+    flat = _flat_page("testing.md")
     tests = sum(w["tests"] for w in summary["workers"].values())
     assert summary["note"].endswith(f"{tests} passed in 30:59") and summary["tests_commit"] == "7f7f5f1"
     assert f"passed {tests} tests in 30 min 59 s" in flat
@@ -5191,7 +5197,7 @@ def test_what_jit_compile_auto_chooses_under_the_legacy_runtime_is_the_report():
 
 def test_the_suite_after_the_benchmark_moves_is_the_report():
     bench, summary, records = _suite_report("benchmark_moves")
-    flat = " ".join((DOCS / "testing.md").read_text().split())
+    flat = _flat_page("testing.md")
     tests = sum(w["tests"] for w in summary["workers"].values())
     assert summary["note"].endswith(f"{tests} passed in 30:34") and summary["tests_commit"] == "40a41ba"
     assert f"{tests} tests, a 2-core AMD EPYC" in flat  # the table's row
@@ -5220,7 +5226,7 @@ def test_the_suite_after_the_benchmark_moves_is_the_report():
 
 def test_the_suite_under_the_legacy_xla_runtime_is_the_report():
     bench, summary, records = _suite_report("legacy_xla")
-    flat = " ".join((DOCS / "testing.md").read_text().split())
+    flat = _flat_page("testing.md")
     tests = sum(w["tests"] for w in summary["workers"].values())
     assert summary["note"].endswith(f"{tests} passed in 33:19") and summary["tests_commit"] == "be7d356"
     assert (
@@ -5263,7 +5269,7 @@ def test_the_small_sits_seed0_part_is_quoted_as_a_run_that_did_not_learn():
     (run,) = part["runs"]
     best = max(success for _, success in part["training_curve"]["success_every_250k"])
     assert part["training_curve"]["first_step_with_success_at_least"]["0.5"] is None
-    page = " ".join((DOCS / "results.md").read_text().split())
+    page = _flat_page("results.md")
     assert f"It did not learn: training success at most {best:.2f} at any 250k mark" in page
     sampling = run["sampling"]["train: easy"]["success_rate"]
     assert f"sampling succeeds on {sampling:.2f} of the N1 episodes." in page
@@ -5290,7 +5296,7 @@ def test_the_forward_prior_on_the_siet_readouts_hard_seed_is_quoted_as_measured(
     unprimed = _report("lavacrossing_siet_readout_seed1_1m.json")
     assert max(p["success"] for p in unprimed["curve"]["curve"]) <= 0.02
     greedy, sampling = run["greedy"], run["sampling"]
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     assert (
         f"training success {at(300_000):.2f} at 0.3M steps, {at(500_000):.2f} at 0.5M and {at(800_000):.2f} "
         f"at 0.8M; **first 0.5 at {half:,} steps** (the CNN's three Table 4 parts, without a prior: "
@@ -5337,7 +5343,7 @@ def test_the_siet_readout_without_triangle_sums_to_3m_steps_is_quoted_as_measure
         for seed in (0, 1, 2)
     ]
     n2, n3 = ([part[row]["success_rate"] for part in cnn] for row in ("train: medium", "hard"))
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     last = run["curve"]["last"]["success"]
     assert (
         f"training success first 0.5 at {reached['0.5']:,} steps, 0.8 at {reached['0.8']:,} and 0.9 at "
@@ -5394,7 +5400,7 @@ def _quoted_3m_prior_run(run: dict, page: str) -> tuple[dict, list[float], float
 def test_the_forward_prior_on_seed_1_to_3m_steps_is_quoted_as_measured():
     """docs/lavacrossing.md and the README: seed 1 with the forward prior continued to 3M steps."""
     run, first = _continued_3m_run("lavacrossing_siet_no_triangles_forward_seed1_3m.json", 1)
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     reached, late, last = _quoted_3m_prior_run(run, page)
     assert reached["0.5"] == first["curve"]["first_step_with_success_at_least"]["0.5"]  # one run, continued
     unprimed = _report("lavacrossing_siet_no_triangles_3m.json")["runs"]["seed 0"]["curve"]
@@ -5433,7 +5439,7 @@ FAILURE_RUNS = {
 
 def test_how_the_readout_without_triangle_sums_fails_on_n2_is_quoted_as_measured():
     """docs/lavacrossing.md, "How the readout without triangle sums fails on N2": the table and its ranges."""
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     counts = {}
     for name, (evaluated, seed, label, out) in FAILURE_RUNS.items():
         report = _report(name)
@@ -5487,7 +5493,7 @@ def test_how_the_readout_without_triangle_sums_fails_on_n2_is_quoted_as_measured
 
 def test_the_loops_at_the_edge_of_the_map_are_quoted_as_measured():
     """docs/lavacrossing.md, "The edge of the map": the loop table, its shares, the probe of the padding."""
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     shares = []
     for name, (_, _, label, _) in FAILURE_RUNS.items():
         report = _report(name)
@@ -5576,7 +5582,7 @@ def test_the_loops_at_the_edge_of_the_map_are_quoted_as_measured():
 
 def test_the_wall_padded_grid_readouts_cost_is_quoted_as_measured():
     """docs/lavacrossing.md, "The edge of the map" and In short: 1.34x, beside the 2-head readout's rerun."""
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     models = "sit_small,sit_grid_readout_wall,siet_rotation_pooled_no_triangles_2heads"
     sps = _avx512_cost_medians(
         "lavacrossing_cost_grid_readout_wall_avx512.json", models, "runs/cost_grid_wall_2h_avx512.json"
@@ -5611,7 +5617,7 @@ def test_the_cheaper_readouts_cuts_in_the_probe_are_quoted_as_measured():
     """docs/lavacrossing.md, "The cheaper readout's cuts in the imitation probe": table, prose and cost."""
     results = _probe_results()
     pair = functools.partial(_seed_pair, results)
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     reports = ("siet_ppo_config", "siet_cuts", "siet_lite")
     for name in reports:
         report = _report(f"lavacrossing_probe_{name}.json")
@@ -5692,7 +5698,7 @@ def test_pooling_the_turns_in_one_frame_is_quoted_as_measured():
     assert report["results"][0]["encoder_kwargs"]["turn_pooling"] == "attention"
     pair = functools.partial(_seed_pair, _probe_results())
     attention, plain = "siet_nt_turn_attention", "siet_nt"
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     assert (
         f"scores {pair(attention, _held_out())} held-out and {pair(attention, _held_out('n2'))} on N2, "
         f"against {pair(plain, _held_out())} and {pair(plain, _held_out('n2'))} with each unit's max: "
@@ -5717,7 +5723,7 @@ def test_the_readout_without_triangle_sums_and_with_2_heads_costs_what_the_docs_
     )
     ratio = sps["sit_small"] / sps[model]
     assert ratio <= 1.5
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     assert (
         f"costs **{ratio:.2f}x** SiT-small on the same host ({sps[model]:.1f} against {sps['sit_small']:.1f} "
         "env steps/s;"
@@ -5746,7 +5752,7 @@ def test_the_forward_prior_on_seed_0_to_3m_steps_is_quoted_as_measured():
         assert commit in report["status"]
     assert run["commit"] == "48e5456" and run["evaluated"] and run["num_episodes"] == 200
     assert run["curve"]["last"]["env_steps"] >= 3_000_000
-    page = " ".join((DOCS / "lavacrossing.md").read_text().split())
+    page = _flat_page("lavacrossing.md")
     reached, late, last = _quoted_3m_prior_run(run, page)
     primed = seed1["curve"]["first_step_with_success_at_least"]
     unprimed = _report("lavacrossing_siet_no_triangles_3m.json")["runs"]["seed 0"]["curve"]
