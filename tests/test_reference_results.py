@@ -5375,13 +5375,16 @@ def test_the_siet_readout_without_triangle_sums_to_3m_steps_is_quoted_as_measure
     ) in " ".join(README.split())
 
 
-def _quoted_3m_prior_run(run: dict, page: str) -> tuple[dict, list[float], float]:
-    """A 3M-step run of the readout without triangle sums: its greedy cells, sampling sentence and In-short
-    line as the docs quote them; returns its first steps at 0.5 / 0.8 / 0.9, its marks from 2M, its last."""
+def _quoted_3m_prior_run(
+    run: dict, page: str, config: str = "siet_rotation_pooled_no_triangles"
+) -> tuple[dict, list[float], float]:
+    """A 3M-step run of ``configs/minigrid/lavacrossing_<config>.gin``: its greedy cells, sampling sentence
+    and In-short line as the docs quote them; returns its first steps at 0.5 / 0.8 / 0.9, its marks from 2M,
+    its last."""
     reached = run["curve"]["first_step_with_success_at_least"]
     late = [p["success"] for p in run["curve"]["curve"] if p["env_steps"] >= 2_000_000]
     last = run["curve"]["last"]["success"]
-    column = PAPERS["sit_icml2024"]["our_configs"]["siet_rotation_pooled_no_triangles"]["table_4"]
+    column = PAPERS["sit_icml2024"]["our_configs"][config]["table_4"]
     greedy, sampling = run["greedy"], run["sampling"]
     assert f"beside the paper's {column} column (mean rewards): {_greedy_cells(greedy, column)}." in page
     assert (
@@ -5784,3 +5787,81 @@ def test_the_forward_prior_on_seed_0_to_3m_steps_is_quoted_as_measured():
         f"{n2[2]:.2f})"
     ) in page
     assert reached["0.9"] < before["0.9"] and primed["0.9"] < before["0.9"]  # "both seeds ... sooner"
+
+
+def test_the_grid_readout_with_the_prior_is_quoted_as_measured():
+    """docs/lavacrossing.md: the SiT that reads its local grid, with the forward prior, on seeds 0 and 1 while
+    they train, beside the CNN with and without the prior and the readout without triangle sums."""
+    name = "lavacrossing_sit_grid_readout_forward_partial.json"
+    report = _report(name)
+    runs = [report["runs"][f"seed {seed}"] for seed in (0, 1)]
+    resume = json.loads((ROOT / "benchmarks" / "resume" / "index.json").read_text())
+    for seed, run in enumerate(runs):
+        assert f"--models sit_grid_readout --seeds {seed} " in run["command"]
+        assert "'ppo.initial_action_probabilities = (0.7, 0.1, 0.1, 0.1)'" in run["command"]
+        assert run["command"].endswith(
+            f"--out runs/table4_ro_forward/sit_grid_readout_forward_seed{seed}_3m.json"
+        )
+        key = f"table4_ro_forward__sit_grid_readout_seed{seed}"
+        if key in resume:  # still training: the resume point goes on with the same command
+            assert resume[key]["command"] == run["command"]
+        walls = run["train_wall_s"]
+        assert walls["total"] == pytest.approx(sum(walls.values()) - walls["total"], abs=0.2)
+        assert (
+            max(int(k.rsplit("_", 1)[1]) for k in walls if k != "total") == run["curve"]["last"]["env_steps"]
+        )
+    reached = [run["curve"]["first_step_with_success_at_least"] for run in runs]
+    after = [
+        [p["success"] for p in run["curve"]["curve"] if p["env_steps"] > first["0.9"]]
+        for run, first in zip(runs, reached, strict=True)
+    ]
+    cnn_prior = _report("lavacrossing_forward_prior_cnn_seed0_1m.json")["curve"][
+        "first_step_with_success_at_least"
+    ]
+    cnn_parts = [
+        _report(f"table4_lavacrossing_parts/cnn_seed{seed}.json")["training_curve"][
+            "first_step_with_success_at_least"
+        ]
+        for seed in (0, 1, 2)
+    ]
+    cnn_09 = [part["0.9"] for part in cnn_parts]
+    no_triangles = [
+        _report(f"lavacrossing_siet_no_triangles_forward_seed{seed}_3m.json")["runs"][f"seed {seed}"][
+            "curve"
+        ]["first_step_with_success_at_least"]["0.9"]
+        for seed in (0, 1)
+    ]
+    without = _report("lavacrossing_sit_grid_readout_partial.json")["runs"]
+    assert max(p["success"] for run in without.values() for p in run["curve"]["curve"]) <= 0.02
+
+    lasts = [run["curve"]["last"]["env_steps"] for run in runs]
+    hours = [run["train_wall_s"]["total"] / 3600 for run in runs]
+
+    def pair(level: str) -> str:
+        return f"{reached[0][level]:,} / {reached[1][level]:,}"
+
+    page = _flat_page("lavacrossing.md")
+    assert (
+        f"training success first 0.5 at {pair('0.5')} steps, 0.8 at {pair('0.8')} and 0.9 at "
+        f"{pair('0.9')} (seeds 0 / 1; `benchmarks/reference/{name}`, the curves of both runs while they "
+        f"train toward 3M steps, at {lasts[0]:,} and {lasts[1]:,} steps, {hours[0]:.1f} and {hours[1]:.1f} "
+        "hours of training). The CNN with the same prior (seed 0, "
+        f"`benchmarks/reference/lavacrossing_forward_prior_cnn_seed0_1m.json`): {cnn_prior['0.5']:,}, "
+        f"{cnn_prior['0.8']:,} and {cnn_prior['0.9']:,}; the CNN's three Table 4 parts, without a prior: "
+        f"0.9 at {min(cnn_09):,} to {max(cnn_09):,} steps; the readout without triangle sums with the "
+        f"prior: 0.9 at {no_triangles[0]:,} and {no_triangles[1]:,}."
+    ) in page
+    assert '(at most 0.02 training success; "A SiT that reads its local grid")' in page
+    # "sooner than every CNN run", at every level
+    for level in ("0.5", "0.8", "0.9"):
+        assert max(r[level] for r in reached) < min([cnn_prior[level]] + [part[level] for part in cnn_parts])
+    assert (
+        f"{min(after[0]):.2f}-{max(after[0]):.2f} at the 50k marks after its first 0.9 on seed 0, "
+        f"{min(after[1]):.2f}-{max(after[1]):.2f} on seed 1"
+    ) in page
+    assert min(min(a) for a in after) < 0.9  # "it does not hold 0.9 once reached"
+    assert (
+        f"training success first 0.9 at {reached[0]['0.9']:,} and {reached[1]['0.9']:,} steps (seeds 0 / 1), "
+        f"where the CNN with the same prior took {cnn_prior['0.9']:,} (seed 0) and the CNN's Table 4 parts "
+        f"without it {min(cnn_09):,} to {max(cnn_09):,}"
+    ) in LAVACROSSING_SHORT
