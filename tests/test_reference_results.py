@@ -5861,3 +5861,26 @@ def test_the_grid_readout_with_the_prior_is_quoted_as_measured():
         f"where the CNN with the same prior took {cnn_prior['0.9']:,} (seed 0) and the CNN's Table 4 parts "
         f"without it {min(cnn_09):,} to {max(cnn_09):,}"
     ) in LAVACROSSING_SHORT
+
+
+def test_the_grid_readout_with_the_prior_to_3m_steps_is_quoted_as_measured():
+    """docs/lavacrossing.md: the SiT that reads its local grid, with the forward prior, seed 0 to 3M steps:
+    the run of the partial report, finished and evaluated."""
+    name = "lavacrossing_sit_grid_readout_forward_seed0_3m.json"
+    report = _report(name)
+    run = report["runs"]["seed 0"]
+    partial = _report("lavacrossing_sit_grid_readout_forward_partial.json")["runs"]["seed 0"]
+    assert run["command"] == partial["command"]
+    assert run["evaluated"] and run["num_episodes"] == 200 and run["curve"]["last"]["env_steps"] >= 3_000_000
+    walls = report["train_wall_s"]
+    assert walls["total"] == pytest.approx(sum(walls.values()) - walls["total"], abs=0.2)
+    assert report["train_wall_command"].startswith("python benchmarks/run_log.py --log ")
+    for commit in ("bb3c33c", "686be8b", run["commit"]):
+        assert commit in report["status"]
+    page = _flat_page("lavacrossing.md")
+    reached, late, last = _quoted_3m_prior_run(run, page, config="sit_grid_readout")
+    assert reached == partial["curve"]["first_step_with_success_at_least"]  # one run, continued
+    assert (
+        f"Seed 0 to 3M steps (`benchmarks/reference/{name}`, {walls['total'] / 3600:.1f} hours of training): "
+        f"{min(late):.2f}-{max(late):.2f} at the 50k marks from 2M steps ({last:.2f} at 3M)."
+    ) in page
