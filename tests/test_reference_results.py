@@ -5854,7 +5854,7 @@ def test_the_grid_readout_with_the_prior_is_quoted_as_measured():
         f"A SiT that reads its local grid so, with the prior, first reached 0.9 training success at "
         f"{reached[0]['0.9']:,} and {reached[1]['0.9']:,} steps (seeds 0 and 1), sooner than every CNN run "
         f"({min(cnn_09 + [cnn_prior['0.9']]):,} to {max(cnn_09 + [cnn_prior['0.9']]):,}; "
-        f"`benchmarks/reference/{name}`, still training toward 3M)."
+        f"`benchmarks/reference/{name}`, still training toward 3M)"
     ) in " ".join(README.split())
     assert (
         f"training success first 0.9 at {reached[0]['0.9']:,} and {reached[1]['0.9']:,} steps (seeds 0 / 1), "
@@ -5880,6 +5880,11 @@ def test_the_grid_readout_with_the_prior_to_3m_steps_is_quoted_as_measured():
     page = _flat_page("lavacrossing.md")
     reached, late, last = _quoted_3m_prior_run(run, page, config="sit_grid_readout")
     assert reached == partial["curve"]["first_step_with_success_at_least"]  # one run, continued
+    greedy = {row: f"{v['success_rate']:.2f}" for row, v in run["greedy"].items()}
+    assert (
+        f"seed 0 scores greedy N1 {greedy['train: easy']}, rotated {greedy['rotations average']} and N2 "
+        f"{greedy['train: medium']} at 3M steps (`benchmarks/reference/{name}`)."
+    ) in " ".join(README.split())
     assert (
         f"Seed 0 to 3M steps (`benchmarks/reference/{name}`, {walls['total'] / 3600:.1f} hours of training): "
         f"{min(late):.2f}-{max(late):.2f} at the 50k marks from 2M steps ({last:.2f} at 3M)."
