@@ -6,7 +6,11 @@
 Reads ``Metrics/SuccessRate`` and ``Metrics/AverageReturn`` (the harness's
 training metrics over the last 100 episodes, against environment steps) and
 ``charts/SPS``, and reports the first log at or after every ``--every`` steps,
-the first step at which the success rate reached each of ``--thresholds``,
+the first step at which the success rate reached each of ``--thresholds``
+(the logs hold float32, so a logged 0.90 reads 0.8999999762 and counts as
+0.9 within ``FLOAT32_TOLERANCE``; committed reports computed before that rule
+say so in their ``first_step_rule``: their 0.9 is the first step at 0.91 or
+more),
 the last log, and the median steps/s.
 
 ``--diagnostics_every N`` (PPO runs) adds the learner's diagnostics from
@@ -41,6 +45,8 @@ DIAGNOSTICS = {
     "Losses/value_estimation_loss": "value_loss",
     "losses/explained_variance": "explained_variance",
 }
+# Below float32's spacing near 1 (6e-8 x 2) times a few, far below one episode in 100 (0.01).
+FLOAT32_TOLERANCE = 1e-6
 _PPO_SHAPE = ("train_eval.num_envs", "ppo.collect_steps_per_env", "ppo.num_epochs", "ppo.num_minibatches")
 
 
@@ -115,7 +121,9 @@ def summarize(logs: Sequence[dict[str, float]], every: int, thresholds: Sequence
             next_mark = (entry["env_steps"] // every + 1) * every
     reached = {}
     for threshold in thresholds:
-        first = next((e["env_steps"] for e in logs if e.get("success", 0.0) >= threshold), None)
+        # The logs hold float32: a success rate of 0.90 reads back as 0.8999999762, below the float64 0.9.
+        at_least = threshold - FLOAT32_TOLERANCE
+        first = next((e["env_steps"] for e in logs if e.get("success", 0.0) >= at_least), None)
         reached[f"{threshold:g}"] = first
     speeds = [e["sps"] for e in logs if "sps" in e]
     return {

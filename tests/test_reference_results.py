@@ -5863,6 +5863,48 @@ def test_the_grid_readout_with_the_prior_is_quoted_as_measured():
     ) in LAVACROSSING_SHORT
 
 
+def test_the_first_step_rule_of_each_curve_report_is_stated_and_the_cnn_comparison_survives_it():
+    """docs/lavacrossing.md, "How the first step at 0.9 is counted": every report with first steps says
+    which count it used; the recomputed ones are the runs whose folders were still there."""
+    rules = {}
+    for path in sorted(REFERENCE.rglob("*.json")):
+        text = path.read_text()
+        if "first_step_with_success_at_least" in text:
+            rules[path.relative_to(REFERENCE).as_posix()] = json.loads(text)["first_step_rule"].split(":")[0]
+    assert set(rules.values()) == {"float32", "strict"}
+    recomputed = {name for name, rule in rules.items() if rule == "float32"}
+    assert {
+        "lavacrossing_sit_grid_readout_forward_seed0_3m.json",
+        "lavacrossing_sit_grid_readout_forward_seed1_3m.json",
+        "lavacrossing_siet_no_triangles_forward_seed0_3m.json",
+    } <= recomputed
+    assert rules["lavacrossing_forward_prior_cnn_seed0_1m.json"] == "strict"
+    sit_09 = [
+        _report(f"lavacrossing_sit_grid_readout_forward_seed{seed}_3m.json")["runs"][f"seed {seed}"]["curve"][
+            "first_step_with_success_at_least"
+        ]["0.9"]
+        for seed in (0, 1)
+    ]
+    cnn_08 = [
+        _report(f"table4_lavacrossing_parts/cnn_seed{seed}.json")["training_curve"][
+            "first_step_with_success_at_least"
+        ]["0.8"]
+        for seed in (0, 1, 2)
+    ] + [
+        _report("lavacrossing_forward_prior_cnn_seed0_1m.json")["curve"]["first_step_with_success_at_least"][
+            "0.8"
+        ]
+    ]
+    assert max(sit_09) < min(cnn_08)  # "reach 0.9 before any CNN run reaches 0.8"
+    page = _flat_page("lavacrossing.md")
+    assert "both seeds of the SiT that reads its local grid reach 0.9 before any CNN run reaches 0.8" in page
+    for seed in (0, 1, 2):  # docs/results.md: the parts' 0.9 steps use the old count
+        assert rules[f"table4_lavacrossing_parts/cnn_seed{seed}.json"] == "strict"
+    assert "so each is the first step at 0.91 or more (`first_step_rule` in each part;" in _flat_page(
+        "results.md"
+    )
+
+
 def test_the_grid_readouts_cost_without_the_wall_padding_is_quoted_as_measured():
     """docs/lavacrossing.md, "The SiT that reads its local grid, with the prior": its cost on its own."""
     sps = _avx512_cost_medians(
