@@ -62,6 +62,7 @@ def part_of(report: dict[str, Any], log_text: str, log: str, every: int) -> dict
             "last": summary["last"],
             "median_env_steps_per_second": summary["median_env_steps_per_second"],
         },
+        "first_step_rule": training_curve.FIRST_STEP_RULE,
         "training_curve_command": (
             f"python benchmarks/training_curve.py --root_dir {run['root_dir']} --every {every}"
         ),

@@ -47,6 +47,10 @@ DIAGNOSTICS = {
 }
 # Below float32's spacing near 1 (6e-8 x 2) times a few, far below one episode in 100 (0.01).
 FLOAT32_TOLERANCE = 1e-6
+FIRST_STEP_RULE = (
+    "float32: a logged success rate counts as reaching a threshold within benchmarks/training_curve.py's "
+    "FLOAT32_TOLERANCE (a logged 0.90 is 0.9)"
+)
 _PPO_SHAPE = ("train_eval.num_envs", "ppo.collect_steps_per_env", "ppo.num_epochs", "ppo.num_minibatches")
 
 

@@ -12,6 +12,7 @@ import functools
 import importlib.util
 import json
 import math
+import shlex
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -4304,6 +4305,62 @@ def test_table4_parts_are_quoted_as_measured(path):
         f"training success {reached}, {curve['last']['success']:.2f} at 3M. Greedy success (mean return) "
         f"beside the paper's {column} column (mean rewards): {cells}." in page
     )
+
+
+TABLE4_PRIOR_PARTS = sorted((REFERENCE / "table4_lavacrossing_prior_parts").glob("*.json"))
+TABLE4_PRIOR_LABELS = {
+    "cnn": "The CNN",
+    "vit": "ViT-small",
+    "sit_grid_readout": "The SiT that reads its local grid",
+    "sit_grid_readout_global": "The same SiT without its local layer",
+}
+
+
+def _table4_prior_protocol(words: list[str]) -> list[str]:
+    """A prior part's command words without what differs between parts (model, seed, root, out)."""
+    drop = {"--models", "--seeds", "--root", "--out"}
+    return [w for i, w in enumerate(words) if w not in drop and (i == 0 or words[i - 1] not in drop)]
+
+
+def _first_levels(reached: dict) -> str:
+    """ "first 0.5 at 239,616 steps, 0.8 at 366,592 and 0.9 at 481,280", as far as the run got."""
+    words = [
+        f"{level} at {reached[level]:,}" for level in ("0.5", "0.8", "0.9") if reached[level] is not None
+    ]
+    if not words:
+        return "never 0.5"
+    words[0] += " steps"
+    return "first " + (", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else words[0])
+
+
+@pytest.mark.parametrize("path", TABLE4_PRIOR_PARTS, ids=[p.stem for p in TABLE4_PRIOR_PARTS])
+def test_table4_prior_parts_are_quoted_as_measured(path):
+    """docs/results.md, "Table 4 under the forward prior": each part of one protocol, beside its column."""
+    part = json.loads(path.read_text())
+    (run,) = part["runs"]
+    model, seed = run["model"], run["seed"]
+    assert path.stem == f"{model}_seed{seed}" and part["settings"]["num_episodes"] == 200
+    page = _flat_page("results.md")
+    block = page.split("Table 4 under the forward prior", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    documented = shlex.split(block.replace("\\", " "))
+    assert _table4_prior_protocol(shlex.split(part["command"])) == _table4_prior_protocol(documented)
+    assert "ppo.initial_action_probabilities = (0.7, 0.1, 0.1, 0.1)" in part["settings"]["gin_bindings"]
+    walls = part["train_wall_s"]
+    assert walls["total"] == pytest.approx(sum(walls.values()) - walls["total"], abs=0.2)
+    assert part["first_step_rule"].startswith("float32: ")
+    curve = part["training_curve"]
+    assert curve["last"]["env_steps"] >= part["settings"]["env_steps"] == 3_000_000
+    column = PAPERS["sit_icml2024"]["our_configs"][model]["table_4"]
+    sampling = run["sampling"]
+    assert (
+        f"- **{TABLE4_PRIOR_LABELS[model]}, seed {seed}** (`table4_lavacrossing_prior_parts/{path.name}`, "
+        f"3M steps, 15% of the paper's 20M IMPALA steps, {walls['total'] / 3600:.1f} hours of training): "
+        f"training success {_first_levels(curve['first_step_with_success_at_least'])}, "
+        f"{curve['last']['success']:.2f} at 3M. Greedy success (mean return) beside the paper's {column} "
+        f"column (mean rewards): {_greedy_cells(run['greedy'], column)}. Sampling: N1 "
+        f"{sampling['train: easy']['success_rate']:.2f}, rotations "
+        f"{sampling['rotations average']['success_rate']:.2f}."
+    ) in page
 
 
 def test_the_small_sits_table4_part_quotes_its_sampling_and_tflite_scores():

@@ -64,6 +64,7 @@ def test_a_part_keeps_the_report_and_adds_the_curve_and_the_processes_times(tmp_
     curve = part["training_curve"]
     assert curve["success_every_50k"] == [[61440, 0.3], [102400, 0.5], [163840, 0.8], [204800, 1.0]]
     assert curve["first_step_with_success_at_least"] == {"0.5": 102400, "0.8": 163840, "0.9": 184320}
+    assert part["first_step_rule"].startswith("float32: ")
     # The first process counts its bar's minute at 40,960, where the second went on; the last its own 70 s.
     assert part["train_wall_s"] == {"process_1_to_40960": 60.0, "process_2_to_204800": 70.0, "total": 130.0}
     assert [p["commit"] for p in part["processes"]] == ["abc1234", "def5678"]
