@@ -981,8 +981,23 @@ def test_lavacrossing_curves_png_is_drawn_from_the_reports(tmp_path):
     assert ImageChops.difference(drawn, committed).getbbox() is None
 
 
-def test_table4_parts_curves_png_is_drawn_from_every_committed_part():
-    """docs/table4_parts_curves.png: one line per committed Table 4 part, redrawn as docs/results.md says."""
+@pytest.mark.parametrize(
+    ("folder", "png", "title"),
+    [
+        (
+            "table4_lavacrossing_parts",
+            "table4_parts_curves.png",
+            "MiniGrid LavaCrossing, PPO, Table 4 parts: training success per run",
+        ),
+        (
+            "table4_lavacrossing_prior_parts",
+            "table4_prior_curves.png",
+            "MiniGrid LavaCrossing, PPO with the forward prior, Table 4 parts: training success per run",
+        ),
+    ],
+)
+def test_table4_parts_curves_png_is_drawn_from_every_committed_part(folder: str, png: str, title: str):
+    """docs/<png>: one line per committed Table 4 part of the folder, redrawn as docs/results.md says."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("plot_curves", ROOT / "benchmarks" / "plot_curves.py")
@@ -990,15 +1005,14 @@ def test_table4_parts_curves_png_is_drawn_from_every_committed_part():
     spec.loader.exec_module(plot)
     from PIL import Image, ImageChops
 
-    parts = sorted((REFERENCE / "table4_lavacrossing_parts").glob("*.json"))
+    parts = sorted((REFERENCE / folder).glob("*.json"))
     page = " ".join(RESULTS.split())
     assert (
-        "python benchmarks/plot_curves.py --reports benchmarks/reference/table4_lavacrossing_parts " in page
-    )
-    title = "MiniGrid LavaCrossing, PPO, Table 4 parts: training success per run"
-    assert f'--title "{title}"' in page
+        f'python benchmarks/plot_curves.py --reports benchmarks/reference/{folder} --title "{title}" '
+        f"--out docs/{png}"
+    ) in page.replace("\\ ", "")
     drawn = plot.draw(plot.curves(parts), 3_000_000, title)
-    committed = Image.open(ROOT / "docs" / "table4_parts_curves.png").convert("RGB")
+    committed = Image.open(ROOT / "docs" / png).convert("RGB")
     assert ImageChops.difference(drawn, committed).getbbox() is None
 
 
