@@ -5501,6 +5501,30 @@ FAILURE_RUNS = {
 }
 
 
+def _failure_cells(rows: dict) -> str:
+    """A failure table's cells: goal, lava (within the first 10 steps) and time limit on N2, then N3."""
+    cells = []
+    for row in ("train: medium", "hard"):
+        s = rows[row]
+        cells += [
+            f"{s['success']:.2f}",
+            f"{s['lava']:.2f} ({s['lava_within_early_steps']:.2f})",
+            f"{s['time_limit']:.2f}",
+        ]
+    return " | ".join(cells)
+
+
+def _loop_cells(summary: dict) -> str:
+    """A loop table's cells: time-limit episodes, cycle periods 1, 2, longer and none, and at the edge."""
+    loops = summary["time_limit_loops"]
+    periods, at_edge = loops["cycle_periods"], loops["cycles_facing_the_edge"]
+    assert loops["time_limit_episodes"] == round(200 * summary["time_limit"]) == sum(periods.values())
+    longer = sum(count for period, count in periods.items() if period not in ("1", "2", "none"))
+    cells = [loops["time_limit_episodes"], periods.get("1", 0), periods.get("2", 0), longer]
+    cells += [periods.get("none", 0), sum(at_edge.values())]
+    return " | ".join(str(c) for c in cells)
+
+
 def test_how_the_readout_without_triangle_sums_fails_on_n2_is_quoted_as_measured():
     """docs/lavacrossing.md, "How the readout without triangle sums fails on N2": the table and its ranges."""
     page = _flat_page("lavacrossing.md")
@@ -5523,15 +5547,7 @@ def test_how_the_readout_without_triangle_sums_fails_on_n2_is_quoted_as_measured
                 assert len(summary["lava_steps"]) == round(200 * summary["lava"])
                 if kind == "greedy":  # the evaluation's episodes: the same success rates
                     assert summary["success"] == run["greedy"][row]["success_rate"]
-            cells = []
-            for row in ("train: medium", "hard"):
-                s = rows[row]
-                cells += [
-                    f"{s['success']:.2f}",
-                    f"{s['lava']:.2f} ({s['lava_within_early_steps']:.2f})",
-                    f"{s['time_limit']:.2f}",
-                ]
-            assert f"| {label} | {kind} | " + " | ".join(cells) + " |" in page
+            assert f"| {label} | {kind} | {_failure_cells(rows)} |" in page
             counts[label, kind] = rows
     assert "MiniGrid's time limit of 324 steps" in page
 
@@ -5555,6 +5571,38 @@ def test_how_the_readout_without_triangle_sums_fails_on_n2_is_quoted_as_measured
             assert rows[n2]["time_limit"] > rows[n2]["lava"]
 
 
+def test_how_the_grid_readout_fails_on_n2_is_quoted_as_measured():
+    """docs/lavacrossing.md, "How the SiT that reads its local grid fails on N2": the tables, the reading."""
+    page = _flat_page("lavacrossing.md")
+    greedy = {}
+    for seed in (0, 1):
+        report = _report(f"lavacrossing_failures_sit_grid_readout_forward_seed{seed}_3m.json")
+        run = _report(f"lavacrossing_sit_grid_readout_forward_seed{seed}_3m.json")["runs"][f"seed {seed}"]
+        assert report["command"] == (
+            "python benchmarks/lavacrossing_failures.py --root_dir "
+            f"runs/table4_ro_forward/sit_grid_readout_seed{seed} --num_episodes 200 "
+            f"--out runs/failures_grid_fwd_seed{seed}_3m.json"
+        )
+        for kind in ("greedy", "sampling"):
+            rows = report["results"][kind]
+            if kind == "greedy":  # the evaluation's episodes: the same success rates
+                assert all(s["success"] == run["greedy"][row]["success_rate"] for row, s in rows.items())
+            assert f"| seed {seed} | {kind} | {_failure_cells(rows)} |" in page
+        greedy[seed] = report["results"]["greedy"]
+        for row, short in (("train: medium", "N2"), ("hard", "N3")):
+            assert f"| seed {seed} | {short} | {_loop_cells(greedy[seed][row])} |" in page
+    n2 = {seed: rows["train: medium"] for seed, rows in greedy.items()}
+    assert n2[0]["lava"] > n2[0]["time_limit"] and n2[0]["lava_within_early_steps"] > n2[0]["lava"] / 2
+    assert n2[1]["time_limit"] >= 3 * n2[1]["lava"]  # "three times as often"
+    loops = n2[1]["time_limit_loops"]
+    short = loops["cycle_periods"].get("1", 0) + loops["cycle_periods"].get("2", 0)
+    assert short > loops["time_limit_episodes"] / 2  # "most of its loops are of period 1 or 2"
+    assert sum(loops["cycles_facing_the_edge"].values()) > loops["time_limit_episodes"] / 2
+    report = [_report(f"lavacrossing_failures_sit_grid_readout_forward_seed{s}_3m.json") for s in (0, 1)]
+    limits = [r["results"]["sampling"]["train: medium"]["time_limit"] for r in report]
+    assert f"Sampling breaks the loops on both seeds (time limit {min(limits):.2f}-{max(limits):.2f})" in page
+
+
 def test_the_loops_at_the_edge_of_the_map_are_quoted_as_measured():
     """docs/lavacrossing.md, "The edge of the map": the loop table, its shares, the probe of the padding."""
     page = _flat_page("lavacrossing.md")
@@ -5570,10 +5618,7 @@ def test_the_loops_at_the_edge_of_the_map_are_quoted_as_measured():
             loops = summary["time_limit_loops"]
             periods, at_edge = loops["cycle_periods"], loops["cycles_facing_the_edge"]
             assert loops["time_limit_episodes"] == round(200 * summary["time_limit"]) == sum(periods.values())
-            longer = sum(count for period, count in periods.items() if period not in ("1", "2", "none"))
-            cells = [loops["time_limit_episodes"], periods.get("1", 0), periods.get("2", 0), longer]
-            cells += [periods.get("none", 0), sum(at_edge.values())]
-            assert f"| {label} | {short} | " + " | ".join(str(c) for c in cells) + " |" in page
+            assert f"| {label} | {short} | {_loop_cells(summary)} |" in page
             assert at_edge["1"] == periods["1"]  # "every loop of period 1 is one"
             shares.append(sum(at_edge.values()) / loops["time_limit_episodes"])
     share_range = f"{100 * min(shares):.0f}-{max(shares):.0%}"
