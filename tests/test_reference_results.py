@@ -5638,7 +5638,6 @@ def test_the_loops_at_the_edge_of_the_map_are_quoted_as_measured():
             summary = report["results"]["greedy"][row]
             loops = summary["time_limit_loops"]
             periods, at_edge = loops["cycle_periods"], loops["cycles_facing_the_edge"]
-            assert loops["time_limit_episodes"] == round(200 * summary["time_limit"]) == sum(periods.values())
             assert f"| {label} | {short} | {_loop_cells(summary)} |" in page
             assert at_edge["1"] == periods["1"]  # "every loop of period 1 is one"
             shares.append(sum(at_edge.values()) / loops["time_limit_episodes"])
