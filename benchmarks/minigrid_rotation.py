@@ -108,10 +108,22 @@ FAMILIES: dict[str, tuple[str, list[str], dict[str, tuple[str, tuple[str | None,
 }
 ROWS = FAMILIES["lavacrossing"][2]
 # The paper's Table 4 (IMPALA, 20M steps on LavaCrossing; benchmarks/papers.json): row -> (CNN, SiT).
-_TABLE4 = json.loads((Path(__file__).resolve().parent / "papers.json").read_text())["sit_icml2024"]["table_4"]
+_PAPER = json.loads((Path(__file__).resolve().parent / "papers.json").read_text())["sit_icml2024"]
+_TABLE4 = _PAPER["table_4"]
 PAPER_TABLE4 = {
     row: (_TABLE4["columns"]["CNN"][row]["mean"], _TABLE4["columns"]["SiT"][row]["mean"]) for row in ROWS
 }
+
+
+def paper_column(model: str) -> tuple[str, str] | None:
+    """(table, column) of the paper that a LavaCrossing config matches (``our_configs`` in papers.json):
+    its Table 4 column, or for a model only Table 5 has (the SiT without its local layer) its Table 5
+    column; None for a config the paper has no column for."""
+    columns = _PAPER["our_configs"].get(model, {})
+    for table in ("table_4", "table_5"):
+        if table in columns:
+            return table, columns[table]
+    return None
 
 
 def model_bindings(family: str, config: str, bindings: Sequence[str]) -> list[str]:
@@ -226,6 +238,32 @@ def mean_return_tables_of(runs: Sequence[dict[str, Any]], rows) -> dict[str, str
     return tables
 
 
+def paper_tables_of(runs: Sequence[dict[str, Any]], rows) -> dict[str, str]:
+    """Mean return (the paper's metric) per policy kind, each model beside the paper column of its
+    architecture (``paper_column``), printed as the paper prints it (its ± is not defined there)."""
+    tables = {}
+    for kind in POLICIES:
+        per_model: dict[str, list] = {}
+        for run in runs:
+            per_model.setdefault(run["model"], []).append(run[kind])
+        header, cells_by_row = ["test task"], {row: [row] for row in rows}
+        for model, model_runs in per_model.items():
+            header.append(f"{model} ({len(model_runs)} seed{'s' * (len(model_runs) > 1)})")
+            for row in rows:
+                cells_by_row[row].append(_mean_std([run[row]["mean_return"] for run in model_runs]))
+            matched = paper_column(model)
+            if matched is not None:
+                table, column = matched
+                header.append(f"paper {table.replace('_', ' ').capitalize()} {column}")
+                for row in rows:
+                    cell = _PAPER[table]["columns"][column][row]
+                    cells_by_row[row].append(f"{cell['mean']:.2f} ± {cell['plus_minus']:.2f}")
+        lines = ["| " + " | ".join(header) + " |", "| --- |" + " ---: |" * (len(header) - 1)]
+        lines += ["| " + " | ".join(cells) + " |" for cells in cells_by_row.values()]
+        tables[kind] = "\n".join(lines)
+    return tables
+
+
 def _protocol(settings: dict[str, Any], key: str) -> Any:
     """A part's setting as the protocol sees it: the bindings without their spaces and without those
     that a resumed run may change (``run_record.RESUMABLE``: how often it saves or logs, e.g.
@@ -273,6 +311,7 @@ def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
         "plus_minus": PLUS_MINUS,
         "tables": tables_of(runs, rows),
         "mean_return_tables": mean_return_tables_of(runs, rows),
+        "paper_tables": paper_tables_of(runs, rows),
         "training_curves": {
             run: curve for _, report in reports for run, curve in training_curves(report).items()
         },
@@ -318,6 +357,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         for kind, table in report["mean_return_tables"].items():
             print(f"\nMean return ({kind} policy; the paper's metric), {PLUS_MINUS}:\n\n{table}")
+        for kind, table in report["paper_tables"].items():
+            print(f"\nMean return ({kind} policy) beside the paper's column of each model:\n\n{table}")
         write_report(report, args.out)
         return 0
     if args.quick:

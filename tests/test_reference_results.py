@@ -49,8 +49,17 @@ def _report(name: str) -> dict:
     return json.loads((REFERENCE / name).read_text())
 
 
-def _paper(column: str, row: str) -> float:
-    return TABLE4[column][row]["mean"]
+def _paper(column: str, row: str, table: str = "table_4") -> float:
+    return PAPERS["sit_icml2024"][table]["columns"][column][row]["mean"]
+
+
+def _paper_column(model: str) -> tuple[str, str, str]:
+    """(table, column, how the docs name it) of a LavaCrossing config: its Table 4 column, or for a model
+    that only Table 5 has (the SiT without its local layer) its Table 5 column."""
+    columns = PAPERS["sit_icml2024"]["our_configs"][model]
+    table = "table_4" if "table_4" in columns else "table_5"
+    name = columns[table] if table == "table_4" else f"Table 5 {columns[table]}"
+    return table, columns[table], name
 
 
 @pytest.mark.parametrize("name", ["table4_lavacrossing.json", "table4_lavacrossing_3m.json"])
@@ -4270,7 +4279,7 @@ def test_the_siet_readouts_second_seed_is_quoted_as_measured():
 TABLE4_PARTS = sorted((REFERENCE / "table4_lavacrossing_parts").glob("*.json"))
 
 
-def _greedy_cells(greedy: dict, column: str) -> str:
+def _greedy_cells(greedy: dict, column: str, table: str = "table_4") -> str:
     """Table 4's rows as the docs quote them: greedy success (mean return; the paper column's reward)."""
     names = {
         "train: easy": "N1",
@@ -4284,7 +4293,7 @@ def _greedy_cells(greedy: dict, column: str) -> str:
     return ", ".join(
         f"{name} {greedy[row]['success_rate']:.2f} ({greedy[row]['mean_return']:.2f}"
         + ("; paper " if row == "train: easy" else "; ")
-        + f"{_paper(column, row):.2f})"
+        + f"{_paper(column, row, table):.2f})"
         for row, name in names.items()
     )
 
@@ -4385,14 +4394,14 @@ def test_table4_prior_parts_are_quoted_as_measured(path):
     assert part["first_step_rule"].startswith("float32: ")
     curve = part["training_curve"]
     assert curve["last"]["env_steps"] >= part["settings"]["env_steps"] == 3_000_000
-    column = PAPERS["sit_icml2024"]["our_configs"][model]["table_4"]
+    table, column, column_name = _paper_column(model)
     sampling = run["sampling"]
     assert (
         f"- **{TABLE4_PRIOR_LABELS[model]}, seed {seed}** (`table4_lavacrossing_prior_parts/{path.name}`, "
         f"3M steps, 15% of the paper's 20M IMPALA steps, {walls['total'] / 3600:.1f} hours of training): "
         f"training success {_first_levels(curve['first_step_with_success_at_least'])}, "
-        f"{curve['last']['success']:.2f} at 3M. Greedy success (mean return) beside the paper's {column} "
-        f"column (mean rewards): {_greedy_cells(run['greedy'], column)}. Sampling: N1 "
+        f"{curve['last']['success']:.2f} at 3M. Greedy success (mean return) beside the paper's "
+        f"{column_name} column (mean rewards): {_greedy_cells(run['greedy'], column, table)}. Sampling: N1 "
         f"{sampling['train: easy']['success_rate']:.2f}, rotations "
         f"{sampling['rotations average']['success_rate']:.2f}."
     ) in page

@@ -185,11 +185,26 @@ def test_minigrid_rotation_merges_parts_of_one_protocol(tmp_path, capsys):
     # The paper's metric, mean return, with the same ± (population std over seeds).
     assert "| train: easy | 0.68 ± 0.23 | 0.45 ± 0.23 |" in report["mean_return_tables"]["greedy"]
     assert "population standard deviation" in report["plus_minus"]
+    # Beside the paper's column of each model's architecture (benchmarks/papers.json), as printed there.
+    assert report["paper_tables"]["greedy"].splitlines()[:3] == [
+        "| test task | sit_small (2 seeds) | paper Table 4 SiT-1 | cnn (2 seeds) | paper Table 4 CNN |",
+        "| --- | ---: | ---: | ---: | ---: |",
+        "| train: easy | 0.68 ± 0.23 | 0.90 ± 0.23 | 0.45 ± 0.23 | 0.96 ± 0.01 |",
+    ]
     # A one-run part's training curve is kept under its run's name.
     assert report["training_curves"] == {"sit_small_seed1": {"success_every_250k": [[250, 0.5]]}}
     assert [part["commit"] for part in report["parts"]] == ["abc1234"] * 3
     assert report["paper_table4_cnn_sit_20M_steps"]["rotations average"] == [0.0, 0.91]
     assert "| test task | sit_small | cnn |" in capsys.readouterr().out
+
+
+def test_minigrid_rotation_names_the_paper_column_of_each_architecture():
+    """Table 4's column where the paper has one; the SiT without its local layer only in Table 5."""
+    module = _load("minigrid_rotation")
+    assert module.paper_column("sit_grid_readout") == ("table_4", "SiT-1")
+    assert module.paper_column("sit_grid_readout_global") == ("table_5", "SiT 2 global")
+    assert module.paper_column("vit") == ("table_4", "ViT")
+    assert module.paper_column("not_a_config") is None
 
 
 def test_minigrid_rotation_merges_parts_that_differ_only_in_how_often_they_save(tmp_path):
