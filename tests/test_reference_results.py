@@ -5617,7 +5617,7 @@ def test_how_the_grid_readout_fails_on_n2_is_quoted_as_measured():
     """docs/lavacrossing.md, "How the SiT that reads its local grid fails on N2": the tables, the reading."""
     page = _flat_page("lavacrossing.md")
     greedy = {}
-    for seed in (0, 1):
+    for seed in (0, 1, 2):
         report = _report(f"lavacrossing_failures_sit_grid_readout_forward_seed{seed}_3m.json")
         run = _report(f"lavacrossing_sit_grid_readout_forward_seed{seed}_3m.json")["runs"][f"seed {seed}"]
         assert report["command"] == (
@@ -5636,13 +5636,15 @@ def test_how_the_grid_readout_fails_on_n2_is_quoted_as_measured():
     n2 = {seed: rows["train: medium"] for seed, rows in greedy.items()}
     assert n2[0]["lava"] > n2[0]["time_limit"] and n2[0]["lava_within_early_steps"] > n2[0]["lava"] / 2
     assert n2[1]["time_limit"] >= 3 * n2[1]["lava"]  # "three times as often"
-    loops = n2[1]["time_limit_loops"]
-    short = loops["cycle_periods"].get("1", 0) + loops["cycle_periods"].get("2", 0)
-    assert short > loops["time_limit_episodes"] / 2  # "most of its loops are of period 1 or 2"
-    assert sum(loops["cycles_facing_the_edge"].values()) > loops["time_limit_episodes"] / 2
-    report = [_report(f"lavacrossing_failures_sit_grid_readout_forward_seed{s}_3m.json") for s in (0, 1)]
+    assert n2[2]["time_limit"] >= 2 * n2[2]["lava"]  # seed 2: "twice as often"
+    for seed in (1, 2):
+        loops = n2[seed]["time_limit_loops"]
+        short = loops["cycle_periods"].get("1", 0) + loops["cycle_periods"].get("2", 0)
+        assert short > loops["time_limit_episodes"] / 2  # "most of its loops are of period 1 or 2"
+        assert sum(loops["cycles_facing_the_edge"].values()) > loops["time_limit_episodes"] / 2
+    report = [_report(f"lavacrossing_failures_sit_grid_readout_forward_seed{s}_3m.json") for s in (0, 1, 2)]
     limits = [r["results"]["sampling"]["train: medium"]["time_limit"] for r in report]
-    assert f"Sampling breaks the loops on both seeds (time limit {min(limits):.2f}-{max(limits):.2f})" in page
+    assert f"Sampling breaks the loops on every seed (time limit {min(limits):.2f}-{max(limits):.2f})" in page
 
 
 def test_the_loops_at_the_edge_of_the_map_are_quoted_as_measured():
