@@ -62,7 +62,7 @@ def _paper_column(model: str) -> tuple[str, str, str]:
     return table, columns[table], name
 
 
-@pytest.mark.parametrize("name", ["table4_lavacrossing.json", "table4_lavacrossing_3m.json"])
+@pytest.mark.parametrize("name", ["table4_lavacrossing_1.5m.json", "table4_lavacrossing_3m.json"])
 def test_the_reports_quote_the_papers_numbers(name):
     quoted = _report(name)["paper_table4_cnn_sit_20M_steps"]
     assert quoted == {row: [_paper("CNN", row), _paper("SiT", row)] for row in quoted}
@@ -177,8 +177,8 @@ def _check_lavacrossing_report(report: dict, name: str, budget: int) -> None:
 
 
 def test_table4_lavacrossing_tables_are_the_report():
-    report = _report("table4_lavacrossing.json")
-    _check_lavacrossing_report(report, "table4_lavacrossing.json", 1_500_000)
+    report = _report("table4_lavacrossing_1.5m.json")
+    _check_lavacrossing_report(report, "table4_lavacrossing_1.5m.json", 1_500_000)
     flat = " ".join(RESULTS.split())
     # The CNN's greedy column quoted beside the paper's.
     greedy = {row: [run["greedy"][row]["success_rate"] for run in report["runs"] if run["model"] == "cnn"]
@@ -248,7 +248,7 @@ def test_table4_lavacrossing_3m_tables_are_the_report():
     _check_lavacrossing_report(report, "table4_lavacrossing_3m.json", 3_000_000)
     # Every run resumed the 1.5M-step run of the same model and seed: both halves' times are kept.
     for key, wall in report["train_wall_minutes"].items():
-        first = _report("table4_lavacrossing.json")["train_wall_minutes"][key]
+        first = _report("table4_lavacrossing_1.5m.json")["train_wall_minutes"][key]
         assert wall["first_1.5M_steps"] == first and wall["total"] > first
     quoted = _lavacrossing_3m_quoted()
     flat = " ".join(RESULTS.split())
