@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 import tensorflow as tf
+import tf_keras
 from train_step_checks import assert_jit_train_step_updates_every_weight
 
 from sit_keras.models import Encoder, build_encoder, cnn, impala_cnn, vit
@@ -151,6 +152,31 @@ def test_float64(name: str) -> None:
     assert {v.dtype for v in encoder.variables} == {tf.float64}
     for dtype in (tf.uint8, tf.float32, tf.float64):
         assert encoder(_images(2, encoder.image_shape, dtype)).dtype == tf.float64
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_vit_attention_is_keras_multi_head_attention(masked: bool) -> None:
+    """The ViT's attention (head-major matmuls, float32-safe softmax) computes Keras' own
+    ``MultiHeadAttention`` with the same weights: outputs and input gradients, in float64."""
+    rng = np.random.default_rng(0)
+    x = tf.constant(rng.normal(size=(3, 7, 16)))
+    mask = tf.constant(rng.random((3, 7, 7)) > 0.3) if masked else None
+    ours = vit._Float32SoftmaxAttention(num_heads=4, key_dim=4, dtype="float64")
+    keras = tf_keras.layers.MultiHeadAttention(num_heads=4, key_dim=4, dtype="float64")
+    ours(x, x)
+    keras(x, x)
+    keras.set_weights([rng.normal(size=w.shape) for w in ours.get_weights()])
+    ours.set_weights(keras.get_weights())
+
+    def value_and_gradient(layer: tf_keras.layers.Layer) -> tuple[np.ndarray, np.ndarray]:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, x, attention_mask=mask)
+            loss = tf.reduce_sum(tf.sin(y))
+        return y.numpy(), tape.gradient(loss, x).numpy()
+
+    for got, expected in zip(value_and_gradient(ours), value_and_gradient(keras), strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
 
 
 # -- errors -----------------------------------------------------------------------

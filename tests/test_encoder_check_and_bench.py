@@ -227,6 +227,31 @@ def test_channels_first_grad_refuses_bad_arguments_in_one_sentence(argv, message
     assert message in err and len(err.strip().splitlines()) == 1
 
 
+def test_vit_attention_times_keras_layer_and_the_vits_at_each_size(tmp_path, capsys):
+    out = tmp_path / "vit_attention.json"
+    assert _load_benchmark("vit_attention").main(["--quick", "--repeats", "2", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["command"] == f"python benchmarks/vit_attention.py --quick --repeats 2 --out {out}"
+    assert report["repeats"] == 2 and report["commit"]
+    printed = capsys.readouterr().out
+    for name, (tokens, heads) in {"lavacrossing": (50, 8), "procgen": (65, 4)}.items():
+        r = report["results"][name]
+        assert (r["batch"], r["tokens"], r["width"], r["heads"]) == (8, tokens, 64, heads)
+        assert r["keras_ms"] > 0 and r["vit_ms"] > 0
+        assert r["keras_over_vit"] == pytest.approx(r["keras_ms"] / r["vit_ms"])
+        assert f"ratio {r['keras_over_vit']:.2f}" in printed
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [(["--repeats", "0"], "--repeats must be at least 1"), (["--out", "."], "--out must be a file path")],
+)
+def test_vit_attention_refuses_bad_arguments_in_one_sentence(argv, message, capsys):
+    assert _load_benchmark("vit_attention").main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
 def test_op_profile_sums_the_ops_of_a_stage_by_type_and_node(tmp_path, capsys):
     out = tmp_path / "ops.json"
     assert _load_benchmark("op_profile").main(["--quick", "--top", "4", "--out", str(out)]) == 0
