@@ -6205,3 +6205,21 @@ def test_the_grid_readout_with_the_prior_to_3m_steps_is_quoted_as_measured(
         f"Seed {seed} to 3M steps (`benchmarks/reference/{name}`, {walls['total'] / 3600:.1f} hours of "
         f"training): {min(late):.2f}-{max(late):.2f} at the 50k marks from 2M steps ({last:.2f} at 3M)."
     ) in page
+
+
+def test_the_vit_attention_speed_up_is_quoted_as_measured():
+    """docs/speed.md, "The ViT baseline's attention": Keras' layer over the ViT's, at both sizes."""
+    report = _report("vit_attention_avx512.json")
+    assert report["commit"].startswith("d53681d") and report["repeats"] == 9
+    assert report["command"] == (
+        "python benchmarks/vit_attention.py --repeats 9 --out runs/vit_attention_avx512.json"
+    )
+    procgen, lavacrossing = report["results"]["procgen"], report["results"]["lavacrossing"]
+    assert (procgen["batch"], procgen["tokens"], procgen["heads"]) == (96, 65, 4)
+    assert (lavacrossing["batch"], lavacrossing["tokens"], lavacrossing["heads"]) == (256, 50, 8)
+    page = _flat_page("speed.md")
+    assert (
+        f"is **{procgen['keras_over_vit']:.2f}x** faster at the Procgen ViT's size (batch 96, 65 tokens, "
+        f"4 heads) and **{lavacrossing['keras_over_vit']:.2f}x** at the LavaCrossing ViT's"
+    ) in page
+    assert all(r["keras_over_vit"] > 1 for r in report["results"].values())
