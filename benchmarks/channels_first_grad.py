@@ -26,7 +26,6 @@ import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up 
 
 # isort: split
 
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -41,6 +40,7 @@ from sit_keras.benchmarking import (
     command_line,
     current_commit,
     environment,
+    interleaved_medians,
     parse_or_say_why,
     write_report,
 )
@@ -78,30 +78,23 @@ def _functions(rows: int, outputs: int, columns: int) -> dict[str, tuple[Callabl
     }
 
 
-def _call(fn: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    for tensor in tf.nest.flatten(fn()):
-        tensor.numpy()  # wait for the result
-    return time.perf_counter() - start
-
-
 def measure(shapes: dict[str, tuple[int, int, int]], repeats: int) -> dict[str, Any]:
     """Medians (ms) of both forms of every measurement of every shape, and their ratios."""
     functions = {name: _functions(*shape) for name, shape in shapes.items()}
-    times: dict[tuple[str, str, int], list[float]] = {}
-    for name, measurements in functions.items():
-        for measurement, forms in measurements.items():
-            for form, fn in enumerate(forms):
-                _call(fn)  # trace and warm up
-                times[name, measurement, form] = []
-    for _ in range(repeats):
-        for (name, measurement, form), samples in times.items():
-            samples.append(_call(functions[name][measurement][form]))
+    medians = interleaved_medians(
+        {
+            (name, measurement, form): fn
+            for name, measurements in functions.items()
+            for measurement, forms in measurements.items()
+            for form, fn in enumerate(forms)
+        },
+        repeats,
+    )
     results: dict[str, Any] = {}
     for name, (rows, outputs, columns) in shapes.items():
         results[name] = {"rows": rows, "outputs": outputs, "columns": columns}
         for measurement in functions[name]:
-            tensorflow, layers = (1000 * statistics.median(times[name, measurement, f]) for f in (0, 1))
+            tensorflow, layers = (1000 * medians[name, measurement, f] for f in (0, 1))
             results[name][measurement] = {
                 "tensorflow_ms": tensorflow,
                 "channels_first_ms": layers,

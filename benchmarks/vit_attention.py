@@ -23,7 +23,6 @@ import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up 
 
 # isort: split
 
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -39,6 +38,7 @@ from sit_keras.benchmarking import (
     command_line,
     current_commit,
     environment,
+    interleaved_medians,
     parse_or_say_why,
     write_report,
 )
@@ -73,27 +73,15 @@ def _train_steps(batch: int, tokens: int, width: int, heads: int) -> tuple[Calla
     return train_step(keras), train_step(ours)
 
 
-def _call(fn: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    for tensor in tf.nest.flatten(fn()):
-        tensor.numpy()  # wait for the result
-    return time.perf_counter() - start
-
-
 def measure(shapes: dict[str, tuple[int, int, int, int]], repeats: int) -> dict[str, Any]:
     """Medians (ms) of both layers' train steps per shape, and Keras' over the ViT's."""
-    steps = {name: _train_steps(*shape) for name, shape in shapes.items()}
-    times: dict[tuple[str, int], list[float]] = {}
-    for name, forms in steps.items():
-        for form, fn in enumerate(forms):
-            _call(fn)  # trace and warm up
-            times[name, form] = []
-    for _ in range(repeats):
-        for (name, form), samples in times.items():
-            samples.append(_call(steps[name][form]))
+    steps = {
+        (name, form): fn for name, shape in shapes.items() for form, fn in enumerate(_train_steps(*shape))
+    }
+    medians = interleaved_medians(steps, repeats)
     results: dict[str, Any] = {}
     for name, (batch, tokens, width, heads) in shapes.items():
-        keras, ours = (1000 * statistics.median(times[name, form]) for form in (0, 1))
+        keras, ours = (1000 * medians[name, form] for form in (0, 1))
         results[name] = {
             "batch": batch,
             "tokens": tokens,

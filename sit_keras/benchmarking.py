@@ -8,9 +8,11 @@ import json
 import os
 import platform
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -158,6 +160,29 @@ def check_out_file(out: str | None) -> None:
     """
     if out is not None and Path(out).is_dir():
         raise UsageError(f"--out must be a file path, not a folder; received {out!r}.")
+
+
+def interleaved_medians(functions: Mapping[Any, Callable[[], Any]], repeats: int) -> dict[Any, float]:
+    """Median seconds of each function of no argument over ``repeats`` rounds; each round calls every
+    function once, in turn, so that a change of the machine's load falls on all of them alike.
+
+    Each function is called once first (tracing, warm-up); a call's time includes waiting for every
+    tensor it returns.
+    """
+
+    def call(fn: Callable[[], Any]) -> float:
+        start = time.perf_counter()
+        for tensor in tf.nest.flatten(fn()):
+            tensor.numpy()  # wait for the result
+        return time.perf_counter() - start
+
+    for fn in functions.values():
+        call(fn)
+    samples: dict[Any, list[float]] = {key: [] for key in functions}
+    for _ in range(repeats):
+        for key, fn in functions.items():
+            samples[key].append(call(fn))
+    return {key: statistics.median(times) for key, times in samples.items()}
 
 
 # One training run in its own process; prints its median SPS (first iteration left out) as the last line.

@@ -227,6 +227,25 @@ def test_channels_first_grad_refuses_bad_arguments_in_one_sentence(argv, message
     assert message in err and len(err.strip().splitlines()) == 1
 
 
+def test_interleaved_medians_warm_up_then_call_every_function_once_a_round():
+    import tensorflow as tf
+
+    from sit_keras.benchmarking import interleaved_medians
+
+    calls = []
+
+    def function(name: str):
+        def run():
+            calls.append(name)
+            return [tf.constant(1.0), {"nested": tf.constant(2.0)}]
+
+        return run
+
+    medians = interleaved_medians({("a", 0): function("a"), "b": function("b")}, repeats=3)
+    assert calls == ["a", "b"] * 4  # one warm-up call each, then 3 rounds in turn
+    assert set(medians) == {("a", 0), "b"} and all(seconds >= 0 for seconds in medians.values())
+
+
 def test_vit_attention_times_keras_layer_and_the_vits_at_each_size(tmp_path, capsys):
     out = tmp_path / "vit_attention.json"
     assert _load_benchmark("vit_attention").main(["--quick", "--repeats", "2", "--out", str(out)]) == 0
