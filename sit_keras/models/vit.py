@@ -89,9 +89,11 @@ class _Float32SoftmaxAttention(tf_keras.layers.MultiHeadAttention):
     the default ``attention_axes`` (the softmax over the last axis).
 
     The heads go first once, ``(B, T, N, H) -> (B, N, T, H)``, so that the
-    scores and the weighted values are plain batched matmuls: Keras' einsums
-    (``aecd,abcd->acbe``) cost 1.6x as much on a CPU for the ViT's small
-    heads (``tests/test_baselines.py`` checks the same function as Keras').
+    scores and the weighted values are plain batched matmuls: with Keras'
+    einsums (``aecd,abcd->acbe``) the layer's forward and backward pass takes
+    about 1.3x as long on a CPU for the ViT's small heads
+    (``benchmarks/vit_attention.py``; ``tests/test_baselines.py`` checks the
+    same function as Keras').
     """
 
     def _compute_attention(
