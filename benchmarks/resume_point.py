@@ -7,14 +7,17 @@ session. ``save`` packs what the run needs to go on where it stopped into
 ``checkpoint`` index naming only it), the ``collect/`` logs that
 ``training_curve.py`` reads, and the run's records (``config.gin``,
 ``run_settings.json``, ...), but not ``train/``, whose learner diagnostics
-grow to tens of MB. It records the archive in ``<store>/index.json`` with the
-command that goes on with it. ``restore`` unpacks an archive into the folder
-it came from (or ``--run_dir``), never over a folder that exists, and prints
+grow to tens of MB, and with ``--log`` the log the run's sessions appended to
+(``benchmarks/run_log.py`` reads each process's time from it). It records the
+archive in ``<store>/index.json`` with the command that goes on with it.
+``restore`` unpacks an archive into the folder it came from (or ``--run_dir``)
+and its log to where it was, never over a folder or log that exists, and prints
 that command.
 
 Usage::
 
     python benchmarks/resume_point.py save --run_dir runs/table4_lavacrossing/sit_small_seed0 \\
+        --log runs/sit_small_seed0.log \\
         --command "python benchmarks/minigrid_rotation.py --models sit_small --seeds 0 ..."
     python benchmarks/resume_point.py restore --name table4_lavacrossing__sit_small_seed0
 """
@@ -45,6 +48,7 @@ STORE = Path(__file__).resolve().parent / "resume"
 INDEX = "index.json"
 CHECKPOINTS = "checkpoints"
 LOGS = "collect"
+RUN_LOG = "run.log"  # the archive's copy of the sessions' log, restored to the record's "log" path
 SKIPPED_FILES = (".lock",)  # a running trainer's lock: the restored folder is not in use
 
 
@@ -80,8 +84,11 @@ def read_index(store: Path) -> dict[str, Any]:
         raise UsageError(f"The resume index {path} cannot be read ({error}).") from None
 
 
-def save(run_dir: str, command: str, store: Path) -> dict[str, Any]:
-    """Packs ``run_dir``'s resume point into ``store`` and records it in the index; returns the record."""
+def save(run_dir: str, command: str, store: Path, log: str | None = None) -> dict[str, Any]:
+    """Packs ``run_dir``'s resume point (and ``log``) into ``store`` and records it in the index; returns
+    the record."""
+    if log is not None and not os.path.isfile(log):
+        raise UsageError(f"--log {log!r} is not a file.")
     prefix, steps = newest_checkpoint(run_dir)
     index = read_index(store)  # before anything is written: a damaged index stops the save
     name = archive_name(run_dir)
@@ -100,6 +107,8 @@ def save(run_dir: str, command: str, store: Path) -> dict[str, Any]:
                     archive.add(path, arcname=entry)
             if os.path.isdir(os.path.join(run_dir, LOGS)):
                 archive.add(os.path.join(run_dir, LOGS), arcname=LOGS)
+            if log is not None:
+                archive.add(log, arcname=RUN_LOG)
             archive.add(state, arcname=f"{CHECKPOINTS}/checkpoint")
             folder = os.path.dirname(prefix)
             for entry in sorted(os.listdir(folder)):
@@ -114,6 +123,8 @@ def save(run_dir: str, command: str, store: Path) -> dict[str, Any]:
         "env_steps": steps,
         "saved": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
+    if log is not None:
+        record["log"] = os.path.normpath(log)
     index[name] = record
     (store / INDEX).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
     return record
@@ -139,6 +150,9 @@ def restore(name: str, store: Path, run_dir: str | None) -> tuple[dict[str, Any]
     target = run_dir or record["run_dir"]
     if os.path.exists(target):
         raise UsageError(f"{target!r} exists; remove it or give --run_dir a new folder.")
+    log = record.get("log")
+    if log is not None and os.path.exists(log):
+        raise UsageError(f"The run's log {log!r} exists; move it away first.")
     path = store / f"{name}.tar.xz"
     partial = f"{target}.partial"
     try:
@@ -149,6 +163,9 @@ def restore(name: str, store: Path, run_dir: str | None) -> tuple[dict[str, Any]
         if isinstance(error, UsageError):
             raise
         raise UsageError(f"The archive {path} cannot be unpacked ({error}).") from None
+    if log is not None and os.path.isfile(os.path.join(partial, RUN_LOG)):
+        os.makedirs(os.path.dirname(log) or ".", exist_ok=True)
+        shutil.move(os.path.join(partial, RUN_LOG), log)
     os.replace(partial, target)
     _, steps = newest_checkpoint(target)
     return record, target, steps
@@ -162,6 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "--run_dir", help="save: the run folder; restore: where to unpack (default: its own)"
         )
         parser.add_argument("--command", help="save: the command that goes on with the run")
+        parser.add_argument("--log", help="save: the log the run's sessions appended to (optional)")
         parser.add_argument("--name", help="restore: the archive's name in the index")
         parser.add_argument("--store", default=str(STORE), help="the folder of archives and index.json")
         args = parser.parse_args(argv)
@@ -178,12 +196,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         if args.action == "save":
-            record = save(args.run_dir, args.command, Path(args.store))
+            record = save(args.run_dir, args.command, Path(args.store), args.log)
             archive = Path(args.store) / f"{archive_name(args.run_dir)}.tar.xz"
             print(f"Wrote {archive}: {record['checkpoint']} at {record['env_steps']} env steps.")
         else:
             record, target, steps = restore(args.name, Path(args.store), args.run_dir)
-            print(f"Restored {target} at {steps} env steps; go on with:\n{record['command']}")
+            log = f" and its log {record['log']}" if record.get("log") else ""
+            print(f"Restored {target}{log} at {steps} env steps; go on with:\n{record['command']}")
     except UsageError as error:
         print(error, file=sys.stderr)
         return 1

@@ -4,7 +4,7 @@
 
 A long run outlives its session: each session appends a line ``<UTC time> start at <commit>`` to the
 run's log and starts the same command again, which goes on from the newest checkpoint it finds (see
-``benchmarks/resume/README.md``). The progress bar (tqdm) then prints ``<steps>/<budget> [<elapsed><...``
+``benchmarks/README.md``, "Runs longer than a session"). The progress bar (tqdm) then prints ``<steps>/<budget> [<elapsed><...``
 after every collect-and-train iteration. So the log splits into one segment per process, and the time a
 process contributed is its bar's elapsed time at the step the next process started from (its last
 checkpoint that was used; work after it was lost with the session). The last process's time is its bar's
@@ -17,6 +17,7 @@ bar's time there) and ``train_wall_s``: ``process_<i>_to_<step>`` -> seconds, an
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import re
 import sys
@@ -36,6 +37,7 @@ class Process:
     started: str | None
     commit: str | None
     bars: list[tuple[int, float]] = field(default_factory=list)
+    source: str = "log"
 
     @property
     def first_step(self) -> int | None:
@@ -86,6 +88,34 @@ def parse(text: str) -> list[Process]:
     return processes
 
 
+def from_writers(writers: list[tuple[float, list[tuple[int, float]]]]) -> list[Process]:
+    """Processes from a run's event files when its log is lost (a session's machine went with it).
+
+    ``writers``: per event file, the Unix time its writer was created and its logs' (step, wall time), as
+    ``training_curve.writers``. A process's elapsed time at a step is the wall time there less the creation
+    time (its bar started within seconds of it); its commit is unknown.
+    """
+    processes = []
+    for created, logged in writers:
+        if logged:
+            started = datetime.datetime.fromtimestamp(created, datetime.timezone.utc)
+            bars = [(step, round(wall - created, 1)) for step, wall in logged]
+            processes.append(Process(started.strftime("%Y-%m-%dT%H:%M:%SZ"), None, bars, "event files"))
+    return processes
+
+
+def before_the_log(log: list[Process], writers: list[Process]) -> list[Process]:
+    """``log``'s processes after those of ``writers`` that trained before the log's first one started.
+
+    A log that begins with a resumed process (its first step above 0) lost its earlier processes; the event
+    files that logged steps below that first step stand in for them.
+    """
+    if not log or not log[0].first_step:
+        return log
+    earlier = [p for p in writers if p.first_step is not None and p.first_step < log[0].first_step]
+    return earlier + log
+
+
 def train_walls(processes: list[Process], final_wall_s: float | None = None) -> dict[str, Any]:
     """Per-process contributed steps and times; ``final_wall_s`` replaces the last process's bar time."""
     rows, walls = [], {}
@@ -104,6 +134,7 @@ def train_walls(processes: list[Process], final_wall_s: float | None = None) -> 
                 "last_step": process.last_step,
                 "contributed_to_step": to_step,
                 "contributed_s": round(seconds, 1),
+                "source": process.source,
             }
         )
     walls["total"] = round(sum(walls.values()), 1)

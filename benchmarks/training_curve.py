@@ -74,6 +74,25 @@ def read_logs(root_dir: str, folder: str = "collect", tags: dict[str, str] = TAG
     return [{key: step, **values} for step, values in sorted(by_step.items())]
 
 
+def writers(root_dir: str, folder: str = "collect") -> list[tuple[float, list[tuple[int, float]]]]:
+    """Each event file of ``<root_dir>/<folder>`` (one per process that trained the run), oldest first: the
+    Unix time its writer was created (from its name, ``events.out.tfevents.<time>.<host>...``) and the
+    (step, wall time) of each logged ``charts/SPS``."""
+    paths = glob.glob(os.path.join(root_dir, folder, "events.out.tfevents.*"))
+    files = []
+    for path in paths:
+        created = re.match(r"events\.out\.tfevents\.(\d+)\.", os.path.basename(path))
+        if created is None:
+            continue
+        logged = [
+            (int(event.step), event.wall_time)
+            for event in tf.compat.v1.train.summary_iterator(path)
+            if any(value.tag == "charts/SPS" for value in event.summary.value)
+        ]
+        files.append((float(created.group(1)), logged))
+    return sorted(files)
+
+
 def env_steps_per_train_step(root_dir: str) -> float:
     """Environment steps per PPO minibatch step, from the run's ``config.gin``."""
     path = os.path.join(root_dir, "config.gin")

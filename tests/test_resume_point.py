@@ -88,6 +88,29 @@ def test_restore_never_writes_over_a_folder_and_names_a_damaged_archive(tmp_path
     assert not target.exists() and not os.path.exists(f"{target}.partial")
 
 
+def test_the_log_travels_with_its_run_and_is_never_written_over(tmp_path, capsys, monkeypatch):
+    bench = _load()
+    monkeypatch.chdir(tmp_path)
+    run = _run_folder(Path("runs") / "part")
+    log = Path("runs") / "part.log"
+    log.write_text("2026-12-01T10:00:00Z start at abc1234\n 10%| 1000/3000 [00:09<00:18]")
+    store = tmp_path / "store"
+    argv = ["save", "--run_dir", str(run), "--log", str(log), "--command", "go on", "--store", str(store)]
+    assert bench.main(argv) == 0
+    assert json.loads((store / "index.json").read_text())["part"]["log"] == "runs/part.log"
+    text = log.read_text()
+    capsys.readouterr()
+    assert bench.main(["restore", "--name", "part", "--store", str(store), "--run_dir", "fresh"]) == 1
+    assert capsys.readouterr().err == "The run's log 'runs/part.log' exists; move it away first.\n"
+    assert not Path("fresh").exists()
+    log.unlink()
+    assert bench.main(["restore", "--name", "part", "--store", str(store), "--run_dir", "fresh"]) == 0
+    assert capsys.readouterr().out.startswith("Restored fresh and its log runs/part.log at 3000 env steps;")
+    assert log.read_text() == text and not (Path("fresh") / bench.RUN_LOG).exists()
+    assert bench.main(["save", "--run_dir", "fresh", "--log", "no.log", "--command", "x"]) == 1
+    assert capsys.readouterr().err == "--log 'no.log' is not a file.\n"
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -72,6 +72,42 @@ def test_a_part_keeps_the_report_and_adds_the_curve_and_the_processes_times(tmp_
     assert part["training_curve_command"].endswith("cnn_seed0 --every 50000")
 
 
+def _event_file(folder: Path, created: int, logged: list[tuple[int, float]]) -> None:
+    """An event file as a process's writer leaves it, named for its creation time: ``_run``'s scalars at
+    each logged step, at the given wall time."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with tf.io.TFRecordWriter(str(folder / f"events.out.tfevents.{created}.vm.1.v2")) as writer:
+        for step, wall in logged:
+            scalars = {"Metrics/SuccessRate": min(step // 20_480 / 10, 1.0), "Metrics/AverageReturn": 0.5,
+                       "charts/SPS": 300.0}  # fmt: skip
+            values = [tf.compat.v1.Summary.Value(tag=tag, simple_value=v) for tag, v in scalars.items()]
+            event = tf.compat.v1.Event(wall_time=wall, step=step, summary=tf.compat.v1.Summary(value=values))
+            writer.write(event.SerializeToString())
+
+
+def test_processes_lost_with_their_log_are_timed_from_their_event_files(tmp_path):
+    """The log of the machine that trained to 40,960 is gone: the second process's log starts there, and
+    the first process's event file (created at T, logging 40,960 at T + 60 s) gives its minute."""
+    report, log = _run(tmp_path)
+    log.write_text("2026-12-01T12:00:00Z" + log.read_text().split("2026-12-01T12:00:00Z")[1])
+    collect = tmp_path / "cnn_seed0" / "collect"
+    for path in collect.iterdir():
+        path.unlink()
+    created = 1_796_164_007
+    _event_file(collect, created, [(s, created + 30.0 * s / 20480) for s in (20480, 40960, 61440)])
+    later = created + 7200
+    _event_file(collect, later, [(s, later + s / 1000) for s in range(61440, 204801, 20480)])
+    out = tmp_path / "part.json"
+    assert _load().main(["--report", str(report), "--log", str(log), "--out", str(out)]) == 0
+    part = json.loads(out.read_text())
+    assert part["train_wall_s"] == {"process_1_to_40960": 60.0, "process_2_to_204800": 70.0, "total": 130.0}
+    first, second = part["processes"]
+    assert first["source"] == "event files" and first["commit"] is None
+    assert first["started"] == "2026-12-01T22:26:47Z"  # the writer's creation time, 1796164007
+    assert (second["source"], second["commit"], second["first_step"]) == ("log", "def5678", 40960)
+    assert part["training_curve"]["first_step_with_success_at_least"]["0.9"] == 184320
+
+
 def test_an_unfinished_run_or_a_missing_file_is_refused_in_one_sentence(tmp_path, capsys):
     report, log = _run(tmp_path, last_step=122_880)
     out = tmp_path / "part.json"
