@@ -3,14 +3,16 @@
 ``benchmarks/encoders.py`` splits the train step into stages (stem, local GSA,
 global GSA); this script looks inside one of them, or the whole step. It builds
 the encoder as ``encoders.py`` does, warms the function up, and records
-``--calls`` graph-mode calls with ``tf.profiler``. The recorded op executions
+``--calls`` graph-mode calls with ``tf.profiler``, under the Keras dtype
+policy ``--precision``. The recorded op executions
 are summed per op type and per graph node (with the node's input and output
 shapes), in ms per call and as shares of the summed op time. On two cores the
 executor runs independent ops side by side, so the summed op time can exceed
 the wall time; the shares are what compares.
 
     python benchmarks/op_profile.py [--model sit] [--stage local_gsa|global_gsa|stem_pool|train]
-        [--image_size 64] [--batch 96] [--calls 3] [--top 25] [--out runs/op_profile.json]
+        [--image_size 64] [--batch 96] [--calls 3] [--top 25] [--precision float32]
+        [--out runs/op_profile.json]
     python benchmarks/op_profile.py --quick      # a smoke run, seconds
 """
 
@@ -53,12 +55,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from encoders import _stage_functions  # noqa: E402
 
 STAGES = ("train", "stem_pool", "local_gsa", "global_gsa")
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+SETTINGS = ("model", "stage", "image_size", "batch", "calls", "top", "precision")
 
 
-def profiled_function(model: str, stage: str, image_size: int, batch: int) -> tuple[Callable, tf.Tensor]:
-    """The graph-mode function of ``stage`` (the train step, or a stage's forward + backward), its input."""
+def profiled_function(
+    model: str, stage: str, image_size: int, batch: int, precision: str = "float32"
+) -> tuple[Callable, tf.Tensor]:
+    """The graph-mode function of ``stage`` (the train step, or a stage's forward + backward), its input;
+    the encoder built under the Keras dtype policy ``precision``."""
     tf_keras.utils.set_random_seed(0)
-    encoder = build_encoder(model, (image_size, image_size, 3))
+    tf_keras.mixed_precision.set_global_policy(precision)
+    try:
+        encoder = build_encoder(model, (image_size, image_size, 3))
+    finally:
+        tf_keras.mixed_precision.set_global_policy(None)  # back to the floatx default
     images = np.random.default_rng(0).integers(
         0, 256, size=(batch, image_size, image_size, 3), dtype=np.uint8
     )
@@ -88,14 +99,14 @@ def op_events(logdir: str) -> list[tuple[str, float]]:
     return events
 
 
-def node_shapes(fn: Callable, x: tf.Tensor) -> dict[str, str]:
-    """``node name -> "in shapes -> out shapes"`` from the traced graph."""
+def node_shapes(fn: Callable, x: tf.Tensor) -> dict[str, tuple[str, str]]:
+    """``node name -> ("in shapes -> out shapes", "out dtypes")`` from the traced graph."""
     graph = fn.get_concrete_function(x).graph
     shapes = {}
     for op in graph.get_operations():
         inputs = ", ".join(str(tuple(t.shape)) for t in op.inputs if t.dtype != tf.resource)
         outputs = ", ".join(str(tuple(t.shape)) for t in op.outputs)
-        shapes[op.name] = f"{inputs} -> {outputs}"
+        shapes[op.name] = (f"{inputs} -> {outputs}", ", ".join(t.dtype.name for t in op.outputs))
     return shapes
 
 
@@ -144,7 +155,8 @@ def profile(fn: Callable, x: tf.Tensor, calls: int, top: int) -> dict[str, Any]:
                 "op": op,
                 "ms_per_call": t / calls / 1000,
                 "share": t / total,
-                "shapes": shapes.get(node, ""),
+                "shapes": shapes.get(node, ("", ""))[0],
+                "dtypes": shapes.get(node, ("", ""))[1],
             }
             for (node, op), t in by_node.most_common(top)
         ],
@@ -161,6 +173,7 @@ def parse_args(argv: Sequence[str] | None):
     parser.add_argument("--batch", type=int, default=96)
     parser.add_argument("--calls", type=int, default=3, help="profiled calls (and timed calls before them)")
     parser.add_argument("--top", type=int, default=25, help="nodes listed")
+    parser.add_argument("--precision", default="float32", choices=PRECISIONS, help="Keras dtype policy")
     parser.add_argument("--quick", action="store_true", help="16x16 images, batch 2")
     parser.add_argument("--out", default=None, help="write the report as JSON here")
     args = parser.parse_args(argv)
@@ -182,7 +195,7 @@ def _print(result: dict[str, Any], top_types: int = 12) -> None:
         print(f"  {row['ms_per_call']:9.1f} ms {row['share']:6.1%}  {row['op']}")
     print("Nodes:")
     for row in result["nodes"]:
-        where = f"{row['node']} ({row['op']}): {row['shapes']}"
+        where = f"{row['node']} ({row['op']}): {row['shapes']} {row['dtypes']}"
         print(f"  {row['ms_per_call']:9.1f} ms {row['share']:6.1%}  {where}")
 
 
@@ -193,17 +206,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     commit = current_commit()
     start = time.perf_counter()
     try:
-        fn, x = profiled_function(args.model, args.stage, args.image_size, args.batch)
+        fn, x = profiled_function(args.model, args.stage, args.image_size, args.batch, args.precision)
     except (UsageError, ValueError) as error:
         print(error, file=sys.stderr)
         return 2
     result = profile(fn, x, args.calls, args.top)
     _print(result)
     report = {
-        "what": f"TensorFlow op times of {args.model}'s {args.stage} (graph mode) by type and node",
+        "what": (
+            f"TensorFlow op times of {args.model}'s {args.stage} (graph mode, {args.precision}) "
+            "by type and node"
+        ),
         "command": command_line("op_profile.py", argv),
         "commit": commit,
-        "settings": {k: getattr(args, k) for k in ("model", "stage", "image_size", "batch", "calls", "top")},
+        "settings": {k: getattr(args, k) for k in SETTINGS},
         "environment": environment(),
         **result,
         "wall_time_s": time.perf_counter() - start,

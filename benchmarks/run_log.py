@@ -2,16 +2,17 @@
 
     python benchmarks/run_log.py --log runs/sit_grid_fwd_seed0_3m.log
 
-A long run outlives its session: each session appends a line ``<UTC time> start at <commit>`` to the
-run's log and starts the same command again, which goes on from the newest checkpoint it finds (see
-``benchmarks/README.md``, "Runs longer than a session"). The progress bar (tqdm) then prints ``<steps>/<budget> [<elapsed><...``
-after every collect-and-train iteration. So the log splits into one segment per process, and the time a
-process contributed is its bar's elapsed time at the step the next process started from (its last
-checkpoint that was used; work after it was lost with the session). The last process's time is its bar's
-at its last step, or, when the run finished, the ``train_wall_s`` its command wrote.
+A long run outlives its session: each session appends a line ``<UTC time> start at <commit>`` to the run's
+log and starts the same command again, which goes on from the newest checkpoint it finds (see
+``benchmarks/README.md``, "Runs longer than a session"). The progress bar (tqdm) then prints
+``<steps>/<budget> [<elapsed><...`` after every collect-and-train iteration. So the log splits into one
+segment per process, and the time a process contributed is its bar's elapsed time at the step the next
+process started from (its last checkpoint that was used; work after it was lost with the session). The
+last process's time is its bar's at its last step, or, when the run finished, the ``train_wall_s`` its
+command wrote.
 
-Prints each process (start time, commit, first and last step, the step it contributed up to and the
-bar's time there) and ``train_wall_s``: ``process_<i>_to_<step>`` -> seconds, and ``total``.
+Prints each process (start time, commit, first and last step, the step it contributed up to and the bar's
+time there) and ``train_wall_s``: ``process_<i>_to_<step>`` -> seconds, and ``total``.
 """
 
 from __future__ import annotations

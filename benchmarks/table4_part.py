@@ -5,15 +5,15 @@
         --out benchmarks/reference/table4_lavacrossing_prior_parts/cnn_seed0.json
 
 A run of ``minigrid_rotation.py`` (one model, one seed) writes its evaluation to ``--out``; a long run is
-trained in several processes, one per session (``benchmarks/README.md``, "Runs longer than a session"). This adds to that report
-what the docs quote beside the run and what the run folder alone holds, so that the part outlives the
-folder: its training curve (``training_curve``: the success rate every ``--every`` steps and the first
-steps at 0.5 / 0.8 / 0.9, from the folder's event files, as ``benchmarks/training_curve.py``), the
-processes that trained it and the time each contributed (``train_wall_s``, from the log, as
-``benchmarks/run_log.py``; the last process counts the ``train_wall_s`` its command wrote; processes
-before the log's first, lost with an earlier machine, from the run's event files, each row saying its
-``source``), and the
-commands that give both again. The report's own keys are kept, so the parts of one protocol still merge.
+trained in several processes, one per session (``benchmarks/README.md``, "Runs longer than a session").
+This adds to that report what the docs quote beside the run and what the run folder alone holds, so that
+the part outlives the folder: its training curve (``training_curve``: the success rate every ``--every``
+steps and the first steps at 0.5 / 0.8 / 0.9, from the folder's event files, as
+``benchmarks/training_curve.py``), the processes that trained it and the time each contributed
+(``train_wall_s``, from the log, as ``benchmarks/run_log.py``; the last process counts the
+``train_wall_s`` its command wrote; processes before the log's first, lost with an earlier machine, from
+the run's event files, each row saying its ``source``), and the commands that give both again. The
+report's own keys are kept, so the parts of one protocol still merge.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import tf_keras
 
 from sit_keras import encoder_check
 
@@ -291,6 +292,19 @@ def test_op_profile_sums_the_ops_of_a_stage_by_type_and_node(tmp_path, capsys):
     assert len(report["nodes"]) == 4 and all(" -> " in row["shapes"] for row in report["nodes"])
     assert all(row["node"].startswith(("local_gsa/", "gradient_tape/", "MatMul")) for row in report["nodes"])
     assert f"{report['nodes'][0]['node']} ({report['nodes'][0]['op']})" in capsys.readouterr().out
+    assert report["settings"]["precision"] == "float32"
+    assert "float32" in {row["dtypes"] for row in report["nodes"]}
+
+
+def test_op_profile_builds_the_encoder_under_the_precision_it_is_given(tmp_path):
+    out = tmp_path / "ops.json"
+    argv = ["--quick", "--stage", "train", "--precision", "mixed_bfloat16", "--top", "40", "--out", str(out)]
+    assert _load_benchmark("op_profile").main(argv) == 0
+    report = json.loads(out.read_text())
+    assert "(graph mode, mixed_bfloat16)" in report["what"]
+    matmuls = {row["dtypes"] for row in report["nodes"] if "MatMul" in row["op"]}
+    assert "bfloat16" in matmuls  # the projections and score matmuls run in the compute dtype
+    assert tf_keras.mixed_precision.global_policy().name == "float32"  # and the policy is back
 
 
 @pytest.mark.parametrize(
