@@ -6,7 +6,9 @@ What this file proves, for every SiT-family encoder and both policies:
   the compute dtype, and every trainable variable gets a finite gradient;
   both GSA implementations (fast and reference) do;
 - the score path of GSA (score graphs, symmetrisation, triangle sums,
-  softmax) and the LayerNorm statistics run in float32 (``precision.stable_dtype``);
+  softmax) and the LayerNorm statistics run in float32 (``precision.stable_dtype``),
+  but for the triangle sums' matrix product under ``mixed_bfloat16``
+  (``precision.score_map_dtype``);
 - its promised symmetries hold within ``testing.tolerance(compute dtype)``
   (8 unit roundoffs: a permutation of the input only reorders sums), on
   perturbed weights, and the flips that the triangle sums break stay broken
@@ -28,7 +30,8 @@ import tf_keras
 from sit_keras import testing
 from sit_keras.layers import GraphSymmetricAttention
 from sit_keras.layers.normalization import standardize
-from sit_keras.layers.precision import stable_dtype
+from sit_keras.layers.precision import score_map_dtype, stable_dtype
+from sit_keras.layers.triangle_sums import theta_table
 from sit_keras.models import build_encoder
 from sit_keras.models.sit import SiTEncoder
 
@@ -98,6 +101,28 @@ def test_the_score_path_and_normalisation_run_in_float32(policy: str) -> None:
     assert y.dtype == compute
     # Statistics in float32: the result is standardised to the compute dtype's rounding.
     np.testing.assert_allclose(np.std(y.numpy().astype(np.float32), axis=-1), 1.0, atol=0.02)
+
+
+def test_the_triangle_matrix_runs_in_bfloat16_only_under_mixed_bfloat16(policy: str) -> None:
+    """``precision.score_map_dtype``: the score path's one matmul takes bfloat16's rounding, never float16's
+    range."""
+    layer = GraphSymmetricAttention((3, 3), num_heads=2, triangles=1, triangle_form="matrix")
+    layer.build((None, 10, 8))
+    rng = np.random.default_rng(0)
+    for weights in layer.triangle_weights:
+        weights.assign(weights + rng.normal(0.0, 0.5, weights.shape).astype(np.float32))
+    scores = tf.constant(rng.normal(0.0, 4.0, (2, 3, 10, 10)), tf.float32)  # (H, B, T, T), float32
+    logits = layer._score_logits(scores, None, 1.0, training=False)
+    assert logits.dtype == tf.float32
+    tables = [theta_table(w) for w in layer.triangle_weights]
+    matrix = layer._triangle_sums.matrix(tables, 1.0, 1.0 / np.sqrt(layer.head_dim)).numpy()
+    exact = np.einsum("hbr,hcr->hbc", scores.numpy().reshape(2, 3, 100), matrix).reshape(scores.shape)
+    error = np.abs(logits.numpy() - exact).max() / np.abs(exact).max()
+    if policy == "mixed_bfloat16":
+        assert score_map_dtype(_compute_dtype(policy)) == tf.bfloat16
+        assert 2.0**-12 < error < 2.0**-6  # rounded to bfloat16 (8-bit mantissa), and no more
+    else:
+        assert score_map_dtype(_compute_dtype(policy)) == tf.float32 and error < 1e-6
 
 
 def _twin(encoder: SiTEncoder) -> SiTEncoder:

@@ -14,7 +14,7 @@ from sit_keras import graphs
 from sit_keras.layers.channels_first import project_channels_first
 from sit_keras.layers.graph_weights import NearIdentity, graph_symmetric_dropout
 from sit_keras.layers.indexing import expand_shared
-from sit_keras.layers.precision import stable_dtype
+from sit_keras.layers.precision import score_map_dtype, stable_dtype
 from sit_keras.layers.triangle_sums import TRIANGLE_FORMS, TriangleSums, theta_table
 from sit_keras.layers.xla_context import in_compiled_function
 from sit_keras.symmetry import EQUIVARIANT, Symmetry, graph_symmetry
@@ -80,7 +80,9 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
     the variables are float32; the projection, graph mixing ``G_q, G_k, G_v``
     and the score and value matmuls run in the compute dtype; the score path
     after ``Q K^T`` (``G``, ``G_qk``, ``G_b``, symmetrisation, triangle sums,
-    scale, softmax) runs in float32 on float32 weights (``precision.stable_dtype``).
+    scale, softmax) runs in float32 on float32 weights (``precision.stable_dtype``),
+    except the triangle sums' ``matrix`` form, a matmul, which runs in bfloat16
+    under ``mixed_bfloat16`` (``precision.score_map_dtype``).
 
     Args:
       grid_shape: ``(H, W)`` of the grid, or an int ``L`` for a sequence (a
@@ -660,7 +662,9 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         if form == "matrix":
             matrix = self._triangle_sums.matrix(tables, sign, scale)  # (H, T^2, T^2)
             flat = tf.reshape(scores, [heads, -1, t * t])
-            return tf.reshape(tf.matmul(flat, matrix, transpose_b=True), tf.shape(scores))
+            product = score_map_dtype(self.compute_dtype)  # bfloat16 under mixed_bfloat16
+            mapped = tf.matmul(tf.cast(flat, product), tf.cast(matrix, product), transpose_b=True)
+            return tf.reshape(tf.cast(mapped, scores.dtype), tf.shape(scores))
         if form in ("gather", None):
             if sign:
                 scores = scores + sign * tf.transpose(scores, [0, 1, 3, 2])

@@ -16,3 +16,18 @@ def stable_dtype(compute_dtype: tf.DType | str) -> tf.DType:
     """
     dtype = tf.as_dtype(compute_dtype)
     return tf.float32 if dtype in HALF_DTYPES else dtype
+
+
+def score_map_dtype(compute_dtype: tf.DType | str) -> tf.DType:
+    """The dtype of GSA's score map where it is one matmul (the triangle sums' ``matrix`` form).
+
+    bfloat16 under ``mixed_bfloat16``, ``stable_dtype`` otherwise. The map
+    reads scores that a bfloat16 matmul produced, each of its rows holds a
+    handful of nonzero weights, and oneDNN accumulates bfloat16 products in
+    float32: running it in bfloat16 adds one rounding of its output (and of
+    its weights), and halves its time where the CPU has bfloat16 instructions
+    (docs/speed.md, "On an AMD host with AVX512_BF16"). float16 keeps float32
+    for its range (at most 65504).
+    """
+    dtype = tf.as_dtype(compute_dtype)
+    return tf.bfloat16 if dtype == tf.bfloat16 else stable_dtype(dtype)
