@@ -2423,8 +2423,9 @@ def test_the_local_gsa_op_profile_and_the_channels_first_kernel_gradient_are_the
     assert f"Still {rows['SiT / ViT'][2]:.1f}x, not the speed issue's 2.0x" in flat
 
 
-def _check_precision_auto_rows(report: dict) -> list[float]:
-    """Each config's row of docs/speed.md is the report's, its choice follows the margin, and it is float32.
+def _check_precision_auto_rows(report: dict, all_float32: bool = True) -> list[float]:
+    """Each config's row of docs/speed.md is the report's, its choice follows the margin, and (unless
+    ``all_float32`` is False) it is float32.
 
     Returns the bfloat16 / float32 ratios.
     """
@@ -2439,7 +2440,8 @@ def _check_precision_auto_rows(report: dict) -> list[float]:
             f"{bfloat16:.1f} | {ratio:.2f} | {measured['choice']} |"
         ) in SPEED
         ratios.append(ratio)
-    assert {row["precision"]["choice"] for row in report["configs"]} == {"float32"}
+    if all_float32:
+        assert {row["precision"]["choice"] for row in report["configs"]} == {"float32"}
     return ratios
 
 
@@ -2509,6 +2511,92 @@ def test_bfloat16_on_a_host_with_avx512_bf16_and_no_amx_is_the_reports():
     assert f"bfloat16 takes {span} the float32 step here; no config is below `auto`'s margin of 0.9" in flat
     training = _flat_page("training.md")
     assert f"it kept float32 too, where bfloat16 took {span}" in training
+
+
+def _triangle_matrix_nodes(profile: dict) -> tuple[float, float, set[str]]:
+    """ms per call, share and output dtypes of the local GSA's triangle matrix product and its gradient."""
+    nodes = [n for n in profile["nodes"] if "MatMul" in n["op"] and "289, 289)" in n["shapes"]]
+    assert len(nodes) == 3  # the forward product and the two of its gradient
+    return sum(n["ms_per_call"] for n in nodes), sum(n["share"] for n in nodes), {n["dtypes"] for n in nodes}
+
+
+def test_bfloat16_on_an_amd_host_with_avx512_bf16_is_the_reports():
+    """docs/speed.md: the triangle matrix in bfloat16 takes the SiT's bfloat16 step from 0.81x to 0.72x."""
+    before, after = (
+        _report("speed_encoders_amd_bf16_before.json"),
+        _report("speed_encoders_amd_bf16_after.json"),
+    )
+    profiles = {
+        (when, precision): _report(f"op_profile_train_amd_bf16_{when}_{precision}.json")
+        for when in ("before", "after")
+        for precision in ("float32", "mixed_bfloat16")
+    }
+    auto = _report("auto_precision_amd_bf16.json")
+    for report in (before, after, auto, *profiles.values()):
+        assert "AMD EPYC" in report["machine"] and "AVX512_BF16, no AMX" in report["machine"]
+        assert report["load_note"] and report["wall_time_s"] > 0
+    for when, report in (("before", before), ("after", after)):
+        commit = "bd4044b" if when == "before" else "755626a"
+        assert report["commit"].startswith(commit) and report["command"].startswith(
+            "python benchmarks/encoders.py --models sit,siet,vit --precisions float32,mixed_bfloat16 "
+            "--no_profile"
+        )
+        for precision in ("float32", "mixed_bfloat16"):
+            profile = profiles[when, precision]
+            assert profile["commit"].startswith(commit) and profile["settings"]["precision"] == precision
+            assert profile["command"].startswith("python benchmarks/op_profile.py --model sit --stage train")
+    flat = " ".join(SPEED.split())
+    named = ["speed_encoders_amd_bf16_before.json", "speed_encoders_amd_bf16_after.json"]
+    named += [f"op_profile_train_amd_bf16_{when}_float32.json" for when in ("before", "after")]
+    for name in [*named, "auto_precision_amd_bf16.json"]:
+        assert f"`benchmarks/reference/{name}`" in flat, name
+    matmul = [r["matmul"]["by_precision"]["mixed_bfloat16"]["over_float32"] for r in (before, after)]
+    assert f"**{matmul[0]:.2f}x** and **{matmul[1]:.2f}x** its float32 time in two runs" in flat
+    assert max(matmul) < 0.7  # a host whose bfloat16 matmuls pay
+
+    def over(report: dict, model: str) -> float:
+        return report["models"][model]["precision"]["mixed_bfloat16"]["over_float32"]
+
+    assert (
+        f"`mixed_bfloat16` took {over(before, 'sit'):.2f}x its float32 step and the SieT's "
+        f"{over(before, 'siet'):.2f}x"
+    ) in flat
+    ms, share, dtypes = _triangle_matrix_nodes(profiles["before", "mixed_bfloat16"])
+    ms32, share32, dtypes32 = _triangle_matrix_nodes(profiles["before", "float32"])
+    assert dtypes == dtypes32 == {"float32"}  # before: float32 under both policies
+    assert f"took {ms:.1f} ms a call, {100 * share:.1f}% of the bfloat16 step's summed op time" in flat
+    assert f"({ms32:.1f} ms, {100 * share32:.1f}%, in float32)" in flat
+    ms_after, share_after, dtypes_after = _triangle_matrix_nodes(profiles["after", "mixed_bfloat16"])
+    assert dtypes_after == {"bfloat16"} and ms_after < ms
+    assert (
+        f"Its three nodes now take {ms_after:.1f} ms a call ({100 * share_after:.1f}% of the bfloat16 step"
+        in flat
+    )
+    over_vit = after["ratios"]["train_step_over_vit"]
+    for model in ("sit", "siet"):
+        assert (
+            f"| `{model}` | {over(before, model):.2f} | **{over(after, model):.2f}** | "
+            f"{over_vit[model]['graph']:.2f} |"
+        ) in SPEED
+        assert over(after, model) < over(before, model)
+    assert f"| `vit` | {over(before, 'vit'):.2f} | {over(after, 'vit'):.2f} | 1 |" in SPEED
+    assert min(over(after, m) for m in ("sit", "siet")) > 0.7  # the issue's 0.7x: close, not met
+    types = {w: {r["op"]: r for r in profiles["after", w]["op_types"]} for w in ("float32", "mixed_bfloat16")}
+    mul = types["mixed_bfloat16"]["Mul"]["ms_per_call"] / types["float32"]["Mul"]["ms_per_call"]
+    cast = types["mixed_bfloat16"]["Cast"]["share"]
+    assert (
+        f"`Mul` takes {mul:.2f}x its float32 time in bfloat16, and the casts between the two dtypes take"
+        in flat
+    )
+    assert (
+        f"{100 * cast:.1f}% of the bfloat16 step. The SiT's float32 step is {over_vit['sit']['graph']:.2f}x"
+        in flat
+    )
+    assert auto["commit"].startswith("755626a")
+    _check_precision_auto_rows(auto, all_float32=False)
+    chosen = sum(r["precision"]["choice"] == "mixed_bfloat16" for r in auto["configs"])
+    assert f"Here `auto` trains {chosen} of the {len(auto['configs'])} configs in bfloat16" in flat
+    assert f"is below its margin of {auto['margin']}." in flat
 
 
 def _check_jit_compile_auto_rows(report: dict) -> None:
