@@ -2597,6 +2597,8 @@ def test_bfloat16_on_an_amd_host_with_avx512_bf16_is_the_reports():
     chosen = sum(r["precision"]["choice"] == "mixed_bfloat16" for r in auto["configs"])
     assert f"Here `auto` trains {chosen} of the {len(auto['configs'])} configs in bfloat16" in flat
     assert f"is below its margin of {auto['margin']}." in flat
+    training = _flat_page("training.md")
+    assert f"it chose bfloat16 for {chosen} of the {len(auto['configs'])} main configs" in training
 
 
 def _check_jit_compile_auto_rows(report: dict) -> None:
