@@ -4464,6 +4464,9 @@ def test_the_table4_summary_says_where_the_prior_parts_stand():
     ]
     assert len(cnn_09) == 3 and "on all 3 of its seeds; the CNN has its 3 seeds too;" in page
     assert f"the CNN's 3 seeds reached it at {min(cnn_09):,} to {max(cnn_09):,}." in page
+    vit0 = _report("table4_lavacrossing_prior_parts/vit_seed0.json")["training_curve"]
+    assert vit0["first_step_with_success_at_least"]["0.5"] is None  # "did not learn within 3M steps"
+    assert "ViT-small's seed 0 did not learn within 3M steps." in page
 
 
 def _table4_prior_protocol(words: list[str]) -> list[str]:
