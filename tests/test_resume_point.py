@@ -107,7 +107,8 @@ def test_the_log_travels_with_its_run_and_is_never_written_over(tmp_path, capsys
     assert bench.main(["restore", "--name", "part", "--store", str(store), "--run_dir", "fresh"]) == 0
     assert capsys.readouterr().out.startswith("Restored fresh and its log runs/part.log at 3000 env steps;")
     assert log.read_text() == text and not (Path("fresh") / bench.RUN_LOG).exists()
-    assert bench.main(["save", "--run_dir", "fresh", "--log", "no.log", "--command", "x"]) == 1
+    argv = ["save", "--run_dir", "fresh", "--log", "no.log", "--command", "x", "--store", str(store)]
+    assert bench.main(argv) == 1
     assert capsys.readouterr().err == "--log 'no.log' is not a file.\n"
 
 
