@@ -193,12 +193,17 @@ def tflite_rotation_rows(root_dir: str, rows, num_episodes: int) -> dict[str, di
     return evaluate_rows(policy, {row: rows[row] for row in ROTATION_ROWS}, num_episodes)
 
 
-PLUS_MINUS = "mean ± population standard deviation (statistics.pstdev) over the seeds of a model"
+PLUS_MINUS = (
+    "mean ± population standard deviation (statistics.pstdev) over the seeds of a model; "
+    "a model with one seed shows its value alone"
+)
 
 
 def _mean_std(values: Sequence[float]) -> str:
-    std = statistics.pstdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.2f} ± {std:.2f}"
+    # One seed has no spread to show: "± 0.00" would claim one.
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f} ± {statistics.pstdev(values):.2f}"
 
 
 def format_table(

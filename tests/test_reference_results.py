@@ -4469,6 +4469,44 @@ def test_the_table4_summary_says_where_the_prior_parts_stand():
     assert "ViT-small's seed 0 did not learn within 3M steps." in page
 
 
+def test_the_table4_prior_means_so_far_are_recomputed_from_the_parts():
+    """docs/results.md, "The means over the seeds finished so far": the merge of every prior part."""
+    spec = importlib.util.spec_from_file_location(
+        "minigrid_rotation", ROOT / "benchmarks" / "minigrid_rotation.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    merged = module.merge_reports([str(path) for path in TABLE4_PRIOR_PARTS])
+    page = _flat_page("results.md")
+    section = page.split("#### The means over the seeds finished so far", 1)[1].split(" ### ", 1)[0]
+    tables = merged["paper_tables"]
+    for table in (tables["greedy"], tables["sampling"], merged["tables"]["greedy"]):
+        assert " ".join(table.split()) in section
+    learned = {}
+    for path in TABLE4_PRIOR_PARTS:
+        part = json.loads(path.read_text())
+        reached = part["training_curve"]["first_step_with_success_at_least"]["0.9"]
+        counts = learned.setdefault(part["runs"][0]["model"], [0, 0])
+        counts[0] += reached is not None and reached <= 3_000_000
+        counts[1] += 1
+    said = ", ".join(
+        f"{TABLE4_PRIOR_LABELS[model].replace('The ', 'the ')} {hit} of {total}"
+        for model, (hit, total) in learned.items()
+    )
+    assert f"Seeds that reached 0.9 training success within 3M steps: {said}." in section
+    rotated = {
+        model: statistics.mean(
+            run["greedy"]["rotations average"]["mean_return"]
+            for run in merged["runs"]
+            if run["model"] == model
+        )
+        for model in ("sit_grid_readout", "cnn")
+    }
+    assert (
+        f"keeps it under rotation ({rotated['sit_grid_readout']:.2f} against the CNN's {rotated['cnn']:.2f})"
+    ) in section
+
+
 def _table4_prior_protocol(words: list[str]) -> list[str]:
     """A prior part's command words without what differs between parts (model, seed, root, out)."""
     drop = {"--models", "--seeds", "--root", "--out"}

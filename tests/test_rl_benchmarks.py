@@ -198,6 +198,19 @@ def test_minigrid_rotation_merges_parts_of_one_protocol(tmp_path, capsys):
     assert "| test task | sit_small | cnn |" in capsys.readouterr().out
 
 
+def test_minigrid_rotation_shows_a_one_seed_model_without_a_spread(tmp_path):
+    """A model with one seed has no standard deviation: its cells hold the value alone."""
+    module = _load("minigrid_rotation")
+    parts = [
+        _table4_part(tmp_path / "sit0.json", [("sit_small", 0, 1.0)]),
+        _table4_part(tmp_path / "cnn.json", [("cnn", 0, 0.25), ("cnn", 1, 0.75)]),
+    ]
+    report = module.merge_reports(parts)
+    assert "| train: easy | 1.00 | 0.50 ± 0.25 |" in report["tables"]["greedy"]
+    assert report["paper_tables"]["greedy"].splitlines()[0].startswith("| test task | sit_small (1 seed) |")
+    assert "one seed shows its value alone" in report["plus_minus"]
+
+
 def test_minigrid_rotation_names_the_paper_column_of_each_architecture():
     """Table 4's column where the paper has one; the SiT without its local layer only in Table 5."""
     module = _load("minigrid_rotation")
