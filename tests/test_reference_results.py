@@ -2520,6 +2520,50 @@ def _triangle_matrix_nodes(profile: dict) -> tuple[float, float, set[str]]:
     return sum(n["ms_per_call"] for n in nodes), sum(n["share"] for n in nodes), {n["dtypes"] for n in nodes}
 
 
+def test_bfloat16_on_an_intel_host_with_amx_is_the_reports():
+    """docs/speed.md, "On an Intel host with AMX": the fastest bfloat16 matmuls, and the step's ratio."""
+    speed = _report("speed_encoders_amx.json")
+    profiles = {p: _report(f"op_profile_train_amx_{p}.json") for p in ("float32", "mixed_bfloat16")}
+    for report in (speed, *profiles.values()):
+        assert "AMX" in report["machine"] and report["load_note"] and report["commit"].startswith("31a40d0")
+    assert speed["command"].startswith(
+        "python benchmarks/encoders.py --models sit,siet,vit --precisions float32,mixed_bfloat16 --no_profile"
+    )
+    for precision, profile in profiles.items():
+        assert profile["settings"]["precision"] == precision
+        assert profile["command"].startswith("python benchmarks/op_profile.py --model sit --stage train")
+    flat = " ".join(SPEED.split())
+    section = flat.split("### On an Intel host with AMX", 1)[1].split(" ## ", 1)[0]
+    for name in ("speed_encoders_amx.json", "op_profile_train_amx_float32.json"):
+        assert f"`benchmarks/reference/{name}`" in section
+    assert "`op_profile_train_amx_mixed_bfloat16.json`" in section
+    matmul = speed["matmul"]["by_precision"]["mixed_bfloat16"]["over_float32"]
+    assert f"the 1024^3 matmul in bfloat16 takes **{matmul:.2f}x** its float32 time" in section
+    over = {m: v["precision"]["mixed_bfloat16"]["over_float32"] for m, v in speed["models"].items()}
+    assert (
+        f"measures {over['sit']:.2f} for `sit`, {over['siet']:.2f} for `siet` and {over['vit']:.2f} for `vit`"
+    ) in section
+    assert over["sit"] > 0.7 and over["vit"] > 1  # "not met on this host kind either"; "slower in bfloat16"
+    graph = speed["ratios"]["train_step_over_vit"]
+    assert (
+        f"the SiT's step is {graph['sit']['graph']:.2f}x the ViT's here and the SieT's "
+        f"{graph['siet']['graph']:.2f}x"
+    ) in section
+    ops = {p: {o["op"]: o for o in profile["op_types"]} for p, profile in profiles.items()}
+    f32, bf16 = ops["float32"], ops["mixed_bfloat16"]
+    assert (
+        f"the batched matmuls go from {f32['_MklBatchMatMulV2']['ms_per_call']:.1f} to "
+        f"{bf16['_MklBatchMatMulV2']['ms_per_call']:.1f} ms and the 2-D ones from "
+        f"{f32['_MklMatMul']['ms_per_call']:.1f} to {bf16['_MklMatMul']['ms_per_call']:.1f} ms"
+    ) in section
+    assert f"(`Mul` {f32['Mul']['ms_per_call']:.1f} and {bf16['Mul']['ms_per_call']:.1f} ms)" in section
+    cast = bf16["Cast"]
+    assert (
+        f"the casts take {cast['ms_per_call']:.1f} ms ({100 * cast['share']:.1f}% of the bfloat16 step; "
+        f"{f32['Cast']['ms_per_call']:.1f} ms in float32)"
+    ) in section
+
+
 def test_bfloat16_on_an_amd_host_with_avx512_bf16_is_the_reports():
     """docs/speed.md: the triangle matrix in bfloat16 takes the SiT's bfloat16 step from 0.81x to 0.72x."""
     before, after = (
