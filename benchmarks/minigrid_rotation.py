@@ -356,10 +356,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             report = merge_reports([p for p in args.merge.split(",") if p])
         except ValueError as error:
             parser.error(str(error))
-        seeds = sorted({run["seed"] for run in report["runs"]})
-        _print_tables(
-            report["tables"], str(seeds), report["settings"]["env_steps"], report["settings"]["family"]
-        )
+        seeds_of: dict[str, list[int]] = {}
+        for run in report["runs"]:
+            seeds_of.setdefault(run["model"], []).append(run["seed"])
+        seeds = "; ".join(f"{model} {sorted(model_seeds)}" for model, model_seeds in seeds_of.items())
+        _print_tables(report["tables"], seeds, report["settings"]["env_steps"], report["settings"]["family"])
         for kind, table in report["mean_return_tables"].items():
             print(f"\nMean return ({kind} policy; the paper's metric), {PLUS_MINUS}:\n\n{table}")
         for kind, table in report["paper_tables"].items():

@@ -195,7 +195,9 @@ def test_minigrid_rotation_merges_parts_of_one_protocol(tmp_path, capsys):
     assert report["training_curves"] == {"sit_small_seed1": {"success_every_250k": [[250, 0.5]]}}
     assert [part["commit"] for part in report["parts"]] == ["abc1234"] * 3
     assert report["paper_table4_cnn_sit_20M_steps"]["rotations average"] == [0.0, 0.91]
-    assert "| test task | sit_small | cnn |" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "| test task | sit_small | cnn |" in printed
+    assert "mean ± std over seeds sit_small [0, 1]; cnn [0, 1]," in printed
 
 
 def test_minigrid_rotation_shows_a_one_seed_model_without_a_spread(tmp_path):
