@@ -4508,9 +4508,35 @@ def test_the_table4_summary_says_where_the_prior_parts_stand():
     ]
     assert len(cnn_09) == 3 and "on all 3 of its seeds; the CNN has its 3 seeds too;" in page
     assert f"the CNN's 3 seeds reached it at {min(cnn_09):,} to {max(cnn_09):,}." in page
-    vit0 = _report("table4_lavacrossing_prior_parts/vit_seed0.json")["training_curve"]
-    assert vit0["first_step_with_success_at_least"]["0.5"] is None  # "did not learn within 3M steps"
-    assert "ViT-small's seed 0 did not learn within 3M steps." in page
+    for seed in (0, 1):
+        vit = _report(f"table4_lavacrossing_prior_parts/vit_seed{seed}.json")["training_curve"]
+        assert vit["first_step_with_success_at_least"]["0.5"] is None  # "did not learn within 3M steps"
+    assert "ViT-small's seeds 0 and 1 did not learn within 3M steps." in page
+
+
+def test_vit_smalls_policy_collapsed_to_a_deterministic_one():
+    """docs/results.md: ViT-small seed 1's entropy and KL from its learner logs, and its success at 3M."""
+    report = _report("lavacrossing_vit_forward_seed1_diagnostics.json")
+    assert report["command"].startswith(
+        "python benchmarks/training_curve.py --root_dir runs/table4_vit_forward/"
+    )
+    diagnostics = {row["env_steps"]: row for row in report["learner_diagnostics"]}
+    assert min(diagnostics) == 1_000_000  # from the last process on (901,120 steps)
+    late = [row for steps, row in diagnostics.items() if steps >= 1_500_000]
+    assert late and all(row["entropy"] < 0.005 and row["approx_kl"] < 0.005 for row in late)
+    part = _report("table4_lavacrossing_prior_parts/vit_seed1.json")
+    assert part["training_curve"]["last"]["success"] < 0.005
+    page = _flat_page("results.md")
+    assert (
+        "Seed 1's learner logs from 901,120 steps on "
+        "(`benchmarks/reference/lavacrossing_vit_forward_seed1_diagnostics.json`;"
+    ) in page
+    assert (
+        f"its policy's entropy, {math.log(4):.2f} nats for a uniform choice of the 4 actions, was "
+        f"already {diagnostics[1_000_000]['entropy']:.2f} at 1M steps and 0.00 from 1.5M on, where the "
+        "approximate KL of every update is 0.00 too"
+    ) in page
+    assert "and its training success fell to 0.00." in page
 
 
 def test_the_table4_prior_means_so_far_are_recomputed_from_the_parts():
