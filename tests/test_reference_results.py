@@ -45,6 +45,14 @@ def _flat_page(name: str) -> str:
     return " ".join((DOCS / name).read_text().split())
 
 
+def _benchmark_module(name: str):
+    """benchmarks/<name>.py, imported (the benchmarks are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _report(name: str) -> dict:
     return json.loads((REFERENCE / name).read_text())
 
@@ -366,11 +374,7 @@ def test_deterministic_cost_is_the_report():
 
 
 def test_supervised_digits_table_is_computed_from_the_report():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("supervised", ROOT / "benchmarks" / "supervised.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _benchmark_module("supervised")
     report = _report("supervised_digits.json")
     assert bench.readme_table(report) == report["readme_table"]  # recomputed from the per-seed runs
     for line in report["readme_table"].splitlines():
@@ -970,11 +974,7 @@ def test_lavacrossing_chiral_runs_are_the_report():
 
 
 def test_lavacrossing_curves_png_is_drawn_from_the_reports(tmp_path):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("plot_curves", ROOT / "benchmarks" / "plot_curves.py")
-    plot = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(plot)
+    plot = _benchmark_module("plot_curves")
     from PIL import Image, ImageChops
 
     names = (
@@ -1007,11 +1007,8 @@ def test_lavacrossing_curves_png_is_drawn_from_the_reports(tmp_path):
 )
 def test_table4_parts_curves_png_is_drawn_from_every_committed_part(folder: str, png: str, title: str):
     """docs/<png>: one line per committed Table 4 part of the folder, redrawn as docs/results.md says."""
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location("plot_curves", ROOT / "benchmarks" / "plot_curves.py")
-    plot = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(plot)
+    plot = _benchmark_module("plot_curves")
     from PIL import Image, ImageChops
 
     parts = sorted((REFERENCE / folder).glob("*.json"))
@@ -4541,11 +4538,7 @@ def test_vit_smalls_policy_collapsed_to_a_deterministic_one():
 
 def test_the_table4_prior_means_so_far_are_recomputed_from_the_parts():
     """docs/results.md, "The means over the seeds finished so far": the merge of every prior part."""
-    spec = importlib.util.spec_from_file_location(
-        "minigrid_rotation", ROOT / "benchmarks" / "minigrid_rotation.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _benchmark_module("minigrid_rotation")
     merged = module.merge_reports([str(path) for path in TABLE4_PRIOR_PARTS])
     page = _flat_page("results.md")
     section = page.split("#### The means over the seeds finished so far", 1)[1].split(" ### ", 1)[0]
@@ -5059,11 +5052,7 @@ def test_three_seeds_with_64_units_meet_every_target_and_are_quoted_as_measured(
 
 
 def test_the_suites_collections_and_the_learner_pipelines_are_the_reports():
-    spec = importlib.util.spec_from_file_location(
-        "suite_resources", ROOT / "benchmarks" / "suite_resources.py"
-    )
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _benchmark_module("suite_resources")
     flat = _flat_page("testing.md")
     summaries = {}
     for when in ("before", "after"):
@@ -5135,9 +5124,7 @@ def _spread(runs: list[dict], key: str) -> str:
 
 
 def test_the_cpu_allocator_table_is_the_report():
-    spec = importlib.util.spec_from_file_location("cpu_allocator", ROOT / "benchmarks" / "cpu_allocator.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _benchmark_module("cpu_allocator")
     report = _report("cpu_allocator_avx2.json")
     assert report["commit"] and report["command"] == (
         "python benchmarks/cpu_allocator.py --out benchmarks/reference/cpu_allocator_avx2.json"
@@ -5199,11 +5186,7 @@ def test_the_procgen_throughput_under_each_cpu_allocator_is_the_reports():
 def _suite_report(name: str):
     """``benchmarks/suite_resources.py``, the summary ``suite_resources_avx2_<name>.json`` and its records,
     after checking that the summary is the one the script makes from the records."""
-    spec = importlib.util.spec_from_file_location(
-        "suite_resources", ROOT / "benchmarks" / "suite_resources.py"
-    )
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _benchmark_module("suite_resources")
     summary = _report(f"suite_resources_avx2_{name}.json")
     records = bench.read_report(REFERENCE / f"suite_resources_avx2_{name}.jsonl.gz")
     assert bench.summarise(records, summary["slow_s"], 5) == {
@@ -5240,9 +5223,7 @@ def test_the_suite_after_the_float16_moves_and_the_allocator_is_the_report():
 
 
 def test_the_xla_runtime_table_is_the_two_reports():
-    spec = importlib.util.spec_from_file_location("xla_runtime", ROOT / "benchmarks" / "xla_runtime.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _benchmark_module("xla_runtime")
     first, second = _report("xla_runtime_avx2_before_bias.json"), _report("xla_runtime_avx2.json")
     flat = " ".join(SPEED.split())
     assert f"the first at {first['commit'][:7]}" in flat
