@@ -4511,6 +4511,27 @@ def test_the_table4_summary_says_where_the_prior_parts_stand():
     assert "ViT-small's seeds 0 and 1 did not learn within 3M steps." in page
 
 
+def test_the_sit_without_its_local_layer_is_quoted_from_its_first_seed():
+    """docs/results.md: the summary's sentence on the SiT without its local layer, from its seed-0 part."""
+    part = _report("table4_lavacrossing_prior_parts/sit_grid_readout_global_seed0.json")
+    (run,) = part["runs"]
+    curve = part["training_curve"]
+    greedy = run["greedy"]
+    table, column, _ = _paper_column(run["model"])
+    first_05 = curve["first_step_with_success_at_least"]["0.5"]
+    assert curve["last"]["success"] < 0.5 and first_05 is not None
+    easy, rotated = greedy["train: easy"], greedy["rotations average"]
+    assert easy["success_rate"] == rotated["success_rate"]  # "its rotations row equals its N1 row"
+    page = _flat_page("results.md")
+    assert (
+        "On its first seed, the same SiT without its local layer learned far more slowly than with it: "
+        f"training success {curve['last']['success']:.2f} at 3M steps (first 0.5 at {first_05:,}), "
+        f"greedy success {easy['success_rate']:.2f} on N1 and "
+        f"{rotated['success_rate']:.2f} under rotations (mean return {easy['mean_return']:.2f} against "
+        f"Table 5's {_paper(column, 'train: easy', table):.2f} for its architecture);"
+    ) in page
+
+
 def test_vit_smalls_policy_collapsed_to_a_deterministic_one():
     """docs/results.md: ViT-small seed 1's entropy and KL from its learner logs, and its success at 3M."""
     report = _report("lavacrossing_vit_forward_seed1_diagnostics.json")
