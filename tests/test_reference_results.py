@@ -4503,12 +4503,39 @@ def test_the_table4_summary_says_where_the_prior_parts_stand():
         for path in TABLE4_PRIOR_PARTS
         if path.stem.startswith("cnn_seed")
     ]
-    assert len(cnn_09) == 3 and "on all 3 of its seeds; the CNN has its 3 seeds too;" in page
+    assert len(cnn_09) == 3 and "on all 3 of its seeds; the CNN has its 3 seeds too," in page
     assert f"the CNN's 3 seeds reached it at {min(cnn_09):,} to {max(cnn_09):,}." in page
-    for seed in (0, 1):
+    for seed in (0, 1, 2):
         vit = _report(f"table4_lavacrossing_prior_parts/vit_seed{seed}.json")["training_curve"]
         assert vit["first_step_with_success_at_least"]["0.5"] is None  # "did not learn within 3M steps"
-    assert "ViT-small's seeds 0 and 1 did not learn within 3M steps." in page
+    assert "ViT-small's 3 seeds did not learn within 3M steps." in page
+    assert "the CNN has its 3 seeds too, and so has ViT-small, which learned on none;" in page
+    global_parts = [path for path in TABLE4_PRIOR_PARTS if path.stem.startswith("sit_grid_readout_global")]
+    assert f"the SiT without its local layer has {len(global_parts)} of its 3 seeds" in page
+
+
+def test_vit_smalls_seed2_entropy_came_back_and_fell_again():
+    """docs/results.md: ViT-small seed 2's entropy from the learner logs of its whole run."""
+    report = _report("lavacrossing_vit_forward_seed2_diagnostics.json")
+    assert report["command"].startswith(
+        "python benchmarks/training_curve.py --root_dir runs/table4_vit_forward/vit_seed2 "
+    )
+    entropy = {row["env_steps"]: row["entropy"] for row in report["learner_diagnostics"]}
+    assert min(entropy) == 100_000 and max(entropy) == 3_000_000  # "cover its whole run"
+    peaks = (900_000, 2_500_000)
+    assert all(entropy[p] > 0.5 for p in peaks) and entropy[300_000] < 0.05
+    best = max(point["success"] for point in report["curve"])
+    assert best < 0.5
+    part = _report("table4_lavacrossing_prior_parts/vit_seed2.json")["training_curve"]
+    assert part["last"]["success"] == pytest.approx(report["last"]["success"])
+    page = _flat_page("results.md")
+    assert (
+        "Seed 2's learner logs cover its whole run "
+        "(`benchmarks/reference/lavacrossing_vit_forward_seed2_diagnostics.json`): its policy's entropy was "
+        f"{entropy[300_000]:.2f} at 300k steps, came back twice ({entropy[900_000]:.2f} at 900k, "
+        f"{entropy[2_500_000]:.2f} at 2.5M) and fell again each time ({entropy[1_200_000]:.2f} at 1.2M, "
+        f"{entropy[3_000_000]:.2f} at 3M), while its training success stayed at or below {best:.2f}."
+    ) in page
 
 
 def test_the_sit_without_its_local_layer_is_quoted_from_its_first_seed():
