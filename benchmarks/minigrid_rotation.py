@@ -365,6 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"\nMean return ({kind} policy; the paper's metric), {PLUS_MINUS}:\n\n{table}")
         for kind, table in report["paper_tables"].items():
             print(f"\nMean return ({kind} policy) beside the paper's column of each model:\n\n{table}")
+        report["command"] = command_line("minigrid_rotation.py", argv)  # how to merge the same parts again
         write_report(report, args.out)
         return 0
     if args.quick:

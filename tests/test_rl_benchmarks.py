@@ -194,6 +194,8 @@ def test_minigrid_rotation_merges_parts_of_one_protocol(tmp_path, capsys):
     # A one-run part's training curve is kept under its run's name.
     assert report["training_curves"] == {"sit_small_seed1": {"success_every_250k": [[250, 0.5]]}}
     assert [part["commit"] for part in report["parts"]] == ["abc1234"] * 3
+    merge = f"--merge {','.join(parts)} --out {out}"
+    assert report["command"] == f"python benchmarks/minigrid_rotation.py {merge}"
     assert report["paper_table4_cnn_sit_20M_steps"]["rotations average"] == [0.0, 0.91]
     printed = capsys.readouterr().out
     assert "| test task | sit_small | cnn |" in printed
