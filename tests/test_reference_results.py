@@ -4538,8 +4538,9 @@ def test_vit_smalls_seed2_entropy_came_back_and_fell_again():
     ) in page
 
 
-def test_the_sit_without_its_local_layer_is_quoted_from_its_first_seed():
-    """docs/results.md: the summary's sentence on the SiT without its local layer, from its seed-0 part."""
+def test_the_sit_without_its_local_layer_is_quoted_from_its_seeds():
+    """docs/results.md: the summary's sentences on the SiT without its local layer, from its seed-0 and
+    seed-1 parts."""
     part = _report("table4_lavacrossing_prior_parts/sit_grid_readout_global_seed0.json")
     (run,) = part["runs"]
     curve = part["training_curve"]
@@ -4556,6 +4557,17 @@ def test_the_sit_without_its_local_layer_is_quoted_from_its_first_seed():
         f"greedy success {easy['success_rate']:.2f} on N1 and "
         f"{rotated['success_rate']:.2f} under rotations (mean return {easy['mean_return']:.2f} against "
         f"Table 5's {_paper(column, 'train: easy', table):.2f} for its architecture);"
+    ) in page
+    second = _report("table4_lavacrossing_prior_parts/sit_grid_readout_global_seed1.json")
+    curve1 = second["training_curve"]
+    easy1, rotated1 = (second["runs"][0]["greedy"][row] for row in ("train: easy", "rotations average"))
+    assert curve1["first_step_with_success_at_least"]["0.5"] is None  # "never 0.5"
+    assert easy1["success_rate"] <= easy["success_rate"]  # "did no better"
+    assert easy1["success_rate"] == rotated1["success_rate"]  # "its rotations row again its N1 row"
+    assert (
+        f"Its second seed did no better: training success never 0.5 ({curve1['last']['success']:.2f} at 3M "
+        f"steps), greedy success {easy1['success_rate']:.2f} on N1 and {rotated1['success_rate']:.2f} under "
+        f"rotations (mean return {easy1['mean_return']:.2f}), its rotations row again its N1 row."
     ) in page
 
 
