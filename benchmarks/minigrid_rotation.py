@@ -283,8 +283,10 @@ def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
     """One report from reports of the same protocol run in parts (e.g. a model or a seed per process).
 
     The parts must agree on the family, budget, episodes and bindings (but for those that only
-    say how often a run saves or logs, see ``_protocol``), and no (model, seed) may appear twice;
-    each part's settings, machine, command and commit are kept in ``parts``.
+    say how often a run saves or logs, see ``_protocol``), no (model, seed) may appear twice, and
+    the parts that state how their curves count the first step at a success level
+    (``first_step_rule``) must state the same rule, which the merge keeps; each part's settings,
+    machine, command and commit are kept in ``parts``.
     """
     reports = []
     for path in paths:
@@ -306,9 +308,12 @@ def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
     duplicated = sorted({key for key in keys if keys.count(key) > 1})
     if duplicated:
         raise ValueError(f"The reports repeat (model, seed) {duplicated}.")
+    rules = {report["first_step_rule"] for _, report in reports if "first_step_rule" in report}
+    if len(rules) > 1:
+        raise ValueError(f"The reports count a curve's first step at a threshold in different ways: {rules}.")
     settings = {key: _protocol(first["settings"], key) for key in same}
     rows = FAMILIES[settings["family"]][2]
-    return {
+    merged = {
         "benchmark": "minigrid_rotation",
         "settings": settings,
         "rows": first["rows"],
@@ -326,6 +331,9 @@ def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
             for path, report in reports
         ],
     }
+    if rules:  # how the parts' curves count their first step at 0.5 / 0.8 / 0.9
+        merged["first_step_rule"] = rules.pop()
+    return merged
 
 
 def _print_tables(tables: dict[str, str], seeds: str, env_steps: int, family: str) -> None:

@@ -136,10 +136,15 @@ def test_minigrid_rotation_keeps_a_shared_torso_and_gives_other_models_the_cnn_c
 
 
 def _table4_part(
-    path: Path, runs: list[tuple[str, int, float]], curve: dict | None = None, **settings
+    path: Path,
+    runs: list[tuple[str, int, float]],
+    curve: dict | None = None,
+    first_step_rule: str | None = None,
+    **settings,
 ) -> str:
     """A minigrid_rotation report with one greedy and sampling success rate per (model, seed), and a
-    mean return of 0.9 times it; with ``curve``, a one-run part's ``training_curve``."""
+    mean return of 0.9 times it; with ``curve``, a one-run part's ``training_curve`` (counted by
+    ``first_step_rule``, where given)."""
     module = _load("minigrid_rotation")
     rows = list(module.ROWS)
     report = {
@@ -162,6 +167,8 @@ def _table4_part(
     }
     if curve is not None:
         report["training_curve"] = curve
+    if first_step_rule is not None:
+        report["first_step_rule"] = first_step_rule
     path.write_text(json.dumps(report))
     return str(path)
 
@@ -240,17 +247,34 @@ def test_minigrid_rotation_merges_parts_that_differ_only_in_how_often_they_save(
     assert report["parts"][1]["settings"]["gin_bindings"][1] == "train_eval.checkpoint_interval = 50000"
 
 
+def test_minigrid_rotation_keeps_the_rule_its_parts_count_first_steps_by(tmp_path):
+    """The parts' curves count their first step at 0.9 one way: the merged report says which."""
+    module = _load("minigrid_rotation")
+    parts = [
+        _table4_part(tmp_path / "a.json", [("cnn", 0, 1.0)], first_step_rule="float32: as logged"),
+        _table4_part(tmp_path / "b.json", [("cnn", 1, 1.0)], first_step_rule="float32: as logged"),
+    ]
+    assert module.merge_reports(parts)["first_step_rule"] == "float32: as logged"
+    assert "first_step_rule" not in module.merge_reports(
+        [_table4_part(tmp_path / "c.json", [("cnn", 2, 1.0)])]
+    )
+
+
 @pytest.mark.parametrize(
     "second, message",
     [
         ({"runs": [("sit_small", 0, 0.5)]}, r"repeat \(model, seed\) \[\('sit_small', 0\)\]"),
+        (
+            {"runs": [("cnn", 0, 0.5)], "first_step_rule": "strict: above it"},
+            "count a curve's first step at a threshold in different ways",
+        ),
         ({"runs": [("cnn", 0, 0.5)], "env_steps": 200}, "has env_steps = 200 but"),
         ({"runs": [("cnn", 0, 0.5)], "gin_bindings": ["ppo.num_minibatches=4"]}, "has gin_bindings = "),
     ],
 )
 def test_minigrid_rotation_refuses_to_merge_different_protocols(tmp_path, capsys, second, message):
     module = _load("minigrid_rotation")
-    first = _table4_part(tmp_path / "a.json", [("sit_small", 0, 1.0)])
+    first = _table4_part(tmp_path / "a.json", [("sit_small", 0, 1.0)], first_step_rule="float32: as logged")
     second_runs = second.pop("runs")
     other = _table4_part(tmp_path / "b.json", second_runs, **second)
     with pytest.raises(SystemExit):
