@@ -333,6 +333,15 @@ def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
     }
     if rules:  # how the parts' curves count their first step at 0.5 / 0.8 / 0.9
         merged["first_step_rule"] = rules.pop()
+    # A resumed run's runs[].train_wall_s is its last process's; a part built by table4_part.py
+    # keeps the time of each of its processes and their total.
+    walls = {
+        f"{report['runs'][0]['model']}_seed{report['runs'][0]['seed']}": report["train_wall_s"]
+        for _, report in reports
+        if isinstance(report.get("train_wall_s"), dict) and len(report["runs"]) == 1
+    }
+    if walls:
+        merged["train_wall_s_by_process"] = walls
     return merged
 
 

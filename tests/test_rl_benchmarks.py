@@ -260,6 +260,17 @@ def test_minigrid_rotation_keeps_the_rule_its_parts_count_first_steps_by(tmp_pat
     )
 
 
+def test_minigrid_rotation_keeps_the_wall_time_of_every_process_of_a_resumed_part(tmp_path):
+    """A part resumed over several processes says how long each trained: the merge keeps it by run."""
+    module = _load("minigrid_rotation")
+    part = tmp_path / "a.json"
+    report = json.loads(Path(_table4_part(part, [("cnn", 0, 1.0)])).read_text())
+    walls = {"process_1_to_1000": 60.0, "process_2_to_2000": 40.0, "total": 100.0}
+    part.write_text(json.dumps({**report, "train_wall_s": walls}))
+    merged = module.merge_reports([str(part), _table4_part(tmp_path / "b.json", [("cnn", 1, 1.0)])])
+    assert merged["train_wall_s_by_process"] == {"cnn_seed0": walls}
+
+
 @pytest.mark.parametrize(
     "second, message",
     [
