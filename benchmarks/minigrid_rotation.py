@@ -286,7 +286,8 @@ def merge_reports(paths: Sequence[str]) -> dict[str, Any]:
     say how often a run saves or logs, see ``_protocol``), no (model, seed) may appear twice, and
     the parts that state how their curves count the first step at a success level
     (``first_step_rule``) must state the same rule, which the merge keeps; each part's settings,
-    machine, command and commit are kept in ``parts``.
+    machine, command and commit are kept in ``parts``, and a one-run part's wall time per process
+    (``train_wall_s``, from ``table4_part.py``) under ``train_wall_s_by_process``.
     """
     reports = []
     for path in paths:
