@@ -4602,16 +4602,19 @@ def test_vit_smalls_seed2_entropy_came_back_and_fell_again():
     ) in page
 
 
+def _sit_without_its_local_layer(seed: int) -> tuple[dict, dict, dict]:
+    """Its Table 4 part's training curve and greedy N1 and rotations rows."""
+    part = _report(f"table4_lavacrossing_prior_parts/sit_grid_readout_global_seed{seed}.json")
+    (run,) = part["runs"]
+    return part["training_curve"], run["greedy"]["train: easy"], run["greedy"]["rotations average"]
+
+
 def test_the_sit_without_its_local_layer_is_quoted_from_its_seeds():
     """docs/results.md: the summary's sentences on the SiT without its local layer, from its three parts."""
-    part = _report("table4_lavacrossing_prior_parts/sit_grid_readout_global_seed0.json")
-    (run,) = part["runs"]
-    curve = part["training_curve"]
-    greedy = run["greedy"]
-    table, column, _ = _paper_column(run["model"])
+    curve, easy, rotated = _sit_without_its_local_layer(0)
+    table, column, _ = _paper_column("sit_grid_readout_global")
     first_05 = curve["first_step_with_success_at_least"]["0.5"]
     assert curve["last"]["success"] < 0.5 and first_05 is not None
-    easy, rotated = greedy["train: easy"], greedy["rotations average"]
     assert easy["success_rate"] == rotated["success_rate"]  # "its rotations row equals its N1 row"
     page = _flat_page("results.md")
     assert (
@@ -4621,9 +4624,7 @@ def test_the_sit_without_its_local_layer_is_quoted_from_its_seeds():
         f"{rotated['success_rate']:.2f} under rotations (mean return {easy['mean_return']:.2f} against "
         f"Table 5's {_paper(column, 'train: easy', table):.2f} for its architecture);"
     ) in page
-    second = _report("table4_lavacrossing_prior_parts/sit_grid_readout_global_seed1.json")
-    curve1 = second["training_curve"]
-    easy1, rotated1 = (second["runs"][0]["greedy"][row] for row in ("train: easy", "rotations average"))
+    curve1, easy1, rotated1 = _sit_without_its_local_layer(1)
     assert curve1["first_step_with_success_at_least"]["0.5"] is None  # "never 0.5"
     assert easy1["success_rate"] <= easy["success_rate"]  # "did no better"
     assert easy1["success_rate"] == rotated1["success_rate"]  # "its rotations row again its N1 row"
@@ -4632,9 +4633,7 @@ def test_the_sit_without_its_local_layer_is_quoted_from_its_seeds():
         f"steps), greedy success {easy1['success_rate']:.2f} on N1 and {rotated1['success_rate']:.2f} under "
         f"rotations (mean return {easy1['mean_return']:.2f}), its rotations row again its N1 row."
     ) in page
-    third = _report("table4_lavacrossing_prior_parts/sit_grid_readout_global_seed2.json")
-    curve2 = third["training_curve"]
-    easy2, rotated2 = (third["runs"][0]["greedy"][row] for row in ("train: easy", "rotations average"))
+    curve2, easy2, rotated2 = _sit_without_its_local_layer(2)
     assert curve2["first_step_with_success_at_least"]["0.5"] is None  # "did not reach 0.5 either"
     assert (
         f"Its third seed did not reach 0.5 either ({curve2['last']['success']:.2f} at 3M steps; greedy "
@@ -4642,10 +4641,7 @@ def test_the_sit_without_its_local_layer_is_quoted_from_its_seeds():
         f"return {easy2['mean_return']:.2f}): without its local layer the SiT reached 0.9 training success "
         "on none of its 3 seeds within 3M steps."
     ) in page
-    assert all(
-        part["training_curve"]["first_step_with_success_at_least"]["0.9"] is None
-        for part in (part, second, third)
-    )
+    assert all(c["first_step_with_success_at_least"]["0.9"] is None for c in (curve, curve1, curve2))
 
 
 def test_vit_smalls_policy_collapsed_to_a_deterministic_one():
