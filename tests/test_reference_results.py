@@ -4669,15 +4669,12 @@ def test_vit_smalls_policy_collapsed_to_a_deterministic_one():
     assert "and its training success fell to 0.00." in page
 
 
-def test_the_table4_prior_means_so_far_are_recomputed_from_the_parts():
-    """docs/results.md, "Table 4 complete": the means of every prior part, merged again from the parts."""
-    module = _benchmark_module("minigrid_rotation")
-    merged = module.merge_reports([str(path) for path in TABLE4_PRIOR_PARTS])
+def test_table4s_section_counts_the_seeds_that_learned_and_what_rotation_keeps():
+    """docs/results.md, "Table 4 complete": its sentences beside the tables (which
+    test_table4_lavacrossing_is_the_merge_of_every_prior_part checks)."""
+    merged = _report("table4_lavacrossing.json")
     page = _flat_page("results.md")
     section = page.split("#### Table 4 complete: the means over 3 seeds a model", 1)[1].split(" ### ", 1)[0]
-    tables = merged["paper_tables"]
-    for table in (tables["greedy"], tables["sampling"], merged["tables"]["greedy"]):
-        assert " ".join(table.split()) in section
     learned = {}
     for path in TABLE4_PRIOR_PARTS:
         part = json.loads(path.read_text())
