@@ -52,7 +52,13 @@ endef
 
 .PHONY: install test test-large test-precision coverage lint demo bench constraints clean distclean
 
+# The native kernels (sit_keras/native) are compiled for this host's CPU and TensorFlow: built when
+# missing, stale (the source is newer) or made on another host (a copied work tree).
 install: $(STAMP)
+	if [ sit_keras/native/window_attention.cc -nt sit_keras/native/_kernels.so ] \
+	  || ! $(BIN)/python -m sit_keras.native.build --check > /dev/null 2>&1; then \
+	  $(BIN)/python -m sit_keras.native.build; \
+	fi
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

@@ -9,7 +9,9 @@ For each model, in one process, at ``(64, 64, 3)`` uint8 images::
 A model is named as in ``sit_keras.models.ENCODER_NAMES``, optionally with
 the implementation of its GSA layers: ``sit:reference`` is the SiT with the
 reference formulation (``GraphSymmetricAttention(implementation=...)``), so
-that fast and reference paths are timed in the same run. A training config
+that fast and reference paths are timed in the same run; ``sit:builtin`` is the
+fast SiT traced with TensorFlow's builtin ops only (``sit_keras.native.builtin_only``),
+so that the native kernels' gain is measured in the same run too. A training config
 (a path ending in ``.gin``) names its actor's encoder: ``train_eval.encoder``
 with its ``train_eval.encoder_kwargs``, e.g. the MiniGrid models at
 ``--image_size 14``. Train steps are given relative to the first ViT
@@ -58,6 +60,7 @@ import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up 
 # isort: split
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -70,13 +73,16 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from sit_keras import native
 from sit_keras.benchmarking import command_line, current_commit, environment, name_list, write_report
 from sit_keras.encoder_check import make_forward, make_train_step
 from sit_keras.layers.graph_symmetric_attention import IMPLEMENTATIONS
 from sit_keras.models import ENCODER_NAMES, build_encoder
 from sit_keras.models.sit import VARIANTS, SiTEncoder
 
-DEFAULT_MODELS = ("sit", "sit:reference", "siet", "vit", "impala_cnn")
+DEFAULT_MODELS = ("sit", "sit:builtin", "sit:reference", "siet", "siet:builtin", "vit", "impala_cnn")
+# The fast SiT traced without the native kernels (sit_keras.native).
+BUILTIN = "builtin"
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "encoders.json"
 
 # The SiT paper's CNN baseline is the IMPALA ResNet with reduced channels
@@ -195,12 +201,12 @@ def parse_model(text: str) -> tuple[str, dict[str, Any]]:
         raise ValueError(f"unknown encoder {name!r}; expected one of: {', '.join(ENCODER_NAMES)}")
     overrides = dict(OVERRIDES.get(name, {}))
     if implementation:
-        if implementation not in IMPLEMENTATIONS or name not in VARIANTS:
+        if implementation not in (*IMPLEMENTATIONS, BUILTIN) or name not in VARIANTS:
             raise ValueError(
-                f"{text!r}: an implementation ({', '.join(IMPLEMENTATIONS)}) follows only "
+                f"{text!r}: an implementation ({', '.join((*IMPLEMENTATIONS, BUILTIN))}) follows only "
                 f"a SiT-family name ({', '.join(VARIANTS)})"
             )
-        overrides["implementation"] = implementation
+        overrides["implementation"] = "fast" if implementation == BUILTIN else implementation
     return name, overrides
 
 
@@ -276,7 +282,12 @@ def _precision_steps(name: str, overrides: dict[str, Any], images: tf.Tensor, ar
 
 
 def build_model(spec: str, args: argparse.Namespace) -> dict[str, Any]:
-    """The encoder of ``spec`` and every timed function of it, called once and warmed up."""
+    """The encoder of ``spec`` and every timed function of it, called (traced) once and warmed up."""
+    with native.builtin_only() if spec.endswith(f":{BUILTIN}") else contextlib.nullcontext():
+        return _build_model(spec, args)
+
+
+def _build_model(spec: str, args: argparse.Namespace) -> dict[str, Any]:
     name, overrides = parse_model(spec)
     tf_keras.utils.set_random_seed(0)
     size = args.image_size
@@ -389,6 +400,17 @@ def ratios(models: dict[str, dict[str, Any]]) -> dict[str, Any]:
             }
     if fast_over_reference:
         result["train_step_fast_over_reference"] = fast_over_reference
+    native_over_builtin = {
+        name: {
+            mode: record["timings"]["train_step"][mode]["median_ms"]
+            / models[f"{name}:{BUILTIN}"]["timings"]["train_step"][mode]["median_ms"]
+            for mode in MODES
+        }
+        for name, record in models.items()
+        if f"{name}:{BUILTIN}" in models
+    }
+    if native_over_builtin:
+        result["train_step_native_over_builtin"] = native_over_builtin
     return result
 
 
@@ -457,6 +479,13 @@ def format_report(report: dict[str, Any]) -> str:
             for name, by_mode in r["train_step_fast_over_reference"].items()
         ]
         out += ["", "Train step, fast GSA over reference GSA:", _table(["model", *MODES], rows)]
+    if "train_step_native_over_builtin" in r:
+        rows = [
+            (name, *(f"{by_mode[mode]:.2f}" for mode in MODES))
+            for name, by_mode in r["train_step_native_over_builtin"].items()
+        ]
+        title = "Train step, with the native kernels over without (builtin ops only):"
+        out += ["", title, _table(["model", *MODES], rows)]
     precisions = [p for p in report["settings"]["precisions"] if p != "float32"]
     if precisions:
         rows = []
@@ -589,6 +618,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "timing": "interleaved rounds: each round calls every function of every model once",
         },
         "environment": env,
+        # Whether the native kernels ran (a model's train step without them is "name:builtin").
+        "native_kernels": native.load_problem() or "loaded",
         "matmul": {
             "shape": [MATMUL_SIZE, MATMUL_SIZE, MATMUL_SIZE],
             "dtype": "float32",

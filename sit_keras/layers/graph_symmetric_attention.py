@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from sit_keras import graphs
+from sit_keras import graphs, native
 from sit_keras.layers.channels_first import project_channels_first
 from sit_keras.layers.graph_weights import NearIdentity, graph_symmetric_dropout
 from sit_keras.layers.indexing import expand_shared
@@ -353,6 +353,13 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
     ) -> tf.Tensor:
         """See the class docstring."""
         self._check_tokens(tokens.shape)
+        if self.native_applies(tokens.dtype, token_only):
+            kernel, bias = self.folded_projection(input_scale, input_offset)
+            blocks = native.lane_blocks_of_tokens(tokens)  # (D, B / LANES, T, LANES)
+            qkv = project_channels_first(kernel, tf.reshape(blocks, [self.dim, -1]))
+            qkv = tf.reshape(qkv, [3 * self.dim, -1, self.num_tokens, native.LANES])
+            windows = tokens.shape[0] if tokens.shape[0] is not None else tf.shape(tokens)[0]
+            return native.first_windows(self.mix_and_attend_native(qkv, bias, training, token_only), windows)
         qkv = self.project_qkv(tokens, input_scale, input_offset)
         return self.mix_and_attend(qkv, training=training, token_only=token_only)
 
@@ -456,7 +463,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         scores = tf.matmul(flat, tf.cast(tf.reshape(kernels, [rows * t, 2 * heads * t]), compute))
         scores = tf.transpose(tf.reshape(tf.cast(scores, stable), [-1, 2, heads, t]), [1, 2, 0, 3])
         row, column = tf.unstack(scores)  # (H, B, T) each, as `_attend_token_channels_first`'s
-        scale = tf.cast(1.0 / math.sqrt(head_dim), stable)
+        scale = tf.constant(1.0 / math.sqrt(head_dim), stable)
         symmetric = row + column if self.symmetrize else row
         attention = tf.nn.softmax(symmetric * scale, axis=-1)  # (H, B, T)
         if self.antisymmetric:
@@ -621,6 +628,68 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         out = tf.matmul(tf.cast(attention, v.dtype), v, transpose_b=True)  # (H, B, T, d)
         return tf.reshape(tf.transpose(out, [1, 2, 0, 3]), [-1, t, self.dim])
 
+    # -- the native kernels (sit_keras.native) ---------------------------------
+    def native_applies(self, dtype: tf.DType, token_only: bool) -> bool:
+        """Whether ``call`` runs ``mix_and_attend_native``: one native op after the projection.
+
+        For windows (``T^2`` up to ``native.MAX_WINDOW_PAIRS``) with dense
+        ``G_q, G_k, G_v`` and plain scores (no score mixing or query and key
+        normalisation): a block's class-token row, or every row when the
+        triangle sums take their matrix form; and where ``native.usable``.
+        """
+        if (
+            self.implementation != "fast"
+            or self.num_tokens**2 > native.MAX_WINDOW_PAIRS
+            or not self.graph_qkv
+            or self._use_conv_form()
+            or self.score_mixing
+            or self.query_key_norm
+        ):
+            return False
+        if token_only:
+            return self.class_token and native.usable(dtype)
+        if not self.triangle_weights:
+            return False
+        form = self._triangle_sums.resolve_form(self.triangle_form, compiled=in_compiled_function())
+        return form == "matrix" and native.usable(dtype)
+
+    def mix_and_attend_native(
+        self, qkv: tf.Tensor, bias: tf.Tensor, training: bool | None, token_only: bool
+    ) -> tf.Tensor:
+        """``mix_and_attend`` as ``native.class_token_attention`` or ``native.window_attention``.
+
+        ``qkv``: the projections in ``native.lane_blocks`` layout, without
+        their ``bias (3 D,)``; returns ``(B, 1, D)`` with ``token_only``, else
+        ``(B, T, D)``, ``B`` the padded number of windows. The same function and, in training, the same
+        graph-symmetric dropout masks drawn in the same order: ``G_q, G_k, G_v``
+        first, then the score graph, then the triangle weights once per sign.
+        For every row, the score map of each sign (``+1`` for eq. 3, ``-1`` for
+        eq. 6's anti-symmetrised scores) is the triangle-sum matrix read at its
+        non-zero entries; the score graph ``G`` scales the map's columns, since
+        ``map(S (.) G) = map diag(G) S``.
+        """
+        heads = self.num_heads
+        graphs = tf.cast(self.token_graphs_transposed(training), qkv.dtype)
+        scale = 1.0 / math.sqrt(self.head_dim)
+        signs = [1.0 if self.symmetrize else 0.0] + ([-1.0] if self.antisymmetric else [])
+        if token_only:
+            coefficients = tf.constant([[scale, sign * scale] for sign in signs], qkv.dtype)
+            return native.class_token_attention(qkv, tf.cast(bias, qkv.dtype), graphs, coefficients, heads)
+        graph = self._score_matrix(self.score_graph_weights, 1.0, training) if self.score_graph else None
+        pattern = self._triangle_sums.pattern(len(self.triangle_weights), any(signs))
+        maps = []
+        for sign in signs:
+            tables = [
+                theta_table(graph_symmetric_dropout(w, self.graph_dropout, training))
+                for w in self.triangle_weights
+            ]
+            maps.append(self._triangle_sums.matrix(tables, sign, scale))
+        values = pattern.values_of(tf.cast(tf.stack(maps), qkv.dtype))  # (M, H, P, K)
+        if graph is not None:
+            columns = tf.gather(tf.reshape(graph, [heads, -1]), pattern.indices, axis=1)  # (H, P, K)
+            values = values * tf.cast(columns, qkv.dtype)
+        return native.window_attention(qkv, tf.cast(bias, qkv.dtype), graphs, values, pattern, heads)
+
     def _scores(self, q: tf.Tensor, k: tf.Tensor) -> tf.Tensor:
         """``q_i . k_j`` over the last two axes, in the compute dtype, returned in ``stable_dtype``.
 
@@ -638,7 +707,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         forms the symmetrised scores directly, without a transpose and a sum
         of the ``(H, B, T, T)`` scores; the scale goes on the smaller ``q``.
         """
-        q = q * tf.cast(1.0 / math.sqrt(self.head_dim), q.dtype)
+        q = q * tf.constant(1.0 / math.sqrt(self.head_dim), q.dtype)
         if sign:
             return self._scores(tf.concat([q, k], axis=-2), tf.concat([k, sign * q], axis=-2))
         return self._scores(q, k)
@@ -670,7 +739,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
                 scores = scores + sign * tf.transpose(scores, [0, 1, 3, 2])
             for table in tables:
                 scores = self._triangle_sums.gather_sum(scores, table, head_axis=0)
-            return scores * tf.cast(scale, scores.dtype)
+            return scores * tf.constant(scale, scores.dtype)
         pairs = tf.reshape(tf.transpose(scores, [2, 3, 0, 1]), [t * t, heads, -1])  # (T^2, H, B)
         pairs = self._triangle_sums.pairs_sum(pairs, tables, sign, scale)
         return tf.transpose(tf.reshape(pairs, [t, t, heads, -1]), [2, 3, 0, 1])
@@ -690,7 +759,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         stable = stable_dtype(self.compute_dtype)
         row = tf.cast(tf.reduce_sum(q[..., :1] * k, axis=1), stable)  # (H, B, T): q_0 . k_j
         column = tf.cast(tf.reduce_sum(q * k[..., :1], axis=1), stable)  # q_j . k_0
-        scale = tf.cast(1.0 / math.sqrt(head_dim), stable)
+        scale = tf.constant(1.0 / math.sqrt(head_dim), stable)
         symmetric = row + column if self.symmetrize else row
         attention = tf.nn.softmax(symmetric * scale, axis=-1)
         if self.antisymmetric:
@@ -703,7 +772,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
             raise ValueError("token_only needs class_token=True and score_mixing=False.")
         row = self._scores(q[..., :1], k)  # (B, H, 1, T): q_0 . k_j
         column = tf.transpose(self._scores(q, k[..., :1]), [0, 1, 3, 2])  # q_j . k_0
-        scale = tf.cast(1.0 / math.sqrt(self.head_dim), row.dtype)
+        scale = tf.constant(1.0 / math.sqrt(self.head_dim), row.dtype)
         symmetric = row + column if self.symmetrize else row
         attention = tf.nn.softmax(symmetric * scale, axis=-1)
         if self.antisymmetric:
@@ -719,7 +788,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
     def _normalised(self, scores: tf.Tensor, training: bool | None) -> tf.Tensor:
         for weights in self.triangle_weights:
             scores = self._triangle_sum(scores, weights, training)
-        scale = tf.cast(1.0 / math.sqrt(self.head_dim), scores.dtype)
+        scale = tf.constant(1.0 / math.sqrt(self.head_dim), scores.dtype)
         return tf.nn.softmax(scores * scale, axis=-1)
 
     def _score_matrix(self, weights: tf.Tensor, token_value: float, training: bool | None) -> tf.Tensor:

@@ -188,7 +188,7 @@ class _GroupAttention(tf_keras.layers.Layer):
             return tf.reshape(projected, [-1, pixels, n_in, heads, dim])  # (B, P, q, m, d)
 
         # 1 / sqrt(d) on the query scales content and position scores alike.
-        scale = tf.cast(1.0 / math.sqrt(dim), self.compute_dtype)
+        scale = tf.constant(1.0 / math.sqrt(dim), self.compute_dtype)
         query = project(self.query_kernel, self.query_bias) * scale
         key, value = project(self.key_kernel), project(self.value_kernel, self.value_bias)
         # rho^P(h^-1 offset), (o, K, m, d): every window offset (local) or pixel offset (global).

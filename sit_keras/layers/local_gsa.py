@@ -7,7 +7,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
-from sit_keras import graphs
+from sit_keras import graphs, native
 from sit_keras.layers.channels_first import project_channels_first
 from sit_keras.layers.gsa_block import GraphSymmetricAttentionBlock
 from sit_keras.layers.indexing import ConstantGather
@@ -234,6 +234,14 @@ class LocalGSA(tf_keras.layers.Layer):
         rows = pixel_part.shape[0]  # C + 3
         class_part = tf.constant([0.0] * (rows - 2) + [1.0, 1.0], stable)[:, None, None]
         y = tf.concat([tf.tile(class_part, [1, tf.shape(x)[1], 1]), pixel_part], axis=2)  # (C + 3, B N, T)
+        if not (token_only and not gsa.query_key_norm) and gsa.native_applies(kernel.dtype, token_only):
+            blocks = native.lane_blocks(y)  # (C + 3, B N / LANES, T, LANES)
+            qkv = project_channels_first(tf.cast(mixing, kernel.dtype), tf.reshape(blocks, [rows, -1]))
+            qkv = tf.reshape(qkv, [3 * self.dim, -1, y.shape[2], native.LANES])
+            # The bias is in the projection (y's constant rows): the op adds zeros.
+            update = gsa.mix_and_attend_native(qkv, tf.zeros([3 * self.dim], qkv.dtype), training, token_only)
+            update = native.first_windows(update, y.shape[1] if y.shape[1] is not None else tf.shape(y)[1])
+            return block.feed_forward(self._skip(pixels, token_only, update.dtype) + update)
         if token_only and not gsa.query_key_norm:
             # The class token's q and k are the constant u: its scores are linear in y,
             # so the queries and keys of the window tokens are never formed.
@@ -245,12 +253,14 @@ class LocalGSA(tf_keras.layers.Layer):
             )
             qkv = tf.reshape(qkv, [3 * self.dim, -1, y.shape[2]])
             update = gsa.mix_and_attend(qkv, training=training, token_only=token_only)
+        return block.feed_forward(self._skip(pixels, token_only, update.dtype) + update)
+
+    def _skip(self, pixels: tf.Tensor, token_only: bool, dtype: tf.DType) -> tf.Tensor:
+        """The first block's skip connection: the embedded windows, or for a last block the class token."""
         if token_only:
-            skip = tf.cast(self.class_token, update.dtype)[None, None, :]
-        else:
-            embedded = self.embed(pixels)
-            skip = self._with_class_tokens(self._cut_windows(embedded), embedded.dtype)
-        return block.feed_forward(skip + update)
+            return tf.cast(self.class_token, dtype)[None, None, :]
+        embedded = self.embed(pixels)
+        return self._with_class_tokens(self._cut_windows(embedded), embedded.dtype)
 
     def _first_block_on_map(self, x: tf.Tensor, training: bool | None) -> tf.Tensor:
         """The first block with its graphs applied to the whole map (extended window)."""

@@ -35,6 +35,7 @@ import tensorflow as tf
 
 from sit_keras import graphs
 from sit_keras.layers.indexing import ConstantGather, expand_shared
+from sit_keras.native import ScoreMapPattern
 
 TRIANGLE_FORMS = ("auto", "matrix", "pairs", "gather")
 
@@ -118,6 +119,7 @@ class TriangleSums:
         self.transpose = own.T.reshape(-1).copy()
         self._gather_jk = ConstantGather(full_jk, t * t, axis=-1)
         self._gather_ki = ConstantGather(full_ki, t * t, axis=-1)
+        self._patterns: dict[tuple[int, bool], ScoreMapPattern] = {}
 
     def resolve_form(self, form: str, compiled: bool) -> str:
         """The form ``form`` (one of ``TRIANGLE_FORMS``) means for these sizes; ``compiled``: under XLA.
@@ -174,7 +176,30 @@ class TriangleSums:
             step = tf.math.unsorted_segment_sum(values, segments, n * n)  # (T^4, H)
             step = tf.transpose(tf.reshape(step, [n, n, -1]), [2, 0, 1])
             matrix = step if matrix is None else tf.matmul(step, matrix)
-        return matrix * tf.cast(scale, matrix.dtype)
+        return matrix * tf.constant(scale, matrix.dtype)
+
+    def pattern(self, num_tables: int, symmetrised: bool) -> ScoreMapPattern:
+        """Where ``matrix`` (``num_tables`` sums, with or without ``S +- S^T``) can be non-zero.
+
+        For the native op (``sit_keras.native.window_attention``).
+
+        The boolean product of the sums' patterns: about 6 columns per row for
+        one symmetrised sum, against the ``T^2`` of the dense matrix.
+        """
+        key = (num_tables, symmetrised)
+        if key not in self._patterns:
+            n = self.num_tokens**2
+            rows = np.repeat(np.arange(n), 3)
+            columns = self.sources.reshape(-1)
+            reach = np.eye(n, dtype=bool)
+            for i in range(num_tables):
+                step = np.zeros((n, n), bool)
+                step[rows, columns] = True
+                if i == 0 and symmetrised:
+                    step[rows, self.transpose[columns]] = True
+                reach = (step.astype(np.int32) @ reach.astype(np.int32)) > 0
+            self._patterns[key] = ScoreMapPattern(reach)
+        return self._patterns[key]
 
     # -- pair-major gathers ------------------------------------------------------
     def pairs_sum(self, pairs: tf.Tensor, tables: list[tf.Tensor], sign: float, scale: float) -> tf.Tensor:
@@ -188,4 +213,4 @@ class TriangleSums:
                 + theta[:, 1] * _row_gather(pairs, self.sources[:, 1])
                 + theta[:, 2] * _row_gather(pairs, self.sources[:, 2])
             )
-        return pairs * tf.cast(scale, pairs.dtype)
+        return pairs * tf.constant(scale, pairs.dtype)

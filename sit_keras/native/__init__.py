@@ -1,0 +1,260 @@
+"""Native CPU kernels for the SiT train step, with builtin TensorFlow ops as the fallback.
+
+The kernels are TensorFlow custom ops in C++ (``window_attention.cc``), compiled
+for this host by ``python -m sit_keras.native.build`` (``make install`` runs it).
+They compute the same functions as the builtin ops they replace; a layer uses
+one only where ``usable`` says so:
+
+- the library was built for this host (CPU flags and TensorFlow version) and
+  loads (``load_problem`` says why not);
+- a gradient tape may be recording (a train step): inference, serving
+  signatures and exports keep the builtin ops, so a SavedModel or TFLite model
+  never needs this library;
+- the function is not compiled by XLA (``jit_compile=True``), which cannot
+  compile a custom op;
+- the dtype is float32 or float64;
+- not inside ``builtin_only()`` (benchmarks compare both forms in one run).
+
+The ops (``window_attention``, ``class_token_attention``) run the window attention
+of a local GSA block in vector lanes of ``LANES`` windows: the scores, score
+maps and softmaxes never leave the cache (docs/speed.md, "Native kernels").
+"""
+
+from __future__ import annotations
+
+import sit_keras.quiet_start  # noqa: F401  (first: `python -m sit_keras.native.build` starts here)
+
+# isort: split
+
+import contextlib
+import json
+import threading
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.eager import record
+
+LIBRARY = Path(__file__).with_name("_kernels.so")
+_DTYPES = (tf.float32, tf.float64)
+# The ops keep a window's T x T scores and each thread's gradient of the graphs, 3 D T^2 values a
+# vector lane, in cache: windows up to this many token pairs (a 4x4 window and its class token:
+# 289; 5x5: 676). Larger grids (the global GSA) keep the builtin ops.
+MAX_WINDOW_PAIRS = 1024
+_state = threading.local()
+_loaded: dict[str, object] = {}
+
+
+def library() -> ModuleType | None:
+    """The loaded op library, or ``None`` where it is not usable here (``load_problem`` says why)."""
+    if "ops" not in _loaded:
+        _loaded["ops"], _loaded["problem"] = _load()
+        if _loaded["problem"] is not None and LIBRARY.exists():
+            message = f"sit_keras.native: {_loaded['problem']}; the layers keep their builtin ops"
+            warnings.warn(message, stacklevel=2)
+    return _loaded["ops"]
+
+
+def load_problem() -> str | None:
+    """Why the native kernels are not used on this host, or ``None`` when they load."""
+    library()
+    return _loaded["problem"]
+
+
+def _load() -> tuple[ModuleType | None, str | None]:
+    from sit_keras.native.build import HOST_FILE, host
+
+    rebuild = "run `python -m sit_keras.native.build`"
+    if not LIBRARY.exists():
+        return None, f"not built ({rebuild})"
+    built_for = json.loads(HOST_FILE.read_text()) if HOST_FILE.exists() else None
+    if built_for != host():
+        return None, f"{LIBRARY} was built for another CPU or TensorFlow ({rebuild})"
+    try:
+        return tf.load_op_library(str(LIBRARY)), None
+    except tf.errors.NotFoundError as error:
+        return None, f"{LIBRARY} does not load ({error}; {rebuild})"
+
+
+def available() -> bool:
+    """Whether the native kernels are built for this host and load."""
+    return library() is not None
+
+
+@contextlib.contextmanager
+def builtin_only() -> Iterator[None]:
+    """Functions traced inside use the builtin ops only (this thread)."""
+    previous = getattr(_state, "off", False)
+    _state.off = True
+    try:
+        yield
+    finally:
+        _state.off = previous
+
+
+def usable(dtype: tf.DType) -> bool:
+    """Whether a layer traced now should use a native kernel on ``dtype`` tensors (module docstring)."""
+    # Imported here: sit_keras.layers imports this module.
+    from sit_keras.layers.xla_context import in_compiled_function
+
+    return (
+        not getattr(_state, "off", False)
+        and tf.as_dtype(dtype) in _DTYPES
+        and record.could_possibly_record()
+        and not in_compiled_function()
+        and available()
+    )
+
+
+class ScoreMapPattern:
+    """Where a ``(P, P)`` linear map of each row reads: at most ``K`` columns per output column.
+
+    Built from a boolean ``(P, P)`` pattern ``nonzero[p, c]`` (output ``p``
+    reads input ``c``): ``indices (P, K)`` lists the columns read for each
+    output, padded by the output's own column with weight 0 (``mask``); the
+    transposed lists serve the map's input gradient.
+    """
+
+    def __init__(self, nonzero: np.ndarray):
+        nonzero = np.asarray(nonzero, bool)
+        size = nonzero.shape[0]
+        self.size = size
+        self.indices, self.mask = _padded_rows(nonzero)
+        self.terms = self.indices.shape[1]
+        transposed, transposed_mask = _padded_rows(nonzero.T)
+        # Entry (c, k') of the transposed map is entry (p, k) of this one, where
+        # indices[p, k] = c; padding reads a zero appended after the P * K values.
+        position = np.full((size, size), size * self.terms, np.int32)  # [p, c]: flat index in values
+        rows, ks = np.nonzero(self.mask)
+        position[rows, self.indices[rows, ks]] = rows * self.terms + ks
+        self.transposed_indices = transposed
+        self.transposed_values = np.where(
+            transposed_mask > 0, position[transposed, np.arange(size)[:, None]], size * self.terms
+        ).astype(np.int32)
+
+    def values_of(self, matrix: tf.Tensor) -> tf.Tensor:
+        """``(..., P, P)`` matrices -> ``(..., P, K)``: each output's weights in ``indices`` order."""
+        flat = tf.reshape(matrix, [-1, self.size * self.size])
+        rows = np.arange(self.size)[:, None] * self.size
+        values = tf.gather(flat, (rows + self.indices).reshape(-1), axis=1)
+        values = tf.reshape(values, [*matrix.shape[:-2], self.size, self.terms])
+        return values * tf.constant(self.mask, values.dtype)
+
+
+def _padded_rows(nonzero: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    size = nonzero.shape[0]
+    terms = max(1, int(nonzero.sum(axis=1).max()))
+    indices = np.repeat(np.arange(size, dtype=np.int32)[:, None], terms, axis=1)
+    mask = np.zeros((size, terms), np.float32)
+    for p in range(size):
+        columns = np.flatnonzero(nonzero[p])
+        indices[p, : len(columns)] = columns
+        mask[p, : len(columns)] = 1.0
+    return indices, mask
+
+
+LANES = 16  # windows per block of the ops' input layout: kLanes of window_attention.cc
+
+
+def lane_blocks(channels_first: tf.Tensor) -> tf.Tensor:
+    """``(C, B, T)`` -> ``(C, ceil(B / LANES), T, LANES)``: the ops' layout, the last block zero-padded.
+
+    Each block's ``T x LANES`` values of a channel are contiguous, so an op
+    reads them as ``T`` vectors of one value per window.
+    """
+    channels, tokens = channels_first.shape[0], channels_first.shape[2]
+    if channels_first.shape[1] is None or channels_first.shape[1] % LANES:
+        windows = tf.shape(channels_first)[1]
+        channels_first = tf.pad(channels_first, [[0, 0], [0, -windows % LANES], [0, 0]])
+    blocks = tf.reshape(channels_first, [channels, -1, LANES, tokens])
+    return tf.transpose(blocks, [0, 1, 3, 2])
+
+
+def lane_blocks_of_tokens(tokens: tf.Tensor) -> tf.Tensor:
+    """``(B, T, C)`` tokens -> ``lane_blocks`` of ``(C, B, T)``, in one transpose."""
+    tokens_count, channels = tokens.shape[1], tokens.shape[2]
+    if tokens.shape[0] is None or tokens.shape[0] % LANES:
+        windows = tf.shape(tokens)[0]
+        tokens = tf.pad(tokens, [[0, -windows % LANES], [0, 0], [0, 0]])
+    blocks = tf.reshape(tokens, [-1, LANES, tokens_count, channels])
+    return tf.transpose(blocks, [3, 0, 2, 1])
+
+
+def first_windows(blocked_output: tf.Tensor, windows: tf.Tensor | int | None) -> tf.Tensor:
+    """An op's ``(B', ...)`` output without the windows that ``lane_blocks`` padded (if any)."""
+    if isinstance(windows, int) and blocked_output.shape[0] == windows:
+        return blocked_output
+    return blocked_output[:windows]
+
+
+def _library_or_raise() -> ModuleType:
+    ops = library()
+    if ops is None:
+        raise RuntimeError(f"The native kernels are not usable: {load_problem()}.")
+    return ops
+
+
+def window_attention(
+    qkv: tf.Tensor,
+    bias: tf.Tensor,
+    graphs: tf.Tensor,
+    values: tf.Tensor,
+    pattern: ScoreMapPattern,
+    num_heads: int,
+) -> tf.Tensor:
+    """Graph mixing, scores, score maps, softmaxes and values of every window in one op.
+
+    ``qkv (3 D, B / LANES, T, LANES)``: the projections in ``lane_blocks``
+    layout (``B`` a multiple of ``LANES``), without their ``bias (3 D,)``. ``graphs (3 D, T, T)``:
+    ``G_q, G_k, G_v`` transposed, ``[f, t, j] = G_f[j, t]`` (eq. 11).
+    ``values (M, H, T^2, K)``: the weights of ``M`` linear score maps in
+    ``pattern``'s order (``ScoreMapPattern.values_of``); the attention weights
+    are the sum of the maps' softmaxes (eq. 3, plus eq. 6 for ``M = 2``).
+    Returns ``(B, T, D)``. The gradient recomputes each window's scores
+    (``window_attention.cc``). Call only where ``usable(qkv.dtype)``.
+    """
+    ops = _library_or_raise()
+    indices = tf.constant(pattern.indices)
+    transposed = tf.constant(pattern.transposed_indices)
+
+    @tf.custom_gradient
+    def attend(qkv: tf.Tensor, bias: tf.Tensor, graphs: tf.Tensor, values: tf.Tensor) -> tf.Tensor:
+        def grad(dout: tf.Tensor) -> tuple[tf.Tensor, ...]:
+            flat = tf.reshape(values, [values.shape[0], values.shape[1], -1])
+            flat = tf.concat([flat, tf.zeros_like(flat[..., :1])], axis=-1)
+            values_t = tf.gather(flat, pattern.transposed_values, axis=2)  # (M, H, T^2, K')
+            dqkv, dbias, dgraphs, dvalues = ops.sit_window_attention_grad(
+                dout, qkv, bias, graphs, values, indices, values_t, transposed, num_heads=num_heads
+            )
+            return dqkv, dbias, dgraphs, dvalues * tf.constant(pattern.mask, dvalues.dtype)
+
+        return ops.sit_window_attention(qkv, bias, graphs, values, indices, num_heads=num_heads), grad
+
+    return attend(qkv, bias, graphs, values)
+
+
+def class_token_attention(
+    qkv: tf.Tensor, bias: tf.Tensor, graphs: tf.Tensor, coefficients: tf.Tensor, num_heads: int
+) -> tf.Tensor:
+    """The class token's row of graph-mixed attention in one op: ``qkv`` -> ``(B, 1, D)``.
+
+    ``qkv``, ``bias`` and ``graphs`` as in ``window_attention``. The logits of
+    map ``m`` are ``coefficients[m, 0] q_0 . k_j + coefficients[m, 1] q_j . k_0``
+    (the row of ``(S + sign S^T) / sqrt(d)``), the attention weights the sum of
+    their softmaxes over ``j``. Call only where ``usable(qkv.dtype)``.
+    """
+    ops = _library_or_raise()
+
+    @tf.custom_gradient
+    def attend(qkv: tf.Tensor, bias: tf.Tensor, graphs: tf.Tensor) -> tf.Tensor:
+        def grad(dout: tf.Tensor) -> tuple[tf.Tensor, ...]:
+            return tuple(
+                ops.sit_class_token_attention_grad(dout, qkv, bias, graphs, coefficients, num_heads=num_heads)
+            )
+
+        return ops.sit_class_token_attention(qkv, bias, graphs, coefficients, num_heads=num_heads), grad
+
+    return attend(qkv, bias, graphs)

@@ -1,0 +1,954 @@
+// Fused window attention for the GSA blocks of sit_keras (SiT paper eq. 3 / 8 / 11).
+//
+// For every window b and head h, with q, k, v the head's d x T slices of the
+// channels-first projections in blocks of kLanes windows, qkv (3 H d, B / kLanes, T, kLanes), plus
+// their bias (3 H d):
+//
+//   S[i, j]  = sum_f q[f, i] k[f, j]                               (scores)
+//   L_m[p]   = sum_k values[m, h, p, k] S[indices[p, k]]           (p = i T + j: the linear score
+//              map of eq. 3 / 8: G, S +- S^T, the triangle sums and 1 / sqrt(d), one per m)
+//   A        = sum_m softmax_j(L_m)                                (m = 0: eq. 3; m = 1: eq. 6)
+//   out[b, i, h d + f] = sum_j A[i, j] v[f, j]
+//
+// SitWindowAttentionGrad recomputes S and A per window and returns the gradients of qkv
+// and of the map's values. Nothing of size B x T x T is stored: the builtin ops write the
+// scores, the mapped scores and the attention weights to memory and read them back, and on a
+// CPU those passes, not the arithmetic, bound the step. Windows are processed kLanes at a time,
+// one per vector lane, so every loop below runs on contiguous kLanes-wide rows.
+
+#include <algorithm>
+#include <functional>
+#include <cmath>
+#include <vector>
+
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/util/work_sharder.h"
+
+namespace sit_keras {
+namespace {
+
+using tensorflow::DEVICE_CPU;
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Status;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+using tensorflow::errors::InvalidArgument;
+using tensorflow::shape_inference::InferenceContext;
+using tensorflow::shape_inference::ShapeHandle;
+
+constexpr int kLanes = 16;
+
+// kLanes values of T, one per window, as one GCC vector: the compiler maps its arithmetic to the
+// host's widest vector registers (one AVX-512 register of floats, two AVX2 ones, ...).
+template <typename T>
+struct LaneVector {
+  typedef T type __attribute__((vector_size(kLanes * sizeof(T))));
+};
+template <typename T>
+using Lanes = typename LaneVector<T>::type;
+
+template <typename T>
+inline Lanes<T> Load(const T* p) {
+  Lanes<T> v;
+  __builtin_memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+template <typename T>
+inline void Store(T* p, Lanes<T> v) {
+  __builtin_memcpy(p, &v, sizeof(v));
+}
+
+REGISTER_OP("SitWindowAttention")
+    .Input("qkv: T")
+    .Input("bias: T")
+    .Input("graphs: T")
+    .Input("values: T")
+    .Input("indices: int32")
+    .Output("out: T")
+    .Attr("num_heads: int >= 1")
+    .Attr("T: {float, double}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle qkv;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &qkv));
+      auto channels = c->Dim(qkv, 0);
+      auto dim = c->UnknownDim();
+      if (c->ValueKnown(channels)) dim = c->MakeDim(c->Value(channels) / 3);
+      tensorflow::shape_inference::DimensionHandle windows;
+      TF_RETURN_IF_ERROR(c->Multiply(c->Dim(qkv, 1), kLanes, &windows));
+      c->set_output(0, c->MakeShape({windows, c->Dim(qkv, 2), dim}));
+      return Status();
+    });
+
+REGISTER_OP("SitWindowAttentionGrad")
+    .Input("dout: T")
+    .Input("qkv: T")
+    .Input("bias: T")
+    .Input("graphs: T")
+    .Input("values: T")
+    .Input("indices: int32")
+    .Input("transposed_values: T")
+    .Input("transposed_indices: int32")
+    .Output("dqkv: T")
+    .Output("dbias: T")
+    .Output("dgraphs: T")
+    .Output("dvalues: T")
+    .Attr("num_heads: int >= 1")
+    .Attr("T: {float, double}")
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 0; i < 4; ++i) c->set_output(i, c->input(i + 1));
+      return Status();
+    });
+
+REGISTER_OP("SitClassTokenAttention")
+    .Input("qkv: T")
+    .Input("bias: T")
+    .Input("graphs: T")
+    .Input("coefficients: T")
+    .Output("out: T")
+    .Attr("num_heads: int >= 1")
+    .Attr("T: {float, double}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle qkv;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &qkv));
+      auto channels = c->Dim(qkv, 0);
+      auto dim = c->UnknownDim();
+      if (c->ValueKnown(channels)) dim = c->MakeDim(c->Value(channels) / 3);
+      tensorflow::shape_inference::DimensionHandle windows;
+      TF_RETURN_IF_ERROR(c->Multiply(c->Dim(qkv, 1), kLanes, &windows));
+      c->set_output(0, c->MakeShape({windows, 1, dim}));
+      return Status();
+    });
+
+REGISTER_OP("SitClassTokenAttentionGrad")
+    .Input("dout: T")
+    .Input("qkv: T")
+    .Input("bias: T")
+    .Input("graphs: T")
+    .Input("coefficients: T")
+    .Output("dqkv: T")
+    .Output("dbias: T")
+    .Output("dgraphs: T")
+    .Attr("num_heads: int >= 1")
+    .Attr("T: {float, double}")
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 0; i < 3; ++i) c->set_output(i, c->input(i + 1));
+      return Status();
+    });
+
+// The sizes every kernel checks, from qkv (3 H d, B / kLanes, T, kLanes), values (M, H, T^2, K), indices (T^2, K).
+struct Sizes {
+  int64_t heads, head_dim, windows, tokens, pairs, maps, terms;
+};
+
+bool CheckQkv(OpKernelContext* context, int num_heads, const Tensor& qkv) {
+  if (qkv.dims() != 4 || qkv.dim_size(0) % (3 * num_heads) != 0 || qkv.dim_size(3) != kLanes) {
+    context->CtxFailure(InvalidArgument("SitWindowAttention expects qkv (3 H d, B / ", kLanes, ", T, ", kLanes,
+                                        ") with H = ", num_heads, "; got ", qkv.shape().DebugString()));
+    return false;
+  }
+  return true;
+}
+
+bool CheckMap(OpKernelContext* context, const Tensor& values, const Tensor& indices, const Sizes& s,
+              const char* what) {
+  if (indices.dims() != 2 || indices.dim_size(0) != s.pairs || values.dims() != 4 ||
+      values.dim_size(1) != s.heads || values.dim_size(2) != s.pairs ||
+      values.dim_size(3) != indices.dim_size(1) || values.dim_size(0) < 1) {
+    context->CtxFailure(InvalidArgument("SitWindowAttention expects ", what, " values (M, ", s.heads, ", ",
+                                        s.pairs, ", K) and indices (", s.pairs, ", K); got ",
+                                        values.shape().DebugString(), " and ",
+                                        indices.shape().DebugString()));
+    return false;
+  }
+  const auto flat = indices.flat<int32_t>();
+  for (int64_t i = 0; i < flat.size(); ++i) {
+    if (flat(i) < 0 || flat(i) >= s.pairs) {
+      context->CtxFailure(InvalidArgument("SitWindowAttention: ", what, " index ", flat(i),
+                                          " is outside [0, ", s.pairs, ")"));
+      return false;
+    }
+  }
+  return true;
+}
+
+bool ReadSizes(OpKernelContext* context, int num_heads, const Tensor& qkv, const Tensor& values,
+               const Tensor& indices, Sizes* s) {
+  if (!CheckQkv(context, num_heads, qkv)) return false;
+  s->heads = num_heads;
+  s->head_dim = qkv.dim_size(0) / (3 * num_heads);
+  s->windows = qkv.dim_size(1) * kLanes;
+  s->tokens = qkv.dim_size(2);
+  s->pairs = s->tokens * s->tokens;
+  s->maps = values.dims() == 4 ? values.dim_size(0) : 0;
+  s->terms = indices.dims() == 2 ? indices.dim_size(1) : 0;
+  return CheckMap(context, values, indices, *s, "the map's");
+}
+
+// Lane l of buf[e kLanes + l] <-> source[l stride + e]: a block of kLanes rows transposed, for the
+// `elements` entries e of each row (the inner loop is a strided gather or scatter).
+template <typename T>
+void Gather(const T* __restrict source, int64_t stride, int64_t elements, T* __restrict buf) {
+  for (int64_t e = 0; e < elements; ++e) {
+    for (int l = 0; l < kLanes; ++l) buf[e * kLanes + l] = source[l * stride + e];
+  }
+}
+
+template <typename T>
+void Scatter(const T* __restrict buf, int64_t stride, int64_t elements, T* __restrict target) {
+  for (int64_t e = 0; e < elements; ++e) {
+    for (int l = 0; l < kLanes; ++l) target[l * stride + e] = buf[e * kLanes + l];
+  }
+}
+
+// One head's q, k or v (channels [channel, channel + d) of qkv) plus its bias for the kLanes
+// windows from b: buf[(f T + i) kLanes + l]. A block's T x kLanes values of a channel are
+// contiguous in qkv (3 D, B / kLanes, T, kLanes).
+template <typename T>
+void LoadHead(const T* qkv, const T* bias, const Sizes& s, int64_t channel, int64_t b, T* buf) {
+  const int64_t row = s.windows * s.tokens;
+  for (int64_t f = 0; f < s.head_dim; ++f) {
+    const T* source = qkv + (channel + f) * row + b * s.tokens;
+    T* target = buf + f * s.tokens * kLanes;
+    const T offset = bias[channel + f];
+    for (int64_t e = 0; e < s.tokens * kLanes; e += kLanes) Store(target + e, Load(source + e) + offset);
+  }
+}
+
+template <typename T>
+void StoreHead(const T* buf, const Sizes& s, int64_t channel, int64_t b, T* qkv) {
+  const int64_t row = s.windows * s.tokens;
+  for (int64_t f = 0; f < s.head_dim; ++f) {
+    std::copy(buf + f * s.tokens * kLanes, buf + (f + 1) * s.tokens * kLanes, qkv + (channel + f) * row + b * s.tokens);
+  }
+}
+
+// A head's (T, d) slice of out (B, T, D) for kLanes windows from b <-> buf[(f T + i) kLanes + l].
+template <typename T>
+void LoadTokens(const T* out, const Sizes& s, int64_t h, int64_t b, T* buf) {
+  const int64_t dim = s.heads * s.head_dim, t = s.tokens;
+  for (int64_t i = 0; i < t; ++i) {
+    for (int64_t f = 0; f < s.head_dim; ++f) {
+      Gather(out + (b * t + i) * dim + h * s.head_dim + f, t * dim, 1, buf + (f * t + i) * kLanes);
+    }
+  }
+}
+
+template <typename T>
+void StoreTokens(const T* buf, const Sizes& s, int64_t h, int64_t b, T* out) {
+  const int64_t dim = s.heads * s.head_dim, t = s.tokens;
+  for (int64_t i = 0; i < t; ++i) {
+    for (int64_t f = 0; f < s.head_dim; ++f) {
+      Scatter(buf + (f * t + i) * kLanes, t * dim, 1, out + (b * t + i) * dim + h * s.head_dim + f);
+    }
+  }
+}
+
+// exp(x) for x <= 0 (softmax logits minus their maximum): Cephes' expf, 2^n exp(r) with
+// |r| <= ln(2) / 2 and a degree-7 polynomial (about 1 ulp), in vector arithmetic.
+inline Lanes<float> Exp(Lanes<float> x) {
+  typedef int32_t Ints __attribute__((vector_size(kLanes * sizeof(int32_t))));
+  x = x > -87.0f ? x : -87.0f;
+  const Lanes<float> t = x * 1.44269504088896341f + 0.5f;
+  Lanes<float> n = __builtin_convertvector(__builtin_convertvector(t, Ints), Lanes<float>);
+  n = n > t ? n - 1.0f : n;  // floor(t): the conversion truncates towards zero
+  const Lanes<float> r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  Lanes<float> y = r * 1.9875691500e-4f + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * r * r + r + 1.0f;
+  return y * reinterpret_cast<Lanes<float>>((__builtin_convertvector(n, Ints) + 127) << 23);
+}
+
+// double (the tests' exact comparisons): the library's exp, lane by lane.
+inline Lanes<double> Exp(Lanes<double> x) {
+  for (int l = 0; l < kLanes; ++l) x[l] = std::exp(x[l]);
+  return x;
+}
+
+// put(o, sum_k term(o, k)) for o < outputs. kChains outputs are summed side by side: a single
+// running sum would wait on each multiply-add's latency, several keep the vector units busy.
+constexpr int kChains = 8;
+
+template <typename T, typename Term, typename Put>
+inline void Sums(int64_t outputs, int64_t terms, Term term, Put put) {
+  int64_t o = 0;
+  for (; o + kChains <= outputs; o += kChains) {
+    Lanes<T> acc[kChains] = {};
+    for (int64_t k = 0; k < terms; ++k) {
+      for (int c = 0; c < kChains; ++c) acc[c] += term(o + c, k);
+    }
+    for (int c = 0; c < kChains; ++c) put(o + c, acc[c]);
+  }
+  for (; o < outputs; ++o) {
+    Lanes<T> acc = {};
+    for (int64_t k = 0; k < terms; ++k) acc += term(o, k);
+    put(o, acc);
+  }
+}
+
+// S[(i T + j) kLanes + l] = sum_f q[f, i] k[f, j], per lane.
+template <typename T>
+void Scores(const T* q, const T* k, const Sizes& s, T* scores) {
+  const int64_t t = s.tokens;
+  for (int64_t i = 0; i < t; ++i) {
+    Sums<T>(
+        t, s.head_dim,
+        [&](int64_t j, int64_t f) { return Load(q + (f * t + i) * kLanes) * Load(k + (f * t + j) * kLanes); },
+        [&](int64_t j, Lanes<T> v) { Store(scores + (i * t + j) * kLanes, v); });
+  }
+}
+
+// y[p] = sum_k w[p, k] x[index[p, k]] for the pairs p of one head and map.
+template <typename T>
+void MapRows(const T* w, const int32_t* index, int64_t pairs, int64_t terms, const T* x, T* y) {
+  Sums<T>(
+      pairs, terms, [&](int64_t p, int64_t k) { return w[p * terms + k] * Load(x + index[p * terms + k] * kLanes); },
+      [&](int64_t p, Lanes<T> v) { Store(y + p * kLanes, v); });
+}
+
+// Softmax over j of each of `rows` rows of t logits, in place.
+template <typename T>
+void Softmax(int64_t rows, int64_t t, T* logits) {
+  for (int64_t i = 0; i < rows; ++i) {
+    T* row = logits + i * t * kLanes;
+    Lanes<T> peak = Load(row);
+    for (int64_t j = 1; j < t; ++j) {
+      const Lanes<T> x = Load(row + j * kLanes);
+      peak = x > peak ? x : peak;
+    }
+    Lanes<T> total = {};
+    for (int64_t j = 0; j < t; ++j) {
+      const Lanes<T> e = Exp(Load(row + j * kLanes) - peak);
+      total += e;
+      Store(row + j * kLanes, e);
+    }
+    const Lanes<T> inverse = T(1) / total;
+    for (int64_t j = 0; j < t; ++j) Store(row + j * kLanes, Load(row + j * kLanes) * inverse);
+  }
+}
+
+// out[f, i] = sum_j m[i, j] x[f, j] for m (T, T) and x (d, T), per lane.
+template <typename T>
+void RowTimes(const T* m, const T* x, const Sizes& s, T* out) {
+  const int64_t t = s.tokens;
+  for (int64_t f = 0; f < s.head_dim; ++f) {
+    Sums<T>(
+        t, t, [&](int64_t i, int64_t j) { return Load(m + (i * t + j) * kLanes) * Load(x + (f * t + j) * kLanes); },
+        [&](int64_t i, Lanes<T> v) { Store(out + (f * t + i) * kLanes, v); });
+  }
+}
+
+// out[f, j] = sum_i m[i, j] x[f, i] for m (T, T) and x (d, T), per lane.
+template <typename T>
+void ColumnTimes(const T* m, const T* x, const Sizes& s, T* out) {
+  const int64_t t = s.tokens;
+  for (int64_t f = 0; f < s.head_dim; ++f) {
+    Sums<T>(
+        t, t, [&](int64_t j, int64_t i) { return Load(m + (i * t + j) * kLanes) * Load(x + (f * t + i) * kLanes); },
+        [&](int64_t j, Lanes<T> v) { Store(out + (f * t + j) * kLanes, v); });
+  }
+}
+
+// out[f, j] = sum_t g[f, t, j] x[f, t] for one head's d features of q, k or v: the graph
+// mixing G_q, G_k, G_v of eq. 11 with g = the transposed graphs of those features (T, T each).
+template <typename T>
+void Mix(const T* graphs, const T* x, const Sizes& s, T* out) {
+  const int64_t t = s.tokens;
+  for (int64_t f = 0; f < s.head_dim; ++f) {
+    const T* g = graphs + f * s.pairs;
+    const T* xf = x + f * t * kLanes;
+    Sums<T>(
+        t, t, [&](int64_t j, int64_t i) { return g[i * t + j] * Load(xf + i * kLanes); },
+        [&](int64_t j, Lanes<T> v) { Store(out + (f * t + j) * kLanes, v); });
+  }
+}
+
+// The gradients of Mix for one feature f of `slots` blocks (x and dout of slot k at
+// x + k stride, dout + k stride): dx[t] = sum_j g[t, j] dout[j] per block, and per lane
+// dg[t, j] += sum_k x_k[t] dout_k[j] (summed over the lanes later).
+template <typename T>
+void UnmixFeature(const T* g, const T* x, const T* dout, int slots, int64_t stride, int64_t t, T* dx, T* dg) {
+  for (int k = 0; k < slots; ++k) {
+    const T* dk = dout + k * stride;
+    Sums<T>(
+        t, t, [&](int64_t i, int64_t j) { return g[i * t + j] * Load(dk + j * kLanes); },
+        [&](int64_t i, Lanes<T> v) { Store(dx + k * stride + i * kLanes, v); });
+  }
+  for (int64_t i = 0; i < t; ++i) {
+    T* dg_row = dg + i * t * kLanes;
+    for (int64_t j = 0; j < t; ++j) {
+      Lanes<T> acc = Load(dg_row + j * kLanes);
+      for (int k = 0; k < slots; ++k) acc += Load(x + k * stride + i * kLanes) * Load(dout + k * stride + j * kLanes);
+      Store(dg_row + j * kLanes, acc);
+    }
+  }
+}
+
+// The per-thread buffers of one block of kLanes windows of one head: the projections as read
+// (raw: q, k, v one after the other) and mixed by the graphs (q, k, v), the scores, each map's
+// softmax and their sum, and for the gradient the same again. The gradient ops keep the raw
+// projections and the mixed ones' gradients of kGroup blocks (`slot`), so that each feature's
+// lane-wide graph gradient is read and written once per kGroup blocks, not once per block.
+constexpr int kGroup = 4;
+
+template <typename T>
+struct Block {
+  Block(const Sizes& s, bool grad)
+      : size(s.head_dim * s.tokens * kLanes), raw((grad ? kGroup : 1) * 3 * size), mixed(3 * size),
+        scores(s.pairs * kLanes), attention(s.pairs * kLanes), per_map(s.maps * s.pairs * kLanes), out(size) {
+    if (grad) {
+      dout.resize(size);
+      dmixed.resize(kGroup * 3 * size);
+      draw.resize(kGroup * 3 * size);
+      dattention.resize(scores.size());
+      dlogits.resize(scores.size());
+      dscores.resize(scores.size());
+    }
+  }
+  T* q() { return mixed.data(); }
+  T* k() { return mixed.data() + size; }
+  T* v() { return mixed.data() + 2 * size; }
+  // Projection c (0: q, 1: k, 2: v) of the current slot, as read and its mixed form's gradient.
+  T* raw_at(int64_t c) { return raw.data() + (slot * 3 + c) * size; }
+  T* dmixed_at(int64_t c) { return dmixed.data() + (slot * 3 + c) * size; }
+  int64_t size;
+  int slot = 0;
+  std::vector<T> raw, mixed, scores, attention, per_map, out;
+  std::vector<T> dout, dmixed, draw, dattention, dlogits, dscores;
+};
+
+// Reads head h's q, k and v (plus their bias) for kLanes windows from b and mixes them by their graphs.
+template <typename T>
+void LoadAndMix(const T* qkv, const T* bias, const T* graphs, const Sizes& s, int64_t h, int64_t b, Block<T>* blk) {
+  const int64_t dim = s.heads * s.head_dim;
+  for (int64_t c = 0; c < 3; ++c) {
+    const int64_t channel = c * dim + h * s.head_dim;
+    LoadHead(qkv, bias, s, channel, b, blk->raw_at(c));
+    Mix(graphs + channel * s.pairs, blk->raw_at(c), s, blk->mixed.data() + c * blk->size);
+  }
+}
+
+// The mixed projections' gradients of the blocks in slots [0, slots) (windows from starts[slot])
+// back through the graphs into dqkv, the bias's gradient (lane-wide, head h's
+// 3 d channels) into dbias, and the graphs' gradients into dgraphs (lane-wide, the same channels).
+template <typename T>
+void UnmixAndStore(const T* graphs, const Sizes& s, int64_t h, int slots, const int64_t* starts, Block<T>* blk,
+                   T* dqkv, T* dbias, T* dgraphs) {
+  const int64_t dim = s.heads * s.head_dim, t = s.tokens;
+  for (int64_t c = 0; c < 3; ++c) {
+    const int64_t channel = c * dim + h * s.head_dim;
+    for (int64_t f = 0; f < s.head_dim; ++f) {
+      // Slot k's feature f of projection c starts at (k 3 + c) size + f T kLanes.
+      const int64_t at = c * blk->size + f * t * kLanes, stride = 3 * blk->size;
+      T* draw = blk->draw.data() + at;
+      UnmixFeature(graphs + (channel + f) * s.pairs, blk->raw.data() + at, blk->dmixed.data() + at, slots, stride, t,
+                   draw, dgraphs + (c * s.head_dim + f) * s.pairs * kLanes);
+      T* db = dbias + (c * s.head_dim + f) * kLanes;
+      Lanes<T> sum = Load(db);
+      for (int slot = 0; slot < slots; ++slot) {
+        for (int64_t i = 0; i < t; ++i) sum += Load(draw + slot * stride + i * kLanes);
+      }
+      Store(db, sum);
+    }
+    for (int slot = 0; slot < slots; ++slot) {
+      StoreHead(blk->draw.data() + (slot * 3 + c) * blk->size, s, channel, starts[slot], dqkv);
+    }
+  }
+}
+
+// The shapes both ops check: qkv (3 H d, B / kLanes, T, kLanes), bias (3 H d) and graphs (3 H d, T, T).
+bool CheckBiasAndGraphs(OpKernelContext* context, const Tensor& qkv, const Tensor& bias, const Tensor& graphs) {
+  if (bias.dims() != 1 || bias.dim_size(0) != qkv.dim_size(0)) {
+    context->CtxFailure(InvalidArgument("SitWindowAttention expects bias (", qkv.dim_size(0), "); got ",
+                                        bias.shape().DebugString()));
+    return false;
+  }
+  if (graphs.dims() != 3 || graphs.dim_size(0) != qkv.dim_size(0) || graphs.dim_size(1) != qkv.dim_size(2) ||
+      graphs.dim_size(2) != qkv.dim_size(2)) {
+    context->CtxFailure(InvalidArgument("SitWindowAttention expects graphs (", qkv.dim_size(0), ", ",
+                                        qkv.dim_size(2), ", ", qkv.dim_size(2), "); got ",
+                                        graphs.shape().DebugString()));
+    return false;
+  }
+  return true;
+}
+
+// Sums the lane-wide per-chunk gradient accumulators `partial` ((heads, chunks, entries, kLanes)) into
+// out[h * entries + e] (or, with `stride`, into out[...] laid out by `place`), in a fixed order.
+template <typename T, typename Place>
+void SumPartials(const std::vector<T>& partial, int64_t heads, int64_t chunks, int64_t entries, Place place) {
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t e = 0; e < entries; ++e) {
+      T sum = T(0);
+      for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+        const T* a = partial.data() + ((h * chunks + chunk) * entries + e) * kLanes;
+        for (int l = 0; l < kLanes; ++l) sum += a[l];
+      }
+      place(h, e, sum);
+    }
+  }
+}
+
+// Chunks of a head's blocks for the gradient ops: each chunk has its own accumulators.
+int64_t NumChunks(OpKernelContext* context, int64_t blocks) {
+  const int threads = context->device()->tensorflow_cpu_worker_threads()->num_threads;
+  return std::max<int64_t>(1, std::min<int64_t>(blocks, 2 * threads));
+}
+
+void RunShards(OpKernelContext* context, int64_t units, int64_t cost,
+               const std::function<void(int64_t, int64_t)>& work) {
+  auto* threads = context->device()->tensorflow_cpu_worker_threads();
+  tensorflow::Shard(threads->num_threads, threads->workers, units, cost, work);
+}
+
+// ---------------------------------------------------------------------------------------------
+// SitWindowAttention: every row of every window (a block that is not the last).
+
+// Mixes q, k, v and forms S, each map's softmax (per_map) and their sum (attention).
+template <typename T>
+void Forward(const T* qkv, const T* bias, const T* graphs, const T* values, const int32_t* indices, const Sizes& s,
+             int64_t h, int64_t b, Block<T>* blk) {
+  LoadAndMix(qkv, bias, graphs, s, h, b, blk);
+  Scores(blk->q(), blk->k(), s, blk->scores.data());
+  std::fill(blk->attention.begin(), blk->attention.end(), T(0));
+  for (int64_t m = 0; m < s.maps; ++m) {
+    T* probabilities = blk->per_map.data() + m * s.pairs * kLanes;
+    MapRows(values + (m * s.heads + h) * s.pairs * s.terms, indices, s.pairs, s.terms, blk->scores.data(),
+            probabilities);
+    Softmax(s.tokens, s.tokens, probabilities);
+    for (int64_t p = 0; p < s.pairs; ++p) {
+      T* a = blk->attention.data() + p * kLanes;
+      Store(a, Load(a) + Load(probabilities + p * kLanes));
+    }
+  }
+}
+
+template <typename T>
+class WindowAttentionOp : public OpKernel {
+ public:
+  explicit WindowAttentionOp(OpKernelConstruction* context) : OpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("num_heads", &num_heads_));
+  }
+
+  void Compute(OpKernelContext* context) override {
+    const Tensor& qkv = context->input(0);
+    const Tensor& bias = context->input(1);
+    const Tensor& graphs = context->input(2);
+    const Tensor& values = context->input(3);
+    const Tensor& indices = context->input(4);
+    Sizes s;
+    if (!ReadSizes(context, num_heads_, qkv, values, indices, &s) || !CheckBiasAndGraphs(context, qkv, bias, graphs)) {
+      return;
+    }
+    const T* bias_data = bias.flat<T>().data();
+    const int64_t dim = s.heads * s.head_dim;
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({s.windows, s.tokens, dim}), &out));
+    const int64_t blocks = (s.windows + kLanes - 1) / kLanes;
+    const T* qkv_data = qkv.flat<T>().data();
+    const T* g = graphs.flat<T>().data();
+    const T* w = values.flat<T>().data();
+    const int32_t* index = indices.flat<int32_t>().data();
+    T* out_data = out->flat<T>().data();
+    auto work = [&](int64_t start, int64_t limit) {
+      Block<T> blk(s, false);
+      for (int64_t unit = start; unit < limit; ++unit) {
+        const int64_t h = unit % s.heads, b = (unit / s.heads) * kLanes;
+        Forward(qkv_data, bias_data, g, w, index, s, h, b, &blk);
+        // out[b, i, h d + f] = sum_j A[i, j] v[f, j]
+        RowTimes(blk.attention.data(), blk.v(), s, blk.out.data());
+        StoreTokens(blk.out.data(), s, h, b, out_data);
+      }
+    };
+    const int64_t cost = (s.pairs * (5 * s.head_dim + s.maps * (s.terms + 8)) + 3 * s.head_dim * s.tokens) * kLanes;
+    RunShards(context, blocks * s.heads, cost, work);
+  }
+
+ private:
+  int num_heads_;
+};
+
+template <typename T>
+class WindowAttentionGradOp : public OpKernel {
+ public:
+  explicit WindowAttentionGradOp(OpKernelConstruction* context) : OpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("num_heads", &num_heads_));
+  }
+
+  void Compute(OpKernelContext* context) override {
+    const Tensor& dout = context->input(0);
+    const Tensor& qkv = context->input(1);
+    const Tensor& bias = context->input(2);
+    const Tensor& graphs = context->input(3);
+    const Tensor& values = context->input(4);
+    const Tensor& indices = context->input(5);
+    const Tensor& transposed_values = context->input(6);
+    const Tensor& transposed_indices = context->input(7);
+    Sizes s;
+    if (!ReadSizes(context, num_heads_, qkv, values, indices, &s) || !CheckBiasAndGraphs(context, qkv, bias, graphs)) {
+      return;
+    }
+    const T* bias_data = bias.flat<T>().data();
+    if (!CheckMap(context, transposed_values, transposed_indices, s, "the transposed map's")) return;
+    OP_REQUIRES(context, transposed_values.dim_size(0) == s.maps,
+                InvalidArgument("SitWindowAttentionGrad: ", s.maps, " maps but ", transposed_values.dim_size(0),
+                                " transposed maps"));
+    const int64_t dim = s.heads * s.head_dim, t = s.tokens, d = s.head_dim;
+    OP_REQUIRES(context, dout.shape() == TensorShape({s.windows, t, dim}),
+                InvalidArgument("SitWindowAttentionGrad expects dout (", s.windows, ", ", t, ", ", dim, "); got ",
+                                dout.shape().DebugString()));
+    Tensor *dqkv = nullptr, *dbias = nullptr, *dgraphs = nullptr, *dvalues = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(0, qkv.shape(), &dqkv));
+    OP_REQUIRES_OK(context, context->allocate_output(1, bias.shape(), &dbias));
+    OP_REQUIRES_OK(context, context->allocate_output(2, graphs.shape(), &dgraphs));
+    OP_REQUIRES_OK(context, context->allocate_output(3, values.shape(), &dvalues));
+    const int64_t blocks = (s.windows + kLanes - 1) / kLanes;
+    const int64_t t_terms = transposed_indices.dim_size(1);
+    // Each head's blocks are split into chunks with their own lane-wide accumulators of the
+    // gradients of the map's values and of the graphs, added in a fixed order afterwards: the same
+    // result on every run.
+    const int64_t chunks = NumChunks(context, blocks);
+    const int64_t value_entries = s.maps * s.pairs * s.terms;
+    // Per unit: the graphs' gradient (3 d T^2 entries), then the bias's (3 d), lane-wide.
+    const int64_t graph_entries = 3 * d * s.pairs + 3 * d;
+    std::vector<T> value_partial(s.heads * chunks * value_entries * kLanes, T(0));
+    std::vector<T> graph_partial(s.heads * chunks * graph_entries * kLanes, T(0));
+    const T* dout_data = dout.flat<T>().data();
+    const T* qkv_data = qkv.flat<T>().data();
+    const T* g = graphs.flat<T>().data();
+    const T* w = values.flat<T>().data();
+    const int32_t* index = indices.flat<int32_t>().data();
+    const T* wt = transposed_values.flat<T>().data();
+    const int32_t* index_t = transposed_indices.flat<int32_t>().data();
+    T* dqkv_data = dqkv->flat<T>().data();
+    auto work = [&](int64_t start, int64_t limit) {
+      Block<T> blk(s, true);
+      for (int64_t unit = start; unit < limit; ++unit) {
+        const int64_t h = unit / chunks, chunk = unit % chunks;
+        T* value_acc = value_partial.data() + unit * value_entries * kLanes;
+        T* graph_acc = graph_partial.data() + unit * graph_entries * kLanes;
+        int64_t starts[kGroup];
+        const int64_t last = (chunk + 1) * blocks / chunks;
+        for (int64_t block = chunk * blocks / chunks; block < last; ++block) {
+          const int64_t b = block * kLanes;
+          starts[blk.slot] = b;
+          Forward(qkv_data, bias_data, g, w, index, s, h, b, &blk);
+          // dO[(f T + i) kLanes + l], laid out as q, k and v; zero in unused lanes.
+          LoadTokens(dout_data, s, h, b, blk.dout.data());
+          T* dq = blk.dmixed_at(0);
+          T* dk = blk.dmixed_at(1);
+          T* dv = blk.dmixed_at(2);
+          // dA[i, j] = sum_f dO[i, f] v[f, j];  dv[f, j] = sum_i A[i, j] dO[i, f]
+          Scores(blk.dout.data(), blk.v(), s, blk.dattention.data());
+          ColumnTimes(blk.attention.data(), blk.dout.data(), s, dv);
+          std::fill(blk.dscores.begin(), blk.dscores.end(), T(0));
+          for (int64_t m = 0; m < s.maps; ++m) {
+            const T* probabilities = blk.per_map.data() + m * s.pairs * kLanes;
+            // Softmax backward: dL[i, j] = P[i, j] (dA[i, j] - sum_j' P[i, j'] dA[i, j']).
+            for (int64_t i = 0; i < t; ++i) {
+              const T* p_row = probabilities + i * t * kLanes;
+              const T* da = blk.dattention.data() + i * t * kLanes;
+              Lanes<T> dot = {};
+              for (int64_t j = 0; j < t; ++j) dot += Load(p_row + j * kLanes) * Load(da + j * kLanes);
+              T* dl = blk.dlogits.data() + i * t * kLanes;
+              for (int64_t j = 0; j < t; ++j) {
+                Store(dl + j * kLanes, Load(p_row + j * kLanes) * (Load(da + j * kLanes) - dot));
+              }
+            }
+            // dvalues[m, h, p, k] += dL[p] S[index[p, k]];  dS += the transposed map of dL.
+            T* acc_m = value_acc + m * s.pairs * s.terms * kLanes;
+            for (int64_t p = 0; p < s.pairs; ++p) {
+              const Lanes<T> dl = Load(blk.dlogits.data() + p * kLanes);
+              for (int64_t k = 0; k < s.terms; ++k) {
+                T* a = acc_m + (p * s.terms + k) * kLanes;
+                Store(a, Load(a) + dl * Load(blk.scores.data() + index[p * s.terms + k] * kLanes));
+              }
+            }
+            const T* wt_m = wt + (m * s.heads + h) * s.pairs * t_terms;
+            for (int64_t c = 0; c < s.pairs; ++c) {
+              Lanes<T> ds = Load(blk.dscores.data() + c * kLanes);
+              for (int64_t k = 0; k < t_terms; ++k) {
+                ds += wt_m[c * t_terms + k] * Load(blk.dlogits.data() + index_t[c * t_terms + k] * kLanes);
+              }
+              Store(blk.dscores.data() + c * kLanes, ds);
+            }
+          }
+          // dq[f, i] = sum_j dS[i, j] k[f, j];  dk[f, j] = sum_i dS[i, j] q[f, i]
+          RowTimes(blk.dscores.data(), blk.k(), s, dq);
+          ColumnTimes(blk.dscores.data(), blk.q(), s, dk);
+          if (++blk.slot == kGroup || block + 1 == last) {
+            UnmixAndStore(g, s, h, blk.slot, starts, &blk, dqkv_data, graph_acc + 3 * d * s.pairs * kLanes,
+                          graph_acc);
+            blk.slot = 0;
+          }
+        }
+      }
+    };
+    const int64_t cost = (blocks / chunks + 1) *
+                         (s.pairs * (14 * d + s.maps * (2 * s.terms + t_terms + 20)) + 6 * d * t) * kLanes;
+    RunShards(context, s.heads * chunks, cost, work);
+    T* dv_out = dvalues->flat<T>().data();
+    SumPartials(value_partial, s.heads, chunks, value_entries, [&](int64_t h, int64_t e, T sum) {
+      const int64_t m = e / (s.pairs * s.terms);
+      dv_out[(m * s.heads + h) * s.pairs * s.terms + e % (s.pairs * s.terms)] = sum;
+    });
+    T* dg_out = dgraphs->flat<T>().data();
+    T* db_out = dbias->flat<T>().data();
+    SumPartials(graph_partial, s.heads, chunks, graph_entries, [&](int64_t h, int64_t e, T sum) {
+      if (e >= 3 * d * s.pairs) {  // the bias: entry c d + f of head h is channel c D + h d + f
+        const int64_t channel = e - 3 * d * s.pairs;
+        db_out[(channel / d) * dim + h * d + channel % d] = sum;
+        return;
+      }
+      const int64_t c = e / (d * s.pairs), rest = e % (d * s.pairs);
+      dg_out[(c * dim + h * d) * s.pairs + rest] = sum;
+    });
+  }
+
+ private:
+  int num_heads_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// SitClassTokenAttention: the class token's row alone (a last, token-only block). Its logits
+// for map m are coefficients[m, 0] q_0 . k_j + coefficients[m, 1] q_j . k_0 (scale and sign
+// included), the attention is the sum of their softmaxes over j, out[b, 0, h d + f] = sum_j a_j v[f, j].
+
+// row[j] = q_0 . k_j and column[j] = q_j . k_0 of the mixed q, k; logits and softmaxes per map.
+template <typename T>
+void ClassForward(const T* qkv, const T* bias, const T* graphs, const T* coefficients, const Sizes& s, int64_t maps,
+                  int64_t h, int64_t b, Block<T>* blk) {
+  const int64_t t = s.tokens;
+  LoadAndMix(qkv, bias, graphs, s, h, b, blk);
+  T* row = blk->scores.data();
+  T* column = row + t * kLanes;
+  for (int64_t j = 0; j < t; ++j) {
+    Lanes<T> r = {}, c = {};
+    for (int64_t f = 0; f < s.head_dim; ++f) {
+      r += Load(blk->q() + f * t * kLanes) * Load(blk->k() + (f * t + j) * kLanes);
+      c += Load(blk->q() + (f * t + j) * kLanes) * Load(blk->k() + f * t * kLanes);
+    }
+    Store(row + j * kLanes, r);
+    Store(column + j * kLanes, c);
+  }
+  std::fill(blk->attention.begin(), blk->attention.begin() + t * kLanes, T(0));
+  for (int64_t m = 0; m < maps; ++m) {
+    T* probabilities = blk->per_map.data() + m * t * kLanes;
+    for (int64_t j = 0; j < t; ++j) {
+      Store(probabilities + j * kLanes,
+            coefficients[2 * m] * Load(row + j * kLanes) + coefficients[2 * m + 1] * Load(column + j * kLanes));
+    }
+    Softmax(1, t, probabilities);
+    for (int64_t j = 0; j < t; ++j) {
+      T* a = blk->attention.data() + j * kLanes;
+      Store(a, Load(a) + Load(probabilities + j * kLanes));
+    }
+  }
+}
+
+// The class token's sizes: qkv (3 H d, B / kLanes, T, kLanes), graphs (3 H d, T, T), coefficients (M, 2).
+bool ReadClassSizes(OpKernelContext* context, int num_heads, const Tensor& qkv, const Tensor& graphs,
+                    const Tensor& coefficients, Sizes* s) {
+  if (!CheckQkv(context, num_heads, qkv)) return false;
+  if (coefficients.dims() != 2 || coefficients.dim_size(1) != 2 || coefficients.dim_size(0) < 1) {
+    context->CtxFailure(InvalidArgument("SitClassTokenAttention expects coefficients (M, 2); got ",
+                                        coefficients.shape().DebugString()));
+    return false;
+  }
+  *s = Sizes{num_heads, qkv.dim_size(0) / (3 * num_heads), qkv.dim_size(1) * kLanes, qkv.dim_size(2),
+             qkv.dim_size(2) * qkv.dim_size(2), coefficients.dim_size(0), 0};
+  return true;
+}
+
+template <typename T>
+class ClassTokenAttentionOp : public OpKernel {
+ public:
+  explicit ClassTokenAttentionOp(OpKernelConstruction* context) : OpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("num_heads", &num_heads_));
+  }
+
+  void Compute(OpKernelContext* context) override {
+    const Tensor& qkv = context->input(0);
+    const Tensor& bias = context->input(1);
+    const Tensor& graphs = context->input(2);
+    const Tensor& coefficients = context->input(3);
+    Sizes s;
+    if (!ReadClassSizes(context, num_heads_, qkv, graphs, coefficients, &s) ||
+        !CheckBiasAndGraphs(context, qkv, bias, graphs)) {
+      return;
+    }
+    const T* bias_data = bias.flat<T>().data();
+    const int64_t dim = s.heads * s.head_dim, t = s.tokens;
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({s.windows, 1, dim}), &out));
+    const int64_t blocks = (s.windows + kLanes - 1) / kLanes;
+    const T* qkv_data = qkv.flat<T>().data();
+    const T* g = graphs.flat<T>().data();
+    const T* coefficient = coefficients.flat<T>().data();
+    T* out_data = out->flat<T>().data();
+    auto work = [&](int64_t start, int64_t limit) {
+      Block<T> blk(s, false);
+      for (int64_t unit = start; unit < limit; ++unit) {
+        const int64_t h = unit % s.heads, b = (unit / s.heads) * kLanes;
+        ClassForward(qkv_data, bias_data, g, coefficient, s, s.maps, h, b, &blk);
+        for (int64_t f = 0; f < s.head_dim; ++f) {
+          Lanes<T> acc = {};
+          for (int64_t j = 0; j < t; ++j) {
+            acc += Load(blk.attention.data() + j * kLanes) * Load(blk.v() + (f * t + j) * kLanes);
+          }
+          Store(blk.out.data() + f * kLanes, acc);
+        }
+        Scatter(blk.out.data(), dim, s.head_dim, out_data + b * dim + h * s.head_dim);
+      }
+    };
+    const int64_t cost = (3 * s.head_dim * s.pairs + 4 * s.head_dim * t + s.maps * 12 * t) * kLanes;
+    RunShards(context, blocks * s.heads, cost, work);
+  }
+
+ private:
+  int num_heads_;
+};
+
+template <typename T>
+class ClassTokenAttentionGradOp : public OpKernel {
+ public:
+  explicit ClassTokenAttentionGradOp(OpKernelConstruction* context) : OpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("num_heads", &num_heads_));
+  }
+
+  void Compute(OpKernelContext* context) override {
+    const Tensor& dout = context->input(0);
+    const Tensor& qkv = context->input(1);
+    const Tensor& bias = context->input(2);
+    const Tensor& graphs = context->input(3);
+    const Tensor& coefficients = context->input(4);
+    Sizes s;
+    if (!ReadClassSizes(context, num_heads_, qkv, graphs, coefficients, &s) ||
+        !CheckBiasAndGraphs(context, qkv, bias, graphs)) {
+      return;
+    }
+    const T* bias_data = bias.flat<T>().data();
+    const int64_t dim = s.heads * s.head_dim, t = s.tokens, d = s.head_dim;
+    OP_REQUIRES(context, dout.shape() == TensorShape({s.windows, 1, dim}),
+                InvalidArgument("SitClassTokenAttentionGrad expects dout (", s.windows, ", 1, ", dim, "); got ",
+                                dout.shape().DebugString()));
+    Tensor *dqkv = nullptr, *dbias = nullptr, *dgraphs = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(0, qkv.shape(), &dqkv));
+    OP_REQUIRES_OK(context, context->allocate_output(1, bias.shape(), &dbias));
+    OP_REQUIRES_OK(context, context->allocate_output(2, graphs.shape(), &dgraphs));
+    const int64_t blocks = (s.windows + kLanes - 1) / kLanes;
+    const int64_t chunks = NumChunks(context, blocks);
+    // Per unit: the graphs' gradient (3 d T^2 entries), then the bias's (3 d), lane-wide.
+    const int64_t graph_entries = 3 * d * s.pairs + 3 * d;
+    std::vector<T> graph_partial(s.heads * chunks * graph_entries * kLanes, T(0));
+    const T* dout_data = dout.flat<T>().data();
+    const T* qkv_data = qkv.flat<T>().data();
+    const T* g = graphs.flat<T>().data();
+    const T* coefficient = coefficients.flat<T>().data();
+    T* dqkv_data = dqkv->flat<T>().data();
+    auto work = [&](int64_t start, int64_t limit) {
+      Block<T> blk(s, true);
+      for (int64_t unit = start; unit < limit; ++unit) {
+        const int64_t h = unit / chunks, chunk = unit % chunks;
+        T* graph_acc = graph_partial.data() + unit * graph_entries * kLanes;
+        int64_t starts[kGroup];
+        const int64_t last = (chunk + 1) * blocks / chunks;
+        for (int64_t block = chunk * blocks / chunks; block < last; ++block) {
+          const int64_t b = block * kLanes;
+          starts[blk.slot] = b;
+          ClassForward(qkv_data, bias_data, g, coefficient, s, s.maps, h, b, &blk);
+          Gather(dout_data + b * dim + h * d, dim, d, blk.dout.data());  // dO[f]
+          T* dq = blk.dmixed_at(0);
+          T* dk = blk.dmixed_at(1);
+          T* dv = blk.dmixed_at(2);
+          // dv[f, j] = a_j dO[f];  da_j = sum_f dO[f] v[f, j]
+          T* da = blk.dattention.data();
+          for (int64_t j = 0; j < t; ++j) {
+            const Lanes<T> a = Load(blk.attention.data() + j * kLanes);
+            Lanes<T> acc = {};
+            for (int64_t f = 0; f < d; ++f) {
+              const Lanes<T> o = Load(blk.dout.data() + f * kLanes);
+              Store(dv + (f * t + j) * kLanes, a * o);
+              acc += o * Load(blk.v() + (f * t + j) * kLanes);
+            }
+            Store(da + j * kLanes, acc);
+          }
+          // Per map, the softmax backward; drow / dcolumn: the gradients of q_0 . k_j and q_j . k_0.
+          T* drow = blk.dscores.data();
+          T* dcolumn = drow + t * kLanes;
+          std::fill(drow, drow + 2 * t * kLanes, T(0));
+          for (int64_t m = 0; m < s.maps; ++m) {
+            const T* p = blk.per_map.data() + m * t * kLanes;
+            Lanes<T> dot = {};
+            for (int64_t j = 0; j < t; ++j) dot += Load(p + j * kLanes) * Load(da + j * kLanes);
+            for (int64_t j = 0; j < t; ++j) {
+              const Lanes<T> dl = Load(p + j * kLanes) * (Load(da + j * kLanes) - dot);
+              Store(drow + j * kLanes, Load(drow + j * kLanes) + coefficient[2 * m] * dl);
+              Store(dcolumn + j * kLanes, Load(dcolumn + j * kLanes) + coefficient[2 * m + 1] * dl);
+            }
+          }
+          // row_j = q_0 . k_j:  dq_0 += sum_j drow_j k_j, dk_j += drow_j q_0;
+          // column_j = q_j . k_0:  dq_j += dcolumn_j k_0, dk_0 += sum_j dcolumn_j q_j.
+          for (int64_t f = 0; f < d; ++f) {
+            const Lanes<T> q0 = Load(blk.q() + f * t * kLanes), k0 = Load(blk.k() + f * t * kLanes);
+            Lanes<T> dq0 = {}, dk0 = {};
+            for (int64_t j = 0; j < t; ++j) {
+              const Lanes<T> r = Load(drow + j * kLanes), c = Load(dcolumn + j * kLanes);
+              const Lanes<T> qj = Load(blk.q() + (f * t + j) * kLanes), kj = Load(blk.k() + (f * t + j) * kLanes);
+              dq0 += r * kj;
+              dk0 += c * qj;
+              Store(dq + (f * t + j) * kLanes, c * k0);
+              Store(dk + (f * t + j) * kLanes, r * q0);
+            }
+            Store(dq + f * t * kLanes, Load(dq + f * t * kLanes) + dq0);
+            Store(dk + f * t * kLanes, Load(dk + f * t * kLanes) + dk0);
+          }
+          if (++blk.slot == kGroup || block + 1 == last) {
+            UnmixAndStore(g, s, h, blk.slot, starts, &blk, dqkv_data, graph_acc + 3 * d * s.pairs * kLanes,
+                          graph_acc);
+            blk.slot = 0;
+          }
+        }
+      }
+    };
+    const int64_t cost = (blocks / chunks + 1) * (9 * d * s.pairs + 12 * d * t + s.maps * 12 * t) * kLanes;
+    RunShards(context, s.heads * chunks, cost, work);
+    T* dg_out = dgraphs->flat<T>().data();
+    T* db_out = dbias->flat<T>().data();
+    SumPartials(graph_partial, s.heads, chunks, graph_entries, [&](int64_t h, int64_t e, T sum) {
+      if (e >= 3 * d * s.pairs) {  // the bias: entry c d + f of head h is channel c D + h d + f
+        const int64_t channel = e - 3 * d * s.pairs;
+        db_out[(channel / d) * dim + h * d + channel % d] = sum;
+        return;
+      }
+      const int64_t c = e / (d * s.pairs), rest = e % (d * s.pairs);
+      dg_out[(c * dim + h * d) * s.pairs + rest] = sum;
+    });
+  }
+
+ private:
+  int num_heads_;
+};
+
+#define REGISTER(T)                                                                                       \
+  REGISTER_KERNEL_BUILDER(Name("SitWindowAttention").Device(DEVICE_CPU).TypeConstraint<T>("T"),           \
+                          WindowAttentionOp<T>);                                                          \
+  REGISTER_KERNEL_BUILDER(Name("SitWindowAttentionGrad").Device(DEVICE_CPU).TypeConstraint<T>("T"),       \
+                          WindowAttentionGradOp<T>);                                                      \
+  REGISTER_KERNEL_BUILDER(Name("SitClassTokenAttention").Device(DEVICE_CPU).TypeConstraint<T>("T"),       \
+                          ClassTokenAttentionOp<T>);                                                      \
+  REGISTER_KERNEL_BUILDER(Name("SitClassTokenAttentionGrad").Device(DEVICE_CPU).TypeConstraint<T>("T"),   \
+                          ClassTokenAttentionGradOp<T>);
+REGISTER(float);
+REGISTER(double);
+#undef REGISTER
+
+}  // namespace
+}  // namespace sit_keras
