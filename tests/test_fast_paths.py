@@ -25,10 +25,16 @@ What this file proves:
 - the channels-first projection, whose kernel gradient is formed as
   ``(dy x^T)^T`` (fast on CPU), is ``tf.matmul(W, x, transpose_a=True)``
   with its gradients for any shape, and compiles with XLA.
+
+The comparisons of layers and encoders take their gradients under a tape, where
+the fast path runs the native kernels (``sit_keras.native``, built by ``make
+install``); each runs again with TensorFlow's builtin ops only
+(``native.builtin_only``), so both forms of the fast path are held to the reference.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -39,7 +45,7 @@ import tf_keras
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sit_keras import graphs, testing
+from sit_keras import graphs, native, testing
 from sit_keras.layers import GraphSymmetricAttention, LocalGSA
 from sit_keras.layers.channels_first import project_channels_first
 from sit_keras.layers.normalization import standardize
@@ -64,6 +70,17 @@ def _forget_the_global_seed() -> Iterator[None]:
     (tf.data warns, and the warning is an error, when a function may reuse an outer seed)."""
     yield
     tf.random.set_seed(None)
+
+
+@pytest.fixture(params=["native", "builtin"])
+def kernels(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The test runs with the native kernels, which must be usable here, then with builtin ops only."""
+    if request.param == "builtin":
+        with native.builtin_only():
+            yield request.param
+        return
+    assert native.available(), f"the native kernels are not usable: {native.load_problem()}"
+    yield request.param
 
 
 def _values_and_gradients(layer, x: tf.Tensor, training: bool) -> list[np.ndarray]:
@@ -133,7 +150,7 @@ def _gsa_pair(
 @pytest.mark.parametrize("class_token", [True, False], ids=["class_token", "grid_only"])
 @pytest.mark.parametrize("case", list(GSA_CASES))
 def test_fast_gsa_equals_the_reference(
-    case: str, class_token: bool, triangle_form: str, training: bool
+    case: str, class_token: bool, triangle_form: str, training: bool, kernels: str
 ) -> None:
     reference, fast = _gsa_pair((4, 4), triangle_form, class_token=class_token, **GSA_CASES[case])
     x = tf.constant(np.random.default_rng(1).normal(size=(3, reference.num_tokens, 8)))
@@ -148,13 +165,16 @@ def test_fast_gsa_equals_the_reference(
     width=st.integers(2, 5),
     triangles=st.sampled_from([1, 2]),
     triangle_form=st.sampled_from(["matrix", "pairs", "gather"]),
+    builtin=st.booleans(),
 )
 def test_fast_gsa_equals_the_reference_for_any_batch_and_grid(
-    batch: int, height: int, width: int, triangles: int, triangle_form: str
+    batch: int, height: int, width: int, triangles: int, triangle_form: str, builtin: bool
 ) -> None:
     reference, fast = _gsa_pair((height, width), triangle_form, triangles=triangles, score_graph=True)
     x = tf.constant(np.random.default_rng(batch).normal(size=(batch, reference.num_tokens, 8)))
-    _assert_same(_values_and_gradients(reference, x, True), _values_and_gradients(fast, x, True), 1e-12)
+    expected = _values_and_gradients(reference, x, True)
+    with native.builtin_only() if builtin else contextlib.nullcontext():
+        _assert_same(expected, _values_and_gradients(fast, x, True), 1e-12)
 
 
 def test_auto_uses_the_matrix_for_windows_and_for_large_grids_pairs_or_under_xla_gathers() -> None:
@@ -254,7 +274,7 @@ def _assert_local_pair_agrees(layers: dict[str, LocalGSA], x: tf.Tensor) -> None
     ids=["tiling", "tiling-token_only", "sliding", "sliding-token_only"],
 )
 def test_local_gsa_from_pixels_equals_the_reference_and_compiles(
-    window: int, stride: int | None, num_layers: int
+    window: int, stride: int | None, num_layers: int, kernels: str
 ) -> None:
     # Sliding windows zero-pad the map: the padded tokens must match the
     # reference's zero tokens; a single block's skip is its class token alone.
@@ -313,7 +333,7 @@ ENCODER_CASES = {
 @MODES
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("case", list(ENCODER_CASES))
-def test_fast_encoder_equals_the_reference(case: str, dtype: str, training: bool) -> None:
+def test_fast_encoder_equals_the_reference(case: str, dtype: str, training: bool, kernels: str) -> None:
     name, shape, overrides = ENCODER_CASES[case]
     tf_keras.utils.set_random_seed(0)  # the Dense initialisers: the same weights whatever ran before
     encoders = {

@@ -1,0 +1,206 @@
+"""The native kernels (``sit_keras.native``): where they run, what they compute, what they refuse.
+
+What this file proves (their exactness inside layers and encoders, against the
+reference path in float64, is in ``tests/test_fast_paths.py``):
+
+- the ops equal a float64 NumPy evaluation of their formula, for window counts
+  that are not multiples of the lane width and one or two score maps;
+- a train step of a SiT traces the native ops, while its forward pass (what
+  policies, serving signatures and exports trace), an XLA-compiled train step
+  and a step traced inside ``builtin_only`` use builtin ops only; so does every
+  step where the library is missing, and the step's values are the same;
+- the gradients are deterministic (fixed order of the per-thread sums);
+- malformed inputs raise ``InvalidArgumentError`` instead of crashing;
+- a library built for another host or TensorFlow is refused with a reason.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sit_keras import native
+from sit_keras.encoder_check import make_train_step
+from sit_keras.layers.triangle_sums import TriangleSums
+from sit_keras.models import build_encoder
+from sit_keras.native import build
+
+NATIVE_OPS = {"SitWindowAttention", "SitClassTokenAttention"}
+
+pytestmark = pytest.mark.skipif(
+    not native.available(), reason="needs the native kernels: `make install` builds them"
+)
+
+
+def _ops():
+    return native.library()
+
+
+def _mixed(qkv: np.ndarray, bias: np.ndarray, graphs: np.ndarray, heads: int) -> np.ndarray:
+    """``(3 D, B, T)`` projections plus bias, mixed by ``graphs[f, t, j]``: ``(3, H, d, B, T)``."""
+    mixed = np.einsum("fbt,ftj->fbj", qkv + bias[:, None, None], graphs)
+    return mixed.reshape(3, heads, -1, *qkv.shape[1:])
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    e = np.exp(logits - logits.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _blocked(qkv: np.ndarray) -> tf.Tensor:
+    return native.lane_blocks(tf.constant(qkv))
+
+
+shapes = st.tuples(st.integers(1, 40), st.sampled_from([1, 2]), st.sampled_from([2, 4]), st.integers(1, 2))
+
+
+@settings(deadline=None, max_examples=12)
+@given(shape=shapes, seed=st.integers(0, 2**16))
+def test_the_window_op_is_its_formula(shape: tuple[int, int, int, int], seed: int) -> None:
+    windows, heads, head_dim, maps = shape
+    rng = np.random.default_rng(seed)
+    sums = TriangleSums((2, 2), class_token=True)  # T = 5 tokens, 25 pairs
+    pattern = sums.pattern(1, True)
+    t, dim = sums.num_tokens, heads * head_dim
+    qkv, bias = rng.normal(size=(3 * dim, windows, t)), rng.normal(size=3 * dim)
+    graphs = rng.normal(size=(3 * dim, t, t))
+    values = pattern.values_of(tf.constant(rng.normal(size=(maps, heads, t * t, t * t))))  # (M, H, T^2, K)
+    out = native.first_windows(
+        native.window_attention(
+            _blocked(qkv), tf.constant(bias), tf.constant(graphs), values, pattern, heads
+        ),
+        windows,
+    )
+    dense = np.zeros((maps, heads, t * t, t * t))  # the map the op applies (padding adds zeros)
+    rows = np.broadcast_to(np.arange(t * t)[:, None], pattern.indices.shape)
+    for m in range(maps):
+        for h in range(heads):
+            np.add.at(dense[m, h], (rows, pattern.indices), values.numpy()[m, h])
+    q, k, v = _mixed(qkv, bias, graphs, heads)
+    scores = np.einsum("hdbi,hdbj->hbij", q, k).reshape(heads, windows, t * t)
+    attention = sum(
+        _softmax(np.einsum("hpc,hbc->hbp", dense[m], scores).reshape(heads, windows, t, t))
+        for m in range(maps)
+    )
+    expected = np.einsum("hbij,hdbj->bihd", attention, v).reshape(windows, t, dim)
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-12, atol=1e-12)
+
+
+@settings(deadline=None, max_examples=12)
+@given(shape=shapes, seed=st.integers(0, 2**16))
+def test_the_class_token_op_is_its_formula(shape: tuple[int, int, int, int], seed: int) -> None:
+    windows, heads, head_dim, maps = shape
+    rng = np.random.default_rng(seed)
+    t, dim = 10, heads * head_dim
+    qkv, bias = rng.normal(size=(3 * dim, windows, t)), rng.normal(size=3 * dim)
+    graphs = rng.normal(size=(3 * dim, t, t))
+    coefficients = rng.normal(size=(maps, 2))
+    out = native.first_windows(
+        native.class_token_attention(
+            _blocked(qkv), tf.constant(bias), tf.constant(graphs), tf.constant(coefficients), heads
+        ),
+        windows,
+    )
+    q, k, v = _mixed(qkv, bias, graphs, heads)
+    row = np.einsum("hdb,hdbj->hbj", q[..., 0], k)  # q_0 . k_j
+    column = np.einsum("hdbj,hdb->hbj", q, k[..., 0])  # q_j . k_0
+    attention = sum(_softmax(c_row * row + c_column * column) for c_row, c_column in coefficients)
+    expected = np.einsum("hbj,hdbj->bhd", attention, v).reshape(windows, 1, dim)
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-12, atol=1e-12)
+
+
+def _op_types(function: tf.types.experimental.GenericFunction, *args) -> set[str]:
+    graph = function.get_concrete_function(*args).graph
+    types = {op.type for op in graph.get_operations()}
+    for f in graph.as_graph_def().library.function:  # ops inside nested functions (custom gradients, XLA)
+        types |= {node.op for node in f.node_def}
+    return types
+
+
+@pytest.fixture(scope="module")
+def sit() -> tf.keras.Model:
+    return build_encoder("sit", (16, 16, 3))
+
+
+def test_a_train_step_runs_the_native_ops_and_a_forward_pass_does_not(sit) -> None:
+    images = tf.zeros((3, 16, 16, 3), tf.uint8)
+    assert NATIVE_OPS <= _op_types(make_train_step(sit, jit_compile=False), images)
+    forward = tf.function(lambda x: sit(x, training=False))
+    assert not NATIVE_OPS & _op_types(forward, images)
+    assert not NATIVE_OPS & _op_types(make_train_step(sit, jit_compile=True), images)
+    with native.builtin_only():
+        assert not NATIVE_OPS & _op_types(make_train_step(sit, jit_compile=False), images)
+
+
+def test_without_the_library_a_train_step_keeps_builtin_ops_and_its_values(sit, monkeypatch) -> None:
+    images = tf.constant(np.random.default_rng(0).integers(0, 256, size=(3, 16, 16, 3)), tf.uint8)
+
+    def gradients() -> list[np.ndarray]:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.square(sit(images, training=False)))
+        return [tf.convert_to_tensor(g).numpy() for g in tape.gradient(loss, sit.trainable_variables)]
+
+    with_library = gradients()
+    monkeypatch.setattr(native, "_loaded", {"ops": None, "problem": "not built"})
+    assert not native.usable(tf.float32)
+    assert not NATIVE_OPS & _op_types(make_train_step(sit, jit_compile=False), images)
+    for a, b in zip(with_library, gradients(), strict=True):  # float32: agree to 1e-4 in norm
+        assert np.linalg.norm(a - b) <= 1e-4 * np.linalg.norm(a)
+
+
+def test_the_gradients_are_the_same_on_every_run() -> None:
+    rng = np.random.default_rng(1)
+    qkv = _blocked(rng.normal(size=(24, 100, 10)).astype(np.float32))
+    bias, graphs = (
+        tf.constant(rng.normal(size=24), tf.float32),
+        tf.constant(rng.normal(size=(24, 10, 10)), tf.float32),
+    )
+    dout = tf.constant(rng.normal(size=(112, 1, 8)), tf.float32)
+    coefficients = tf.constant([[0.5, 0.5]], tf.float32)
+    runs = [
+        _ops().sit_class_token_attention_grad(dout, qkv, bias, graphs, coefficients, num_heads=2)
+        for _ in range(3)
+    ]
+    for run in runs[1:]:
+        for a, b in zip(runs[0], run, strict=True):
+            np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+@pytest.mark.parametrize(
+    "qkv_shape, graphs_shape, message",
+    [
+        ((24, 7, 10), (24, 10, 10), "expects qkv"),  # not in lane blocks
+        ((24, 7, 10, 8), (24, 10, 10), "expects qkv"),  # 8 lanes, not 16
+        ((25, 7, 10, 16), (25, 10, 10), "expects qkv"),  # 25 channels: not 3 H d
+        ((24, 7, 10, 16), (24, 9, 9), "expects graphs"),
+    ],
+)
+def test_the_ops_refuse_malformed_inputs(qkv_shape: tuple, graphs_shape: tuple, message: str) -> None:
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        _ops().sit_class_token_attention(
+            tf.zeros(qkv_shape), tf.zeros(qkv_shape[:1]), tf.zeros(graphs_shape), tf.ones((1, 2)), num_heads=2
+        )
+
+
+def test_the_window_op_refuses_indices_outside_the_scores() -> None:
+    indices = np.zeros((100, 2), np.int32)
+    indices[3, 1] = 100  # one past the T^2 = 100 pairs
+    with pytest.raises(tf.errors.InvalidArgumentError, match="outside"):
+        qkv, bias, graphs = tf.zeros((24, 1, 10, 16)), tf.zeros(24), tf.zeros((24, 10, 10))
+        _ops().sit_window_attention(qkv, bias, graphs, tf.zeros((1, 2, 100, 2)), indices, num_heads=2)
+
+
+def test_a_library_built_for_another_host_is_refused_with_the_reason(tmp_path, monkeypatch) -> None:
+    host_file = tmp_path / "host.json"
+    host_file.write_text(json.dumps({**build.host(), "cpu_flags": ["sse2"]}))
+    monkeypatch.setattr(build, "HOST_FILE", host_file)
+    monkeypatch.setattr(native, "_loaded", {})
+    with pytest.warns(UserWarning, match="built for another CPU or TensorFlow"):
+        assert native.library() is None
+    assert "python -m sit_keras.native.build" in native.load_problem()
+    assert build.main(["--check"]) == 1
