@@ -49,7 +49,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from sit_keras import _cpu_allocator
+from sit_keras import _cpu_allocator, native
 
 CACHE_DIR_VARIABLE = "SIT_KERAS_CACHE_DIR"
 NO_MEASURE_VARIABLE = "SIT_KERAS_NO_MEASURE"
@@ -123,12 +123,14 @@ def host() -> dict[str, Any]:
         # XLA's flags, read at its first compilation: --xla_cpu_use_thunk_runtime makes a model's XLA
         # step faster or slower than its graph step (docs/speed.md, "XLA's two CPU runtimes").
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        # Whether the native kernels (sit_keras.native) load: they change the SiT family's float32 step.
+        "native_kernels": native.available(),
     }
 
 
 @functools.lru_cache(maxsize=1)
 def code_version() -> str:
-    """A digest of the Python sources of ``sit_keras`` and ``sit_keras.agents`` (the layers and trainers).
+    """A digest of the sources of ``sit_keras`` and ``sit_keras.agents`` (the layers, kernels and trainers).
 
     ``sit_keras.agents`` lives in its own folder in a source checkout, so it is
     found by its spec, without importing it.
@@ -137,7 +139,7 @@ def code_version() -> str:
     for name in ("sit_keras", "sit_keras.agents"):
         spec = importlib.util.find_spec(name)
         for folder in (spec.submodule_search_locations or []) if spec else []:
-            for source in sorted(Path(folder).rglob("*.py")):
+            for source in sorted([*Path(folder).rglob("*.py"), *Path(folder).rglob("*.cc")]):
                 digest.update(str(source.relative_to(folder)).encode())
                 digest.update(source.read_bytes())
     return digest.hexdigest()[:16]

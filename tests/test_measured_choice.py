@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 from run_folders import TINY_PPO
 
-from sit_keras import measured_choice, mixed_precision
+from sit_keras import measured_choice, mixed_precision, native
 from sit_keras.agents import train
 from sit_keras.agents.training import harness
 
@@ -250,6 +250,15 @@ def test_xlas_flags_are_part_of_the_host(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_thunk_runtime=false")
     assert measured_choice.host()["xla_flags"] == "--xla_cpu_use_thunk_runtime=false"
     assert measured_choice._entry_key("jit_compile", {"model": "x"}) != default
+
+
+def test_whether_the_native_kernels_load_is_part_of_the_host(monkeypatch):
+    """A choice measured with the native kernels (faster float32 SiT steps) is not reused without them."""
+    monkeypatch.setattr(native, "_loaded", {"ops": object(), "problem": None})
+    with_kernels = measured_choice._entry_key("precision", {"model": "x"})
+    assert measured_choice.host()["native_kernels"] is True
+    monkeypatch.setattr(native, "_loaded", {"ops": None, "problem": "not built"})
+    assert measured_choice._entry_key("precision", {"model": "x"}) != with_kernels
 
 
 def test_a_host_without_cpuinfo_is_known_by_its_counts(monkeypatch):

@@ -1131,11 +1131,41 @@ def test_encoder_speed_table_is_the_report():
         rows += 1
     assert rows == len(report["train_step_ms"])
     assert "`benchmarks/reference/speed_encoders.json`" in SPEED
-    avx2 = _report("speed_encoders_avx2_bfc.json")["ratios"]["train_step_over_vit"]["sit"]["graph"]
+
+
+def test_native_kernels_table_and_readme_speed_are_the_report():
+    """docs/speed.md's "Native kernels" table and the README's speed sentence, from one run."""
+    report = _report("speed_encoders_native_amx.json")
+    assert report["native_kernels"] == "loaded"
+    ratios, models = report["ratios"], report["models"]
+    section = SPEED[SPEED.index("### Native kernels") :]
+    rows = 0
+    for line in section[section.index("| model (64x64x3) |") :].split("\n\n")[0].splitlines()[2:]:
+        cells = [c.strip().strip("*") for c in line.strip("|").split("|")]
+        model = cells[0].strip("`")
+        assert cells[1] == f"{models[model]['timings']['train_step']['graph']['median_ms']:.0f} ms", model
+        assert _agrees(cells[2], ratios["train_step_over_vit"][model]["graph"]), model
+        native_ratio = ratios["train_step_native_over_builtin"].get(model, {}).get("graph")
+        assert cells[3] == ("1" if model.endswith(":builtin") else "") or _agrees(cells[3], native_ratio), model
+        assert _agrees(cells[4], models[model]["precision"]["mixed_bfloat16"]["over_float32"]), model
+        rows += 1
+    assert rows == len(models) == 5
+    assert "`benchmarks/reference/speed_encoders_native_amx.json`" in SPEED
+    stages = {name: models[name]["stage_profile"] for name in ("sit", "sit:builtin", "siet")}
+    flat = " ".join(section.split())
     assert (
-        f"a SiT train step costs {ratios['sit']['graph']:.2f}x the ViT's with AVX-512, "
-        f"{avx2:.2f}x with AVX2 only "
-        "(`speed_encoders.json`, `speed_encoders_avx2_bfc.json`)"
+        f"costs {stages['siet']['global_gsa']['median_ms']:.0f} ms of its step "
+        f"(the SiT's {stages['sit']['global_gsa']['median_ms']:.0f} ms)"
+    ) in flat
+    assert (
+        f"The local GSA stage went from {stages['sit:builtin']['local_gsa']['median_ms']:.0f} to "
+        f"{stages['sit']['local_gsa']['median_ms']:.0f} ms"
+    ) in flat
+    assert f"({ratios['train_step_over_vit']['sit']['xla']:.1f}x the ViT's XLA step)" in flat
+    assert (
+        f"a SiT train step costs {ratios['train_step_over_vit']['sit']['graph']:.2f}x the ViT's with the native "
+        f"kernels, {ratios['train_step_over_vit']['sit:builtin']['graph']:.2f}x without "
+        "(one run on an Intel AMX host: `speed_encoders_native_amx.json`)"
     ) in " ".join(README.split())
 
 
