@@ -10,7 +10,7 @@ from types import ModuleType
 import pytest
 import tf_keras
 
-from sit_keras import encoder_check
+from sit_keras import encoder_check, native
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -282,15 +282,19 @@ def test_op_profile_sums_the_ops_of_a_stage_by_type_and_node(tmp_path, capsys):
     )
     assert report["settings"]["stage"] == "local_gsa" and report["settings"]["batch"] == 2
     types = {row["op"]: row for row in report["op_types"]}
-    # Eigen's kernel, or oneDNN's where TensorFlow turns oneDNN on (it does on some CPUs only).
-    assert {"BatchMatMulV2", "_MklBatchMatMulV2"} & set(types)
+    # The local blocks' attention: the native op where the kernels load (sit_keras.native), else batched
+    # matmuls, Eigen's kernel or oneDNN's where TensorFlow turns oneDNN on (it does on some CPUs only).
+    attention = {"SitWindowAttention"} if native.available() else {"BatchMatMulV2", "_MklBatchMatMulV2"}
+    assert attention & set(types)
     assert "ExecutorState:" not in {row["node"] for row in report["nodes"]}
     assert sum(row["share"] for row in report["op_types"]) == pytest.approx(1.0)
     assert sum(row["ms_per_call"] for row in report["op_types"]) == pytest.approx(
         report["summed_op_ms_per_call"]
     )
     assert len(report["nodes"]) == 4 and all(" -> " in row["shapes"] for row in report["nodes"])
-    assert all(row["node"].startswith(("local_gsa/", "gradient_tape/", "MatMul")) for row in report["nodes"])
+    # The native ops' gradients are made outside the tape's name scope (their custom gradient).
+    prefixes = ("local_gsa/", "gradient_tape/", "MatMul", "SitWindowAttentionGrad", "SitClassTokenAttention")
+    assert all(row["node"].startswith(prefixes) for row in report["nodes"])
     assert f"{report['nodes'][0]['node']} ({report['nodes'][0]['op']})" in capsys.readouterr().out
     assert report["settings"]["precision"] == "float32"
     assert "float32" in {row["dtypes"] for row in report["nodes"]}
