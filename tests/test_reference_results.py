@@ -5406,6 +5406,27 @@ def test_the_procgen_throughput_under_each_cpu_allocator_is_the_reports():
     assert [run["model"] for run in intel["runs"]] == ["sit", "impala_cnn"]
 
 
+def test_procgen_throughput_with_the_native_kernels_is_the_report():
+    report = _report("speed_ppo_procgen_native_amx.json")
+    assert report["command"] == (
+        "python benchmarks/ppo_throughput.py --out benchmarks/reference/speed_ppo_procgen_native_amx.json"
+    )
+    sit, cnn = report["runs"]
+    assert (sit["model"], cnn["model"]) == ("sit", "impala_cnn")
+    speeds = report["env_steps_per_second"]
+    slower = report["ratios"]["impala_cnn_over_sit_env_steps_per_second"]
+    assert slower == pytest.approx(speeds["impala_cnn"] / speeds["sit"]) and slower > 6  # the 1/6 is missed
+    assert (
+        f"the same command at {report['commit'][:7]} with nothing else running "
+        "(`benchmarks/reference/speed_ppo_procgen_native_amx.json`): "
+        f"SiT {speeds['sit']:.1f} env steps/s, IMPALA-CNN {speeds['impala_cnn']:.1f}, **1/{slower:.2f}**, "
+        f"with {sit['summary']['train_fraction']:.0%} and {cnn['summary']['train_fraction']:.0%} of the wall "
+        f"time in the train steps and {sit['summary']['policy_fraction']:.0%} of the SiT's in its policy's "
+        "forward passes"
+    ) in _flat_page("speed.md")
+    assert f"it needs the SiT's run about {slower / 6 - 1:.0%} faster again" in _flat_page("speed.md")
+
+
 def _suite_report(name: str):
     """``benchmarks/suite_resources.py``, the summary ``suite_resources_avx2_<name>.json`` and its records,
     after checking that the summary is the one the script makes from the records."""
