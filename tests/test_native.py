@@ -70,12 +70,8 @@ def test_the_window_op_is_its_formula(shape: tuple[int, int, int, int], seed: in
     qkv, bias = rng.normal(size=(3 * dim, windows, t)), rng.normal(size=3 * dim)
     graphs = rng.normal(size=(3 * dim, t, t))
     values = pattern.values_of(tf.constant(rng.normal(size=(maps, heads, t * t, t * t))))  # (M, H, T^2, K)
-    out = native.first_windows(
-        native.window_attention(
-            _blocked(qkv), tf.constant(bias), tf.constant(graphs), values, pattern, heads
-        ),
-        windows,
-    )
+    blocked, bias_t, graphs_t = _blocked(qkv), tf.constant(bias), tf.constant(graphs)
+    out = native.window_attention(blocked, bias_t, graphs_t, values, pattern, heads)[:windows]
     dense = np.zeros((maps, heads, t * t, t * t))  # the map the op applies (padding adds zeros)
     rows = np.broadcast_to(np.arange(t * t)[:, None], pattern.indices.shape)
     for m in range(maps):
@@ -100,12 +96,8 @@ def test_the_class_token_op_is_its_formula(shape: tuple[int, int, int, int], see
     qkv, bias = rng.normal(size=(3 * dim, windows, t)), rng.normal(size=3 * dim)
     graphs = rng.normal(size=(3 * dim, t, t))
     coefficients = rng.normal(size=(maps, 2))
-    out = native.first_windows(
-        native.class_token_attention(
-            _blocked(qkv), tf.constant(bias), tf.constant(graphs), tf.constant(coefficients), heads
-        ),
-        windows,
-    )
+    blocked, bias_t, graphs_t = _blocked(qkv), tf.constant(bias), tf.constant(graphs)
+    out = native.class_token_attention(blocked, bias_t, graphs_t, tf.constant(coefficients), heads)[:windows]
     q, k, v = _mixed(qkv, bias, graphs, heads)
     row = np.einsum("hdb,hdbj->hbj", q[..., 0], k)  # q_0 . k_j
     column = np.einsum("hdbj,hdb->hbj", q, k[..., 0])  # q_j . k_0

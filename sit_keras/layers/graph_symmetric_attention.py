@@ -358,8 +358,8 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
             blocks = native.lane_blocks_of_tokens(tokens)  # (D, B / LANES, T, LANES)
             qkv = project_channels_first(kernel, tf.reshape(blocks, [self.dim, -1]))
             qkv = tf.reshape(qkv, [3 * self.dim, -1, self.num_tokens, native.LANES])
-            windows = tokens.shape[0] if tokens.shape[0] is not None else tf.shape(tokens)[0]
-            return native.first_windows(self.mix_and_attend_native(qkv, bias, training, token_only), windows)
+            update = self.mix_and_attend_native(qkv, bias, training, token_only)
+            return native.first_windows(update, tokens, axis=0)
         qkv = self.project_qkv(tokens, input_scale, input_offset)
         return self.mix_and_attend(qkv, training=training, token_only=token_only)
 
@@ -660,9 +660,10 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
 
         ``qkv``: the projections in ``native.lane_blocks`` layout, without
         their ``bias (3 D,)``; returns ``(B, 1, D)`` with ``token_only``, else
-        ``(B, T, D)``, ``B`` the padded number of windows. The same function and, in training, the same
-        graph-symmetric dropout masks drawn in the same order: ``G_q, G_k, G_v``
-        first, then the score graph, then the triangle weights once per sign.
+        ``(B, T, D)``, ``B`` the padded number of windows. The same function
+        and, in training, the same graph-symmetric dropout masks drawn in the
+        same order: ``G_q, G_k, G_v`` first, then the score graph, then the
+        triangle weights once per sign.
         For every row, the score map of each sign (``+1`` for eq. 3, ``-1`` for
         eq. 6's anti-symmetrised scores) is the triangle-sum matrix read at its
         non-zero entries; the score graph ``G`` scales the map's columns, since

@@ -234,13 +234,13 @@ class LocalGSA(tf_keras.layers.Layer):
         rows = pixel_part.shape[0]  # C + 3
         class_part = tf.constant([0.0] * (rows - 2) + [1.0, 1.0], stable)[:, None, None]
         y = tf.concat([tf.tile(class_part, [1, tf.shape(x)[1], 1]), pixel_part], axis=2)  # (C + 3, B N, T)
-        if not (token_only and not gsa.query_key_norm) and gsa.native_applies(kernel.dtype, token_only):
+        if not token_only and gsa.native_applies(kernel.dtype, token_only=False):
             blocks = native.lane_blocks(y)  # (C + 3, B N / LANES, T, LANES)
             qkv = project_channels_first(tf.cast(mixing, kernel.dtype), tf.reshape(blocks, [rows, -1]))
             qkv = tf.reshape(qkv, [3 * self.dim, -1, y.shape[2], native.LANES])
             # The bias is in the projection (y's constant rows): the op adds zeros.
-            update = gsa.mix_and_attend_native(qkv, tf.zeros([3 * self.dim], qkv.dtype), training, token_only)
-            update = native.first_windows(update, y.shape[1] if y.shape[1] is not None else tf.shape(y)[1])
+            update = gsa.mix_and_attend_native(qkv, tf.zeros([3 * self.dim], qkv.dtype), training, False)
+            update = native.first_windows(update, y, axis=1)
             return block.feed_forward(self._skip(pixels, token_only, update.dtype) + update)
         if token_only and not gsa.query_key_norm:
             # The class token's q and k are the constant u: its scores are linear in y,

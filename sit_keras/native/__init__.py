@@ -44,6 +44,7 @@ _DTYPES = (tf.float32, tf.float64)
 # vector lane, in cache: windows up to this many token pairs (a 4x4 window and its class token:
 # 289; 5x5: 676). Larger grids (the global GSA) keep the builtin ops.
 MAX_WINDOW_PAIRS = 1024
+LANES = 16  # windows per block of the ops' input layout: kLanes of window_attention.cc
 _state = threading.local()
 _loaded: dict[str, object] = {}
 
@@ -156,9 +157,6 @@ def _padded_rows(nonzero: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return indices, mask
 
 
-LANES = 16  # windows per block of the ops' input layout: kLanes of window_attention.cc
-
-
 def lane_blocks(channels_first: tf.Tensor) -> tf.Tensor:
     """``(C, B, T)`` -> ``(C, ceil(B / LANES), T, LANES)``: the ops' layout, the last block zero-padded.
 
@@ -183,11 +181,12 @@ def lane_blocks_of_tokens(tokens: tf.Tensor) -> tf.Tensor:
     return tf.transpose(blocks, [3, 0, 2, 1])
 
 
-def first_windows(blocked_output: tf.Tensor, windows: tf.Tensor | int | None) -> tf.Tensor:
-    """An op's ``(B', ...)`` output without the windows that ``lane_blocks`` padded (if any)."""
-    if isinstance(windows, int) and blocked_output.shape[0] == windows:
-        return blocked_output
-    return blocked_output[:windows]
+def first_windows(output: tf.Tensor, inputs: tf.Tensor, axis: int) -> tf.Tensor:
+    """An op's ``(B', ...)`` output without the windows ``lane_blocks`` padded: the ``B`` of ``inputs``."""
+    windows = inputs.shape[axis]
+    if windows is not None and output.shape[0] == windows:
+        return output
+    return output[: tf.shape(inputs)[axis]]
 
 
 def _library_or_raise() -> ModuleType:

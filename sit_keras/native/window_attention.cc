@@ -1,24 +1,26 @@
-// Fused window attention for the GSA blocks of sit_keras (SiT paper eq. 3 / 8 / 11).
+// Fused window attention for the GSA blocks of sit_keras (SiT paper eq. 3, 6, 8, 11).
 //
-// For every window b and head h, with q, k, v the head's d x T slices of the
-// channels-first projections in blocks of kLanes windows, qkv (3 H d, B / kLanes, T, kLanes), plus
-// their bias (3 H d):
+// Inputs: the channels-first projections in blocks of kLanes windows, qkv (3 H d, B / kLanes, T,
+// kLanes), their bias (3 H d) and the transposed graphs G_q, G_k, G_v (3 H d, T, T). For every
+// window b and head h, with x the head's d x T slice of q, k or v plus its bias:
 //
+//   q[f, j]  = sum_t graphs[f, t, j] x_q[f, t]     (and k, v alike: the graph mixing of eq. 11)
 //   S[i, j]  = sum_f q[f, i] k[f, j]                               (scores)
 //   L_m[p]   = sum_k values[m, h, p, k] S[indices[p, k]]           (p = i T + j: the linear score
 //              map of eq. 3 / 8: G, S +- S^T, the triangle sums and 1 / sqrt(d), one per m)
 //   A        = sum_m softmax_j(L_m)                                (m = 0: eq. 3; m = 1: eq. 6)
 //   out[b, i, h d + f] = sum_j A[i, j] v[f, j]
 //
-// SitWindowAttentionGrad recomputes S and A per window and returns the gradients of qkv
-// and of the map's values. Nothing of size B x T x T is stored: the builtin ops write the
-// scores, the mapped scores and the attention weights to memory and read them back, and on a
-// CPU those passes, not the arithmetic, bound the step. Windows are processed kLanes at a time,
-// one per vector lane, so every loop below runs on contiguous kLanes-wide rows.
+// SitClassTokenAttention computes row i = 0 alone, with L_m[j] = c[m, 0] q_0 . k_j + c[m, 1] q_j . k_0.
+// The gradient ops recompute each window's S and A and return the gradients of qkv, the bias,
+// the graphs and (SitWindowAttentionGrad) the map's values. Nothing of size B x T x T is stored:
+// the builtin ops write the scores, the mapped scores and the attention weights to memory and
+// read them back, and on a CPU those passes, not the arithmetic, bound the step. Windows are
+// processed kLanes at a time, one per vector lane, so every loop below runs on kLanes-wide rows.
 
 #include <algorithm>
-#include <functional>
 #include <cmath>
+#include <functional>
 #include <vector>
 
 #include "tensorflow/core/framework/op.h"
@@ -481,7 +483,7 @@ bool CheckBiasAndGraphs(OpKernelContext* context, const Tensor& qkv, const Tenso
 }
 
 // Sums the lane-wide per-chunk gradient accumulators `partial` ((heads, chunks, entries, kLanes)) into
-// out[h * entries + e] (or, with `stride`, into out[...] laid out by `place`), in a fixed order.
+// place(h, e, sum) for every head h and entry e, in a fixed order.
 template <typename T, typename Place>
 void SumPartials(const std::vector<T>& partial, int64_t heads, int64_t chunks, int64_t entries, Place place) {
   for (int64_t h = 0; h < heads; ++h) {
@@ -508,6 +510,70 @@ void RunShards(OpKernelContext* context, int64_t units, int64_t cost,
   tensorflow::Shard(threads->num_threads, threads->workers, units, cost, work);
 }
 
+// The gradients of the graph mixing and the bias, lane-wide, one set a unit (head h, chunk of its
+// blocks): 3 d T^2 graph entries, then 3 d bias entries. Write() adds the units' sums in a fixed
+// order, so a run's gradients do not depend on the threads' timing.
+template <typename T>
+class MixingGradients {
+ public:
+  MixingGradients(const Sizes& s, int64_t chunks)
+      : s_(s), chunks_(chunks), graph_entries_(3 * s.head_dim * s.pairs),
+        entries_(graph_entries_ + 3 * s.head_dim), partial_(s.heads * chunks * entries_ * kLanes, T(0)) {}
+
+  T* graphs(int64_t unit) { return partial_.data() + unit * entries_ * kLanes; }
+  T* bias(int64_t unit) { return graphs(unit) + graph_entries_ * kLanes; }
+
+  void Write(Tensor* dgraphs, Tensor* dbias) const {
+    const int64_t d = s_.head_dim, dim = s_.heads * d;
+    T* dg = dgraphs->flat<T>().data();
+    T* db = dbias->flat<T>().data();
+    SumPartials(partial_, s_.heads, chunks_, entries_, [&](int64_t h, int64_t e, T sum) {
+      if (e >= graph_entries_) {  // the bias: entry c d + f of head h is channel c D + h d + f
+        const int64_t channel = e - graph_entries_;
+        db[(channel / d) * dim + h * d + channel % d] = sum;
+      } else {
+        dg[(e / (d * s_.pairs) * dim + h * d) * s_.pairs + e % (d * s_.pairs)] = sum;
+      }
+    });
+  }
+
+ private:
+  const Sizes s_;
+  const int64_t chunks_, graph_entries_, entries_;
+  std::vector<T> partial_;
+};
+
+// The blocks of one unit (head h = unit / chunks, chunk = unit % chunks of its blocks):
+// backward(h, b) leaves the gradients of block b's mixed q, k and v in blk's current slot; every
+// kGroup blocks, and after the last, UnmixAndStore takes them back through the graphs into dqkv.
+template <typename T, typename Backward>
+void UnitGradients(const Sizes& s, int64_t unit, int64_t chunks, const T* graphs, Block<T>* blk,
+                   MixingGradients<T>* mixing, T* dqkv, Backward backward) {
+  const int64_t blocks = s.windows / kLanes, h = unit / chunks, chunk = unit % chunks;
+  const int64_t last = (chunk + 1) * blocks / chunks;
+  int64_t starts[kGroup];
+  for (int64_t block = chunk * blocks / chunks; block < last; ++block) {
+    const int64_t b = block * kLanes;
+    starts[blk->slot] = b;
+    backward(h, b);
+    if (++blk->slot == kGroup || block + 1 == last) {
+      UnmixAndStore(graphs, s, h, blk->slot, starts, blk, dqkv, mixing->bias(unit), mixing->graphs(unit));
+      blk->slot = 0;
+    }
+  }
+}
+
+// An op of one GSA layer's heads (attribute num_heads).
+class HeadsKernel : public OpKernel {
+ public:
+  explicit HeadsKernel(OpKernelConstruction* context) : OpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("num_heads", &num_heads_));
+  }
+
+ protected:
+  int num_heads_;
+};
+
 // ---------------------------------------------------------------------------------------------
 // SitWindowAttention: every row of every window (a block that is not the last).
 
@@ -531,11 +597,9 @@ void Forward(const T* qkv, const T* bias, const T* graphs, const T* values, cons
 }
 
 template <typename T>
-class WindowAttentionOp : public OpKernel {
+class WindowAttentionOp : public HeadsKernel {
  public:
-  explicit WindowAttentionOp(OpKernelConstruction* context) : OpKernel(context) {
-    OP_REQUIRES_OK(context, context->GetAttr("num_heads", &num_heads_));
-  }
+  explicit WindowAttentionOp(OpKernelConstruction* context) : HeadsKernel(context) {}
 
   void Compute(OpKernelContext* context) override {
     const Tensor& qkv = context->input(0);
@@ -571,16 +635,12 @@ class WindowAttentionOp : public OpKernel {
     RunShards(context, blocks * s.heads, cost, work);
   }
 
- private:
-  int num_heads_;
 };
 
 template <typename T>
-class WindowAttentionGradOp : public OpKernel {
+class WindowAttentionGradOp : public HeadsKernel {
  public:
-  explicit WindowAttentionGradOp(OpKernelConstruction* context) : OpKernel(context) {
-    OP_REQUIRES_OK(context, context->GetAttr("num_heads", &num_heads_));
-  }
+  explicit WindowAttentionGradOp(OpKernelConstruction* context) : HeadsKernel(context) {}
 
   void Compute(OpKernelContext* context) override {
     const Tensor& dout = context->input(0);
@@ -616,10 +676,8 @@ class WindowAttentionGradOp : public OpKernel {
     // result on every run.
     const int64_t chunks = NumChunks(context, blocks);
     const int64_t value_entries = s.maps * s.pairs * s.terms;
-    // Per unit: the graphs' gradient (3 d T^2 entries), then the bias's (3 d), lane-wide.
-    const int64_t graph_entries = 3 * d * s.pairs + 3 * d;
     std::vector<T> value_partial(s.heads * chunks * value_entries * kLanes, T(0));
-    std::vector<T> graph_partial(s.heads * chunks * graph_entries * kLanes, T(0));
+    MixingGradients<T> mixing(s, chunks);
     const T* dout_data = dout.flat<T>().data();
     const T* qkv_data = qkv.flat<T>().data();
     const T* g = graphs.flat<T>().data();
@@ -631,16 +689,10 @@ class WindowAttentionGradOp : public OpKernel {
     auto work = [&](int64_t start, int64_t limit) {
       Block<T> blk(s, true);
       for (int64_t unit = start; unit < limit; ++unit) {
-        const int64_t h = unit / chunks, chunk = unit % chunks;
         T* value_acc = value_partial.data() + unit * value_entries * kLanes;
-        T* graph_acc = graph_partial.data() + unit * graph_entries * kLanes;
-        int64_t starts[kGroup];
-        const int64_t last = (chunk + 1) * blocks / chunks;
-        for (int64_t block = chunk * blocks / chunks; block < last; ++block) {
-          const int64_t b = block * kLanes;
-          starts[blk.slot] = b;
+        UnitGradients(s, unit, chunks, g, &blk, &mixing, dqkv_data, [&](int64_t h, int64_t b) {
           Forward(qkv_data, bias_data, g, w, index, s, h, b, &blk);
-          // dO[(f T + i) kLanes + l], laid out as q, k and v; zero in unused lanes.
+          // dO[(f T + i) kLanes + l], laid out as q, k and v.
           LoadTokens(dout_data, s, h, b, blk.dout.data());
           T* dq = blk.dmixed_at(0);
           T* dk = blk.dmixed_at(1);
@@ -683,12 +735,7 @@ class WindowAttentionGradOp : public OpKernel {
           // dq[f, i] = sum_j dS[i, j] k[f, j];  dk[f, j] = sum_i dS[i, j] q[f, i]
           RowTimes(blk.dscores.data(), blk.k(), s, dq);
           ColumnTimes(blk.dscores.data(), blk.q(), s, dk);
-          if (++blk.slot == kGroup || block + 1 == last) {
-            UnmixAndStore(g, s, h, blk.slot, starts, &blk, dqkv_data, graph_acc + 3 * d * s.pairs * kLanes,
-                          graph_acc);
-            blk.slot = 0;
-          }
-        }
+        });
       }
     };
     const int64_t cost = (blocks / chunks + 1) *
@@ -699,21 +746,9 @@ class WindowAttentionGradOp : public OpKernel {
       const int64_t m = e / (s.pairs * s.terms);
       dv_out[(m * s.heads + h) * s.pairs * s.terms + e % (s.pairs * s.terms)] = sum;
     });
-    T* dg_out = dgraphs->flat<T>().data();
-    T* db_out = dbias->flat<T>().data();
-    SumPartials(graph_partial, s.heads, chunks, graph_entries, [&](int64_t h, int64_t e, T sum) {
-      if (e >= 3 * d * s.pairs) {  // the bias: entry c d + f of head h is channel c D + h d + f
-        const int64_t channel = e - 3 * d * s.pairs;
-        db_out[(channel / d) * dim + h * d + channel % d] = sum;
-        return;
-      }
-      const int64_t c = e / (d * s.pairs), rest = e % (d * s.pairs);
-      dg_out[(c * dim + h * d) * s.pairs + rest] = sum;
-    });
+    mixing.Write(dgraphs, dbias);
   }
 
- private:
-  int num_heads_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -768,11 +803,9 @@ bool ReadClassSizes(OpKernelContext* context, int num_heads, const Tensor& qkv, 
 }
 
 template <typename T>
-class ClassTokenAttentionOp : public OpKernel {
+class ClassTokenAttentionOp : public HeadsKernel {
  public:
-  explicit ClassTokenAttentionOp(OpKernelConstruction* context) : OpKernel(context) {
-    OP_REQUIRES_OK(context, context->GetAttr("num_heads", &num_heads_));
-  }
+  explicit ClassTokenAttentionOp(OpKernelConstruction* context) : HeadsKernel(context) {}
 
   void Compute(OpKernelContext* context) override {
     const Tensor& qkv = context->input(0);
@@ -812,16 +845,12 @@ class ClassTokenAttentionOp : public OpKernel {
     RunShards(context, blocks * s.heads, cost, work);
   }
 
- private:
-  int num_heads_;
 };
 
 template <typename T>
-class ClassTokenAttentionGradOp : public OpKernel {
+class ClassTokenAttentionGradOp : public HeadsKernel {
  public:
-  explicit ClassTokenAttentionGradOp(OpKernelConstruction* context) : OpKernel(context) {
-    OP_REQUIRES_OK(context, context->GetAttr("num_heads", &num_heads_));
-  }
+  explicit ClassTokenAttentionGradOp(OpKernelConstruction* context) : HeadsKernel(context) {}
 
   void Compute(OpKernelContext* context) override {
     const Tensor& dout = context->input(0);
@@ -845,9 +874,7 @@ class ClassTokenAttentionGradOp : public OpKernel {
     OP_REQUIRES_OK(context, context->allocate_output(2, graphs.shape(), &dgraphs));
     const int64_t blocks = (s.windows + kLanes - 1) / kLanes;
     const int64_t chunks = NumChunks(context, blocks);
-    // Per unit: the graphs' gradient (3 d T^2 entries), then the bias's (3 d), lane-wide.
-    const int64_t graph_entries = 3 * d * s.pairs + 3 * d;
-    std::vector<T> graph_partial(s.heads * chunks * graph_entries * kLanes, T(0));
+    MixingGradients<T> mixing(s, chunks);
     const T* dout_data = dout.flat<T>().data();
     const T* qkv_data = qkv.flat<T>().data();
     const T* g = graphs.flat<T>().data();
@@ -856,13 +883,7 @@ class ClassTokenAttentionGradOp : public OpKernel {
     auto work = [&](int64_t start, int64_t limit) {
       Block<T> blk(s, true);
       for (int64_t unit = start; unit < limit; ++unit) {
-        const int64_t h = unit / chunks, chunk = unit % chunks;
-        T* graph_acc = graph_partial.data() + unit * graph_entries * kLanes;
-        int64_t starts[kGroup];
-        const int64_t last = (chunk + 1) * blocks / chunks;
-        for (int64_t block = chunk * blocks / chunks; block < last; ++block) {
-          const int64_t b = block * kLanes;
-          starts[blk.slot] = b;
+        UnitGradients(s, unit, chunks, g, &blk, &mixing, dqkv_data, [&](int64_t h, int64_t b) {
           ClassForward(qkv_data, bias_data, g, coefficient, s, s.maps, h, b, &blk);
           Gather(dout_data + b * dim + h * d, dim, d, blk.dout.data());  // dO[f]
           T* dq = blk.dmixed_at(0);
@@ -910,31 +931,14 @@ class ClassTokenAttentionGradOp : public OpKernel {
             Store(dq + f * t * kLanes, Load(dq + f * t * kLanes) + dq0);
             Store(dk + f * t * kLanes, Load(dk + f * t * kLanes) + dk0);
           }
-          if (++blk.slot == kGroup || block + 1 == last) {
-            UnmixAndStore(g, s, h, blk.slot, starts, &blk, dqkv_data, graph_acc + 3 * d * s.pairs * kLanes,
-                          graph_acc);
-            blk.slot = 0;
-          }
-        }
+        });
       }
     };
     const int64_t cost = (blocks / chunks + 1) * (9 * d * s.pairs + 12 * d * t + s.maps * 12 * t) * kLanes;
     RunShards(context, s.heads * chunks, cost, work);
-    T* dg_out = dgraphs->flat<T>().data();
-    T* db_out = dbias->flat<T>().data();
-    SumPartials(graph_partial, s.heads, chunks, graph_entries, [&](int64_t h, int64_t e, T sum) {
-      if (e >= 3 * d * s.pairs) {  // the bias: entry c d + f of head h is channel c D + h d + f
-        const int64_t channel = e - 3 * d * s.pairs;
-        db_out[(channel / d) * dim + h * d + channel % d] = sum;
-        return;
-      }
-      const int64_t c = e / (d * s.pairs), rest = e % (d * s.pairs);
-      dg_out[(c * dim + h * d) * s.pairs + rest] = sum;
-    });
+    mixing.Write(dgraphs, dbias);
   }
 
- private:
-  int num_heads_;
 };
 
 #define REGISTER(T)                                                                                       \
