@@ -634,7 +634,6 @@ class WindowAttentionOp : public HeadsKernel {
     const int64_t cost = (s.pairs * (5 * s.head_dim + s.maps * (s.terms + 8)) + 3 * s.head_dim * s.tokens) * kLanes;
     RunShards(context, blocks * s.heads, cost, work);
   }
-
 };
 
 template <typename T>
@@ -748,7 +747,6 @@ class WindowAttentionGradOp : public HeadsKernel {
     });
     mixing.Write(dgraphs, dbias);
   }
-
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -844,7 +842,6 @@ class ClassTokenAttentionOp : public HeadsKernel {
     const int64_t cost = (3 * s.head_dim * s.pairs + 4 * s.head_dim * t + s.maps * 12 * t) * kLanes;
     RunShards(context, blocks * s.heads, cost, work);
   }
-
 };
 
 template <typename T>
@@ -938,7 +935,6 @@ class ClassTokenAttentionGradOp : public HeadsKernel {
     RunShards(context, s.heads * chunks, cost, work);
     mixing.Write(dgraphs, dbias);
   }
-
 };
 
 #define REGISTER(T)                                                                                       \
