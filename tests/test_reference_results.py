@@ -1163,6 +1163,8 @@ def test_native_kernels_table_and_readme_speed_are_the_report():
         f"{stages['sit']['local_gsa']['median_ms']:.0f} ms"
     ) in flat
     assert f"({ratios['train_step_over_vit']['sit']['xla']:.1f}x the ViT's XLA step)" in flat
+    sit_over_vit = ratios["train_step_over_vit"]["sit"]["graph"]
+    assert f"with which the SiT's step measures {sit_over_vit:.2f}x on this host" in " ".join(SPEED.split())
     over_vit = ratios["train_step_over_vit"]
     assert (
         f"a SiT train step costs {over_vit['sit']['graph']:.2f}x the ViT's with the native "
