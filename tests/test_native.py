@@ -5,10 +5,12 @@ reference path in float64, is in ``tests/test_fast_paths.py``):
 
 - the ops equal a float64 NumPy evaluation of their formula, for window counts
   that are not multiples of the lane width and one or two score maps;
-- a train step of a SiT traces the native ops, while its forward pass (what
-  policies, serving signatures and exports trace), an XLA-compiled train step
-  and a step traced inside ``builtin_only`` use builtin ops only; so does every
-  step where the library is missing, and the step's values are the same;
+- a train step of a SiT traces the native ops, and so does a forward pass traced
+  inside ``forward_passes`` (the trainers' drivers trace their policies there),
+  while a forward pass traced elsewhere (serving signatures and exports), an
+  XLA-compiled train step and a step traced inside ``builtin_only`` use builtin
+  ops only; so does every step where the library is missing, and the step's
+  values are the same;
 - the gradients are deterministic (fixed order of the per-thread sums);
 - malformed inputs raise ``InvalidArgumentError`` instead of crashing;
 - a library built for another host or TensorFlow is refused with a reason.
@@ -25,6 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sit_keras import native
+from sit_keras.agents.training import collection
 from sit_keras.encoder_check import make_train_step
 from sit_keras.layers.triangle_sums import TriangleSums
 from sit_keras.models import build_encoder
@@ -127,6 +130,26 @@ def test_a_train_step_runs_the_native_ops_and_a_forward_pass_does_not(sit) -> No
     assert not NATIVE_OPS & _op_types(make_train_step(sit, jit_compile=True), images)
     with native.builtin_only():
         assert not NATIVE_OPS & _op_types(make_train_step(sit, jit_compile=False), images)
+
+
+def test_a_forward_pass_traced_for_a_driver_runs_the_native_ops(sit) -> None:
+    images = tf.zeros((3, 16, 16, 3), tf.uint8)
+    with native.forward_passes():
+        assert NATIVE_OPS & _op_types(tf.function(lambda x: sit(x, training=False)), images)
+    assert not native.usable(tf.float32)  # outside it again
+
+
+def test_the_trainers_driver_runs_its_policy_inside_forward_passes(monkeypatch) -> None:
+    seen = []
+
+    def run(self, time_step, policy_state):
+        seen.append(native.usable(tf.float32))
+        return time_step, policy_state
+
+    monkeypatch.setattr(collection.FixedLengthDriver, "_run", run)
+    driver = object.__new__(collection.FixedLengthDriver)  # only run() is called
+    assert collection.FixedLengthDriver.run(driver, "time step", ()) == ("time step", ())
+    assert seen == [True]
 
 
 def test_without_the_library_a_train_step_keeps_builtin_ops_and_its_values(sit, monkeypatch) -> None:

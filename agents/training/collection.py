@@ -21,6 +21,7 @@ from tf_agents.drivers import py_driver
 from tf_agents.metrics import py_metric, py_metrics
 from tf_agents.trajectories import trajectory as trajectory_lib
 
+from sit_keras import native
 from sit_keras.agents.environments import normalized_score
 
 
@@ -45,6 +46,12 @@ class FixedLengthDriver(py_driver.PyDriver):
         self.policy_seconds = self.env_seconds = 0.0
 
     def run(self, time_step, policy_state=()):
+        # The policy's tf.function, traced on its first call here, may use the native kernels: it runs
+        # in this process only (sit_keras.native.forward_passes).
+        with native.forward_passes():
+            return self._run(time_step, policy_state)
+
+    def _run(self, time_step, policy_state):
         # PyDriver.run's loop body, counted in batched steps. Batched
         # environments reset themselves, so the policy state is not reset here.
         for _ in range(self.num_batched_steps):

@@ -7,9 +7,10 @@ one only where ``usable`` says so:
 
 - the library was built for this host (CPU flags and TensorFlow version) and
   loads (``load_problem`` says why not);
-- a gradient tape may be recording (a train step): inference, serving
-  signatures and exports keep the builtin ops, so a SavedModel or TFLite model
-  never needs this library;
+- a gradient tape may be recording (a train step), or the function is traced
+  inside ``forward_passes()`` (the trainers' collection and evaluation drivers):
+  serving signatures and exports, traced elsewhere, keep the builtin ops, so a
+  SavedModel or TFLite model never needs this library;
 - the function is not compiled by XLA (``jit_compile=True``), which cannot
   compile a custom op;
 - the dtype is float32 or float64;
@@ -96,6 +97,21 @@ def builtin_only() -> Iterator[None]:
         _state.off = previous
 
 
+@contextlib.contextmanager
+def forward_passes() -> Iterator[None]:
+    """Functions traced inside may use the kernels without a gradient tape (this thread).
+
+    For forward passes that run in this process only, such as a driver's
+    policy; what is saved (a SavedModel's signatures) is traced outside it.
+    """
+    previous = getattr(_state, "forward", False)
+    _state.forward = True
+    try:
+        yield
+    finally:
+        _state.forward = previous
+
+
 def usable(dtype: tf.DType) -> bool:
     """Whether a layer traced now should use a native kernel on ``dtype`` tensors (module docstring)."""
     # Imported here: sit_keras.layers imports this module.
@@ -104,7 +120,7 @@ def usable(dtype: tf.DType) -> bool:
     return (
         not getattr(_state, "off", False)
         and tf.as_dtype(dtype) in _DTYPES
-        and record.could_possibly_record()
+        and (record.could_possibly_record() or getattr(_state, "forward", False))
         and not in_compiled_function()
         and available()
     )
