@@ -5427,6 +5427,18 @@ def test_procgen_throughput_with_the_native_kernels_is_the_report():
         "forward passes"
     ) in _flat_page("speed.md")
     assert f"it needs the SiT's run about {slower / 6 - 1:.0%} faster again" in _flat_page("speed.md")
+    drivers = _report("speed_ppo_procgen_native_drivers_amx.json")
+    speeds_after = drivers["env_steps_per_second"]
+    ratio = drivers["ratios"]["impala_cnn_over_sit_env_steps_per_second"]
+    assert drivers["runs"][0]["model"] == "sit" and ratio > 6  # still short of the 1/6
+    assert (
+        f"The same command at {drivers['commit'][:7]} "
+        "(`benchmarks/reference/speed_ppo_procgen_native_drivers_amx.json`): "
+        f"SiT {speeds_after['sit']:.1f} env steps/s, IMPALA-CNN {speeds_after['impala_cnn']:.1f}, "
+        f"**1/{ratio:.2f}**, the SiT's policy share down to "
+        f"{drivers['runs'][0]['summary']['policy_fraction']:.0%}. One run each: the IMPALA-CNN's "
+        f"{speeds['impala_cnn']:.0f} and {speeds_after['impala_cnn']:.0f} env steps/s"
+    ) in _flat_page("speed.md")
 
 
 def _suite_report(name: str):
