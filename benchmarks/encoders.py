@@ -42,7 +42,7 @@ loss, Adam and glue) as the step minus the stages.
 
 Usage::
 
-    python benchmarks/encoders.py [--models sit,sit:reference,siet,vit,impala_cnn] [--repeats 7]
+    python benchmarks/encoders.py [--models sit,sit:builtin,sit:reference,siet,vit,impala_cnn] [--repeats 7]
         [--precisions float32,mixed_bfloat16,mixed_float16]
         [--out benchmarks/results/encoders.json] [--quick] [--no_profile]
     python benchmarks/encoders.py --image_size 14 --models \
