@@ -5408,6 +5408,21 @@ def test_the_procgen_throughput_under_each_cpu_allocator_is_the_reports():
     assert [run["model"] for run in intel["runs"]] == ["sit", "impala_cnn"]
 
 
+def test_the_op_profile_with_the_native_kernels_is_the_report():
+    report = _report("op_profile_train_amx_native.json")
+    assert report["settings"]["stage"] == "train" and report["settings"]["model"] == "sit"
+    share = {row["op"]: row["share"] for row in report["op_types"]}
+    gradients = share["SitWindowAttentionGrad"] + share["SitClassTokenAttentionGrad"]
+    ops = share["SitWindowAttention"] + share["SitClassTokenAttention"] + gradients
+    assert (
+        f"an op profile at {report['commit'][:7]} (`benchmarks/reference/op_profile_train_amx_native.json`; "
+        "summed op time per call, which exceeds the wall time because two ops run side by side) gives the "
+        f"four native ops {ops:.1%} (their two gradients {gradients:.1%}), the 2-D "
+        f"matmuls of the projections {share['_MklMatMul']:.1%}, transposes {share['_MklTranspose']:.1%} and "
+        f"element-wise products {share['Mul']:.1%}"
+    ) in _flat_page("speed.md")
+
+
 def test_procgen_throughput_with_the_native_kernels_is_the_report():
     report = _report("speed_ppo_procgen_native_amx.json")
     assert report["command"] == (
