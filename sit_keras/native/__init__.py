@@ -87,29 +87,27 @@ def available() -> bool:
 
 
 @contextlib.contextmanager
-def builtin_only() -> Iterator[None]:
-    """Functions traced inside use the builtin ops only (this thread)."""
-    previous = getattr(_state, "off", False)
-    _state.off = True
+def _thread_flag(name: str) -> Iterator[None]:
+    previous = getattr(_state, name, False)
+    setattr(_state, name, True)
     try:
         yield
     finally:
-        _state.off = previous
+        setattr(_state, name, previous)
 
 
-@contextlib.contextmanager
-def forward_passes() -> Iterator[None]:
+def builtin_only() -> contextlib.AbstractContextManager[None]:
+    """Functions traced inside use the builtin ops only (this thread)."""
+    return _thread_flag("off")
+
+
+def forward_passes() -> contextlib.AbstractContextManager[None]:
     """Functions traced inside may use the kernels without a gradient tape (this thread).
 
     For forward passes that run in this process only, such as a driver's
     policy; what is saved (a SavedModel's signatures) is traced outside it.
     """
-    previous = getattr(_state, "forward", False)
-    _state.forward = True
-    try:
-        yield
-    finally:
-        _state.forward = previous
+    return _thread_flag("forward")
 
 
 def usable(dtype: tf.DType) -> bool:
