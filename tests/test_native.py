@@ -19,6 +19,7 @@ reference path in float64, is in ``tests/test_fast_paths.py``):
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -107,6 +108,19 @@ def test_the_class_token_op_is_its_formula(shape: tuple[int, int, int, int], see
     attention = sum(_softmax(c_row * row + c_column * column) for c_row, c_column in coefficients)
     expected = np.einsum("hbj,hdbj->bhd", attention, v).reshape(windows, 1, dim)
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_the_docs_sizes_of_the_map_and_the_scale_rounding() -> None:
+    """docs/speed.md: a 4x4 window's map reads at most 6 of its 289 scores a row; float32 rounds 1/sqrt(8)
+    by 1.7e-8 relative (what the float64 layers lost before their scale was built with tf.constant)."""
+    page = " ".join((Path(__file__).resolve().parent.parent / "docs" / "speed.md").read_text().split())
+    pattern = TriangleSums((4, 4), class_token=True).pattern(1, True)
+    assert pattern.size == 289 and pattern.terms == 6
+    assert f"at most {pattern.terms} non-zero entries a row instead of all {pattern.size}" in page
+    scale = 1 / np.sqrt(8)
+    error = f"{abs(float(np.float32(scale)) - scale) / scale:.1e}".replace("e-08", "e-8")
+    assert f"that is {error} relative" in page
+    assert float(tf.constant(scale, tf.float64)) == scale != float(tf.cast(scale, tf.float64))
 
 
 def _op_types(function: tf.types.experimental.GenericFunction, *args) -> set[str]:
