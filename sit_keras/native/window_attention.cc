@@ -178,9 +178,27 @@ bool CheckMap(OpKernelContext* context, const Tensor& values, const Tensor& indi
   return true;
 }
 
-bool ReadSizes(OpKernelContext* context, int num_heads, const Tensor& qkv, const Tensor& values,
-               const Tensor& indices, Sizes* s) {
-  if (!CheckQkv(context, num_heads, qkv)) return false;
+// The shapes both ops check: qkv (3 H d, B / kLanes, T, kLanes), bias (3 H d) and graphs (3 H d, T, T).
+bool CheckBiasAndGraphs(OpKernelContext* context, const Tensor& qkv, const Tensor& bias, const Tensor& graphs) {
+  if (bias.dims() != 1 || bias.dim_size(0) != qkv.dim_size(0)) {
+    context->CtxFailure(InvalidArgument("SitWindowAttention expects bias (", qkv.dim_size(0), "); got ",
+                                        bias.shape().DebugString()));
+    return false;
+  }
+  if (graphs.dims() != 3 || graphs.dim_size(0) != qkv.dim_size(0) || graphs.dim_size(1) != qkv.dim_size(2) ||
+      graphs.dim_size(2) != qkv.dim_size(2)) {
+    context->CtxFailure(InvalidArgument("SitWindowAttention expects graphs (", qkv.dim_size(0), ", ",
+                                        qkv.dim_size(2), ", ", qkv.dim_size(2), "); got ",
+                                        graphs.shape().DebugString()));
+    return false;
+  }
+  return true;
+}
+
+// The window ops' sizes, after checking qkv, bias, graphs, values (M, H, T^2, K) and indices (T^2, K).
+bool ReadSizes(OpKernelContext* context, int num_heads, const Tensor& qkv, const Tensor& bias, const Tensor& graphs,
+               const Tensor& values, const Tensor& indices, Sizes* s) {
+  if (!CheckQkv(context, num_heads, qkv) || !CheckBiasAndGraphs(context, qkv, bias, graphs)) return false;
   s->heads = num_heads;
   s->head_dim = qkv.dim_size(0) / (3 * num_heads);
   s->windows = qkv.dim_size(1) * kLanes;
@@ -465,23 +483,6 @@ void UnmixAndStore(const T* graphs, const Sizes& s, int64_t h, int slots, const 
   }
 }
 
-// The shapes both ops check: qkv (3 H d, B / kLanes, T, kLanes), bias (3 H d) and graphs (3 H d, T, T).
-bool CheckBiasAndGraphs(OpKernelContext* context, const Tensor& qkv, const Tensor& bias, const Tensor& graphs) {
-  if (bias.dims() != 1 || bias.dim_size(0) != qkv.dim_size(0)) {
-    context->CtxFailure(InvalidArgument("SitWindowAttention expects bias (", qkv.dim_size(0), "); got ",
-                                        bias.shape().DebugString()));
-    return false;
-  }
-  if (graphs.dims() != 3 || graphs.dim_size(0) != qkv.dim_size(0) || graphs.dim_size(1) != qkv.dim_size(2) ||
-      graphs.dim_size(2) != qkv.dim_size(2)) {
-    context->CtxFailure(InvalidArgument("SitWindowAttention expects graphs (", qkv.dim_size(0), ", ",
-                                        qkv.dim_size(2), ", ", qkv.dim_size(2), "); got ",
-                                        graphs.shape().DebugString()));
-    return false;
-  }
-  return true;
-}
-
 // Sums the lane-wide per-chunk gradient accumulators `partial` ((heads, chunks, entries, kLanes)) into
 // place(h, e, sum) for every head h and entry e, in a fixed order.
 template <typename T, typename Place>
@@ -608,9 +609,7 @@ class WindowAttentionOp : public HeadsKernel {
     const Tensor& values = context->input(3);
     const Tensor& indices = context->input(4);
     Sizes s;
-    if (!ReadSizes(context, num_heads_, qkv, values, indices, &s) || !CheckBiasAndGraphs(context, qkv, bias, graphs)) {
-      return;
-    }
+    if (!ReadSizes(context, num_heads_, qkv, bias, graphs, values, indices, &s)) return;
     const T* bias_data = bias.flat<T>().data();
     const int64_t dim = s.heads * s.head_dim;
     Tensor* out = nullptr;
@@ -651,9 +650,7 @@ class WindowAttentionGradOp : public HeadsKernel {
     const Tensor& transposed_values = context->input(6);
     const Tensor& transposed_indices = context->input(7);
     Sizes s;
-    if (!ReadSizes(context, num_heads_, qkv, values, indices, &s) || !CheckBiasAndGraphs(context, qkv, bias, graphs)) {
-      return;
-    }
+    if (!ReadSizes(context, num_heads_, qkv, bias, graphs, values, indices, &s)) return;
     const T* bias_data = bias.flat<T>().data();
     if (!CheckMap(context, transposed_values, transposed_indices, s, "the transposed map's")) return;
     OP_REQUIRES(context, transposed_values.dim_size(0) == s.maps,
@@ -786,10 +783,10 @@ void ClassForward(const T* qkv, const T* bias, const T* graphs, const T* coeffic
   }
 }
 
-// The class token's sizes: qkv (3 H d, B / kLanes, T, kLanes), graphs (3 H d, T, T), coefficients (M, 2).
-bool ReadClassSizes(OpKernelContext* context, int num_heads, const Tensor& qkv, const Tensor& graphs,
-                    const Tensor& coefficients, Sizes* s) {
-  if (!CheckQkv(context, num_heads, qkv)) return false;
+// The class-token ops' sizes, after checking qkv, bias, graphs and coefficients (M, 2).
+bool ReadClassSizes(OpKernelContext* context, int num_heads, const Tensor& qkv, const Tensor& bias,
+                    const Tensor& graphs, const Tensor& coefficients, Sizes* s) {
+  if (!CheckQkv(context, num_heads, qkv) || !CheckBiasAndGraphs(context, qkv, bias, graphs)) return false;
   if (coefficients.dims() != 2 || coefficients.dim_size(1) != 2 || coefficients.dim_size(0) < 1) {
     context->CtxFailure(InvalidArgument("SitClassTokenAttention expects coefficients (M, 2); got ",
                                         coefficients.shape().DebugString()));
@@ -811,10 +808,7 @@ class ClassTokenAttentionOp : public HeadsKernel {
     const Tensor& graphs = context->input(2);
     const Tensor& coefficients = context->input(3);
     Sizes s;
-    if (!ReadClassSizes(context, num_heads_, qkv, graphs, coefficients, &s) ||
-        !CheckBiasAndGraphs(context, qkv, bias, graphs)) {
-      return;
-    }
+    if (!ReadClassSizes(context, num_heads_, qkv, bias, graphs, coefficients, &s)) return;
     const T* bias_data = bias.flat<T>().data();
     const int64_t dim = s.heads * s.head_dim, t = s.tokens;
     Tensor* out = nullptr;
@@ -856,10 +850,7 @@ class ClassTokenAttentionGradOp : public HeadsKernel {
     const Tensor& graphs = context->input(3);
     const Tensor& coefficients = context->input(4);
     Sizes s;
-    if (!ReadClassSizes(context, num_heads_, qkv, graphs, coefficients, &s) ||
-        !CheckBiasAndGraphs(context, qkv, bias, graphs)) {
-      return;
-    }
+    if (!ReadClassSizes(context, num_heads_, qkv, bias, graphs, coefficients, &s)) return;
     const T* bias_data = bias.flat<T>().data();
     const int64_t dim = s.heads * s.head_dim, t = s.tokens, d = s.head_dim;
     OP_REQUIRES(context, dout.shape() == TensorShape({s.windows, 1, dim}),
