@@ -11,6 +11,8 @@ reference path in float64, is in ``tests/test_fast_paths.py``):
   XLA-compiled train step and a step traced inside ``builtin_only`` use builtin
   ops only; so does every step where the library is missing, and the step's
   values are the same;
+- a SiT whose local windows go through the ops keeps its rotations and breaks
+  its flips (float64, perturbed weights);
 - the gradients are deterministic (fixed order of the per-thread sums);
 - malformed inputs raise ``InvalidArgumentError`` instead of crashing;
 - a library built for another host or TensorFlow is refused with a reason.
@@ -28,7 +30,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sit_keras import native
+from sit_keras import native, testing
 from sit_keras.agents.training import collection
 from sit_keras.encoder_check import make_train_step
 from sit_keras.layers.triangle_sums import TriangleSums
@@ -152,6 +154,20 @@ def test_a_forward_pass_traced_for_a_driver_runs_the_native_ops(sit) -> None:
     with native.forward_passes():
         assert NATIVE_OPS & _op_types(tf.function(lambda x: sit(x, training=False)), images)
     assert not native.usable(tf.float32)  # outside it again
+
+
+def test_a_sit_on_the_native_ops_keeps_rotations_and_breaks_flips() -> None:
+    """The SiT's promise (rotation invariance; the triangle sums break the flips), on perturbed weights in
+    float64, with every local window through the native ops."""
+    encoder = build_encoder("sit", (16, 16, 3), dtype="float64")
+    x = tf.constant(np.random.default_rng(3).uniform(size=(2, 16, 16, 3)))
+    encoder(x)
+    testing.perturb_weights(encoder, 0.1)
+    with native.forward_passes():
+        forward = tf.function(lambda z: encoder(z, training=False))
+        assert NATIVE_OPS <= _op_types(forward, x)
+        testing.assert_invariant(forward, x, testing.ROTATIONS, tol=1e-10)
+        testing.assert_not_invariant(forward, x, testing.REFLECTIONS)
 
 
 def test_the_trainers_driver_runs_its_policy_inside_forward_passes(monkeypatch) -> None:
