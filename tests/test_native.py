@@ -5,6 +5,11 @@ reference path in float64, is in ``tests/test_fast_paths.py``):
 
 - the ops equal a float64 NumPy evaluation of their formula, for window counts
   that are not multiples of the lane width and one or two score maps;
+- the triangle sums' map written term by term (for grids whose matrix would not
+  pay) adds up to its matrix, and a map's transposed lists are its transpose;
+- a GSA layer on the Procgen SiT's 8x8 global grid and its class token (too many
+  token pairs for lane-wide graph gradients) equals the reference through the
+  ops, values and every gradient, in float64;
 - a train step of a SiT traces the native ops, and so does a forward pass traced
   inside ``forward_passes`` (the trainers' drivers trace their policies there),
   while a forward pass traced elsewhere (serving signatures and exports), an
@@ -33,9 +38,10 @@ from hypothesis import strategies as st
 from sit_keras import native, testing
 from sit_keras.agents.training import collection
 from sit_keras.encoder_check import make_train_step
-from sit_keras.layers.triangle_sums import TriangleSums
+from sit_keras.layers.graph_symmetric_attention import GraphSymmetricAttention
+from sit_keras.layers.triangle_sums import TriangleSums, theta_table
 from sit_keras.models import build_encoder
-from sit_keras.native import build
+from sit_keras.native import ScoreMapPattern, build
 
 NATIVE_OPS = {"SitWindowAttention", "SitClassTokenAttention"}
 
@@ -111,6 +117,92 @@ def test_the_class_token_op_is_its_formula(shape: tuple[int, int, int, int], see
     attention = sum(_softmax(c_row * row + c_column * column) for c_row, c_column in coefficients)
     expected = np.einsum("hbj,hdbj->bhd", attention, v).reshape(windows, 1, dim)
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-12, atol=1e-12)
+
+
+def _dense(pattern: ScoreMapPattern, values: np.ndarray) -> np.ndarray:
+    """The ``(..., P, P)`` matrices whose rows ``values (..., P, K)`` weight at ``pattern.indices``."""
+    dense = np.zeros((*values.shape[:-2], pattern.size, pattern.size))
+    rows = np.broadcast_to(np.arange(pattern.size)[:, None], pattern.indices.shape)
+    for at in np.ndindex(values.shape[:-2]):
+        np.add.at(dense[at], (rows, pattern.indices), values[at])
+    return dense
+
+
+@settings(deadline=None, max_examples=10)
+@given(
+    grid=st.tuples(st.integers(2, 4), st.integers(2, 4)),
+    class_token=st.booleans(),
+    tables=st.integers(1, 2),
+    sign=st.sampled_from([1.0, 0.0, -1.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_the_maps_terms_add_up_to_its_matrix(
+    grid: tuple[int, int], class_token: bool, tables: int, sign: float, seed: int
+) -> None:
+    sums = TriangleSums(grid, class_token=class_token)
+    rng = np.random.default_rng(seed)
+    weights = [theta_table(tf.constant(rng.normal(size=(sums.num_angle_classes, 2)))) for _ in range(tables)]
+    symmetrised = sign != 0.0 or bool(seed % 2)  # sign 0 on a symmetrised pattern: zero weights
+    pattern = sums.terms_pattern(tables, symmetrised)
+    values = sums.terms_values(weights, sign, 0.3, symmetrised).numpy()  # (H, P, K)
+    assert (
+        values.shape
+        == (2, pattern.size, pattern.terms)
+        == (2, sums.num_tokens**2, (1 + symmetrised) * 3**tables)
+    )
+    np.testing.assert_allclose(_dense(pattern, values), sums.matrix(weights, sign, 0.3).numpy(), atol=1e-13)
+
+
+@settings(deadline=None, max_examples=10)
+@given(size=st.integers(1, 30), terms=st.integers(1, 5), seed=st.integers(0, 2**16))
+def test_a_maps_transposed_lists_are_its_transpose(size: int, terms: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    indices = rng.integers(0, size, size=(size, terms))  # columns may repeat in a row
+    mask = (rng.uniform(size=(size, terms)) < 0.8).astype(np.float32)
+    pattern = ScoreMapPattern(indices, mask)
+    values = rng.normal(size=(size, terms)) * mask
+    flat = np.append(values.reshape(-1), 0.0)  # padding reads the zero after the values
+    transposed = _dense(ScoreMapPattern(pattern.transposed_indices), flat[pattern.transposed_values])
+    np.testing.assert_allclose(transposed, _dense(pattern, values).T, atol=1e-14)
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["training", "inference"])
+@pytest.mark.parametrize(
+    "options",
+    [{"triangles": 1}, {"triangles": 1, "score_graph": True, "antisymmetric": True}],
+    ids=["sit", "graph"],
+)
+def test_a_global_grid_through_the_ops_equals_the_reference(options: dict, training: bool) -> None:
+    """The Procgen SiT's 8x8 global grid and its class token: 4225 token pairs, so the ops sum the graphs'
+    gradients row by row instead of lane by lane, and the map is built term by term (its pairs form)."""
+    kwargs = {
+        "num_heads": 2,
+        "graph_dropout": 0.1,
+        "seed": 0,
+        "dtype": "float64",
+        "class_token": True,
+        **options,
+    }
+    layers = [GraphSymmetricAttention((8, 8), implementation=i, **kwargs) for i in ("reference", "fast")]
+    for layer in layers:
+        layer.build((None, 65, 8))
+    testing.perturb_weights(layers[0], 0.3)
+    layers[1].set_weights(layers[0].get_weights())
+    x = tf.constant(np.random.default_rng(1).normal(size=(19, 65, 8)))  # two lane blocks, the second padded
+    results = []
+    for layer in layers:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            assert layer.native_applies(x.dtype, token_only=False) == (layer is layers[1])
+            tf.random.set_seed(7)  # the same dropout masks, drawn in the same order
+            out = layer(x, training=training)
+            loss = tf.reduce_sum(out * np.random.default_rng(3).normal(size=out.shape))
+        results.append([out, *tape.gradient(loss, [x, *layer.trainable_variables])])
+    tf.random.set_seed(None)
+    assert len(layers[0].trainable_variables) >= 4  # the projection, G_q k v and the triangle weights
+    for a, b in zip(*results, strict=True):
+        a, b = tf.convert_to_tensor(a).numpy(), tf.convert_to_tensor(b).numpy()
+        assert np.linalg.norm(a - b) <= 1e-12 * np.linalg.norm(a) != 0
 
 
 def test_the_docs_sizes_of_the_map_and_the_scale_rounding() -> None:
@@ -199,12 +291,13 @@ def test_without_the_library_a_train_step_keeps_builtin_ops_and_its_values(sit, 
         assert np.linalg.norm(a - b) <= 1e-4 * np.linalg.norm(a)
 
 
-def test_the_gradients_are_the_same_on_every_run() -> None:
+@pytest.mark.parametrize("tokens", [10, 40], ids=["lane_wide", "row_wise"])  # 100 and 1600 token pairs
+def test_the_gradients_are_the_same_on_every_run(tokens: int) -> None:
     rng = np.random.default_rng(1)
-    qkv = _blocked(rng.normal(size=(24, 100, 10)).astype(np.float32))
+    qkv = _blocked(rng.normal(size=(24, 100, tokens)).astype(np.float32))
     bias, graphs = (
         tf.constant(rng.normal(size=24), tf.float32),
-        tf.constant(rng.normal(size=(24, 10, 10)), tf.float32),
+        tf.constant(rng.normal(size=(24, tokens, tokens)), tf.float32),
     )
     dout = tf.constant(rng.normal(size=(112, 1, 8)), tf.float32)
     coefficients = tf.constant([[0.5, 0.5]], tf.float32)

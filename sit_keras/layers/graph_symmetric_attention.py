@@ -632,14 +632,15 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
     def native_applies(self, dtype: tf.DType, token_only: bool) -> bool:
         """Whether ``call`` runs ``mix_and_attend_native``: one native op after the projection.
 
-        For windows (``T^2`` up to ``native.MAX_WINDOW_PAIRS``) with dense
-        ``G_q, G_k, G_v`` and plain scores (no score mixing or query and key
-        normalisation): a block's class-token row, or every row when the
-        triangle sums take their matrix form; and where ``native.usable``.
+        For token sets of up to ``native.MAX_TOKEN_PAIRS`` pairs (local windows
+        and the Procgen global grid) with dense ``G_q, G_k, G_v`` and plain
+        scores (no score mixing or query and key normalisation): a block's
+        class-token row, or every row when the triangle sums take their
+        matrix or pairs form; and where ``native.usable``.
         """
         if (
             self.implementation != "fast"
-            or self.num_tokens**2 > native.MAX_WINDOW_PAIRS
+            or self.num_tokens**2 > native.MAX_TOKEN_PAIRS
             or not self.graph_qkv
             or self._use_conv_form()
             or self.score_mixing
@@ -651,7 +652,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         if not self.triangle_weights:
             return False
         form = self._triangle_sums.resolve_form(self.triangle_form, compiled=in_compiled_function())
-        return form == "matrix" and native.usable(dtype)
+        return form in ("matrix", "pairs") and native.usable(dtype)
 
     def mix_and_attend_native(
         self, qkv: tf.Tensor, bias: tf.Tensor, training: bool | None, token_only: bool
@@ -665,9 +666,11 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         same order: ``G_q, G_k, G_v`` first, then the score graph, then the
         triangle weights once per sign.
         For every row, the score map of each sign (``+1`` for eq. 3, ``-1`` for
-        eq. 6's anti-symmetrised scores) is the triangle-sum matrix read at its
-        non-zero entries; the score graph ``G`` scales the map's columns, since
-        ``map(S (.) G) = map diag(G) S``.
+        eq. 6's anti-symmetrised scores) is the triangle sums' linear map:
+        with the matrix form, that matrix read at its non-zero entries; with
+        the pairs form (large grids, where the matrix would not pay), its
+        terms one by one (``TriangleSums.terms_values``). The score graph
+        ``G`` scales the map's columns, since ``map(S (.) G) = map diag(G) S``.
         """
         heads = self.num_heads
         graphs = tf.cast(self.token_graphs_transposed(training), qkv.dtype)
@@ -677,15 +680,20 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
             coefficients = tf.constant([[scale, sign * scale] for sign in signs], qkv.dtype)
             return native.class_token_attention(qkv, tf.cast(bias, qkv.dtype), graphs, coefficients, heads)
         graph = self._score_matrix(self.score_graph_weights, 1.0, training) if self.score_graph else None
-        pattern = self._triangle_sums.pattern(len(self.triangle_weights), any(signs))
+        sums, count, symmetrised = self._triangle_sums, len(self.triangle_weights), any(signs)
+        as_matrix = sums.resolve_form(self.triangle_form, compiled=False) == "matrix"
+        pattern = sums.pattern(count, symmetrised) if as_matrix else sums.terms_pattern(count, symmetrised)
         maps = []
         for sign in signs:
             tables = [
                 theta_table(graph_symmetric_dropout(w, self.graph_dropout, training))
                 for w in self.triangle_weights
             ]
-            maps.append(self._triangle_sums.matrix(tables, sign, scale))
-        values = pattern.values_of(tf.cast(tf.stack(maps), qkv.dtype))  # (M, H, P, K)
+            if as_matrix:
+                maps.append(pattern.values_of(sums.matrix(tables, sign, scale)))
+            else:
+                maps.append(sums.terms_values(tables, sign, scale, symmetrised))
+        values = tf.cast(tf.stack(maps), qkv.dtype)  # (M, H, P, K)
         if graph is not None:
             columns = tf.gather(tf.reshape(graph, [heads, -1]), pattern.indices, axis=1)  # (H, P, K)
             values = values * tf.cast(columns, qkv.dtype)

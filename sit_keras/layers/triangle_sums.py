@@ -198,8 +198,47 @@ class TriangleSums:
                 if i == 0 and symmetrised:
                     step[rows, self.transpose[columns]] = True
                 reach = (step.astype(np.int32) @ reach.astype(np.int32)) > 0
-            self._patterns[key] = ScoreMapPattern(reach)
+            self._patterns[key] = ScoreMapPattern.of_nonzero(reach)
         return self._patterns[key]
+
+    # -- the map's terms, one by one (the native op on large grids) ---------------
+    def terms_pattern(self, num_tables: int, symmetrised: bool) -> ScoreMapPattern:
+        """The columns ``terms_values`` weights, without building the ``(T^2, T^2)`` matrix.
+
+        Row ``p`` lists every term of ``L_n ... L_1 (I + sign P)`` as it is
+        formed: the three scores each sum reads, the first sum's also
+        transposed when ``symmetrised``; ``3^n`` or ``2 3^n`` terms a row, a
+        column possibly twice. For the native op on grids whose matrix would
+        not pay (``sit_keras.native.window_attention``).
+        """
+        key = (-num_tables, symmetrised)
+        if key not in self._patterns:
+            indices = self.sources  # (T^2, 3)
+            if symmetrised:
+                indices = np.concatenate([indices, self.transpose[indices]], axis=1)
+            for _ in range(num_tables - 1):
+                # Term k of a later sum reads row sources[p, k] of the map so far.
+                indices = indices[self.sources].reshape(self.num_tokens**2, -1)
+            self._patterns[key] = ScoreMapPattern(indices)
+        return self._patterns[key]
+
+    def terms_values(
+        self, tables: list[tf.Tensor], sign: float, scale: float, symmetrised: bool
+    ) -> tf.Tensor:
+        """``matrix(tables, sign, scale)`` at ``terms_pattern(len(tables), symmetrised)``: ``(H, T^2, K)``.
+
+        ``symmetrised`` must be true when ``sign`` is not 0 (the transposed
+        terms then carry ``sign`` times the first sum's weights).
+        """
+        if sign and not symmetrised:
+            raise ValueError(f"terms_values needs symmetrised=True for sign={sign}.")
+        theta = tf.gather(_with_zero_row(tables[0]), self.classes)  # (T^2, 3, H)
+        values = tf.concat([theta, sign * theta], axis=1) if symmetrised else theta
+        for table in tables[1:]:
+            theta = tf.gather(_with_zero_row(table), self.classes)  # (T^2, 3, H)
+            earlier = tf.gather(values, self.sources)  # (T^2, 3, K, H): the rows each term reads
+            values = tf.reshape(theta[:, :, None] * earlier, [self.num_tokens**2, -1, theta.shape[-1]])
+        return tf.transpose(values, [2, 0, 1]) * tf.constant(scale, values.dtype)
 
     # -- pair-major gathers ------------------------------------------------------
     def pairs_sum(self, pairs: tf.Tensor, tables: list[tf.Tensor], sign: float, scale: float) -> tf.Tensor:

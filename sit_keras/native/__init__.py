@@ -41,10 +41,10 @@ from tensorflow.python.eager import record
 
 LIBRARY = Path(__file__).with_name("_kernels.so")
 _DTYPES = (tf.float32, tf.float64)
-# The ops keep a window's T x T scores and each thread's gradient of the graphs, 3 D T^2 values a
-# vector lane, in cache: windows up to this many token pairs (a 4x4 window and its class token:
-# 289; 5x5: 676). Larger grids (the global GSA) keep the builtin ops.
-MAX_WINDOW_PAIRS = 1024
+# The ops keep a window's T x T scores, maps and softmaxes in each thread's cache: token sets up to
+# this many pairs (a 4x4 window and its class token: 289; the Procgen SiT's 8x8 global grid and its
+# class token: 4225). Larger grids (the MiniGrid SiT's 14x14) keep the builtin ops.
+MAX_TOKEN_PAIRS = 65**2
 LANES = 16  # windows per block of the ops' input layout: kLanes of window_attention.cc
 _state = threading.local()
 _loaded: dict[str, object] = {}
@@ -125,50 +125,55 @@ def usable(dtype: tf.DType) -> bool:
 
 
 class ScoreMapPattern:
-    """Where a ``(P, P)`` linear map of each row reads: at most ``K`` columns per output column.
+    """Where a linear map of ``P`` scores reads: output ``p`` is ``sum_k w[p, k] x[indices[p, k]]``.
 
-    Built from a boolean ``(P, P)`` pattern ``nonzero[p, c]`` (output ``p``
-    reads input ``c``): ``indices (P, K)`` lists the columns read for each
-    output, padded by the output's own column with weight 0 (``mask``); the
-    transposed lists serve the map's input gradient.
+    ``indices (P, K)`` lists the inputs each output reads (a column may repeat
+    in a row: its terms add up); ``mask (P, K)`` is 0 where a row is padded
+    (by its own column, with weight 0). The transposed lists serve the map's
+    input gradient: ``transposed_indices (P, K')`` the outputs reading each
+    input, ``transposed_values (P, K')`` where their weights sit among the
+    ``P * K`` values, ``P * K`` (a zero appended after them) for padding.
     """
 
-    def __init__(self, nonzero: np.ndarray):
-        nonzero = np.asarray(nonzero, bool)
-        size = nonzero.shape[0]
-        self.size = size
-        self.indices, self.mask = _padded_rows(nonzero)
-        self.terms = self.indices.shape[1]
-        transposed, transposed_mask = _padded_rows(nonzero.T)
-        # Entry (c, k') of the transposed map is entry (p, k) of this one, where
-        # indices[p, k] = c; padding reads a zero appended after the P * K values.
-        position = np.full((size, size), size * self.terms, np.int32)  # [p, c]: flat index in values
+    def __init__(self, indices: np.ndarray, mask: np.ndarray | None = None):
+        self.indices = np.asarray(indices, np.int32)
+        self.size, self.terms = self.indices.shape
+        self.mask = np.ones(self.indices.shape, np.float32) if mask is None else np.asarray(mask, np.float32)
         rows, ks = np.nonzero(self.mask)
-        position[rows, self.indices[rows, ks]] = rows * self.terms + ks
-        self.transposed_indices = transposed
-        self.transposed_values = np.where(
-            transposed_mask > 0, position[transposed, np.arange(size)[:, None]], size * self.terms
-        ).astype(np.int32)
+        columns = self.indices[rows, ks]
+        order = np.lexsort((rows, columns))  # by input, then by output
+        rows, ks, columns = rows[order], ks[order], columns[order]
+        counts = np.bincount(columns, minlength=self.size)
+        slots = np.arange(len(columns)) - (np.cumsum(counts) - counts)[columns]
+        width = max(1, int(counts.max(initial=0)))
+        self.transposed_indices = np.repeat(np.arange(self.size, dtype=np.int32)[:, None], width, axis=1)
+        self.transposed_indices[columns, slots] = rows
+        self.transposed_values = np.full((self.size, width), self.size * self.terms, np.int32)
+        self.transposed_values[columns, slots] = rows * self.terms + ks
+
+    @classmethod
+    def of_nonzero(cls, nonzero: np.ndarray) -> ScoreMapPattern:
+        """The pattern of a boolean ``(P, P)`` matrix, ``nonzero[p, c]``: output ``p`` reads input ``c``."""
+        nonzero = np.asarray(nonzero, bool)
+        terms = max(1, int(nonzero.sum(axis=1).max()))
+        indices = np.repeat(np.arange(nonzero.shape[0], dtype=np.int32)[:, None], terms, axis=1)
+        mask = np.zeros(indices.shape, np.float32)
+        for p, row in enumerate(nonzero):
+            columns = np.flatnonzero(row)
+            indices[p, : len(columns)] = columns
+            mask[p, : len(columns)] = 1.0
+        return cls(indices, mask)
 
     def values_of(self, matrix: tf.Tensor) -> tf.Tensor:
-        """``(..., P, P)`` matrices -> ``(..., P, K)``: each output's weights in ``indices`` order."""
+        """``(..., P, P)`` matrices -> ``(..., P, K)``: each output's weights in ``indices`` order.
+
+        For a pattern whose rows name each column once (``of_nonzero``).
+        """
         flat = tf.reshape(matrix, [-1, self.size * self.size])
         rows = np.arange(self.size)[:, None] * self.size
         values = tf.gather(flat, (rows + self.indices).reshape(-1), axis=1)
         values = tf.reshape(values, [*matrix.shape[:-2], self.size, self.terms])
         return values * tf.constant(self.mask, values.dtype)
-
-
-def _padded_rows(nonzero: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    size = nonzero.shape[0]
-    terms = max(1, int(nonzero.sum(axis=1).max()))
-    indices = np.repeat(np.arange(size, dtype=np.int32)[:, None], terms, axis=1)
-    mask = np.zeros((size, terms), np.float32)
-    for p in range(size):
-        columns = np.flatnonzero(nonzero[p])
-        indices[p, : len(columns)] = columns
-        mask[p, : len(columns)] = 1.0
-    return indices, mask
 
 
 def lane_blocks(channels_first: tf.Tensor) -> tf.Tensor:

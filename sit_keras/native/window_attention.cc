@@ -390,23 +390,77 @@ void Mix(const T* graphs, const T* x, const Sizes& s, T* out) {
   }
 }
 
-// The gradients of Mix for one feature f of `slots` blocks (x and dout of slot k at
-// x + k stride, dout + k stride): dx[t] = sum_j g[t, j] dout[j] per block, and per lane
-// dg[t, j] += sum_k x_k[t] dout_k[j] (summed over the lanes later).
+// The gradient ops take the blocks of a unit kGroup at a time (Block::slot).
+constexpr int kGroup = 4;
+
+// out[c] += sum_r factors[r] columns[r padded + c] for the N vectors c of one row: N sums side by side.
+template <typename T, int N>
+inline void AddRowProducts(const T* factors, const T* columns, int64_t rows, int64_t padded, T* out) {
+  Lanes<T> acc[N];
+  for (int c = 0; c < N; ++c) acc[c] = Load(out + c * kLanes);
+  for (int64_t r = 0; r < rows; ++r) {
+    const T a = factors[r];
+    for (int c = 0; c < N; ++c) acc[c] += a * Load(columns + r * padded + c * kLanes);
+  }
+  for (int c = 0; c < N; ++c) Store(out + c * kLanes, acc[c]);
+}
+
+// Graph gradients of windows up to this many token pairs are summed lane-wide (3 d T^2 kLanes values
+// a unit, which stay in cache); a larger grid's are summed over the lanes as they are formed, into
+// rows of T padded to whole vectors (3 d T Tp values a unit).
+constexpr int64_t kMaxLaneWidePairs = 1024;
+
+inline bool LaneWideGraphs(const Sizes& s) { return s.pairs <= kMaxLaneWidePairs; }
+inline int64_t PaddedTokens(const Sizes& s) { return (s.tokens + kLanes - 1) / kLanes * kLanes; }
+// The values of one feature's graph gradient in a unit's accumulator.
+inline int64_t GraphGradientSize(const Sizes& s) {
+  return LaneWideGraphs(s) ? s.pairs * kLanes : s.tokens * PaddedTokens(s);
+}
+
+// The gradients of Mix for one feature f of `slots` blocks (x and dout of slot k at x + k stride,
+// dout + k stride): dx[t] = sum_j g[t, j] dout[j] per block, and dg[t, j] += sum_k x_k[t] dout_k[j],
+// per lane (LaneWideGraphs; summed over the lanes later) or summed over the lanes now, in rows of
+// `padded` values with the help of `transposed` (slots kLanes rows of `padded` values, zero beyond t).
 template <typename T>
-void UnmixFeature(const T* g, const T* x, const T* dout, int slots, int64_t stride, int64_t t, T* dx, T* dg) {
+void UnmixFeature(const T* g, const T* x, const T* dout, int slots, int64_t stride, int64_t t, bool lane_wide,
+                  int64_t padded, T* transposed, T* dx, T* dg) {
   for (int k = 0; k < slots; ++k) {
     const T* dk = dout + k * stride;
     Sums<T>(
         t, t, [&](int64_t i, int64_t j) { return g[i * t + j] * Load(dk + j * kLanes); },
         [&](int64_t i, Lanes<T> v) { Store(dx + k * stride + i * kLanes, v); });
   }
+  if (lane_wide) {
+    for (int64_t i = 0; i < t; ++i) {
+      T* dg_row = dg + i * t * kLanes;
+      for (int64_t j = 0; j < t; ++j) {
+        Lanes<T> acc = Load(dg_row + j * kLanes);
+        for (int k = 0; k < slots; ++k) acc += Load(x + k * stride + i * kLanes) * Load(dout + k * stride + j * kLanes);
+        Store(dg_row + j * kLanes, acc);
+      }
+    }
+    return;
+  }
+  // transposed[(k kLanes + l) padded + j] = dout_k[j] of lane l; then each row i of dg gathers
+  // x_k[i] of every lane times those rows, kChains vectors of j at a time.
+  for (int k = 0; k < slots; ++k) Scatter(dout + k * stride, padded, t, transposed + k * kLanes * padded);
+  const int64_t vectors = padded / kLanes, rows = slots * kLanes;
+  T factors[kGroup * kLanes];
   for (int64_t i = 0; i < t; ++i) {
-    T* dg_row = dg + i * t * kLanes;
-    for (int64_t j = 0; j < t; ++j) {
-      Lanes<T> acc = Load(dg_row + j * kLanes);
-      for (int k = 0; k < slots; ++k) acc += Load(x + k * stride + i * kLanes) * Load(dout + k * stride + j * kLanes);
-      Store(dg_row + j * kLanes, acc);
+    for (int k = 0; k < slots; ++k) Store(factors + k * kLanes, Load(x + k * stride + i * kLanes));
+    for (int64_t v = 0; v < vectors; v += kChains) {
+      T* out = dg + i * padded + v * kLanes;
+      const T* columns = transposed + v * kLanes;
+      switch (std::min<int64_t>(kChains, vectors - v)) {
+        case 1: AddRowProducts<T, 1>(factors, columns, rows, padded, out); break;
+        case 2: AddRowProducts<T, 2>(factors, columns, rows, padded, out); break;
+        case 3: AddRowProducts<T, 3>(factors, columns, rows, padded, out); break;
+        case 4: AddRowProducts<T, 4>(factors, columns, rows, padded, out); break;
+        case 5: AddRowProducts<T, 5>(factors, columns, rows, padded, out); break;
+        case 6: AddRowProducts<T, 6>(factors, columns, rows, padded, out); break;
+        case 7: AddRowProducts<T, 7>(factors, columns, rows, padded, out); break;
+        default: AddRowProducts<T, kChains>(factors, columns, rows, padded, out); break;
+      }
     }
   }
 }
@@ -415,9 +469,7 @@ void UnmixFeature(const T* g, const T* x, const T* dout, int slots, int64_t stri
 // (raw: q, k, v one after the other) and mixed by the graphs (q, k, v), the scores, each map's
 // softmax and their sum, and for the gradient the same again. The gradient ops keep the raw
 // projections and the mixed ones' gradients of kGroup blocks (`slot`), so that each feature's
-// lane-wide graph gradient is read and written once per kGroup blocks, not once per block.
-constexpr int kGroup = 4;
-
+// graph gradient is read and written once per kGroup blocks, not once per block.
 template <typename T>
 struct Block {
   Block(const Sizes& s, bool grad)
@@ -430,6 +482,7 @@ struct Block {
       dattention.resize(scores.size());
       dlogits.resize(scores.size());
       dscores.resize(scores.size());
+      if (!LaneWideGraphs(s)) transposed.resize(kGroup * kLanes * PaddedTokens(s), T(0));
     }
   }
   T* q() { return mixed.data(); }
@@ -442,6 +495,7 @@ struct Block {
   int slot = 0;
   std::vector<T> raw, mixed, scores, attention, per_map, out;
   std::vector<T> dout, dmixed, draw, dattention, dlogits, dscores;
+  std::vector<T> transposed;  // UnmixFeature's rows of dout, for a grid too large for lane-wide graph gradients
 };
 
 // Reads head h's q, k and v (plus their bias) for kLanes windows from b and mixes them by their graphs.
@@ -456,8 +510,8 @@ void LoadAndMix(const T* qkv, const T* bias, const T* graphs, const Sizes& s, in
 }
 
 // The mixed projections' gradients of the blocks in slots [0, slots) (windows from starts[slot])
-// back through the graphs into dqkv, the bias's gradient (lane-wide, head h's
-// 3 d channels) into dbias, and the graphs' gradients into dgraphs (lane-wide, the same channels).
+// back through the graphs into dqkv, the bias's gradient (lane-wide, head h's 3 d channels) into
+// dbias, and the graphs' gradients into dgraphs (GraphGradientSize values a channel, the same channels).
 template <typename T>
 void UnmixAndStore(const T* graphs, const Sizes& s, int64_t h, int slots, const int64_t* starts, Block<T>* blk,
                    T* dqkv, T* dbias, T* dgraphs) {
@@ -469,7 +523,8 @@ void UnmixAndStore(const T* graphs, const Sizes& s, int64_t h, int slots, const 
       const int64_t at = c * blk->size + f * t * kLanes, stride = 3 * blk->size;
       T* draw = blk->draw.data() + at;
       UnmixFeature(graphs + (channel + f) * s.pairs, blk->raw.data() + at, blk->dmixed.data() + at, slots, stride, t,
-                   draw, dgraphs + (c * s.head_dim + f) * s.pairs * kLanes);
+                   LaneWideGraphs(s), PaddedTokens(s), blk->transposed.data(), draw,
+                   dgraphs + (c * s.head_dim + f) * GraphGradientSize(s));
       T* db = dbias + (c * s.head_dim + f) * kLanes;
       Lanes<T> sum = Load(db);
       for (int slot = 0; slot < slots; ++slot) {
@@ -499,10 +554,11 @@ void SumPartials(const std::vector<T>& partial, int64_t heads, int64_t chunks, i
   }
 }
 
-// Chunks of a head's blocks for the gradient ops: each chunk has its own accumulators.
-int64_t NumChunks(OpKernelContext* context, int64_t blocks) {
-  const int threads = context->device()->tensorflow_cpu_worker_threads()->num_threads;
-  return std::max<int64_t>(1, std::min<int64_t>(blocks, 2 * threads));
+// Chunks of a head's blocks for the gradient ops: each chunk has its own accumulators, so there are
+// as few as give every thread two units (heads x chunks) to share.
+int64_t NumChunks(OpKernelContext* context, int64_t heads, int64_t blocks) {
+  const int64_t threads = context->device()->tensorflow_cpu_worker_threads()->num_threads;
+  return std::max<int64_t>(1, std::min<int64_t>(blocks, (2 * threads + heads - 1) / heads));
 }
 
 void RunShards(OpKernelContext* context, int64_t units, int64_t cost,
@@ -511,36 +567,54 @@ void RunShards(OpKernelContext* context, int64_t units, int64_t cost,
   tensorflow::Shard(threads->num_threads, threads->workers, units, cost, work);
 }
 
-// The gradients of the graph mixing and the bias, lane-wide, one set a unit (head h, chunk of its
-// blocks): 3 d T^2 graph entries, then 3 d bias entries. Write() adds the units' sums in a fixed
-// order, so a run's gradients do not depend on the threads' timing.
+// The gradients of the graph mixing and the bias, one set a unit (head h, chunk of its blocks):
+// 3 d graphs of GraphGradientSize values, then 3 d lane-wide bias entries. Write() adds the units'
+// sums in a fixed order, so a run's gradients do not depend on the threads' timing.
 template <typename T>
 class MixingGradients {
  public:
   MixingGradients(const Sizes& s, int64_t chunks)
-      : s_(s), chunks_(chunks), graph_entries_(3 * s.head_dim * s.pairs),
-        entries_(graph_entries_ + 3 * s.head_dim), partial_(s.heads * chunks * entries_ * kLanes, T(0)) {}
+      : s_(s), chunks_(chunks), graph_values_(3 * s.head_dim * GraphGradientSize(s)),
+        unit_values_(graph_values_ + 3 * s.head_dim * kLanes), partial_(s.heads * chunks * unit_values_, T(0)) {}
 
-  T* graphs(int64_t unit) { return partial_.data() + unit * entries_ * kLanes; }
-  T* bias(int64_t unit) { return graphs(unit) + graph_entries_ * kLanes; }
+  T* graphs(int64_t unit) { return partial_.data() + unit * unit_values_; }
+  T* bias(int64_t unit) { return graphs(unit) + graph_values_; }
 
   void Write(Tensor* dgraphs, Tensor* dbias) const {
-    const int64_t d = s_.head_dim, dim = s_.heads * d;
+    const int64_t d = s_.head_dim, dim = s_.heads * d, t = s_.tokens, padded = PaddedTokens(s_);
+    const bool lane_wide = LaneWideGraphs(s_);
     T* dg = dgraphs->flat<T>().data();
     T* db = dbias->flat<T>().data();
-    SumPartials(partial_, s_.heads, chunks_, entries_, [&](int64_t h, int64_t e, T sum) {
-      if (e >= graph_entries_) {  // the bias: entry c d + f of head h is channel c D + h d + f
-        const int64_t channel = e - graph_entries_;
-        db[(channel / d) * dim + h * d + channel % d] = sum;
-      } else {
-        dg[(e / (d * s_.pairs) * dim + h * d) * s_.pairs + e % (d * s_.pairs)] = sum;
+    for (int64_t h = 0; h < s_.heads; ++h) {
+      for (int64_t e = 0; e < 3 * d; ++e) {  // entry c d + f of head h is channel c D + h d + f
+        const int64_t channel = (e / d) * dim + h * d + e % d;
+        const T* units = partial_.data() + h * chunks_ * unit_values_;
+        db[channel] = Total(units + graph_values_ + e * kLanes, true);
+        for (int64_t p = 0; p < s_.pairs; ++p) {
+          const int64_t at = lane_wide ? p * kLanes : (p / t) * padded + p % t;
+          dg[channel * s_.pairs + p] = Total(units + e * GraphGradientSize(s_) + at, lane_wide);
+        }
       }
-    });
+    }
   }
 
  private:
+  // The sum over the chunks of a head of one value (and its lanes, when lane-wide), in a fixed order.
+  T Total(const T* first, bool lanes) const {
+    T sum = T(0);
+    for (int64_t chunk = 0; chunk < chunks_; ++chunk) {
+      const T* a = first + chunk * unit_values_;
+      if (!lanes) {
+        sum += a[0];
+        continue;
+      }
+      for (int l = 0; l < kLanes; ++l) sum += a[l];
+    }
+    return sum;
+  }
+
   const Sizes s_;
-  const int64_t chunks_, graph_entries_, entries_;
+  const int64_t chunks_, graph_values_, unit_values_;
   std::vector<T> partial_;
 };
 
@@ -670,7 +744,7 @@ class WindowAttentionGradOp : public HeadsKernel {
     // Each head's blocks are split into chunks with their own lane-wide accumulators of the
     // gradients of the map's values and of the graphs, added in a fixed order afterwards: the same
     // result on every run.
-    const int64_t chunks = NumChunks(context, blocks);
+    const int64_t chunks = NumChunks(context, s.heads, blocks);
     const int64_t value_entries = s.maps * s.pairs * s.terms;
     std::vector<T> value_partial(s.heads * chunks * value_entries * kLanes, T(0));
     MixingGradients<T> mixing(s, chunks);
@@ -861,7 +935,7 @@ class ClassTokenAttentionGradOp : public HeadsKernel {
     OP_REQUIRES_OK(context, context->allocate_output(1, bias.shape(), &dbias));
     OP_REQUIRES_OK(context, context->allocate_output(2, graphs.shape(), &dgraphs));
     const int64_t blocks = (s.windows + kLanes - 1) / kLanes;
-    const int64_t chunks = NumChunks(context, blocks);
+    const int64_t chunks = NumChunks(context, s.heads, blocks);
     MixingGradients<T> mixing(s, chunks);
     const T* dout_data = dout.flat<T>().data();
     const T* qkv_data = qkv.flat<T>().data();
