@@ -4,7 +4,9 @@ What this file proves (their exactness inside layers and encoders, against the
 reference path in float64, is in ``tests/test_fast_paths.py``):
 
 - the ops equal a float64 NumPy evaluation of their formula, for window counts
-  that are not multiples of the lane width and one or two score maps;
+  that are not multiples of the lane width and one or two score maps; the window
+  op given a kernel projects its inputs itself as the projection would, values
+  and gradients;
 - the triangle sums' map written term by term (for grids whose matrix would not
   pay) adds up to its matrix, and a map's transposed lists are its transpose;
 - a GSA layer on the Procgen SiT's 8x8 global grid and its class token (too many
@@ -98,6 +100,41 @@ def test_the_window_op_is_its_formula(shape: tuple[int, int, int, int], seed: in
     )
     expected = np.einsum("hbij,hdbj->bihd", attention, v).reshape(windows, t, dim)
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-12, atol=1e-12)
+
+
+@settings(deadline=None, max_examples=8)
+@given(windows=st.integers(1, 40), rows=st.integers(1, 7), maps=st.integers(1, 2), seed=st.integers(0, 2**16))
+def test_the_window_op_projects_its_inputs_as_the_projection_would(
+    windows: int, rows: int, maps: int, seed: int
+) -> None:
+    """With a kernel (R, 3 D) the op forms q, k, v from R input channels itself: the same values and
+    gradients as the op on the projections kernel^T x (the chain rule for x and the kernel)."""
+    rng = np.random.default_rng(seed)
+    heads, head_dim = 2, 2
+    pattern = TriangleSums((2, 2), class_token=True).pattern(1, True)
+    t, channels = 5, 3 * heads * head_dim
+    x, kernel = (
+        tf.constant(rng.normal(size=(rows, windows, t))),
+        tf.constant(rng.normal(size=(rows, channels))),
+    )
+    bias, graphs = tf.constant(rng.normal(size=channels)), tf.constant(rng.normal(size=(channels, t, t)))
+    values = pattern.values_of(tf.constant(rng.normal(size=(maps, heads, t * t, t * t))))
+    upstream = tf.constant(rng.normal(size=(windows, t, heads * head_dim)))
+    results = []
+    for projected in (True, False):
+        with tf.GradientTape() as tape:
+            tape.watch([x, kernel, bias, graphs, values])
+            if projected:
+                out = native.window_attention(
+                    native.lane_blocks(x), bias, graphs, values, pattern, heads, kernel
+                )
+            else:
+                qkv = tf.einsum("rc,rbt->cbt", kernel, x)
+                out = native.window_attention(native.lane_blocks(qkv), bias, graphs, values, pattern, heads)
+            loss = tf.reduce_sum(out[:windows] * upstream)
+        results.append([out[:windows], *tape.gradient(loss, [x, kernel, bias, graphs, values])])
+    for a, b in zip(*results, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-11, atol=1e-11)
 
 
 @settings(deadline=None, max_examples=12)
@@ -326,12 +363,32 @@ def test_the_ops_refuse_malformed_inputs(qkv_shape: tuple, graphs_shape: tuple, 
         )
 
 
+@pytest.mark.parametrize(
+    "inputs_shape, kernel_shape",
+    [((6, 1, 10, 16), (5, 24)), ((6, 1, 10, 16), (6, 25)), ((24, 1, 10, 16), (0, 12))],
+    ids=["rows_differ", "not_3_h_d", "channels_differ"],
+)
+def test_the_window_op_refuses_a_kernel_that_does_not_fit(inputs_shape: tuple, kernel_shape: tuple) -> None:
+    pattern = TriangleSums((3, 3), class_token=True).pattern(1, True)  # T = 10
+    with pytest.raises(tf.errors.InvalidArgumentError, match="and kernel"):
+        _ops().sit_window_attention(
+            tf.zeros(inputs_shape),
+            tf.zeros(kernel_shape),
+            tf.zeros(24),
+            tf.zeros((24, 10, 10)),
+            tf.zeros((1, 2, 100, pattern.terms)),
+            pattern.indices,
+            num_heads=2,
+        )
+
+
 def test_the_window_op_refuses_indices_outside_the_scores() -> None:
     indices = np.zeros((100, 2), np.int32)
     indices[3, 1] = 100  # one past the T^2 = 100 pairs
     with pytest.raises(tf.errors.InvalidArgumentError, match="outside"):
         qkv, bias, graphs = tf.zeros((24, 1, 10, 16)), tf.zeros(24), tf.zeros((24, 10, 10))
-        _ops().sit_window_attention(qkv, bias, graphs, tf.zeros((1, 2, 100, 2)), indices, num_heads=2)
+        kernel = tf.zeros((0, 24))
+        _ops().sit_window_attention(qkv, kernel, bias, graphs, tf.zeros((1, 2, 100, 2)), indices, num_heads=2)
 
 
 def test_a_library_built_for_another_host_is_refused_with_the_reason(tmp_path, monkeypatch) -> None:

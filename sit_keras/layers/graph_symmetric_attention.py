@@ -655,13 +655,20 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         return form in ("matrix", "pairs") and native.usable(dtype)
 
     def mix_and_attend_native(
-        self, qkv: tf.Tensor, bias: tf.Tensor, training: bool | None, token_only: bool
+        self,
+        qkv: tf.Tensor,
+        bias: tf.Tensor,
+        training: bool | None,
+        token_only: bool,
+        kernel: tf.Tensor | None = None,
     ) -> tf.Tensor:
         """``mix_and_attend`` as ``native.class_token_attention`` or ``native.window_attention``.
 
         ``qkv``: the projections in ``native.lane_blocks`` layout, without
         their ``bias (3 D,)``; returns ``(B, 1, D)`` with ``token_only``, else
-        ``(B, T, D)``, ``B`` the padded number of windows. The same function
+        ``(B, T, D)``, ``B`` the padded number of windows. ``kernel (R, 3 D)``
+        (every row, not ``token_only``): ``qkv`` holds the ``R`` channels the
+        op projects by it (``native.window_attention``). The same function
         and, in training, the same graph-symmetric dropout masks drawn in the
         same order: ``G_q, G_k, G_v`` first, then the score graph, then the
         triangle weights once per sign.
@@ -697,7 +704,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         if graph is not None:
             columns = tf.gather(tf.reshape(graph, [heads, -1]), pattern.indices, axis=1)  # (H, P, K)
             values = values * tf.cast(columns, qkv.dtype)
-        return native.window_attention(qkv, tf.cast(bias, qkv.dtype), graphs, values, pattern, heads)
+        return native.window_attention(qkv, tf.cast(bias, qkv.dtype), graphs, values, pattern, heads, kernel)
 
     def _scores(self, q: tf.Tensor, k: tf.Tensor) -> tf.Tensor:
         """``q_i . k_j`` over the last two axes, in the compute dtype, returned in ``stable_dtype``.

@@ -235,11 +235,10 @@ class LocalGSA(tf_keras.layers.Layer):
         class_part = tf.constant([0.0] * (rows - 2) + [1.0, 1.0], stable)[:, None, None]
         y = tf.concat([tf.tile(class_part, [1, tf.shape(x)[1], 1]), pixel_part], axis=2)  # (C + 3, B N, T)
         if not token_only and gsa.native_applies(kernel.dtype, token_only=False):
-            blocks = native.lane_blocks(y)  # (C + 3, B N / LANES, T, LANES)
-            qkv = project_channels_first(tf.cast(mixing, kernel.dtype), tf.reshape(blocks, [rows, -1]))
-            qkv = tf.reshape(qkv, [3 * self.dim, -1, y.shape[2], native.LANES])
-            # The bias is in the projection (y's constant rows): the op adds zeros.
-            update = gsa.mix_and_attend_native(qkv, tf.zeros([3 * self.dim], qkv.dtype), training, False)
+            blocks = native.lane_blocks(tf.cast(y, kernel.dtype))  # (C + 3, B N / LANES, T, LANES)
+            # The op projects the C + 3 rows itself (the bias is in them: it adds zeros).
+            zeros, projection = tf.zeros([3 * self.dim], kernel.dtype), tf.cast(mixing, kernel.dtype)
+            update = gsa.mix_and_attend_native(blocks, zeros, training, False, kernel=projection)
             update = native.first_windows(update, y, axis=1)
             return block.feed_forward(self._skip(pixels, token_only, update.dtype) + update)
         if token_only and not gsa.query_key_norm:

@@ -222,6 +222,7 @@ def window_attention(
     values: tf.Tensor,
     pattern: ScoreMapPattern,
     num_heads: int,
+    kernel: tf.Tensor | None = None,
 ) -> tf.Tensor:
     """Graph mixing, scores, score maps, softmaxes and values of every window in one op.
 
@@ -231,27 +232,36 @@ def window_attention(
     ``values (M, H, T^2, K)``: the weights of ``M`` linear score maps in
     ``pattern``'s order (``ScoreMapPattern.values_of``); the attention weights
     are the sum of the maps' softmaxes (eq. 3, plus eq. 6 for ``M = 2``).
+    ``kernel (R, 3 D)``: ``qkv`` holds instead the ``R`` channels whose
+    projection ``kernel^T qkv`` (plus ``bias``) the op forms itself, a head
+    at a time, so that for a small ``R`` the ``3 D`` projected channels
+    never pass through memory (the first local block's per-pixel values).
     Returns ``(B, T, D)``. The gradient recomputes each window's scores
     (``window_attention.cc``). Call only where ``usable(qkv.dtype)``.
     """
     ops = _library_or_raise()
     indices = tf.constant(pattern.indices)
     transposed = tf.constant(pattern.transposed_indices)
+    if kernel is None:
+        kernel = tf.zeros([0, qkv.shape[0]], qkv.dtype)
 
     @tf.custom_gradient
-    def attend(qkv: tf.Tensor, bias: tf.Tensor, graphs: tf.Tensor, values: tf.Tensor) -> tf.Tensor:
+    def attend(
+        qkv: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor, graphs: tf.Tensor, values: tf.Tensor
+    ) -> tf.Tensor:
         def grad(dout: tf.Tensor) -> tuple[tf.Tensor, ...]:
             flat = tf.reshape(values, [values.shape[0], values.shape[1], -1])
             flat = tf.concat([flat, tf.zeros_like(flat[..., :1])], axis=-1)
             values_t = tf.gather(flat, pattern.transposed_values, axis=2)  # (M, H, T^2, K')
-            dqkv, dbias, dgraphs, dvalues = ops.sit_window_attention_grad(
-                dout, qkv, bias, graphs, values, indices, values_t, transposed, num_heads=num_heads
+            dqkv, dkernel, dbias, dgraphs, dvalues = ops.sit_window_attention_grad(
+                dout, qkv, kernel, bias, graphs, values, indices, values_t, transposed, num_heads=num_heads
             )
-            return dqkv, dbias, dgraphs, dvalues * tf.constant(pattern.mask, dvalues.dtype)
+            return dqkv, dkernel, dbias, dgraphs, dvalues * tf.constant(pattern.mask, dvalues.dtype)
 
-        return ops.sit_window_attention(qkv, bias, graphs, values, indices, num_heads=num_heads), grad
+        out = ops.sit_window_attention(qkv, kernel, bias, graphs, values, indices, num_heads=num_heads)
+        return out, grad
 
-    return attend(qkv, bias, graphs, values)
+    return attend(qkv, kernel, bias, graphs, values)
 
 
 def class_token_attention(

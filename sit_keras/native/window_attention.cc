@@ -1,7 +1,9 @@
 // Fused window attention for the GSA blocks of sit_keras (SiT paper eq. 3, 6, 8, 11).
 //
 // Inputs: the channels-first projections in blocks of kLanes windows, qkv (3 H d, B / kLanes, T,
-// kLanes), their bias (3 H d) and the transposed graphs G_q, G_k, G_v (3 H d, T, T). For every
+// kLanes), their bias (3 H d) and the transposed graphs G_q, G_k, G_v (3 H d, T, T). SitWindowAttention
+// also takes a kernel: (0, 3 H d), or (R, 3 H d) when its first input holds the R channels that kernel
+// projects to q, k and v (the op projects them itself: Source below). For every
 // window b and head h, with x the head's d x T slice of q, k or v plus its bias:
 //
 //   q[f, j]  = sum_t graphs[f, t, j] x_q[f, t]     (and k, v alike: the graph mixing of eq. 11)
@@ -67,6 +69,7 @@ inline void Store(T* p, Lanes<T> v) {
 
 REGISTER_OP("SitWindowAttention")
     .Input("qkv: T")
+    .Input("kernel: T")
     .Input("bias: T")
     .Input("graphs: T")
     .Input("values: T")
@@ -75,9 +78,10 @@ REGISTER_OP("SitWindowAttention")
     .Attr("num_heads: int >= 1")
     .Attr("T: {float, double}")
     .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle qkv;
+      ShapeHandle qkv, kernel;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &qkv));
-      auto channels = c->Dim(qkv, 0);
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 2, &kernel));
+      auto channels = c->Dim(kernel, 1);
       auto dim = c->UnknownDim();
       if (c->ValueKnown(channels)) dim = c->MakeDim(c->Value(channels) / 3);
       tensorflow::shape_inference::DimensionHandle windows;
@@ -89,6 +93,7 @@ REGISTER_OP("SitWindowAttention")
 REGISTER_OP("SitWindowAttentionGrad")
     .Input("dout: T")
     .Input("qkv: T")
+    .Input("kernel: T")
     .Input("bias: T")
     .Input("graphs: T")
     .Input("values: T")
@@ -96,13 +101,14 @@ REGISTER_OP("SitWindowAttentionGrad")
     .Input("transposed_values: T")
     .Input("transposed_indices: int32")
     .Output("dqkv: T")
+    .Output("dkernel: T")
     .Output("dbias: T")
     .Output("dgraphs: T")
     .Output("dvalues: T")
     .Attr("num_heads: int >= 1")
     .Attr("T: {float, double}")
     .SetShapeFn([](InferenceContext* c) {
-      for (int i = 0; i < 4; ++i) c->set_output(i, c->input(i + 1));
+      for (int i = 0; i < 5; ++i) c->set_output(i, c->input(i + 1));
       return Status();
     });
 
@@ -142,9 +148,10 @@ REGISTER_OP("SitClassTokenAttentionGrad")
       return Status();
     });
 
-// The sizes every kernel checks, from qkv (3 H d, B / kLanes, T, kLanes), values (M, H, T^2, K), indices (T^2, K).
+// The sizes every kernel checks, from qkv (3 H d, B / kLanes, T, kLanes) or the inputs (R, B / kLanes, T,
+// kLanes) of a kernel (R, 3 H d), values (M, H, T^2, K) and indices (T^2, K); rows = R, 0 without a kernel.
 struct Sizes {
-  int64_t heads, head_dim, windows, tokens, pairs, maps, terms;
+  int64_t heads, head_dim, windows, tokens, pairs, maps, terms, rows;
 };
 
 bool CheckQkv(OpKernelContext* context, int num_heads, const Tensor& qkv) {
@@ -178,34 +185,48 @@ bool CheckMap(OpKernelContext* context, const Tensor& values, const Tensor& indi
   return true;
 }
 
-// The shapes both ops check: qkv (3 H d, B / kLanes, T, kLanes), bias (3 H d) and graphs (3 H d, T, T).
-bool CheckBiasAndGraphs(OpKernelContext* context, const Tensor& qkv, const Tensor& bias, const Tensor& graphs) {
-  if (bias.dims() != 1 || bias.dim_size(0) != qkv.dim_size(0)) {
-    context->CtxFailure(InvalidArgument("SitWindowAttention expects bias (", qkv.dim_size(0), "); got ",
+// The shapes both ops check: bias (3 H d) and graphs (3 H d, T, T) for `channels` = 3 H d and T tokens.
+bool CheckBiasAndGraphs(OpKernelContext* context, int64_t channels, int64_t tokens, const Tensor& bias,
+                        const Tensor& graphs) {
+  if (bias.dims() != 1 || bias.dim_size(0) != channels) {
+    context->CtxFailure(InvalidArgument("SitWindowAttention expects bias (", channels, "); got ",
                                         bias.shape().DebugString()));
     return false;
   }
-  if (graphs.dims() != 3 || graphs.dim_size(0) != qkv.dim_size(0) || graphs.dim_size(1) != qkv.dim_size(2) ||
-      graphs.dim_size(2) != qkv.dim_size(2)) {
-    context->CtxFailure(InvalidArgument("SitWindowAttention expects graphs (", qkv.dim_size(0), ", ",
-                                        qkv.dim_size(2), ", ", qkv.dim_size(2), "); got ",
-                                        graphs.shape().DebugString()));
+  if (graphs.dims() != 3 || graphs.dim_size(0) != channels || graphs.dim_size(1) != tokens ||
+      graphs.dim_size(2) != tokens) {
+    context->CtxFailure(InvalidArgument("SitWindowAttention expects graphs (", channels, ", ", tokens, ", ",
+                                        tokens, "); got ", graphs.shape().DebugString()));
     return false;
   }
   return true;
 }
 
-// The window ops' sizes, after checking qkv, bias, graphs, values (M, H, T^2, K) and indices (T^2, K).
-bool ReadSizes(OpKernelContext* context, int num_heads, const Tensor& qkv, const Tensor& bias, const Tensor& graphs,
-               const Tensor& values, const Tensor& indices, Sizes* s) {
-  if (!CheckQkv(context, num_heads, qkv) || !CheckBiasAndGraphs(context, qkv, bias, graphs)) return false;
+// The window ops' sizes, after checking qkv and kernel: (3 H d, B / kLanes, T, kLanes) and (0, 3 H d), or
+// the inputs (R, B / kLanes, T, kLanes) of a kernel (R, 3 H d); then bias, graphs, values (M, H, T^2, K)
+// and indices (T^2, K).
+bool ReadSizes(OpKernelContext* context, int num_heads, const Tensor& qkv, const Tensor& kernel, const Tensor& bias,
+               const Tensor& graphs, const Tensor& values, const Tensor& indices, Sizes* s) {
+  const bool projected = kernel.dims() == 2 && kernel.dim_size(0) > 0;
+  if (!projected && !CheckQkv(context, num_heads, qkv)) return false;
+  const int64_t channels = projected ? kernel.dim_size(1) : qkv.dim_size(0);
+  if (kernel.dims() != 2 || kernel.dim_size(1) != channels || channels % (3 * num_heads) != 0 ||
+      (projected && (qkv.dims() != 4 || qkv.dim_size(0) != kernel.dim_size(0) || qkv.dim_size(3) != kLanes))) {
+    context->CtxFailure(InvalidArgument("SitWindowAttention expects qkv (3 H d, B / ", kLanes, ", T, ", kLanes,
+                                        ") and kernel (0, 3 H d), or inputs (R, B / ", kLanes, ", T, ", kLanes,
+                                        ") and kernel (R, 3 H d), with H = ", num_heads, "; got ",
+                                        qkv.shape().DebugString(), " and ", kernel.shape().DebugString()));
+    return false;
+  }
+  if (!CheckBiasAndGraphs(context, channels, qkv.dim_size(2), bias, graphs)) return false;
   s->heads = num_heads;
-  s->head_dim = qkv.dim_size(0) / (3 * num_heads);
+  s->head_dim = channels / (3 * num_heads);
   s->windows = qkv.dim_size(1) * kLanes;
   s->tokens = qkv.dim_size(2);
   s->pairs = s->tokens * s->tokens;
   s->maps = values.dims() == 4 ? values.dim_size(0) : 0;
   s->terms = indices.dims() == 2 ? indices.dim_size(1) : 0;
+  s->rows = kernel.dim_size(0);
   return CheckMap(context, values, indices, *s, "the map's");
 }
 
@@ -225,25 +246,67 @@ void Scatter(const T* __restrict buf, int64_t stride, int64_t elements, T* __res
   }
 }
 
-// One head's q, k or v (channels [channel, channel + d) of qkv) plus its bias for the kLanes
-// windows from b: buf[(f T + i) kLanes + l]. A block's T x kLanes values of a channel are
-// contiguous in qkv (3 D, B / kLanes, T, kLanes).
+// Where the heads' q, k and v come from, and where their gradients go: the projections themselves, qkv
+// (3 H d, B / kLanes, T, kLanes), with rows = 0; or the inputs x (R, B / kLanes, T, kLanes) of a
+// projection by kernel (R, 3 H d) that the op applies itself, with rows = R. For a projection from a
+// few channels (the first local block's R = C + 3 values a pixel), its 3 H d channels then never
+// pass through memory. dx: the gradient of qkv, or of x per head (H, R, B / kLanes, T, kLanes).
 template <typename T>
-void LoadHead(const T* qkv, const T* bias, const Sizes& s, int64_t channel, int64_t b, T* buf) {
-  const int64_t row = s.windows * s.tokens;
+struct Source {
+  const T* x;
+  const T* kernel;
+  int64_t rows;
+  T* dx;
+};
+
+// One head's q, k or v (channels [channel, channel + d)) plus its bias for the kLanes windows from b:
+// buf[(f T + i) kLanes + l]. A block's T x kLanes values of a channel are contiguous in qkv and x.
+template <typename T>
+void ReadHead(const Source<T>& src, const T* bias, const Sizes& s, int64_t channel, int64_t b, T* buf) {
+  const int64_t row = s.windows * s.tokens, n = s.tokens * kLanes, channels = 3 * s.heads * s.head_dim;
+  const T* x = src.x + b * s.tokens;
   for (int64_t f = 0; f < s.head_dim; ++f) {
-    const T* source = qkv + (channel + f) * row + b * s.tokens;
-    T* target = buf + f * s.tokens * kLanes;
+    T* target = buf + f * n;
     const T offset = bias[channel + f];
-    for (int64_t e = 0; e < s.tokens * kLanes; e += kLanes) Store(target + e, Load(source + e) + offset);
+    if (src.rows == 0) {
+      for (int64_t e = 0; e < n; e += kLanes) Store(target + e, Load(x + (channel + f) * row + e) + offset);
+      continue;
+    }
+    const T* w = src.kernel + channel + f;  // column channel + f of the kernel, rows `channels` apart
+    for (int64_t e = 0; e < n; e += kLanes) {
+      Lanes<T> sum = Lanes<T>{} + offset;
+      for (int64_t r = 0; r < src.rows; ++r) sum += w[r * channels] * Load(x + r * row + e);
+      Store(target + e, sum);
+    }
   }
 }
 
+// The gradient buf of head h's projection c (0: q, 1: k, 2: v) for the kLanes windows from b: into
+// dqkv; or, with a kernel, into head h's share of dx (set by c = 0, then added to) and the unit's
+// lane-wide kernel gradient dkernel (R x 3 d entries, r 3 d + c d + f).
 template <typename T>
-void StoreHead(const T* buf, const Sizes& s, int64_t channel, int64_t b, T* qkv) {
-  const int64_t row = s.windows * s.tokens;
-  for (int64_t f = 0; f < s.head_dim; ++f) {
-    std::copy(buf + f * s.tokens * kLanes, buf + (f + 1) * s.tokens * kLanes, qkv + (channel + f) * row + b * s.tokens);
+void WriteHead(const Source<T>& src, const Sizes& s, int64_t h, int64_t c, int64_t b, const T* buf, T* dkernel) {
+  const int64_t row = s.windows * s.tokens, n = s.tokens * kLanes, d = s.head_dim, dim = s.heads * d;
+  const int64_t channel = c * dim + h * d;
+  if (src.rows == 0) {
+    for (int64_t f = 0; f < d; ++f) std::copy(buf + f * n, buf + (f + 1) * n, src.dx + (channel + f) * row + b * s.tokens);
+    return;
+  }
+  for (int64_t r = 0; r < src.rows; ++r) {
+    const T* x = src.x + r * row + b * s.tokens;
+    const T* w = src.kernel + r * 3 * dim + channel;
+    T* dx = src.dx + (h * src.rows + r) * row + b * s.tokens;
+    for (int64_t e = 0; e < n; e += kLanes) {
+      Lanes<T> sum = c == 0 ? Lanes<T>{} : Load(dx + e);
+      for (int64_t f = 0; f < d; ++f) sum += w[f] * Load(buf + f * n + e);
+      Store(dx + e, sum);
+    }
+    T* dk = dkernel + (r * 3 * d + c * d) * kLanes;
+    for (int64_t f = 0; f < d; ++f) {
+      Lanes<T> sum = Load(dk + f * kLanes);
+      for (int64_t e = 0; e < n; e += kLanes) sum += Load(x + e) * Load(buf + f * n + e);
+      Store(dk + f * kLanes, sum);
+    }
   }
 }
 
@@ -500,21 +563,23 @@ struct Block {
 
 // Reads head h's q, k and v (plus their bias) for kLanes windows from b and mixes them by their graphs.
 template <typename T>
-void LoadAndMix(const T* qkv, const T* bias, const T* graphs, const Sizes& s, int64_t h, int64_t b, Block<T>* blk) {
+void LoadAndMix(const Source<T>& src, const T* bias, const T* graphs, const Sizes& s, int64_t h, int64_t b,
+                Block<T>* blk) {
   const int64_t dim = s.heads * s.head_dim;
   for (int64_t c = 0; c < 3; ++c) {
     const int64_t channel = c * dim + h * s.head_dim;
-    LoadHead(qkv, bias, s, channel, b, blk->raw_at(c));
+    ReadHead(src, bias, s, channel, b, blk->raw_at(c));
     Mix(graphs + channel * s.pairs, blk->raw_at(c), s, blk->mixed.data() + c * blk->size);
   }
 }
 
 // The mixed projections' gradients of the blocks in slots [0, slots) (windows from starts[slot])
-// back through the graphs into dqkv, the bias's gradient (lane-wide, head h's 3 d channels) into
-// dbias, and the graphs' gradients into dgraphs (GraphGradientSize values a channel, the same channels).
+// back through the graphs into the source (WriteHead; dkernel: the unit's kernel gradient), the
+// bias's gradient (lane-wide, head h's 3 d channels) into dbias, and the graphs' gradients into
+// dgraphs (GraphGradientSize values a channel, the same channels).
 template <typename T>
 void UnmixAndStore(const T* graphs, const Sizes& s, int64_t h, int slots, const int64_t* starts, Block<T>* blk,
-                   T* dqkv, T* dbias, T* dgraphs) {
+                   const Source<T>& src, T* dbias, T* dgraphs, T* dkernel) {
   const int64_t dim = s.heads * s.head_dim, t = s.tokens;
   for (int64_t c = 0; c < 3; ++c) {
     const int64_t channel = c * dim + h * s.head_dim;
@@ -533,7 +598,7 @@ void UnmixAndStore(const T* graphs, const Sizes& s, int64_t h, int slots, const 
       Store(db, sum);
     }
     for (int slot = 0; slot < slots; ++slot) {
-      StoreHead(blk->draw.data() + (slot * 3 + c) * blk->size, s, channel, starts[slot], dqkv);
+      WriteHead(src, s, h, c, starts[slot], blk->draw.data() + (slot * 3 + c) * blk->size, dkernel);
     }
   }
 }
@@ -567,20 +632,24 @@ void RunShards(OpKernelContext* context, int64_t units, int64_t cost,
   tensorflow::Shard(threads->num_threads, threads->workers, units, cost, work);
 }
 
-// The gradients of the graph mixing and the bias, one set a unit (head h, chunk of its blocks):
-// 3 d graphs of GraphGradientSize values, then 3 d lane-wide bias entries. Write() adds the units'
-// sums in a fixed order, so a run's gradients do not depend on the threads' timing.
+// The gradients of the graph mixing, the bias and (with a kernel) the kernel, one set a unit (head h,
+// chunk of its blocks): 3 d graphs of GraphGradientSize values, 3 d lane-wide bias entries and R x 3 d
+// lane-wide kernel entries. Write() adds the units' sums in a fixed order, so a run's gradients do
+// not depend on the threads' timing.
 template <typename T>
 class MixingGradients {
  public:
   MixingGradients(const Sizes& s, int64_t chunks)
       : s_(s), chunks_(chunks), graph_values_(3 * s.head_dim * GraphGradientSize(s)),
-        unit_values_(graph_values_ + 3 * s.head_dim * kLanes), partial_(s.heads * chunks * unit_values_, T(0)) {}
+        unit_values_(graph_values_ + (1 + s.rows) * 3 * s.head_dim * kLanes),
+        partial_(s.heads * chunks * unit_values_, T(0)) {}
 
   T* graphs(int64_t unit) { return partial_.data() + unit * unit_values_; }
   T* bias(int64_t unit) { return graphs(unit) + graph_values_; }
+  T* kernel(int64_t unit) { return bias(unit) + 3 * s_.head_dim * kLanes; }
 
-  void Write(Tensor* dgraphs, Tensor* dbias) const {
+  // dkernel: (R, 3 H d), or nullptr without a kernel.
+  void Write(Tensor* dgraphs, Tensor* dbias, Tensor* dkernel) const {
     const int64_t d = s_.head_dim, dim = s_.heads * d, t = s_.tokens, padded = PaddedTokens(s_);
     const bool lane_wide = LaneWideGraphs(s_);
     T* dg = dgraphs->flat<T>().data();
@@ -590,6 +659,10 @@ class MixingGradients {
         const int64_t channel = (e / d) * dim + h * d + e % d;
         const T* units = partial_.data() + h * chunks_ * unit_values_;
         db[channel] = Total(units + graph_values_ + e * kLanes, true);
+        for (int64_t r = 0; dkernel != nullptr && r < s_.rows; ++r) {
+          const int64_t at = graph_values_ + (1 + r) * 3 * d * kLanes + e * kLanes;
+          dkernel->flat<T>().data()[r * 3 * dim + channel] = Total(units + at, true);
+        }
         for (int64_t p = 0; p < s_.pairs; ++p) {
           const int64_t at = lane_wide ? p * kLanes : (p / t) * padded + p % t;
           dg[channel * s_.pairs + p] = Total(units + e * GraphGradientSize(s_) + at, lane_wide);
@@ -620,10 +693,10 @@ class MixingGradients {
 
 // The blocks of one unit (head h = unit / chunks, chunk = unit % chunks of its blocks):
 // backward(h, b) leaves the gradients of block b's mixed q, k and v in blk's current slot; every
-// kGroup blocks, and after the last, UnmixAndStore takes them back through the graphs into dqkv.
+// kGroup blocks, and after the last, UnmixAndStore takes them back through the graphs into the source.
 template <typename T, typename Backward>
 void UnitGradients(const Sizes& s, int64_t unit, int64_t chunks, const T* graphs, Block<T>* blk,
-                   MixingGradients<T>* mixing, T* dqkv, Backward backward) {
+                   MixingGradients<T>* mixing, const Source<T>& src, Backward backward) {
   const int64_t blocks = s.windows / kLanes, h = unit / chunks, chunk = unit % chunks;
   const int64_t last = (chunk + 1) * blocks / chunks;
   int64_t starts[kGroup];
@@ -632,7 +705,8 @@ void UnitGradients(const Sizes& s, int64_t unit, int64_t chunks, const T* graphs
     starts[blk->slot] = b;
     backward(h, b);
     if (++blk->slot == kGroup || block + 1 == last) {
-      UnmixAndStore(graphs, s, h, blk->slot, starts, blk, dqkv, mixing->bias(unit), mixing->graphs(unit));
+      UnmixAndStore(graphs, s, h, blk->slot, starts, blk, src, mixing->bias(unit), mixing->graphs(unit),
+                    mixing->kernel(unit));
       blk->slot = 0;
     }
   }
@@ -654,9 +728,9 @@ class HeadsKernel : public OpKernel {
 
 // Mixes q, k, v and forms S, each map's softmax (per_map) and their sum (attention).
 template <typename T>
-void Forward(const T* qkv, const T* bias, const T* graphs, const T* values, const int32_t* indices, const Sizes& s,
-             int64_t h, int64_t b, Block<T>* blk) {
-  LoadAndMix(qkv, bias, graphs, s, h, b, blk);
+void Forward(const Source<T>& src, const T* bias, const T* graphs, const T* values, const int32_t* indices,
+             const Sizes& s, int64_t h, int64_t b, Block<T>* blk) {
+  LoadAndMix(src, bias, graphs, s, h, b, blk);
   Scores(blk->q(), blk->k(), s, blk->scores.data());
   std::fill(blk->attention.begin(), blk->attention.end(), T(0));
   for (int64_t m = 0; m < s.maps; ++m) {
@@ -678,18 +752,19 @@ class WindowAttentionOp : public HeadsKernel {
 
   void Compute(OpKernelContext* context) override {
     const Tensor& qkv = context->input(0);
-    const Tensor& bias = context->input(1);
-    const Tensor& graphs = context->input(2);
-    const Tensor& values = context->input(3);
-    const Tensor& indices = context->input(4);
+    const Tensor& kernel = context->input(1);
+    const Tensor& bias = context->input(2);
+    const Tensor& graphs = context->input(3);
+    const Tensor& values = context->input(4);
+    const Tensor& indices = context->input(5);
     Sizes s;
-    if (!ReadSizes(context, num_heads_, qkv, bias, graphs, values, indices, &s)) return;
+    if (!ReadSizes(context, num_heads_, qkv, kernel, bias, graphs, values, indices, &s)) return;
     const T* bias_data = bias.flat<T>().data();
     const int64_t dim = s.heads * s.head_dim;
     Tensor* out = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({s.windows, s.tokens, dim}), &out));
     const int64_t blocks = (s.windows + kLanes - 1) / kLanes;
-    const T* qkv_data = qkv.flat<T>().data();
+    const Source<T> src{qkv.flat<T>().data(), kernel.flat<T>().data(), s.rows, nullptr};
     const T* g = graphs.flat<T>().data();
     const T* w = values.flat<T>().data();
     const int32_t* index = indices.flat<int32_t>().data();
@@ -698,13 +773,14 @@ class WindowAttentionOp : public HeadsKernel {
       Block<T> blk(s, false);
       for (int64_t unit = start; unit < limit; ++unit) {
         const int64_t h = unit % s.heads, b = (unit / s.heads) * kLanes;
-        Forward(qkv_data, bias_data, g, w, index, s, h, b, &blk);
+        Forward(src, bias_data, g, w, index, s, h, b, &blk);
         // out[b, i, h d + f] = sum_j A[i, j] v[f, j]
         RowTimes(blk.attention.data(), blk.v(), s, blk.out.data());
         StoreTokens(blk.out.data(), s, h, b, out_data);
       }
     };
-    const int64_t cost = (s.pairs * (5 * s.head_dim + s.maps * (s.terms + 8)) + 3 * s.head_dim * s.tokens) * kLanes;
+    const int64_t cost =
+        (s.pairs * (5 * s.head_dim + s.maps * (s.terms + 8)) + 3 * s.head_dim * s.tokens * (1 + s.rows)) * kLanes;
     RunShards(context, blocks * s.heads, cost, work);
   }
 };
@@ -717,14 +793,15 @@ class WindowAttentionGradOp : public HeadsKernel {
   void Compute(OpKernelContext* context) override {
     const Tensor& dout = context->input(0);
     const Tensor& qkv = context->input(1);
-    const Tensor& bias = context->input(2);
-    const Tensor& graphs = context->input(3);
-    const Tensor& values = context->input(4);
-    const Tensor& indices = context->input(5);
-    const Tensor& transposed_values = context->input(6);
-    const Tensor& transposed_indices = context->input(7);
+    const Tensor& kernel = context->input(2);
+    const Tensor& bias = context->input(3);
+    const Tensor& graphs = context->input(4);
+    const Tensor& values = context->input(5);
+    const Tensor& indices = context->input(6);
+    const Tensor& transposed_values = context->input(7);
+    const Tensor& transposed_indices = context->input(8);
     Sizes s;
-    if (!ReadSizes(context, num_heads_, qkv, bias, graphs, values, indices, &s)) return;
+    if (!ReadSizes(context, num_heads_, qkv, kernel, bias, graphs, values, indices, &s)) return;
     const T* bias_data = bias.flat<T>().data();
     if (!CheckMap(context, transposed_values, transposed_indices, s, "the transposed map's")) return;
     OP_REQUIRES(context, transposed_values.dim_size(0) == s.maps,
@@ -734,11 +811,12 @@ class WindowAttentionGradOp : public HeadsKernel {
     OP_REQUIRES(context, dout.shape() == TensorShape({s.windows, t, dim}),
                 InvalidArgument("SitWindowAttentionGrad expects dout (", s.windows, ", ", t, ", ", dim, "); got ",
                                 dout.shape().DebugString()));
-    Tensor *dqkv = nullptr, *dbias = nullptr, *dgraphs = nullptr, *dvalues = nullptr;
+    Tensor *dqkv = nullptr, *dkernel = nullptr, *dbias = nullptr, *dgraphs = nullptr, *dvalues = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(0, qkv.shape(), &dqkv));
-    OP_REQUIRES_OK(context, context->allocate_output(1, bias.shape(), &dbias));
-    OP_REQUIRES_OK(context, context->allocate_output(2, graphs.shape(), &dgraphs));
-    OP_REQUIRES_OK(context, context->allocate_output(3, values.shape(), &dvalues));
+    OP_REQUIRES_OK(context, context->allocate_output(1, kernel.shape(), &dkernel));
+    OP_REQUIRES_OK(context, context->allocate_output(2, bias.shape(), &dbias));
+    OP_REQUIRES_OK(context, context->allocate_output(3, graphs.shape(), &dgraphs));
+    OP_REQUIRES_OK(context, context->allocate_output(4, values.shape(), &dvalues));
     const int64_t blocks = (s.windows + kLanes - 1) / kLanes;
     const int64_t t_terms = transposed_indices.dim_size(1);
     // Each head's blocks are split into chunks with their own lane-wide accumulators of the
@@ -749,19 +827,21 @@ class WindowAttentionGradOp : public HeadsKernel {
     std::vector<T> value_partial(s.heads * chunks * value_entries * kLanes, T(0));
     MixingGradients<T> mixing(s, chunks);
     const T* dout_data = dout.flat<T>().data();
-    const T* qkv_data = qkv.flat<T>().data();
     const T* g = graphs.flat<T>().data();
     const T* w = values.flat<T>().data();
     const int32_t* index = indices.flat<int32_t>().data();
     const T* wt = transposed_values.flat<T>().data();
     const int32_t* index_t = transposed_indices.flat<int32_t>().data();
-    T* dqkv_data = dqkv->flat<T>().data();
+    // With a kernel, each head's share of the inputs' gradient, summed over the heads at the end.
+    std::vector<T> per_head(s.rows > 0 ? s.heads * qkv.NumElements() : 0);
+    const Source<T> src{qkv.flat<T>().data(), kernel.flat<T>().data(), s.rows,
+                        s.rows > 0 ? per_head.data() : dqkv->flat<T>().data()};
     auto work = [&](int64_t start, int64_t limit) {
       Block<T> blk(s, true);
       for (int64_t unit = start; unit < limit; ++unit) {
         T* value_acc = value_partial.data() + unit * value_entries * kLanes;
-        UnitGradients(s, unit, chunks, g, &blk, &mixing, dqkv_data, [&](int64_t h, int64_t b) {
-          Forward(qkv_data, bias_data, g, w, index, s, h, b, &blk);
+        UnitGradients(s, unit, chunks, g, &blk, &mixing, src, [&](int64_t h, int64_t b) {
+          Forward(src, bias_data, g, w, index, s, h, b, &blk);
           // dO[(f T + i) kLanes + l], laid out as q, k and v.
           LoadTokens(dout_data, s, h, b, blk.dout.data());
           T* dq = blk.dmixed_at(0);
@@ -809,14 +889,26 @@ class WindowAttentionGradOp : public HeadsKernel {
       }
     };
     const int64_t cost = (blocks / chunks + 1) *
-                         (s.pairs * (14 * d + s.maps * (2 * s.terms + t_terms + 20)) + 6 * d * t) * kLanes;
+                         (s.pairs * (14 * d + s.maps * (2 * s.terms + t_terms + 20)) + 6 * d * t * (1 + s.rows)) *
+                         kLanes;
     RunShards(context, s.heads * chunks, cost, work);
+    if (s.rows > 0) {  // the heads' shares of the inputs' gradient, in head order
+      T* dx = dqkv->flat<T>().data();
+      const int64_t size = qkv.NumElements();
+      RunShards(context, size, s.heads, [&](int64_t start, int64_t limit) {
+        for (int64_t e = start; e < limit; ++e) {
+          T sum = per_head[e];
+          for (int64_t h = 1; h < s.heads; ++h) sum += per_head[h * size + e];
+          dx[e] = sum;
+        }
+      });
+    }
     T* dv_out = dvalues->flat<T>().data();
     SumPartials(value_partial, s.heads, chunks, value_entries, [&](int64_t h, int64_t e, T sum) {
       const int64_t m = e / (s.pairs * s.terms);
       dv_out[(m * s.heads + h) * s.pairs * s.terms + e % (s.pairs * s.terms)] = sum;
     });
-    mixing.Write(dgraphs, dbias);
+    mixing.Write(dgraphs, dbias, dkernel);
   }
 };
 
@@ -827,10 +919,11 @@ class WindowAttentionGradOp : public HeadsKernel {
 
 // row[j] = q_0 . k_j and column[j] = q_j . k_0 of the mixed q, k; logits and softmaxes per map.
 template <typename T>
-void ClassForward(const T* qkv, const T* bias, const T* graphs, const T* coefficients, const Sizes& s, int64_t maps,
+void ClassForward(const Source<T>& src, const T* bias, const T* graphs, const T* coefficients, const Sizes& s,
+                  int64_t maps,
                   int64_t h, int64_t b, Block<T>* blk) {
   const int64_t t = s.tokens;
-  LoadAndMix(qkv, bias, graphs, s, h, b, blk);
+  LoadAndMix(src, bias, graphs, s, h, b, blk);
   T* row = blk->scores.data();
   T* column = row + t * kLanes;
   for (int64_t j = 0; j < t; ++j) {
@@ -860,14 +953,17 @@ void ClassForward(const T* qkv, const T* bias, const T* graphs, const T* coeffic
 // The class-token ops' sizes, after checking qkv, bias, graphs and coefficients (M, 2).
 bool ReadClassSizes(OpKernelContext* context, int num_heads, const Tensor& qkv, const Tensor& bias,
                     const Tensor& graphs, const Tensor& coefficients, Sizes* s) {
-  if (!CheckQkv(context, num_heads, qkv) || !CheckBiasAndGraphs(context, qkv, bias, graphs)) return false;
+  if (!CheckQkv(context, num_heads, qkv) ||
+      !CheckBiasAndGraphs(context, qkv.dim_size(0), qkv.dim_size(2), bias, graphs)) {
+    return false;
+  }
   if (coefficients.dims() != 2 || coefficients.dim_size(1) != 2 || coefficients.dim_size(0) < 1) {
     context->CtxFailure(InvalidArgument("SitClassTokenAttention expects coefficients (M, 2); got ",
                                         coefficients.shape().DebugString()));
     return false;
   }
   *s = Sizes{num_heads, qkv.dim_size(0) / (3 * num_heads), qkv.dim_size(1) * kLanes, qkv.dim_size(2),
-             qkv.dim_size(2) * qkv.dim_size(2), coefficients.dim_size(0), 0};
+             qkv.dim_size(2) * qkv.dim_size(2), coefficients.dim_size(0), 0, 0};
   return true;
 }
 
@@ -888,7 +984,7 @@ class ClassTokenAttentionOp : public HeadsKernel {
     Tensor* out = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({s.windows, 1, dim}), &out));
     const int64_t blocks = (s.windows + kLanes - 1) / kLanes;
-    const T* qkv_data = qkv.flat<T>().data();
+    const Source<T> src{qkv.flat<T>().data(), nullptr, 0, nullptr};
     const T* g = graphs.flat<T>().data();
     const T* coefficient = coefficients.flat<T>().data();
     T* out_data = out->flat<T>().data();
@@ -896,7 +992,7 @@ class ClassTokenAttentionOp : public HeadsKernel {
       Block<T> blk(s, false);
       for (int64_t unit = start; unit < limit; ++unit) {
         const int64_t h = unit % s.heads, b = (unit / s.heads) * kLanes;
-        ClassForward(qkv_data, bias_data, g, coefficient, s, s.maps, h, b, &blk);
+        ClassForward(src, bias_data, g, coefficient, s, s.maps, h, b, &blk);
         for (int64_t f = 0; f < s.head_dim; ++f) {
           Lanes<T> acc = {};
           for (int64_t j = 0; j < t; ++j) {
@@ -938,15 +1034,14 @@ class ClassTokenAttentionGradOp : public HeadsKernel {
     const int64_t chunks = NumChunks(context, s.heads, blocks);
     MixingGradients<T> mixing(s, chunks);
     const T* dout_data = dout.flat<T>().data();
-    const T* qkv_data = qkv.flat<T>().data();
+    const Source<T> src{qkv.flat<T>().data(), nullptr, 0, dqkv->flat<T>().data()};
     const T* g = graphs.flat<T>().data();
     const T* coefficient = coefficients.flat<T>().data();
-    T* dqkv_data = dqkv->flat<T>().data();
     auto work = [&](int64_t start, int64_t limit) {
       Block<T> blk(s, true);
       for (int64_t unit = start; unit < limit; ++unit) {
-        UnitGradients(s, unit, chunks, g, &blk, &mixing, dqkv_data, [&](int64_t h, int64_t b) {
-          ClassForward(qkv_data, bias_data, g, coefficient, s, s.maps, h, b, &blk);
+        UnitGradients(s, unit, chunks, g, &blk, &mixing, src, [&](int64_t h, int64_t b) {
+          ClassForward(src, bias_data, g, coefficient, s, s.maps, h, b, &blk);
           Gather(dout_data + b * dim + h * d, dim, d, blk.dout.data());  // dO[f]
           T* dq = blk.dmixed_at(0);
           T* dk = blk.dmixed_at(1);
@@ -998,7 +1093,7 @@ class ClassTokenAttentionGradOp : public HeadsKernel {
     };
     const int64_t cost = (blocks / chunks + 1) * (9 * d * s.pairs + 12 * d * t + s.maps * 12 * t) * kLanes;
     RunShards(context, s.heads * chunks, cost, work);
-    mixing.Write(dgraphs, dbias);
+    mixing.Write(dgraphs, dbias, nullptr);
   }
 };
 
