@@ -53,9 +53,10 @@ endef
 .PHONY: install test test-large test-precision coverage lint demo bench constraints clean distclean
 
 # The native kernels (sit_keras/native) are compiled for this host's CPU and TensorFlow: built when
-# missing, stale (the source is newer) or made on another host (a copied work tree).
+# missing, stale (a source is newer) or made on another host (a copied work tree).
+NATIVE_SOURCES := $(wildcard sit_keras/native/*.cc sit_keras/native/*.h)
 install: $(STAMP)
-	if [ sit_keras/native/window_attention.cc -nt sit_keras/native/_kernels.so ] \
+	if [ -n "$$(find $(NATIVE_SOURCES) -newer sit_keras/native/_kernels.so 2>/dev/null)" ] \
 	  || ! $(BIN)/python -m sit_keras.native.build --check > /dev/null 2>&1; then \
 	  $(BIN)/python -m sit_keras.native.build; \
 	fi

@@ -7,6 +7,8 @@ reference path in float64, is in ``tests/test_fast_paths.py``):
   that are not multiples of the lane width and one or two score maps; the window
   op given a kernel projects its inputs itself as the projection would, values
   and gradients;
+- the standardising op equals the blocks' LayerNorm (without its affine part)
+  followed by the lane layout, values and gradient;
 - the triangle sums' map written term by term (for grids whose matrix would not
   pay) adds up to its matrix, and a map's transposed lists are its transpose;
 - a GSA layer on the Procgen SiT's 8x8 global grid and its class token (too many
@@ -41,11 +43,12 @@ from sit_keras import native, testing
 from sit_keras.agents.training import collection
 from sit_keras.encoder_check import make_train_step
 from sit_keras.layers.graph_symmetric_attention import GraphSymmetricAttention
+from sit_keras.layers.normalization import standardize
 from sit_keras.layers.triangle_sums import TriangleSums, theta_table
 from sit_keras.models import build_encoder
 from sit_keras.native import ScoreMapPattern, build
 
-NATIVE_OPS = {"SitWindowAttention", "SitClassTokenAttention"}
+NATIVE_OPS = {"SitWindowAttention", "SitClassTokenAttention", "SitStandardizedLanes"}
 
 pytestmark = pytest.mark.skipif(
     not native.available(), reason="needs the native kernels: `make install` builds them"
@@ -240,6 +243,42 @@ def test_a_global_grid_through_the_ops_equals_the_reference(options: dict, train
     for a, b in zip(*results, strict=True):
         a, b = tf.convert_to_tensor(a).numpy(), tf.convert_to_tensor(b).numpy()
         assert np.linalg.norm(a - b) <= 1e-12 * np.linalg.norm(a) != 0
+
+
+@settings(deadline=None, max_examples=10)
+@given(
+    windows=st.integers(1, 40),
+    tokens=st.integers(1, 6),
+    channels=st.integers(1, 9),
+    seed=st.integers(0, 2**16),
+)
+def test_the_standardized_lanes_op_is_the_layer_norm_in_lane_blocks(
+    windows: int, tokens: int, channels: int, seed: int
+) -> None:
+    """The block's LayerNorm without gamma and beta (normalization.standardize) in the ops' layout, values and
+    gradient, float64, for window counts that are not multiples of the lanes (the padded windows are zero)."""
+    rng = np.random.default_rng(seed)
+    x = tf.constant(rng.normal(size=(windows, tokens, channels)) * 3.0 + 1.0)
+    upstream = tf.constant(rng.normal(size=(channels, -(-windows // native.LANES), tokens, native.LANES)))
+    results = []
+    for fused in (True, False):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            if fused:
+                y = native.standardized_lane_blocks(x, 1e-6)
+            else:
+                y = native.lane_blocks_of_tokens(standardize(x, 1e-6))
+            loss = tf.reduce_sum(y * upstream)
+        results.append([y, tape.gradient(loss, x)])
+    for a, b in zip(*results, strict=True):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_the_standardized_lanes_op_refuses_malformed_inputs() -> None:
+    with pytest.raises(tf.errors.InvalidArgumentError, match="expects tokens"):
+        _ops().sit_standardized_lanes(tf.zeros((4, 64)), tf.constant(1e-6))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="expects dy"):
+        _ops().sit_standardized_lanes_grad(tf.zeros((64, 1, 17, 8)), tf.zeros((4, 17, 64)), tf.constant(1e-6))
 
 
 def test_the_docs_sizes_of_the_map_and_the_scale_rounding() -> None:

@@ -14,6 +14,7 @@ from sit_keras import graphs, native
 from sit_keras.layers.channels_first import project_channels_first
 from sit_keras.layers.graph_weights import NearIdentity, graph_symmetric_dropout
 from sit_keras.layers.indexing import expand_shared
+from sit_keras.layers.normalization import standardize
 from sit_keras.layers.precision import score_map_dtype, stable_dtype
 from sit_keras.layers.triangle_sums import TRIANGLE_FORMS, TriangleSums, theta_table
 from sit_keras.layers.xla_context import in_compiled_function
@@ -350,16 +351,27 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         token_only: bool = False,
         input_scale: tf.Tensor | None = None,
         input_offset: tf.Tensor | None = None,
+        standardize_epsilon: float | None = None,
     ) -> tf.Tensor:
-        """See the class docstring."""
+        """See the class docstring.
+
+        ``standardize_epsilon``: standardise the tokens first (a block's
+        LayerNorm without its ``gamma`` and ``beta``, which ``input_scale`` and
+        ``input_offset`` fold into the projection; ``normalization.standardize``).
+        """
         self._check_tokens(tokens.shape)
         if self.native_applies(tokens.dtype, token_only):
             kernel, bias = self.folded_projection(input_scale, input_offset)
-            blocks = native.lane_blocks_of_tokens(tokens)  # (D, B / LANES, T, LANES)
+            if standardize_epsilon is None:
+                blocks = native.lane_blocks_of_tokens(tokens)  # (D, B / LANES, T, LANES)
+            else:
+                blocks = native.standardized_lane_blocks(tokens, standardize_epsilon)
             qkv = project_channels_first(kernel, tf.reshape(blocks, [self.dim, -1]))
             qkv = tf.reshape(qkv, [3 * self.dim, -1, self.num_tokens, native.LANES])
             update = self.mix_and_attend_native(qkv, bias, training, token_only)
             return native.first_windows(update, tokens, axis=0)
+        if standardize_epsilon is not None:
+            tokens = standardize(tokens, standardize_epsilon)
         qkv = self.project_qkv(tokens, input_scale, input_offset)
         return self.mix_and_attend(qkv, training=training, token_only=token_only)
 

@@ -84,11 +84,12 @@ class GraphSymmetricAttentionBlock(tf_keras.layers.Layer):
             update = self.attention(self.norm(tokens), training=training, token_only=token_only)
         else:
             update = self.attention(
-                self.standardize(tokens),
+                tokens,
                 training=training,
                 token_only=token_only,
                 input_scale=self.norm.gamma,
                 input_offset=self.norm.beta,
+                standardize_epsilon=self.norm_epsilon,
             )
         return self.feed_forward((tokens[:, :1] if token_only else tokens) + update)
 

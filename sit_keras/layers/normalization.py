@@ -31,7 +31,7 @@ def _standardize(x: tf.Tensor, epsilon: float) -> tf.Tensor:
     @tf.custom_gradient
     def forward(x: tf.Tensor) -> tf.Tensor:
         mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
-        inverse_std = tf.math.rsqrt(variance + tf.cast(epsilon, x.dtype))
+        inverse_std = tf.math.rsqrt(variance + tf.constant(epsilon, x.dtype))  # not rounded to float32
         y = (x - mean) * inverse_std
 
         def grad(dy: tf.Tensor) -> tf.Tensor:

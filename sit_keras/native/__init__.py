@@ -18,7 +18,8 @@ one only where ``usable`` says so:
 
 The ops (``window_attention``, ``class_token_attention``) run the window attention
 of a local GSA block in vector lanes of ``LANES`` windows: the scores, score
-maps and softmaxes never leave the cache (docs/speed.md, "Native kernels").
+maps and softmaxes never leave the cache (docs/speed.md, "Native kernels");
+``standardized_lane_blocks`` writes a block's standardised tokens in their layout.
 """
 
 from __future__ import annotations
@@ -198,6 +199,27 @@ def lane_blocks_of_tokens(tokens: tf.Tensor) -> tf.Tensor:
         tokens = tf.pad(tokens, [[0, -windows % LANES], [0, 0], [0, 0]])
     blocks = tf.reshape(tokens, [-1, LANES, tokens_count, channels])
     return tf.transpose(blocks, [3, 0, 2, 1])
+
+
+def standardized_lane_blocks(tokens: tf.Tensor, epsilon: float) -> tf.Tensor:
+    """``lane_blocks_of_tokens(standardize(tokens, epsilon))`` in one op, and its gradient in one.
+
+    ``tokens (B, T, D)`` -> ``(D, ceil(B / LANES), T, LANES)``: each token
+    standardised over its ``D`` channels (the GSA blocks' LayerNorm without
+    its ``gamma`` and ``beta``, ``sit_keras.layers.normalization``), the padded
+    windows zero (``standardize.cc``). Call only where ``usable(tokens.dtype)``.
+    """
+    ops = _library_or_raise()
+    epsilon_t = tf.constant(epsilon, tokens.dtype)
+
+    @tf.custom_gradient
+    def standardized(x: tf.Tensor) -> tf.Tensor:
+        def grad(dy: tf.Tensor) -> tf.Tensor:
+            return ops.sit_standardized_lanes_grad(dy, x, epsilon_t)
+
+        return ops.sit_standardized_lanes(x, epsilon_t), grad
+
+    return standardized(tokens)
 
 
 def first_windows(output: tf.Tensor, inputs: tf.Tensor, axis: int) -> tf.Tensor:

@@ -24,7 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-SOURCE = Path(__file__).with_name("window_attention.cc")
+# The kernels' sources, compiled into one library (with lanes.h, their shared vector helpers).
+SOURCES = tuple(sorted(Path(__file__).parent.glob("*.cc")))
 # The flags that decide whether the library runs here: the CPU's and TensorFlow's.
 HOST_FILE = Path(__file__).with_name("_kernels.host.json")
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-shared", "-fPIC")
@@ -52,19 +53,21 @@ def compile_command(output: Path) -> list[str]:
     compiler = shutil.which("g++") or shutil.which("c++")
     if compiler is None:
         raise FileNotFoundError("no C++ compiler (g++) on PATH: install g++ (Debian: apt-get install g++)")
-    return [compiler, *FLAGS, *QUIET, str(SOURCE), "-o", str(output), *tf.sysconfig.get_compile_flags(),
+    sources = [str(source) for source in SOURCES]
+    return [compiler, *FLAGS, *QUIET, *sources, "-o", str(output), *tf.sysconfig.get_compile_flags(),
             *tf.sysconfig.get_link_flags()]  # fmt: skip
 
 
 def build() -> Path:
-    """Compiles ``SOURCE`` into ``LIBRARY`` and records the host; returns the library's path."""
+    """Compiles ``SOURCES`` into ``LIBRARY`` and records the host; returns the library's path."""
     from sit_keras.native import LIBRARY
 
     with tempfile.TemporaryDirectory() as folder:
         output = Path(folder) / LIBRARY.name
         result = subprocess.run(compile_command(output), capture_output=True, text=True, check=False)
         if result.returncode != 0:
-            raise RuntimeError(f"g++ failed to compile {SOURCE}:\n{result.stderr.strip()}")
+            names = ", ".join(source.name for source in SOURCES)
+            raise RuntimeError(f"g++ failed to compile {names}:\n{result.stderr.strip()}")
         shutil.move(str(output), LIBRARY)  # whole, so a failed build leaves no half-written library
     HOST_FILE.write_text(json.dumps(host(), indent=1) + "\n")
     return LIBRARY

@@ -29,6 +29,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/util/work_sharder.h"
+#include "lanes.h"
 
 namespace sit_keras {
 namespace {
@@ -43,29 +44,6 @@ using tensorflow::TensorShape;
 using tensorflow::errors::InvalidArgument;
 using tensorflow::shape_inference::InferenceContext;
 using tensorflow::shape_inference::ShapeHandle;
-
-constexpr int kLanes = 16;
-
-// kLanes values of T, one per window, as one GCC vector: the compiler maps its arithmetic to the
-// host's widest vector registers (one AVX-512 register of floats, two AVX2 ones, ...).
-template <typename T>
-struct LaneVector {
-  typedef T type __attribute__((vector_size(kLanes * sizeof(T))));
-};
-template <typename T>
-using Lanes = typename LaneVector<T>::type;
-
-template <typename T>
-inline Lanes<T> Load(const T* p) {
-  Lanes<T> v;
-  __builtin_memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-template <typename T>
-inline void Store(T* p, Lanes<T> v) {
-  __builtin_memcpy(p, &v, sizeof(v));
-}
 
 REGISTER_OP("SitWindowAttention")
     .Input("qkv: T")

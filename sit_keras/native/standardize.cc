@@ -1,0 +1,194 @@
+// The GSA blocks' LayerNorm without its affine part, written straight into the attention ops'
+// layout (sit_keras.layers.normalization, sit_keras.native.lane_blocks).
+//
+// SitStandardizedLanes: tokens x (B, T, D) -> y (D, B / kLanes, T, kLanes), padded windows zero, with
+//   y[c, b / kLanes, i, b % kLanes] = (x[b, i, c] - mean_c x[b, i]) r[b, i],  r = 1 / sqrt(var_c x[b, i] + eps).
+// SitStandardizedLanesGrad: dx[b, i, c] = r (dy - mean_c dy - y mean_c(dy y)), the exact derivative.
+// Builtin ops take four passes over the tokens for the statistics and the normalisation, a transpose
+// into the lane layout, and as many again for the gradient; these read and write each value once.
+
+#include <cmath>
+#include <functional>
+
+#include "lanes.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/util/work_sharder.h"
+
+namespace sit_keras {
+namespace {
+
+using tensorflow::DEVICE_CPU;
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Status;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+using tensorflow::errors::InvalidArgument;
+using tensorflow::shape_inference::DimensionHandle;
+using tensorflow::shape_inference::InferenceContext;
+using tensorflow::shape_inference::ShapeHandle;
+
+REGISTER_OP("SitStandardizedLanes")
+    .Input("x: T")
+    .Input("epsilon: T")
+    .Output("y: T")
+    .Attr("T: {float, double}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle x;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 3, &x));
+      DimensionHandle blocks = c->UnknownDim();
+      if (c->ValueKnown(c->Dim(x, 0))) blocks = c->MakeDim((c->Value(c->Dim(x, 0)) + kLanes - 1) / kLanes);
+      c->set_output(0, c->MakeShape({c->Dim(x, 2), blocks, c->Dim(x, 1), kLanes}));
+      return Status();
+    });
+
+REGISTER_OP("SitStandardizedLanesGrad")
+    .Input("dy: T")
+    .Input("x: T")
+    .Input("epsilon: T")
+    .Output("dx: T")
+    .Attr("T: {float, double}")
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->input(1));
+      return Status();
+    });
+
+// One token of kLanes windows: its D channels as lane vectors (tile[c]), their mean and r.
+template <typename T>
+struct Tile {
+  explicit Tile(int64_t channels) : values(channels * kLanes) {}
+  std::vector<T> values;
+  Lanes<T> mean, inverse;
+};
+
+// Reads token i of the windows [b, b + kLanes) (those below `windows`, the others zero) and its statistics.
+template <typename T>
+void ReadToken(const T* x, int64_t windows, int64_t tokens, int64_t channels, int64_t b, int64_t i, T epsilon,
+               Tile<T>* tile) {
+  T* v = tile->values.data();
+  for (int l = 0; l < kLanes; ++l) {
+    const bool real = b + l < windows;
+    const T* row = x + ((b + l) * tokens + i) * channels;
+    for (int64_t c = 0; c < channels; ++c) v[c * kLanes + l] = real ? row[c] : T(0);
+  }
+  Lanes<T> sum = {};
+  for (int64_t c = 0; c < channels; ++c) sum += Load(v + c * kLanes);
+  tile->mean = sum / T(channels);
+  Lanes<T> squares = {};
+  for (int64_t c = 0; c < channels; ++c) {
+    const Lanes<T> centred = Load(v + c * kLanes) - tile->mean;
+    squares += centred * centred;
+  }
+  const Lanes<T> variance = squares / T(channels) + epsilon;
+  for (int l = 0; l < kLanes; ++l) tile->inverse[l] = T(1) / std::sqrt(variance[l]);
+}
+
+// The tokens (B, T, D) and the epsilon, a scalar of their dtype (an attribute would round a double's).
+bool CheckInputs(OpKernelContext* context, const Tensor& x, const Tensor& epsilon) {
+  if (x.dims() != 3 || x.dim_size(2) < 1 || epsilon.dims() != 0) {
+    context->CtxFailure(InvalidArgument("SitStandardizedLanes expects tokens (B, T, D) and a scalar epsilon; got ",
+                                        x.shape().DebugString(), " and ", epsilon.shape().DebugString()));
+    return false;
+  }
+  return true;
+}
+
+void RunShards(OpKernelContext* context, int64_t units, int64_t cost,
+               const std::function<void(int64_t, int64_t)>& work) {
+  auto* threads = context->device()->tensorflow_cpu_worker_threads();
+  tensorflow::Shard(threads->num_threads, threads->workers, units, cost, work);
+}
+
+template <typename T>
+class StandardizedLanesOp : public OpKernel {
+ public:
+  explicit StandardizedLanesOp(OpKernelConstruction* context) : OpKernel(context) {}
+
+  void Compute(OpKernelContext* context) override {
+    const Tensor& x = context->input(0);
+    if (!CheckInputs(context, x, context->input(1))) return;
+    const int64_t windows = x.dim_size(0), tokens = x.dim_size(1), channels = x.dim_size(2);
+    const int64_t blocks = (windows + kLanes - 1) / kLanes;
+    Tensor* y = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({channels, blocks, tokens, kLanes}), &y));
+    const T* x_data = x.flat<T>().data();
+    T* y_data = y->flat<T>().data();
+    const T epsilon = context->input(1).scalar<T>()();
+    RunShards(context, blocks * tokens, 8 * channels * kLanes, [&](int64_t start, int64_t limit) {
+      Tile<T> tile(channels);
+      for (int64_t unit = start; unit < limit; ++unit) {
+        const int64_t block = unit / tokens, i = unit % tokens;
+        ReadToken(x_data, windows, tokens, channels, block * kLanes, i, epsilon, &tile);
+        for (int64_t c = 0; c < channels; ++c) {
+          const Lanes<T> v = (Load(tile.values.data() + c * kLanes) - tile.mean) * tile.inverse;
+          Store(y_data + ((c * blocks + block) * tokens + i) * kLanes, v);
+        }
+      }
+    });
+  }
+};
+
+template <typename T>
+class StandardizedLanesGradOp : public OpKernel {
+ public:
+  explicit StandardizedLanesGradOp(OpKernelConstruction* context) : OpKernel(context) {}
+
+  void Compute(OpKernelContext* context) override {
+    const Tensor& dy = context->input(0);
+    const Tensor& x = context->input(1);
+    if (!CheckInputs(context, x, context->input(2))) return;
+    const int64_t windows = x.dim_size(0), tokens = x.dim_size(1), channels = x.dim_size(2);
+    const int64_t blocks = (windows + kLanes - 1) / kLanes;
+    OP_REQUIRES(context, dy.shape() == TensorShape({channels, blocks, tokens, kLanes}),
+                InvalidArgument("SitStandardizedLanesGrad expects dy (", channels, ", ", blocks, ", ", tokens, ", ",
+                                kLanes, "); got ", dy.shape().DebugString()));
+    Tensor* dx = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(0, x.shape(), &dx));
+    const T* x_data = x.flat<T>().data();
+    const T* dy_data = dy.flat<T>().data();
+    T* dx_data = dx->flat<T>().data();
+    const T epsilon = context->input(2).scalar<T>()();
+    RunShards(context, blocks * tokens, 14 * channels * kLanes, [&](int64_t start, int64_t limit) {
+      Tile<T> tile(channels);
+      std::vector<T> gradient(channels * kLanes);
+      for (int64_t unit = start; unit < limit; ++unit) {
+        const int64_t block = unit / tokens, i = unit % tokens, b = block * kLanes;
+        ReadToken(x_data, windows, tokens, channels, b, i, epsilon, &tile);
+        // mean_c dy and mean_c (dy y), then dx = r (dy - mean dy - y mean(dy y)).
+        Lanes<T> sum = {}, sum_y = {};
+        for (int64_t c = 0; c < channels; ++c) {
+          const Lanes<T> g = Load(dy_data + ((c * blocks + block) * tokens + i) * kLanes);
+          const Lanes<T> y = (Load(tile.values.data() + c * kLanes) - tile.mean) * tile.inverse;
+          sum += g;
+          sum_y += g * y;
+          Store(gradient.data() + c * kLanes, g);
+        }
+        const Lanes<T> mean_g = sum / T(channels), mean_gy = sum_y / T(channels);
+        for (int64_t c = 0; c < channels; ++c) {
+          const Lanes<T> y = (Load(tile.values.data() + c * kLanes) - tile.mean) * tile.inverse;
+          Store(gradient.data() + c * kLanes,
+                tile.inverse * (Load(gradient.data() + c * kLanes) - mean_g - y * mean_gy));
+        }
+        for (int l = 0; l < kLanes && b + l < windows; ++l) {
+          T* row = dx_data + ((b + l) * tokens + i) * channels;
+          for (int64_t c = 0; c < channels; ++c) row[c] = gradient[c * kLanes + l];
+        }
+      }
+    });
+  }
+};
+
+#define REGISTER(T)                                                                                    \
+  REGISTER_KERNEL_BUILDER(Name("SitStandardizedLanes").Device(DEVICE_CPU).TypeConstraint<T>("T"),      \
+                          StandardizedLanesOp<T>);                                                     \
+  REGISTER_KERNEL_BUILDER(Name("SitStandardizedLanesGrad").Device(DEVICE_CPU).TypeConstraint<T>("T"),  \
+                          StandardizedLanesGradOp<T>);
+REGISTER(float);
+REGISTER(double);
+#undef REGISTER
+
+}  // namespace
+}  // namespace sit_keras
