@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <functional>
+#include <vector>
 
 #include "lanes.h"
 #include "tensorflow/core/framework/op.h"
@@ -56,35 +57,49 @@ REGISTER_OP("SitStandardizedLanesGrad")
       return Status();
     });
 
-// One token of kLanes windows: its D channels as lane vectors (tile[c]), their mean and r.
+// The kLanes windows from b of the tokens x (B, T, D), transposed: values[(i D + c) kLanes + l] =
+// x[b + l, i, c] (zero for windows at or beyond B), with each token's mean and r, lane by lane. The
+// windows' B x T x D values are one contiguous run of x, read once.
 template <typename T>
-struct Tile {
-  explicit Tile(int64_t channels) : values(channels * kLanes) {}
-  std::vector<T> values;
-  Lanes<T> mean, inverse;
-};
+struct BlockTile {
+  BlockTile(int64_t tokens, int64_t channels)
+      : tokens(tokens), channels(channels), values(tokens * channels * kLanes), mean(tokens), inverse(tokens) {}
 
-// Reads token i of the windows [b, b + kLanes) (those below `windows`, the others zero) and its statistics.
-template <typename T>
-void ReadToken(const T* x, int64_t windows, int64_t tokens, int64_t channels, int64_t b, int64_t i, T epsilon,
-               Tile<T>* tile) {
-  T* v = tile->values.data();
-  for (int l = 0; l < kLanes; ++l) {
-    const bool real = b + l < windows;
-    const T* row = x + ((b + l) * tokens + i) * channels;
-    for (int64_t c = 0; c < channels; ++c) v[c * kLanes + l] = real ? row[c] : T(0);
+  void Read(const T* x, int64_t windows, int64_t b, T epsilon) {
+    const int64_t size = tokens * channels;
+    for (int l = 0; l < kLanes; ++l) {
+      const T* row = x + (b + l) * size;
+      T* v = values.data() + l;
+      if (b + l < windows) {
+        for (int64_t e = 0; e < size; ++e) v[e * kLanes] = row[e];
+      } else {
+        for (int64_t e = 0; e < size; ++e) v[e * kLanes] = T(0);
+      }
+    }
+    for (int64_t i = 0; i < tokens; ++i) {
+      const T* v = values.data() + i * channels * kLanes;
+      Lanes<T> sum = {};
+      for (int64_t c = 0; c < channels; ++c) sum += Load(v + c * kLanes);
+      mean[i] = sum / T(channels);
+      Lanes<T> squares = {};
+      for (int64_t c = 0; c < channels; ++c) {
+        const Lanes<T> centred = Load(v + c * kLanes) - mean[i];
+        squares += centred * centred;
+      }
+      const Lanes<T> variance = squares / T(channels) + epsilon;
+      for (int l = 0; l < kLanes; ++l) inverse[i][l] = T(1) / std::sqrt(variance[l]);
+    }
   }
-  Lanes<T> sum = {};
-  for (int64_t c = 0; c < channels; ++c) sum += Load(v + c * kLanes);
-  tile->mean = sum / T(channels);
-  Lanes<T> squares = {};
-  for (int64_t c = 0; c < channels; ++c) {
-    const Lanes<T> centred = Load(v + c * kLanes) - tile->mean;
-    squares += centred * centred;
+
+  // The standardised value of channel c of token i.
+  Lanes<T> Standardized(int64_t i, int64_t c) const {
+    return (Load(values.data() + (i * channels + c) * kLanes) - mean[i]) * inverse[i];
   }
-  const Lanes<T> variance = squares / T(channels) + epsilon;
-  for (int l = 0; l < kLanes; ++l) tile->inverse[l] = T(1) / std::sqrt(variance[l]);
-}
+
+  const int64_t tokens, channels;
+  std::vector<T> values;
+  std::vector<Lanes<T>> mean, inverse;
+};
 
 // The tokens (B, T, D) and the epsilon, a scalar of their dtype (an attribute would round a double's).
 bool CheckInputs(OpKernelContext* context, const Tensor& x, const Tensor& epsilon) {
@@ -117,14 +132,14 @@ class StandardizedLanesOp : public OpKernel {
     const T* x_data = x.flat<T>().data();
     T* y_data = y->flat<T>().data();
     const T epsilon = context->input(1).scalar<T>()();
-    RunShards(context, blocks * tokens, 8 * channels * kLanes, [&](int64_t start, int64_t limit) {
-      Tile<T> tile(channels);
-      for (int64_t unit = start; unit < limit; ++unit) {
-        const int64_t block = unit / tokens, i = unit % tokens;
-        ReadToken(x_data, windows, tokens, channels, block * kLanes, i, epsilon, &tile);
+    // A unit is a block of kLanes windows: for each channel, its T x kLanes outputs are one contiguous run.
+    RunShards(context, blocks, 8 * tokens * channels * kLanes, [&](int64_t start, int64_t limit) {
+      BlockTile<T> tile(tokens, channels);
+      for (int64_t block = start; block < limit; ++block) {
+        tile.Read(x_data, windows, block * kLanes, epsilon);
         for (int64_t c = 0; c < channels; ++c) {
-          const Lanes<T> v = (Load(tile.values.data() + c * kLanes) - tile.mean) * tile.inverse;
-          Store(y_data + ((c * blocks + block) * tokens + i) * kLanes, v);
+          T* y = y_data + (c * blocks + block) * tokens * kLanes;
+          for (int64_t i = 0; i < tokens; ++i) Store(y + i * kLanes, tile.Standardized(i, c));
         }
       }
     });
@@ -151,30 +166,36 @@ class StandardizedLanesGradOp : public OpKernel {
     const T* dy_data = dy.flat<T>().data();
     T* dx_data = dx->flat<T>().data();
     const T epsilon = context->input(2).scalar<T>()();
-    RunShards(context, blocks * tokens, 14 * channels * kLanes, [&](int64_t start, int64_t limit) {
-      Tile<T> tile(channels);
-      std::vector<T> gradient(channels * kLanes);
-      for (int64_t unit = start; unit < limit; ++unit) {
-        const int64_t block = unit / tokens, i = unit % tokens, b = block * kLanes;
-        ReadToken(x_data, windows, tokens, channels, b, i, epsilon, &tile);
-        // mean_c dy and mean_c (dy y), then dx = r (dy - mean dy - y mean(dy y)).
-        Lanes<T> sum = {}, sum_y = {};
-        for (int64_t c = 0; c < channels; ++c) {
-          const Lanes<T> g = Load(dy_data + ((c * blocks + block) * tokens + i) * kLanes);
-          const Lanes<T> y = (Load(tile.values.data() + c * kLanes) - tile.mean) * tile.inverse;
-          sum += g;
-          sum_y += g * y;
-          Store(gradient.data() + c * kLanes, g);
+    RunShards(context, blocks, 14 * tokens * channels * kLanes, [&](int64_t start, int64_t limit) {
+      BlockTile<T> tile(tokens, channels);
+      std::vector<T> gradient(tokens * channels * kLanes);
+      for (int64_t block = start; block < limit; ++block) {
+        const int64_t b = block * kLanes;
+        tile.Read(x_data, windows, b, epsilon);
+        for (int64_t c = 0; c < channels; ++c) {  // dy's runs, into the tile's layout
+          const T* g = dy_data + (c * blocks + block) * tokens * kLanes;
+          for (int64_t i = 0; i < tokens; ++i) {
+            Store(gradient.data() + (i * channels + c) * kLanes, Load(g + i * kLanes));
+          }
         }
-        const Lanes<T> mean_g = sum / T(channels), mean_gy = sum_y / T(channels);
-        for (int64_t c = 0; c < channels; ++c) {
-          const Lanes<T> y = (Load(tile.values.data() + c * kLanes) - tile.mean) * tile.inverse;
-          Store(gradient.data() + c * kLanes,
-                tile.inverse * (Load(gradient.data() + c * kLanes) - mean_g - y * mean_gy));
+        // Per token: mean_c dy and mean_c (dy y), then dx = r (dy - mean dy - y mean(dy y)).
+        for (int64_t i = 0; i < tokens; ++i) {
+          T* g = gradient.data() + i * channels * kLanes;
+          Lanes<T> sum = {}, sum_y = {};
+          for (int64_t c = 0; c < channels; ++c) {
+            sum += Load(g + c * kLanes);
+            sum_y += Load(g + c * kLanes) * tile.Standardized(i, c);
+          }
+          const Lanes<T> mean_g = sum / T(channels), mean_gy = sum_y / T(channels);
+          for (int64_t c = 0; c < channels; ++c) {
+            const Lanes<T> y = tile.Standardized(i, c);
+            Store(g + c * kLanes, tile.inverse[i] * (Load(g + c * kLanes) - mean_g - y * mean_gy));
+          }
         }
+        const int64_t size = tokens * channels;
         for (int l = 0; l < kLanes && b + l < windows; ++l) {
-          T* row = dx_data + ((b + l) * tokens + i) * channels;
-          for (int64_t c = 0; c < channels; ++c) row[c] = gradient[c * kLanes + l];
+          T* row = dx_data + (b + l) * size;
+          for (int64_t e = 0; e < size; ++e) row[e] = gradient[e * kLanes + l];
         }
       }
     });

@@ -267,7 +267,9 @@ void WriteHead(const Source<T>& src, const Sizes& s, int64_t h, int64_t c, int64
   const int64_t row = s.windows * s.tokens, n = s.tokens * kLanes, d = s.head_dim, dim = s.heads * d;
   const int64_t channel = c * dim + h * d;
   if (src.rows == 0) {
-    for (int64_t f = 0; f < d; ++f) std::copy(buf + f * n, buf + (f + 1) * n, src.dx + (channel + f) * row + b * s.tokens);
+    for (int64_t f = 0; f < d; ++f) {
+      std::copy(buf + f * n, buf + (f + 1) * n, src.dx + (channel + f) * row + b * s.tokens);
+    }
     return;
   }
   for (int64_t r = 0; r < src.rows; ++r) {
