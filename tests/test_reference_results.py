@@ -1163,13 +1163,64 @@ def test_native_kernels_table_and_readme_speed_are_the_report():
         f"{stages['sit']['local_gsa']['median_ms']:.0f} ms"
     ) in flat
     assert f"({ratios['train_step_over_vit']['sit']['xla']:.1f}x the ViT's XLA step)" in flat
-    sit_over_vit = ratios["train_step_over_vit"]["sit"]["graph"]
-    assert f"with which the SiT's step measures {sit_over_vit:.2f}x on this host" in " ".join(SPEED.split())
+
+
+def test_more_of_the_step_in_the_kernels_is_the_report():
+    """docs/speed.md's "More of the step in the kernels": its table, stages and op shares, the ViT
+    section's and the README's SiT / ViT ratio, from one run and its op profile."""
+    report = _report("speed_encoders_native_fused_amx.json")
+    assert report["native_kernels"] == "loaded"
+    ratios, models = report["ratios"], report["models"]
+    section = SPEED[SPEED.index("### More of the step in the kernels") :]
+    section = section[: section.index("\n### ")]
+    rows = 0
+    for line in section[section.index("| model (64x64x3) |") :].split("\n\n")[0].splitlines()[2:]:
+        cells = [c.strip().strip("*") for c in line.strip("|").split("|")]
+        model = cells[0].strip("`")
+        assert cells[1] == f"{models[model]['timings']['train_step']['graph']['median_ms']:.0f} ms", model
+        assert _agrees(cells[2], ratios["train_step_over_vit"][model]["graph"]), model
+        native_ratio = ratios["train_step_native_over_builtin"].get(model, {}).get("graph")
+        without = "1" if model.endswith(":builtin") else ""
+        assert cells[3] == without or _agrees(cells[3], native_ratio), model
+        assert _agrees(cells[4], models[model]["precision"]["mixed_bfloat16"]["over_float32"]), model
+        rows += 1
+    assert rows == len(models) == 5
     over_vit = ratios["train_step_over_vit"]
+    assert max(over_vit["sit"]["graph"], over_vit["siet"]["graph"]) <= 2.0 < over_vit["sit:builtin"]["graph"]
+    flat = " ".join(section.split())
+    stage = {name: models[name]["stage_profile"] for name in models if name != "vit"}
     assert (
-        f"a SiT train step costs {over_vit['sit']['graph']:.2f}x the ViT's with the native "
+        f"local GSA {stage['sit']['local_gsa']['median_ms']:.0f} ms "
+        f"({stage['sit:builtin']['local_gsa']['median_ms']:.0f} without the kernels), global GSA "
+        f"{stage['sit']['global_gsa']['median_ms']:.0f} ms for the SiT and "
+        f"{stage['siet']['global_gsa']['median_ms']:.0f} ms for the SieT "
+        f"({stage['sit:builtin']['global_gsa']['median_ms']:.0f} and "
+        f"{stage['siet:builtin']['global_gsa']['median_ms']:.0f} without)"
+    ) in flat
+    precision = {name: models[name]["precision"]["mixed_bfloat16"]["over_float32"] for name in models}
+    assert (
+        f"the bfloat16 step is {precision['sit']:.2f}x the float32 one" in flat
+        and f"without the kernels bfloat16 gains {precision['sit:builtin']:.2f}x" in flat
+        and f"the float32 step with them is {ratios['train_step_native_over_builtin']['sit']['graph']:.2f}x"
+        in flat
+    )
+    profile = _report("op_profile_train_amx_fused.json")
+    assert profile["commit"] == report["commit"] and profile["settings"]["model"] == "sit"
+    share = {row["op"]: row["share"] for row in profile["op_types"]}
+    native_ops = [op for op in share if op.startswith("Sit")]
+    assert len(native_ops) == 6
+    assert (
+        f"an op profile at {profile['commit'][:7]} (`benchmarks/reference/op_profile_train_amx_fused.json`) "
+        f"gives the six native ops {sum(share[op] for op in native_ops):.1%} of the summed op time, the "
+        f"remaining 2-D matmuls {share['_MklMatMul']:.1%}"
+    ) in flat.replace("An op profile", "an op profile")
+    assert f"transposes {share['_MklTranspose']:.1%}" in flat
+    sit_over_vit = over_vit["sit"]["graph"]
+    assert f"with which the SiT's step measures {sit_over_vit:.2f}x on this host" in " ".join(SPEED.split())
+    assert (
+        f"a SiT train step costs {sit_over_vit:.2f}x the ViT's with the native "
         f"kernels, {over_vit['sit:builtin']['graph']:.2f}x without "
-        "(one run on an Intel AMX host: `speed_encoders_native_amx.json`)"
+        "(one run on an Intel AMX host: `speed_encoders_native_fused_amx.json`)"
     ) in " ".join(README.split())
 
 
@@ -5453,6 +5504,26 @@ def test_procgen_throughput_with_the_native_kernels_is_the_report():
         f"**1/{ratio:.2f}**, the SiT's policy share down to "
         f"{drivers['runs'][0]['summary']['policy_fraction']:.0%}. One run each: the IMPALA-CNN's "
         f"{speeds['impala_cnn']:.0f} and {speeds_after['impala_cnn']:.0f} env steps/s"
+    ) in _flat_page("speed.md")
+
+
+def test_procgen_throughput_with_more_of_the_step_native_is_the_report():
+    report = _report("speed_ppo_procgen_native_fused_amx.json")
+    out = "benchmarks/reference/speed_ppo_procgen_native_fused_amx.json"
+    assert report["command"] == f"python benchmarks/ppo_throughput.py --out {out}"
+    assert report["commit"] == _report("speed_encoders_native_fused_amx.json")["commit"]
+    sit, cnn = report["runs"]
+    assert (sit["model"], cnn["model"]) == ("sit", "impala_cnn")
+    speeds = report["env_steps_per_second"]
+    slower = report["ratios"]["impala_cnn_over_sit_env_steps_per_second"]
+    assert slower == pytest.approx(speeds["impala_cnn"] / speeds["sit"]) and slower < 6  # the 1/6 is met
+    assert (
+        f"the same command at {report['commit'][:7]} "
+        "(`benchmarks/reference/speed_ppo_procgen_native_fused_amx.json`): "
+        f"SiT {speeds['sit']:.1f} env steps/s, IMPALA-CNN {speeds['impala_cnn']:.1f}, **1/{slower:.2f}**, "
+        f"with {sit['summary']['train_fraction']:.0%} of the SiT's wall time in its train steps and "
+        f"{sit['summary']['policy_fraction']:.0%} in its policy's forward passes. So the speed issue's "
+        f"1/6 is met in this run, by a margin ({6 / slower - 1:.0%})"
     ) in _flat_page("speed.md")
 
 
