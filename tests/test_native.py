@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
+import tf_keras
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -324,13 +326,22 @@ def test_a_forward_pass_traced_for_a_driver_runs_the_native_ops(sit) -> None:
     assert not native.usable(tf.float32)  # outside it again
 
 
-def test_a_sit_on_the_native_ops_keeps_rotations_and_breaks_flips() -> None:
+@pytest.fixture
+def fixed_seed() -> Iterator[None]:
+    """The same initial weights whatever ran before in this worker; the next test does not inherit it."""
+    tf_keras.utils.set_random_seed(0)
+    yield
+    tf.random.set_seed(None)
+
+
+def test_a_sit_on_the_native_ops_keeps_rotations_and_breaks_flips(fixed_seed: None) -> None:
     """The SiT's promise (rotation invariance; the triangle sums break the flips), on perturbed weights in
     float64, with every local window through the native ops."""
     encoder = build_encoder("sit", (16, 16, 3), dtype="float64")
     x = tf.constant(np.random.default_rng(3).uniform(size=(2, 16, 16, 3)))
     encoder(x)
-    testing.perturb_weights(encoder, 0.1)
+    # Noise of 0.3, not 0.1: with 0.1 the flips moved some initialisations' output by only 1e-3.
+    testing.perturb_weights(encoder, 0.3)
     with native.forward_passes():
         forward = tf.function(lambda z: encoder(z, training=False))
         assert NATIVE_OPS <= _op_types(forward, x)

@@ -1133,12 +1133,10 @@ def test_encoder_speed_table_is_the_report():
     assert "`benchmarks/reference/speed_encoders.json`" in SPEED
 
 
-def test_native_kernels_table_and_readme_speed_are_the_report():
-    """docs/speed.md's "Native kernels" table and the README's speed sentence, from one run."""
-    report = _report("speed_encoders_native_amx.json")
+def _assert_native_table_is_the_report(section: str, report: dict) -> None:
+    """The first "| model (64x64x3) |" table of ``section``: a row a model of the kernels' encoder report."""
     assert report["native_kernels"] == "loaded"
     ratios, models = report["ratios"], report["models"]
-    section = SPEED[SPEED.index("### Native kernels") :]
     rows = 0
     for line in section[section.index("| model (64x64x3) |") :].split("\n\n")[0].splitlines()[2:]:
         cells = [c.strip().strip("*") for c in line.strip("|").split("|")]
@@ -1151,6 +1149,14 @@ def test_native_kernels_table_and_readme_speed_are_the_report():
         assert _agrees(cells[4], models[model]["precision"]["mixed_bfloat16"]["over_float32"]), model
         rows += 1
     assert rows == len(models) == 5
+
+
+def test_native_kernels_table_and_readme_speed_are_the_report():
+    """docs/speed.md's "Native kernels" table and the README's speed sentence, from one run."""
+    report = _report("speed_encoders_native_amx.json")
+    ratios, models = report["ratios"], report["models"]
+    section = SPEED[SPEED.index("### Native kernels") :]
+    _assert_native_table_is_the_report(section, report)
     assert "`benchmarks/reference/speed_encoders_native_amx.json`" in SPEED
     stages = {name: models[name]["stage_profile"] for name in ("sit", "sit:builtin", "siet")}
     flat = " ".join(section.split())
@@ -1169,22 +1175,10 @@ def test_more_of_the_step_in_the_kernels_is_the_report():
     """docs/speed.md's "More of the step in the kernels": its table, stages and op shares, the ViT
     section's and the README's SiT / ViT ratio, from one run and its op profile."""
     report = _report("speed_encoders_native_fused_amx.json")
-    assert report["native_kernels"] == "loaded"
     ratios, models = report["ratios"], report["models"]
     section = SPEED[SPEED.index("### More of the step in the kernels") :]
     section = section[: section.index("\n### ")]
-    rows = 0
-    for line in section[section.index("| model (64x64x3) |") :].split("\n\n")[0].splitlines()[2:]:
-        cells = [c.strip().strip("*") for c in line.strip("|").split("|")]
-        model = cells[0].strip("`")
-        assert cells[1] == f"{models[model]['timings']['train_step']['graph']['median_ms']:.0f} ms", model
-        assert _agrees(cells[2], ratios["train_step_over_vit"][model]["graph"]), model
-        native_ratio = ratios["train_step_native_over_builtin"].get(model, {}).get("graph")
-        without = "1" if model.endswith(":builtin") else ""
-        assert cells[3] == without or _agrees(cells[3], native_ratio), model
-        assert _agrees(cells[4], models[model]["precision"]["mixed_bfloat16"]["over_float32"]), model
-        rows += 1
-    assert rows == len(models) == 5
+    _assert_native_table_is_the_report(section, report)
     over_vit = ratios["train_step_over_vit"]
     assert max(over_vit["sit"]["graph"], over_vit["siet"]["graph"]) <= 2.0 < over_vit["sit:builtin"]["graph"]
     flat = " ".join(section.split())

@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-# The kernels' sources, compiled into one library (with lanes.h, their shared vector helpers).
+# The kernels' sources, compiled into one library (with kernels.h, what they share).
 SOURCES = tuple(sorted(Path(__file__).parent.glob("*.cc")))
 # The flags that decide whether the library runs here: the CPU's and TensorFlow's.
 HOST_FILE = Path(__file__).with_name("_kernels.host.json")

@@ -8,29 +8,12 @@
 // into the lane layout, and as many again for the gradient; these read and write each value once.
 
 #include <cmath>
-#include <functional>
 #include <vector>
 
-#include "lanes.h"
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/shape_inference.h"
-#include "tensorflow/core/util/work_sharder.h"
+#include "kernels.h"
 
 namespace sit_keras {
 namespace {
-
-using tensorflow::DEVICE_CPU;
-using tensorflow::OpKernel;
-using tensorflow::OpKernelConstruction;
-using tensorflow::OpKernelContext;
-using tensorflow::Status;
-using tensorflow::Tensor;
-using tensorflow::TensorShape;
-using tensorflow::errors::InvalidArgument;
-using tensorflow::shape_inference::DimensionHandle;
-using tensorflow::shape_inference::InferenceContext;
-using tensorflow::shape_inference::ShapeHandle;
 
 REGISTER_OP("SitStandardizedLanes")
     .Input("x: T")
@@ -101,6 +84,15 @@ struct BlockTile {
   std::vector<Lanes<T>> mean, inverse;
 };
 
+// The tokens' sizes: B windows of T tokens of D channels, in ceil(B / kLanes) blocks of the lane layout.
+struct TokenSizes {
+  explicit TokenSizes(const Tensor& x)
+      : windows(x.dim_size(0)), tokens(x.dim_size(1)), channels(x.dim_size(2)),
+        blocks((windows + kLanes - 1) / kLanes) {}
+  TensorShape lanes() const { return TensorShape({channels, blocks, tokens, kLanes}); }
+  const int64_t windows, tokens, channels, blocks;
+};
+
 // The tokens (B, T, D) and the epsilon, a scalar of their dtype (an attribute would round a double's).
 bool CheckInputs(OpKernelContext* context, const Tensor& x, const Tensor& epsilon) {
   if (x.dims() != 3 || x.dim_size(2) < 1 || epsilon.dims() != 0) {
@@ -111,12 +103,6 @@ bool CheckInputs(OpKernelContext* context, const Tensor& x, const Tensor& epsilo
   return true;
 }
 
-void RunShards(OpKernelContext* context, int64_t units, int64_t cost,
-               const std::function<void(int64_t, int64_t)>& work) {
-  auto* threads = context->device()->tensorflow_cpu_worker_threads();
-  tensorflow::Shard(threads->num_threads, threads->workers, units, cost, work);
-}
-
 template <typename T>
 class StandardizedLanesOp : public OpKernel {
  public:
@@ -125,10 +111,10 @@ class StandardizedLanesOp : public OpKernel {
   void Compute(OpKernelContext* context) override {
     const Tensor& x = context->input(0);
     if (!CheckInputs(context, x, context->input(1))) return;
-    const int64_t windows = x.dim_size(0), tokens = x.dim_size(1), channels = x.dim_size(2);
-    const int64_t blocks = (windows + kLanes - 1) / kLanes;
+    const TokenSizes n(x);
+    const int64_t windows = n.windows, tokens = n.tokens, channels = n.channels, blocks = n.blocks;
     Tensor* y = nullptr;
-    OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({channels, blocks, tokens, kLanes}), &y));
+    OP_REQUIRES_OK(context, context->allocate_output(0, n.lanes(), &y));
     const T* x_data = x.flat<T>().data();
     T* y_data = y->flat<T>().data();
     const T epsilon = context->input(1).scalar<T>()();
@@ -155,9 +141,9 @@ class StandardizedLanesGradOp : public OpKernel {
     const Tensor& dy = context->input(0);
     const Tensor& x = context->input(1);
     if (!CheckInputs(context, x, context->input(2))) return;
-    const int64_t windows = x.dim_size(0), tokens = x.dim_size(1), channels = x.dim_size(2);
-    const int64_t blocks = (windows + kLanes - 1) / kLanes;
-    OP_REQUIRES(context, dy.shape() == TensorShape({channels, blocks, tokens, kLanes}),
+    const TokenSizes n(x);
+    const int64_t windows = n.windows, tokens = n.tokens, channels = n.channels, blocks = n.blocks;
+    OP_REQUIRES(context, dy.shape() == n.lanes(),
                 InvalidArgument("SitStandardizedLanesGrad expects dy (", channels, ", ", blocks, ", ", tokens, ", ",
                                 kLanes, "); got ", dy.shape().DebugString()));
     Tensor* dx = nullptr;

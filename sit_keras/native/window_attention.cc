@@ -22,28 +22,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <vector>
 
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/shape_inference.h"
-#include "tensorflow/core/util/work_sharder.h"
-#include "lanes.h"
+#include "kernels.h"
 
 namespace sit_keras {
 namespace {
-
-using tensorflow::DEVICE_CPU;
-using tensorflow::OpKernel;
-using tensorflow::OpKernelConstruction;
-using tensorflow::OpKernelContext;
-using tensorflow::Status;
-using tensorflow::Tensor;
-using tensorflow::TensorShape;
-using tensorflow::errors::InvalidArgument;
-using tensorflow::shape_inference::InferenceContext;
-using tensorflow::shape_inference::ShapeHandle;
 
 REGISTER_OP("SitWindowAttention")
     .Input("qkv: T")
@@ -604,12 +588,6 @@ void SumPartials(const std::vector<T>& partial, int64_t heads, int64_t chunks, i
 int64_t NumChunks(OpKernelContext* context, int64_t heads, int64_t blocks) {
   const int64_t threads = context->device()->tensorflow_cpu_worker_threads()->num_threads;
   return std::max<int64_t>(1, std::min<int64_t>(blocks, (2 * threads + heads - 1) / heads));
-}
-
-void RunShards(OpKernelContext* context, int64_t units, int64_t cost,
-               const std::function<void(int64_t, int64_t)>& work) {
-  auto* threads = context->device()->tensorflow_cpu_worker_threads();
-  tensorflow::Shard(threads->num_threads, threads->workers, units, cost, work);
 }
 
 // The gradients of the graph mixing, the bias and (with a kernel) the kernel, one set a unit (head h,
