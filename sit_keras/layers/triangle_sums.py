@@ -119,7 +119,7 @@ class TriangleSums:
         self.transpose = own.T.reshape(-1).copy()
         self._gather_jk = ConstantGather(full_jk, t * t, axis=-1)
         self._gather_ki = ConstantGather(full_ki, t * t, axis=-1)
-        self._patterns: dict[tuple[int, bool], ScoreMapPattern] = {}
+        self._patterns: dict[tuple[str, int, bool], ScoreMapPattern] = {}
 
     def resolve_form(self, form: str, compiled: bool) -> str:
         """The form ``form`` (one of ``TRIANGLE_FORMS``) means for these sizes; ``compiled``: under XLA.
@@ -186,7 +186,7 @@ class TriangleSums:
         The boolean product of the sums' patterns: about 6 columns per row for
         one symmetrised sum, against the ``T^2`` of the dense matrix.
         """
-        key = (num_tables, symmetrised)
+        key = ("matrix", num_tables, symmetrised)
         if key not in self._patterns:
             n = self.num_tokens**2
             rows = np.repeat(np.arange(n), 3)
@@ -211,7 +211,7 @@ class TriangleSums:
         column possibly twice. For the native op on grids whose matrix would
         not pay (``sit_keras.native.window_attention``).
         """
-        key = (-num_tables, symmetrised)
+        key = ("terms", num_tables, symmetrised)
         if key not in self._patterns:
             indices = self.sources  # (T^2, 3)
             if symmetrised:

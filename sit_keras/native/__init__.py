@@ -46,7 +46,7 @@ _DTYPES = (tf.float32, tf.float64)
 # this many pairs (a 4x4 window and its class token: 289; the Procgen SiT's 8x8 global grid and its
 # class token: 4225). Larger grids (the MiniGrid SiT's 14x14) keep the builtin ops.
 MAX_TOKEN_PAIRS = 65**2
-LANES = 16  # windows per block of the ops' input layout: kLanes of window_attention.cc
+LANES = 16  # windows per block of the ops' input layout: kLanes of kernels.h
 _state = threading.local()
 _loaded: dict[str, object] = {}
 
