@@ -5519,6 +5519,19 @@ def test_procgen_throughput_with_more_of_the_step_native_is_the_report():
         f"{sit['summary']['policy_fraction']:.0%} in its policy's forward passes. So the speed issue's "
         f"1/6 is met in this run, by a margin ({6 / slower - 1:.0%})"
     ) in _flat_page("speed.md")
+    repeat = _report("speed_ppo_procgen_native_fused_amx_repeat.json")
+    again = repeat["env_steps_per_second"]
+    ratio = repeat["ratios"]["impala_cnn_over_sit_env_steps_per_second"]
+    assert (
+        repeat["command"]
+        == f"python benchmarks/ppo_throughput.py --out {out.replace('.json', '_repeat.json')}"
+    )
+    assert ratio == pytest.approx(again["impala_cnn"] / again["sit"]) and ratio < 6
+    assert (
+        f"A second run of the same command at {repeat['commit'][:7]} (the same kernels; "
+        "`benchmarks/reference/speed_ppo_procgen_native_fused_amx_repeat.json`) measured SiT "
+        f"{again['sit']:.1f} and IMPALA-CNN {again['impala_cnn']:.1f} env steps/s, **1/{ratio:.2f}**."
+    ) in _flat_page("speed.md")
 
 
 def _suite_report(name: str):
