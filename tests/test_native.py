@@ -21,7 +21,8 @@ reference path in float64, is in ``tests/test_fast_paths.py``):
   ops only; so does every step where the library is missing, and the step's
   values are the same;
 - a SiT whose local windows go through the ops keeps its rotations and breaks
-  its flips (float64, perturbed weights);
+  its flips, and a SieT whose 8x8 global grid goes through them too keeps its
+  declared symmetry (float64, perturbed weights);
 - the gradients are deterministic (fixed order of the per-thread sums);
 - malformed inputs raise ``InvalidArgumentError`` instead of crashing;
 - a library built for another host or TensorFlow is refused with a reason.
@@ -347,6 +348,25 @@ def test_a_sit_on_the_native_ops_keeps_rotations_and_breaks_flips(fixed_seed: No
         assert NATIVE_OPS <= _op_types(forward, x)
         testing.assert_invariant(forward, x, testing.ROTATIONS, tol=1e-10)
         testing.assert_not_invariant(forward, x, testing.REFLECTIONS)
+
+
+def test_a_siet_whose_global_grid_runs_the_native_ops_keeps_its_declared_symmetry(fixed_seed: None) -> None:
+    """The SieT at 64x64: its 8x8 global grid (4225 token pairs) goes through the window op too; the class
+    token stays invariant and the patch grid turns with the input, flips change the output (float64,
+    perturbed weights)."""
+    encoder = build_encoder("siet", (64, 64, 3), dtype="float64")
+    x = tf.constant(np.random.default_rng(3).uniform(size=(2, 64, 64, 3)))
+    encoder(x)
+    testing.perturb_weights(encoder, 0.3)
+    global_block = encoder.global_gsa.blocks[0].attention
+    assert global_block.num_tokens**2 == native.MAX_TOKEN_PAIRS
+    with native.forward_passes():
+        forward = tf.function(lambda z: encoder(z, training=False))
+        assert NATIVE_OPS <= _op_types(forward, x)
+        assert global_block.native_applies(tf.float64, token_only=False)
+        testing.assert_declared_symmetry(
+            lambda z: {"output": forward(z), **encoder.symmetry_parts(z)}, x, encoder.declared_symmetry
+        )
 
 
 def test_the_trainers_driver_runs_its_policy_inside_forward_passes(monkeypatch) -> None:
