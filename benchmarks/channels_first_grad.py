@@ -4,10 +4,11 @@ The fast GSA path projects channels-first tokens, ``qkv = W^T x`` with a small
 ``(R, N)`` kernel and ``(R, L)`` inputs, ``L`` = batch x tokens (about 10^5).
 TensorFlow's MatMul gradient forms the kernel's gradient as ``x dy^T``
 (``tf.matmul(x, dy, transpose_b=True)``); ``sit_keras.layers.channels_first``
-forms the same product as ``(dy x^T)^T``. This script times, per shape, in
-interleaved rounds (each round calls every function once; medians):
+forms the same product as ``(dy x^T)^T``, a batched matmul of one matrix
+(earlier as a 2-D one, the ``transposed`` form below). This script times, per
+shape, in interleaved rounds (each round calls every function once; medians):
 
-- ``kernel_grad``: the kernel's gradient alone, both ways;
+- ``kernel_grad``: the kernel's gradient alone, the three ways;
 - ``both_gradients``: the kernel's and the input's gradients of
   ``tf.matmul(W, x, transpose_a=True)`` against those of ``project_channels_first(W, x)``
   (the forward product is not computed: neither gradient needs it).
@@ -48,10 +49,12 @@ from sit_keras.layers.channels_first import project_channels_first
 
 SHAPES = {"first_block": (6, 192, 104448), "second_block": (64, 192, 104448)}
 QUICK_COLUMNS = 4096
+# TensorFlow's gradient, the layers', and (the kernel's gradient only) the layers' earlier 2-D form.
+FORMS = ("tensorflow", "channels_first", "transposed")
 
 
 def _functions(rows: int, outputs: int, columns: int) -> dict[str, tuple[Callable[[], Any], ...]]:
-    """Per measurement, (TensorFlow's form, the layers' form), each a ``tf.function`` of no argument."""
+    """Per measurement, its forms (``FORMS``), each a ``tf.function`` of no argument."""
     generator = tf.random.Generator.from_seed(0)
     kernel = generator.normal([rows, outputs])
     x = generator.normal([rows, columns])
@@ -69,6 +72,7 @@ def _functions(rows: int, outputs: int, columns: int) -> dict[str, tuple[Callabl
     return {
         "kernel_grad": (
             tf.function(lambda: tf.matmul(x, upstream, transpose_b=True)),
+            tf.function(lambda: tf.transpose(tf.matmul(upstream[None], x[None], transpose_b=True)[0])),
             tf.function(lambda: tf.transpose(tf.matmul(upstream, x, transpose_b=True))),
         ),
         "both_gradients": (
@@ -93,13 +97,12 @@ def measure(shapes: dict[str, tuple[int, int, int]], repeats: int) -> dict[str, 
     results: dict[str, Any] = {}
     for name, (rows, outputs, columns) in shapes.items():
         results[name] = {"rows": rows, "outputs": outputs, "columns": columns}
-        for measurement in functions[name]:
-            tensorflow, layers = (1000 * medians[name, measurement, f] for f in (0, 1))
-            results[name][measurement] = {
-                "tensorflow_ms": tensorflow,
-                "channels_first_ms": layers,
-                "tensorflow_over_channels_first": tensorflow / layers,
-            }
+        for measurement, forms in functions[name].items():
+            times = {form: 1000 * medians[name, measurement, f] for f, form in enumerate(FORMS[: len(forms)])}
+            results[name][measurement] = {f"{form}_ms": ms for form, ms in times.items()}
+            for form, ms in times.items():
+                if form != "channels_first":
+                    results[name][measurement][f"{form}_over_channels_first"] = ms / times["channels_first"]
     return results
 
 
@@ -130,11 +133,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, result in results.items():
         for measurement in ("kernel_grad", "both_gradients"):
             r = result[measurement]
+            earlier = (
+                f", 2-D (dy x^T)^T {r['transposed_ms']:7.1f} ms (ratio {r['transposed_over_channels_first']:.2f})"
+                if "transposed_ms" in r
+                else ""
+            )
             print(
                 f"{name:<13} {measurement:<14} (R={result['rows']}, N={result['outputs']}, "
                 f"L={result['columns']}): TensorFlow's form {r['tensorflow_ms']:7.1f} ms, "
                 f"channels-first {r['channels_first_ms']:7.1f} ms, "
-                f"ratio {r['tensorflow_over_channels_first']:.2f}"
+                f"ratio {r['tensorflow_over_channels_first']:.2f}{earlier}"
             )
     report = {
         "what": "Kernel gradient of W^T x: TensorFlow's MatMul gradient against project_channels_first",

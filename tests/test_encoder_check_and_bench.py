@@ -199,7 +199,7 @@ def test_xla_cpu_ops_times_each_block_both_ways(tmp_path, capsys):
     assert report["table"] in capsys.readouterr().out and report["wall_seconds"] > 0
 
 
-def test_channels_first_grad_times_both_forms_of_each_shape(tmp_path, capsys):
+def test_channels_first_grad_times_every_form_of_each_shape(tmp_path, capsys):
     out = tmp_path / "grad.json"
     assert _load_benchmark("channels_first_grad").main(["--quick", "--repeats", "2", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
@@ -216,6 +216,12 @@ def test_channels_first_grad_times_both_forms_of_each_shape(tmp_path, capsys):
                 r["tensorflow_ms"] / r["channels_first_ms"]
             )
             assert f"ratio {r['tensorflow_over_channels_first']:.2f}" in printed
+        earlier = result["kernel_grad"]
+        assert earlier["transposed_over_channels_first"] == pytest.approx(
+            earlier["transposed_ms"] / earlier["channels_first_ms"]
+        )
+        assert f"(ratio {earlier['transposed_over_channels_first']:.2f})" in printed
+        assert "transposed_ms" not in result["both_gradients"]
 
 
 @pytest.mark.parametrize(

@@ -14,14 +14,17 @@ def project_channels_first(kernel: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
     gradient forms it as ``x dy^T``, a product over the long axis with its
     second operand transposed; TensorFlow's CPU kernels ran it 2.7x (``R = 64``)
     to 6.1x (``R = 6``) slower than the same product formed as ``(dy x^T)^T``
-    on an AVX2 host (``benchmarks/channels_first_grad.py``, docs/speed.md).
-    Same sums, so float64 gradients agree to rounding.
+    on an AVX2 host, and that 2-D product in turn 2.0x (``R = 64``) slower than
+    the same product as a batched matmul of one matrix on an AVX512_BF16 host
+    (``benchmarks/channels_first_grad.py``, docs/speed.md). Same sums, so
+    float64 gradients agree to rounding.
     """
 
     @tf.custom_gradient
     def projection(kernel: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
         def grad(upstream: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            kernel_grad = tf.transpose(tf.matmul(upstream, x, transpose_b=True))  # (R, N)
+            # A batch of one: TensorFlow's CPU batched matmul runs this long product faster than its 2-D one.
+            kernel_grad = tf.transpose(tf.matmul(upstream[None], x[None], transpose_b=True)[0])  # (R, N)
             return kernel_grad, tf.matmul(kernel, upstream)
 
         return tf.matmul(kernel, x, transpose_a=True), grad
