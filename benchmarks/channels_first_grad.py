@@ -134,7 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for measurement in ("kernel_grad", "both_gradients"):
             r = result[measurement]
             earlier = (
-                f", 2-D (dy x^T)^T {r['transposed_ms']:7.1f} ms (ratio {r['transposed_over_channels_first']:.2f})"
+                f", 2-D (dy x^T)^T {r['transposed_ms']:7.1f} ms"
+                f" (ratio {r['transposed_over_channels_first']:.2f})"
                 if "transposed_ms" in r
                 else ""
             )
