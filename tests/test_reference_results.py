@@ -1218,6 +1218,69 @@ def test_more_of_the_step_in_the_kernels_is_the_report():
     ) in " ".join(README.split())
 
 
+def _section(title: str) -> str:
+    """docs/speed.md from ``title`` to the next heading of any level below it."""
+    section = SPEED[SPEED.index(title) :]
+    return section[: section.index("\n### ", len(title))]
+
+
+def test_the_kernels_on_an_amd_bf16_host_are_the_reports():
+    """docs/speed.md's "With the kernels on an AMD host with AVX512_BF16": the first run's table, the op
+    profile's slow kernel gradient, its three forms and the six runs before and after the change."""
+    section = _section("### With the kernels on an AMD host with AVX512_BF16")
+    flat = " ".join(section.split())
+    first = _report("speed_encoders_native_fused_amd_bf16.json")
+    _assert_native_table_is_the_report(section, first)
+    assert "no AMX" in first["machine"] and first["commit"].startswith("6584f5a")
+    profile = _report("op_profile_train_amd_bf16.json")
+    assert profile["commit"] == first["commit"] and profile["machine"] == first["machine"]
+    matmuls = [row for row in profile["nodes"] if row["op"] == "_MklMatMul"]
+    slowest = max(matmuls, key=lambda row: row["ms_per_call"])
+    assert slowest["shapes"] == "(192, 104448), (64, 104448) -> (192, 64)"
+    assert f"{slowest['ms_per_call']:.1f} ms of the summed op time ({slowest['share']:.1%})" in flat
+    forms = _report("channels_first_grad_amd_bf16.json")
+    assert forms["machine"] == first["machine"] and forms["repeats"] == 9
+    for label, name in (("first block, `R = 6`", "first_block"), ("second block, `R = 64`", "second_block")):
+        measured = forms["results"][name]["kernel_grad"]
+        row = (
+            f"| {label} | "
+            + " | ".join(f"{measured[form]:.1f} ms" for form in ("tensorflow_ms", "transposed_ms"))
+            + f" | **{measured['channels_first_ms']:.1f} ms** |"
+        )
+        assert row in section, row
+        assert measured["channels_first_ms"] < measured["transposed_ms"] < measured["tensorflow_ms"]
+    second = forms["results"]["second_block"]["kernel_grad"]
+    again = f"{second['transposed_over_channels_first']:.1f}x faster again for `R = 64`"
+    assert again in " ".join(SPEED.split())
+    tails, sits = ("", "_run2", "_run3"), ("sit", "siet")
+    runs = {
+        commit: [_report(f"speed_encoders_native_{name}_amd_bf16{tail}.json") for tail in tails]
+        for commit, name in (("6584f5a", "fused"), ("e9bf873", "batched_grad"))
+    }
+    vit_ms, bfloat16 = [], []
+    for commit, reports in runs.items():
+        for model, label in (("sit", "SiT"), ("siet", "SieT")):
+            ratios = [r["ratios"]["train_step_over_vit"][model]["graph"] for r in reports]
+            median = f"**{np.median(ratios):.2f}**" if commit == "e9bf873" else f"{np.median(ratios):.2f}"
+            row = f"| {label}, {commit} | " + " | ".join(f"{x:.2f}" for x in ratios) + f" | {median} |"
+            assert row in section, row
+        for r in reports:
+            assert r["commit"].startswith(commit) and r["machine"] == first["machine"]
+            vit_ms.append(r["models"]["vit"]["timings"]["train_step"]["graph"]["median_ms"])
+            bfloat16 += [r["models"][m]["precision"]["mixed_bfloat16"]["over_float32"] for m in sits]
+    after = [r["ratios"]["train_step_over_vit"][m]["graph"] for r in runs["e9bf873"] for m in ("sit", "siet")]
+    assert max(after) <= 2.0 and min(after) > 1.5
+    assert f"between {min(vit_ms):.0f} and {max(vit_ms):.0f} ms in these six processes" in flat
+    bfloat16_range = f"{min(bfloat16):.2f}-{max(bfloat16):.2f}x"
+    assert f"bfloat16 step is {bfloat16_range} the float32 one in these six runs" in flat
+    builtin = [
+        runs[commit][0]["models"][f"{m}:builtin"]["precision"]["mixed_bfloat16"]["over_float32"]
+        for commit in runs
+        for m in ("sit", "siet")
+    ]
+    assert f"without the kernels bfloat16 gains {min(builtin):.2f}-{max(builtin):.2f}x" in flat
+
+
 def test_minigrid_encoder_speed_table_is_the_report():
     report = _report("speed_encoders_minigrid.json")
     assert report["settings"]["image_shape"] == [14, 14, 3]
@@ -6711,3 +6774,38 @@ def test_the_vit_attention_speed_up_is_quoted_as_measured():
         f"4 heads) and **{lavacrossing['keras_over_vit']:.2f}x** at the LavaCrossing ViT's"
     ) in page
     assert all(r["keras_over_vit"] > 1 for r in report["results"].values())
+
+
+def test_procgen_throughput_on_the_amd_bf16_host_is_the_reports():
+    """docs/speed.md's Procgen table of the AMD host with AVX512_BF16: one run before the batched kernel
+    gradient, two after, each row its report."""
+    header = "| commit | report | SiT | IMPALA-CNN | SiT / IMPALA-CNN |"
+    section = SPEED[SPEED.index(header) :].split("\n\n")[0]
+    rows = section.splitlines()[2:]
+    names = [
+        "speed_ppo_procgen_native_fused_amd_bf16.json",
+        "speed_ppo_procgen_native_batched_grad_amd_bf16.json",
+        "speed_ppo_procgen_native_batched_grad_amd_bf16_repeat.json",
+    ]
+    assert len(rows) == len(names)
+    ratios, train = [], []
+    for line, name in zip(rows, names, strict=True):
+        report = _report(name)
+        assert report["command"].startswith("python benchmarks/ppo_throughput.py --out ")
+        assert report["command"].endswith(f"/{name}") and "no AMX" in report["host"]
+        speeds = report["env_steps_per_second"]
+        ratio = report["ratios"]["impala_cnn_over_sit_env_steps_per_second"]
+        assert ratio == pytest.approx(speeds["impala_cnn"] / speeds["sit"])
+        cells = [c.strip().strip("*") for c in line.strip("|").split("|")]
+        assert cells == [
+            report["commit"][:7],
+            f"`{name}`",
+            f"{speeds['sit']:.1f}",
+            f"{speeds['impala_cnn']:.1f}",
+            f"1/{ratio:.2f}",
+        ]
+        ratios.append(ratio)
+        train.append(report["runs"][0]["summary"]["train_fraction"])
+    assert max(ratios) < 6 and min(ratios) < 4 < max(ratios)  # 1/6 in every run, 1/4 in one
+    flat = " ".join(SPEED.split())
+    assert f"{100 * min(train):.0f}-{max(train):.0%} of the SiT's wall time in its train steps" in flat
