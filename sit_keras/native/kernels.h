@@ -3,6 +3,7 @@
 #ifndef SIT_KERAS_NATIVE_KERNELS_H_
 #define SIT_KERAS_NATIVE_KERNELS_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 
@@ -47,6 +48,74 @@ inline Lanes<T> Load(const T* p) {
 template <typename T>
 inline void Store(T* p, Lanes<T> v) {
   __builtin_memcpy(p, &v, sizeof(v));
+}
+
+// The integer type of T's size: the index vectors of a shuffle of Lanes<T>.
+template <typename T>
+struct IndexOf;
+template <>
+struct IndexOf<float> {
+  using type = int32_t;
+};
+template <>
+struct IndexOf<double> {
+  using type = int64_t;
+};
+
+// A kLanes x kLanes tile of lane vectors transposed in registers: at each scale h = kLanes / 2, ..., 1
+// the off-diagonal h x h blocks of every 2h x 2h block trade places, which after all scales is the
+// transpose (a pure permutation of the values).
+template <typename T>
+inline void Transpose(Lanes<T>* rows) {
+  using Index = Lanes<typename IndexOf<T>::type>;
+  for (int h = kLanes / 2; h >= 1; h /= 2) {
+    Index low, high;
+    for (int c = 0; c < kLanes; ++c) {
+      low[c] = (c & h) ? kLanes + c - h : c;
+      high[c] = (c & h) ? kLanes + c : c + h;
+    }
+    for (int r = 0; r < kLanes; ++r) {
+      if (r & h) continue;
+      const Lanes<T> a = rows[r], b = rows[r + h];
+      rows[r] = __builtin_shuffle(a, b, low);
+      rows[r + h] = __builtin_shuffle(a, b, high);
+    }
+  }
+}
+
+// dst[e dst_stride + l] = src[l src_stride + e] for e < n and l < kLanes, zero in the lanes from `rows` on:
+// kLanes rows of n values into lanes, a kLanes x kLanes tile at a time transposed in registers, so
+// memory is read and written in whole vectors, not a value a cache line.
+template <typename T>
+void RowsToLanes(const T* src, int64_t src_stride, int64_t n, int rows, T* dst, int64_t dst_stride) {
+  Lanes<T> tile[kLanes];
+  int64_t e0 = 0;
+  for (; e0 + kLanes <= n; e0 += kLanes) {
+    for (int l = 0; l < kLanes; ++l) tile[l] = l < rows ? Load(src + l * src_stride + e0) : Lanes<T>{};
+    Transpose<T>(tile);
+    for (int k = 0; k < kLanes; ++k) Store(dst + (e0 + k) * dst_stride, tile[k]);
+  }
+  for (; e0 < n; ++e0) {  // the last n % kLanes values
+    Lanes<T> v = {};
+    for (int l = 0; l < rows; ++l) v[l] = src[l * src_stride + e0];
+    Store(dst + e0 * dst_stride, v);
+  }
+}
+
+// The inverse: dst[l dst_stride + e] = src[e src_stride + l] for e < n and the lanes l < rows.
+template <typename T>
+void LanesToRows(const T* src, int64_t src_stride, int64_t n, int rows, T* dst, int64_t dst_stride) {
+  Lanes<T> tile[kLanes];
+  int64_t e0 = 0;
+  for (; e0 + kLanes <= n; e0 += kLanes) {
+    for (int k = 0; k < kLanes; ++k) tile[k] = Load(src + (e0 + k) * src_stride);
+    Transpose<T>(tile);
+    for (int l = 0; l < rows; ++l) Store(dst + l * dst_stride + e0, tile[l]);
+  }
+  for (; e0 < n; ++e0) {
+    const Lanes<T> v = Load(src + e0 * src_stride);
+    for (int l = 0; l < rows; ++l) dst[l * dst_stride + e0] = v[l];
+  }
 }
 
 // work(start, limit) over [0, units) on TensorFlow's CPU threads, `cost` an estimate of a unit's operations.

@@ -7,6 +7,7 @@
 // Builtin ops take four passes over the tokens for the statistics and the normalisation, a transpose
 // into the lane layout, and as many again for the gradient; these read and write each value once.
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -40,9 +41,11 @@ REGISTER_OP("SitStandardizedLanesGrad")
       return Status();
     });
 
-// The kLanes windows from b of the tokens x (B, T, D), transposed: values[(i D + c) kLanes + l] =
+// The kLanes windows from b of the tokens x (B, T, D), transposed: values[(c T + i) kLanes + l] =
 // x[b + l, i, c] (zero for windows at or beyond B), with each token's mean and r, lane by lane. The
-// windows' B x T x D values are one contiguous run of x, read once.
+// windows' B x T x D values are one contiguous run of x, read once. Channel-major, as the output runs
+// are: token-major, a channel's T values would lie D kLanes values apart (4 KB for D = 64), which the
+// cache holds in one set.
 template <typename T>
 struct BlockTile {
   BlockTile(int64_t tokens, int64_t channels)
@@ -50,23 +53,19 @@ struct BlockTile {
 
   void Read(const T* x, int64_t windows, int64_t b, T epsilon) {
     const int64_t size = tokens * channels;
-    for (int l = 0; l < kLanes; ++l) {
-      const T* row = x + (b + l) * size;
-      T* v = values.data() + l;
-      if (b + l < windows) {
-        for (int64_t e = 0; e < size; ++e) v[e * kLanes] = row[e];
-      } else {
-        for (int64_t e = 0; e < size; ++e) v[e * kLanes] = T(0);
-      }
+    const int rows = static_cast<int>(std::min<int64_t>(kLanes, windows - b));
+    const int64_t run = tokens * kLanes;  // a channel's values
+    for (int64_t i = 0; i < tokens; ++i) {
+      RowsToLanes(x + b * size + i * channels, size, channels, rows, values.data() + i * kLanes, run);
     }
     for (int64_t i = 0; i < tokens; ++i) {
-      const T* v = values.data() + i * channels * kLanes;
+      const T* v = values.data() + i * kLanes;
       Lanes<T> sum = {};
-      for (int64_t c = 0; c < channels; ++c) sum += Load(v + c * kLanes);
+      for (int64_t c = 0; c < channels; ++c) sum += Load(v + c * run);
       mean[i] = sum / T(channels);
       Lanes<T> squares = {};
       for (int64_t c = 0; c < channels; ++c) {
-        const Lanes<T> centred = Load(v + c * kLanes) - mean[i];
+        const Lanes<T> centred = Load(v + c * run) - mean[i];
         squares += centred * centred;
       }
       const Lanes<T> variance = squares / T(channels) + epsilon;
@@ -76,7 +75,7 @@ struct BlockTile {
 
   // The standardised value of channel c of token i.
   Lanes<T> Standardized(int64_t i, int64_t c) const {
-    return (Load(values.data() + (i * channels + c) * kLanes) - mean[i]) * inverse[i];
+    return (Load(values.data() + (c * tokens + i) * kLanes) - mean[i]) * inverse[i];
   }
 
   const int64_t tokens, channels;
@@ -154,34 +153,31 @@ class StandardizedLanesGradOp : public OpKernel {
     const T epsilon = context->input(2).scalar<T>()();
     RunShards(context, blocks, 14 * tokens * channels * kLanes, [&](int64_t start, int64_t limit) {
       BlockTile<T> tile(tokens, channels);
-      std::vector<T> gradient(tokens * channels * kLanes);
+      std::vector<T> gradient(tokens * channels * kLanes);  // channel-major, as the tile
+      const int64_t run = tokens * kLanes, size = tokens * channels;
       for (int64_t block = start; block < limit; ++block) {
         const int64_t b = block * kLanes;
         tile.Read(x_data, windows, b, epsilon);
-        for (int64_t c = 0; c < channels; ++c) {  // dy's runs, into the tile's layout
-          const T* g = dy_data + (c * blocks + block) * tokens * kLanes;
-          for (int64_t i = 0; i < tokens; ++i) {
-            Store(gradient.data() + (i * channels + c) * kLanes, Load(g + i * kLanes));
-          }
-        }
-        // Per token: mean_c dy and mean_c (dy y), then dx = r (dy - mean dy - y mean(dy y)).
+        // Per token: mean_c dy and mean_c (dy y), then dx = r (dy - mean dy - y mean(dy y)); dy's
+        // channel c of this block is the run at dy_data + (c blocks + block) run.
+        const T* dy_block = dy_data + block * run;
         for (int64_t i = 0; i < tokens; ++i) {
-          T* g = gradient.data() + i * channels * kLanes;
           Lanes<T> sum = {}, sum_y = {};
           for (int64_t c = 0; c < channels; ++c) {
-            sum += Load(g + c * kLanes);
-            sum_y += Load(g + c * kLanes) * tile.Standardized(i, c);
+            const Lanes<T> g = Load(dy_block + c * blocks * run + i * kLanes);
+            sum += g;
+            sum_y += g * tile.Standardized(i, c);
           }
           const Lanes<T> mean_g = sum / T(channels), mean_gy = sum_y / T(channels);
           for (int64_t c = 0; c < channels; ++c) {
-            const Lanes<T> y = tile.Standardized(i, c);
-            Store(g + c * kLanes, tile.inverse[i] * (Load(g + c * kLanes) - mean_g - y * mean_gy));
+            const Lanes<T> g = Load(dy_block + c * blocks * run + i * kLanes);
+            Store(gradient.data() + c * run + i * kLanes,
+                  tile.inverse[i] * (g - mean_g - tile.Standardized(i, c) * mean_gy));
           }
         }
-        const int64_t size = tokens * channels;
-        for (int l = 0; l < kLanes && b + l < windows; ++l) {
-          T* row = dx_data + (b + l) * size;
-          for (int64_t e = 0; e < size; ++e) row[e] = gradient[e * kLanes + l];
+        const int rows = static_cast<int>(std::min<int64_t>(kLanes, windows - b));
+        for (int64_t i = 0; i < tokens; ++i) {
+          LanesToRows(gradient.data() + i * kLanes, run, channels, rows, dx_data + b * size + i * channels, size);
         }
       }
     });

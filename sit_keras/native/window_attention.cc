@@ -192,22 +192,6 @@ bool ReadSizes(OpKernelContext* context, int num_heads, const Tensor& qkv, const
   return CheckMap(context, values, indices, *s, "the map's");
 }
 
-// Lane l of buf[e kLanes + l] <-> source[l stride + e]: a block of kLanes rows transposed, for the
-// `elements` entries e of each row (the inner loop is a strided gather or scatter).
-template <typename T>
-void Gather(const T* __restrict source, int64_t stride, int64_t elements, T* __restrict buf) {
-  for (int64_t e = 0; e < elements; ++e) {
-    for (int l = 0; l < kLanes; ++l) buf[e * kLanes + l] = source[l * stride + e];
-  }
-}
-
-template <typename T>
-void Scatter(const T* __restrict buf, int64_t stride, int64_t elements, T* __restrict target) {
-  for (int64_t e = 0; e < elements; ++e) {
-    for (int l = 0; l < kLanes; ++l) target[l * stride + e] = buf[e * kLanes + l];
-  }
-}
-
 // Where the heads' q, k and v come from, and where their gradients go: the projections themselves, qkv
 // (3 H d, B / kLanes, T, kLanes), with rows = 0; or the inputs x (R, B / kLanes, T, kLanes) of a
 // projection by kernel (R, 3 H d) that the op applies itself, with rows = R. For a projection from a
@@ -279,9 +263,7 @@ template <typename T>
 void LoadTokens(const T* out, const Sizes& s, int64_t h, int64_t b, T* buf) {
   const int64_t dim = s.heads * s.head_dim, t = s.tokens;
   for (int64_t i = 0; i < t; ++i) {
-    for (int64_t f = 0; f < s.head_dim; ++f) {
-      Gather(out + (b * t + i) * dim + h * s.head_dim + f, t * dim, 1, buf + (f * t + i) * kLanes);
-    }
+    RowsToLanes(out + (b * t + i) * dim + h * s.head_dim, t * dim, s.head_dim, kLanes, buf + i * kLanes, t * kLanes);
   }
 }
 
@@ -289,9 +271,7 @@ template <typename T>
 void StoreTokens(const T* buf, const Sizes& s, int64_t h, int64_t b, T* out) {
   const int64_t dim = s.heads * s.head_dim, t = s.tokens;
   for (int64_t i = 0; i < t; ++i) {
-    for (int64_t f = 0; f < s.head_dim; ++f) {
-      Scatter(buf + (f * t + i) * kLanes, t * dim, 1, out + (b * t + i) * dim + h * s.head_dim + f);
-    }
+    LanesToRows(buf + i * kLanes, t * kLanes, s.head_dim, kLanes, out + (b * t + i) * dim + h * s.head_dim, t * dim);
   }
 }
 
@@ -444,6 +424,29 @@ inline int64_t GraphGradientSize(const Sizes& s) {
   return LaneWideGraphs(s) ? s.pairs * kLanes : s.tokens * PaddedTokens(s);
 }
 
+// Rows [i, i + R) of a lane-wide graph gradient from S slots: dg[r, j] += sum_k x_k[r] dout_k[j], the
+// R x S factors x_k[r] held in registers across the row, so each dout_k[j] is read once for R rows.
+// The same sums, in the same order, as the loop over single rows in UnmixFeature.
+constexpr int kGraphRows = 4;
+
+template <typename T, int R, int S>
+inline void AddGraphRows(const T* x, const T* dout, int64_t stride, int64_t t, int64_t i, T* dg) {
+  Lanes<T> factors[R][S];
+  for (int r = 0; r < R; ++r) {
+    for (int k = 0; k < S; ++k) factors[r][k] = Load(x + k * stride + (i + r) * kLanes);
+  }
+  for (int64_t j = 0; j < t; ++j) {
+    Lanes<T> d[S];
+    for (int k = 0; k < S; ++k) d[k] = Load(dout + k * stride + j * kLanes);
+    for (int r = 0; r < R; ++r) {
+      T* a = dg + ((i + r) * t + j) * kLanes;
+      Lanes<T> acc = Load(a);
+      for (int k = 0; k < S; ++k) acc += factors[r][k] * d[k];
+      Store(a, acc);
+    }
+  }
+}
+
 // The gradients of Mix for one feature f of `slots` blocks (x and dout of slot k at x + k stride,
 // dout + k stride): dx[t] = sum_j g[t, j] dout[j] per block, and dg[t, j] += sum_k x_k[t] dout_k[j],
 // per lane (LaneWideGraphs; summed over the lanes later) or summed over the lanes now, in rows of
@@ -458,7 +461,11 @@ void UnmixFeature(const T* g, const T* x, const T* dout, int slots, int64_t stri
         [&](int64_t i, Lanes<T> v) { Store(dx + k * stride + i * kLanes, v); });
   }
   if (lane_wide) {
-    for (int64_t i = 0; i < t; ++i) {
+    int64_t i = 0;
+    if (slots == kGroup) {
+      for (; i + kGraphRows <= t; i += kGraphRows) AddGraphRows<T, kGraphRows, kGroup>(x, dout, stride, t, i, dg);
+    }
+    for (; i < t; ++i) {
       T* dg_row = dg + i * t * kLanes;
       for (int64_t j = 0; j < t; ++j) {
         Lanes<T> acc = Load(dg_row + j * kLanes);
@@ -470,7 +477,9 @@ void UnmixFeature(const T* g, const T* x, const T* dout, int slots, int64_t stri
   }
   // transposed[(k kLanes + l) padded + j] = dout_k[j] of lane l; then each row i of dg gathers
   // x_k[i] of every lane times those rows, kChains vectors of j at a time.
-  for (int k = 0; k < slots; ++k) Scatter(dout + k * stride, padded, t, transposed + k * kLanes * padded);
+  for (int k = 0; k < slots; ++k) {
+    LanesToRows(dout + k * stride, kLanes, t, kLanes, transposed + k * kLanes * padded, padded);
+  }
   const int64_t vectors = padded / kLanes, rows = slots * kLanes;
   T factors[kGroup * kLanes];
   for (int64_t i = 0; i < t; ++i) {
@@ -958,7 +967,7 @@ class ClassTokenAttentionOp : public HeadsKernel {
           }
           Store(blk.out.data() + f * kLanes, acc);
         }
-        Scatter(blk.out.data(), dim, s.head_dim, out_data + b * dim + h * s.head_dim);
+        LanesToRows(blk.out.data(), kLanes, s.head_dim, kLanes, out_data + b * dim + h * s.head_dim, dim);
       }
     };
     const int64_t cost = (3 * s.head_dim * s.pairs + 4 * s.head_dim * t + s.maps * 12 * t) * kLanes;
@@ -1000,7 +1009,7 @@ class ClassTokenAttentionGradOp : public HeadsKernel {
       for (int64_t unit = start; unit < limit; ++unit) {
         UnitGradients(s, unit, chunks, g, &blk, &mixing, src, [&](int64_t h, int64_t b) {
           ClassForward(src, bias_data, g, coefficient, s, s.maps, h, b, &blk);
-          Gather(dout_data + b * dim + h * d, dim, d, blk.dout.data());  // dO[f]
+          RowsToLanes(dout_data + b * dim + h * d, dim, d, kLanes, blk.dout.data(), kLanes);  // dO[f]
           T* dq = blk.dmixed_at(0);
           T* dk = blk.dmixed_at(1);
           T* dv = blk.dmixed_at(2);
