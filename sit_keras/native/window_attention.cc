@@ -205,12 +205,36 @@ struct Source {
   T* dx;
 };
 
+// ReadHead's projection of R inputs (R fixed): each vector of the inputs is read once for all d
+// features; the same sums, in the same order, as the loop over any number of rows in ReadHead.
+template <typename T, int R>
+void ReadProjected(const T* x, const T* w, const T* bias, int64_t row, int64_t n, int64_t d, int64_t channels,
+                   T* buf) {
+  for (int64_t e = 0; e < n; e += kLanes) {
+    Lanes<T> xs[R];
+    for (int r = 0; r < R; ++r) xs[r] = Load(x + r * row + e);
+    for (int64_t f = 0; f < d; ++f) {
+      Lanes<T> sum = Lanes<T>{} + bias[f];
+      for (int r = 0; r < R; ++r) sum += w[r * channels + f] * xs[r];
+      Store(buf + f * n + e, sum);
+    }
+  }
+}
+
 // One head's q, k or v (channels [channel, channel + d)) plus its bias for the kLanes windows from b:
 // buf[(f T + i) kLanes + l]. A block's T x kLanes values of a channel are contiguous in qkv and x.
 template <typename T>
 void ReadHead(const Source<T>& src, const T* bias, const Sizes& s, int64_t channel, int64_t b, T* buf) {
   const int64_t row = s.windows * s.tokens, n = s.tokens * kLanes, channels = 3 * s.heads * s.head_dim;
   const T* x = src.x + b * s.tokens;
+  const T* kernel = src.kernel + channel;
+  switch (src.rows) {  // the first local block's C + 3 values a pixel: 6 for RGB
+    case 4: return ReadProjected<T, 4>(x, kernel, bias + channel, row, n, s.head_dim, channels, buf);
+    case 5: return ReadProjected<T, 5>(x, kernel, bias + channel, row, n, s.head_dim, channels, buf);
+    case 6: return ReadProjected<T, 6>(x, kernel, bias + channel, row, n, s.head_dim, channels, buf);
+    case 7: return ReadProjected<T, 7>(x, kernel, bias + channel, row, n, s.head_dim, channels, buf);
+    default: break;
+  }
   for (int64_t f = 0; f < s.head_dim; ++f) {
     T* target = buf + f * n;
     const T offset = bias[channel + f];
@@ -218,12 +242,38 @@ void ReadHead(const Source<T>& src, const T* bias, const Sizes& s, int64_t chann
       for (int64_t e = 0; e < n; e += kLanes) Store(target + e, Load(x + (channel + f) * row + e) + offset);
       continue;
     }
-    const T* w = src.kernel + channel + f;  // column channel + f of the kernel, rows `channels` apart
+    const T* w = kernel + f;  // column channel + f of the kernel, rows `channels` apart
     for (int64_t e = 0; e < n; e += kLanes) {
       Lanes<T> sum = Lanes<T>{} + offset;
       for (int64_t r = 0; r < src.rows; ++r) sum += w[r * channels] * Load(x + r * row + e);
       Store(target + e, sum);
     }
+  }
+}
+
+// WriteHead's gradients for R inputs (R fixed): into dx (x and dx: rows `row` apart, set when `set`,
+// else added to) and dk (R x 3 d lane-wide entries, rows 3 d kLanes apart), each vector of buf read once
+// for all R rows; the same sums, in the same order, as the loop over any number of rows in WriteHead.
+template <typename T, int R>
+void WriteProjected(const T* x, const T* w, const T* buf, int64_t row, int64_t n, int64_t d, int64_t dim, bool set,
+                    T* dx, T* dk) {
+  for (int64_t e = 0; e < n; e += kLanes) {
+    Lanes<T> acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = set ? Lanes<T>{} : Load(dx + r * row + e);
+    for (int64_t f = 0; f < d; ++f) {
+      const Lanes<T> g = Load(buf + f * n + e);
+      for (int r = 0; r < R; ++r) acc[r] += w[r * 3 * dim + f] * g;
+    }
+    for (int r = 0; r < R; ++r) Store(dx + r * row + e, acc[r]);
+  }
+  for (int64_t f = 0; f < d; ++f) {
+    Lanes<T> acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = Load(dk + (r * 3 * d + f) * kLanes);
+    for (int64_t e = 0; e < n; e += kLanes) {
+      const Lanes<T> g = Load(buf + f * n + e);
+      for (int r = 0; r < R; ++r) acc[r] += Load(x + r * row + e) * g;
+    }
+    for (int r = 0; r < R; ++r) Store(dk + (r * 3 * d + f) * kLanes, acc[r]);
   }
 }
 
@@ -240,16 +290,27 @@ void WriteHead(const Source<T>& src, const Sizes& s, int64_t h, int64_t c, int64
     }
     return;
   }
+  const T* x0 = src.x + b * s.tokens;
+  const T* w0 = src.kernel + channel;
+  T* dx0 = src.dx + h * src.rows * row + b * s.tokens;
+  T* dk0 = dkernel + c * d * kLanes;
+  switch (src.rows) {
+    case 4: return WriteProjected<T, 4>(x0, w0, buf, row, n, d, dim, c == 0, dx0, dk0);
+    case 5: return WriteProjected<T, 5>(x0, w0, buf, row, n, d, dim, c == 0, dx0, dk0);
+    case 6: return WriteProjected<T, 6>(x0, w0, buf, row, n, d, dim, c == 0, dx0, dk0);
+    case 7: return WriteProjected<T, 7>(x0, w0, buf, row, n, d, dim, c == 0, dx0, dk0);
+    default: break;
+  }
   for (int64_t r = 0; r < src.rows; ++r) {
-    const T* x = src.x + r * row + b * s.tokens;
-    const T* w = src.kernel + r * 3 * dim + channel;
-    T* dx = src.dx + (h * src.rows + r) * row + b * s.tokens;
+    const T* x = x0 + r * row;
+    const T* w = w0 + r * 3 * dim;
+    T* dx = dx0 + r * row;
     for (int64_t e = 0; e < n; e += kLanes) {
       Lanes<T> sum = c == 0 ? Lanes<T>{} : Load(dx + e);
       for (int64_t f = 0; f < d; ++f) sum += w[f] * Load(buf + f * n + e);
       Store(dx + e, sum);
     }
-    T* dk = dkernel + (r * 3 * d + c * d) * kLanes;
+    T* dk = dk0 + r * 3 * d * kLanes;
     for (int64_t f = 0; f < d; ++f) {
       Lanes<T> sum = Load(dk + f * kLanes);
       for (int64_t e = 0; e < n; e += kLanes) sum += Load(x + e) * Load(buf + f * n + e);
