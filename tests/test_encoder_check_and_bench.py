@@ -404,3 +404,34 @@ def test_jit_compile_auto_refuses_bad_arguments_in_one_sentence(argv, message, c
     assert _load_benchmark("jit_compile_auto").main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(not native.available(), reason="needs the native kernels: `make install` builds them")
+def test_native_ops_times_each_kernel_forward_and_backward(tmp_path, capsys):
+    out = tmp_path / "ops.json"
+    assert _load_benchmark("native_ops").main(["--quick", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["command"] == f"python benchmarks/native_ops.py --quick --out {out}"
+    assert report["settings"]["batch"] == 16 and report["settings"]["repeats"] == 3 and report["commit"]
+    results = report["results"]
+    printed = capsys.readouterr().out
+    assert f"one 1024^3 matmul: {results['matmul_ms']:.2f} ms" in printed
+    for case in ("first_block", "class_token", "global_grid", "layer_norm"):
+        forward, backward = results[case]["forward"], results[case]["backward"]
+        for timing in (forward, backward):
+            assert timing["median_ms"] > 0
+            assert timing["matmul_times"] == pytest.approx(timing["median_ms"] / results["matmul_ms"])
+        assert f"| {case} | {forward['median_ms']:.2f} | {backward['median_ms']:.2f} |" in printed
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--batch", "0"], "--batch and --repeats must be at least 1"),
+        (["--out", "."], "--out must be a file path"),
+    ],
+)
+def test_native_ops_refuses_bad_arguments_in_one_sentence(argv, message, capsys):
+    assert _load_benchmark("native_ops").main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1

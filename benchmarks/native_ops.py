@@ -1,0 +1,199 @@
+"""The native kernels alone, at the SiT train step's shapes: each op's forward and forward + backward.
+
+``benchmarks/encoders.py`` times whole encoders; this script times the four
+uses of ``sit_keras.native`` in the Procgen SiT's train step (64x64 images,
+``--batch`` of them: a 32x32 grid of 8 x 8 windows of 4 x 4 tokens and a class
+token each, then the 8 x 8 global grid and its class token; D = 64, 4 heads),
+with random inputs through the public wrappers and the triangle sums' own
+score-map patterns:
+
+- ``first_block``: ``window_attention`` given the projection's kernel, from the
+  ``C + 3 = 6`` values a pixel (the first local block);
+- ``class_token``: ``class_token_attention`` (the second local block);
+- ``global_grid``: ``window_attention`` on the 8 x 8 grid's 65 tokens (its first block);
+- ``layer_norm``: ``standardized_lane_blocks`` of the windows' tokens.
+
+Each function, its forward pass and its forward + backward pass (the gradients
+of every input), is called once per round, in interleaved rounds with one
+1024^3 float32 matmul; medians, in ms and in matmul-times. Compare builds by
+running it at each commit: it measures the library this process loads.
+
+    python benchmarks/native_ops.py [--batch 96] [--repeats 15] [--out runs/native_ops.json]
+    python benchmarks/native_ops.py --quick      # batch 16, 3 rounds: a smoke run
+"""
+
+from __future__ import annotations
+
+import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up chatter)
+
+# isort: split
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from sit_keras import native
+from sit_keras.benchmarking import (
+    SentenceParser,
+    UsageError,
+    check_out_file,
+    command_line,
+    current_commit,
+    environment,
+    interleaved_medians,
+    parse_or_say_why,
+    write_report,
+)
+from sit_keras.layers.triangle_sums import TriangleSums
+
+DIM, HEADS, PIXEL_VALUES = 64, 4, 6
+WINDOWS_PER_IMAGE = 64  # 4x4 windows of the 32x32 pooled grid
+CASES = ("first_block", "class_token", "global_grid", "layer_norm")
+MATMUL_SIZE = 1024
+
+
+def _inputs(batch: int, seed: int = 0) -> dict[str, tuple[Callable[..., tf.Tensor], list[tf.Tensor]]]:
+    """Per case, ``(op, inputs)``: ``op(*inputs)`` is the case's output, differentiable in every input."""
+    rng = np.random.default_rng(seed)
+
+    def normal(*shape: int, scale: float = 1.0) -> tf.Tensor:
+        return tf.constant(rng.normal(scale=scale, size=shape), tf.float32)
+
+    windows = batch * WINDOWS_PER_IMAGE
+    local, grid = TriangleSums((4, 4), class_token=True), TriangleSums((8, 8), class_token=True)
+    t_local, t_grid = local.num_tokens, grid.num_tokens
+    local_pattern = local.pattern(1, True)
+    grid_pattern = grid.terms_pattern(1, True)
+
+    def values(pattern: native.ScoreMapPattern) -> tf.Tensor:
+        return normal(1, HEADS, *pattern.indices.shape, scale=0.2) * tf.constant(pattern.mask)
+
+    def first_block(x, kernel, bias, graphs, map_values):
+        return native.window_attention(x, bias, graphs, map_values, local_pattern, HEADS, kernel=kernel)
+
+    def global_grid(qkv, bias, graphs, map_values):
+        return native.window_attention(qkv, bias, graphs, map_values, grid_pattern, HEADS)
+
+    def class_token(qkv, bias, graphs):
+        coefficients = tf.constant([[0.25, 0.25]])
+        return native.class_token_attention(qkv, bias, graphs, coefficients, HEADS)
+
+    def layer_norm(tokens):
+        return native.standardized_lane_blocks(tokens, 1e-6)
+
+    graphs = {t: normal(3 * DIM, t, t, scale=0.2) for t in (t_local, t_grid)}
+    return {
+        "first_block": (
+            first_block,
+            [
+                native.lane_blocks(normal(PIXEL_VALUES, windows, t_local)),
+                normal(PIXEL_VALUES, 3 * DIM, scale=0.3),
+                normal(3 * DIM),
+                graphs[t_local],
+                values(local_pattern),
+            ],
+        ),
+        "class_token": (
+            class_token,
+            [native.lane_blocks(normal(3 * DIM, windows, t_local)), normal(3 * DIM), graphs[t_local]],
+        ),
+        "global_grid": (
+            global_grid,
+            [
+                native.lane_blocks(normal(3 * DIM, batch, t_grid)),
+                normal(3 * DIM),
+                graphs[t_grid],
+                values(grid_pattern),
+            ],
+        ),
+        "layer_norm": (layer_norm, [normal(windows, t_local, DIM)]),
+    }
+
+
+def _functions(batch: int) -> dict[tuple[str, str], Callable[[], Any]]:
+    """``(case, "forward" | "backward")`` -> a ``tf.function`` of no argument ("backward": both passes)."""
+    functions: dict[tuple[str, str], Callable[[], Any]] = {}
+    for case, (op, inputs) in _inputs(batch).items():
+        upstream = tf.random.stateless_normal(op(*inputs).shape, seed=[1, 2])
+
+        def backward(op=op, inputs=inputs, upstream=upstream) -> list[tf.Tensor]:
+            with tf.GradientTape() as tape:
+                tape.watch(inputs)
+                out = op(*inputs)
+            return tape.gradient(out, inputs, output_gradients=upstream)
+
+        functions[case, "forward"] = tf.function(lambda op=op, inputs=inputs: op(*inputs))
+        functions[case, "backward"] = tf.function(backward)
+    return functions
+
+
+def measure(batch: int, repeats: int) -> dict[str, Any]:
+    """Medians (ms and matmul-times) of every case's forward and forward + backward."""
+    a, b = (tf.random.stateless_normal([MATMUL_SIZE, MATMUL_SIZE], seed=[s, 0]) for s in (3, 4))
+    functions: dict[Any, Callable[[], Any]] = {"matmul": tf.function(lambda: tf.matmul(a, b))}
+    functions.update(_functions(batch))
+    medians = interleaved_medians(functions, repeats)
+    matmul_ms = 1000 * medians.pop("matmul")
+    results: dict[str, Any] = {"matmul_ms": matmul_ms}
+    for case in CASES:
+        results[case] = {}
+        for stage in ("forward", "backward"):
+            ms = 1000 * medians[case, stage]
+            results[case][stage] = {"median_ms": ms, "matmul_times": ms / matmul_ms}
+    return results
+
+
+def parse_args(argv: Sequence[str] | None):
+    parser = SentenceParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, default=96, help="images a step (default 96, quick 16)")
+    parser.add_argument("--repeats", type=int, default=15, help="timed rounds, medians reported (quick 3)")
+    parser.add_argument("--quick", action="store_true", help="batch 16 and 3 rounds: a smoke run")
+    parser.add_argument("--out", default=None, help="write the report as JSON here")
+    args = parser.parse_args(argv)
+    if args.batch < 1 or args.repeats < 1:
+        received = f"received {args.batch} and {args.repeats}"
+        raise UsageError(f"--batch and --repeats must be at least 1; {received}.")
+    check_out_file(args.out)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_or_say_why(parse_args, argv)
+    if args is None:
+        return 2
+    if not native.available():
+        problem = native.load_problem()
+        print(f"native_ops.py: the native kernels are not usable here: {problem}.", file=sys.stderr)
+        return 1
+    batch, repeats = (16, min(args.repeats, 3)) if args.quick else (args.batch, args.repeats)
+    start = time.perf_counter()
+    results = measure(batch, repeats)
+    print(f"batch {batch}, {repeats} rounds; one 1024^3 matmul: {results['matmul_ms']:.2f} ms")
+    print("| op | forward, ms | forward + backward, ms | forward | forward + backward (matmul-times) |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for case in CASES:
+        f, b = results[case]["forward"], results[case]["backward"]
+        print(
+            f"| {case} | {f['median_ms']:.2f} | {b['median_ms']:.2f} | "
+            f"{f['matmul_times']:.2f} | {b['matmul_times']:.2f} |"
+        )
+    report = {
+        "what": "The native kernels alone at the SiT train step's shapes, forward and forward + backward",
+        "command": command_line("native_ops.py", argv),
+        "commit": current_commit(),
+        "settings": {"batch": batch, "repeats": repeats, "dim": DIM, "heads": HEADS},
+        "environment": environment(),
+        "results": results,
+        "wall_time_s": time.perf_counter() - start,
+    }
+    if args.out:
+        write_report(report, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
