@@ -1281,6 +1281,51 @@ def test_the_kernels_on_an_amd_bf16_host_are_the_reports():
     assert f"without the kernels bfloat16 gains {min(builtin):.2f}-{max(builtin):.2f}x" in flat
 
 
+SITS = ("sit", "siet")
+
+
+def test_the_kernels_own_changes_on_the_amd_bf16_host_are_the_reports():
+    """docs/speed.md's "Then the kernels themselves": the ops alone before and after (two runs each) and
+    three encoder runs after, each number its report."""
+    section = _section("### With the kernels on an AMD host with AVX512_BF16")
+    section = section[section.index("**Then the kernels themselves.**") :]
+    flat = " ".join(section.split())
+    before = [_report(f"native_ops_amd_bf16_before{tail}.json") for tail in ("", "_run2")]
+    after = [_report(f"native_ops_amd_bf16_after{tail}.json") for tail in ("", "_run2")]
+    assert {r["commit"][:7] for r in before} == {"e9bf873"} and len({r["commit"] for r in after}) == 1
+    for report in before + after:
+        assert report["settings"]["batch"] == 96 and "no AMX" in report["machine"]
+        assert report["command"].startswith("python benchmarks/native_ops.py --out ")
+    rows = section[section.index("| op (batch 96) |") :].split("\n\n")[0].splitlines()[2:]
+    cases = ("first_block", "class_token", "global_grid", "layer_norm")
+    assert len(rows) == len(cases)
+    for line, case in zip(rows, cases, strict=True):
+        cells = [c.strip().strip("*") for c in line.strip("|").split("|")]
+        assert cells[0].startswith(f"`{case}`")
+        for cell, runs in ((cells[1], before), (cells[2], after)):
+            times = [r["results"][case]["backward"]["matmul_times"] for r in runs]
+            assert cell == ", ".join(f"{x:.2f}" for x in times), case
+        assert max(r["results"][case]["backward"]["matmul_times"] for r in after) < min(
+            r["results"][case]["backward"]["matmul_times"] for r in before
+        )
+    runs = [_report(f"speed_encoders_native_tiles_amd_bf16{tail}.json") for tail in ("", "_run2", "_run3")]
+    for model, label in (("sit", "SiT"), ("siet", "SieT")):
+        ratios = [r["ratios"]["train_step_over_vit"][model]["graph"] for r in runs]
+        cells = " | ".join(f"{x:.2f}" for x in ratios)
+        row = f"| {label}, 0b6c267 | {cells} | **{np.median(ratios):.2f}** |"
+        assert row in section, row
+    sit_ms = [r["models"]["sit"]["timings"]["train_step"]["graph"]["median_ms"] for r in runs]
+    vit_ms = [r["models"]["vit"]["timings"]["train_step"]["graph"]["median_ms"] for r in runs]
+    assert f"took {min(sit_ms):.0f}-{max(sit_ms):.0f} ms in these runs" in flat
+    assert f"between {min(vit_ms):.0f} and {max(vit_ms):.0f} ms" in flat
+    native_over_builtin = runs[0]["ratios"]["train_step_native_over_builtin"]["sit"]["graph"]
+    earlier = _report("speed_encoders_native_batched_grad_amd_bf16.json")
+    earlier_ratio = earlier["ratios"]["train_step_native_over_builtin"]["sit"]["graph"]
+    assert f"{native_over_builtin:.2f}x its step without the kernels ({earlier_ratio:.2f}x" in flat
+    bfloat16 = [r["models"][m]["precision"]["mixed_bfloat16"]["over_float32"] for r in runs for m in SITS]
+    assert f"now {min(bfloat16):.2f}-{max(bfloat16):.2f}x the float32 one" in flat
+
+
 def test_minigrid_encoder_speed_table_is_the_report():
     report = _report("speed_encoders_minigrid.json")
     assert report["settings"]["image_shape"] == [14, 14, 3]
@@ -6786,6 +6831,7 @@ def test_procgen_throughput_on_the_amd_bf16_host_is_the_reports():
         "speed_ppo_procgen_native_fused_amd_bf16.json",
         "speed_ppo_procgen_native_batched_grad_amd_bf16.json",
         "speed_ppo_procgen_native_batched_grad_amd_bf16_repeat.json",
+        "speed_ppo_procgen_native_tiles_amd_bf16.json",
     ]
     assert len(rows) == len(names)
     ratios, train = [], []
@@ -6806,6 +6852,35 @@ def test_procgen_throughput_on_the_amd_bf16_host_is_the_reports():
         ]
         ratios.append(ratio)
         train.append(report["runs"][0]["summary"]["train_fraction"])
-    assert max(ratios) < 6 and min(ratios) < 4 < max(ratios)  # 1/6 in every run, 1/4 in one
+    assert max(ratios) < 6 and min(ratios) < 4 < max(ratios)  # 1/6 in every run, 1/4 in some
+    assert f"1/4, in {sum(r < 4 for r in ratios)} runs of {len(ratios)}" in " ".join(SPEED.split())
     flat = " ".join(SPEED.split())
     assert f"{100 * min(train):.0f}-{max(train):.0%} of the SiT's wall time in its train steps" in flat
+
+
+def test_without_avx512_no_kernels_is_the_reports():
+    """docs/speed.md's "Without AVX-512, no kernels": an emulated AVX2 host's step and ops."""
+    section = _section("### Without AVX-512, no kernels")
+    flat = " ".join(section.split())
+    encoders = _report("speed_encoders_native_avx2_build_amd_bf16.json")
+    assert encoders["environment"]["env"]["ONEDNN_MAX_CPU_ISA"] == "AVX2" and "x86-64-v3" in encoders["note"]
+    steps = {
+        m: encoders["models"][m]["timings"]["train_step"]["graph"]["median_ms"]
+        for m in ("sit", "sit:builtin")
+    }
+    slower = encoders["ratios"]["train_step_native_over_builtin"]["sit"]["graph"]
+    assert slower == pytest.approx(steps["sit"] / steps["sit:builtin"]) and slower > 1
+    assert (
+        f"measured the SiT's train step at {steps['sit']:.0f} ms through the kernels against "
+        f"{steps['sit:builtin']:.0f} ms without them, **{slower:.2f}x** slower"
+    ) in flat
+    avx2 = _report("native_ops_avx2_build_amd_bf16.json")
+    assert "x86-64-v3" in avx2["note"] and avx2["settings"]["batch"] == 96
+    avx512 = [_report(f"native_ops_amd_bf16_after{tail}.json")["results"] for tail in ("", "_run2")]
+    rows = section[section.index("| op (batch 96) |") :].split("\n\n")[0].splitlines()[2:]
+    for line, case in zip(rows, ("first_block", "class_token", "global_grid", "layer_norm"), strict=True):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[0] == f"`{case}`" and cells[1] == f"{avx2['results'][case]['backward']['median_ms']:.1f}"
+        wide = sorted(f"{r[case]['backward']['median_ms']:.1f}" for r in avx512)
+        assert cells[2] == (wide[0] if wide[0] == wide[1] else f"{wide[0]}-{wide[1]}")
+        assert float(cells[1]) > float(wide[1])  # every op is slower in the AVX2 build

@@ -5,8 +5,9 @@ for this host by ``python -m sit_keras.native.build`` (``make install`` runs it)
 They compute the same functions as the builtin ops they replace; a layer uses
 one only where ``usable`` says so:
 
-- the library was built for this host (CPU flags and TensorFlow version) and
-  loads (``load_problem`` says why not);
+- the CPU has AVX-512 (without it the kernels are slower than the builtin ops,
+  so nothing is built), the library was built for this host (CPU flags and
+  TensorFlow version) and loads (``load_problem`` says why not);
 - a gradient tape may be recording (a train step), or the function is traced
   inside ``forward_passes()`` (the trainers' collection and evaluation drivers):
   serving signatures and exports, traced elsewhere, keep the builtin ops, so a
@@ -54,8 +55,11 @@ _loaded: dict[str, object] = {}
 def library() -> ModuleType | None:
     """The loaded op library, or ``None`` where it is not usable here (``load_problem`` says why)."""
     if "ops" not in _loaded:
+        from sit_keras.native.build import NO_WIDE_VECTORS
+
         _loaded["ops"], _loaded["problem"] = _load()
-        if _loaded["problem"] is not None and LIBRARY.exists():
+        # A library that should load and does not is worth a warning; a CPU without AVX-512 is not.
+        if _loaded["problem"] not in (None, NO_WIDE_VECTORS) and LIBRARY.exists():
             message = f"sit_keras.native: {_loaded['problem']}; the layers keep their builtin ops"
             warnings.warn(message, stacklevel=2)
     return _loaded["ops"]
@@ -68,13 +72,16 @@ def load_problem() -> str | None:
 
 
 def _load() -> tuple[ModuleType | None, str | None]:
-    from sit_keras.native.build import HOST_FILE, host
+    from sit_keras.native.build import HOST_FILE, NO_WIDE_VECTORS, has_wide_vectors, host
 
     rebuild = "run `python -m sit_keras.native.build`"
+    this_host = host()
+    if not has_wide_vectors(this_host["cpu_flags"]):
+        return None, NO_WIDE_VECTORS
     if not LIBRARY.exists():
         return None, f"not built ({rebuild})"
     built_for = json.loads(HOST_FILE.read_text()) if HOST_FILE.exists() else None
-    if built_for != host():
+    if built_for != this_host:
         return None, f"{LIBRARY} was built for another CPU or TensorFlow ({rebuild})"
     try:
         return tf.load_op_library(str(LIBRARY)), None

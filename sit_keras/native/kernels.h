@@ -83,16 +83,36 @@ inline void Transpose(Lanes<T>* rows) {
   }
 }
 
+// Bytes of the widest vector register: a Lanes<T> that fits one is transposed in registers (Transpose's
+// shuffles are then one instruction each); a wider one, which the compiler would shuffle value by
+// value (double, or float without AVX-512), through a tile in the cache.
+#if defined(__AVX512F__)
+constexpr int kRegisterBytes = 64;
+#else
+constexpr int kRegisterBytes = 32;
+#endif
+
+template <typename T>
+constexpr bool kTransposeInRegisters = sizeof(Lanes<T>) <= kRegisterBytes;
+
 // dst[e dst_stride + l] = src[l src_stride + e] for e < n and l < kLanes, zero in the lanes from `rows` on:
-// kLanes rows of n values into lanes, a kLanes x kLanes tile at a time transposed in registers, so
-// memory is read and written in whole vectors, not a value a cache line.
+// kLanes rows of n values into lanes, a kLanes x kLanes tile at a time, so that memory is read and written
+// in whole vectors, not a value a cache line.
 template <typename T>
 void RowsToLanes(const T* src, int64_t src_stride, int64_t n, int rows, T* dst, int64_t dst_stride) {
   Lanes<T> tile[kLanes];
   int64_t e0 = 0;
   for (; e0 + kLanes <= n; e0 += kLanes) {
-    for (int l = 0; l < kLanes; ++l) tile[l] = l < rows ? Load(src + l * src_stride + e0) : Lanes<T>{};
-    Transpose<T>(tile);
+    if constexpr (kTransposeInRegisters<T>) {
+      for (int l = 0; l < kLanes; ++l) tile[l] = l < rows ? Load(src + l * src_stride + e0) : Lanes<T>{};
+      Transpose<T>(tile);
+    } else {
+      T values[kLanes * kLanes];
+      for (int l = 0; l < kLanes; ++l) {
+        for (int k = 0; k < kLanes; ++k) values[k * kLanes + l] = l < rows ? src[l * src_stride + e0 + k] : T(0);
+      }
+      for (int k = 0; k < kLanes; ++k) tile[k] = Load(values + k * kLanes);
+    }
     for (int k = 0; k < kLanes; ++k) Store(dst + (e0 + k) * dst_stride, tile[k]);
   }
   for (; e0 < n; ++e0) {  // the last n % kLanes values
@@ -109,8 +129,16 @@ void LanesToRows(const T* src, int64_t src_stride, int64_t n, int rows, T* dst, 
   int64_t e0 = 0;
   for (; e0 + kLanes <= n; e0 += kLanes) {
     for (int k = 0; k < kLanes; ++k) tile[k] = Load(src + (e0 + k) * src_stride);
-    Transpose<T>(tile);
-    for (int l = 0; l < rows; ++l) Store(dst + l * dst_stride + e0, tile[l]);
+    if constexpr (kTransposeInRegisters<T>) {
+      Transpose<T>(tile);
+      for (int l = 0; l < rows; ++l) Store(dst + l * dst_stride + e0, tile[l]);
+    } else {
+      T values[kLanes * kLanes];
+      for (int k = 0; k < kLanes; ++k) Store(values + k * kLanes, tile[k]);
+      for (int l = 0; l < rows; ++l) {
+        for (int k = 0; k < kLanes; ++k) dst[l * dst_stride + e0 + k] = values[k * kLanes + l];
+      }
+    }
   }
   for (; e0 < n; ++e0) {
     const Lanes<T> v = Load(src + e0 * src_stride);
