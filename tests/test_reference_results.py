@@ -1314,6 +1314,8 @@ def test_the_kernels_own_changes_on_the_amd_bf16_host_are_the_reports():
         cells = " | ".join(f"{x:.2f}" for x in ratios)
         row = f"| {label}, 0b6c267 | {cells} | **{np.median(ratios):.2f}** |"
         assert row in section, row
+    closest = min(r["ratios"]["train_step_over_vit"]["sit"]["graph"] for r in runs)
+    assert closest > 1.5 and f"one run of three came to {closest:.4f}." in flat
     sit_ms = [r["models"]["sit"]["timings"]["train_step"]["graph"]["median_ms"] for r in runs]
     vit_ms = [r["models"]["vit"]["timings"]["train_step"]["graph"]["median_ms"] for r in runs]
     assert f"took {min(sit_ms):.0f}-{max(sit_ms):.0f} ms in these runs" in flat
