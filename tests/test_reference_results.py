@@ -1314,6 +1314,14 @@ def test_the_kernels_own_changes_on_the_amd_bf16_host_are_the_reports():
         cells = " | ".join(f"{x:.2f}" for x in ratios)
         row = f"| {label}, 0b6c267 | {cells} | **{np.median(ratios):.2f}** |"
         assert row in section, row
+    ops_reports = [f"native_ops_amd_bf16_{w}{tail}" for w in ("before", "after") for tail in ("", "_run2")]
+    encoder_reports = [
+        f"speed_encoders_native_{kind}_amd_bf16{tail}"
+        for kind in ("fused", "batched_grad", "tiles")
+        for tail in ("", "_run2", "_run3")
+    ]
+    for name in ops_reports + encoder_reports:
+        assert f"`benchmarks/reference/{name}.json`" in SPEED, name  # the page names every report it quotes
     closest = min(r["ratios"]["train_step_over_vit"]["sit"]["graph"] for r in runs)
     assert closest > 1.5 and f"one run of three came to {closest:.4f}." in flat
     sit_ms = [r["models"]["sit"]["timings"]["train_step"]["graph"]["median_ms"] for r in runs]
