@@ -83,7 +83,7 @@ def _inputs(batch: int, seed: int = 0) -> dict[str, tuple[Callable[..., tf.Tenso
         return native.class_token_attention(qkv, bias, graphs, coefficients, HEADS)
 
     def layer_norm(tokens):
-        return native.standardized_lane_blocks(tokens, 1e-6)
+        return native.standardized_lane_blocks(tokens, 1e-6)[0]
 
     graphs = {t: normal(3 * DIM, t, t, scale=0.2) for t in (t_local, t_grid)}
     return {

@@ -255,26 +255,30 @@ def test_a_global_grid_through_the_ops_equals_the_reference(options: dict, train
     windows=st.integers(1, 40),
     tokens=st.integers(1, 6),
     channels=st.integers(1, 40),  # past LANES: whole tiles of the transposes and a remainder
+    skip_fraction=st.floats(0.0, 1.0),
     seed=st.integers(0, 2**16),
 )
 def test_the_standardized_lanes_op_is_the_layer_norm_in_lane_blocks(
-    windows: int, tokens: int, channels: int, seed: int
+    windows: int, tokens: int, channels: int, skip_fraction: float, seed: int
 ) -> None:
     """The block's LayerNorm without gamma and beta (normalization.standardize) in the ops' layout, values and
-    gradient, float64, for window counts that are not multiples of the lanes (the padded windows are zero)."""
+    gradient, float64, for window counts that are not multiples of the lanes (the padded windows are zero);
+    with the first K tokens for a skip connection, whose gradient the op adds to its own."""
     rng = np.random.default_rng(seed)
+    skip_tokens = round(skip_fraction * tokens)
     x = tf.constant(rng.normal(size=(windows, tokens, channels)) * 3.0 + 1.0)
     upstream = tf.constant(rng.normal(size=(channels, -(-windows // native.LANES), tokens, native.LANES)))
+    skip_upstream = tf.constant(rng.normal(size=(windows, skip_tokens, channels)))
     results = []
     for fused in (True, False):
         with tf.GradientTape() as tape:
             tape.watch(x)
             if fused:
-                y = native.standardized_lane_blocks(x, 1e-6)
+                y, skip = native.standardized_lane_blocks(x, 1e-6, skip_tokens)
             else:
-                y = native.lane_blocks_of_tokens(standardize(x, 1e-6))
-            loss = tf.reduce_sum(y * upstream)
-        results.append([y, tape.gradient(loss, x)])
+                y, skip = native.lane_blocks_of_tokens(standardize(x, 1e-6)), x[:, :skip_tokens]
+            loss = tf.reduce_sum(y * upstream) + tf.reduce_sum(skip * skip_upstream)
+        results.append([y, skip, tape.gradient(loss, x)])
     for a, b in zip(*results, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12, atol=1e-12)
 
@@ -283,7 +287,15 @@ def test_the_standardized_lanes_op_refuses_malformed_inputs() -> None:
     with pytest.raises(tf.errors.InvalidArgumentError, match="expects tokens"):
         _ops().sit_standardized_lanes(tf.zeros((4, 64)), tf.constant(1e-6))
     with pytest.raises(tf.errors.InvalidArgumentError, match="expects dy"):
-        _ops().sit_standardized_lanes_grad(tf.zeros((64, 1, 17, 8)), tf.zeros((4, 17, 64)), tf.constant(1e-6))
+        _ops().sit_standardized_lanes_grad(
+            tf.zeros((64, 1, 17, 8)), tf.zeros((4, 17, 64)), tf.constant(1e-6), tf.zeros((4, 1, 64))
+        )
+    lanes = tf.zeros((64, 1, 17, native.LANES))
+    for skip_dy in (tf.zeros((4, 18, 64)), tf.zeros((4, 1, 63)), tf.zeros((3, 1, 64)), tf.zeros((4, 64))):
+        with pytest.raises(tf.errors.InvalidArgumentError, match="expects skip_dy"):
+            _ops().sit_standardized_lanes_grad(lanes, tf.zeros((4, 17, 64)), tf.constant(1e-6), skip_dy)
+    with pytest.raises(ValueError, match="skip_tokens must lie in"):
+        native.standardized_lane_blocks(tf.zeros((4, 17, 64)), 1e-6, 18)
 
 
 def test_the_docs_sizes_of_the_map_and_the_scale_rounding() -> None:

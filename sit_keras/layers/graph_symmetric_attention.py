@@ -135,6 +135,8 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
       input_scale, input_offset: ``(D,)``, the affine part of a LayerNorm
         that produced ``tokens`` without it; folded into the projection:
         ``(x * scale + offset) W + b = x (scale W) + (offset W + b)``.
+      add_tokens: return the tokens (their class token with ``token_only``)
+        plus the attention's update: a block's skip connection.
 
     Returns:
       ``(B, T, D)``.
@@ -352,28 +354,37 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         input_scale: tf.Tensor | None = None,
         input_offset: tf.Tensor | None = None,
         standardize_epsilon: float | None = None,
+        add_tokens: bool = False,
     ) -> tf.Tensor:
         """See the class docstring.
 
         ``standardize_epsilon``: standardise the tokens first (a block's
         LayerNorm without its ``gamma`` and ``beta``, which ``input_scale`` and
         ``input_offset`` fold into the projection; ``normalization.standardize``).
+        ``add_tokens``: return ``tokens`` (their class token with ``token_only``)
+        plus the update, a block's skip connection (Fig. 9); with the native
+        LayerNorm its gradient joins the LayerNorm's in one op.
         """
         self._check_tokens(tokens.shape)
+        skip_tokens = (1 if token_only else self.num_tokens) if add_tokens else 0
         if self.native_applies(tokens.dtype, token_only):
             kernel, bias = self.folded_projection(input_scale, input_offset)
             if standardize_epsilon is None:
                 blocks = native.lane_blocks_of_tokens(tokens)  # (D, B / LANES, T, LANES)
+                skip = tokens if skip_tokens == self.num_tokens else tokens[:, :skip_tokens]
             else:
-                blocks = native.standardized_lane_blocks(tokens, standardize_epsilon)
+                blocks, skip = native.standardized_lane_blocks(tokens, standardize_epsilon, skip_tokens)
             qkv = project_channels_first(kernel, tf.reshape(blocks, [self.dim, -1]))
             qkv = tf.reshape(qkv, [3 * self.dim, -1, self.num_tokens, native.LANES])
             update = self.mix_and_attend_native(qkv, bias, training, token_only)
-            return native.first_windows(update, tokens, axis=0)
+            update = native.first_windows(update, tokens, axis=0)
+            return skip + update if add_tokens else update
+        skip = tokens if skip_tokens == self.num_tokens else tokens[:, :skip_tokens]
         if standardize_epsilon is not None:
             tokens = standardize(tokens, standardize_epsilon)
         qkv = self.project_qkv(tokens, input_scale, input_offset)
-        return self.mix_and_attend(qkv, training=training, token_only=token_only)
+        update = self.mix_and_attend(qkv, training=training, token_only=token_only)
+        return skip + update if add_tokens else update
 
     def mix_and_attend(
         self, qkv: tf.Tensor, training: bool | None = None, token_only: bool = False

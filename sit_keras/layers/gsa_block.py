@@ -82,16 +82,17 @@ class GraphSymmetricAttentionBlock(tf_keras.layers.Layer):
         """``token_only=True``: update and return only the class token, ``(B, 1, D)``."""
         if self.attention.implementation == "reference":
             update = self.attention(self.norm(tokens), training=training, token_only=token_only)
-        else:
-            update = self.attention(
-                tokens,
-                training=training,
-                token_only=token_only,
-                input_scale=self.norm.gamma,
-                input_offset=self.norm.beta,
-                standardize_epsilon=self.norm_epsilon,
-            )
-        return self.feed_forward((tokens[:, :1] if token_only else tokens) + update)
+            return self.feed_forward((tokens[:, :1] if token_only else tokens) + update)
+        skipped_and_updated = self.attention(
+            tokens,
+            training=training,
+            token_only=token_only,
+            input_scale=self.norm.gamma,
+            input_offset=self.norm.beta,
+            standardize_epsilon=self.norm_epsilon,
+            add_tokens=True,
+        )
+        return self.feed_forward(skipped_and_updated)
 
     def standardize(self, tokens: tf.Tensor) -> tf.Tensor:
         """The LayerNorm before the attention without its ``gamma`` and ``beta``."""

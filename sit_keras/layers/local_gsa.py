@@ -255,11 +255,27 @@ class LocalGSA(tf_keras.layers.Layer):
         return block.feed_forward(self._skip(pixels, token_only, update.dtype) + update)
 
     def _skip(self, pixels: tf.Tensor, token_only: bool, dtype: tf.DType) -> tf.Tensor:
-        """The first block's skip connection: the embedded windows, or for a last block the class token."""
+        """The first block's skip connection: the embedded windows, or for a last block the class token.
+
+        The windows are cut from ``[x, 1, 0]`` per pixel (``C + 2`` channels
+        rather than ``D``) and embedded after, their class tokens with them:
+        ``[x, 1, 0] [E; e; c] = x E + e`` and the class token's ``[0, 0, 1]``
+        gives ``c``, in one matmul. Outside the map the cut pads zeros, the
+        reference's zero token. Cutting ``D`` channels and joining the class
+        tokens to them moved the largest tensor of the block twice, and a
+        gradient of the join slices it once more.
+        """
         if token_only:
             return tf.cast(self.class_token, dtype)[None, None, :]
-        embedded = self.embed(pixels)
-        return self._with_class_tokens(self._cut_windows(embedded), embedded.dtype)
+        x = tf.cast(pixels, dtype)
+        ones = tf.ones_like(x[..., :1])
+        windows = self._cut_windows(tf.concat([x, ones, tf.zeros_like(ones)], axis=-1))  # (B N, T - 1, C + 2)
+        rows = windows.shape[-1]
+        class_rows = tf.one_hot([[rows - 1]], rows, dtype=dtype)
+        rows_and_class = tf.concat([tf.tile(class_rows, [tf.shape(windows)[0], 1, 1]), windows], axis=1)
+        table = tf.concat([self.embed.kernel, self.embed.bias[None], self.class_token[None]], axis=0)
+        embedded = tf.matmul(tf.reshape(rows_and_class, [-1, rows]), tf.cast(table, dtype))
+        return tf.reshape(embedded, [-1, rows_and_class.shape[1], self.dim])
 
     def _first_block_on_map(self, x: tf.Tensor, training: bool | None) -> tf.Tensor:
         """The first block with its graphs applied to the whole map (extended window)."""

@@ -208,23 +208,31 @@ def lane_blocks_of_tokens(tokens: tf.Tensor) -> tf.Tensor:
     return tf.transpose(blocks, [3, 0, 2, 1])
 
 
-def standardized_lane_blocks(tokens: tf.Tensor, epsilon: float) -> tf.Tensor:
+def standardized_lane_blocks(
+    tokens: tf.Tensor, epsilon: float, skip_tokens: int = 0
+) -> tuple[tf.Tensor, tf.Tensor]:
     """``lane_blocks_of_tokens(standardize(tokens, epsilon))`` in one op, and its gradient in one.
 
     ``tokens (B, T, D)`` -> ``(D, ceil(B / LANES), T, LANES)``: each token
     standardised over its ``D`` channels (the GSA blocks' LayerNorm without
     its ``gamma`` and ``beta``, ``sit_keras.layers.normalization``), the padded
-    windows zero (``standardize.cc``). Call only where ``usable(tokens.dtype)``.
+    windows zero (``standardize.cc``). Returned with ``tokens[:, :skip_tokens]``
+    for a block's skip connection: the gradient op adds that slice's gradient
+    to its own, which saves two passes over a ``(B, T, D)`` gradient (the
+    slice's, zero-filled, and their sum). Call only where ``usable(tokens.dtype)``.
     """
     ops = _library_or_raise()
     epsilon_t = tf.constant(epsilon, tokens.dtype)
+    if not 0 <= skip_tokens <= tokens.shape[1]:
+        raise ValueError(f"skip_tokens must lie in [0, {tokens.shape[1]}]. Received: {skip_tokens}")
 
     @tf.custom_gradient
-    def standardized(x: tf.Tensor) -> tf.Tensor:
-        def grad(dy: tf.Tensor) -> tf.Tensor:
-            return ops.sit_standardized_lanes_grad(dy, x, epsilon_t)
+    def standardized(x: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        def grad(dy: tf.Tensor, skip_dy: tf.Tensor) -> tf.Tensor:
+            return ops.sit_standardized_lanes_grad(dy, x, epsilon_t, skip_dy)
 
-        return ops.sit_standardized_lanes(x, epsilon_t), grad
+        skip = tf.identity(x) if skip_tokens == x.shape[1] else x[:, :skip_tokens]
+        return (ops.sit_standardized_lanes(x, epsilon_t), skip), grad
 
     return standardized(tokens)
 

@@ -3,7 +3,9 @@
 //
 // SitStandardizedLanes: tokens x (B, T, D) -> y (D, B / kLanes, T, kLanes), padded windows zero, with
 //   y[c, b / kLanes, i, b % kLanes] = (x[b, i, c] - mean_c x[b, i]) r[b, i],  r = 1 / sqrt(var_c x[b, i] + eps).
-// SitStandardizedLanesGrad: dx[b, i, c] = r (dy - mean_c dy - y mean_c(dy y)), the exact derivative.
+// SitStandardizedLanesGrad: dx[b, i, c] = r (dy - mean_c dy - y mean_c(dy y)), the exact derivative, plus
+//   skip_dy[b, i, c] for the first K tokens (skip_dy (B, K, D), K <= T): the gradient of x[:, :K] read by a skip
+//   connection, added here rather than by an AddN over the whole (B, T, D) gradient.
 // Builtin ops take four passes over the tokens for the statistics and the normalisation, a transpose
 // into the lane layout, and as many again for the gradient; these read and write each value once.
 
@@ -34,6 +36,7 @@ REGISTER_OP("SitStandardizedLanesGrad")
     .Input("dy: T")
     .Input("x: T")
     .Input("epsilon: T")
+    .Input("skip_dy: T")
     .Output("dx: T")
     .Attr("T: {float, double}")
     .SetShapeFn([](InferenceContext* c) {
@@ -145,10 +148,17 @@ class StandardizedLanesGradOp : public OpKernel {
     OP_REQUIRES(context, dy.shape() == n.lanes(),
                 InvalidArgument("SitStandardizedLanesGrad expects dy (", channels, ", ", blocks, ", ", tokens, ", ",
                                 kLanes, "); got ", dy.shape().DebugString()));
+    const Tensor& skip_dy = context->input(3);
+    const int64_t skipped = skip_dy.dims() == 3 ? skip_dy.dim_size(1) : -1;
+    OP_REQUIRES(context,
+                skipped >= 0 && skipped <= tokens && skip_dy.dim_size(0) == windows && skip_dy.dim_size(2) == channels,
+                InvalidArgument("SitStandardizedLanesGrad expects skip_dy (", windows, ", K <= ", tokens, ", ",
+                                channels, "); got ", skip_dy.shape().DebugString()));
     Tensor* dx = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(0, x.shape(), &dx));
     const T* x_data = x.flat<T>().data();
     const T* dy_data = dy.flat<T>().data();
+    const T* skip_data = skip_dy.flat<T>().data();
     T* dx_data = dx->flat<T>().data();
     const T epsilon = context->input(2).scalar<T>()();
     RunShards(context, blocks, 14 * tokens * channels * kLanes, [&](int64_t start, int64_t limit) {
@@ -178,6 +188,12 @@ class StandardizedLanesGradOp : public OpKernel {
         const int rows = static_cast<int>(std::min<int64_t>(kLanes, windows - b));
         for (int64_t i = 0; i < tokens; ++i) {
           LanesToRows(gradient.data() + i * kLanes, run, channels, rows, dx_data + b * size + i * channels, size);
+        }
+        // The skip connection's K D values of each window follow its rows' first K D values.
+        for (int l = 0; l < rows && skipped > 0; ++l) {
+          T* dx_row = dx_data + (b + l) * size;
+          const T* skip_row = skip_data + (b + l) * skipped * channels;
+          for (int64_t v = 0; v < skipped * channels; ++v) dx_row[v] += skip_row[v];
         }
       }
     });
