@@ -412,6 +412,42 @@ def test_without_the_library_a_train_step_keeps_builtin_ops_and_its_values(sit, 
         assert np.linalg.norm(a - b) <= 1e-4 * np.linalg.norm(a)
 
 
+def _loss_gradients(encoder: tf.keras.Model, images: tf.Tensor) -> list[np.ndarray]:
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.square(tf.cast(encoder(images, training=False), tf.float32)))
+    return [tf.convert_to_tensor(g).numpy() for g in tape.gradient(loss, encoder.trainable_variables)]
+
+
+@pytest.mark.parametrize("variant", ["sit", "siet"])
+def test_under_mixed_bfloat16_the_ops_run_in_float32_as_accurately_as_the_builtin_ops(variant: str) -> None:
+    """bfloat16 tensors pass through the ops in float32 (native.op_dtype): the train step runs them, and its
+    gradients lie as close to the float32 model's as the builtin bfloat16 path's do (same weights)."""
+    images = tf.constant(np.random.default_rng(0).integers(0, 256, size=(3, 16, 16, 3)), tf.uint8)
+    tf_keras.utils.set_random_seed(0)
+    exact = build_encoder(variant, (16, 16, 3), seed=0)
+    exact(images)
+    testing.perturb_weights(exact, 0.1)
+    tf_keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        low = build_encoder(variant, (16, 16, 3), seed=0)
+        low(images)
+    finally:
+        tf_keras.mixed_precision.set_global_policy(None)
+    low.set_weights(exact.get_weights())
+    assert native.op_dtype(tf.bfloat16) == tf.float32
+    assert NATIVE_OPS <= _op_types(make_train_step(low, jit_compile=False), images)
+    reference = _loss_gradients(exact, images)
+    with native.builtin_only():
+        builtin = _loss_gradients(low, images)
+
+    def error(gradients: list[np.ndarray]) -> float:
+        pairs = zip(reference, gradients, strict=True)
+        return max(np.linalg.norm(a - b) / np.linalg.norm(a) for a, b in pairs)
+
+    through_ops = error(_loss_gradients(low, images))
+    assert through_ops <= 1.25 * error(builtin) and through_ops < 0.1
+
+
 @pytest.mark.parametrize("tokens", [10, 40], ids=["lane_wide", "row_wise"])  # 100 and 1600 token pairs
 def test_the_gradients_are_the_same_on_every_run(tokens: int) -> None:
     rng = np.random.default_rng(1)

@@ -707,7 +707,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         scale = 1.0 / math.sqrt(self.head_dim)
         signs = [1.0 if self.symmetrize else 0.0] + ([-1.0] if self.antisymmetric else [])
         if token_only:
-            coefficients = tf.constant([[scale, sign * scale] for sign in signs], qkv.dtype)
+            coefficients = tf.constant([[scale, sign * scale] for sign in signs], native.op_dtype(qkv.dtype))
             return native.class_token_attention(qkv, tf.cast(bias, qkv.dtype), graphs, coefficients, heads)
         graph = self._score_matrix(self.score_graph_weights, 1.0, training) if self.score_graph else None
         sums, count, symmetrised = self._triangle_sums, len(self.triangle_weights), any(signs)
@@ -723,10 +723,10 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
                 maps.append(pattern.values_of(sums.matrix(tables, sign, scale)))
             else:
                 maps.append(sums.terms_values(tables, sign, scale, symmetrised))
-        values = tf.cast(tf.stack(maps), qkv.dtype)  # (M, H, P, K)
+        values = tf.cast(tf.stack(maps), native.op_dtype(qkv.dtype))  # (M, H, P, K)
         if graph is not None:
             columns = tf.gather(tf.reshape(graph, [heads, -1]), pattern.indices, axis=1)  # (H, P, K)
-            values = values * tf.cast(columns, qkv.dtype)
+            values = values * tf.cast(columns, values.dtype)
         return native.window_attention(qkv, tf.cast(bias, qkv.dtype), graphs, values, pattern, heads, kernel)
 
     def _scores(self, q: tf.Tensor, k: tf.Tensor) -> tf.Tensor:

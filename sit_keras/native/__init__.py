@@ -14,7 +14,9 @@ one only where ``usable`` says so:
   SavedModel or TFLite model never needs this library;
 - the function is not compiled by XLA (``jit_compile=True``), which cannot
   compile a custom op;
-- the dtype is float32 or float64;
+- the dtype is float32 or float64, or bfloat16 (``mixed_bfloat16``), which the
+  ops take in float32: each op's inputs are cast up and its outputs back
+  (``op_dtype``);
 - not inside ``builtin_only()`` (benchmarks compare both forms in one run).
 
 The ops (``window_attention``, ``class_token_attention``) run the window attention
@@ -30,12 +32,14 @@ import sit_keras.quiet_start  # noqa: F401  (first: `python -m sit_keras.native.
 # isort: split
 
 import contextlib
+import functools
 import json
 import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any, TypeVar
 
 import numpy as np
 import tensorflow as tf
@@ -43,6 +47,11 @@ from tensorflow.python.eager import record
 
 LIBRARY = Path(__file__).with_name("_kernels.so")
 _DTYPES = (tf.float32, tf.float64)
+# bfloat16 tensors pass through the ops in float32 (their arithmetic is float32 or float64). Under
+# mixed_bfloat16 the SiT step then takes 1.0-1.1x its float32 step on an AMD host with AVX512_BF16, against
+# 1.5-1.65x through the builtin ops (docs/speed.md).
+_IN_FLOAT32 = (tf.bfloat16,)
+_Function = TypeVar("_Function")
 # The ops keep a window's T x T scores, maps and softmaxes in each thread's cache: token sets up to
 # this many pairs (a 4x4 window and its class token: 289; the Procgen SiT's 8x8 global grid and its
 # class token: 4225). Larger grids (the MiniGrid SiT's 14x14) keep the builtin ops.
@@ -125,11 +134,36 @@ def usable(dtype: tf.DType) -> bool:
 
     return (
         not getattr(_state, "off", False)
-        and tf.as_dtype(dtype) in _DTYPES
+        and tf.as_dtype(dtype) in _DTYPES + _IN_FLOAT32
         and (record.could_possibly_record() or getattr(_state, "forward", False))
         and not in_compiled_function()
         and available()
     )
+
+
+def op_dtype(dtype: tf.DType) -> tf.DType:
+    """The dtype the ops compute ``dtype`` tensors in: float32 for bfloat16, else ``dtype`` itself."""
+    return tf.float32 if tf.as_dtype(dtype) in _IN_FLOAT32 else tf.as_dtype(dtype)
+
+
+def _in_op_dtype(function: _Function) -> _Function:
+    """``function`` applied to bfloat16 tensors in ``op_dtype``: its tensor arguments of the first one's
+    dtype cast up, its results cast back."""
+
+    @functools.wraps(function)
+    def wrapper(first: tf.Tensor, *args: Any, **kwargs: Any) -> Any:
+        dtype = first.dtype
+        if op_dtype(dtype) == dtype:
+            return function(first, *args, **kwargs)
+
+        def up(value: Any) -> Any:
+            is_low = isinstance(value, tf.Tensor) and value.dtype == dtype
+            return tf.cast(value, op_dtype(dtype)) if is_low else value
+
+        result = function(up(first), *map(up, args), **{key: up(value) for key, value in kwargs.items()})
+        return tf.nest.map_structure(lambda output: tf.cast(output, dtype), result)
+
+    return wrapper
 
 
 class ScoreMapPattern:
@@ -208,6 +242,7 @@ def lane_blocks_of_tokens(tokens: tf.Tensor) -> tf.Tensor:
     return tf.transpose(blocks, [3, 0, 2, 1])
 
 
+@_in_op_dtype
 def standardized_lane_blocks(
     tokens: tf.Tensor, epsilon: float, skip_tokens: int = 0
 ) -> tuple[tf.Tensor, tf.Tensor]:
@@ -252,6 +287,7 @@ def _library_or_raise() -> ModuleType:
     return ops
 
 
+@_in_op_dtype
 def window_attention(
     qkv: tf.Tensor,
     bias: tf.Tensor,
@@ -301,6 +337,7 @@ def window_attention(
     return attend(qkv, kernel, bias, graphs, values)
 
 
+@_in_op_dtype
 def class_token_attention(
     qkv: tf.Tensor, bias: tf.Tensor, graphs: tf.Tensor, coefficients: tf.Tensor, num_heads: int
 ) -> tf.Tensor:
