@@ -1336,11 +1336,66 @@ def test_the_kernels_own_changes_on_the_amd_bf16_host_are_the_reports():
     assert f"now {min(bfloat16):.2f}-{max(bfloat16):.2f}x the float32 one" in flat
 
 
-def test_minigrid_encoder_speed_table_is_the_report():
-    report = _report("speed_encoders_minigrid.json")
+def test_the_skip_connections_and_bfloat16_through_the_kernels_are_the_reports():
+    """docs/speed.md's "Then the skip connections" and "And bfloat16 through the kernels": three encoder runs
+    before and after, each ratio its report, and the bfloat16 table of the runs after."""
+    section = _section("### With the kernels on an AMD host with AVX512_BF16")
+    section = section[section.index("**Then the skip connections.**") :]
+    flat = " ".join(section.split())
+    tails = ("", "_run2", "_run3")
+    runs = {
+        commit: [_report(f"speed_encoders_skip_amd_bf16_{when}{tail}.json") for tail in tails]
+        for commit, when in (("0fd9ab1", "before"), ("bd94168", "after"))
+    }
+    for commit, reports in runs.items():
+        assert {r["commit"][:7] for r in reports} == {commit}
+        assert all("no AMX" in r["machine"] and r["settings"]["repeats"] == 9 for r in reports)
+        for model, label in (("sit", "SiT"), ("siet", "SieT")):
+            ratios = [r["ratios"]["train_step_over_vit"][model]["graph"] for r in reports]
+            median = f"{np.median(ratios):.2f}"
+            median = f"**{median}**" if commit == "bd94168" else median
+            row = f"| {label}, {commit} | " + " | ".join(f"{x:.2f}" for x in ratios) + f" | {median} |"
+            assert row in section, row
+    for when in ("before", "after"):
+        for tail in tails:
+            assert f"`benchmarks/reference/speed_encoders_skip_amd_bf16_{when}{tail}.json`" in SPEED
+    after = runs["bd94168"]
+    sit = [r["ratios"]["train_step_over_vit"]["sit"]["graph"] for r in after]
+    assert np.median(sit) > 1.5 >= min(sit)
+    assert f"The SiT's median ratio is {np.median(sit):.3f}" in flat
+    assert f"which one run of three met ({min(sit):.3f})" in flat
+    vit_ms = [r["models"]["vit"]["timings"]["train_step"]["graph"]["median_ms"] for r in after]
+    others = f"{min(vit_ms[1:]):.0f}-{max(vit_ms[1:]):.0f} ms in the others"
+    assert f"(the ViT's step {vit_ms[0]:.0f} ms against {others})" in flat
+    for model, label in (("sit", "SiT"), ("siet", "SieT"), ("vit", "ViT")):
+        cells = " | ".join(
+            f"{r['models'][model]['precision']['mixed_bfloat16']['over_float32']:.2f}" for r in after
+        )
+        assert f"| {label} | {cells} |" in section, label
+    matmul = [r["matmul"]["by_precision"]["mixed_bfloat16"]["over_float32"] for r in after]
+    assert f"| 1024^3 matmul | {' | '.join(f'{x:.2f}' for x in matmul)} |" in section
+    assert f"a 1024^3 matmul takes {min(matmul):.2f}-{max(matmul):.2f}x its float32 time" in flat
+    vit = [r["models"]["vit"]["precision"]["mixed_bfloat16"]["over_float32"] for r in after]
+    assert min(vit) >= 1.0 and "gains nothing from bfloat16 at these sizes in these runs" in flat
+    tiles = [_report(f"speed_encoders_native_tiles_amd_bf16{tail}.json") for tail in tails]
+    builtin = [
+        r["models"][m]["precision"]["mixed_bfloat16"]["over_float32"] for r in tiles for m in ("sit", "siet")
+    ]
+    assert f"its step was {min(builtin):.2f}-{max(builtin):.2f}x its float32 step" in flat
+
+
+@pytest.mark.parametrize(
+    ("header", "name"),
+    [
+        ("| config (14x14x3) |", "speed_encoders_minigrid.json"),
+        ("| config (14x14x3), AMD host |", "speed_encoders_minigrid_amd_bf16.json"),
+    ],
+)
+def test_minigrid_encoder_speed_table_is_the_report(header: str, name: str):
+    report = _report(name)
     assert report["settings"]["image_shape"] == [14, 14, 3]
     models, ratios = report["models"], report["ratios"]
-    table = SPEED[SPEED.index("| config (14x14x3) |") :].split("\n\n")[0].splitlines()[2:]
+    table = SPEED[SPEED.index(header) :].split("\n\n")[0].splitlines()[2:]
     assert len(table) == len(models)
     for line in table:
         cells = [c.strip() for c in line.strip("|").split("|")]
@@ -6842,6 +6897,9 @@ def test_procgen_throughput_on_the_amd_bf16_host_is_the_reports():
         "speed_ppo_procgen_native_batched_grad_amd_bf16.json",
         "speed_ppo_procgen_native_batched_grad_amd_bf16_repeat.json",
         "speed_ppo_procgen_native_tiles_amd_bf16.json",
+        "speed_ppo_procgen_skip_amd_bf16.json",
+        "speed_ppo_procgen_skip_amd_bf16_repeat.json",
+        "speed_ppo_procgen_skip_amd_bf16_repeat2.json",
     ]
     assert len(rows) == len(names)
     ratios, train = [], []
@@ -6866,6 +6924,9 @@ def test_procgen_throughput_on_the_amd_bf16_host_is_the_reports():
     assert f"1/4, in {sum(r < 4 for r in ratios)} runs of {len(ratios)}" in " ".join(SPEED.split())
     flat = " ".join(SPEED.split())
     assert f"{100 * min(train):.0f}-{max(train):.0%} of the SiT's wall time in its train steps" in flat
+    since_skip = [_report(name)["env_steps_per_second"]["sit"] for name in names[-3:]]
+    assert f"and to {min(since_skip):.1f}-{max(since_skip):.1f} since the skip connections'" in flat
+    assert max(ratios[-3:]) < 4 and "1/4 in each of their three runs" in flat
 
 
 def test_without_avx512_no_kernels_is_the_reports():
