@@ -381,16 +381,71 @@ inline void Sums(int64_t outputs, int64_t terms, Term term, Put put) {
   }
 }
 
+// put(a, b, sum_k left(a, k) right(b, k)) for a < A and b < B counted from a0 and b0: the A x B sums
+// side by side in registers, each left(a, k) and right(b, k) loaded once for the whole tile (A + B
+// loads for A B multiply-adds), each sum taken over k in order.
+template <typename T, int A, int B, typename Left, typename Right, typename Put>
+inline void Tile(int64_t a0, int64_t b0, int64_t terms, Left left, Right right, Put put) {
+  Lanes<T> acc[A][B] = {};
+  for (int64_t k = 0; k < terms; ++k) {
+    decltype(left(a0, k)) l[A];  // a vector, or a value for every lane
+    Lanes<T> r[B];
+    for (int a = 0; a < A; ++a) l[a] = left(a0 + a, k);
+    for (int b = 0; b < B; ++b) r[b] = right(b0 + b, k);
+    for (int a = 0; a < A; ++a) {
+      for (int b = 0; b < B; ++b) acc[a][b] += l[a] * r[b];
+    }
+  }
+  for (int a = 0; a < A; ++a) {
+    for (int b = 0; b < B; ++b) put(a0 + a, b0 + b, acc[a][b]);
+  }
+}
+
+// The rows x cols products put(a, b, sum_k left(a, k) right(b, k)) in tiles of kTile x kTile: a T x T
+// matrix streamed through kTile-row tiles is read d / kTile times instead of d times. That pays for
+// a grid whose T x T lane matrices (64 B a pair) overflow the core's L2, the 8 x 8 global grid's;
+// the local windows' (T = 17) fit in L1, and there the sums of kChains (Sums) measured faster.
+constexpr int kTile = 4;
+constexpr int64_t kMaxUntiledPairs = 1024;
+
+inline bool Tiled(const Sizes& s) { return s.pairs > kMaxUntiledPairs; }
+
+template <typename T, int B, typename Left, typename Right, typename Put>
+inline void TileRows(int64_t rows_left, int64_t a0, int64_t b0, int64_t terms, Left left, Right right, Put put) {
+  switch (std::min<int64_t>(kTile, rows_left)) {
+    case 1: return Tile<T, 1, B>(a0, b0, terms, left, right, put);
+    case 2: return Tile<T, 2, B>(a0, b0, terms, left, right, put);
+    case 3: return Tile<T, 3, B>(a0, b0, terms, left, right, put);
+    default: return Tile<T, kTile, B>(a0, b0, terms, left, right, put);
+  }
+}
+
+template <typename T, typename Left, typename Right, typename Put>
+inline void Products(int64_t rows, int64_t cols, int64_t terms, Left left, Right right, Put put) {
+  for (int64_t a = 0; a < rows; a += kTile) {
+    int64_t b = 0;
+    for (; b + kTile <= cols; b += kTile) TileRows<T, kTile>(rows - a, a, b, terms, left, right, put);
+    for (; b < cols; ++b) TileRows<T, 1>(rows - a, a, b, terms, left, right, put);
+  }
+}
+
 // S[(i T + j) kLanes + l] = sum_f q[f, i] k[f, j], per lane.
 template <typename T>
 void Scores(const T* q, const T* k, const Sizes& s, T* scores) {
   const int64_t t = s.tokens;
-  for (int64_t i = 0; i < t; ++i) {
-    Sums<T>(
-        t, s.head_dim,
-        [&](int64_t j, int64_t f) { return Load(q + (f * t + i) * kLanes) * Load(k + (f * t + j) * kLanes); },
-        [&](int64_t j, Lanes<T> v) { Store(scores + (i * t + j) * kLanes, v); });
+  if (!Tiled(s)) {
+    for (int64_t i = 0; i < t; ++i) {
+      Sums<T>(
+          t, s.head_dim,
+          [&](int64_t j, int64_t f) { return Load(q + (f * t + i) * kLanes) * Load(k + (f * t + j) * kLanes); },
+          [&](int64_t j, Lanes<T> v) { Store(scores + (i * t + j) * kLanes, v); });
+    }
+    return;
   }
+  Products<T>(
+      t, t, s.head_dim, [&](int64_t i, int64_t f) { return Load(q + (f * t + i) * kLanes); },
+      [&](int64_t j, int64_t f) { return Load(k + (f * t + j) * kLanes); },
+      [&](int64_t i, int64_t j, Lanes<T> v) { Store(scores + (i * t + j) * kLanes, v); });
 }
 
 // y[p] = sum_k w[p, k] x[index[p, k]] for the pairs p of one head and map.
@@ -426,22 +481,36 @@ void Softmax(int64_t rows, int64_t t, T* logits) {
 template <typename T>
 void RowTimes(const T* m, const T* x, const Sizes& s, T* out) {
   const int64_t t = s.tokens;
-  for (int64_t f = 0; f < s.head_dim; ++f) {
-    Sums<T>(
-        t, t, [&](int64_t i, int64_t j) { return Load(m + (i * t + j) * kLanes) * Load(x + (f * t + j) * kLanes); },
-        [&](int64_t i, Lanes<T> v) { Store(out + (f * t + i) * kLanes, v); });
+  if (!Tiled(s)) {
+    for (int64_t f = 0; f < s.head_dim; ++f) {
+      Sums<T>(
+          t, t, [&](int64_t i, int64_t j) { return Load(m + (i * t + j) * kLanes) * Load(x + (f * t + j) * kLanes); },
+          [&](int64_t i, Lanes<T> v) { Store(out + (f * t + i) * kLanes, v); });
+    }
+    return;
   }
+  Products<T>(
+      t, s.head_dim, t, [&](int64_t i, int64_t j) { return Load(m + (i * t + j) * kLanes); },
+      [&](int64_t f, int64_t j) { return Load(x + (f * t + j) * kLanes); },
+      [&](int64_t i, int64_t f, Lanes<T> v) { Store(out + (f * t + i) * kLanes, v); });
 }
 
 // out[f, j] = sum_i m[i, j] x[f, i] for m (T, T) and x (d, T), per lane.
 template <typename T>
 void ColumnTimes(const T* m, const T* x, const Sizes& s, T* out) {
   const int64_t t = s.tokens;
-  for (int64_t f = 0; f < s.head_dim; ++f) {
-    Sums<T>(
-        t, t, [&](int64_t j, int64_t i) { return Load(m + (i * t + j) * kLanes) * Load(x + (f * t + i) * kLanes); },
-        [&](int64_t j, Lanes<T> v) { Store(out + (f * t + j) * kLanes, v); });
+  if (!Tiled(s)) {
+    for (int64_t f = 0; f < s.head_dim; ++f) {
+      Sums<T>(
+          t, t, [&](int64_t j, int64_t i) { return Load(m + (i * t + j) * kLanes) * Load(x + (f * t + i) * kLanes); },
+          [&](int64_t j, Lanes<T> v) { Store(out + (f * t + j) * kLanes, v); });
+    }
+    return;
   }
+  Products<T>(
+      t, s.head_dim, t, [&](int64_t j, int64_t i) { return Load(m + (i * t + j) * kLanes); },
+      [&](int64_t f, int64_t i) { return Load(x + (f * t + i) * kLanes); },
+      [&](int64_t j, int64_t f, Lanes<T> v) { Store(out + (f * t + j) * kLanes, v); });
 }
 
 // out[f, j] = sum_t g[f, t, j] x[f, t] for one head's d features of q, k or v: the graph
@@ -515,11 +584,18 @@ inline void AddGraphRows(const T* x, const T* dout, int64_t stride, int64_t t, i
 template <typename T>
 void UnmixFeature(const T* g, const T* x, const T* dout, int slots, int64_t stride, int64_t t, bool lane_wide,
                   int64_t padded, T* transposed, T* dx, T* dg) {
-  for (int k = 0; k < slots; ++k) {
-    const T* dk = dout + k * stride;
-    Sums<T>(
-        t, t, [&](int64_t i, int64_t j) { return g[i * t + j] * Load(dk + j * kLanes); },
-        [&](int64_t i, Lanes<T> v) { Store(dx + k * stride + i * kLanes, v); });
+  if (lane_wide) {
+    for (int k = 0; k < slots; ++k) {
+      const T* dk = dout + k * stride;
+      Sums<T>(
+          t, t, [&](int64_t i, int64_t j) { return g[i * t + j] * Load(dk + j * kLanes); },
+          [&](int64_t i, Lanes<T> v) { Store(dx + k * stride + i * kLanes, v); });
+    }
+  } else {  // a large grid's g, read once for all slots
+    Products<T>(
+        t, slots, t, [&](int64_t i, int64_t j) { return g[i * t + j]; },
+        [&](int64_t k, int64_t j) { return Load(dout + k * stride + j * kLanes); },
+        [&](int64_t i, int64_t k, Lanes<T> v) { Store(dx + k * stride + i * kLanes, v); });
   }
   if (lane_wide) {
     int64_t i = 0;
@@ -637,20 +713,33 @@ void UnmixAndStore(const T* graphs, const Sizes& s, int64_t h, int slots, const 
   }
 }
 
-// Sums the lane-wide per-chunk gradient accumulators `partial` ((heads, chunks, entries, kLanes)) into
-// place(h, e, sum) for every head h and entry e, in a fixed order.
-template <typename T, typename Place>
-void SumPartials(const std::vector<T>& partial, int64_t heads, int64_t chunks, int64_t entries, Place place) {
-  for (int64_t h = 0; h < heads; ++h) {
-    for (int64_t e = 0; e < entries; ++e) {
-      T sum = T(0);
-      for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-        const T* a = partial.data() + ((h * chunks + chunk) * entries + e) * kLanes;
-        for (int l = 0; l < kLanes; ++l) sum += a[l];
-      }
-      place(h, e, sum);
-    }
+// The sum of v's lanes, in halves: a fixed order (the same on every run) of log2(kLanes) steps,
+// not a chain of kLanes - 1 dependent additions.
+template <typename T>
+inline T LaneSum(Lanes<T> v) {
+  T x[kLanes];
+  Store(x, v);
+  for (int half = kLanes / 2; half >= 1; half /= 2) {
+    for (int l = 0; l < half; ++l) x[l] += x[l + half];
   }
+  return x[0];
+}
+
+// Sums the lane-wide per-chunk gradient accumulators `partial` ((heads, chunks, entries, kLanes)) into
+// place(h, e, sum) for every head h and entry e, in a fixed order, on the op's threads.
+template <typename T, typename Place>
+void SumPartials(OpKernelContext* context, const std::vector<T>& partial, int64_t heads, int64_t chunks,
+                 int64_t entries, Place place) {
+  RunShards(context, heads * entries, 2 * chunks * kLanes, [&](int64_t start, int64_t limit) {
+    for (int64_t u = start; u < limit; ++u) {
+      const int64_t h = u / entries, e = u % entries;
+      Lanes<T> sum = {};
+      for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+        sum += Load(partial.data() + ((h * chunks + chunk) * entries + e) * kLanes);
+      }
+      place(h, e, LaneSum<T>(sum));
+    }
+  });
 }
 
 // Chunks of a head's blocks for the gradient ops: each chunk has its own accumulators, so there are
@@ -676,42 +765,46 @@ class MixingGradients {
   T* bias(int64_t unit) { return graphs(unit) + graph_values_; }
   T* kernel(int64_t unit) { return bias(unit) + 3 * s_.head_dim * kLanes; }
 
-  // dkernel: (R, 3 H d), or nullptr without a kernel.
-  void Write(Tensor* dgraphs, Tensor* dbias, Tensor* dkernel) const {
+  // dkernel: (R, 3 H d), or nullptr without a kernel. A channel of a head on each thread at a time.
+  void Write(OpKernelContext* context, Tensor* dgraphs, Tensor* dbias, Tensor* dkernel) const {
     const int64_t d = s_.head_dim, dim = s_.heads * d, t = s_.tokens, padded = PaddedTokens(s_);
     const bool lane_wide = LaneWideGraphs(s_);
     T* dg = dgraphs->flat<T>().data();
     T* db = dbias->flat<T>().data();
-    for (int64_t h = 0; h < s_.heads; ++h) {
-      for (int64_t e = 0; e < 3 * d; ++e) {  // entry c d + f of head h is channel c D + h d + f
+    const int64_t cost = chunks_ * (s_.pairs + s_.rows + 1) * (lane_wide ? kLanes : 1);
+    RunShards(context, s_.heads * 3 * d, cost, [&](int64_t start, int64_t limit) {
+      for (int64_t u = start; u < limit; ++u) {
+        const int64_t h = u / (3 * d), e = u % (3 * d);  // entry c d + f of head h is channel c D + h d + f
         const int64_t channel = (e / d) * dim + h * d + e % d;
         const T* units = partial_.data() + h * chunks_ * unit_values_;
-        db[channel] = Total(units + graph_values_ + e * kLanes, true);
+        db[channel] = LaneTotal(units + graph_values_ + e * kLanes);
         for (int64_t r = 0; dkernel != nullptr && r < s_.rows; ++r) {
           const int64_t at = graph_values_ + (1 + r) * 3 * d * kLanes + e * kLanes;
-          dkernel->flat<T>().data()[r * 3 * dim + channel] = Total(units + at, true);
+          dkernel->flat<T>().data()[r * 3 * dim + channel] = LaneTotal(units + at);
         }
-        for (int64_t p = 0; p < s_.pairs; ++p) {
-          const int64_t at = lane_wide ? p * kLanes : (p / t) * padded + p % t;
-          dg[channel * s_.pairs + p] = Total(units + e * GraphGradientSize(s_) + at, lane_wide);
+        const T* graph = units + e * GraphGradientSize(s_);
+        T* out = dg + channel * s_.pairs;
+        if (lane_wide) {
+          for (int64_t p = 0; p < s_.pairs; ++p) out[p] = LaneTotal(graph + p * kLanes);
+          continue;
+        }
+        for (int64_t i = 0; i < t; ++i) {
+          for (int64_t j = 0; j < t; ++j) {
+            T sum = T(0);
+            for (int64_t chunk = 0; chunk < chunks_; ++chunk) sum += graph[chunk * unit_values_ + i * padded + j];
+            out[i * t + j] = sum;
+          }
         }
       }
-    }
+    });
   }
 
  private:
-  // The sum over the chunks of a head of one value (and its lanes, when lane-wide), in a fixed order.
-  T Total(const T* first, bool lanes) const {
-    T sum = T(0);
-    for (int64_t chunk = 0; chunk < chunks_; ++chunk) {
-      const T* a = first + chunk * unit_values_;
-      if (!lanes) {
-        sum += a[0];
-        continue;
-      }
-      for (int l = 0; l < kLanes; ++l) sum += a[l];
-    }
-    return sum;
+  // The sum over the chunks of a head and their lanes of one lane-wide value, in a fixed order.
+  T LaneTotal(const T* first) const {
+    Lanes<T> sum = {};
+    for (int64_t chunk = 0; chunk < chunks_; ++chunk) sum += Load(first + chunk * unit_values_);
+    return LaneSum<T>(sum);
   }
 
   const Sizes s_;
@@ -902,13 +995,15 @@ class WindowAttentionGradOp : public HeadsKernel {
               }
             }
             const T* wt_m = wt + (m * s.heads + h) * s.pairs * t_terms;
-            for (int64_t c = 0; c < s.pairs; ++c) {
-              Lanes<T> ds = Load(blk.dscores.data() + c * kLanes);
-              for (int64_t k = 0; k < t_terms; ++k) {
-                ds += wt_m[c * t_terms + k] * Load(blk.dlogits.data() + index_t[c * t_terms + k] * kLanes);
-              }
-              Store(blk.dscores.data() + c * kLanes, ds);
-            }
+            Sums<T>(
+                s.pairs, t_terms,
+                [&](int64_t c, int64_t k) {
+                  return wt_m[c * t_terms + k] * Load(blk.dlogits.data() + index_t[c * t_terms + k] * kLanes);
+                },
+                [&](int64_t c, Lanes<T> v) {
+                  T* ds = blk.dscores.data() + c * kLanes;
+                  Store(ds, Load(ds) + v);
+                });
           }
           // dq[f, i] = sum_j dS[i, j] k[f, j];  dk[f, j] = sum_i dS[i, j] q[f, i]
           RowTimes(blk.dscores.data(), blk.k(), s, dq);
@@ -932,11 +1027,11 @@ class WindowAttentionGradOp : public HeadsKernel {
       });
     }
     T* dv_out = dvalues->flat<T>().data();
-    SumPartials(value_partial, s.heads, chunks, value_entries, [&](int64_t h, int64_t e, T sum) {
+    SumPartials(context, value_partial, s.heads, chunks, value_entries, [&](int64_t h, int64_t e, T sum) {
       const int64_t m = e / (s.pairs * s.terms);
       dv_out[(m * s.heads + h) * s.pairs * s.terms + e % (s.pairs * s.terms)] = sum;
     });
-    mixing.Write(dgraphs, dbias, dkernel);
+    mixing.Write(context, dgraphs, dbias, dkernel);
   }
 };
 
@@ -1121,7 +1216,7 @@ class ClassTokenAttentionGradOp : public HeadsKernel {
     };
     const int64_t cost = (blocks / chunks + 1) * (9 * d * s.pairs + 12 * d * t + s.maps * 12 * t) * kLanes;
     RunShards(context, s.heads * chunks, cost, work);
-    mixing.Write(dgraphs, dbias, nullptr);
+    mixing.Write(context, dgraphs, dbias, nullptr);
   }
 };
 
