@@ -6955,3 +6955,58 @@ def test_without_avx512_no_kernels_is_the_reports():
         wide = sorted(f"{r[case]['backward']['median_ms']:.1f}" for r in avx512)
         assert cells[2] == (wide[0] if wide[0] == wide[1] else f"{wide[0]}-{wide[1]}")
         assert float(cells[1]) > float(wide[1])  # every op is slower in the AVX2 build
+
+
+def test_the_global_grids_tiles_are_the_reports():
+    """docs/speed.md's "Then the global grid's products in tiles": the ops alone (two runs at each commit)
+    and three encoder runs at each, each number its report."""
+    section = _section("### With the kernels on an AMD host with AVX512_BF16")
+    section = section[section.index("**Then the global grid's products in tiles**") :]
+    flat = " ".join(section.split())
+    commits = {"before": "88bc5d6", "after": "c292bdc"}
+    ops = {
+        w: [_report(f"native_ops_amd_bf16_grid_tiles_{w}{t}.json") for t in ("", "_run2")] for w in commits
+    }
+    encoders = {
+        w: [_report(f"speed_encoders_grid_tiles_amd_bf16_{w}{t}.json") for t in ("", "_run2", "_run3")]
+        for w in commits
+    }
+    for when, commit in commits.items():
+        for report in ops[when] + encoders[when]:
+            assert report["commit"].startswith(commit) and "no AMX" in report["machine"]
+        assert all(r["settings"]["batch"] == 96 for r in ops[when])
+        assert all(r["settings"]["repeats"] == 9 for r in encoders[when])
+    for case in ("first_block", "class_token", "global_grid", "layer_norm"):
+        cells = [
+            ", ".join(f"{r['results'][case]['backward']['median_ms']:.2f}" for r in ops[w]) for w in commits
+        ]
+        assert f"| `{case}` | {cells[0]} | {cells[1]} |" in section, case
+    grid = {w: [r["results"]["global_grid"]["backward"]["median_ms"] for r in ops[w]] for w in commits}
+    assert max(grid["after"]) < min(grid["before"])
+    gain = 1 - np.mean(grid["after"]) / np.mean(grid["before"])
+    saved = np.mean(grid["before"]) - np.mean(grid["after"])
+    assert f"The grid's op is {gain * 100:.0f}% faster, about {saved:.1f} ms" in flat
+    after_ms = f"{min(grid['after']):.1f}-{max(grid['after']):.1f} ms"
+    assert f"whose op is now {after_ms} forward + backward" in flat
+    medians = {}
+    for model, label in (("sit", "SiT"), ("siet", "SieT")):
+        for when, commit in commits.items():
+            ratios = [r["ratios"]["train_step_over_vit"][model]["graph"] for r in encoders[when]]
+            medians[model, when] = np.median(ratios)
+            row = (
+                f"| {label}, {commit} | "
+                + " | ".join(f"{x:.2f}" for x in ratios)
+                + f" | {np.median(ratios):.2f} |"
+            )
+            assert row in section, row
+    sit = [medians["sit", w] for w in commits]
+    assert (
+        max(sit) < 1.5 and f"at both commits ({sit[0]:.2f} and {sit[1]:.2f}, two runs of three each)" in flat
+    )
+    for when in commits:
+        assert sum(r["ratios"]["train_step_over_vit"]["sit"]["graph"] < 1.5 for r in encoders[when]) == 2
+    assert min(medians["siet", w] for w in commits) > 1.5 and "the SieT's stays above it" in flat
+    for name in [f"native_ops_amd_bf16_grid_tiles_{w}{t}" for w in commits for t in ("", "_run2")] + [
+        f"speed_encoders_grid_tiles_amd_bf16_{w}{t}" for w in commits for t in ("", "_run2", "_run3")
+    ]:
+        assert f"`benchmarks/reference/{name}.json`" in SPEED, name
