@@ -217,9 +217,14 @@ def test_a_maps_transposed_lists_are_its_transpose(size: int, terms: int, seed: 
     [{"triangles": 1}, {"triangles": 1, "score_graph": True, "antisymmetric": True}],
     ids=["sit", "graph"],
 )
-def test_a_global_grid_through_the_ops_equals_the_reference(options: dict, training: bool) -> None:
+@pytest.mark.parametrize(("grid", "dim"), [(8, 8), (7, 12)], ids=["8x8", "7x7"])
+def test_a_global_grid_through_the_ops_equals_the_reference(
+    options: dict, training: bool, grid: int, dim: int
+) -> None:
     """The Procgen SiT's 8x8 global grid and its class token: 4225 token pairs, so the ops sum the graphs'
-    gradients row by row instead of lane by lane, and the map is built term by term (its pairs form)."""
+    gradients row by row instead of lane by lane, take the T x T products in register tiles, and the map
+    is built term by term (its pairs form). A 7x7 grid with 6 features a head leaves partial tiles of
+    rows (50 tokens) and of features."""
     kwargs = {
         "num_heads": 2,
         "graph_dropout": 0.1,
@@ -228,12 +233,15 @@ def test_a_global_grid_through_the_ops_equals_the_reference(options: dict, train
         "class_token": True,
         **options,
     }
-    layers = [GraphSymmetricAttention((8, 8), implementation=i, **kwargs) for i in ("reference", "fast")]
+    tokens = grid * grid + 1
+    layers = [
+        GraphSymmetricAttention((grid, grid), implementation=i, **kwargs) for i in ("reference", "fast")
+    ]
     for layer in layers:
-        layer.build((None, 65, 8))
+        layer.build((None, tokens, dim))
     testing.perturb_weights(layers[0], 0.3)
     layers[1].set_weights(layers[0].get_weights())
-    x = tf.constant(np.random.default_rng(1).normal(size=(19, 65, 8)))  # two lane blocks, the second padded
+    x = tf.constant(np.random.default_rng(1).normal(size=(19, tokens, dim)))  # two lane blocks, one padded
     results = []
     for layer in layers:
         with tf.GradientTape() as tape:
