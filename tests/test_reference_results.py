@@ -6988,6 +6988,14 @@ def test_the_global_grids_tiles_are_the_reports():
     assert f"The grid's op is {gain * 100:.0f}% faster, about {saved:.1f} ms" in flat
     after_ms = f"{min(grid['after']):.1f}-{max(grid['after']):.1f} ms"
     assert f"whose op is now {after_ms} forward + backward" in flat
+    readme = " ".join(README.split())
+    sit_after, siet_after = (
+        np.median([r["ratios"]["train_step_over_vit"][m]["graph"] for r in encoders["after"]]) for m in SITS
+    )
+    assert (
+        f"{sit_after:.2f}x (SieT {siet_after:.2f}x) on an AMD host with AVX512_BF16, medians of three runs "
+        "(`speed_encoders_grid_tiles_amd_bf16_after*.json`)"
+    ) in readme
     medians = {}
     for model, label in (("sit", "SiT"), ("siet", "SieT")):
         for when, commit in commits.items():
