@@ -11,7 +11,9 @@ the implementation of its GSA layers: ``sit:reference`` is the SiT with the
 reference formulation (``GraphSymmetricAttention(implementation=...)``), so
 that fast and reference paths are timed in the same run; ``sit:builtin`` is the
 fast SiT traced with TensorFlow's builtin ops only (``sit_keras.native.builtin_only``),
-so that the native kernels' gain is measured in the same run too. A training config
+so that the native kernels' gain is measured in the same run too, and ``sit:dense``
+the fast SiT whose kernels mix every graph densely (``sit_keras.native.dense_mixing``),
+not in the quarter turn's orbits. A training config
 (a path ending in ``.gin``) names its actor's encoder: ``train_eval.encoder``
 with its ``train_eval.encoder_kwargs``, e.g. the MiniGrid models at
 ``--image_size 14``. Train steps are given relative to the first ViT
@@ -83,6 +85,14 @@ from sit_keras.models.sit import VARIANTS, SiTEncoder
 DEFAULT_MODELS = ("sit", "sit:builtin", "sit:reference", "siet", "siet:builtin", "vit", "impala_cnn")
 # The fast SiT traced without the native kernels (sit_keras.native).
 BUILTIN = "builtin"
+# The fast SiT traced with the native kernels mixing every graph densely (native.dense_mixing).
+DENSE = "dense"
+# The report's train-step ratios of a model over the same model with a suffix.
+OVER_SUFFIXES = {"train_step_native_over_builtin": BUILTIN, "train_step_spectral_over_dense": DENSE}
+OVER_TITLES = {
+    "train_step_native_over_builtin": "Train step, with the native kernels over without (builtin ops only):",
+    "train_step_spectral_over_dense": "Train step, graphs mixed in the quarter turn's orbits over densely:",
+}
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "encoders.json"
 
 # The SiT paper's CNN baseline is the IMPALA ResNet with reduced channels
@@ -201,12 +211,12 @@ def parse_model(text: str) -> tuple[str, dict[str, Any]]:
         raise ValueError(f"unknown encoder {name!r}; expected one of: {', '.join(ENCODER_NAMES)}")
     overrides = dict(OVERRIDES.get(name, {}))
     if implementation:
-        if implementation not in (*IMPLEMENTATIONS, BUILTIN) or name not in VARIANTS:
+        if implementation not in (*IMPLEMENTATIONS, BUILTIN, DENSE) or name not in VARIANTS:
             raise ValueError(
-                f"{text!r}: an implementation ({', '.join((*IMPLEMENTATIONS, BUILTIN))}) follows only "
+                f"{text!r}: an implementation ({', '.join((*IMPLEMENTATIONS, BUILTIN, DENSE))}) follows only "
                 f"a SiT-family name ({', '.join(VARIANTS)})"
             )
-        overrides["implementation"] = "fast" if implementation == BUILTIN else implementation
+        overrides["implementation"] = "fast" if implementation in (BUILTIN, DENSE) else implementation
     return name, overrides
 
 
@@ -283,7 +293,13 @@ def _precision_steps(name: str, overrides: dict[str, Any], images: tf.Tensor, ar
 
 def build_model(spec: str, args: argparse.Namespace) -> dict[str, Any]:
     """The encoder of ``spec`` and every timed function of it, called (traced) once and warmed up."""
-    with native.builtin_only() if spec.endswith(f":{BUILTIN}") else contextlib.nullcontext():
+    if spec.endswith(f":{BUILTIN}"):
+        context = native.builtin_only()
+    elif spec.endswith(f":{DENSE}"):
+        context = native.dense_mixing()
+    else:
+        context = contextlib.nullcontext()
+    with context:
         return _build_model(spec, args)
 
 
@@ -400,18 +416,24 @@ def ratios(models: dict[str, dict[str, Any]]) -> dict[str, Any]:
             }
     if fast_over_reference:
         result["train_step_fast_over_reference"] = fast_over_reference
-    native_over_builtin = {
+    for key, suffix in OVER_SUFFIXES.items():
+        over = _train_step_over(models, suffix)
+        if over:
+            result[key] = over
+    return result
+
+
+def _train_step_over(models: dict[str, dict[str, Any]], suffix: str) -> dict[str, dict[str, float]]:
+    """Per model ``name`` timed with ``name:suffix`` too, per mode: its train step over that one's."""
+    return {
         name: {
             mode: record["timings"]["train_step"][mode]["median_ms"]
-            / models[f"{name}:{BUILTIN}"]["timings"]["train_step"][mode]["median_ms"]
+            / models[f"{name}:{suffix}"]["timings"]["train_step"][mode]["median_ms"]
             for mode in MODES
         }
         for name, record in models.items()
-        if f"{name}:{BUILTIN}" in models
+        if f"{name}:{suffix}" in models
     }
-    if native_over_builtin:
-        result["train_step_native_over_builtin"] = native_over_builtin
-    return result
 
 
 # -- printing --------------------------------------------------------------------
@@ -479,13 +501,10 @@ def format_report(report: dict[str, Any]) -> str:
             for name, by_mode in r["train_step_fast_over_reference"].items()
         ]
         out += ["", "Train step, fast GSA over reference GSA:", _table(["model", *MODES], rows)]
-    if "train_step_native_over_builtin" in r:
-        rows = [
-            (name, *(f"{by_mode[mode]:.2f}" for mode in MODES))
-            for name, by_mode in r["train_step_native_over_builtin"].items()
-        ]
-        title = "Train step, with the native kernels over without (builtin ops only):"
-        out += ["", title, _table(["model", *MODES], rows)]
+    for key, title in OVER_TITLES.items():
+        if key in r:
+            rows = [(name, *(f"{by_mode[mode]:.2f}" for mode in MODES)) for name, by_mode in r[key].items()]
+            out += ["", title, _table(["model", *MODES], rows)]
     precisions = [p for p in report["settings"]["precisions"] if p != "float32"]
     if precisions:
         rows = []

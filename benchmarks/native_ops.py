@@ -4,14 +4,19 @@
 uses of ``sit_keras.native`` in the Procgen SiT's train step (64x64 images,
 ``--batch`` of them: a 32x32 grid of 8 x 8 windows of 4 x 4 tokens and a class
 token each, then the 8 x 8 global grid and its class token; D = 64, 4 heads),
-with random inputs through the public wrappers and the triangle sums' own
-score-map patterns:
+with random inputs through the public wrappers, the triangle sums' own
+score-map patterns, and graphs ``G_q, G_k, G_v`` of a GSA layer with the SiT's
+rotation symmetry (its weights perturbed), mixed as the layers mix them: in
+the quarter turn's orbits (``native/rotation_spectra.h``):
 
 - ``first_block``: ``window_attention`` given the projection's kernel, from the
   ``C + 3 = 6`` values a pixel (the first local block);
 - ``class_token``: ``class_token_attention`` (the second local block);
 - ``global_grid``: ``window_attention`` on the 8 x 8 grid's 65 tokens (its first block);
-- ``layer_norm``: ``standardized_lane_blocks`` of the windows' tokens.
+- ``layer_norm``: ``standardized_lane_blocks`` of the windows' tokens;
+- ``first_block_dense``, ``class_token_dense``, ``global_grid_dense``: the
+  same three with every graph mixed densely (no orbits given), so that the
+  ``spectral_speedup`` (dense / spectral time) is measured in one run.
 
 Each function, its forward pass and its forward + backward pass (the gradients
 of every input), is called once per round, in interleaved rounds with one
@@ -28,6 +33,7 @@ import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up 
 
 # isort: split
 
+import functools
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -48,12 +54,24 @@ from sit_keras.benchmarking import (
     parse_or_say_why,
     write_report,
 )
+from sit_keras.layers.graph_symmetric_attention import GraphSymmetricAttention
 from sit_keras.layers.triangle_sums import TriangleSums
+from sit_keras.testing import perturb_weights
 
 DIM, HEADS, PIXEL_VALUES = 64, 4, 6
 WINDOWS_PER_IMAGE = 64  # 4x4 windows of the 32x32 pooled grid
-CASES = ("first_block", "class_token", "global_grid", "layer_norm")
+SPECTRAL_CASES = ("first_block", "class_token", "global_grid")
+CASES = (*SPECTRAL_CASES, "layer_norm", *(f"{case}_dense" for case in SPECTRAL_CASES))
 MATMUL_SIZE = 1024
+
+
+def _layer_graphs(grid: int) -> tuple[tf.Tensor, np.ndarray]:
+    """``G_q, G_k, G_v`` transposed ``(3 D, T, T)`` of a GSA layer on a ``grid x grid`` window and its class
+    token (the SiT's rotation symmetry, weights perturbed), and the quarter turn's orbits of its tokens."""
+    layer = GraphSymmetricAttention((grid, grid), num_heads=HEADS, class_token=True, seed=0)
+    layer.build((None, grid * grid + 1, DIM))
+    perturb_weights(layer, 0.2)
+    return tf.convert_to_tensor(layer.token_graphs_transposed()), layer._quarter_turn_orbits
 
 
 def _inputs(batch: int, seed: int = 0) -> dict[str, tuple[Callable[..., tf.Tensor], list[tf.Tensor]]]:
@@ -72,21 +90,25 @@ def _inputs(batch: int, seed: int = 0) -> dict[str, tuple[Callable[..., tf.Tenso
     def values(pattern: native.ScoreMapPattern) -> tf.Tensor:
         return normal(1, HEADS, *pattern.indices.shape, scale=0.2) * tf.constant(pattern.mask)
 
-    def first_block(x, kernel, bias, graphs, map_values):
-        return native.window_attention(x, bias, graphs, map_values, local_pattern, HEADS, kernel=kernel)
+    (local_graphs, local_orbits), (grid_graphs, grid_orbits) = _layer_graphs(4), _layer_graphs(8)
 
-    def global_grid(qkv, bias, graphs, map_values):
-        return native.window_attention(qkv, bias, graphs, map_values, grid_pattern, HEADS)
+    def first_block(x, kernel, bias, graphs, map_values, orbits=local_orbits):
+        return native.window_attention(
+            x, bias, graphs, map_values, local_pattern, HEADS, kernel=kernel, orbits=orbits
+        )
 
-    def class_token(qkv, bias, graphs):
+    def global_grid(qkv, bias, graphs, map_values, orbits=grid_orbits):
+        return native.window_attention(qkv, bias, graphs, map_values, grid_pattern, HEADS, orbits=orbits)
+
+    def class_token(qkv, bias, graphs, orbits=local_orbits):
         coefficients = tf.constant([[0.25, 0.25]])
-        return native.class_token_attention(qkv, bias, graphs, coefficients, HEADS)
+        return native.class_token_attention(qkv, bias, graphs, coefficients, HEADS, orbits=orbits)
 
     def layer_norm(tokens):
         return native.standardized_lane_blocks(tokens, 1e-6)[0]
 
-    graphs = {t: normal(3 * DIM, t, t, scale=0.2) for t in (t_local, t_grid)}
-    return {
+    graphs = {t_local: local_graphs, t_grid: grid_graphs}
+    cases = {
         "first_block": (
             first_block,
             [
@@ -112,6 +134,10 @@ def _inputs(batch: int, seed: int = 0) -> dict[str, tuple[Callable[..., tf.Tenso
         ),
         "layer_norm": (layer_norm, [normal(windows, t_local, DIM)]),
     }
+    for case in SPECTRAL_CASES:
+        op, inputs = cases[case]
+        cases[f"{case}_dense"] = (functools.partial(op, orbits=None), inputs)
+    return cases
 
 
 def _functions(batch: int) -> dict[tuple[str, str], Callable[[], Any]]:
@@ -144,6 +170,11 @@ def measure(batch: int, repeats: int) -> dict[str, Any]:
         for stage in ("forward", "backward"):
             ms = 1000 * medians[case, stage]
             results[case][stage] = {"median_ms": ms, "matmul_times": ms / matmul_ms}
+    stages = ("forward", "backward")
+    results["spectral_speedup"] = {
+        case: {stage: medians[f"{case}_dense", stage] / medians[case, stage] for stage in stages}
+        for case in SPECTRAL_CASES
+    }
     return results
 
 
@@ -181,6 +212,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"| {case} | {f['median_ms']:.2f} | {b['median_ms']:.2f} | "
             f"{f['matmul_times']:.2f} | {b['matmul_times']:.2f} |"
         )
+    print("Graphs mixed in the quarter turn's orbits, speed-up over dense mixing (dense / spectral time):")
+    for case, speedup in results["spectral_speedup"].items():
+        print(f"  {case}: forward {speedup['forward']:.2f}x, forward + backward {speedup['backward']:.2f}x")
     report = {
         "what": "The native kernels alone at the SiT train step's shapes, forward and forward + backward",
         "command": command_line("native_ops.py", argv),

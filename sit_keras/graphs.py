@@ -386,6 +386,39 @@ def grid_permutation(grid_shape: tuple[int, int], transform: str) -> np.ndarray:
     return (new_r * w + new_c).astype(np.int64)
 
 
+def quarter_turn_orbits(grid_shape: tuple[int, int], token_index: np.ndarray, offset: int) -> np.ndarray:
+    """The quarter turn's orbits of a square grid's tokens, where a token graph's classes keep the turn.
+
+    ``token_index (T, T)``: the class of each token pair, the grid's vertices
+    (row-major) from token ``offset`` on (a class token before them). Returns
+    ``(O, 4)`` tokens, each row ``t, rho(t), rho^2(t), rho^3(t)`` for the
+    quarter turn ``rho``, when every graph built from these classes is C4-invariant
+    (``index[rho i, rho j] == index[i, j]``), the tokens it fixes (the class
+    token, an odd grid's centre) left out; ``(0, 4)`` for a grid that is not
+    square or classes that are not invariant. The native kernels mix such
+    graphs in the quarter turn's Fourier basis (``native/rotation_spectra.h``).
+    """
+    h, w = _check_grid(grid_shape)
+    none = np.zeros((0, 4), np.int64)
+    token_index = np.asarray(token_index)
+    if h != w or token_index.shape != (h * w + offset,) * 2:
+        return none
+    turn = np.arange(h * w + offset)
+    turn[offset:] = offset + grid_permutation(grid_shape, "rot90")
+    if not np.array_equal(token_index[np.ix_(turn, turn)], token_index):
+        return none
+    orbits, seen = [], np.zeros(len(turn), bool)
+    for token in range(offset, len(turn)):
+        if seen[token] or turn[token] == token:
+            continue
+        orbit = [token]
+        while len(orbit) < 4:
+            orbit.append(int(turn[orbit[-1]]))
+        seen[orbit] = True
+        orbits.append(orbit)
+    return np.array(orbits, np.int64).reshape(-1, 4)
+
+
 def _check_grid(grid_shape: tuple[int, int]) -> tuple[int, int]:
     try:
         h, w = (int(d) for d in grid_shape)

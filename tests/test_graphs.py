@@ -15,7 +15,11 @@ What this file proves, on exact integer index arrays (no floating point):
   invalid argument raises a ``ValueError`` that names the valid choices;
 - ``grid_permutation`` moves vertices exactly like the image actions of
   ``sit_keras.testing`` (so the index tests and the layer tests speak about
-  the same group elements).
+  the same group elements);
+- ``quarter_turn_orbits`` cuts the tokens of a square grid (after a class
+  token or not) into the quarter turn's orbits, each in rotation order, and
+  leaves out only the tokens it fixes, exactly when the classes keep the quarter
+  turn; otherwise, and on a non-square grid, it gives none.
 """
 
 from __future__ import annotations
@@ -521,3 +525,33 @@ def test_index_arrays_are_read_only() -> None:
     for array in arrays:
         with pytest.raises(ValueError, match="read-only"):
             array[0] = 0
+
+
+# -- the quarter turn's orbits (the native kernels' spectral mixing) -------------
+@pytest.mark.parametrize("symmetry", graphs.SYMMETRIES)
+@given(n=sides, offset=st.integers(min_value=0, max_value=1))
+def test_quarter_turn_orbits_are_given_exactly_where_the_classes_keep_the_quarter_turn(
+    symmetry: str, n: int, offset: int
+) -> None:
+    grid_index, _ = graphs.grid_indices((n, n), symmetry)
+    index = np.zeros((n * n + offset,) * 2, np.int32)  # a class token's row and column: a class of their own
+    index[offset:, offset:] = grid_index + 1
+    orbits = graphs.quarter_turn_orbits((n, n), index, offset)
+    assert orbits.ndim == 2 and orbits.shape[1] == 4
+    if "rot90" not in _promised(symmetry, graphs.full_kernel_size((n, n))):
+        assert orbits.shape == (0, 4)
+        return
+    turn = offset + graphs.grid_permutation((n, n), "rot90")
+    for orbit in orbits:
+        assert [turn[t - offset] for t in orbit] == [*orbit[1:], orbit[0]]  # rotation order, closing up
+    fixed = sorted(set(range(n * n + offset)) - set(orbits.reshape(-1).tolist()))
+    assert orbits.size == len(set(orbits.reshape(-1).tolist()))  # disjoint
+    assert fixed == [
+        *range(offset),
+        *([offset + n * n // 2] if n % 2 else []),
+    ]  # the class token, an odd centre
+
+
+def test_quarter_turn_orbits_need_a_square_grid() -> None:
+    grid_index, _ = graphs.grid_indices((3, 4), "permutation")
+    assert graphs.quarter_turn_orbits((3, 4), grid_index, 0).shape == (0, 4)

@@ -23,8 +23,12 @@ reference path in float64, is in ``tests/test_fast_paths.py``):
 - a SiT whose local windows go through the ops keeps its rotations and breaks
   its flips, and a SieT whose 8x8 global grid goes through them too keeps its
   declared symmetry (float64, perturbed weights);
+- graphs invariant under the quarter turn, given its orbits, are mixed in
+  their Fourier basis: the same values and gradients as dense mixing to
+  1e-12 in float64 (and not the same bits: the other path ran); a graph that
+  is not invariant, or too few windows, is mixed densely, bit for bit;
 - the gradients are deterministic (fixed order of the per-thread sums);
-- malformed inputs raise ``InvalidArgumentError`` instead of crashing;
+- malformed inputs, orbits included, raise ``InvalidArgumentError`` instead of crashing;
 - a library built for another host or TensorFlow is refused with a reason.
 """
 
@@ -45,6 +49,7 @@ from hypothesis import strategies as st
 from sit_keras import native, testing
 from sit_keras.agents.training import collection
 from sit_keras.encoder_check import make_train_step
+from sit_keras.graphs import grid_permutation, quarter_turn_orbits
 from sit_keras.layers.graph_symmetric_attention import GraphSymmetricAttention
 from sit_keras.layers.normalization import standardize
 from sit_keras.layers.triangle_sums import TriangleSums, theta_table
@@ -342,6 +347,26 @@ def test_a_train_step_runs_the_native_ops_and_a_forward_pass_does_not(sit) -> No
         assert not NATIVE_OPS & _op_types(make_train_step(sit, jit_compile=False), images)
 
 
+def _attention_orbits(function: tf.types.experimental.GenericFunction, *args) -> list[list[int]]:
+    """The ``orbits`` attribute of every attention op a function traces (its gradients' included)."""
+    graph = function.get_concrete_function(*args).graph
+    nodes = [op.node_def for op in graph.get_operations()]
+    nodes += [node for f in graph.as_graph_def().library.function for node in f.node_def]
+    return [list(n.attr["orbits"].list.i) for n in nodes if n.op.startswith(("SitWindow", "SitClassToken"))]
+
+
+def test_a_sits_windows_give_the_ops_the_quarter_turns_orbits_except_under_dense_mixing(sit) -> None:
+    """The 16x16 SiT's 4 x 4 windows and its 2 x 2 global grid, each with a class token: the quarter
+    turn's orbits of every other token, for each of its four ops and their gradients; none inside
+    ``dense_mixing()``."""
+    images = tf.zeros((3, 16, 16, 3), tf.uint8)
+    orbits = _attention_orbits(make_train_step(sit, jit_compile=False), images)
+    tokens = sorted(tuple(sorted(o)) for o in orbits)
+    assert tokens == [tuple(range(1, 5))] * 4 + [tuple(range(1, 17))] * 4
+    with native.dense_mixing():
+        assert _attention_orbits(make_train_step(sit, jit_compile=False), images) == [[]] * 8
+
+
 def test_a_forward_pass_traced_for_a_driver_runs_the_native_ops(sit) -> None:
     images = tf.zeros((3, 16, 16, 3), tf.uint8)
     with native.forward_passes():
@@ -454,6 +479,95 @@ def test_under_mixed_bfloat16_the_ops_run_in_float32_as_accurately_as_the_builti
 
     through_ops = error(_loss_gradients(low, images))
     assert through_ops <= 1.25 * error(builtin) and through_ops < 0.1
+
+
+def _invariant_graphs(rng: np.random.Generator, channels: int, side: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(channels, T, T)`` random graphs over a ``side x side`` grid after a class token, each entry shared
+    over its orbit of token pairs under the quarter turn (as a rotation-symmetric layer's are), and the
+    quarter turn's orbits of tokens."""
+    t = side * side + 1
+    turn = np.concatenate([[0], 1 + grid_permutation((side, side), "rot90")])
+    pair = np.arange(t * t).reshape(t, t)
+    shared = pair.copy()
+    for _ in range(3):  # each pair reads the entry of the smallest flat index in its orbit
+        pair = pair[np.ix_(turn, turn)]
+        shared = np.minimum(shared, pair)
+    orbits = quarter_turn_orbits((side, side), shared, 1)
+    assert orbits.shape == ((side * side) // 4, 4)
+    return rng.normal(size=(channels, t * t))[:, shared], orbits
+
+
+def _through_op(
+    op: str, x: list[tf.Tensor], orbits: np.ndarray | None, upstream: np.ndarray
+) -> list[np.ndarray]:
+    """``op`` ("window" or "class_token") on ``x = [qkv, bias, graphs, values]``: its output and gradients."""
+    side = math.isqrt(x[0].shape[2] - 1)
+    pattern = TriangleSums((side, side), class_token=True).pattern(1, True)
+    inputs = x if op == "window" else x[:3]
+    with tf.GradientTape() as tape:
+        tape.watch(inputs)
+        if op == "window":
+            out = native.window_attention(*x, pattern, 2, orbits=orbits)
+        else:
+            coefficients = tf.constant([[0.3, -0.2]], tf.float64)
+            out = native.class_token_attention(*x[:3], coefficients, 2, orbits=orbits)
+        loss = tf.reduce_sum(out * upstream[: out.shape[0], : out.shape[1]])
+    return [t.numpy() for t in [out, *tape.gradient(loss, inputs)]]
+
+
+def _assert_close(dense: list[np.ndarray], spectral: list[np.ndarray]) -> None:
+    for a, b in zip(dense, spectral, strict=True):
+        assert np.linalg.norm(a - b) <= 1e-12 * np.linalg.norm(a) != 0
+
+
+@settings(deadline=None, max_examples=6)
+@given(side=st.integers(2, 4), windows=st.integers(256, 290), op=st.sampled_from(["window", "class_token"]))
+def test_graphs_invariant_under_the_quarter_turn_are_mixed_in_its_orbits(
+    side: int, windows: int, op: str
+) -> None:
+    """With 16 lane blocks of windows or more, the ops mix each invariant graph in the quarter turn's
+    Fourier basis: dense mixing's values and gradients, summed in another order (so not the same bits).
+    A graph changed in one entry is no longer invariant and is mixed densely (spectral mixing would be
+    far off); with 15 lane blocks every graph is mixed densely, bit for bit."""
+    rng = np.random.default_rng(side * 1000 + windows)
+    heads, head_dim, t = 2, 3, side * side + 1
+    channels = 3 * heads * head_dim
+    graph_values, orbits = _invariant_graphs(rng, channels, side)
+    pattern = TriangleSums((side, side), class_token=True).pattern(1, True)
+    x = [
+        _blocked(rng.normal(size=(channels, windows, t))),
+        tf.constant(rng.normal(size=channels)),
+        tf.constant(graph_values),
+        pattern.values_of(tf.constant(rng.normal(size=(1, heads, t * t, t * t)))),
+    ]
+    upstream = rng.normal(size=(x[0].shape[1] * native.LANES, t, heads * head_dim))
+    dense, spectral = _through_op(op, x, None, upstream), _through_op(op, x, orbits, upstream)
+    _assert_close(dense, spectral)
+    assert not all(np.array_equal(a, b) for a, b in zip(dense, spectral, strict=True))
+    broken = graph_values.copy()
+    broken[channels // 2, 1, 2] += 0.5
+    x_broken = [x[0], x[1], tf.constant(broken), x[3]]
+    _assert_close(_through_op(op, x_broken, None, upstream), _through_op(op, x_broken, orbits, upstream))
+    few = [x[0][:, :15], *x[1:]]
+    for a, b in zip(
+        _through_op(op, few, None, upstream), _through_op(op, few, orbits, upstream), strict=True
+    ):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "orbits, message",
+    [
+        ([1, 2, 3], "whole orbits"),
+        ([1, 2, 3, 3], "distinct tokens"),
+        ([1, 2, 3, 10], "distinct tokens below 10"),
+    ],
+    ids=["partial", "repeated", "outside"],
+)
+def test_the_ops_refuse_orbits_that_do_not_fit_the_tokens(orbits: list[int], message: str) -> None:
+    qkv, bias, graphs_ = tf.zeros((24, 1, 10, 16)), tf.zeros(24), tf.zeros((24, 10, 10))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        _ops().sit_class_token_attention(qkv, bias, graphs_, tf.ones((1, 2)), num_heads=2, orbits=orbits)
 
 
 @pytest.mark.parametrize("tokens", [10, 40], ids=["lane_wide", "row_wise"])  # 100 and 1600 token pairs

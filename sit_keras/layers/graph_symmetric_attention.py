@@ -218,6 +218,8 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         if self.class_token:
             full[0, 0] = num_classes
         self._token_graph_index = full
+        # Where the graphs are C4-invariant, the native kernels mix them in the quarter turn's orbits.
+        self._quarter_turn_orbits = graphs.quarter_turn_orbits(self.grid_shape, full, offset)
         self.graph_form = graph_form
         self.score_graph = bool(score_graph)
         self.score_mixing = bool(score_mixing)
@@ -708,7 +710,9 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         signs = [1.0 if self.symmetrize else 0.0] + ([-1.0] if self.antisymmetric else [])
         if token_only:
             coefficients = tf.constant([[scale, sign * scale] for sign in signs], native.op_dtype(qkv.dtype))
-            return native.class_token_attention(qkv, tf.cast(bias, qkv.dtype), graphs, coefficients, heads)
+            return native.class_token_attention(
+                qkv, tf.cast(bias, qkv.dtype), graphs, coefficients, heads, orbits=self._quarter_turn_orbits
+            )
         graph = self._score_matrix(self.score_graph_weights, 1.0, training) if self.score_graph else None
         sums, count, symmetrised = self._triangle_sums, len(self.triangle_weights), any(signs)
         as_matrix = sums.resolve_form(self.triangle_form, compiled=False) == "matrix"
@@ -727,7 +731,9 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         if graph is not None:
             columns = tf.gather(tf.reshape(graph, [heads, -1]), pattern.indices, axis=1)  # (H, P, K)
             values = values * tf.cast(columns, values.dtype)
-        return native.window_attention(qkv, tf.cast(bias, qkv.dtype), graphs, values, pattern, heads, kernel)
+        bias = tf.cast(bias, qkv.dtype)
+        orbits = self._quarter_turn_orbits
+        return native.window_attention(qkv, bias, graphs, values, pattern, heads, kernel, orbits=orbits)
 
     def _scores(self, q: tf.Tensor, k: tf.Tensor) -> tf.Tensor:
         """``q_i . k_j`` over the last two axes, in the compute dtype, returned in ``stable_dtype``.

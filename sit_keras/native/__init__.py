@@ -19,6 +19,11 @@ one only where ``usable`` says so:
   (``op_dtype``);
 - not inside ``builtin_only()`` (benchmarks compare both forms in one run).
 
+A layer whose graphs are invariant under the quarter turn of its square grid
+(the SiT's rotation symmetry) gives the ops the quarter turn's orbits of its
+tokens, and the ops mix those graphs in its Fourier basis: the same sums in
+fewer multiply-adds (``rotation_spectra.h``; ``dense_mixing()`` turns it off).
+
 The ops (``window_attention``, ``class_token_attention``) run the window attention
 of a local GSA block in vector lanes of ``LANES`` windows: the scores, score
 maps and softmaxes never leave the cache (docs/speed.md, "Native kernels");
@@ -116,6 +121,15 @@ def _thread_flag(name: str) -> Iterator[None]:
 def builtin_only() -> contextlib.AbstractContextManager[None]:
     """Functions traced inside use the builtin ops only (this thread)."""
     return _thread_flag("off")
+
+
+def dense_mixing() -> contextlib.AbstractContextManager[None]:
+    """Functions traced inside mix every graph densely, invariant under the quarter turn or not (this thread).
+
+    The ops' results are the same up to the order of their sums; benchmarks
+    compare the two forms of mixing in one run.
+    """
+    return _thread_flag("dense")
 
 
 def forward_passes() -> contextlib.AbstractContextManager[None]:
@@ -287,6 +301,16 @@ def _library_or_raise() -> ModuleType:
     return ops
 
 
+def _orbit_list(orbits: np.ndarray | None) -> list[int]:
+    """The ops' ``orbits`` attribute: ``(O, 4)`` tokens, flattened; none inside ``dense_mixing()``."""
+    if orbits is None or getattr(_state, "dense", False):
+        return []
+    flat = np.asarray(orbits, np.int64).reshape(-1).tolist()
+    if len(flat) % 4:
+        raise ValueError(f"orbits must be (O, 4) tokens. Received: shape {np.shape(orbits)}")
+    return flat
+
+
 @_in_op_dtype
 def window_attention(
     qkv: tf.Tensor,
@@ -296,6 +320,7 @@ def window_attention(
     pattern: ScoreMapPattern,
     num_heads: int,
     kernel: tf.Tensor | None = None,
+    orbits: np.ndarray | None = None,
 ) -> tf.Tensor:
     """Graph mixing, scores, score maps, softmaxes and values of every window in one op.
 
@@ -309,10 +334,15 @@ def window_attention(
     projection ``kernel^T qkv`` (plus ``bias``) the op forms itself, a head
     at a time, so that for a small ``R`` the ``3 D`` projected channels
     never pass through memory (the first local block's per-pixel values).
+    ``orbits (O, 4)``: the quarter turn's orbits of the tokens
+    (``graphs.quarter_turn_orbits``); the op mixes each graph that is
+    C4-invariant on them in their Fourier basis, the same sums in fewer
+    multiply-adds (``rotation_spectra.h``), and any other graph densely.
     Returns ``(B, T, D)``. The gradient recomputes each window's scores
     (``window_attention.cc``). Call only where ``usable(qkv.dtype)``.
     """
     ops = _library_or_raise()
+    attributes = {"num_heads": num_heads, "orbits": _orbit_list(orbits)}
     indices = tf.constant(pattern.indices)
     transposed = tf.constant(pattern.transposed_indices)
     if kernel is None:
@@ -327,36 +357,42 @@ def window_attention(
             flat = tf.concat([flat, tf.zeros_like(flat[..., :1])], axis=-1)
             values_t = tf.gather(flat, pattern.transposed_values, axis=2)  # (M, H, T^2, K')
             dqkv, dkernel, dbias, dgraphs, dvalues = ops.sit_window_attention_grad(
-                dout, qkv, kernel, bias, graphs, values, indices, values_t, transposed, num_heads=num_heads
+                dout, qkv, kernel, bias, graphs, values, indices, values_t, transposed, **attributes
             )
             return dqkv, dkernel, dbias, dgraphs, dvalues * tf.constant(pattern.mask, dvalues.dtype)
 
-        out = ops.sit_window_attention(qkv, kernel, bias, graphs, values, indices, num_heads=num_heads)
-        return out, grad
+        return ops.sit_window_attention(qkv, kernel, bias, graphs, values, indices, **attributes), grad
 
     return attend(qkv, kernel, bias, graphs, values)
 
 
 @_in_op_dtype
 def class_token_attention(
-    qkv: tf.Tensor, bias: tf.Tensor, graphs: tf.Tensor, coefficients: tf.Tensor, num_heads: int
+    qkv: tf.Tensor,
+    bias: tf.Tensor,
+    graphs: tf.Tensor,
+    coefficients: tf.Tensor,
+    num_heads: int,
+    orbits: np.ndarray | None = None,
 ) -> tf.Tensor:
     """The class token's row of graph-mixed attention in one op: ``qkv`` -> ``(B, 1, D)``.
 
     ``qkv``, ``bias`` and ``graphs`` as in ``window_attention``. The logits of
     map ``m`` are ``coefficients[m, 0] q_0 . k_j + coefficients[m, 1] q_j . k_0``
     (the row of ``(S + sign S^T) / sqrt(d)``), the attention weights the sum of
-    their softmaxes over ``j``. Call only where ``usable(qkv.dtype)``.
+    their softmaxes over ``j``. ``orbits`` as in ``window_attention``. Call
+    only where ``usable(qkv.dtype)``.
     """
     ops = _library_or_raise()
+    attributes = {"num_heads": num_heads, "orbits": _orbit_list(orbits)}
 
     @tf.custom_gradient
     def attend(qkv: tf.Tensor, bias: tf.Tensor, graphs: tf.Tensor) -> tf.Tensor:
         def grad(dout: tf.Tensor) -> tuple[tf.Tensor, ...]:
             return tuple(
-                ops.sit_class_token_attention_grad(dout, qkv, bias, graphs, coefficients, num_heads=num_heads)
+                ops.sit_class_token_attention_grad(dout, qkv, bias, graphs, coefficients, **attributes)
             )
 
-        return ops.sit_class_token_attention(qkv, bias, graphs, coefficients, num_heads=num_heads), grad
+        return ops.sit_class_token_attention(qkv, bias, graphs, coefficients, **attributes), grad
 
     return attend(qkv, bias, graphs)

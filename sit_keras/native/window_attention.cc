@@ -13,6 +13,10 @@
 //   A        = sum_m softmax_j(L_m)                                (m = 0: eq. 3; m = 1: eq. 6)
 //   out[b, i, h d + f] = sum_j A[i, j] v[f, j]
 //
+// Given the attribute `orbits` (the quarter turn's orbits of the tokens), the ops mix each graph that is
+// C4-invariant on them in the turn's Fourier basis instead, the same sums in fewer multiply-adds
+// (rotation_spectra.h).
+//
 // SitClassTokenAttention computes row i = 0 alone, with L_m[j] = c[m, 0] q_0 . k_j + c[m, 1] q_j . k_0.
 // The gradient ops recompute each window's S and A and return the gradients of qkv, the bias,
 // the graphs and (SitWindowAttentionGrad) the map's values. Nothing of size B x T x T is stored:
@@ -22,9 +26,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "kernels.h"
+#include "rotation_spectra.h"
 
 namespace sit_keras {
 namespace {
@@ -38,6 +45,7 @@ REGISTER_OP("SitWindowAttention")
     .Input("indices: int32")
     .Output("out: T")
     .Attr("num_heads: int >= 1")
+    .Attr("orbits: list(int) = []")
     .Attr("T: {float, double}")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle qkv, kernel;
@@ -68,6 +76,7 @@ REGISTER_OP("SitWindowAttentionGrad")
     .Output("dgraphs: T")
     .Output("dvalues: T")
     .Attr("num_heads: int >= 1")
+    .Attr("orbits: list(int) = []")
     .Attr("T: {float, double}")
     .SetShapeFn([](InferenceContext* c) {
       for (int i = 0; i < 5; ++i) c->set_output(i, c->input(i + 1));
@@ -81,6 +90,7 @@ REGISTER_OP("SitClassTokenAttention")
     .Input("coefficients: T")
     .Output("out: T")
     .Attr("num_heads: int >= 1")
+    .Attr("orbits: list(int) = []")
     .Attr("T: {float, double}")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle qkv;
@@ -104,6 +114,7 @@ REGISTER_OP("SitClassTokenAttentionGrad")
     .Output("dbias: T")
     .Output("dgraphs: T")
     .Attr("num_heads: int >= 1")
+    .Attr("orbits: list(int) = []")
     .Attr("T: {float, double}")
     .SetShapeFn([](InferenceContext* c) {
       for (int i = 0; i < 3; ++i) c->set_output(i, c->input(i + 1));
@@ -513,14 +524,27 @@ void ColumnTimes(const T* m, const T* x, const Sizes& s, T* out) {
       [&](int64_t j, int64_t f, Lanes<T> v) { Store(out + (f * t + j) * kLanes, v); });
 }
 
-// out[f, j] = sum_t g[f, t, j] x[f, t] for one head's d features of q, k or v: the graph
-// mixing G_q, G_k, G_v of eq. 11 with g = the transposed graphs of those features (T, T each).
+// The transposed graphs G_q, G_k, G_v (3 H d, T, T) of eq. 11 and, for those that are C4-invariant,
+// their spectra (rotation_spectra.h).
 template <typename T>
-void Mix(const T* graphs, const T* x, const Sizes& s, T* out) {
+struct Graphs {
+  const T* values;
+  const RotationSpectra<T>& spectra;
+};
+
+// out[f, j] = sum_t g[f, t, j] x[f, t] for one head's d features of q, k or v from `channel` on: the
+// graph mixing G_q, G_k, G_v of eq. 11 with g = the transposed graphs of those features (T, T each),
+// in the spectral form where a graph has one.
+template <typename T>
+void Mix(const Graphs<T>& graphs, int64_t channel, const T* x, const Sizes& s, T* out) {
   const int64_t t = s.tokens;
   for (int64_t f = 0; f < s.head_dim; ++f) {
-    const T* g = graphs + f * s.pairs;
+    const T* g = graphs.values + (channel + f) * s.pairs;
     const T* xf = x + f * t * kLanes;
+    if (const Spectrum<T>* spectrum = graphs.spectra.forward(channel + f)) {
+      SpectralMix(*spectrum, graphs.spectra.orbits(), xf, out + f * t * kLanes);
+      continue;
+    }
     Sums<T>(
         t, t, [&](int64_t j, int64_t i) { return g[i * t + j] * Load(xf + i * kLanes); },
         [&](int64_t j, Lanes<T> v) { Store(out + (f * t + j) * kLanes, v); });
@@ -578,13 +602,16 @@ inline void AddGraphRows(const T* x, const T* dout, int64_t stride, int64_t t, i
 }
 
 // The gradients of Mix for one feature f of `slots` blocks (x and dout of slot k at x + k stride,
-// dout + k stride): dx[t] = sum_j g[t, j] dout[j] per block, and dg[t, j] += sum_k x_k[t] dout_k[j],
-// per lane (LaneWideGraphs; summed over the lanes later) or summed over the lanes now, in rows of
+// dout + k stride): dx[t] = sum_j g[t, j] dout[j] per block (by the graph's `spectrum` where it has one),
+// and dg[t, j] += sum_k x_k[t] dout_k[j], per lane (LaneWideGraphs; summed over the lanes later) or summed over the lanes now, in rows of
 // `padded` values with the help of `transposed` (slots kLanes rows of `padded` values, zero beyond t).
 template <typename T>
-void UnmixFeature(const T* g, const T* x, const T* dout, int slots, int64_t stride, int64_t t, bool lane_wide,
-                  int64_t padded, T* transposed, T* dx, T* dg) {
-  if (lane_wide) {
+void UnmixFeature(const T* g, const Spectrum<T>* spectrum, const Orbits& orbits, const T* x, const T* dout,
+                  int slots, int64_t stride, int64_t t, bool lane_wide, int64_t padded, T* transposed, T* dx,
+                  T* dg) {
+  if (spectrum != nullptr) {  // dx = M^T dout through the transposed graph's spectrum
+    for (int k = 0; k < slots; ++k) SpectralMix(*spectrum, orbits, dout + k * stride, dx + k * stride);
+  } else if (lane_wide) {
     for (int k = 0; k < slots; ++k) {
       const T* dk = dout + k * stride;
       Sums<T>(
@@ -673,13 +700,13 @@ struct Block {
 
 // Reads head h's q, k and v (plus their bias) for kLanes windows from b and mixes them by their graphs.
 template <typename T>
-void LoadAndMix(const Source<T>& src, const T* bias, const T* graphs, const Sizes& s, int64_t h, int64_t b,
+void LoadAndMix(const Source<T>& src, const T* bias, const Graphs<T>& graphs, const Sizes& s, int64_t h, int64_t b,
                 Block<T>* blk) {
   const int64_t dim = s.heads * s.head_dim;
   for (int64_t c = 0; c < 3; ++c) {
     const int64_t channel = c * dim + h * s.head_dim;
     ReadHead(src, bias, s, channel, b, blk->raw_at(c));
-    Mix(graphs + channel * s.pairs, blk->raw_at(c), s, blk->mixed.data() + c * blk->size);
+    Mix(graphs, channel, blk->raw_at(c), s, blk->mixed.data() + c * blk->size);
   }
 }
 
@@ -688,8 +715,8 @@ void LoadAndMix(const Source<T>& src, const T* bias, const T* graphs, const Size
 // bias's gradient (lane-wide, head h's 3 d channels) into dbias, and the graphs' gradients into
 // dgraphs (GraphGradientSize values a channel, the same channels).
 template <typename T>
-void UnmixAndStore(const T* graphs, const Sizes& s, int64_t h, int slots, const int64_t* starts, Block<T>* blk,
-                   const Source<T>& src, T* dbias, T* dgraphs, T* dkernel) {
+void UnmixAndStore(const Graphs<T>& graphs, const Sizes& s, int64_t h, int slots, const int64_t* starts,
+                   Block<T>* blk, const Source<T>& src, T* dbias, T* dgraphs, T* dkernel) {
   const int64_t dim = s.heads * s.head_dim, t = s.tokens;
   for (int64_t c = 0; c < 3; ++c) {
     const int64_t channel = c * dim + h * s.head_dim;
@@ -697,7 +724,8 @@ void UnmixAndStore(const T* graphs, const Sizes& s, int64_t h, int slots, const 
       // Slot k's feature f of projection c starts at (k 3 + c) size + f T kLanes.
       const int64_t at = c * blk->size + f * t * kLanes, stride = 3 * blk->size;
       T* draw = blk->draw.data() + at;
-      UnmixFeature(graphs + (channel + f) * s.pairs, blk->raw.data() + at, blk->dmixed.data() + at, slots, stride, t,
+      UnmixFeature(graphs.values + (channel + f) * s.pairs, graphs.spectra.backward(channel + f),
+                   graphs.spectra.orbits(), blk->raw.data() + at, blk->dmixed.data() + at, slots, stride, t,
                    LaneWideGraphs(s), PaddedTokens(s), blk->transposed.data(), draw,
                    dgraphs + (c * s.head_dim + f) * GraphGradientSize(s));
       T* db = dbias + (c * s.head_dim + f) * kLanes;
@@ -816,7 +844,7 @@ class MixingGradients {
 // backward(h, b) leaves the gradients of block b's mixed q, k and v in blk's current slot; every
 // kGroup blocks, and after the last, UnmixAndStore takes them back through the graphs into the source.
 template <typename T, typename Backward>
-void UnitGradients(const Sizes& s, int64_t unit, int64_t chunks, const T* graphs, Block<T>* blk,
+void UnitGradients(const Sizes& s, int64_t unit, int64_t chunks, const Graphs<T>& graphs, Block<T>* blk,
                    MixingGradients<T>* mixing, const Source<T>& src, Backward backward) {
   const int64_t blocks = s.windows / kLanes, h = unit / chunks, chunk = unit % chunks;
   const int64_t last = (chunk + 1) * blocks / chunks;
@@ -833,15 +861,34 @@ void UnitGradients(const Sizes& s, int64_t unit, int64_t chunks, const T* graphs
   }
 }
 
-// An op of one GSA layer's heads (attribute num_heads).
+// An op of one GSA layer's heads (attribute num_heads) on windows whose quarter turn has the orbits of
+// attribute `orbits` (none: every graph is mixed densely).
 class HeadsKernel : public OpKernel {
  public:
   explicit HeadsKernel(OpKernelConstruction* context) : OpKernel(context) {
     OP_REQUIRES_OK(context, context->GetAttr("num_heads", &num_heads_));
+    OP_REQUIRES_OK(context, context->GetAttr("orbits", &orbit_list_));
   }
 
  protected:
+  // The quarter turn's spectra of the graphs (for their gradients too with `gradients`), or nullptr (the
+  // op failed) for orbits that do not fit the tokens.
+  template <typename T>
+  std::unique_ptr<const RotationSpectra<T>> Spectra(OpKernelContext* context, const Tensor& graphs, const Sizes& s,
+                                                    bool gradients) const {
+    Orbits orbits;
+    std::string why;
+    if (!ReadOrbits(orbit_list_, s.tokens, &orbits, &why)) {
+      context->CtxFailure(InvalidArgument(name(), ": ", why));
+      return nullptr;
+    }
+    const int64_t blocks = (s.windows + kLanes - 1) / kLanes;
+    return std::make_unique<const RotationSpectra<T>>(context, std::move(orbits), graphs.flat<T>().data(),
+                                                      graphs.dim_size(0), s.tokens, blocks, gradients);
+  }
+
   int num_heads_;
+  std::vector<int64_t> orbit_list_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -849,7 +896,7 @@ class HeadsKernel : public OpKernel {
 
 // Mixes q, k, v and forms S, each map's softmax (per_map) and their sum (attention).
 template <typename T>
-void Forward(const Source<T>& src, const T* bias, const T* graphs, const T* values, const int32_t* indices,
+void Forward(const Source<T>& src, const T* bias, const Graphs<T>& graphs, const T* values, const int32_t* indices,
              const Sizes& s, int64_t h, int64_t b, Block<T>* blk) {
   LoadAndMix(src, bias, graphs, s, h, b, blk);
   Scores(blk->q(), blk->k(), s, blk->scores.data());
@@ -886,7 +933,9 @@ class WindowAttentionOp : public HeadsKernel {
     OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({s.windows, s.tokens, dim}), &out));
     const int64_t blocks = (s.windows + kLanes - 1) / kLanes;
     const Source<T> src{qkv.flat<T>().data(), kernel.flat<T>().data(), s.rows, nullptr};
-    const T* g = graphs.flat<T>().data();
+    const auto spectra = Spectra<T>(context, graphs, s, /*gradients=*/false);
+    if (spectra == nullptr) return;
+    const Graphs<T> g{graphs.flat<T>().data(), *spectra};
     const T* w = values.flat<T>().data();
     const int32_t* index = indices.flat<int32_t>().data();
     T* out_data = out->flat<T>().data();
@@ -948,7 +997,9 @@ class WindowAttentionGradOp : public HeadsKernel {
     std::vector<T> value_partial(s.heads * chunks * value_entries * kLanes, T(0));
     MixingGradients<T> mixing(s, chunks);
     const T* dout_data = dout.flat<T>().data();
-    const T* g = graphs.flat<T>().data();
+    const auto spectra = Spectra<T>(context, graphs, s, /*gradients=*/true);
+    if (spectra == nullptr) return;
+    const Graphs<T> g{graphs.flat<T>().data(), *spectra};
     const T* w = values.flat<T>().data();
     const int32_t* index = indices.flat<int32_t>().data();
     const T* wt = transposed_values.flat<T>().data();
@@ -1042,9 +1093,8 @@ class WindowAttentionGradOp : public HeadsKernel {
 
 // row[j] = q_0 . k_j and column[j] = q_j . k_0 of the mixed q, k; logits and softmaxes per map.
 template <typename T>
-void ClassForward(const Source<T>& src, const T* bias, const T* graphs, const T* coefficients, const Sizes& s,
-                  int64_t maps,
-                  int64_t h, int64_t b, Block<T>* blk) {
+void ClassForward(const Source<T>& src, const T* bias, const Graphs<T>& graphs, const T* coefficients,
+                  const Sizes& s, int64_t maps, int64_t h, int64_t b, Block<T>* blk) {
   const int64_t t = s.tokens;
   LoadAndMix(src, bias, graphs, s, h, b, blk);
   T* row = blk->scores.data();
@@ -1108,7 +1158,9 @@ class ClassTokenAttentionOp : public HeadsKernel {
     OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({s.windows, 1, dim}), &out));
     const int64_t blocks = (s.windows + kLanes - 1) / kLanes;
     const Source<T> src{qkv.flat<T>().data(), nullptr, 0, nullptr};
-    const T* g = graphs.flat<T>().data();
+    const auto spectra = Spectra<T>(context, graphs, s, /*gradients=*/false);
+    if (spectra == nullptr) return;
+    const Graphs<T> g{graphs.flat<T>().data(), *spectra};
     const T* coefficient = coefficients.flat<T>().data();
     T* out_data = out->flat<T>().data();
     auto work = [&](int64_t start, int64_t limit) {
@@ -1158,7 +1210,9 @@ class ClassTokenAttentionGradOp : public HeadsKernel {
     MixingGradients<T> mixing(s, chunks);
     const T* dout_data = dout.flat<T>().data();
     const Source<T> src{qkv.flat<T>().data(), nullptr, 0, dqkv->flat<T>().data()};
-    const T* g = graphs.flat<T>().data();
+    const auto spectra = Spectra<T>(context, graphs, s, /*gradients=*/true);
+    if (spectra == nullptr) return;
+    const Graphs<T> g{graphs.flat<T>().data(), *spectra};
     const T* coefficient = coefficients.flat<T>().data();
     auto work = [&](int64_t start, int64_t limit) {
       Block<T> blk(s, true);
