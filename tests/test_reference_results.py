@@ -6988,14 +6988,6 @@ def test_the_global_grids_tiles_are_the_reports():
     assert f"The grid's op is {gain * 100:.0f}% faster, about {saved:.1f} ms" in flat
     after_ms = f"{min(grid['after']):.1f}-{max(grid['after']):.1f} ms"
     assert f"whose op is now {after_ms} forward + backward" in flat
-    readme = " ".join(README.split())
-    sit_after, siet_after = (
-        np.median([r["ratios"]["train_step_over_vit"][m]["graph"] for r in encoders["after"]]) for m in SITS
-    )
-    assert (
-        f"{sit_after:.2f}x (SieT {siet_after:.2f}x) on an AMD host with AVX512_BF16, medians of three runs "
-        "(`speed_encoders_grid_tiles_amd_bf16_after*.json`)"
-    ) in readme
     medians = {}
     for model, label in (("sit", "SiT"), ("siet", "SieT")):
         for when, commit in commits.items():
@@ -7017,4 +7009,66 @@ def test_the_global_grids_tiles_are_the_reports():
     for name in [f"native_ops_amd_bf16_grid_tiles_{w}{t}" for w in commits for t in ("", "_run2")] + [
         f"speed_encoders_grid_tiles_amd_bf16_{w}{t}" for w in commits for t in ("", "_run2", "_run3")
     ]:
+        assert f"`benchmarks/reference/{name}.json`" in SPEED, name
+
+
+def _ranges(values: list[float]) -> str:
+    return f"{min(values):.2f}-{max(values):.2f}"
+
+
+def test_the_quarter_turns_spectra_are_the_reports():
+    """docs/speed.md's "Then the graphs in the quarter turn's orbits": the ops with and without orbits (two
+    runs), the uncommitted build that took every grid spectrally, five encoder runs with the dense-mixing
+    models in the same runs, and the README's speed line, each number its report."""
+    section = _section("### With the kernels on an AMD host with AVX512_BF16")
+    section = section[section.index("**Then the graphs in the quarter turn's orbits**") :]
+    flat = " ".join(section.split())
+    ops = [_report(f"native_ops_amd_bf16_spectral{t}.json") for t in ("", "_run2")]
+    every_size = _report("native_ops_amd_bf16_spectral_every_size.json")
+    runs = ("", "_run2", "_run3", "_run4", "_run5")
+    encoders = [_report(f"speed_encoders_spectral_amd_bf16{t}.json") for t in runs]
+    for report in [*ops, every_size, *encoders]:
+        assert report["commit"].startswith("3bc5c2c") and "no AMX" in report["machine"]
+    assert "kMinSpectralBlocks = 1" in every_size["variant"] and "variant" not in ops[0]
+    for case in ("first_block", "class_token", "global_grid"):
+        results = [r["results"] for r in ops]
+        cells = [
+            ", ".join(f"{r[name]['backward']['median_ms']:.2f}" for r in results)
+            for name in (case, f"{case}_dense")
+        ]
+        speedups = ", ".join(f"{r['spectral_speedup'][case]['backward']:.2f}" for r in results)
+        assert f"| `{case}` | {cells[0]} | {cells[1]} | {speedups} |" in section, case
+        for r in results:
+            dense, spectral = r[f"{case}_dense"]["backward"]["median_ms"], r[case]["backward"]["median_ms"]
+            assert r["spectral_speedup"][case]["backward"] == pytest.approx(dense / spectral, rel=0.02)
+    grid = every_size["results"]["spectral_speedup"]["global_grid"]
+    assert max(grid.values()) < 1 < min(every_size["results"]["spectral_speedup"]["first_block"].values())
+    assert f"{grid['forward']:.2f}x as fast forward and {grid['backward']:.2f}x forward + backward" in flat
+    over_vit = {m: [r["ratios"]["train_step_over_vit"][m]["graph"] for r in encoders] for m in SITS}
+    dense = {m: [r["ratios"]["train_step_over_vit"][f"{m}:dense"]["graph"] for r in encoders] for m in SITS}
+    for model, label in (("sit", "SiT"), ("siet", "SieT")):
+        for ratios, name in ((over_vit[model], label), (dense[model], f"{label}, dense mixing")):
+            row = f"| {name} | " + " | ".join(f"{x:.2f}" for x in ratios) + f" | {np.median(ratios):.2f} |"
+            assert row in section, row
+        spectral = [r["ratios"]["train_step_spectral_over_dense"][model]["graph"] for r in encoders]
+        listed = ", ".join(f"{x:.2f}" for x in spectral[:-1]) + f" and {spectral[-1]:.2f}"
+        assert f"{listed} (median {np.median(spectral):.2f})" in flat, model
+    sit, siet = (np.median(over_vit[m]) for m in SITS)
+    assert sit < 1.5 < siet
+    assert f"The SiT's median is {sit:.2f}x the ViT's; the SieT's, {siet:.2f}x, is still above" in flat
+    bf16 = {
+        m: [r["models"][m]["precision"]["mixed_bfloat16"]["over_float32"] for r in encoders]
+        for m in ("sit", "siet", "vit")
+    }
+    matmul = [r["matmul"]["by_precision"]["mixed_bfloat16"]["over_float32"] for r in encoders]
+    assert (
+        f"{_ranges(bf16['sit'])}x (SiT), {_ranges(bf16['siet'])}x (SieT) and {_ranges(bf16['vit'])}x (ViT) "
+        f"their float32 steps, while a 1024^3 matmul took {_ranges(matmul)}x"
+    ) in flat
+    assert (
+        f"{sit:.2f}x (SieT {siet:.2f}x) on an AMD host with AVX512_BF16, medians of five runs "
+        "(`speed_encoders_spectral_amd_bf16*.json`)"
+    ) in " ".join(README.split())
+    names = [f"native_ops_amd_bf16_spectral{t}" for t in ("", "_run2", "_every_size")]
+    for name in names + [f"speed_encoders_spectral_amd_bf16{t}" for t in runs]:
         assert f"`benchmarks/reference/{name}.json`" in SPEED, name
