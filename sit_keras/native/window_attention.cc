@@ -488,40 +488,35 @@ void Softmax(int64_t rows, int64_t t, T* logits) {
   }
 }
 
-// out[f, i] = sum_j m[i, j] x[f, j] for m (T, T) and x (d, T), per lane.
-template <typename T>
-void RowTimes(const T* m, const T* x, const Sizes& s, T* out) {
+// out[f, a] = sum_k M[a, k] x[f, k] for x (d, T), per lane, with M = m (T, T) or, when kTransposed,
+// its transpose: one loop for both, the choice made when compiled.
+template <typename T, bool kTransposed>
+void MatrixTimes(const T* m, const T* x, const Sizes& s, T* out) {
   const int64_t t = s.tokens;
+  auto entry = [&](int64_t a, int64_t k) { return Load(m + (kTransposed ? k * t + a : a * t + k) * kLanes); };
   if (!Tiled(s)) {
     for (int64_t f = 0; f < s.head_dim; ++f) {
       Sums<T>(
-          t, t, [&](int64_t i, int64_t j) { return Load(m + (i * t + j) * kLanes) * Load(x + (f * t + j) * kLanes); },
-          [&](int64_t i, Lanes<T> v) { Store(out + (f * t + i) * kLanes, v); });
+          t, t, [&](int64_t a, int64_t k) { return entry(a, k) * Load(x + (f * t + k) * kLanes); },
+          [&](int64_t a, Lanes<T> v) { Store(out + (f * t + a) * kLanes, v); });
     }
     return;
   }
   Products<T>(
-      t, s.head_dim, t, [&](int64_t i, int64_t j) { return Load(m + (i * t + j) * kLanes); },
-      [&](int64_t f, int64_t j) { return Load(x + (f * t + j) * kLanes); },
-      [&](int64_t i, int64_t f, Lanes<T> v) { Store(out + (f * t + i) * kLanes, v); });
+      t, s.head_dim, t, entry, [&](int64_t f, int64_t k) { return Load(x + (f * t + k) * kLanes); },
+      [&](int64_t a, int64_t f, Lanes<T> v) { Store(out + (f * t + a) * kLanes, v); });
+}
+
+// out[f, i] = sum_j m[i, j] x[f, j] for m (T, T) and x (d, T), per lane.
+template <typename T>
+void RowTimes(const T* m, const T* x, const Sizes& s, T* out) {
+  MatrixTimes<T, false>(m, x, s, out);
 }
 
 // out[f, j] = sum_i m[i, j] x[f, i] for m (T, T) and x (d, T), per lane.
 template <typename T>
 void ColumnTimes(const T* m, const T* x, const Sizes& s, T* out) {
-  const int64_t t = s.tokens;
-  if (!Tiled(s)) {
-    for (int64_t f = 0; f < s.head_dim; ++f) {
-      Sums<T>(
-          t, t, [&](int64_t j, int64_t i) { return Load(m + (i * t + j) * kLanes) * Load(x + (f * t + i) * kLanes); },
-          [&](int64_t j, Lanes<T> v) { Store(out + (f * t + j) * kLanes, v); });
-    }
-    return;
-  }
-  Products<T>(
-      t, s.head_dim, t, [&](int64_t j, int64_t i) { return Load(m + (i * t + j) * kLanes); },
-      [&](int64_t f, int64_t i) { return Load(x + (f * t + i) * kLanes); },
-      [&](int64_t j, int64_t f, Lanes<T> v) { Store(out + (f * t + j) * kLanes, v); });
+  MatrixTimes<T, true>(m, x, s, out);
 }
 
 // The transposed graphs G_q, G_k, G_v (3 H d, T, T) of eq. 11 and, for those that are C4-invariant,
