@@ -104,8 +104,9 @@ void FillSpectrum(const Orbits& orbits, Entry m, Spectrum<T>* spectrum) {
 constexpr int64_t kMaxSpectralTokens = 65;
 
 // The fewest blocks of kLanes windows whose mixing pays for checking and transforming the graphs, a
-// gathered read of every graph: the Procgen SiT's 8 x 8 global grid at batch 96 (6 blocks) measured no
-// faster in its spectral form, its local windows (384 blocks) 1.05-1.2x faster (benchmarks/native_ops.py).
+// gathered read of every graph: in its spectral form the Procgen SiT's 8 x 8 global grid at batch 96
+// (6 blocks) took 0.90x as fast forward and 0.94x forward + backward, its local windows' ops (384 blocks)
+// 1.05-1.08x as fast forward + backward (benchmarks/native_ops.py; docs/speed.md).
 constexpr int64_t kMinSpectralBlocks = 16;
 
 // Each graph's spectra (for Mix and, with `gradients`, for its gradient), or none where a graph is not
