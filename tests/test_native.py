@@ -382,11 +382,13 @@ def fixed_seed() -> Iterator[None]:
     tf.random.set_seed(None)
 
 
-def test_a_sit_on_the_native_ops_keeps_rotations_and_breaks_flips(fixed_seed: None) -> None:
+@pytest.mark.parametrize("images", [2, 64], ids=["dense_mixing", "quarter_turn_orbits"])
+def test_a_sit_on_the_native_ops_keeps_rotations_and_breaks_flips(fixed_seed: None, images: int) -> None:
     """The SiT's promise (rotation invariance; the triangle sums break the flips), on perturbed weights in
-    float64, with every local window through the native ops."""
+    float64, with every local window through the native ops: 8 windows a batch (their graphs mixed
+    densely), or 256, 16 lane blocks (mixed in the quarter turn's orbits)."""
     encoder = build_encoder("sit", (16, 16, 3), dtype="float64")
-    x = tf.constant(np.random.default_rng(3).uniform(size=(2, 16, 16, 3)))
+    x = tf.constant(np.random.default_rng(3).uniform(size=(images, 16, 16, 3)))
     encoder(x)
     # Noise of 0.3, not 0.1: with 0.1 the flips moved some initialisations' output by only 1e-3.
     testing.perturb_weights(encoder, 0.3)
