@@ -52,7 +52,7 @@ from sit_keras.layers.normalization import standardize
 from sit_keras.layers.triangle_sums import MAX_MATRIX_SCORES
 from sit_keras.layers.xla_context import in_compiled_function
 from sit_keras.models import build_encoder
-from sit_keras.native import build
+from sit_keras.native import cpu
 
 DROPOUT = 0.2
 # Whole encoders stack six layers and sum their input and stem gradients over
@@ -80,8 +80,8 @@ def kernels(request: pytest.FixtureRequest) -> Iterator[str]:
         with native.builtin_only():
             yield request.param
         return
-    if native.load_problem() == build.NO_WIDE_VECTORS:
-        pytest.skip(build.NO_WIDE_VECTORS)  # the layers keep their builtin ops by design there
+    if native.load_problem() == cpu.NO_VECTOR_UNITS:
+        pytest.skip(cpu.NO_VECTOR_UNITS)  # the layers keep their builtin ops by design there
     assert native.available(), f"the native kernels are not usable: {native.load_problem()}"
     yield request.param
 

@@ -301,7 +301,10 @@ def test_the_standardized_lanes_op_refuses_malformed_inputs() -> None:
         _ops().sit_standardized_lanes(tf.zeros((4, 64)), tf.constant(1e-6))
     with pytest.raises(tf.errors.InvalidArgumentError, match="expects dy"):
         _ops().sit_standardized_lanes_grad(
-            tf.zeros((64, 1, 17, 8)), tf.zeros((4, 17, 64)), tf.constant(1e-6), tf.zeros((4, 1, 64))
+            tf.zeros((64, 1, 17, native.LANES // 2)),  # half the lanes
+            tf.zeros((4, 17, 64)),
+            tf.constant(1e-6),
+            tf.zeros((4, 1, 64)),
         )
     lanes = tf.zeros((64, 1, 17, native.LANES))
     for skip_dy in (tf.zeros((4, 18, 64)), tf.zeros((4, 1, 63)), tf.zeros((3, 1, 64)), tf.zeros((4, 64))):
@@ -567,7 +570,7 @@ def test_graphs_invariant_under_the_quarter_turn_are_mixed_in_its_orbits(
     ids=["partial", "repeated", "outside"],
 )
 def test_the_ops_refuse_orbits_that_do_not_fit_the_tokens(orbits: list[int], message: str) -> None:
-    qkv, bias, graphs_ = tf.zeros((24, 1, 10, 16)), tf.zeros(24), tf.zeros((24, 10, 10))
+    qkv, bias, graphs_ = tf.zeros((24, 1, 10, native.LANES)), tf.zeros(24), tf.zeros((24, 10, 10))
     with pytest.raises(tf.errors.InvalidArgumentError, match=message):
         _ops().sit_class_token_attention(qkv, bias, graphs_, tf.ones((1, 2)), num_heads=2, orbits=orbits)
 
@@ -580,7 +583,7 @@ def test_the_gradients_are_the_same_on_every_run(tokens: int) -> None:
         tf.constant(rng.normal(size=24), tf.float32),
         tf.constant(rng.normal(size=(24, tokens, tokens)), tf.float32),
     )
-    dout = tf.constant(rng.normal(size=(112, 1, 8)), tf.float32)
+    dout = tf.constant(rng.normal(size=(-(-100 // native.LANES) * native.LANES, 1, 8)), tf.float32)
     coefficients = tf.constant([[0.5, 0.5]], tf.float32)
     runs = [
         _ops().sit_class_token_attention_grad(dout, qkv, bias, graphs, coefficients, num_heads=2)
@@ -595,9 +598,9 @@ def test_the_gradients_are_the_same_on_every_run(tokens: int) -> None:
     "qkv_shape, graphs_shape, message",
     [
         ((24, 7, 10), (24, 10, 10), "expects qkv"),  # not in lane blocks
-        ((24, 7, 10, 8), (24, 10, 10), "expects qkv"),  # 8 lanes, not 16
-        ((25, 7, 10, 16), (25, 10, 10), "expects qkv"),  # 25 channels: not 3 H d
-        ((24, 7, 10, 16), (24, 9, 9), "expects graphs"),
+        ((24, 7, 10, native.LANES // 2), (24, 10, 10), "expects qkv"),  # half the lanes
+        ((25, 7, 10, native.LANES), (25, 10, 10), "expects qkv"),  # 25 channels: not 3 H d
+        ((24, 7, 10, native.LANES), (24, 9, 9), "expects graphs"),
     ],
 )
 def test_the_ops_refuse_malformed_inputs(qkv_shape: tuple, graphs_shape: tuple, message: str) -> None:
@@ -609,7 +612,11 @@ def test_the_ops_refuse_malformed_inputs(qkv_shape: tuple, graphs_shape: tuple, 
 
 @pytest.mark.parametrize(
     "inputs_shape, kernel_shape",
-    [((6, 1, 10, 16), (5, 24)), ((6, 1, 10, 16), (6, 25)), ((24, 1, 10, 16), (0, 12))],
+    [
+        ((6, 1, 10, native.LANES), (5, 24)),
+        ((6, 1, 10, native.LANES), (6, 25)),
+        ((24, 1, 10, native.LANES), (0, 12)),
+    ],
     ids=["rows_differ", "not_3_h_d", "channels_differ"],
 )
 def test_the_window_op_refuses_a_kernel_that_does_not_fit(inputs_shape: tuple, kernel_shape: tuple) -> None:
@@ -630,7 +637,7 @@ def test_the_window_op_refuses_indices_outside_the_scores() -> None:
     indices = np.zeros((100, 2), np.int32)
     indices[3, 1] = 100  # one past the T^2 = 100 pairs
     with pytest.raises(tf.errors.InvalidArgumentError, match="outside"):
-        qkv, bias, graphs = tf.zeros((24, 1, 10, 16)), tf.zeros(24), tf.zeros((24, 10, 10))
+        qkv, bias, graphs = tf.zeros((24, 1, 10, native.LANES)), tf.zeros(24), tf.zeros((24, 10, 10))
         kernel = tf.zeros((0, 24))
         _ops().sit_window_attention(qkv, kernel, bias, graphs, tf.zeros((1, 2, 100, 2)), indices, num_heads=2)
 

@@ -5,9 +5,9 @@ for this host by ``python -m sit_keras.native.build`` (``make install`` runs it)
 They compute the same functions as the builtin ops they replace; a layer uses
 one only where ``usable`` says so:
 
-- the CPU has AVX-512 (without it the kernels are slower than the builtin ops,
-  so nothing is built), the library was built for this host (CPU flags and
-  TensorFlow version) and loads (``load_problem`` says why not);
+- the CPU has AVX-512 or AVX2 with FMA (the vector registers the kernels are
+  written for; elsewhere nothing is built), the library was built for this host
+  (CPU flags and TensorFlow version) and loads (``load_problem`` says why not);
 - a gradient tape may be recording (a train step), or the function is traced
   inside ``forward_passes()`` (the trainers' collection and evaluation drivers):
   serving signatures and exports, traced elsewhere, keep the builtin ops, so a
@@ -50,6 +50,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import record
 
+from sit_keras.native import cpu
+
 LIBRARY = Path(__file__).with_name("_kernels.so")
 _DTYPES = (tf.float32, tf.float64)
 # bfloat16 tensors pass through the ops in float32 (their arithmetic is float32 or float64). Under
@@ -61,7 +63,9 @@ _Function = TypeVar("_Function")
 # this many pairs (a 4x4 window and its class token: 289; the Procgen SiT's 8x8 global grid and its
 # class token: 4225). Larger grids (the MiniGrid SiT's 14x14) keep the builtin ops.
 MAX_TOKEN_PAIRS = 65**2
-LANES = 16  # windows per block of the ops' input layout: kLanes of kernels.h
+# Windows per block of the ops' input layout: kLanes of kernels.h, 16 with AVX-512 and 8 with AVX2 (16 where
+# nothing is built: the layout is then unused).
+LANES = cpu.vector_lanes(cpu.cpu_flags()) or 16
 _state = threading.local()
 _loaded: dict[str, object] = {}
 
@@ -69,11 +73,9 @@ _loaded: dict[str, object] = {}
 def library() -> ModuleType | None:
     """The loaded op library, or ``None`` where it is not usable here (``load_problem`` says why)."""
     if "ops" not in _loaded:
-        from sit_keras.native.build import NO_WIDE_VECTORS
-
         _loaded["ops"], _loaded["problem"] = _load()
-        # A library that should load and does not is worth a warning; a CPU without AVX-512 is not.
-        if _loaded["problem"] not in (None, NO_WIDE_VECTORS) and LIBRARY.exists():
+        # A library that should load and does not is worth a warning; a CPU without their registers is not.
+        if _loaded["problem"] not in (None, cpu.NO_VECTOR_UNITS) and LIBRARY.exists():
             message = f"sit_keras.native: {_loaded['problem']}; the layers keep their builtin ops"
             warnings.warn(message, stacklevel=2)
     return _loaded["ops"]
@@ -86,12 +88,12 @@ def load_problem() -> str | None:
 
 
 def _load() -> tuple[ModuleType | None, str | None]:
-    from sit_keras.native.build import HOST_FILE, NO_WIDE_VECTORS, has_wide_vectors, host
+    from sit_keras.native.build import HOST_FILE, host
 
     rebuild = "run `python -m sit_keras.native.build`"
     this_host = host()
-    if not has_wide_vectors(this_host["cpu_flags"]):
-        return None, NO_WIDE_VECTORS
+    if cpu.vector_lanes(this_host["cpu_flags"]) is None:
+        return None, cpu.NO_VECTOR_UNITS
     if not LIBRARY.exists():
         return None, f"not built ({rebuild})"
     built_for = json.loads(HOST_FILE.read_text()) if HOST_FILE.exists() else None

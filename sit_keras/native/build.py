@@ -24,6 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from sit_keras.native.cpu import NO_VECTOR_UNITS, cpu_flags, vector_lanes
+
 # The kernels' sources, compiled into one library (with kernels.h, what they share).
 SOURCES = tuple(sorted(Path(__file__).parent.glob("*.cc")))
 # The flags that decide whether the library runs here: the CPU's and TensorFlow's.
@@ -33,33 +35,11 @@ FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-shared", "-fPIC")
 QUIET = ("-Wno-deprecated-declarations", "-Wno-psabi")
 
 
-# The kernels' lane vectors of 16 floats fill one AVX-512 register. Without AVX-512 the compiler splits
-# each into two and the kernels lose to TensorFlow's own ops (docs/speed.md, "Without AVX-512, no
-# kernels"), so there nothing is built and the layers keep those ops.
-WIDE_VECTORS = "avx512f"
-NO_WIDE_VECTORS = (
-    "this CPU has no AVX-512, without which the kernels are slower than TensorFlow's own ops "
-    '(docs/speed.md, "Without AVX-512, no kernels")'
-)
-
-
-def has_wide_vectors(flags: list[str]) -> bool:
-    """Whether CPU ``flags`` (``host()["cpu_flags"]``) include AVX-512, for which the kernels are written."""
-    return WIDE_VECTORS in flags
-
-
 def host() -> dict[str, object]:
     """What the library is built for: the CPU's instruction-set flags and TensorFlow's version."""
     import tensorflow as tf
 
-    flags: list[str] = []
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("flags"):
-                flags = sorted(line.split(":", 1)[1].split())
-                break
-    return {"cpu_flags": flags, "tensorflow": tf.__version__}
+    return {"cpu_flags": cpu_flags(), "tensorflow": tf.__version__}
 
 
 def compile_command(output: Path) -> list[str]:
@@ -100,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         problem = native.load_problem()
         print(f"native kernels: {problem or 'built for this host and loaded'} ({native.LIBRARY})")
         return 0 if problem is None else 1
-    if not has_wide_vectors(host()["cpu_flags"]):
-        print(f"sit_keras.native.build: {NO_WIDE_VECTORS}; nothing built, the layers use those ops.")
+    if vector_lanes(host()["cpu_flags"]) is None:
+        print(f"sit_keras.native.build: {NO_VECTOR_UNITS}; nothing built, the layers use TensorFlow's ops.")
         return 0
     try:
         path = build()

@@ -26,11 +26,22 @@ using tensorflow::shape_inference::DimensionHandle;
 using tensorflow::shape_inference::InferenceContext;
 using tensorflow::shape_inference::ShapeHandle;
 
-// Windows per block of the ops' input layout (sit_keras.native.LANES).
+// Windows per block of the ops' input layout (sit_keras.native.LANES, chosen from the same flags by
+// sit_keras/native/cpu.py): one vector register of floats, 16 with AVX-512 and 8 with AVX2. Built for AVX2
+// with 16, each vector took two registers and the kernels' sums spilled (docs/speed.md, "Without AVX-512,
+// no kernels"). kVectorRegisters bounds the sums the kernels keep in registers side by side.
+#if defined(__AVX512F__)
 constexpr int kLanes = 16;
+constexpr int kVectorRegisters = 32;
+#elif defined(__AVX2__) && defined(__FMA__)
+constexpr int kLanes = 8;
+constexpr int kVectorRegisters = 16;
+#else
+#error "the native kernels need AVX-512 or AVX2 with FMA (sit_keras/native/cpu.py builds nothing without)"
+#endif
 
 // kLanes values of T, one per window, as one GCC vector: the compiler maps its arithmetic to the
-// host's widest vector registers (one AVX-512 register of floats, two AVX2 ones, ...).
+// host's widest vector registers (one register of floats, two of doubles).
 template <typename T>
 struct LaneVector {
   typedef T type __attribute__((vector_size(kLanes * sizeof(T))));
@@ -84,13 +95,9 @@ inline void Transpose(Lanes<T>* rows) {
 }
 
 // Bytes of the widest vector register: a Lanes<T> that fits one is transposed in registers (Transpose's
-// shuffles are then one instruction each); a wider one, which the compiler would shuffle value by
-// value (double, or float without AVX-512), through a tile in the cache.
-#if defined(__AVX512F__)
-constexpr int kRegisterBytes = 64;
-#else
-constexpr int kRegisterBytes = 32;
-#endif
+// shuffles are then one instruction each); a wider one (double), which the compiler would shuffle value
+// by value, through a tile in the cache.
+constexpr int kRegisterBytes = kLanes * sizeof(float);
 
 template <typename T>
 constexpr bool kTransposeInRegisters = sizeof(Lanes<T>) <= kRegisterBytes;

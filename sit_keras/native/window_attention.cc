@@ -416,7 +416,9 @@ inline void Tile(int64_t a0, int64_t b0, int64_t terms, Left left, Right right, 
 // matrix streamed through kTile-row tiles is read d / kTile times instead of d times. That pays for
 // a grid whose T x T lane matrices (64 B a pair) overflow the core's L2, the 8 x 8 global grid's;
 // the local windows' (T = 17) fit in L1, and there the sums of kChains (Sums) measured faster.
-constexpr int kTile = 4;
+// kTile^2 sums and 2 kTile factors fit 32 registers at 4 and 16 at 3: with 4 on an AVX2 host the ops took
+// 1.03-1.19x longer forward + backward (docs/speed.md, "Eight lanes on an AVX2 host").
+constexpr int kTile = kVectorRegisters >= 32 ? 4 : 3;
 constexpr int64_t kMaxUntiledPairs = 1024;
 
 inline bool Tiled(const Sizes& s) { return s.pairs > kMaxUntiledPairs; }
@@ -576,7 +578,7 @@ inline int64_t GraphGradientSize(const Sizes& s) {
 // Rows [i, i + R) of a lane-wide graph gradient from S slots: dg[r, j] += sum_k x_k[r] dout_k[j], the
 // R x S factors x_k[r] held in registers across the row, so each dout_k[j] is read once for R rows.
 // The same sums, in the same order, as the loop over single rows in UnmixFeature.
-constexpr int kGraphRows = 4;
+constexpr int kGraphRows = kVectorRegisters >= 32 ? 4 : 2;  // kGraphRows x kGroup factors held in registers
 
 template <typename T, int R, int S>
 inline void AddGraphRows(const T* x, const T* dout, int64_t stride, int64_t t, int64_t i, T* dg) {

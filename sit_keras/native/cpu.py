@@ -1,0 +1,33 @@
+"""Which vector registers this CPU offers the native kernels: their lanes, or why there are none."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# The kernels hold one window per lane of a vector register of floats: 16 lanes with AVX-512, 8 with AVX2
+# and FMA (kLanes of kernels.h, which the compiler picks from the same flags). Vectors of 16 floats split
+# over two AVX2 registers lost to TensorFlow's own ops (docs/speed.md, "Without AVX-512, no kernels");
+# vectors of 8 won ("Eight lanes on an AVX2 host"). On a CPU with neither nothing is built.
+LANES_BY_FLAGS = ((("avx512f",), 16), (("avx2", "fma"), 8))
+NO_VECTOR_UNITS = (
+    "this CPU has neither AVX-512 nor AVX2 with FMA, the vector registers the kernels are written for "
+    '(docs/speed.md, "Native kernels")'
+)
+
+
+def vector_lanes(flags: list[str]) -> int | None:
+    """Windows per lane vector of the kernels on a CPU with ``flags`` (``cpu_flags()``), or ``None``."""
+    for needed, lanes in LANES_BY_FLAGS:
+        if set(needed) <= set(flags):
+            return lanes
+    return None
+
+
+def cpu_flags() -> list[str]:
+    """This CPU's instruction-set flags, from /proc/cpuinfo (none where it does not exist)."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("flags"):
+                return sorted(line.split(":", 1)[1].split())
+    return []
