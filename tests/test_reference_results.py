@@ -7065,10 +7065,86 @@ def test_the_quarter_turns_spectra_are_the_reports():
         f"{_ranges(bf16['sit'])}x (SiT), {_ranges(bf16['siet'])}x (SieT) and {_ranges(bf16['vit'])}x (ViT) "
         f"their float32 steps, while a 1024^3 matmul took {_ranges(matmul)}x"
     ) in flat
-    assert (
-        f"{sit:.2f}x (SieT {siet:.2f}x) on an AMD host with AVX512_BF16, medians of five runs "
-        "(`speed_encoders_spectral_amd_bf16*.json`)"
-    ) in " ".join(README.split())
+    assert f"{sit:.2f}x (SieT {siet:.2f}x) on an AMD host with AVX512_BF16 and " in " ".join(README.split())
+    assert "medians of five runs each (`speed_encoders_spectral_amd_bf16*.json`," in README
     names = [f"native_ops_amd_bf16_spectral{t}" for t in ("", "_run2", "_every_size")]
     for name in names + [f"speed_encoders_spectral_amd_bf16{t}" for t in runs]:
+        assert f"`benchmarks/reference/{name}.json`" in SPEED, name
+
+
+def test_the_eight_lane_kernels_on_an_avx2_host_are_the_reports():
+    """docs/speed.md's "Eight lanes on an AVX2 host": the ops, the tiles measured both ways, five encoder runs
+    with and without the kernels, the MiniGrid configs and the README's speed line, each number its report."""
+    section = _section("### Eight lanes on an AVX2 host")
+    flat = " ".join(section.split())
+    ops = _report("native_ops_avx2_lanes8.json")
+    tiles = {s: [_report(f"native_ops_avx2_tiles_{s}_run{r}.json") for r in (1, 2)] for s in ("3x2", "4x4")}
+    runs = ("", "_run2", "_run3", "_run4", "_run5")
+    encoders = [_report(f"speed_encoders_avx2_lanes8{t}.json") for t in runs]
+    minigrid = _report("speed_encoders_minigrid_avx2_lanes8.json")
+    for report in [ops, *encoders, minigrid]:
+        assert report["commit"].startswith("0338169") and "no AVX-512" in report["machine"]
+        assert "variant" not in report
+    for size, reports in tiles.items():
+        for report in reports:
+            assert report["commit"].startswith("d13c657") and "no AVX-512" in report["machine"]
+            assert ("kTile = 3 and kGraphRows = 2" if size == "3x2" else "kTile = 4 and kGraphRows = 4") in (
+                report["variant"]
+            )
+    sixteen = _report("native_ops_avx2_build_amd_bf16.json")["results"]
+    for case in ("first_block", "class_token", "global_grid", "layer_norm"):
+        timing = ops["results"][case]
+        row = (
+            f"| `{case}` | {timing['forward']['median_ms']:.2f} | {timing['backward']['median_ms']:.2f} | "
+            f"{sixteen[case]['backward']['median_ms']:.1f} |"
+        )
+        assert row in section, row
+    slower = []
+    for case in ("first_block", "class_token", "global_grid"):
+        small, large = ([r["results"][case]["backward"]["median_ms"] for r in tiles[s]] for s in tiles)
+        ratios = [b / a for a, b in zip(small, large, strict=True)]
+        slower += ratios
+        cells = [", ".join(f"{x:.2f}" for x in xs) for xs in (small, large, ratios)]
+        assert f"| `{case}` | {cells[0]} | {cells[1]} | {cells[2]} |" in section, case
+    assert min(slower) > 1
+    assert f"every op took {min(slower):.2f}-{max(slower):.2f}x as long" in flat
+    assert (
+        f"{min(slower):.2f}-{max(slower):.2f}x longer forward + backward"
+        in (ROOT / "sit_keras/native/window_attention.cc").read_text()
+    )
+    labels = {"sit": "SiT", "siet": "SieT"}
+    labels |= {f"{m}:builtin": f"{name}, builtin ops" for m, name in labels.items()}
+    medians = {}
+    for model, label in labels.items():
+        ratios = [r["ratios"]["train_step_over_vit"][model]["graph"] for r in encoders]
+        medians[model] = np.median(ratios)
+        row = f"| {label} | " + " | ".join(f"{x:.2f}" for x in ratios) + f" | {medians[model]:.2f} |"
+        assert row in section, row
+    for model in SITS:
+        native_over = [r["ratios"]["train_step_native_over_builtin"][model]["graph"] for r in encoders]
+        assert max(native_over) < 1
+        assert f"{min(native_over):.2f}-{max(native_over):.2f}x" in flat, model
+    assert medians["sit"] <= 2.0 < medians["siet"]
+    assert f"the SiT's median, **{medians['sit']:.2f}x** the ViT's, is within the speed issue's 2.0x" in flat
+    assert f"where it was {medians['sit:builtin']:.2f}x without the kernels in the same runs" in flat
+    assert f"SieT's, **{medians['siet']:.2f}x**, is just above it" in flat
+    xla = [r["ratios"]["xla_over_graph"]["sit"]["train_step"] for r in encoders]
+    assert f"the SiT's XLA step is now {min(xla):.2f}-{max(xla):.2f}x its graph step" in flat
+    for model, timing in minigrid["models"].items():
+        over_vit = minigrid["ratios"]["train_step_over_vit"][model]["graph"]
+        cell = f"**{over_vit:.2f}**" if "_si" in model else ("1" if over_vit == 1 else f"{over_vit:.2f}")
+        row = (
+            f"| `{model.split('/')[-1]}` | {timing['params']:,} | "
+            f"{timing['timings']['train_step']['graph']['median_ms']:.0f} ms | {cell} | "
+            f"{minigrid['ratios']['xla_over_graph'][model]['train_step']:.2f} |"
+        )
+        assert row in section, row
+        assert "_si" not in model or over_vit < 1.5
+    assert (
+        f"{medians['sit']:.2f}x (SieT {medians['siet']:.2f}x) on an AVX2 host, medians of five runs each "
+        "(`speed_encoders_spectral_amd_bf16*.json`, `speed_encoders_avx2_lanes8*.json`)"
+    ) in " ".join(README.split())
+    assert f"runs are {medians['sit']:.2f}x and {medians['siet']:.2f}x" in " ".join(SPEED.split())
+    names = ["native_ops_avx2_lanes8", "speed_encoders_minigrid_avx2_lanes8", "speed_encoders_avx2_lanes8"]
+    for name in names + [f"native_ops_avx2_tiles_{s}_run1" for s in tiles]:
         assert f"`benchmarks/reference/{name}.json`" in SPEED, name
