@@ -56,7 +56,7 @@ from sit_keras.layers.triangle_sums import TriangleSums, theta_table
 from sit_keras.models import build_encoder
 from sit_keras.native import ScoreMapPattern, build
 
-NATIVE_OPS = {"SitWindowAttention", "SitClassTokenAttention", "SitStandardizedLanes"}
+NATIVE_OPS = {"SitWindowAttention", "SitClassTokenAttention", "SitStandardizedLanes", "SitDepthwiseConv"}
 
 pytestmark = pytest.mark.skipif(
     not native.available(), reason="needs the native kernels: `make install` builds them"

@@ -7,7 +7,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
-from sit_keras import graphs
+from sit_keras import graphs, native
 from sit_keras.layers.graph_weights import NearIdentity
 from sit_keras.layers.indexing import expand_shared
 from sit_keras.symmetry import EQUIVARIANT, Symmetry, graph_symmetry
@@ -132,6 +132,25 @@ class GraphConv2D(tf_keras.layers.Layer):
         """
         return self.depth_multiplier > 1 and self.in_channels <= DENSE_FORM_MAX_CHANNELS
 
+    def uses_native_op(self, dtype: tf.DType) -> bool:
+        """Whether ``call``, traced now on ``dtype`` maps, runs the native op ``native.depthwise_conv``.
+
+        TensorFlow's CPU depth-wise convolution copies each window of the input
+        before its arithmetic: on the SiT's 64x64 RGB images, batch 96, its
+        forward and kernel gradient took 30 ms, 7% of the train step, for
+        10 M multiply-adds. The op covers the stem's case: stride 1, "same"
+        padding (an odd kernel), no depth multiplier; and only where
+        ``native.usable`` (a train step or a driver's forward pass, not a
+        SavedModel's signature).
+        """
+        return (
+            self.depth_multiplier == 1
+            and self.strides == 1
+            and self.padding == "same"
+            and self.kernel_size % 2 == 1
+            and native.usable(dtype)
+        )
+
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
         if inputs.shape.rank != 4 or inputs.shape[-1] != self.in_channels:
             raise ValueError(
@@ -141,6 +160,8 @@ class GraphConv2D(tf_keras.layers.Layer):
         padding = self.padding.upper()
         if self.uses_dense_form:
             out = tf.nn.conv2d(inputs, self.dense_kernel(), strides=stride, padding=padding)
+        elif self.uses_native_op(inputs.dtype):
+            out = native.depthwise_conv(inputs, self.kernel()[..., 0])
         else:
             out = tf.nn.depthwise_conv2d(inputs, self.kernel(), strides=stride, padding=padding)
         return out + self.bias if self.use_bias else out

@@ -27,7 +27,8 @@ fewer multiply-adds (``rotation_spectra.h``; ``dense_mixing()`` turns it off).
 The ops (``window_attention``, ``class_token_attention``) run the window attention
 of a local GSA block in vector lanes of ``LANES`` windows: the scores, score
 maps and softmaxes never leave the cache (docs/speed.md, "Native kernels");
-``standardized_lane_blocks`` writes a block's standardised tokens in their layout.
+``standardized_lane_blocks`` writes a block's standardised tokens in their layout;
+``depthwise_conv`` is the SiT stem's depth-wise convolution (``depthwise_stem.cc``).
 """
 
 from __future__ import annotations
@@ -286,6 +287,36 @@ def standardized_lane_blocks(
         return (ops.sit_standardized_lanes(x, epsilon_t), skip), grad
 
     return standardized(tokens)
+
+
+@_in_op_dtype
+def depthwise_conv(inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
+    """``tf.nn.depthwise_conv2d(inputs, kernel[..., None], [1, 1, 1, 1], "SAME")`` in one op.
+
+    ``inputs (B, H, W, C)``, ``kernel (k, k, C)`` with ``k`` odd: a depth-wise
+    convolution of stride 1 with "same" padding and no depth multiplier (the
+    SiT's stem, ``GraphConv2D``), as multiply-adds along whole image rows
+    (``depthwise_stem.cc``). The gradient takes the kernel's from
+    ``SitDepthwiseConvGrad`` and the input's from a separate op, the
+    convolution of the upstream gradient with the kernel turned by 180
+    degrees: in a traced function whose result does not need the input's
+    gradient (the image of a train step) nothing consumes that op and
+    TensorFlow prunes it, which costs nothing when it does (measured: the
+    fused gradient op takes as long as its two halves). Deciding at the call
+    instead (whether a tape watches ``inputs``) would drop the gradient of a
+    tape outside a ``tf.function``. Call only where ``usable(inputs.dtype)``.
+    """
+    ops = _library_or_raise()
+
+    @tf.custom_gradient
+    def convolve(x: tf.Tensor, w: tf.Tensor) -> tf.Tensor:
+        def grad(dy: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            _, dkernel = ops.sit_depthwise_conv_grad(dy, x, w, input_gradient=False)
+            return ops.sit_depthwise_conv(dy, tf.reverse(w, [0, 1])), dkernel
+
+        return ops.sit_depthwise_conv(x, w), grad
+
+    return convolve(inputs, kernel)
 
 
 def first_windows(output: tf.Tensor, inputs: tf.Tensor, axis: int) -> tf.Tensor:
