@@ -16,7 +16,12 @@ the quarter turn's orbits (``native/rotation_spectra.h``):
 - ``layer_norm``: ``standardized_lane_blocks`` of the windows' tokens;
 - ``first_block_dense``, ``class_token_dense``, ``global_grid_dense``: the
   same three with every graph mixed densely (no orbits given), so that the
-  ``spectral_speedup`` (dense / spectral time) is measured in one run.
+  ``spectral_speedup`` (dense / spectral time) is measured in one run;
+- ``stem``: ``depthwise_conv``, the 3 x 3 stem on the ``--batch`` 64x64x3
+  images, and ``stem_builtin``: ``tf.nn.depthwise_conv2d`` on the same, whose
+  backward passes take the kernel's gradient only (a train step's: the image
+  needs none) and return the output as well (whose op the kernel's gradient
+  does not need); ``stem_speedup`` is builtin / native time.
 
 Each function, its forward pass and its forward + backward pass (the gradients
 of every input), is called once per round, in interleaved rounds with one
@@ -61,8 +66,13 @@ from sit_keras.testing import perturb_weights
 DIM, HEADS, PIXEL_VALUES = 64, 4, 6
 WINDOWS_PER_IMAGE = 64  # 4x4 windows of the 32x32 pooled grid
 SPECTRAL_CASES = ("first_block", "class_token", "global_grid")
-CASES = (*SPECTRAL_CASES, "layer_norm", *(f"{case}_dense" for case in SPECTRAL_CASES))
+STEM_CASES = ("stem", "stem_builtin")
+CASES = (*SPECTRAL_CASES, "layer_norm", *(f"{case}_dense" for case in SPECTRAL_CASES), *STEM_CASES)
 MATMUL_SIZE = 1024
+IMAGE_SIDE, IMAGE_CHANNELS, STEM_KERNEL = 64, 3, 3
+# Cases whose backward pass differentiates the listed inputs only (the stem's kernel, not its image) and
+# returns the output too: the kernel's gradient does not read it, and TensorFlow would prune the forward op.
+DIFFERENTIATED = {case: (1,) for case in STEM_CASES}
 
 
 def _layer_graphs(grid: int) -> tuple[tf.Tensor, np.ndarray]:
@@ -107,6 +117,9 @@ def _inputs(batch: int, seed: int = 0) -> dict[str, tuple[Callable[..., tf.Tenso
     def layer_norm(tokens):
         return native.standardized_lane_blocks(tokens, 1e-6)[0]
 
+    def stem_builtin(images, kernel):
+        return tf.nn.depthwise_conv2d(images, kernel[..., None], [1, 1, 1, 1], "SAME")
+
     graphs = {t_local: local_graphs, t_grid: grid_graphs}
     cases = {
         "first_block": (
@@ -134,6 +147,10 @@ def _inputs(batch: int, seed: int = 0) -> dict[str, tuple[Callable[..., tf.Tenso
         ),
         "layer_norm": (layer_norm, [normal(windows, t_local, DIM)]),
     }
+    images = tf.constant(rng.uniform(size=(batch, IMAGE_SIDE, IMAGE_SIDE, IMAGE_CHANNELS)), tf.float32)
+    stem_kernel = normal(STEM_KERNEL, STEM_KERNEL, IMAGE_CHANNELS, scale=0.3)
+    cases["stem"] = (native.depthwise_conv, [images, stem_kernel])
+    cases["stem_builtin"] = (stem_builtin, [images, stem_kernel])
     for case in SPECTRAL_CASES:
         op, inputs = cases[case]
         cases[f"{case}_dense"] = (functools.partial(op, orbits=None), inputs)
@@ -145,12 +162,17 @@ def _functions(batch: int) -> dict[tuple[str, str], Callable[[], Any]]:
     functions: dict[tuple[str, str], Callable[[], Any]] = {}
     for case, (op, inputs) in _inputs(batch).items():
         upstream = tf.random.stateless_normal(op(*inputs).shape, seed=[1, 2])
+        differentiated = tuple(DIFFERENTIATED.get(case, range(len(inputs))))
 
-        def backward(op=op, inputs=inputs, upstream=upstream) -> list[tf.Tensor]:
+        def backward(
+            op=op, inputs=inputs, upstream=upstream, which=differentiated, case=case
+        ) -> list[tf.Tensor]:
+            wrt = [inputs[i] for i in which]  # the same placeholders as op's inputs
             with tf.GradientTape() as tape:
-                tape.watch(inputs)
+                tape.watch(wrt)
                 out = op(*inputs)
-            return tape.gradient(out, inputs, output_gradients=upstream)
+            gradients = tape.gradient(out, wrt, output_gradients=upstream)
+            return [out, *gradients] if case in DIFFERENTIATED else gradients
 
         functions[case, "forward"] = tf.function(lambda op=op, inputs=inputs: op(*inputs))
         functions[case, "backward"] = tf.function(backward)
@@ -174,6 +196,9 @@ def measure(batch: int, repeats: int) -> dict[str, Any]:
     results["spectral_speedup"] = {
         case: {stage: medians[f"{case}_dense", stage] / medians[case, stage] for stage in stages}
         for case in SPECTRAL_CASES
+    }
+    results["stem_speedup"] = {
+        stage: medians["stem_builtin", stage] / medians["stem", stage] for stage in stages
     }
     return results
 
@@ -215,11 +240,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("Graphs mixed in the quarter turn's orbits, speed-up over dense mixing (dense / spectral time):")
     for case, speedup in results["spectral_speedup"].items():
         print(f"  {case}: forward {speedup['forward']:.2f}x, forward + backward {speedup['backward']:.2f}x")
+    stem = results["stem_speedup"]
+    print(
+        "The stem's native depth-wise convolution, speed-up over tf.nn.depthwise_conv2d (builtin / native "
+        f"time): forward {stem['forward']:.2f}x, forward + kernel gradient {stem['backward']:.2f}x"
+    )
     report = {
         "what": "The native kernels alone at the SiT train step's shapes, forward and forward + backward",
         "command": command_line("native_ops.py", argv),
         "commit": current_commit(),
-        "settings": {"batch": batch, "repeats": repeats, "dim": DIM, "heads": HEADS},
+        "settings": {
+            "batch": batch,
+            "repeats": repeats,
+            "dim": DIM,
+            "heads": HEADS,
+            "stem": {"image": [IMAGE_SIDE, IMAGE_SIDE, IMAGE_CHANNELS], "kernel_size": STEM_KERNEL},
+        },
         "environment": environment(),
         "results": results,
         "wall_time_s": time.perf_counter() - start,

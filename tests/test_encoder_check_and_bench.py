@@ -416,7 +416,7 @@ def test_native_ops_times_each_kernel_forward_and_backward(tmp_path, capsys):
     results = report["results"]
     printed = capsys.readouterr().out
     assert f"one 1024^3 matmul: {results['matmul_ms']:.2f} ms" in printed
-    for case in ("first_block", "class_token", "global_grid", "layer_norm"):
+    for case in ("first_block", "class_token", "global_grid", "layer_norm", "stem", "stem_builtin"):
         forward, backward = results[case]["forward"], results[case]["backward"]
         for timing in (forward, backward):
             assert timing["median_ms"] > 0
