@@ -297,12 +297,12 @@ def depthwise_conv(inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     convolution of stride 1 with "same" padding and no depth multiplier (the
     SiT's stem, ``GraphConv2D``), as multiply-adds along whole image rows
     (``depthwise_stem.cc``). The gradient takes the kernel's from
-    ``SitDepthwiseConvGrad`` and the input's from a separate op, the
+    ``SitDepthwiseConvKernelGrad`` and the input's from a separate op, the
     convolution of the upstream gradient with the kernel turned by 180
     degrees: in a traced function whose result does not need the input's
     gradient (the image of a train step) nothing consumes that op and
-    TensorFlow prunes it, which costs nothing when it does (measured: the
-    fused gradient op takes as long as its two halves). Deciding at the call
+    TensorFlow prunes it (one op computing both measured as long as the two
+    apart). Deciding at the call
     instead (whether a tape watches ``inputs``) would drop the gradient of a
     tape outside a ``tf.function``. Call only where ``usable(inputs.dtype)``.
     """
@@ -311,7 +311,7 @@ def depthwise_conv(inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     @tf.custom_gradient
     def convolve(x: tf.Tensor, w: tf.Tensor) -> tf.Tensor:
         def grad(dy: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            _, dkernel = ops.sit_depthwise_conv_grad(dy, x, w, input_gradient=False)
+            dkernel = ops.sit_depthwise_conv_kernel_grad(dy, x, w)
             return ops.sit_depthwise_conv(dy, tf.reverse(w, [0, 1])), dkernel
 
         return ops.sit_depthwise_conv(x, w), grad

@@ -4,12 +4,10 @@
 // SitDepthwiseConv: x (B, H, W, C), kernel (k, k, C) -> y (B, H, W, C), with r = k / 2,
 //   y[b, h, w, c] = sum_{i, j < k} kernel[i, j, c] x[b, h + i - r, w + j - r, c],  x zero outside the image
 // (tf.nn.depthwise_conv2d with padding "SAME", strides 1 and a depth multiplier of 1).
-// SitDepthwiseConvGrad: dy (B, H, W, C), x, kernel -> dx (B, H, W, C) and dkernel (k, k, C):
-//   dx[b, h, w, c]    = sum_{i, j < k} kernel[k - 1 - i, k - 1 - j, c] dy[b, h + i - r, w + j - r, c]
-//                       (the same convolution of dy with the kernel turned by 180 degrees),
-//   dkernel[i, j, c]  = sum_{b, h, w} dy[b, h, w, c] x[b, h + i - r, w + j - r, c].
-// With the attribute input_gradient = false (the input is an image: nothing needs its gradient) the op
-// skips dx and returns it as a zero-size (0,) tensor.
+// SitDepthwiseConvKernelGrad: dy (B, H, W, C), x, kernel -> dkernel (k, k, C),
+//   dkernel[i, j, c] = sum_{b, h, w} dy[b, h, w, c] x[b, h + i - r, w + j - r, c].
+// The input's gradient is SitDepthwiseConv of dy with the kernel turned by 180 degrees
+// (sit_keras.native.depthwise_conv), a separate op that a train step, whose input is an image, prunes.
 //
 // An image row of W pixels is W C contiguous values, and along it the kernel's value for channel c repeats
 // with period C; so each row is convolved as k x k multiply-adds of whole runs of values (one per tap,
@@ -51,13 +49,11 @@ REGISTER_OP("SitDepthwiseConv")
       return Status();
     });
 
-REGISTER_OP("SitDepthwiseConvGrad")
+REGISTER_OP("SitDepthwiseConvKernelGrad")
     .Input("dy: T")
     .Input("x: T")
     .Input("kernel: T")
-    .Output("dx: T")
     .Output("dkernel: T")
-    .Attr("input_gradient: bool = true")
     .Attr("T: {float, double}")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle dy, x, kernel;
@@ -69,10 +65,7 @@ REGISTER_OP("SitDepthwiseConvGrad")
       DimensionHandle side, channels;
       TF_RETURN_IF_ERROR(c->Merge(c->Dim(kernel, 0), c->Dim(kernel, 1), &side));
       TF_RETURN_IF_ERROR(c->Merge(c->Dim(kernel, 2), c->Dim(x, 3), &channels));
-      bool input_gradient = true;
-      TF_RETURN_IF_ERROR(c->GetAttr("input_gradient", &input_gradient));
-      c->set_output(0, input_gradient ? x : c->MakeShape({0}));
-      c->set_output(1, kernel);
+      c->set_output(0, kernel);
       return Status();
     });
 
@@ -104,16 +97,13 @@ bool CheckShapes(OpKernelContext* context, const char* op, const Tensor& x, cons
   return true;
 }
 
-// taps[(i k + j) run + s] = kernel[i, j, s mod C] for s < run, or (turned) kernel[k - 1 - i, k - 1 - j, ...].
+// taps[(i k + j) run + s] = kernel[i, j, s mod C] for s < run.
 template <typename T>
-std::vector<T> Taps(const T* kernel, const ConvSizes& n, bool turned) {
-  const int64_t k = n.side;
-  std::vector<T> taps(k * k * n.run);
-  for (int64_t i = 0; i < k; ++i) {
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t tap = turned ? (k - 1 - i) * k + (k - 1 - j) : i * k + j;
-      for (int64_t s = 0; s < n.run; ++s) taps[(i * k + j) * n.run + s] = kernel[tap * n.channels + s % n.channels];
-    }
+std::vector<T> Taps(const T* kernel, const ConvSizes& n) {
+  const int64_t taps_count = n.side * n.side;
+  std::vector<T> taps(taps_count * n.run);
+  for (int64_t tap = 0; tap < taps_count; ++tap) {
+    for (int64_t s = 0; s < n.run; ++s) taps[tap * n.run + s] = kernel[tap * n.channels + s % n.channels];
   }
   return taps;
 }
@@ -167,7 +157,7 @@ class DepthwiseConvOp : public OpKernel {
     OP_REQUIRES_OK(context, context->allocate_output(0, x.shape(), &y));
     T* y_data = y->flat<T>().data();
     if (n.empty()) return;
-    const std::vector<T> taps = Taps(kernel.flat<T>().data(), n, false);
+    const std::vector<T> taps = Taps(kernel.flat<T>().data(), n);
     const T* x_data = x.flat<T>().data();
     // A unit is a row of the output: (b, h) = (unit / H, unit % H).
     RunShards(context, n.rows, 2 * n.side * n.side * n.row, [&](int64_t start, int64_t limit) {
@@ -180,41 +170,32 @@ class DepthwiseConvOp : public OpKernel {
 };
 
 template <typename T>
-class DepthwiseConvGradOp : public OpKernel {
+class DepthwiseConvKernelGradOp : public OpKernel {
  public:
-  explicit DepthwiseConvGradOp(OpKernelConstruction* context) : OpKernel(context) {
-    OP_REQUIRES_OK(context, context->GetAttr("input_gradient", &input_gradient_));
-  }
+  explicit DepthwiseConvKernelGradOp(OpKernelConstruction* context) : OpKernel(context) {}
 
   void Compute(OpKernelContext* context) override {
     const Tensor& dy = context->input(0);
     const Tensor& x = context->input(1);
     const Tensor& kernel = context->input(2);
-    if (!CheckShapes(context, "SitDepthwiseConvGrad", x, kernel)) return;
+    if (!CheckShapes(context, "SitDepthwiseConvKernelGrad", x, kernel)) return;
     OP_REQUIRES(context, dy.shape() == x.shape(),
-                InvalidArgument("SitDepthwiseConvGrad expects dy of x's shape ", x.shape().DebugString(),
+                InvalidArgument("SitDepthwiseConvKernelGrad expects dy of x's shape ", x.shape().DebugString(),
                                 "; got ", dy.shape().DebugString()));
     const ConvSizes n(x, kernel);
     const int64_t k = n.side;
-    Tensor* dx = nullptr;
     Tensor* dkernel = nullptr;
-    OP_REQUIRES_OK(context, context->allocate_output(0, input_gradient_ ? x.shape() : TensorShape({0}), &dx));
-    OP_REQUIRES_OK(context, context->allocate_output(1, kernel.shape(), &dkernel));
+    OP_REQUIRES_OK(context, context->allocate_output(0, kernel.shape(), &dkernel));
     T* dkernel_data = dkernel->flat<T>().data();
     std::fill(dkernel_data, dkernel_data + kernel.NumElements(), T(0));
-    if (n.empty()) {
-      if (input_gradient_) std::fill(dx->flat<T>().data(), dx->flat<T>().data() + dx->NumElements(), T(0));
-      return;
-    }
-    const std::vector<T> turned = Taps(kernel.flat<T>().data(), n, true);
+    if (n.empty()) return;
     const T* x_data = x.flat<T>().data();
     const T* dy_data = dy.flat<T>().data();
-    T* dx_data = input_gradient_ ? dx->flat<T>().data() : nullptr;
     // Unit u sums rows [u rows / units, (u + 1) rows / units) into its own taps-shaped sums: sums[u][(i k + j)
     // run + s] holds dy[t] x[t + (j - r) C] of its rows' values t = start + s of every run.
     const int64_t units = std::min(n.rows, kGradientUnits), unit_values = k * k * n.run;
     std::vector<T> sums(units * unit_values, T(0));
-    const int64_t cost = (input_gradient_ ? 4 : 2) * k * k * n.row * (n.rows / units + 1);
+    const int64_t cost = 2 * k * k * n.row * (n.rows / units + 1);
     RunShards(context, units, cost, [&](int64_t start, int64_t limit) {
       for (int64_t u = start; u < limit; ++u) {
         T* unit_sums = sums.data() + u * unit_values;
@@ -226,9 +207,6 @@ class DepthwiseConvGradOp : public OpKernel {
             const T* source = image + (h + i - n.radius) * n.row + (j - n.radius) * n.channels;
             MultiplyAdd(unit_sums + (i * k + j) * n.run + first - start, g + first, source + first, last - first);
           });
-          if (dx_data != nullptr) {
-            ConvolveRow(n, dy_data + b * n.height * n.row, h, turned.data(), dx_data + row * n.row);
-          }
         }
       }
     });
@@ -240,16 +218,13 @@ class DepthwiseConvGradOp : public OpKernel {
       }
     }
   }
-
- private:
-  bool input_gradient_ = true;
 };
 
 #define REGISTER(T)                                                                                  \
   REGISTER_KERNEL_BUILDER(Name("SitDepthwiseConv").Device(DEVICE_CPU).TypeConstraint<T>("T"),        \
                           DepthwiseConvOp<T>);                                                       \
-  REGISTER_KERNEL_BUILDER(Name("SitDepthwiseConvGrad").Device(DEVICE_CPU).TypeConstraint<T>("T"),    \
-                          DepthwiseConvGradOp<T>);
+  REGISTER_KERNEL_BUILDER(Name("SitDepthwiseConvKernelGrad").Device(DEVICE_CPU).TypeConstraint<T>("T"), \
+                          DepthwiseConvKernelGradOp<T>);
 REGISTER(float);
 REGISTER(double);
 #undef REGISTER
