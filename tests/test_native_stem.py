@@ -4,8 +4,7 @@ What this file proves:
 
 - the ops equal ``tf.nn.depthwise_conv2d`` (stride 1, "SAME", depth multiplier 1) and its gradients for
   the input and the kernel, in float64 to 1e-12, on shapes that are multiples of nothing (the lane
-  width, the kernel) and kernels of 1, 3 and 5, through the wrapper, the fused gradient op and the
-  gradient op without the input's gradient (which returns a zero-size ``dx``);
+  width, the kernel) and kernels of 1, 3 and 5, through the wrapper and the kernel-gradient op;
 - a tape outside a ``tf.function`` still gets the input's gradient (the wrapper's separate op for it);
 - the gradients are the same bits on every run (fixed partition of the kernel gradient's sums);
 - malformed inputs raise ``InvalidArgumentError`` naming the expected shapes;

@@ -7140,11 +7140,52 @@ def test_the_eight_lane_kernels_on_an_avx2_host_are_the_reports():
         )
         assert row in section, row
         assert "_si" not in model or over_vit < 1.5
-    assert (
-        f"{medians['sit']:.2f}x (SieT {medians['siet']:.2f}x) on an AVX2 host, medians of five runs each "
-        "(`speed_encoders_spectral_amd_bf16*.json`, `speed_encoders_avx2_lanes8*.json`)"
-    ) in " ".join(README.split())
     assert f"runs are {medians['sit']:.2f}x and {medians['siet']:.2f}x" in " ".join(SPEED.split())
     names = ["native_ops_avx2_lanes8", "speed_encoders_minigrid_avx2_lanes8", "speed_encoders_avx2_lanes8"]
     for name in names + [f"native_ops_avx2_tiles_{s}_run1" for s in tiles]:
+        assert f"`benchmarks/reference/{name}.json`" in SPEED, name
+
+
+def test_the_stem_in_a_native_op_is_the_reports():
+    """docs/speed.md's "The stem in a native op": the op against TensorFlow's, five encoder runs beside the
+    five before it, and the README's speed line, each number its report."""
+    section = _section("### Eight lanes on an AVX2 host")
+    section = section[section.index("**The stem in a native op.**") :]
+    flat = " ".join(section.split())
+    ops = _report("native_ops_avx2_stem.json")
+    runs = ("", "_run2", "_run3", "_run4", "_run5")
+    encoders = [_report(f"speed_encoders_avx2_stem{t}.json") for t in runs]
+    before = [_report(f"speed_encoders_avx2_lanes8{t}.json") for t in runs]
+    for report in [ops, *encoders]:
+        assert report["commit"].startswith("a42a90b") and "no AVX-512" in report["machine"]
+    results = ops["results"]
+    for case, label in (("stem_builtin", "`tf.nn.depthwise_conv2d`"), ("stem", "`SitDepthwiseConv`")):
+        cells = [f"{results[case][stage]['median_ms']:.2f}" for stage in ("forward", "backward")]
+        assert f"| {label} | {cells[0]} | {cells[1]} |" in section, case
+    speedup = results["stem_speedup"]
+    for stage in ("forward", "backward"):
+        builtin, native = (results[case][stage]["median_ms"] for case in ("stem_builtin", "stem"))
+        assert speedup[stage] == pytest.approx(builtin / native, rel=0.02) and speedup[stage] > 1
+    assert f"| speed-up | {speedup['forward']:.2f}x | {speedup['backward']:.2f}x |" in section
+    labels = {"sit": "SiT", "siet": "SieT"}
+    labels |= {f"{m}:builtin": f"{name}, builtin ops" for m, name in labels.items()}
+    medians = {}
+    for model, label in labels.items():
+        ratios = [r["ratios"]["train_step_over_vit"][model]["graph"] for r in encoders]
+        earlier = np.median([r["ratios"]["train_step_over_vit"][model]["graph"] for r in before])
+        medians[model] = np.median(ratios)
+        row = (
+            f"| {label} | "
+            + " | ".join(f"{x:.2f}" for x in ratios)
+            + f" | {medians[model]:.2f} | {earlier:.2f} |"
+        )
+        assert row in section, row
+    assert max(medians["sit"], medians["siet"]) <= 2.0
+    assert f"to **{medians['sit']:.2f}x** the ViT's and the SieT's from" in flat
+    assert f"to **{medians['siet']:.2f}x**: both within the speed issue's 2.0x" in flat
+    assert (
+        f"{medians['sit']:.2f}x (SieT {medians['siet']:.2f}x) on an AVX2 host, medians of five runs each "
+        "(`speed_encoders_spectral_amd_bf16*.json`, `speed_encoders_avx2_stem*.json`)"
+    ) in " ".join(README.split())
+    for name in ("native_ops_avx2_stem", "speed_encoders_avx2_stem"):
         assert f"`benchmarks/reference/{name}.json`" in SPEED, name
