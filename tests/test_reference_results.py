@@ -7141,8 +7141,9 @@ def test_the_eight_lane_kernels_on_an_avx2_host_are_the_reports():
         assert row in section, row
         assert "_si" not in model or over_vit < 1.5
     assert f"runs are {medians['sit']:.2f}x and {medians['siet']:.2f}x" in " ".join(SPEED.split())
-    names = ["native_ops_avx2_lanes8", "speed_encoders_minigrid_avx2_lanes8", "speed_encoders_avx2_lanes8"]
-    for name in names + [f"native_ops_avx2_tiles_{s}_run1" for s in tiles]:
+    names = ["native_ops_avx2_lanes8", "speed_encoders_minigrid_avx2_lanes8"]
+    names += [f"speed_encoders_avx2_lanes8{t}" for t in runs]
+    for name in names + [f"native_ops_avx2_tiles_{s}_run{r}" for s in tiles for r in (1, 2)]:
         assert f"`benchmarks/reference/{name}.json`" in SPEED, name
 
 
@@ -7187,5 +7188,5 @@ def test_the_stem_in_a_native_op_is_the_reports():
         f"{medians['sit']:.2f}x (SieT {medians['siet']:.2f}x) on an AVX2 host, medians of five runs each "
         "(`speed_encoders_spectral_amd_bf16*.json`, `speed_encoders_avx2_stem*.json`)"
     ) in " ".join(README.split())
-    for name in ("native_ops_avx2_stem", "speed_encoders_avx2_stem"):
+    for name in ["native_ops_avx2_stem"] + [f"speed_encoders_avx2_stem{t}" for t in runs]:
         assert f"`benchmarks/reference/{name}.json`" in SPEED, name
