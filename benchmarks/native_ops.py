@@ -7,7 +7,7 @@ token each, then the 8 x 8 global grid and its class token; D = 64, 4 heads),
 with random inputs through the public wrappers, the triangle sums' own
 score-map patterns, and graphs ``G_q, G_k, G_v`` of a GSA layer with the SiT's
 rotation symmetry (its weights perturbed), mixed as the layers mix them: in
-the quarter turn's orbits (``native/rotation_spectra.h``):
+the quarter turn's orbits (``native/rotation_spectra.h``), and the stem and the projection:
 
 - ``first_block``: ``window_attention`` given the projection's kernel, from the
   ``C + 3 = 6`` values a pixel (the first local block);
@@ -21,7 +21,12 @@ the quarter turn's orbits (``native/rotation_spectra.h``):
   images, and ``stem_builtin``: ``tf.nn.depthwise_conv2d`` on the same, whose
   backward passes take the kernel's gradient only (a train step's: the image
   needs none) and return the output as well (whose op the kernel's gradient
-  does not need); ``stem_speedup`` is builtin / native time.
+  does not need); ``stem_speedup`` is builtin / native time;
+- ``projection``: ``project_channels_first``, the second local block's
+  ``(D, 3 D)`` projection of the windows' tokens kept channels first, and
+  ``projection_builtin``: the same through TensorFlow's matmuls (the layers'
+  form under ``native.builtin_only()``); ``projection_speedup`` is builtin /
+  native time.
 
 Each function, its forward pass and its forward + backward pass (the gradients
 of every input), is called once per round, in interleaved rounds with one
@@ -59,15 +64,24 @@ from sit_keras.benchmarking import (
     parse_or_say_why,
     write_report,
 )
+from sit_keras.layers.channels_first import project_channels_first
 from sit_keras.layers.graph_symmetric_attention import GraphSymmetricAttention
 from sit_keras.layers.triangle_sums import TriangleSums
 from sit_keras.testing import perturb_weights
 
 DIM, HEADS, PIXEL_VALUES = 64, 4, 6
 WINDOWS_PER_IMAGE = 64  # 4x4 windows of the 32x32 pooled grid
+WINDOW_TOKENS = 4 * 4 + 1  # a window's pixels and its class token
 SPECTRAL_CASES = ("first_block", "class_token", "global_grid")
 STEM_CASES = ("stem", "stem_builtin")
-CASES = (*SPECTRAL_CASES, "layer_norm", *(f"{case}_dense" for case in SPECTRAL_CASES), *STEM_CASES)
+PROJECTION_CASES = ("projection", "projection_builtin")
+CASES = (
+    *SPECTRAL_CASES,
+    "layer_norm",
+    *(f"{case}_dense" for case in SPECTRAL_CASES),
+    *STEM_CASES,
+    *PROJECTION_CASES,
+)
 MATMUL_SIZE = 1024
 IMAGE_SIDE, IMAGE_CHANNELS, STEM_KERNEL = 64, 3, 3
 # Cases whose backward pass differentiates the listed inputs only (the stem's kernel, not its image) and
@@ -120,6 +134,10 @@ def _inputs(batch: int, seed: int = 0) -> dict[str, tuple[Callable[..., tf.Tenso
     def stem_builtin(images, kernel):
         return tf.nn.depthwise_conv2d(images, kernel[..., None], [1, 1, 1, 1], "SAME")
 
+    def projection_builtin(kernel, x):
+        with native.builtin_only():
+            return project_channels_first(kernel, x)
+
     graphs = {t_local: local_graphs, t_grid: grid_graphs}
     cases = {
         "first_block": (
@@ -151,6 +169,9 @@ def _inputs(batch: int, seed: int = 0) -> dict[str, tuple[Callable[..., tf.Tenso
     stem_kernel = normal(STEM_KERNEL, STEM_KERNEL, IMAGE_CHANNELS, scale=0.3)
     cases["stem"] = (native.depthwise_conv, [images, stem_kernel])
     cases["stem_builtin"] = (stem_builtin, [images, stem_kernel])
+    tokens = [normal(DIM, 3 * DIM, scale=0.1), normal(DIM, windows * WINDOW_TOKENS)]
+    cases["projection"] = (native.project_channels_first, tokens)
+    cases["projection_builtin"] = (projection_builtin, tokens)
     for case in SPECTRAL_CASES:
         op, inputs = cases[case]
         cases[f"{case}_dense"] = (functools.partial(op, orbits=None), inputs)
@@ -197,9 +218,10 @@ def measure(batch: int, repeats: int) -> dict[str, Any]:
         case: {stage: medians[f"{case}_dense", stage] / medians[case, stage] for stage in stages}
         for case in SPECTRAL_CASES
     }
-    results["stem_speedup"] = {
-        stage: medians["stem_builtin", stage] / medians["stem", stage] for stage in stages
-    }
+    for case in ("stem", "projection"):
+        results[f"{case}_speedup"] = {
+            stage: medians[f"{case}_builtin", stage] / medians[case, stage] for stage in stages
+        }
     return results
 
 
@@ -245,6 +267,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "The stem's native depth-wise convolution, speed-up over tf.nn.depthwise_conv2d (builtin / native "
         f"time): forward {stem['forward']:.2f}x, forward + kernel gradient {stem['backward']:.2f}x"
     )
+    projection = results["projection_speedup"]
+    print(
+        "The native channels-first projection, speed-up over TensorFlow's matmuls (builtin / native time): "
+        f"forward {projection['forward']:.2f}x, forward + backward {projection['backward']:.2f}x"
+    )
     report = {
         "what": "The native kernels alone at the SiT train step's shapes, forward and forward + backward",
         "command": command_line("native_ops.py", argv),
@@ -255,6 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "dim": DIM,
             "heads": HEADS,
             "stem": {"image": [IMAGE_SIDE, IMAGE_SIDE, IMAGE_CHANNELS], "kernel_size": STEM_KERNEL},
+            "projection": {"kernel": [DIM, 3 * DIM], "columns": batch * WINDOWS_PER_IMAGE * WINDOW_TOKENS},
         },
         "environment": environment(),
         "results": results,

@@ -299,7 +299,14 @@ def test_op_profile_sums_the_ops_of_a_stage_by_type_and_node(tmp_path, capsys):
     )
     assert len(report["nodes"]) == 4 and all(" -> " in row["shapes"] for row in report["nodes"])
     # The native ops' gradients are made outside the tape's name scope (their custom gradient).
-    prefixes = ("local_gsa/", "gradient_tape/", "MatMul", "SitWindowAttentionGrad", "SitClassTokenAttention")
+    prefixes = (
+        "local_gsa/",
+        "gradient_tape/",
+        "MatMul",
+        "SitWindowAttentionGrad",
+        "SitClassTokenAttention",
+        "SitChannelsFirstProjection",
+    )
     assert all(row["node"].startswith(prefixes) for row in report["nodes"])
     assert f"{report['nodes'][0]['node']} ({report['nodes'][0]['op']})" in capsys.readouterr().out
     assert report["settings"]["precision"] == "float32"
@@ -416,12 +423,18 @@ def test_native_ops_times_each_kernel_forward_and_backward(tmp_path, capsys):
     results = report["results"]
     printed = capsys.readouterr().out
     assert f"one 1024^3 matmul: {results['matmul_ms']:.2f} ms" in printed
-    for case in ("first_block", "class_token", "global_grid", "layer_norm", "stem", "stem_builtin"):
+    cases = ("first_block", "class_token", "global_grid", "layer_norm", "stem", "stem_builtin")
+    for case in (*cases, "projection", "projection_builtin"):
         forward, backward = results[case]["forward"], results[case]["backward"]
         for timing in (forward, backward):
             assert timing["median_ms"] > 0
             assert timing["matmul_times"] == pytest.approx(timing["median_ms"] / results["matmul_ms"])
         assert f"| {case} | {forward['median_ms']:.2f} | {backward['median_ms']:.2f} |" in printed
+    for case in ("stem", "projection"):
+        for stage in ("forward", "backward"):
+            speedup = results[f"{case}_builtin"][stage]["median_ms"] / results[case][stage]["median_ms"]
+            assert results[f"{case}_speedup"][stage] == pytest.approx(speedup, rel=1e-6)
+    assert report["settings"]["projection"] == {"kernel": [64, 192], "columns": 16 * 64 * 17}
 
 
 @pytest.mark.parametrize(

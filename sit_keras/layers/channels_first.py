@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from sit_keras import native
+
 
 def project_channels_first(kernel: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
     """``W^T x``: ``(R, N)`` kernel, ``(R, L)`` channels-first inputs -> ``(N, L)``.
@@ -18,7 +20,17 @@ def project_channels_first(kernel: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
     the same product as a batched matmul of one matrix on an AVX512_BF16 host
     (``benchmarks/channels_first_grad.py``, docs/speed.md). Same sums, so
     float64 gradients agree to rounding.
+
+    Where the native kernels are usable (``sit_keras.native.usable``) and the
+    tokens are float32 or float64, the projection and its kernel gradient are
+    native ops instead (``native.project_channels_first``), 1.8x and 1.2x
+    faster than TensorFlow's on an AVX2 host (docs/speed.md).
     """
+    # Tensors, not variables: a kernel read from a variable (in the compute dtype under a mixed
+    # policy) reaches the variable through that read, outside the custom gradient.
+    kernel, x = tf.convert_to_tensor(kernel), tf.convert_to_tensor(x)
+    if x.dtype in (tf.float32, tf.float64) and kernel.dtype == x.dtype and native.usable(x.dtype):
+        return native.project_channels_first(kernel, x)
 
     @tf.custom_gradient
     def projection(kernel: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
@@ -29,6 +41,4 @@ def project_channels_first(kernel: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
 
         return tf.matmul(kernel, x, transpose_a=True), grad
 
-    # Tensors, not variables: a kernel read from a variable (in the compute dtype under a mixed
-    # policy) reaches the variable through that read, outside the custom gradient.
-    return projection(tf.convert_to_tensor(kernel), tf.convert_to_tensor(x))
+    return projection(kernel, x)

@@ -28,7 +28,8 @@ The ops (``window_attention``, ``class_token_attention``) run the window attenti
 of a local GSA block in vector lanes of ``LANES`` windows: the scores, score
 maps and softmaxes never leave the cache (docs/speed.md, "Native kernels");
 ``standardized_lane_blocks`` writes a block's standardised tokens in their layout;
-``depthwise_conv`` is the SiT stem's depth-wise convolution (``depthwise_stem.cc``).
+``depthwise_conv`` is the SiT stem's depth-wise convolution (``depthwise_stem.cc``);
+``project_channels_first`` the GSA layers' projection of channels-first tokens (``channels_first.cc``).
 """
 
 from __future__ import annotations
@@ -317,6 +318,29 @@ def depthwise_conv(inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
         return ops.sit_depthwise_conv(x, w), grad
 
     return convolve(inputs, kernel)
+
+
+def project_channels_first(kernel: tf.Tensor, inputs: tf.Tensor) -> tf.Tensor:
+    """``tf.matmul(kernel, inputs, transpose_a=True)`` in one op: ``(R, N)``, ``(R, L)`` -> ``(N, L)``.
+
+    The GSA layers' channels-first projection (``sit_keras.layers.channels_first``)
+    with ``L`` about 10^5 columns, which TensorFlow's CPU matmuls run slowly in
+    this layout (``channels_first.cc``). The kernel's gradient comes from
+    ``SitChannelsFirstProjectionKernelGrad``, the same bits on every run; the
+    input's is ``tf.matmul(kernel, dy)``, which TensorFlow runs fast. float32
+    and float64 only: under ``mixed_bfloat16`` the builtin matmul computes in
+    bfloat16. Call only where ``usable(inputs.dtype)``.
+    """
+    ops = _library_or_raise()
+
+    @tf.custom_gradient
+    def projection(w: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
+        def grad(dy: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            return ops.sit_channels_first_projection_kernel_grad(dy, x), tf.matmul(w, dy)
+
+        return ops.sit_channels_first_projection(w, x), grad
+
+    return projection(kernel, inputs)
 
 
 def first_windows(output: tf.Tensor, inputs: tf.Tensor, axis: int) -> tf.Tensor:

@@ -1,0 +1,159 @@
+"""The GSA layers' native channels-first projection (``native.project_channels_first``, channels_first.cc).
+
+What this file proves:
+
+- the op and its gradients equal ``tf.matmul(kernel, x, transpose_a=True)`` and TensorFlow's gradients
+  in float64 to 1e-12, on shapes that are multiples of nothing (the lane width, the register tiles, the
+  column chunks), including rows 4 KiB apart (the layers' case the op copies tiles for), through the
+  wrapper and the kernel-gradient op;
+- empty shapes give empty or zero results;
+- the kernel's gradient is the same bits on every run (fixed partition of its sums);
+- malformed inputs raise ``InvalidArgumentError`` naming the expected shapes;
+- ``sit_keras.layers.channels_first.project_channels_first`` runs the op where the native kernels are
+  usable (a gradient tape, float32 or float64) and TensorFlow's matmul elsewhere: traced without a tape
+  (an export), under ``builtin_only()``, compiled by XLA, and in bfloat16 (a mixed policy's matmul).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sit_keras import native
+from sit_keras.layers.channels_first import project_channels_first
+
+pytestmark = pytest.mark.skipif(
+    not native.available(), reason="needs the native kernels: `make install` builds them"
+)
+
+
+def _ops():
+    return native.library()
+
+
+def _with_gradients(project, kernel: tf.Tensor, x: tf.Tensor, dy: tf.Tensor) -> list[tf.Tensor]:
+    with tf.GradientTape() as tape:
+        tape.watch([kernel, x])
+        y = project(kernel, x)
+    return [y, *tape.gradient(y, [kernel, x], output_gradients=dy)]
+
+
+def _builtin(kernel: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
+    return tf.matmul(kernel, x, transpose_a=True)
+
+
+def _random(rows: int, outputs: int, columns: int, seed: int, dtype=tf.float64) -> list[tf.Tensor]:
+    rng = np.random.default_rng(seed)
+    shapes = [(rows, outputs), (rows, columns), (outputs, columns)]
+    return [tf.constant(rng.normal(size=shape), dtype) for shape in shapes]
+
+
+def _assert_matches_the_builtin(kernel: tf.Tensor, x: tf.Tensor, dy: tf.Tensor) -> None:
+    expected = _with_gradients(_builtin, kernel, x, dy)
+    got = _with_gradients(native.project_channels_first, kernel, x, dy)
+    for a, b in zip(got, expected, strict=True):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12, atol=1e-12)
+    dkernel = _ops().sit_channels_first_projection_kernel_grad(dy, x)
+    np.testing.assert_allclose(dkernel.numpy(), expected[1].numpy(), rtol=1e-12, atol=1e-12)
+
+
+@settings(deadline=None, max_examples=40)
+@given(
+    shape=st.tuples(st.integers(1, 70), st.integers(1, 30), st.integers(1, 1200)), seed=st.integers(0, 2**16)
+)
+def test_the_op_and_its_gradients_are_tensorflows_matmul(shape: tuple[int, int, int], seed: int) -> None:
+    _assert_matches_the_builtin(*_random(*shape, seed))
+
+
+@pytest.mark.parametrize("columns", [1024, 4096 + 3])
+def test_rows_4_kib_apart_and_whole_chunks_are_the_builtin_too(columns: int) -> None:
+    """L = 1024 doubles or floats: rows 8 or 4 KiB apart, every column chunk whole (no padded copy)."""
+    _assert_matches_the_builtin(*_random(64, 192, columns, seed=columns))
+
+
+def test_empty_shapes_give_empty_or_zero_results() -> None:
+    for rows, outputs, columns in [(3, 4, 0), (0, 4, 5), (3, 0, 5)]:
+        kernel, x, dy = _random(rows, outputs, columns, seed=0)
+        y = _ops().sit_channels_first_projection(kernel, x)
+        assert y.shape == (outputs, columns) and not np.any(y.numpy())
+        dkernel = _ops().sit_channels_first_projection_kernel_grad(dy, x)
+        assert dkernel.shape == (rows, outputs) and not np.any(dkernel.numpy())
+
+
+def test_the_kernels_gradient_is_the_same_on_every_run() -> None:
+    kernel, x, dy = _random(64, 192, 40_000 + 5, seed=1, dtype=tf.float32)
+    runs = [_with_gradients(native.project_channels_first, kernel, x, dy)[1] for _ in range(3)]
+    for run in runs[1:]:
+        np.testing.assert_array_equal(runs[0].numpy(), run.numpy())
+
+
+@pytest.mark.parametrize(
+    "kernel_shape, x_shape, message",
+    [
+        ((3,), (3, 5), r"expects a kernel \(R, N\) of rank 2"),
+        ((3, 4), (3, 5, 1), r"expects x \(R, L\) of rank 2"),
+        ((3, 4), (2, 5), r"a kernel \(R, N\) and x \(R, L\) with the same R; got \[3,4\] and \[2,5\]"),
+    ],
+    ids=["kernel_rank", "x_rank", "rows_differ"],
+)
+def test_the_projection_op_refuses_malformed_inputs(kernel_shape: tuple, x_shape: tuple, message: str):
+    with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match=message):
+        _ops().sit_channels_first_projection(tf.zeros(kernel_shape), tf.zeros(x_shape))
+
+
+@pytest.mark.parametrize(
+    "dy_shape, x_shape, message",
+    [
+        ((4,), (3, 5), r"expects dy \(N, L\) of rank 2"),
+        ((4, 5), (3,), r"expects x \(R, L\) of rank 2"),
+        ((4, 6), (3, 5), r"dy \(N, L\) and x \(R, L\) with the same L; got \[4,6\] and \[3,5\]"),
+    ],
+    ids=["dy_rank", "x_rank", "columns_differ"],
+)
+def test_the_gradient_op_refuses_malformed_inputs(dy_shape: tuple, x_shape: tuple, message: str) -> None:
+    with pytest.raises((tf.errors.InvalidArgumentError, ValueError), match=message):
+        _ops().sit_channels_first_projection_kernel_grad(tf.zeros(dy_shape), tf.zeros(x_shape))
+
+
+def _op_types(function: tf.types.experimental.GenericFunction, *args) -> set[str]:
+    graph = function.get_concrete_function(*args).graph
+    types = {op.type for op in graph.get_operations()}
+    for f in graph.as_graph_def().library.function:  # ops inside nested functions (custom gradients)
+        types |= {node.op for node in f.node_def}
+    return types
+
+
+def _train_step(jit_compile: bool = False) -> tf.types.experimental.GenericFunction:
+    @tf.function(jit_compile=jit_compile)
+    def step(kernel: tf.Tensor, x: tf.Tensor) -> list[tf.Tensor]:
+        with tf.GradientTape() as tape:
+            tape.watch(kernel)
+            loss = tf.reduce_sum(tf.square(project_channels_first(kernel, x)))
+        return tape.gradient(loss, [kernel])
+
+    return step
+
+
+OPS = {"SitChannelsFirstProjection", "SitChannelsFirstProjectionKernelGrad"}
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
+def test_the_layers_projection_runs_the_ops_under_a_tape_and_matmul_elsewhere(dtype: tf.DType) -> None:
+    kernel, x, _ = _random(6, 8, 50, seed=2, dtype=dtype)
+    assert OPS <= _op_types(_train_step(), kernel, x)
+    assert not OPS & _op_types(tf.function(project_channels_first), kernel, x)
+    assert not OPS & _op_types(_train_step(jit_compile=True), kernel, x)
+    with native.builtin_only():
+        assert not OPS & _op_types(_train_step(), kernel, x)
+    with native.forward_passes():
+        assert "SitChannelsFirstProjection" in _op_types(tf.function(project_channels_first), kernel, x)
+
+
+def test_in_bfloat16_the_layers_projection_keeps_tensorflows_matmul() -> None:
+    kernel, x, _ = _random(6, 8, 50, seed=3, dtype=tf.bfloat16)
+    types = _op_types(_train_step(), kernel, x)
+    assert not OPS & types and "MatMul" in types
