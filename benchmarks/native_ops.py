@@ -25,8 +25,9 @@ the quarter turn's orbits (``native/rotation_spectra.h``), and the stem and the 
 - ``projection``: ``project_channels_first``, the second local block's
   ``(D, 3 D)`` projection of the windows' tokens kept channels first, and
   ``projection_builtin``: the same through TensorFlow's matmuls (the layers'
-  form under ``native.builtin_only()``); ``projection_speedup`` is builtin /
-  native time.
+  form under ``native.builtin_only()``), whose backward passes return the
+  output as well (neither gradient reads it); ``projection_speedup`` is
+  builtin / native time.
 
 Each function, its forward pass and its forward + backward pass (the gradients
 of every input), is called once per round, in interleaved rounds with one
@@ -84,9 +85,9 @@ CASES = (
 )
 MATMUL_SIZE = 1024
 IMAGE_SIDE, IMAGE_CHANNELS, STEM_KERNEL = 64, 3, 3
-# Cases whose backward pass differentiates the listed inputs only (the stem's kernel, not its image) and
-# returns the output too: the kernel's gradient does not read it, and TensorFlow would prune the forward op.
-DIFFERENTIATED = {case: (1,) for case in STEM_CASES}
+# Cases whose backward pass differentiates the listed inputs (the stem's kernel, not its image) and returns
+# the output too: their gradients do not read it, and TensorFlow would prune the forward op.
+DIFFERENTIATED = {**{case: (1,) for case in STEM_CASES}, **{case: (0, 1) for case in PROJECTION_CASES}}
 
 
 def _layer_graphs(grid: int) -> tuple[tf.Tensor, np.ndarray]:
