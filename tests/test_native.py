@@ -45,6 +45,7 @@ import tensorflow as tf
 import tf_keras
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from traced_ops import op_types
 
 from sit_keras import native, testing
 from sit_keras.agents.training import collection
@@ -333,14 +334,6 @@ def test_the_docs_sizes_of_the_map_and_the_scale_rounding() -> None:
     assert float(tf.constant(scale, tf.float64)) == scale != float(tf.cast(scale, tf.float64))
 
 
-def _op_types(function: tf.types.experimental.GenericFunction, *args) -> set[str]:
-    graph = function.get_concrete_function(*args).graph
-    types = {op.type for op in graph.get_operations()}
-    for f in graph.as_graph_def().library.function:  # ops inside nested functions (custom gradients, XLA)
-        types |= {node.op for node in f.node_def}
-    return types
-
-
 @pytest.fixture(scope="module")
 def sit() -> tf.keras.Model:
     return build_encoder("sit", (16, 16, 3))
@@ -348,12 +341,12 @@ def sit() -> tf.keras.Model:
 
 def test_a_train_step_runs_the_native_ops_and_a_forward_pass_does_not(sit) -> None:
     images = tf.zeros((3, 16, 16, 3), tf.uint8)
-    assert NATIVE_OPS <= _op_types(make_train_step(sit, jit_compile=False), images)
+    assert NATIVE_OPS <= op_types(make_train_step(sit, jit_compile=False), images)
     forward = tf.function(lambda x: sit(x, training=False))
-    assert not NATIVE_OPS & _op_types(forward, images)
-    assert not NATIVE_OPS & _op_types(make_train_step(sit, jit_compile=True), images)
+    assert not NATIVE_OPS & op_types(forward, images)
+    assert not NATIVE_OPS & op_types(make_train_step(sit, jit_compile=True), images)
     with native.builtin_only():
-        assert not NATIVE_OPS & _op_types(make_train_step(sit, jit_compile=False), images)
+        assert not NATIVE_OPS & op_types(make_train_step(sit, jit_compile=False), images)
 
 
 def _attention_orbits(function: tf.types.experimental.GenericFunction, *args) -> list[list[int]]:
@@ -379,7 +372,7 @@ def test_a_sits_windows_give_the_ops_the_quarter_turns_orbits_except_under_dense
 def test_a_forward_pass_traced_for_a_driver_runs_the_native_ops(sit) -> None:
     images = tf.zeros((3, 16, 16, 3), tf.uint8)
     with native.forward_passes():
-        assert NATIVE_OPS & _op_types(tf.function(lambda x: sit(x, training=False)), images)
+        assert NATIVE_OPS & op_types(tf.function(lambda x: sit(x, training=False)), images)
     assert not native.usable(tf.float32)  # outside it again
 
 
@@ -403,7 +396,7 @@ def test_a_sit_on_the_native_ops_keeps_rotations_and_breaks_flips(fixed_seed: No
     testing.perturb_weights(encoder, 0.3)
     with native.forward_passes():
         forward = tf.function(lambda z: encoder(z, training=False))
-        assert NATIVE_OPS <= _op_types(forward, x)
+        assert NATIVE_OPS <= op_types(forward, x)
         testing.assert_invariant(forward, x, testing.ROTATIONS, tol=1e-10)
         testing.assert_not_invariant(forward, x, testing.REFLECTIONS)
 
@@ -420,7 +413,7 @@ def test_a_siet_whose_global_grid_runs_the_native_ops_keeps_its_declared_symmetr
     assert global_block.num_tokens**2 == native.MAX_TOKEN_PAIRS
     with native.forward_passes():
         forward = tf.function(lambda z: encoder(z, training=False))
-        assert NATIVE_OPS <= _op_types(forward, x)
+        assert NATIVE_OPS <= op_types(forward, x)
         assert global_block.native_applies(tf.float64, token_only=False)
         testing.assert_declared_symmetry(
             lambda z: {"output": forward(z), **encoder.symmetry_parts(z)}, x, encoder.declared_symmetry
@@ -451,7 +444,7 @@ def test_without_the_library_a_train_step_keeps_builtin_ops_and_its_values(sit, 
     with_library = gradients()
     monkeypatch.setattr(native, "_loaded", {"ops": None, "problem": "not built"})
     assert not native.usable(tf.float32)
-    assert not NATIVE_OPS & _op_types(make_train_step(sit, jit_compile=False), images)
+    assert not NATIVE_OPS & op_types(make_train_step(sit, jit_compile=False), images)
     for a, b in zip(with_library, gradients(), strict=True):  # float32: agree to 1e-4 in norm
         assert np.linalg.norm(a - b) <= 1e-4 * np.linalg.norm(a)
 
@@ -481,7 +474,7 @@ def test_under_mixed_bfloat16_the_ops_run_in_float32_as_accurately_as_the_builti
     assert native.op_dtype(tf.bfloat16) == tf.float32
     # The projections keep TensorFlow's matmul, which computes in bfloat16 (tests/test_native_projection.py).
     in_float32 = NATIVE_OPS - {"SitChannelsFirstProjection"}
-    types = _op_types(make_train_step(low, jit_compile=False), images)
+    types = op_types(make_train_step(low, jit_compile=False), images)
     assert in_float32 <= types and "SitChannelsFirstProjection" not in types
     reference = _loss_gradients(exact, images)
     with native.builtin_only():

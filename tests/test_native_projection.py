@@ -21,6 +21,7 @@ import pytest
 import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from traced_ops import op_types
 
 from sit_keras import native
 from sit_keras.layers.channels_first import project_channels_first
@@ -119,14 +120,6 @@ def test_the_gradient_op_refuses_malformed_inputs(dy_shape: tuple, x_shape: tupl
         _ops().sit_channels_first_projection_kernel_grad(tf.zeros(dy_shape), tf.zeros(x_shape))
 
 
-def _op_types(function: tf.types.experimental.GenericFunction, *args) -> set[str]:
-    graph = function.get_concrete_function(*args).graph
-    types = {op.type for op in graph.get_operations()}
-    for f in graph.as_graph_def().library.function:  # ops inside nested functions (custom gradients)
-        types |= {node.op for node in f.node_def}
-    return types
-
-
 def _train_step(jit_compile: bool = False) -> tf.types.experimental.GenericFunction:
     @tf.function(jit_compile=jit_compile)
     def step(kernel: tf.Tensor, x: tf.Tensor) -> list[tf.Tensor]:
@@ -144,16 +137,16 @@ OPS = {"SitChannelsFirstProjection", "SitChannelsFirstProjectionKernelGrad"}
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
 def test_the_layers_projection_runs_the_ops_under_a_tape_and_matmul_elsewhere(dtype: tf.DType) -> None:
     kernel, x, _ = _random(6, 8, 50, seed=2, dtype=dtype)
-    assert OPS <= _op_types(_train_step(), kernel, x)
-    assert not OPS & _op_types(tf.function(project_channels_first), kernel, x)
-    assert not OPS & _op_types(_train_step(jit_compile=True), kernel, x)
+    assert OPS <= op_types(_train_step(), kernel, x)
+    assert not OPS & op_types(tf.function(project_channels_first), kernel, x)
+    assert not OPS & op_types(_train_step(jit_compile=True), kernel, x)
     with native.builtin_only():
-        assert not OPS & _op_types(_train_step(), kernel, x)
+        assert not OPS & op_types(_train_step(), kernel, x)
     with native.forward_passes():
-        assert "SitChannelsFirstProjection" in _op_types(tf.function(project_channels_first), kernel, x)
+        assert "SitChannelsFirstProjection" in op_types(tf.function(project_channels_first), kernel, x)
 
 
 def test_in_bfloat16_the_layers_projection_keeps_tensorflows_matmul() -> None:
     kernel, x, _ = _random(6, 8, 50, seed=3, dtype=tf.bfloat16)
-    types = _op_types(_train_step(), kernel, x)
+    types = op_types(_train_step(), kernel, x)
     assert not OPS & types and "MatMul" in types

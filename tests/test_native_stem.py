@@ -23,6 +23,7 @@ import tensorflow as tf
 import tf_keras
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from traced_ops import op_types
 
 from sit_keras import native, testing
 from sit_keras.layers import GraphConv2D
@@ -119,14 +120,6 @@ def test_the_gradient_op_refuses_a_dy_of_another_shape() -> None:
         )
 
 
-def _op_types(function: tf.types.experimental.GenericFunction, *args) -> set[str]:
-    graph = function.get_concrete_function(*args).graph
-    types = {op.type for op in graph.get_operations()}
-    for f in graph.as_graph_def().library.function:  # ops inside nested functions (custom gradients)
-        types |= {node.op for node in f.node_def}
-    return types
-
-
 def _train_step(layer: GraphConv2D) -> tf.types.experimental.GenericFunction:
     @tf.function
     def step(images: tf.Tensor) -> list[tf.Tensor]:
@@ -142,19 +135,19 @@ def test_a_stem_runs_the_op_under_a_tape_and_the_builtin_op_elsewhere() -> None:
     stem = GraphConv2D(3)
     stem(images)
     trained = _train_step(stem)
-    assert {"SitDepthwiseConv", "SitDepthwiseConvKernelGrad"} <= _op_types(trained, images)
-    assert "DepthwiseConv2dNative" not in _op_types(trained, images)
+    assert {"SitDepthwiseConv", "SitDepthwiseConvKernelGrad"} <= op_types(trained, images)
+    assert "DepthwiseConv2dNative" not in op_types(trained, images)
     forward = tf.function(lambda x: stem(x))
-    assert "SitDepthwiseConv" not in _op_types(forward, images)
-    assert "DepthwiseConv2dNative" in _op_types(forward, images)
+    assert "SitDepthwiseConv" not in op_types(forward, images)
+    assert "DepthwiseConv2dNative" in op_types(forward, images)
     with native.forward_passes():
-        assert "SitDepthwiseConv" in _op_types(tf.function(lambda x: stem(x)), images)
+        assert "SitDepthwiseConv" in op_types(tf.function(lambda x: stem(x)), images)
     with native.builtin_only():
-        assert "SitDepthwiseConv" not in _op_types(_train_step(stem), images)
+        assert "SitDepthwiseConv" not in op_types(_train_step(stem), images)
     others = (GraphConv2D(3, strides=2), GraphConv2D(3, padding="valid"), GraphConv2D(3, depth_multiplier=2))
     for other in others:
         other(images)
-        assert "SitDepthwiseConv" not in _op_types(_train_step(other), images)
+        assert "SitDepthwiseConv" not in op_types(_train_step(other), images)
 
 
 def test_a_train_step_leaves_the_images_gradient_unused() -> None:
@@ -186,7 +179,7 @@ def test_under_mixed_bfloat16_the_stem_runs_the_op_in_float32() -> None:
     finally:
         tf_keras.mixed_precision.set_global_policy(None)
     step = _train_step(stem)
-    assert "SitDepthwiseConv" in _op_types(step, images)
+    assert "SitDepthwiseConv" in op_types(step, images)
     with tf.GradientTape():
         out = stem(images)
     assert out.dtype == tf.bfloat16
@@ -209,7 +202,7 @@ def test_a_sit_whose_stem_runs_the_op_keeps_rotations_and_breaks_flips(fixed_see
     testing.perturb_weights(encoder, 0.3)
     with native.forward_passes():
         forward = tf.function(lambda z: encoder(z, training=False))
-        assert "SitDepthwiseConv" in _op_types(forward, x)
+        assert "SitDepthwiseConv" in op_types(forward, x)
         testing.assert_invariant(forward, x, testing.ROTATIONS, tol=1e-10)
         testing.assert_not_invariant(forward, x, testing.REFLECTIONS)
         with native.builtin_only():

@@ -7147,27 +7147,23 @@ def test_the_eight_lane_kernels_on_an_avx2_host_are_the_reports():
         assert f"`benchmarks/reference/{name}.json`" in SPEED, name
 
 
-def test_the_stem_in_a_native_op_is_the_reports():
-    """docs/speed.md's "The stem in a native op": the op against TensorFlow's, five encoder runs beside the
-    five before it, and the README's speed line, each number its report."""
-    section = _section("### Eight lanes on an AVX2 host")
-    section = section[section.index("**The stem in a native op.**") :]
-    flat = " ".join(section.split())
-    ops = _report("native_ops_avx2_stem.json")
-    runs = ("", "_run2", "_run3", "_run4", "_run5")
-    encoders = [_report(f"speed_encoders_avx2_stem{t}.json") for t in runs]
-    before = [_report(f"speed_encoders_avx2_lanes8{t}.json") for t in runs]
-    for report in [ops, *encoders]:
-        assert report["commit"].startswith("a42a90b") and "no AVX-512" in report["machine"]
-    results = ops["results"]
-    for case, label in (("stem_builtin", "`tf.nn.depthwise_conv2d`"), ("stem", "`SitDepthwiseConv`")):
-        cells = [f"{results[case][stage]['median_ms']:.2f}" for stage in ("forward", "backward")]
-        assert f"| {label} | {cells[0]} | {cells[1]} |" in section, case
-    speedup = results["stem_speedup"]
+def _assert_op_against_builtin(section: str, results: dict, case: str, labels: dict[str, str]) -> None:
+    """A native op's table row and its builtin's, in ms, and the speed-up row (builtin / native time)."""
+    for name, label in labels.items():
+        cells = [f"{results[name][stage]['median_ms']:.2f}" for stage in ("forward", "backward")]
+        assert f"| {label} | {cells[0]} | {cells[1]} |" in section, name
+    speedup = results[f"{case}_speedup"]
     for stage in ("forward", "backward"):
-        builtin, native = (results[case][stage]["median_ms"] for case in ("stem_builtin", "stem"))
+        builtin, native = (results[name][stage]["median_ms"] for name in (f"{case}_builtin", case))
         assert speedup[stage] == pytest.approx(builtin / native, rel=0.02) and speedup[stage] > 1
     assert f"| speed-up | {speedup['forward']:.2f}x | {speedup['backward']:.2f}x |" in section
+
+
+def _assert_five_runs_beside_before(
+    section: str, encoders: list[dict], before: list[dict]
+) -> dict[str, float]:
+    """The rows of train step / ViT over five runs, their median and the five earlier runs' median, for the
+    SiT and the SieT with and without the kernels; returns the medians."""
     labels = {"sit": "SiT", "siet": "SieT"}
     labels |= {f"{m}:builtin": f"{name}, builtin ops" for m, name in labels.items()}
     medians = {}
@@ -7181,12 +7177,73 @@ def test_the_stem_in_a_native_op_is_the_reports():
             + f" | {medians[model]:.2f} | {earlier:.2f} |"
         )
         assert row in section, row
+    return medians
+
+
+def test_the_stem_in_a_native_op_is_the_reports():
+    """docs/speed.md's "The stem in a native op": the op against TensorFlow's, five encoder runs beside the
+    five before it, each number its report."""
+    section = _section("### Eight lanes on an AVX2 host")
+    section = section[section.index("**The stem in a native op.**") :]
+    flat = " ".join(section.split())
+    ops = _report("native_ops_avx2_stem.json")
+    runs = ("", "_run2", "_run3", "_run4", "_run5")
+    encoders = [_report(f"speed_encoders_avx2_stem{t}.json") for t in runs]
+    before = [_report(f"speed_encoders_avx2_lanes8{t}.json") for t in runs]
+    for report in [ops, *encoders]:
+        assert report["commit"].startswith("a42a90b") and "no AVX-512" in report["machine"]
+    labels = {"stem_builtin": "`tf.nn.depthwise_conv2d`", "stem": "`SitDepthwiseConv`"}
+    _assert_op_against_builtin(section, ops["results"], "stem", labels)
+    medians = _assert_five_runs_beside_before(section, encoders, before)
     assert max(medians["sit"], medians["siet"]) <= 2.0
     assert f"to **{medians['sit']:.2f}x** the ViT's and the SieT's from" in flat
     assert f"to **{medians['siet']:.2f}x**: both within the speed issue's 2.0x" in flat
+    for name in ["native_ops_avx2_stem"] + [f"speed_encoders_avx2_stem{t}" for t in runs]:
+        assert f"`benchmarks/reference/{name}.json`" in SPEED, name
+
+
+def test_the_projection_in_a_native_op_is_the_reports():
+    """docs/speed.md's "The projection in a native op": the ops against TensorFlow's matmuls, five encoder
+    runs beside the five before them, and the README's speed line, each number its report."""
+    section = _section("### Eight lanes on an AVX2 host")
+    section = section[section.index("**The projection in a native op.**") :]
+    flat = " ".join(section.split())
+    ops = _report("native_ops_avx2_projection.json")
+    runs = ("", "_run2", "_run3", "_run4", "_run5")
+    encoders = [_report(f"speed_encoders_avx2_projection{t}.json") for t in runs]
+    before = [_report(f"speed_encoders_avx2_stem{t}.json") for t in runs]
+    assert ops["commit"].startswith("883722e") and "no AVX-512" in ops["machine"]
+    for report in encoders:
+        assert report["commit"].startswith("4dca098") and "no AVX-512" in report["machine"]
+    labels = {
+        "projection_builtin": "TensorFlow's matmuls (the layers' form before)",
+        "projection": "`SitChannelsFirstProjection` and its kernel gradient",
+    }
+    _assert_op_against_builtin(section, ops["results"], "projection", labels)
+    medians = _assert_five_runs_beside_before(section, encoders, before)
+    assert medians["sit"] <= 1.5 < medians["siet"]
+    assert (
+        f"from 1.68x to **{medians['sit']:.2f}x** the ViT's: within the speed issue's next target, 1.5x"
+        in flat
+    )
+    assert f"The SieT's went from 1.79x to **{medians['siet']:.2f}x**, not yet within it." in flat
+
+    def span(values: list[float]) -> str:
+        return f"{min(values):.2f}-{max(values):.2f}x"
+
+    native_share = {
+        m: [r["ratios"]["train_step_native_over_builtin"][m]["graph"] for r in encoders]
+        for m in ("sit", "siet")
+    }
+    assert f"the SiT's step took {span(native_share['sit'])} of its time without them" in flat
+    assert f"and the SieT's {span(native_share['siet'])} (the ViT's step:" in flat
+    vit_ms = [r["models"]["vit"]["timings"]["train_step"]["graph"]["median_ms"] for r in encoders]
+    assert f"(the ViT's step: {min(vit_ms):.0f}-{max(vit_ms):.0f} ms)" in flat
+    xla = [r["ratios"]["xla_over_graph"]["sit"]["train_step"] for r in encoders]
+    assert f"the SiT's XLA step is now {span(xla)} its graph step" in flat
     assert (
         f"{medians['sit']:.2f}x (SieT {medians['siet']:.2f}x) on an AVX2 host, medians of five runs each "
-        "(`speed_encoders_spectral_amd_bf16*.json`, `speed_encoders_avx2_stem*.json`)"
+        "(`speed_encoders_spectral_amd_bf16*.json`, `speed_encoders_avx2_projection*.json`)"
     ) in " ".join(README.split())
-    for name in ["native_ops_avx2_stem"] + [f"speed_encoders_avx2_stem{t}" for t in runs]:
+    for name in ["native_ops_avx2_projection"] + [f"speed_encoders_avx2_projection{t}" for t in runs]:
         assert f"`benchmarks/reference/{name}.json`" in SPEED, name

@@ -7,11 +7,13 @@
 //   dkernel[r, n] = sum_l x[r, l] dy[n, l]  (tf.matmul(x, dy, transpose_b=True)).
 // The input's gradient, kernel dy, is a plain matmul that TensorFlow runs fast (sit_keras.native).
 //
-// Both walk the long axis in column tiles copied to a contiguous buffer first. The rows of x and dy lie
-// L values apart, and for the SiT's L (a multiple of 1024) that is a multiple of 4 KiB: read in place, the
-// rows of a tile fall into the same few sets of the L1 cache and evict each other. The copy also pads the
-// last tile with zeros, so the arithmetic runs on whole vectors only. TensorFlow's CPU matmuls formed
-// these two products 2.2x and 1.6x slower than the same sums with the long axis first (docs/speed.md).
+// Both walk the long axis in column tiles of x copied to a contiguous buffer first. The rows of x lie L
+// values apart, and for the SiT's L (a multiple of 1024) that is a multiple of 4 KiB: read in place, the
+// rows of a tile fall into the same few sets of the L1 cache and evict each other (the kernel gradient
+// reads a few rows of dy at a time, fewer than the cache's ways, in place). The copies pad the last tile
+// with zeros, so the arithmetic runs on whole vectors only. On an AVX2 host the two ops took 0.58x and,
+// with TensorFlow's matmul for the input's gradient, 0.77x the time of TensorFlow's matmuls
+// (benchmarks/native_ops.py, docs/speed.md "The projection in a native op").
 // The kernel gradient's sums are kept per unit of a fixed partition of the columns and the units' sums
 // added in a fixed order: the same bits on every run, whatever the threads.
 
