@@ -63,7 +63,6 @@ NATIVE_OPS = {
     "SitStandardizedLanes",
     "SitDepthwiseConv",
     "SitChannelsFirstProjection",
-    "SitMaxPool",
 }
 
 pytestmark = pytest.mark.skipif(
