@@ -1,13 +1,14 @@
 """The native kernels alone, at the SiT train step's shapes: each op's forward and forward + backward.
 
-``benchmarks/encoders.py`` times whole encoders; this script times the four
-uses of ``sit_keras.native`` in the Procgen SiT's train step (64x64 images,
+``benchmarks/encoders.py`` times whole encoders; this script times the uses
+of ``sit_keras.native`` in the Procgen SiT's train step (64x64 images,
 ``--batch`` of them: a 32x32 grid of 8 x 8 windows of 4 x 4 tokens and a class
 token each, then the 8 x 8 global grid and its class token; D = 64, 4 heads),
 with random inputs through the public wrappers, the triangle sums' own
 score-map patterns, and graphs ``G_q, G_k, G_v`` of a GSA layer with the SiT's
 rotation symmetry (its weights perturbed), mixed as the layers mix them: in
-the quarter turn's orbits (``native/rotation_spectra.h``), and the stem and the projection:
+the quarter turn's orbits (``native/rotation_spectra.h``); and the stem, its
+pooling and the projection:
 
 - ``first_block``: ``window_attention`` given the projection's kernel, from the
   ``C + 3 = 6`` values a pixel (the first local block);
@@ -27,7 +28,11 @@ the quarter turn's orbits (``native/rotation_spectra.h``), and the stem and the 
   ``projection_builtin``: the same through TensorFlow's matmuls (the layers'
   form under ``native.builtin_only()``), whose backward passes return the
   output as well (neither gradient reads it); ``projection_speedup`` is
-  builtin / native time.
+  builtin / native time;
+- ``pool``: ``max_pool``, the 2 x 2 max-pooling of the stem's ``--batch``
+  64x64x3 maps, and ``pool_builtin``: ``tf.nn.max_pool2d`` on the same, whose
+  backward passes return the output as well; ``pool_speedup`` is builtin /
+  native time.
 
 Each function, its forward pass and its forward + backward pass (the gradients
 of every input), is called once per round, in interleaved rounds with one
@@ -76,18 +81,24 @@ WINDOW_TOKENS = 4 * 4 + 1  # a window's pixels and its class token
 SPECTRAL_CASES = ("first_block", "class_token", "global_grid")
 STEM_CASES = ("stem", "stem_builtin")
 PROJECTION_CASES = ("projection", "projection_builtin")
+POOL_CASES = ("pool", "pool_builtin")
 CASES = (
     *SPECTRAL_CASES,
     "layer_norm",
     *(f"{case}_dense" for case in SPECTRAL_CASES),
     *STEM_CASES,
     *PROJECTION_CASES,
+    *POOL_CASES,
 )
 MATMUL_SIZE = 1024
-IMAGE_SIDE, IMAGE_CHANNELS, STEM_KERNEL = 64, 3, 3
+IMAGE_SIDE, IMAGE_CHANNELS, STEM_KERNEL, POOL_SIZE = 64, 3, 3, 2
 # Cases whose backward pass differentiates the listed inputs (the stem's kernel, not its image) and returns
 # the output too: their gradients do not read it, and TensorFlow would prune the forward op.
-DIFFERENTIATED = {**{case: (1,) for case in STEM_CASES}, **{case: (0, 1) for case in PROJECTION_CASES}}
+DIFFERENTIATED = {
+    **{case: (1,) for case in STEM_CASES},
+    **{case: (0, 1) for case in PROJECTION_CASES},
+    **{case: (0,) for case in POOL_CASES},
+}
 
 
 def _layer_graphs(grid: int) -> tuple[tf.Tensor, np.ndarray]:
@@ -173,6 +184,9 @@ def _inputs(batch: int, seed: int = 0) -> dict[str, tuple[Callable[..., tf.Tenso
     tokens = [normal(DIM, 3 * DIM, scale=0.1), normal(DIM, windows * WINDOW_TOKENS)]
     cases["projection"] = (native.project_channels_first, tokens)
     cases["projection_builtin"] = (projection_builtin, tokens)
+    stem_maps = [normal(batch, IMAGE_SIDE, IMAGE_SIDE, IMAGE_CHANNELS)]
+    cases["pool"] = (functools.partial(native.max_pool, size=POOL_SIZE), stem_maps)
+    cases["pool_builtin"] = (lambda maps: tf.nn.max_pool2d(maps, POOL_SIZE, POOL_SIZE, "VALID"), stem_maps)
     for case in SPECTRAL_CASES:
         op, inputs = cases[case]
         cases[f"{case}_dense"] = (functools.partial(op, orbits=None), inputs)
@@ -219,7 +233,7 @@ def measure(batch: int, repeats: int) -> dict[str, Any]:
         case: {stage: medians[f"{case}_dense", stage] / medians[case, stage] for stage in stages}
         for case in SPECTRAL_CASES
     }
-    for case in ("stem", "projection"):
+    for case in ("stem", "projection", "pool"):
         results[f"{case}_speedup"] = {
             stage: medians[f"{case}_builtin", stage] / medians[case, stage] for stage in stages
         }
@@ -273,6 +287,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "The native channels-first projection, speed-up over TensorFlow's matmuls (builtin / native time): "
         f"forward {projection['forward']:.2f}x, forward + backward {projection['backward']:.2f}x"
     )
+    pool = results["pool_speedup"]
+    print(
+        "The native max-pooling, speed-up over tf.nn.max_pool2d (builtin / native time): "
+        f"forward {pool['forward']:.2f}x, forward + backward {pool['backward']:.2f}x"
+    )
     report = {
         "what": "The native kernels alone at the SiT train step's shapes, forward and forward + backward",
         "command": command_line("native_ops.py", argv),
@@ -284,6 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "heads": HEADS,
             "stem": {"image": [IMAGE_SIDE, IMAGE_SIDE, IMAGE_CHANNELS], "kernel_size": STEM_KERNEL},
             "projection": {"kernel": [DIM, 3 * DIM], "columns": batch * WINDOWS_PER_IMAGE * WINDOW_TOKENS},
+            "pool": {"maps": [IMAGE_SIDE, IMAGE_SIDE, IMAGE_CHANNELS], "size": POOL_SIZE},
         },
         "environment": environment(),
         "results": results,

@@ -424,17 +424,18 @@ def test_native_ops_times_each_kernel_forward_and_backward(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert f"one 1024^3 matmul: {results['matmul_ms']:.2f} ms" in printed
     cases = ("first_block", "class_token", "global_grid", "layer_norm", "stem", "stem_builtin")
-    for case in (*cases, "projection", "projection_builtin"):
+    for case in (*cases, "projection", "projection_builtin", "pool", "pool_builtin"):
         forward, backward = results[case]["forward"], results[case]["backward"]
         for timing in (forward, backward):
             assert timing["median_ms"] > 0
             assert timing["matmul_times"] == pytest.approx(timing["median_ms"] / results["matmul_ms"])
         assert f"| {case} | {forward['median_ms']:.2f} | {backward['median_ms']:.2f} |" in printed
-    for case in ("stem", "projection"):
+    for case in ("stem", "projection", "pool"):
         for stage in ("forward", "backward"):
             speedup = results[f"{case}_builtin"][stage]["median_ms"] / results[case][stage]["median_ms"]
             assert results[f"{case}_speedup"][stage] == pytest.approx(speedup, rel=1e-6)
     assert report["settings"]["projection"] == {"kernel": [64, 192], "columns": 16 * 64 * 17}
+    assert report["settings"]["pool"] == {"maps": [64, 64, 3], "size": 2}
 
 
 @pytest.mark.parametrize(

@@ -63,6 +63,7 @@ NATIVE_OPS = {
     "SitStandardizedLanes",
     "SitDepthwiseConv",
     "SitChannelsFirstProjection",
+    "SitMaxPool",
 }
 
 pytestmark = pytest.mark.skipif(

@@ -9,7 +9,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
-from sit_keras import graphs
+from sit_keras import graphs, native
 from sit_keras.layers import GlobalGSA, GraphConv2D, LocalGSA, RotationPooledConv2D
 from sit_keras.layers.feature_standardization import FeatureStandardization
 from sit_keras.models.base import Encoder
@@ -586,7 +586,9 @@ class SiTEncoder(Encoder):
         if self.pool_padding:
             p = self.pool_padding
             maps = tf.pad(maps, [[0, 0], [p, p], [p, p], [0, 0]])
-        if self.pool_size > 1:
+        if self.pool_size > 1 and native.usable(maps.dtype):
+            maps = native.max_pool(maps, self.pool_size)
+        elif self.pool_size > 1:
             maps = tf.nn.max_pool2d(maps, self.pool_size, self.pool_size, "VALID")
         return maps
 

@@ -29,7 +29,8 @@ of a local GSA block in vector lanes of ``LANES`` windows: the scores, score
 maps and softmaxes never leave the cache (docs/speed.md, "Native kernels");
 ``standardized_lane_blocks`` writes a block's standardised tokens in their layout;
 ``depthwise_conv`` is the SiT stem's depth-wise convolution (``depthwise_stem.cc``);
-``project_channels_first`` the GSA layers' projection of channels-first tokens (``channels_first.cc``).
+``max_pool`` the pooling after it (``max_pool.cc``); ``project_channels_first`` the GSA layers'
+projection of channels-first tokens (``channels_first.cc``).
 """
 
 from __future__ import annotations
@@ -318,6 +319,29 @@ def depthwise_conv(inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
         return ops.sit_depthwise_conv(x, w), grad
 
     return convolve(inputs, kernel)
+
+
+@_in_op_dtype
+def max_pool(inputs: tf.Tensor, size: int) -> tf.Tensor:
+    """``tf.nn.max_pool2d(inputs, size, size, "VALID")`` in one op, and its gradient in one.
+
+    ``inputs (B, H, W, C)``: the maximum of each ``size x size`` window, the
+    windows side by side (the SiT's pooling after its stem); the gradient goes
+    to each window's first maximum in row-major order, where TensorFlow's CPU
+    gradient puts it (``max_pool.cc``). Call only where ``usable(inputs.dtype)``.
+    """
+    ops = _library_or_raise()
+
+    @tf.custom_gradient
+    def pool(x: tf.Tensor) -> tf.Tensor:
+        y = ops.sit_max_pool(x, size=size)
+
+        def grad(dy: tf.Tensor) -> tf.Tensor:
+            return ops.sit_max_pool_grad(x, y, dy, size=size)
+
+        return y, grad
+
+    return pool(inputs)
 
 
 def project_channels_first(kernel: tf.Tensor, inputs: tf.Tensor) -> tf.Tensor:
