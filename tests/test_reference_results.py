@@ -7147,6 +7147,10 @@ def test_the_eight_lane_kernels_on_an_avx2_host_are_the_reports():
         assert f"`benchmarks/reference/{name}.json`" in SPEED, name
 
 
+def _ratio_span(values: list[float]) -> str:
+    return f"{min(values):.2f}-{max(values):.2f}x"
+
+
 def _assert_op_against_builtin(section: str, results: dict, case: str, labels: dict[str, str]) -> None:
     """A native op's table row and its builtin's, in ms, and the speed-up row (builtin / native time)."""
     for name, label in labels.items():
@@ -7204,9 +7208,9 @@ def test_the_stem_in_a_native_op_is_the_reports():
 
 def test_the_projection_in_a_native_op_is_the_reports():
     """docs/speed.md's "The projection in a native op": the ops against TensorFlow's matmuls, five encoder
-    runs beside the five before them, and the README's speed line, each number its report."""
+    runs beside the five before them, each number its report."""
     section = _section("### Eight lanes on an AVX2 host")
-    section = section[section.index("**The projection in a native op.**") :]
+    section = section[section.index("**The projection in a native op.**") : section.index("**The pooling in")]
     flat = " ".join(section.split())
     ops = _report("native_ops_avx2_projection.json")
     runs = ("", "_run2", "_run3", "_run4", "_run5")
@@ -7228,22 +7232,65 @@ def test_the_projection_in_a_native_op_is_the_reports():
     )
     assert f"The SieT's went from 1.79x to **{medians['siet']:.2f}x**, not yet within it." in flat
 
-    def span(values: list[float]) -> str:
-        return f"{min(values):.2f}-{max(values):.2f}x"
-
     native_share = {
         m: [r["ratios"]["train_step_native_over_builtin"][m]["graph"] for r in encoders]
         for m in ("sit", "siet")
     }
-    assert f"the SiT's step took {span(native_share['sit'])} of its time without them" in flat
-    assert f"and the SieT's {span(native_share['siet'])} (the ViT's step:" in flat
+    assert f"the SiT's step took {_ratio_span(native_share['sit'])} of its time without them" in flat
+    assert f"and the SieT's {_ratio_span(native_share['siet'])} (the ViT's step:" in flat
     vit_ms = [r["models"]["vit"]["timings"]["train_step"]["graph"]["median_ms"] for r in encoders]
     assert f"(the ViT's step: {min(vit_ms):.0f}-{max(vit_ms):.0f} ms)" in flat
     xla = [r["ratios"]["xla_over_graph"]["sit"]["train_step"] for r in encoders]
-    assert f"the SiT's XLA step is now {span(xla)} its graph step" in flat
-    assert (
-        f"{medians['sit']:.2f}x (SieT {medians['siet']:.2f}x) on an AVX2 host, medians of five runs each "
-        "(`speed_encoders_spectral_amd_bf16*.json`, `speed_encoders_avx2_projection*.json`)"
-    ) in " ".join(README.split())
+    assert f"the SiT's XLA step is now {_ratio_span(xla)} its graph step" in flat
     for name in ["native_ops_avx2_projection"] + [f"speed_encoders_avx2_projection{t}" for t in runs]:
         assert f"`benchmarks/reference/{name}.json`" in SPEED, name
+
+
+def test_the_pooling_in_a_native_op_is_the_reports():
+    """docs/speed.md's "The pooling in a native op": the op against tf.nn.max_pool2d, five encoder runs
+    beside the five before them, and the README's speed line, each number its report."""
+    section = _section("### Eight lanes on an AVX2 host")
+    section = section[section.index("**The pooling in a native op.**") :]
+    flat = " ".join(section.split())
+    ops = _report("native_ops_avx2_pool.json")
+    runs = ("", "_run2", "_run3", "_run4", "_run5")
+    encoders = [_report(f"speed_encoders_avx2_pool{t}.json") for t in runs]
+    before = [_report(f"speed_encoders_avx2_projection{t}.json") for t in runs]
+    for report in [ops, *encoders]:
+        assert report["commit"].startswith("d84a49d") and "no AVX-512" in report["machine"]
+    labels = {"pool_builtin": "`tf.nn.max_pool2d`", "pool": "`SitMaxPool`"}
+    _assert_op_against_builtin(section, ops["results"], "pool", labels)
+    medians = _assert_five_runs_beside_before(section, encoders, before)
+    native_share = {
+        m: [r["ratios"]["train_step_native_over_builtin"][m]["graph"] for r in encoders]
+        for m in ("sit", "siet")
+    }
+    assert f"the SiT's step took {_ratio_span(native_share['sit'])} of its time without them" in flat
+    assert f"and the SieT's {_ratio_span(native_share['siet'])} (the ViT's step:" in flat
+    vit_ms = [r["models"]["vit"]["timings"]["train_step"]["graph"]["median_ms"] for r in encoders]
+    assert f"(the ViT's step: {min(vit_ms):.0f}-{max(vit_ms):.0f} ms)" in flat
+    assert f"The medians are {medians['sit']:.2f}x for the SiT (1.49x before)" in flat
+    assert f"and {medians['siet']:.2f}x for the SieT (1.61x before)" in flat
+    assert (
+        f"{medians['sit']:.2f}x (SieT {medians['siet']:.2f}x) on an AVX2 host, medians of five runs each "
+        "(`speed_encoders_spectral_amd_bf16*.json`, `speed_encoders_avx2_pool*.json`)"
+    ) in " ".join(README.split())
+    for name in ["native_ops_avx2_pool"] + [f"speed_encoders_avx2_pool{t}" for t in runs]:
+        assert f"`benchmarks/reference/{name}.json`" in SPEED, name
+    saved = (
+        ops["results"]["pool_builtin"]["backward"]["median_ms"]
+        - ops["results"]["pool"]["backward"]["median_ms"]
+    )
+    siet_ms = [r["models"]["siet"]["timings"]["train_step"]["graph"]["median_ms"] for r in encoders]
+    assert (
+        f"the op saves {saved:.2f} ms (the table above) of a SieT step of "
+        f"{min(siet_ms):.0f}-{max(siet_ms):.0f} ms" in flat
+    )
+    spreads = [
+        [r["ratios"]["train_step_over_vit"]["siet"]["graph"] for r in runs_] for runs_ in (before, encoders)
+    ]
+    assert (
+        f"spread over {_ratio_span(spreads[0])} in the set before and {_ratio_span(spreads[1])} in this one"
+        in flat
+    )
+    assert max(medians["sit"], medians["siet"]) <= 1.5
