@@ -7147,6 +7147,20 @@ def test_the_eight_lane_kernels_on_an_avx2_host_are_the_reports():
         assert f"`benchmarks/reference/{name}.json`" in SPEED, name
 
 
+def _avx2_paragraph(title: str, name: str, before: str, end: str | None = None) -> tuple:
+    """docs/speed.md's paragraph ``**title**`` of "Eight lanes on an AVX2 host" (up to ``end``), flattened
+    too, with its reports: ``native_ops_avx2_{name}.json``, the five encoder runs
+    ``speed_encoders_avx2_{name}*.json`` and the five before them, ``speed_encoders_avx2_{before}*.json``."""
+    section = _section("### Eight lanes on an AVX2 host")
+    section = section[section.index(f"**{title}**") : section.index(end) if end else None]
+    runs = ("", "_run2", "_run3", "_run4", "_run5")
+    encoders = [_report(f"speed_encoders_avx2_{name}{t}.json") for t in runs]
+    earlier = [_report(f"speed_encoders_avx2_{before}{t}.json") for t in runs]
+    for report_name in [f"native_ops_avx2_{name}"] + [f"speed_encoders_avx2_{name}{t}" for t in runs]:
+        assert f"`benchmarks/reference/{report_name}.json`" in SPEED, report_name
+    return section, " ".join(section.split()), _report(f"native_ops_avx2_{name}.json"), encoders, earlier
+
+
 def _ratio_span(values: list[float]) -> str:
     return f"{min(values):.2f}-{max(values):.2f}x"
 
@@ -7184,16 +7198,22 @@ def _assert_five_runs_beside_before(
     return medians
 
 
+def _assert_kernels_share_and_vit_step(flat: str, encoders: list[dict]) -> None:
+    """The sentence giving the SiT's and the SieT's step with the kernels over without, and the ViT's step."""
+    native_share = {
+        m: [r["ratios"]["train_step_native_over_builtin"][m]["graph"] for r in encoders]
+        for m in ("sit", "siet")
+    }
+    assert f"the SiT's step took {_ratio_span(native_share['sit'])} of its time without them" in flat
+    assert f"and the SieT's {_ratio_span(native_share['siet'])} (the ViT's step:" in flat
+    vit_ms = [r["models"]["vit"]["timings"]["train_step"]["graph"]["median_ms"] for r in encoders]
+    assert f"(the ViT's step: {min(vit_ms):.0f}-{max(vit_ms):.0f} ms)" in flat
+
+
 def test_the_stem_in_a_native_op_is_the_reports():
     """docs/speed.md's "The stem in a native op": the op against TensorFlow's, five encoder runs beside the
     five before it, each number its report."""
-    section = _section("### Eight lanes on an AVX2 host")
-    section = section[section.index("**The stem in a native op.**") :]
-    flat = " ".join(section.split())
-    ops = _report("native_ops_avx2_stem.json")
-    runs = ("", "_run2", "_run3", "_run4", "_run5")
-    encoders = [_report(f"speed_encoders_avx2_stem{t}.json") for t in runs]
-    before = [_report(f"speed_encoders_avx2_lanes8{t}.json") for t in runs]
+    section, flat, ops, encoders, before = _avx2_paragraph("The stem in a native op.", "stem", "lanes8")
     for report in [ops, *encoders]:
         assert report["commit"].startswith("a42a90b") and "no AVX-512" in report["machine"]
     labels = {"stem_builtin": "`tf.nn.depthwise_conv2d`", "stem": "`SitDepthwiseConv`"}
@@ -7202,20 +7222,14 @@ def test_the_stem_in_a_native_op_is_the_reports():
     assert max(medians["sit"], medians["siet"]) <= 2.0
     assert f"to **{medians['sit']:.2f}x** the ViT's and the SieT's from" in flat
     assert f"to **{medians['siet']:.2f}x**: both within the speed issue's 2.0x" in flat
-    for name in ["native_ops_avx2_stem"] + [f"speed_encoders_avx2_stem{t}" for t in runs]:
-        assert f"`benchmarks/reference/{name}.json`" in SPEED, name
 
 
 def test_the_projection_in_a_native_op_is_the_reports():
     """docs/speed.md's "The projection in a native op": the ops against TensorFlow's matmuls, five encoder
     runs beside the five before them, each number its report."""
-    section = _section("### Eight lanes on an AVX2 host")
-    section = section[section.index("**The projection in a native op.**") : section.index("**The pooling in")]
-    flat = " ".join(section.split())
-    ops = _report("native_ops_avx2_projection.json")
-    runs = ("", "_run2", "_run3", "_run4", "_run5")
-    encoders = [_report(f"speed_encoders_avx2_projection{t}.json") for t in runs]
-    before = [_report(f"speed_encoders_avx2_stem{t}.json") for t in runs]
+    section, flat, ops, encoders, before = _avx2_paragraph(
+        "The projection in a native op.", "projection", "stem", end="**The pooling in"
+    )
     assert ops["commit"].startswith("883722e") and "no AVX-512" in ops["machine"]
     for report in encoders:
         assert report["commit"].startswith("4dca098") and "no AVX-512" in report["machine"]
@@ -7231,52 +7245,29 @@ def test_the_projection_in_a_native_op_is_the_reports():
         in flat
     )
     assert f"The SieT's went from 1.79x to **{medians['siet']:.2f}x**, not yet within it." in flat
-
-    native_share = {
-        m: [r["ratios"]["train_step_native_over_builtin"][m]["graph"] for r in encoders]
-        for m in ("sit", "siet")
-    }
-    assert f"the SiT's step took {_ratio_span(native_share['sit'])} of its time without them" in flat
-    assert f"and the SieT's {_ratio_span(native_share['siet'])} (the ViT's step:" in flat
-    vit_ms = [r["models"]["vit"]["timings"]["train_step"]["graph"]["median_ms"] for r in encoders]
-    assert f"(the ViT's step: {min(vit_ms):.0f}-{max(vit_ms):.0f} ms)" in flat
+    _assert_kernels_share_and_vit_step(flat, encoders)
     xla = [r["ratios"]["xla_over_graph"]["sit"]["train_step"] for r in encoders]
     assert f"the SiT's XLA step is now {_ratio_span(xla)} its graph step" in flat
-    for name in ["native_ops_avx2_projection"] + [f"speed_encoders_avx2_projection{t}" for t in runs]:
-        assert f"`benchmarks/reference/{name}.json`" in SPEED, name
 
 
 def test_the_pooling_in_a_native_op_is_the_reports():
     """docs/speed.md's "The pooling in a native op": the op against tf.nn.max_pool2d, five encoder runs
     beside the five before them, and the README's speed line, each number its report."""
-    section = _section("### Eight lanes on an AVX2 host")
-    section = section[section.index("**The pooling in a native op.**") :]
-    flat = " ".join(section.split())
-    ops = _report("native_ops_avx2_pool.json")
-    runs = ("", "_run2", "_run3", "_run4", "_run5")
-    encoders = [_report(f"speed_encoders_avx2_pool{t}.json") for t in runs]
-    before = [_report(f"speed_encoders_avx2_projection{t}.json") for t in runs]
+    section, flat, ops, encoders, before = _avx2_paragraph(
+        "The pooling in a native op.", "pool", "projection"
+    )
     for report in [ops, *encoders]:
         assert report["commit"].startswith("d84a49d") and "no AVX-512" in report["machine"]
     labels = {"pool_builtin": "`tf.nn.max_pool2d`", "pool": "`SitMaxPool`"}
     _assert_op_against_builtin(section, ops["results"], "pool", labels)
     medians = _assert_five_runs_beside_before(section, encoders, before)
-    native_share = {
-        m: [r["ratios"]["train_step_native_over_builtin"][m]["graph"] for r in encoders]
-        for m in ("sit", "siet")
-    }
-    assert f"the SiT's step took {_ratio_span(native_share['sit'])} of its time without them" in flat
-    assert f"and the SieT's {_ratio_span(native_share['siet'])} (the ViT's step:" in flat
-    vit_ms = [r["models"]["vit"]["timings"]["train_step"]["graph"]["median_ms"] for r in encoders]
-    assert f"(the ViT's step: {min(vit_ms):.0f}-{max(vit_ms):.0f} ms)" in flat
+    _assert_kernels_share_and_vit_step(flat, encoders)
     assert f"The medians are {medians['sit']:.2f}x for the SiT (1.49x before)" in flat
     assert f"and {medians['siet']:.2f}x for the SieT (1.61x before)" in flat
     assert (
         f"{medians['sit']:.2f}x (SieT {medians['siet']:.2f}x) on an AVX2 host, medians of five runs each "
         "(`speed_encoders_spectral_amd_bf16*.json`, `speed_encoders_avx2_pool*.json`)"
     ) in " ".join(README.split())
-    for name in ["native_ops_avx2_pool"] + [f"speed_encoders_avx2_pool{t}" for t in runs]:
-        assert f"`benchmarks/reference/{name}.json`" in SPEED, name
     saved = (
         ops["results"]["pool_builtin"]["backward"]["median_ms"]
         - ops["results"]["pool"]["backward"]["median_ms"]
