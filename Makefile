@@ -54,7 +54,7 @@ endef
 
 # The native kernels (sit_keras/native) are compiled for this host's CPU and TensorFlow: built when
 # missing, stale (a source is newer) or made on another host (a copied work tree).
-NATIVE_SOURCES := $(wildcard sit_keras/native/*.cc sit_keras/native/*.h)
+NATIVE_SOURCES := $(wildcard sit_keras/native/*.cc sit_keras/native/*.h sit_keras/native/xla/*.cc)
 install: $(STAMP)
 	if [ -n "$$(find $(NATIVE_SOURCES) -newer sit_keras/native/_kernels.so 2>/dev/null)" ] \
 	  || ! $(BIN)/python -m sit_keras.native.build --check > /dev/null 2>&1; then \

@@ -32,7 +32,12 @@ pooling and the projection:
 - ``pool``: ``max_pool``, the 2 x 2 max-pooling of the stem's ``--batch``
   64x64x3 maps, and ``pool_builtin``: ``tf.nn.max_pool2d`` on the same, whose
   backward passes return the output as well; ``pool_speedup`` is builtin /
-  native time.
+  native time;
+- ``projection_xla``, ``projection_builtin_xla``, ``pool_xla``,
+  ``pool_builtin_xla``: those four compiled by XLA (``jit_compile=True``), the
+  native ones through their XLA kernels (``native/xla/xla_kernels.cc``), where
+  that library loads (else they are left out and the report says why);
+  ``xla_speedup`` is builtin / native time under XLA.
 
 Each function, its forward pass and its forward + backward pass (the gradients
 of every input), is called once per round, in interleaved rounds with one
@@ -82,6 +87,8 @@ SPECTRAL_CASES = ("first_block", "class_token", "global_grid")
 STEM_CASES = ("stem", "stem_builtin")
 PROJECTION_CASES = ("projection", "projection_builtin")
 POOL_CASES = ("pool", "pool_builtin")
+# The cases compiled by XLA too (as f"{case}_xla"), where the ops' XLA kernels load.
+XLA_CASES = (*PROJECTION_CASES, *POOL_CASES)
 CASES = (
     *SPECTRAL_CASES,
     "layer_norm",
@@ -90,6 +97,14 @@ CASES = (
     *PROJECTION_CASES,
     *POOL_CASES,
 )
+
+
+def cases() -> tuple[str, ...]:
+    """The cases measured here: ``CASES``, and the ``XLA_CASES`` under XLA where the XLA kernels load."""
+    with_xla = native.xla_load_problem() is None
+    return CASES + tuple(f"{case}_xla" for case in XLA_CASES if with_xla)
+
+
 MATMUL_SIZE = 1024
 IMAGE_SIDE, IMAGE_CHANNELS, STEM_KERNEL, POOL_SIZE = 64, 3, 3, 2
 # Cases whose backward pass differentiates the listed inputs (the stem's kernel, not its image) and returns
@@ -190,14 +205,20 @@ def _inputs(batch: int, seed: int = 0) -> dict[str, tuple[Callable[..., tf.Tenso
     for case in SPECTRAL_CASES:
         op, inputs = cases[case]
         cases[f"{case}_dense"] = (functools.partial(op, orbits=None), inputs)
+    for case in XLA_CASES:
+        cases[f"{case}_xla"] = cases[case]
     return cases
 
 
 def _functions(batch: int) -> dict[tuple[str, str], Callable[[], Any]]:
     """``(case, "forward" | "backward")`` -> a ``tf.function`` of no argument ("backward": both passes)."""
     functions: dict[tuple[str, str], Callable[[], Any]] = {}
+    measured = cases()
     for case, (op, inputs) in _inputs(batch).items():
+        if case not in measured:
+            continue
         upstream = tf.random.stateless_normal(op(*inputs).shape, seed=[1, 2])
+        case, jit_compile = case.removesuffix("_xla"), case.endswith("_xla")
         differentiated = tuple(DIFFERENTIATED.get(case, range(len(inputs))))
 
         def backward(
@@ -210,8 +231,11 @@ def _functions(batch: int) -> dict[tuple[str, str], Callable[[], Any]]:
             gradients = tape.gradient(out, wrt, output_gradients=upstream)
             return [out, *gradients] if case in DIFFERENTIATED else gradients
 
-        functions[case, "forward"] = tf.function(lambda op=op, inputs=inputs: op(*inputs))
-        functions[case, "backward"] = tf.function(backward)
+        name = f"{case}_xla" if jit_compile else case
+        functions[name, "forward"] = tf.function(
+            lambda op=op, inputs=inputs: op(*inputs), jit_compile=jit_compile
+        )
+        functions[name, "backward"] = tf.function(backward, jit_compile=jit_compile)
     return functions
 
 
@@ -223,7 +247,7 @@ def measure(batch: int, repeats: int) -> dict[str, Any]:
     medians = interleaved_medians(functions, repeats)
     matmul_ms = 1000 * medians.pop("matmul")
     results: dict[str, Any] = {"matmul_ms": matmul_ms}
-    for case in CASES:
+    for case in cases():
         results[case] = {}
         for stage in ("forward", "backward"):
             ms = 1000 * medians[case, stage]
@@ -237,6 +261,16 @@ def measure(batch: int, repeats: int) -> dict[str, Any]:
         results[f"{case}_speedup"] = {
             stage: medians[f"{case}_builtin", stage] / medians[case, stage] for stage in stages
         }
+    if "pool_xla" in results:
+        results["xla_speedup"] = {
+            case: {
+                stage: medians[f"{case}_builtin_xla", stage] / medians[f"{case}_xla", stage]
+                for stage in stages
+            }
+            for case in ("projection", "pool")
+        }
+    else:
+        results["xla_problem"] = native.xla_load_problem()
     return results
 
 
@@ -268,7 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"batch {batch}, {repeats} rounds; one 1024^3 matmul: {results['matmul_ms']:.2f} ms")
     print("| op | forward, ms | forward + backward, ms | forward | forward + backward (matmul-times) |")
     print("| --- | ---: | ---: | ---: | ---: |")
-    for case in CASES:
+    for case in cases():
         f, b = results[case]["forward"], results[case]["backward"]
         print(
             f"| {case} | {f['median_ms']:.2f} | {b['median_ms']:.2f} | "
@@ -292,6 +326,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "The native max-pooling, speed-up over tf.nn.max_pool2d (builtin / native time): "
         f"forward {pool['forward']:.2f}x, forward + backward {pool['backward']:.2f}x"
     )
+    if "xla_speedup" in results:
+        for case, speedup in results["xla_speedup"].items():
+            print(
+                f"Under XLA, the native {case} through its XLA kernels, speed-up over TensorFlow's ops "
+                f"under XLA (builtin / native time): forward {speedup['forward']:.2f}x, "
+                f"forward + backward {speedup['backward']:.2f}x"
+            )
+    else:
+        print(f"Not measured under XLA: the XLA kernels are not usable here: {results['xla_problem']}.")
     report = {
         "what": "The native kernels alone at the SiT train step's shapes, forward and forward + backward",
         "command": command_line("native_ops.py", argv),

@@ -125,6 +125,8 @@ def host() -> dict[str, Any]:
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         # Whether the native kernels (sit_keras.native) load: they change the SiT family's float32 step.
         "native_kernels": native.available(),
+        # And their XLA kernels: with them an XLA step runs some of the ops too.
+        "native_xla_kernels": native.xla_load_problem() is None,
     }
 
 

@@ -436,6 +436,17 @@ def test_native_ops_times_each_kernel_forward_and_backward(tmp_path, capsys):
             assert results[f"{case}_speedup"][stage] == pytest.approx(speedup, rel=1e-6)
     assert report["settings"]["projection"] == {"kernel": [64, 192], "columns": 16 * 64 * 17}
     assert report["settings"]["pool"] == {"maps": [64, 64, 3], "size": 2}
+    if native.xla_load_problem() is None:  # under XLA too, through the ops' XLA kernels
+        for case in ("projection", "pool"):
+            for stage in ("forward", "backward"):
+                native_ms, builtin_ms = (
+                    results[f"{case}{kind}_xla"][stage]["median_ms"] for kind in ("", "_builtin")
+                )
+                assert results["xla_speedup"][case][stage] == pytest.approx(builtin_ms / native_ms, rel=1e-6)
+            assert f"Under XLA, the native {case} through its XLA kernels" in printed
+    else:
+        assert results["xla_problem"] == native.xla_load_problem() and "pool_xla" not in results
+        assert "Not measured under XLA: the XLA kernels are not usable here" in printed
 
 
 @pytest.mark.parametrize(

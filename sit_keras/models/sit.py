@@ -586,7 +586,7 @@ class SiTEncoder(Encoder):
         if self.pool_padding:
             p = self.pool_padding
             maps = tf.pad(maps, [[0, 0], [p, p], [p, p], [0, 0]])
-        if self.pool_size > 1 and native.usable(maps.dtype):
+        if self.pool_size > 1 and native.usable(maps.dtype, native.POOL_OPS):
             maps = native.max_pool(maps, self.pool_size)
         elif self.pool_size > 1:
             maps = tf.nn.max_pool2d(maps, self.pool_size, self.pool_size, "VALID")

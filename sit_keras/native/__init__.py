@@ -12,8 +12,10 @@ one only where ``usable`` says so:
   inside ``forward_passes()`` (the trainers' collection and evaluation drivers):
   serving signatures and exports, traced elsewhere, keep the builtin ops, so a
   SavedModel or TFLite model never needs this library;
-- the function is not compiled by XLA (``jit_compile=True``), which cannot
-  compile a custom op;
+- the function is not compiled by XLA (``jit_compile=True``), or the op has an
+  XLA kernel (``XLA_OPS``, in ``XLA_LIBRARY``: built where LLVM's headers are
+  installed, ``sit_keras.native.build``) that hands XLA's buffers to the same
+  computation in a custom call;
 - the dtype is float32 or float64, or bfloat16 (``mixed_bfloat16``), which the
   ops take in float32: each op's inputs are cast up and its outputs back
   (``op_dtype``);
@@ -40,6 +42,7 @@ import sit_keras.quiet_start  # noqa: F401  (first: `python -m sit_keras.native.
 # isort: split
 
 import contextlib
+import ctypes
 import functools
 import json
 import threading
@@ -52,10 +55,16 @@ from typing import Any, TypeVar
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager import record
+from tensorflow.python.framework.kernels import get_registered_kernels_for_op as kernels_for_op
 
 from sit_keras.native import cpu
 
 LIBRARY = Path(__file__).with_name("_kernels.so")
+XLA_LIBRARY = Path(__file__).with_name("_xla_kernels.so")
+# The ops of max_pool and project_channels_first; those XLA_LIBRARY gives an XLA kernel (xla/xla_kernels.cc).
+POOL_OPS = frozenset({"SitMaxPool", "SitMaxPoolGrad"})
+PROJECTION_OPS = frozenset({"SitChannelsFirstProjection", "SitChannelsFirstProjectionKernelGrad"})
+XLA_OPS = POOL_OPS | PROJECTION_OPS
 _DTYPES = (tf.float32, tf.float64)
 # bfloat16 tensors pass through the ops in float32 (their arithmetic is float32 or float64). Under
 # mixed_bfloat16 the SiT step then takes 1.0-1.1x its float32 step on an AMD host with AVX512_BF16, against
@@ -81,6 +90,8 @@ def library() -> ModuleType | None:
         if _loaded["problem"] not in (None, cpu.NO_VECTOR_UNITS) and LIBRARY.exists():
             message = f"sit_keras.native: {_loaded['problem']}; the layers keep their builtin ops"
             warnings.warn(message, stacklevel=2)
+        # At once: XLA takes the XLA kernels registered when it first looks, and never looks again.
+        xla_load_problem()
     return _loaded["ops"]
 
 
@@ -106,6 +117,43 @@ def _load() -> tuple[ModuleType | None, str | None]:
         return tf.load_op_library(str(LIBRARY)), None
     except tf.errors.NotFoundError as error:
         return None, f"{LIBRARY} does not load ({error}; {rebuild})"
+
+
+def xla_load_problem() -> str | None:
+    """Why the ops' XLA kernels are not used on this host, or ``None`` when they load."""
+    if "xla_problem" not in _loaded:
+        _loaded["xla_problem"] = _load_xla()
+        if _loaded["xla_problem"] is not None and XLA_LIBRARY.exists() and library() is not None:
+            warnings.warn(
+                f"sit_keras.native: {_loaded['xla_problem']}; XLA keeps the builtin ops", stacklevel=2
+            )
+    return _loaded["xla_problem"]
+
+
+def _load_xla() -> str | None:
+    if library() is None:
+        return f"the native kernels are not usable: {load_problem()}"
+    if not XLA_LIBRARY.exists():
+        from sit_keras.native.build import NO_LLVM_HEADERS, llvm_headers
+
+        if llvm_headers() is None:
+            return f"not built: {NO_LLVM_HEADERS}"
+        return "not built (run `python -m sit_keras.native.build`)"
+    try:
+        tf.load_op_library(str(XLA_LIBRARY))  # registers the XLA kernels; it defines no ops
+    except tf.errors.NotFoundError as error:
+        return f"{XLA_LIBRARY} does not load ({error}; run `python -m sit_keras.native.build`)"
+    # XLA lists the XLA kernels registered so far when a process runs its first op (MatMul's is listed
+    # from then on) and never again: a library loaded later adds its kernels itself.
+    if _has_xla_kernel("MatMul") and not all(_has_xla_kernel(op) for op in XLA_OPS):
+        ctypes.CDLL(str(XLA_LIBRARY)).SitRegisterXlaKernelsLate()
+    missing = sorted(op for op in XLA_OPS if _has_xla_kernel("MatMul") and not _has_xla_kernel(op))
+    return f"{XLA_LIBRARY} registered no XLA kernel for {', '.join(missing)}" if missing else None
+
+
+def _has_xla_kernel(op: str) -> bool:
+    kernels = kernels_for_op(op).kernel
+    return any(kernel.device_type == "XLA_CPU_JIT" for kernel in kernels)
 
 
 def available() -> bool:
@@ -146,8 +194,12 @@ def forward_passes() -> contextlib.AbstractContextManager[None]:
     return _thread_flag("forward")
 
 
-def usable(dtype: tf.DType) -> bool:
-    """Whether a layer traced now should use a native kernel on ``dtype`` tensors (module docstring)."""
+def usable(dtype: tf.DType, ops: frozenset[str] | set[str] = frozenset()) -> bool:
+    """Whether a layer traced now should use a native kernel on ``dtype`` tensors (module docstring).
+
+    ``ops`` names the ops the layer would run: inside a function XLA compiles
+    they are usable only where each has an XLA kernel (``XLA_OPS``) and it loads.
+    """
     # Imported here: sit_keras.layers imports this module.
     from sit_keras.layers.xla_context import in_compiled_function
 
@@ -155,8 +207,8 @@ def usable(dtype: tf.DType) -> bool:
         not getattr(_state, "off", False)
         and tf.as_dtype(dtype) in _DTYPES + _IN_FLOAT32
         and (record.could_possibly_record() or getattr(_state, "forward", False))
-        and not in_compiled_function()
         and available()
+        and (not in_compiled_function() or (bool(ops) and ops <= XLA_OPS and xla_load_problem() is None))
     )
 
 
@@ -328,7 +380,7 @@ def max_pool(inputs: tf.Tensor, size: int) -> tf.Tensor:
     ``inputs (B, H, W, C)``: the maximum of each ``size x size`` window, the
     windows side by side (the SiT's pooling after its stem); the gradient goes
     to each window's first maximum in row-major order, where TensorFlow's CPU
-    gradient puts it (``max_pool.cc``). Call only where ``usable(inputs.dtype)``.
+    gradient puts it (``max_pool.cc``). Call only where ``usable(inputs.dtype, POOL_OPS)``.
     """
     ops = _library_or_raise()
 
@@ -353,7 +405,7 @@ def project_channels_first(kernel: tf.Tensor, inputs: tf.Tensor) -> tf.Tensor:
     ``SitChannelsFirstProjectionKernelGrad``, the same bits on every run; the
     input's is ``tf.matmul(kernel, dy)``, which TensorFlow runs fast. float32
     and float64 only: under ``mixed_bfloat16`` the builtin matmul computes in
-    bfloat16. Call only where ``usable(inputs.dtype)``.
+    bfloat16. Call only where ``usable(inputs.dtype, PROJECTION_OPS)``.
     """
     ops = _library_or_raise()
 

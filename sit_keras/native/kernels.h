@@ -160,6 +160,16 @@ inline void RunShards(OpKernelContext* context, int64_t units, int64_t cost,
   tensorflow::Shard(threads->num_threads, threads->workers, units, cost, work);
 }
 
+// A RunShards whose threads are chosen by the caller: an op's TensorFlow thread pool (ShardsOf), or the
+// pool of the XLA custom calls (xla/xla_kernels.cc), which have no OpKernelContext.
+using Shards = std::function<void(int64_t units, int64_t cost, const std::function<void(int64_t, int64_t)>& work)>;
+
+inline Shards ShardsOf(OpKernelContext* context) {
+  return [context](int64_t units, int64_t cost, const std::function<void(int64_t, int64_t)>& work) {
+    RunShards(context, units, cost, work);
+  };
+}
+
 }  // namespace sit_keras
 
 #endif  // SIT_KERAS_NATIVE_KERNELS_H_

@@ -1,0 +1,223 @@
+"""The native kernels inside XLA (``sit_keras/native/xla/xla_kernels.cc``, ``native.XLA_LIBRARY``).
+
+What this file proves:
+
+- where LLVM's headers are installed the build makes the XLA library and it loads;
+- under ``jit_compile=True`` the max-pooling and the channels-first projection run as custom calls to
+  the kernels' code: float64 values and gradients equal TensorFlow's ops (the pooling exactly, ties
+  included; the projection to rounding) on shapes that are multiples of nothing, and float32 ones equal
+  the same ops outside XLA bit for bit;
+- a SiT's train step compiled by XLA runs them; without the XLA library, or for an op without an XLA
+  kernel, a compiled function keeps TensorFlow's ops;
+- malformed shapes fail the compilation with the op's message naming the expected shapes;
+- a library loaded after the process ran its first op (when XLA lists its kernels, once) still registers
+  its kernels.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sit_keras import native
+from sit_keras.encoder_check import make_train_step
+from sit_keras.layers.channels_first import project_channels_first
+from sit_keras.models import build_encoder
+from sit_keras.native import build
+
+needs_xla_kernels = pytest.mark.skipif(
+    native.xla_load_problem() is not None,
+    reason=f"the XLA kernels are not usable: {native.xla_load_problem()}",
+)
+
+
+def _custom_calls(function: tf.types.experimental.GenericFunction, *args) -> set[str]:
+    hlo = function.experimental_get_compiler_ir(*args)(stage="hlo")
+    return {
+        line.split('custom_call_target="')[1].split('"')[0]
+        for line in hlo.splitlines()
+        if "custom_call" in line
+    }
+
+
+@pytest.mark.skipif(build.llvm_headers() is None, reason=build.NO_LLVM_HEADERS)
+def test_where_llvms_headers_are_installed_the_xla_library_is_built_and_loads() -> None:
+    assert native.available(), native.load_problem()
+    assert native.XLA_LIBRARY.exists()
+    assert native.xla_load_problem() is None
+
+
+def _pool_with_gradient(
+    x: tf.Tensor, dy: tf.Tensor, size: int, use_native: bool
+) -> tuple[tf.Tensor, tf.Tensor]:
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = native.max_pool(x, size) if use_native else tf.nn.max_pool2d(x, size, size, "VALID")
+    return y, tape.gradient(y, x, output_gradients=dy)
+
+
+shapes = st.tuples(
+    st.integers(1, 3), st.integers(1, 11), st.integers(1, 11), st.integers(1, 4), st.integers(1, 3)
+)
+
+
+@needs_xla_kernels
+@settings(deadline=None, max_examples=15)
+@given(shape=shapes, seed=st.integers(0, 2**16))
+def test_under_xla_the_pooling_is_the_kernels_and_equals_tensorflows(shape: tuple, seed: int) -> None:
+    images, height, width, channels, size = shape
+    rng = np.random.default_rng(seed)
+    x = tf.constant(rng.integers(0, 3, size=(images, height, width, channels)), tf.float64)  # ties
+    dy = tf.constant(rng.normal(size=(images, height // size, width // size, channels)))
+    compiled = tf.function(lambda x, dy: _pool_with_gradient(x, dy, size, True), jit_compile=True)
+    assert {"sit_max_pool_f64", "sit_max_pool_grad_f64"} <= _custom_calls(compiled, x, dy)
+    pooled, gradient = _pool_with_gradient(x, dy, size, False)
+    if 0 in dy.shape:  # no window fits: TensorFlow's gradient is memory it never wrote, the kernel's zero
+        gradient = np.zeros(x.shape)
+    for got, want in zip(compiled(x, dy), [pooled, gradient], strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def _projection_with_gradients(kernel: tf.Tensor, x: tf.Tensor, dy: tf.Tensor, project) -> list[tf.Tensor]:
+    with tf.GradientTape() as tape:
+        tape.watch([kernel, x])
+        y = project(kernel, x)
+    return [y, *tape.gradient(y, [kernel, x], output_gradients=dy)]
+
+
+@needs_xla_kernels
+@settings(deadline=None, max_examples=15)
+@given(
+    rows=st.integers(1, 9), outputs=st.integers(1, 13), columns=st.integers(1, 1100), seed=st.integers(0, 99)
+)
+def test_under_xla_the_projection_is_the_kernels_and_equals_a_matmul(
+    rows: int, outputs: int, columns: int, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    kernel, x = tf.constant(rng.normal(size=(rows, outputs))), tf.constant(rng.normal(size=(rows, columns)))
+    dy = tf.constant(rng.normal(size=(outputs, columns)))
+    compiled = tf.function(
+        lambda *args: _projection_with_gradients(*args, project_channels_first), jit_compile=True
+    )
+    calls = _custom_calls(compiled, kernel, x, dy)
+    assert {"sit_channels_first_projection_f64", "sit_channels_first_projection_kernel_grad_f64"} <= calls
+
+    def matmul(w: tf.Tensor, inputs: tf.Tensor) -> tf.Tensor:
+        return tf.matmul(w, inputs, transpose_a=True)
+
+    for got, want in zip(
+        compiled(kernel, x, dy), _projection_with_gradients(kernel, x, dy, matmul), strict=True
+    ):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+@needs_xla_kernels
+def test_float32_results_under_xla_are_the_same_bits_as_outside_it() -> None:
+    rng = np.random.default_rng(3)
+    images = tf.constant(rng.normal(size=(5, 13, 9, 3)), tf.float32)
+    kernel = tf.constant(rng.normal(size=(7, 11)), tf.float32)
+    tokens = tf.constant(rng.normal(size=(7, 3001)), tf.float32)
+
+    def step(images: tf.Tensor, kernel: tf.Tensor, tokens: tf.Tensor) -> list[tf.Tensor]:
+        with tf.GradientTape() as tape:
+            tape.watch([images, kernel, tokens])
+            pooled = native.max_pool(images, 2)
+            projected = native.project_channels_first(kernel, tokens)
+            loss = tf.reduce_sum(pooled * pooled) + tf.reduce_sum(projected * projected)
+        return [pooled, projected, *tape.gradient(loss, [images, kernel, tokens])]
+
+    graph = tf.function(step)(images, kernel, tokens)
+    compiled = tf.function(step, jit_compile=True)(images, kernel, tokens)
+    for a, b in zip(graph, compiled, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@needs_xla_kernels
+def test_a_sits_xla_train_step_runs_the_kernels_and_without_the_library_tensorflows_ops(monkeypatch) -> None:
+    sit = build_encoder("sit", (16, 16, 3), dim=16, num_heads=2)
+    images = tf.random.uniform((3, 16, 16, 3))
+    calls = _custom_calls(make_train_step(sit, jit_compile=True), images)
+    assert {"sit_max_pool_f32", "sit_channels_first_projection_f32"} <= calls
+    assert "sit_channels_first_projection_kernel_grad_f32" in calls
+    monkeypatch.setitem(native._loaded, "xla_problem", "not built")
+    assert not _custom_calls(make_train_step(sit, jit_compile=True), images)
+
+
+@needs_xla_kernels
+def test_in_a_compiled_function_only_ops_with_an_xla_kernel_are_usable() -> None:
+    @tf.function(jit_compile=True)
+    def usable() -> tf.Tensor:
+        with tf.GradientTape():
+            flags = [
+                native.usable(tf.float32, native.POOL_OPS),
+                native.usable(tf.float32, native.PROJECTION_OPS),
+                native.usable(tf.float32),  # the window attention's ops: no XLA kernel
+                native.usable(tf.float32, native.POOL_OPS | {"SitWindowAttention"}),
+            ]
+        return tf.constant(flags)
+
+    assert usable().numpy().tolist() == [True, True, False, False]
+
+
+@needs_xla_kernels
+@pytest.mark.parametrize(
+    "op, inputs, message",
+    [
+        ("sit_max_pool", [(4, 4, 3)], r"SitMaxPool expects x \(B, H, W, C\); got \[4,4,3\]"),
+        (
+            "sit_max_pool_grad",
+            [(1, 4, 4, 3), (1, 2, 2, 3), (1, 2, 3, 3)],
+            r"expects y and dy \[1,2,2,3\] for x \[1,4,4,3\] and size 2",
+        ),
+        (
+            "sit_channels_first_projection",
+            [(3, 5), (4, 7)],
+            r"expects a kernel \(R, N\) and x \(R, L\) with the same R; got \[3,5\] and \[4,7\]",
+        ),
+        (
+            "sit_channels_first_projection_kernel_grad",
+            [(5, 6), (3, 7)],
+            r"expects dy \(N, L\) and x \(R, L\) with the same L; got \[5,6\] and \[3,7\]",
+        ),
+    ],
+    ids=["pool_rank", "pool_grad_shapes", "projection_rows", "kernel_grad_columns"],
+)
+def test_malformed_shapes_fail_the_compilation_with_the_ops_message(
+    op: str, inputs: list, message: str
+) -> None:
+    """Traced with unknown shapes (the ops' shape functions would refuse known ones first), so that the
+    XLA kernels see the shapes when XLA compiles."""
+    attributes = {"size": 2} if op.startswith("sit_max_pool") else {}
+    signature = [tf.TensorSpec(None, tf.float32)] * len(inputs)
+    compiled = tf.function(
+        lambda *args: getattr(native.library(), op)(*args, **attributes),
+        input_signature=signature,
+        jit_compile=True,
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        compiled(*[tf.zeros(shape) for shape in inputs])
+
+
+@needs_xla_kernels
+def test_a_library_loaded_after_the_first_op_registers_its_xla_kernels() -> None:
+    script = textwrap.dedent(
+        """
+        import sit_keras.quiet_start
+        import tensorflow as tf
+        x = tf.random.uniform((2, 6, 6, 1))  # the process's first op: XLA lists its kernels now
+        from sit_keras import native
+        assert native.xla_load_problem() is None, native.xla_load_problem()
+        pooled = tf.function(lambda x: native.max_pool(x, 3), jit_compile=True)(x)
+        assert (pooled.numpy() == tf.nn.max_pool2d(x, 3, 3, "VALID").numpy()).all()
+        print("ok")
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-2000:]
