@@ -11,9 +11,11 @@ the implementation of its GSA layers: ``sit:reference`` is the SiT with the
 reference formulation (``GraphSymmetricAttention(implementation=...)``), so
 that fast and reference paths are timed in the same run; ``sit:builtin`` is the
 fast SiT traced with TensorFlow's builtin ops only (``sit_keras.native.builtin_only``),
-so that the native kernels' gain is measured in the same run too, and ``sit:dense``
+so that the native kernels' gain is measured in the same run too, ``sit:dense``
 the fast SiT whose kernels mix every graph densely (``sit_keras.native.dense_mixing``),
-not in the quarter turn's orbits. A training config
+not in the quarter turn's orbits, and ``sit:no_xla_kernels`` the fast SiT whose
+XLA steps keep TensorFlow's ops where native ones have XLA kernels
+(``sit_keras.native.without_xla_kernels``). A training config
 (a path ending in ``.gin``) names its actor's encoder: ``train_eval.encoder``
 with its ``train_eval.encoder_kwargs``, e.g. the MiniGrid models at
 ``--image_size 14``. Train steps are given relative to the first ViT
@@ -87,11 +89,19 @@ DEFAULT_MODELS = ("sit", "sit:builtin", "sit:reference", "siet", "siet:builtin",
 BUILTIN = "builtin"
 # The fast SiT traced with the native kernels mixing every graph densely (native.dense_mixing).
 DENSE = "dense"
+# The fast SiT whose XLA steps keep TensorFlow's ops where the native ones have XLA kernels
+# (native.without_xla_kernels); its graph steps are the fast SiT's.
+NO_XLA_KERNELS = "no_xla_kernels"
 # The report's train-step ratios of a model over the same model with a suffix.
-OVER_SUFFIXES = {"train_step_native_over_builtin": BUILTIN, "train_step_spectral_over_dense": DENSE}
+OVER_SUFFIXES = {
+    "train_step_native_over_builtin": BUILTIN,
+    "train_step_spectral_over_dense": DENSE,
+    "train_step_xla_kernels_over_without": NO_XLA_KERNELS,
+}
 OVER_TITLES = {
     "train_step_native_over_builtin": "Train step, with the native kernels over without (builtin ops only):",
     "train_step_spectral_over_dense": "Train step, graphs mixed in the quarter turn's orbits over densely:",
+    "train_step_xla_kernels_over_without": "Train step, with the native ops' XLA kernels over without:",
 }
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "encoders.json"
 
@@ -211,12 +221,13 @@ def parse_model(text: str) -> tuple[str, dict[str, Any]]:
         raise ValueError(f"unknown encoder {name!r}; expected one of: {', '.join(ENCODER_NAMES)}")
     overrides = dict(OVERRIDES.get(name, {}))
     if implementation:
-        if implementation not in (*IMPLEMENTATIONS, BUILTIN, DENSE) or name not in VARIANTS:
+        native_forms = (BUILTIN, DENSE, NO_XLA_KERNELS)
+        if implementation not in (*IMPLEMENTATIONS, *native_forms) or name not in VARIANTS:
             raise ValueError(
-                f"{text!r}: an implementation ({', '.join((*IMPLEMENTATIONS, BUILTIN, DENSE))}) follows only "
+                f"{text!r}: an implementation ({', '.join((*IMPLEMENTATIONS, *native_forms))}) follows only "
                 f"a SiT-family name ({', '.join(VARIANTS)})"
             )
-        overrides["implementation"] = "fast" if implementation in (BUILTIN, DENSE) else implementation
+        overrides["implementation"] = "fast" if implementation in native_forms else implementation
     return name, overrides
 
 
@@ -297,6 +308,8 @@ def build_model(spec: str, args: argparse.Namespace) -> dict[str, Any]:
         context = native.builtin_only()
     elif spec.endswith(f":{DENSE}"):
         context = native.dense_mixing()
+    elif spec.endswith(f":{NO_XLA_KERNELS}"):
+        context = native.without_xla_kernels()
     else:
         context = contextlib.nullcontext()
     with context:

@@ -155,6 +155,13 @@ def test_benchmark_rejects_unknown_models_implementations_and_precisions(argv):
         _load_benchmark().parse_args(argv)
 
 
+def test_no_xla_kernels_names_the_fast_sit_and_nothing_else():
+    bench = _load_benchmark()
+    assert bench.parse_model("siet:no_xla_kernels") == ("siet", {"implementation": "fast"})
+    with pytest.raises(ValueError, match="follows only a SiT-family name"):
+        bench.parse_model("vit:no_xla_kernels")
+
+
 # A benchmark run; its arguments and report: the tests above.
 @pytest.mark.large
 def test_benchmark_times_a_configs_encoder_against_the_configs_vit(tmp_path, capsys):

@@ -7,8 +7,9 @@ What this file proves:
   the kernels' code: float64 values and gradients equal TensorFlow's ops (the pooling exactly, ties
   included; the projection to rounding) on shapes that are multiples of nothing, and float32 ones equal
   the same ops outside XLA bit for bit;
-- a SiT's train step compiled by XLA runs them; without the XLA library, or for an op without an XLA
-  kernel, a compiled function keeps TensorFlow's ops;
+- a SiT's train step compiled by XLA runs them; without the XLA library, inside
+  ``native.without_xla_kernels()``, or for an op without an XLA kernel, a compiled function keeps
+  TensorFlow's ops;
 - malformed shapes fail the compilation with the op's message naming the expected shapes;
 - a library loaded after the process ran its first op (when XLA lists its kernels, once) still registers
   its kernels.
@@ -25,6 +26,7 @@ import pytest
 import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from traced_ops import op_types
 
 from sit_keras import native
 from sit_keras.encoder_check import make_train_step
@@ -32,6 +34,7 @@ from sit_keras.layers.channels_first import project_channels_first
 from sit_keras.models import build_encoder
 from sit_keras.native import build
 
+NATIVE_OPS = {"SitMaxPool", "SitChannelsFirstProjection", "SitWindowAttention"}
 needs_xla_kernels = pytest.mark.skipif(
     native.xla_load_problem() is not None,
     reason=f"the XLA kernels are not usable: {native.xla_load_problem()}",
@@ -146,6 +149,9 @@ def test_a_sits_xla_train_step_runs_the_kernels_and_without_the_library_tensorfl
     calls = _custom_calls(make_train_step(sit, jit_compile=True), images)
     assert {"sit_max_pool_f32", "sit_channels_first_projection_f32"} <= calls
     assert "sit_channels_first_projection_kernel_grad_f32" in calls
+    with native.without_xla_kernels():  # what benchmarks/encoders.py compares them with
+        assert not _custom_calls(make_train_step(sit, jit_compile=True), images)
+        assert NATIVE_OPS <= op_types(make_train_step(sit, jit_compile=False), images)  # graphs keep them
     monkeypatch.setitem(native._loaded, "xla_problem", "not built")
     assert not _custom_calls(make_train_step(sit, jit_compile=True), images)
 

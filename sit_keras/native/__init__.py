@@ -19,7 +19,8 @@ one only where ``usable`` says so:
 - the dtype is float32 or float64, or bfloat16 (``mixed_bfloat16``), which the
   ops take in float32: each op's inputs are cast up and its outputs back
   (``op_dtype``);
-- not inside ``builtin_only()`` (benchmarks compare both forms in one run).
+- not inside ``builtin_only()`` (benchmarks compare both forms in one run), nor,
+  for a function XLA compiles, inside ``without_xla_kernels()``.
 
 A layer whose graphs are invariant under the quarter turn of its square grid
 (the SiT's rotation symmetry) gives the ops the quarter turn's orbits of its
@@ -185,6 +186,15 @@ def dense_mixing() -> contextlib.AbstractContextManager[None]:
     return _thread_flag("dense")
 
 
+def without_xla_kernels() -> contextlib.AbstractContextManager[None]:
+    """Functions XLA compiles that are traced inside keep TensorFlow's ops (this thread).
+
+    As if ``XLA_LIBRARY`` did not load; functions not compiled by XLA are
+    unchanged. Benchmarks compare both forms in one run.
+    """
+    return _thread_flag("no_xla_kernels")
+
+
 def forward_passes() -> contextlib.AbstractContextManager[None]:
     """Functions traced inside may use the kernels without a gradient tape (this thread).
 
@@ -208,8 +218,13 @@ def usable(dtype: tf.DType, ops: frozenset[str] | set[str] = frozenset()) -> boo
         and tf.as_dtype(dtype) in _DTYPES + _IN_FLOAT32
         and (record.could_possibly_record() or getattr(_state, "forward", False))
         and available()
-        and (not in_compiled_function() or (bool(ops) and ops <= XLA_OPS and xla_load_problem() is None))
+        and (not in_compiled_function() or _xla_kernels_for(ops))
     )
+
+
+def _xla_kernels_for(ops: frozenset[str] | set[str]) -> bool:
+    usable_here = not getattr(_state, "no_xla_kernels", False) and xla_load_problem() is None
+    return usable_here and bool(ops) and ops <= XLA_OPS
 
 
 def op_dtype(dtype: tf.DType) -> tf.DType:
