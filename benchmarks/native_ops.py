@@ -33,10 +33,11 @@ pooling and the projection:
   64x64x3 maps, and ``pool_builtin``: ``tf.nn.max_pool2d`` on the same, whose
   backward passes return the output as well; ``pool_speedup`` is builtin /
   native time;
-- ``projection_xla``, ``projection_builtin_xla``, ``pool_xla``,
-  ``pool_builtin_xla``: those four compiled by XLA (``jit_compile=True``), the
-  native ones through their XLA kernels (``native/xla/xla_kernels.cc``), where
-  that library loads (else they are left out and the report says why);
+- ``stem_xla``, ``stem_builtin_xla``, ``projection_xla``,
+  ``projection_builtin_xla``, ``pool_xla``, ``pool_builtin_xla``: those six
+  compiled by XLA (``jit_compile=True``), the native ones through their XLA
+  kernels (``native/xla/xla_kernels.cc``), where that library loads (else they
+  are left out and the report says why);
   ``xla_speedup`` is builtin / native time under XLA.
 
 Each function, its forward pass and its forward + backward pass (the gradients
@@ -88,7 +89,7 @@ STEM_CASES = ("stem", "stem_builtin")
 PROJECTION_CASES = ("projection", "projection_builtin")
 POOL_CASES = ("pool", "pool_builtin")
 # The cases compiled by XLA too (as f"{case}_xla"), where the ops' XLA kernels load.
-XLA_CASES = (*PROJECTION_CASES, *POOL_CASES)
+XLA_CASES = (*STEM_CASES, *PROJECTION_CASES, *POOL_CASES)
 CASES = (
     *SPECTRAL_CASES,
     "layer_norm",
@@ -267,7 +268,7 @@ def measure(batch: int, repeats: int) -> dict[str, Any]:
                 stage: medians[f"{case}_builtin_xla", stage] / medians[f"{case}_xla", stage]
                 for stage in stages
             }
-            for case in ("projection", "pool")
+            for case in ("stem", "projection", "pool")
         }
     else:
         results["xla_problem"] = native.xla_load_problem()

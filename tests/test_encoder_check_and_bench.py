@@ -444,7 +444,7 @@ def test_native_ops_times_each_kernel_forward_and_backward(tmp_path, capsys):
     assert report["settings"]["projection"] == {"kernel": [64, 192], "columns": 16 * 64 * 17}
     assert report["settings"]["pool"] == {"maps": [64, 64, 3], "size": 2}
     if native.xla_load_problem() is None:  # under XLA too, through the ops' XLA kernels
-        for case in ("projection", "pool"):
+        for case in ("stem", "projection", "pool"):
             for stage in ("forward", "backward"):
                 native_ms, builtin_ms = (
                     results[f"{case}{kind}_xla"][stage]["median_ms"] for kind in ("", "_builtin")

@@ -3,10 +3,10 @@
 What this file proves:
 
 - where LLVM's headers are installed the build makes the XLA library and it loads;
-- under ``jit_compile=True`` the max-pooling and the channels-first projection run as custom calls to
-  the kernels' code: float64 values and gradients equal TensorFlow's ops (the pooling exactly, ties
-  included; the projection to rounding) on shapes that are multiples of nothing, and float32 ones equal
-  the same ops outside XLA bit for bit;
+- under ``jit_compile=True`` the stem's depth-wise convolution, the max-pooling and the channels-first
+  projection run as custom calls to the kernels' code: float64 values and gradients equal TensorFlow's
+  ops (the pooling exactly, ties included; the others to rounding) on shapes that are multiples of
+  nothing, and float32 ones equal the same ops outside XLA bit for bit;
 - a SiT's train step compiled by XLA runs them; without the XLA library, inside
   ``native.without_xla_kernels()``, or for an op without an XLA kernel, a compiled function keeps
   TensorFlow's ops;
@@ -88,6 +88,33 @@ def test_under_xla_the_pooling_is_the_kernels_and_equals_tensorflows(shape: tupl
         np.testing.assert_array_equal(got, want)
 
 
+def _stem_with_gradients(x: tf.Tensor, kernel: tf.Tensor, dy: tf.Tensor, use_native: bool) -> list[tf.Tensor]:
+    with tf.GradientTape() as tape:
+        tape.watch([x, kernel])
+        if use_native:
+            y = native.depthwise_conv(x, kernel)
+        else:
+            y = tf.nn.depthwise_conv2d(x, kernel[..., None], [1, 1, 1, 1], "SAME")
+    return [y, *tape.gradient(y, [x, kernel], output_gradients=dy)]
+
+
+@needs_xla_kernels
+@settings(deadline=None, max_examples=15)
+@given(shape=shapes, side=st.sampled_from([1, 3, 5]), seed=st.integers(0, 2**16))
+def test_under_xla_the_stem_is_the_kernels_and_equals_tensorflows(shape: tuple, side: int, seed: int) -> None:
+    images, height, width, channels, _ = shape
+    rng = np.random.default_rng(seed)
+    x = tf.constant(rng.normal(size=(images, height, width, channels)))
+    kernel = tf.constant(rng.normal(size=(side, side, channels)))
+    dy = tf.constant(rng.normal(size=x.shape))
+    compiled = tf.function(lambda *args: _stem_with_gradients(*args, True), jit_compile=True)
+    assert {"sit_depthwise_conv_f64", "sit_depthwise_conv_kernel_grad_f64"} <= _custom_calls(
+        compiled, x, kernel, dy
+    )
+    for got, want in zip(compiled(x, kernel, dy), _stem_with_gradients(x, kernel, dy, False), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
 def _projection_with_gradients(kernel: tf.Tensor, x: tf.Tensor, dy: tf.Tensor, project) -> list[tf.Tensor]:
     with tf.GradientTape() as tape:
         tape.watch([kernel, x])
@@ -128,16 +155,18 @@ def test_float32_results_under_xla_are_the_same_bits_as_outside_it() -> None:
     kernel = tf.constant(rng.normal(size=(7, 11)), tf.float32)
     tokens = tf.constant(rng.normal(size=(7, 3001)), tf.float32)
 
-    def step(images: tf.Tensor, kernel: tf.Tensor, tokens: tf.Tensor) -> list[tf.Tensor]:
+    stem = tf.constant(rng.normal(size=(3, 3, 3)), tf.float32)
+
+    def step(images: tf.Tensor, kernel: tf.Tensor, tokens: tf.Tensor, stem: tf.Tensor) -> list[tf.Tensor]:
         with tf.GradientTape() as tape:
-            tape.watch([images, kernel, tokens])
-            pooled = native.max_pool(images, 2)
+            tape.watch([images, kernel, tokens, stem])
+            pooled = native.max_pool(native.depthwise_conv(images, stem), 2)
             projected = native.project_channels_first(kernel, tokens)
             loss = tf.reduce_sum(pooled * pooled) + tf.reduce_sum(projected * projected)
-        return [pooled, projected, *tape.gradient(loss, [images, kernel, tokens])]
+        return [pooled, projected, *tape.gradient(loss, [images, kernel, tokens, stem])]
 
-    graph = tf.function(step)(images, kernel, tokens)
-    compiled = tf.function(step, jit_compile=True)(images, kernel, tokens)
+    graph = tf.function(step)(images, kernel, tokens, stem)
+    compiled = tf.function(step, jit_compile=True)(images, kernel, tokens, stem)
     for a, b in zip(graph, compiled, strict=True):
         np.testing.assert_array_equal(a, b)
 
@@ -147,7 +176,7 @@ def test_a_sits_xla_train_step_runs_the_kernels_and_without_the_library_tensorfl
     sit = build_encoder("sit", (16, 16, 3), dim=16, num_heads=2)
     images = tf.random.uniform((3, 16, 16, 3))
     calls = _custom_calls(make_train_step(sit, jit_compile=True), images)
-    assert {"sit_max_pool_f32", "sit_channels_first_projection_f32"} <= calls
+    assert {"sit_depthwise_conv_f32", "sit_max_pool_f32", "sit_channels_first_projection_f32"} <= calls
     assert "sit_channels_first_projection_kernel_grad_f32" in calls
     with native.without_xla_kernels():  # what benchmarks/encoders.py compares them with
         assert not _custom_calls(make_train_step(sit, jit_compile=True), images)
@@ -164,12 +193,13 @@ def test_in_a_compiled_function_only_ops_with_an_xla_kernel_are_usable() -> None
             flags = [
                 native.usable(tf.float32, native.POOL_OPS),
                 native.usable(tf.float32, native.PROJECTION_OPS),
+                native.usable(tf.float32, native.STEM_OPS),
                 native.usable(tf.float32),  # the window attention's ops: no XLA kernel
                 native.usable(tf.float32, native.POOL_OPS | {"SitWindowAttention"}),
             ]
         return tf.constant(flags)
 
-    assert usable().numpy().tolist() == [True, True, False, False]
+    assert usable().numpy().tolist() == [True, True, True, False, False]
 
 
 @needs_xla_kernels
@@ -192,8 +222,19 @@ def test_in_a_compiled_function_only_ops_with_an_xla_kernel_are_usable() -> None
             [(5, 6), (3, 7)],
             r"expects dy \(N, L\) and x \(R, L\) with the same L; got \[5,6\] and \[3,7\]",
         ),
+        (
+            "sit_depthwise_conv",
+            [(2, 5, 5, 3), (2, 2, 3)],
+            r"SitDepthwiseConv expects x \(B, H, W, C\) and a kernel \(k, k, 3\) with k odd; "
+            r"got \[2,5,5,3\] and \[2,2,3\]",
+        ),
+        (
+            "sit_depthwise_conv_kernel_grad",
+            [(2, 5, 4, 3), (2, 5, 5, 3), (3, 3, 3)],
+            r"SitDepthwiseConvKernelGrad expects dy of x's shape \[2,5,5,3\]; got \[2,5,4,3\]",
+        ),
     ],
-    ids=["pool_rank", "pool_grad_shapes", "projection_rows", "kernel_grad_columns"],
+    ids=["pool_rank", "pool_grad_shapes", "projection_rows", "kernel_grad_columns", "stem_kernel", "stem_dy"],
 )
 def test_malformed_shapes_fail_the_compilation_with_the_ops_message(
     op: str, inputs: list, message: str

@@ -141,14 +141,14 @@ class GraphConv2D(tf_keras.layers.Layer):
         10 M multiply-adds. The op covers the stem's case: stride 1, "same"
         padding (an odd kernel), no depth multiplier; and only where
         ``native.usable`` (a train step or a driver's forward pass, not a
-        SavedModel's signature).
+        SavedModel's signature; under XLA through the op's XLA kernel).
         """
         return (
             self.depth_multiplier == 1
             and self.strides == 1
             and self.padding == "same"
             and self.kernel_size % 2 == 1
-            and native.usable(dtype)
+            and native.usable(dtype, native.STEM_OPS)
         )
 
     def call(self, inputs: tf.Tensor) -> tf.Tensor:

@@ -62,10 +62,12 @@ from sit_keras.native import cpu
 
 LIBRARY = Path(__file__).with_name("_kernels.so")
 XLA_LIBRARY = Path(__file__).with_name("_xla_kernels.so")
-# The ops of max_pool and project_channels_first; those XLA_LIBRARY gives an XLA kernel (xla/xla_kernels.cc).
+# The ops of max_pool, project_channels_first and depthwise_conv; those XLA_LIBRARY gives an XLA kernel
+# (xla/xla_kernels.cc).
 POOL_OPS = frozenset({"SitMaxPool", "SitMaxPoolGrad"})
 PROJECTION_OPS = frozenset({"SitChannelsFirstProjection", "SitChannelsFirstProjectionKernelGrad"})
-XLA_OPS = POOL_OPS | PROJECTION_OPS
+STEM_OPS = frozenset({"SitDepthwiseConv", "SitDepthwiseConvKernelGrad"})
+XLA_OPS = POOL_OPS | PROJECTION_OPS | STEM_OPS
 _DTYPES = (tf.float32, tf.float64)
 # bfloat16 tensors pass through the ops in float32 (their arithmetic is float32 or float64). Under
 # mixed_bfloat16 the SiT step then takes 1.0-1.1x its float32 step on an AMD host with AVX512_BF16, against
@@ -373,7 +375,7 @@ def depthwise_conv(inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     TensorFlow prunes it (one op computing both measured as long as the two
     apart). Deciding at the call
     instead (whether a tape watches ``inputs``) would drop the gradient of a
-    tape outside a ``tf.function``. Call only where ``usable(inputs.dtype)``.
+    tape outside a ``tf.function``. Call only where ``usable(inputs.dtype, STEM_OPS)``.
     """
     ops = _library_or_raise()
 

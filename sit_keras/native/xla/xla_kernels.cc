@@ -2,7 +2,7 @@
 // kernel, so the layers took TensorFlow's builtin ops there. This library gives some of them one: at
 // compile time a kernel below checks the shapes (a wrong one fails the compilation with the op's message)
 // and emits a custom call to a host function, which runs the op's computation (the same code as its
-// TensorFlow kernel: channels_first.h, max_pool.h) on XLA's buffers.
+// TensorFlow kernel: channels_first.h, depthwise_stem.h, max_pool.h) on XLA's buffers.
 //
 // A custom call gets no thread pool from XLA's CPU runtime, so the host functions share one of their own,
 // as many threads as the process may run on. The shapes travel in the call's opaque string (int64 values).
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../channels_first.h"
+#include "../depthwise_stem.h"
 #include "../kernels.h"
 #include "../max_pool.h"
 #include "tensorflow/compiler/tf2xla/xla_op_kernel.h"
@@ -167,6 +168,58 @@ class ProjectionXla : public XlaOpKernel {
   bool grad_;
 };
 
+// --- SitDepthwiseConv, SitDepthwiseConvKernelGrad ---------------------------------------------------
+
+template <typename T>
+void DepthwiseConvHost(void* out, const void** in, const char* opaque, size_t length, XlaCustomCallStatus*) {
+  const std::vector<int64_t> s = Sizes(opaque, length);  // B, H, W, C, k
+  DepthwiseConv(static_cast<const T*>(in[0]), static_cast<const T*>(in[1]), ConvSizes(s[0], s[1], s[2], s[3], s[4]),
+                static_cast<T*>(out), HostShards());
+}
+
+template <typename T>
+void DepthwiseConvKernelGradHost(void* out, const void** in, const char* opaque, size_t length,
+                                 XlaCustomCallStatus*) {
+  const std::vector<int64_t> s = Sizes(opaque, length);
+  DepthwiseConvKernelGrad(static_cast<const T*>(in[0]), static_cast<const T*>(in[1]),
+                          ConvSizes(s[0], s[1], s[2], s[3], s[4]), static_cast<T*>(out), HostShards());
+}
+
+class DepthwiseConvXla : public XlaOpKernel {
+ public:
+  explicit DepthwiseConvXla(OpKernelConstruction* context) : XlaOpKernel(context) {
+    grad_ = type_string() == "SitDepthwiseConvKernelGrad";
+  }
+
+  void Compile(XlaOpKernelContext* ctx) override {
+    // The convolution takes (x, kernel); the kernel's gradient (dy, x, kernel).
+    const int first = grad_ ? 1 : 0;
+    const tensorflow::TensorShape x = ctx->InputShape(first), kernel = ctx->InputShape(first + 1);
+    const char* op = grad_ ? "SitDepthwiseConvKernelGrad" : "SitDepthwiseConv";
+    const bool fits = x.dims() == 4 && kernel.dims() == 3 && kernel.dim_size(0) == kernel.dim_size(1) &&
+                      kernel.dim_size(0) % 2 == 1 && kernel.dim_size(2) == x.dim_size(3);
+    OP_REQUIRES(ctx, fits,
+                InvalidArgument(op, " expects x (B, H, W, C) and a kernel (k, k, ",
+                                x.dims() == 4 ? std::to_string(x.dim_size(3)) : std::string("C"),
+                                ") with k odd; got ", x.DebugString(), " and ", kernel.DebugString()));
+    const std::vector<int64_t> sizes = {x.dim_size(0), x.dim_size(1), x.dim_size(2), x.dim_size(3),
+                                        kernel.dim_size(0)};
+    if (!grad_) {
+      ctx->SetOutput(0, Call(ctx, Target("sit_depthwise_conv", ctx->input_type(0)), {ctx->Input(0), ctx->Input(1)},
+                             {x, kernel}, x, sizes));
+      return;
+    }
+    OP_REQUIRES(ctx, ctx->InputShape(0) == x,
+                InvalidArgument(op, " expects dy of x's shape ", x.DebugString(), "; got ",
+                                ctx->InputShape(0).DebugString()));
+    ctx->SetOutput(0, Call(ctx, Target("sit_depthwise_conv_kernel_grad", ctx->input_type(0)),
+                           {ctx->Input(0), ctx->Input(1)}, {x, x}, kernel, sizes));
+  }
+
+ private:
+  bool grad_;
+};
+
 #define REGISTER_HOST(name, function)                                                      \
   XLA_CPU_REGISTER_CUSTOM_CALL_TARGET_WITH_SYM(name "_f32", (function<float>)); \
   XLA_CPU_REGISTER_CUSTOM_CALL_TARGET_WITH_SYM(name "_f64", (function<double>))
@@ -174,6 +227,8 @@ REGISTER_HOST("sit_max_pool", MaxPoolHost);
 REGISTER_HOST("sit_max_pool_grad", MaxPoolGradHost);
 REGISTER_HOST("sit_channels_first_projection", ProjectionHost);
 REGISTER_HOST("sit_channels_first_projection_kernel_grad", ProjectionKernelGradHost);
+REGISTER_HOST("sit_depthwise_conv", DepthwiseConvHost);
+REGISTER_HOST("sit_depthwise_conv_kernel_grad", DepthwiseConvKernelGradHost);
 #undef REGISTER_HOST
 
 const DataType kTypes[] = {tensorflow::DT_FLOAT, tensorflow::DT_DOUBLE};
@@ -183,6 +238,8 @@ REGISTER("SitMaxPool", MaxPoolXla);
 REGISTER("SitMaxPoolGrad", MaxPoolXla);
 REGISTER("SitChannelsFirstProjection", ProjectionXla);
 REGISTER("SitChannelsFirstProjectionKernelGrad", ProjectionXla);
+REGISTER("SitDepthwiseConv", DepthwiseConvXla);
+REGISTER("SitDepthwiseConvKernelGrad", DepthwiseConvXla);
 #undef REGISTER
 
 template <typename Kernel>
@@ -205,6 +262,8 @@ extern "C" void SitRegisterXlaKernelsLate() {
         {"SitMaxPoolGrad", Create<sit_keras::MaxPoolXla>},
         {"SitChannelsFirstProjection", Create<sit_keras::ProjectionXla>},
         {"SitChannelsFirstProjectionKernelGrad", Create<sit_keras::ProjectionXla>},
+        {"SitDepthwiseConv", Create<sit_keras::DepthwiseConvXla>},
+        {"SitDepthwiseConvKernelGrad", Create<sit_keras::DepthwiseConvXla>},
     };
     for (const auto& [op, create] : kernels) {
       const tensorflow::KernelDef* def = tensorflow::KernelDefBuilder(op)
