@@ -7292,31 +7292,48 @@ def test_the_native_kernels_inside_xla_are_the_reports():
     speed-ups under XLA, and the train steps with and without the XLA kernels, each number its report."""
     section = _section("### The native kernels inside XLA")
     flat = " ".join(section.split())
-    ops = _report("native_ops_avx2_xla.json")
-    encoders = _report("speed_encoders_avx2_xla_kernels.json")
-    assert ops["commit"].startswith("f7a487d") and encoders["commit"].startswith("d420bd2")
-    assert "no AVX-512" in ops["machine"] and "no AVX-512" in encoders["machine"]
+    ops, ops_before = _report("native_ops_avx2_xla_stem.json"), _report("native_ops_avx2_xla.json")
+    encoders = _report("speed_encoders_avx2_xla_kernels_stem.json")
+    encoders_before = _report("speed_encoders_avx2_xla_kernels.json")
+    assert ops["commit"].startswith("ef74d53") and encoders["commit"].startswith("ef74d53")
+    assert ops_before["commit"].startswith("f7a487d") and encoders_before["commit"].startswith("d420bd2")
+    for report in (ops, ops_before, encoders, encoders_before):
+        assert "no AVX-512" in report["machine"]
     results = ops["results"]
-    for op, name in (("projection", "projection"), ("pool", "pooling")):
+    for op, name in (("stem", "stem"), ("projection", "projection"), ("pool", "pooling")):
         for stage, label in (("forward", "forward"), ("backward", "forward + backward")):
             cells = [
                 results[f"{op}{kind}"][stage]["median_ms"]
                 for kind in ("", "_builtin", "_xla", "_builtin_xla")
             ]
             assert f"| {name}, {label} | " + " | ".join(f"{ms:.2f}" for ms in cells) + " |" in section
-    projection, pool = results["xla_speedup"]["projection"], results["xla_speedup"]["pool"]
-    assert f"the native projection is {projection['forward']:.2f}x faster than XLA's dot forward" in flat
-    assert f"and {projection['backward']:.2f}x with both gradients" in flat
-    assert f"the native pooling is {pool['forward']:.2f}x XLA's forward" in flat
-    assert f"and {pool['backward']:.2f}x with the gradient" in flat
+    speedup = {op: results["xla_speedup"][op] for op in ("stem", "projection", "pool")}
+    assert f"the native stem is {speedup['stem']['backward']:.2f}x faster than XLA's convolution" in flat
+    assert f"the projection {speedup['projection']['backward']:.2f}x its dots" in flat
+    assert f"and the pooling {speedup['pool']['backward']:.2f}x its select-and-scatter" in flat
+    assert (
+        f"for the stem ({speedup['stem']['forward']:.2f}x) and the pooling "
+        f"({speedup['pool']['forward']:.2f}x)" in flat
+    )
+    assert f"and the projection is {speedup['projection']['forward']:.2f}x" in flat
+    before = ops_before["results"]["xla_speedup"]
+    assert (
+        f"measured {before['projection']['backward']:.2f}x and {before['pool']['backward']:.2f}x with "
+        "both passes for the projection and the pooling" in flat
+    )
     over = encoders["ratios"]["train_step_xla_kernels_over_without"]
     assert (
         f"the SiT's XLA step took {over['sit']['xla']:.2f}x and the SieT's {over['siet']['xla']:.2f}x" in flat
     )
     assert f"differed by {over['sit']['graph']:.2f}x and {over['siet']['graph']:.2f}x in the same run" in flat
+    old = encoders_before["ratios"]["train_step_xla_kernels_over_without"]
+    assert (
+        f"at d420bd2 measured {old['sit']['xla']:.2f}x and {old['siet']['xla']:.2f}x against "
+        f"{old['sit']['graph']:.2f}x and {old['siet']['graph']:.2f}x" in flat
+    )
     xla_over_graph = encoders["ratios"]["xla_over_graph"]
     sit, siet = (xla_over_graph[name]["train_step"] for name in ("sit", "siet"))
     assert f"XLA still takes {sit:.2f}x (SiT) and {siet:.2f}x (SieT) the graph step there" in flat
-    # Within the spread: the graph steps, the same ops, moved as much as the XLA steps did.
+    # "Within the spread": the graph steps, the same ops, moved about as much as the XLA steps did.
     spread = max(abs(over[name]["graph"] - 1) for name in ("sit", "siet"))
     assert all(abs(over[name]["xla"] - 1) <= spread + 0.03 for name in ("sit", "siet"))
