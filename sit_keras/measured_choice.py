@@ -125,7 +125,7 @@ def host() -> dict[str, Any]:
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
         # Whether the native kernels (sit_keras.native) load: they change the SiT family's float32 step.
         "native_kernels": native.available(),
-        # And their XLA kernels: with them an XLA step runs some of the ops too.
+        # And their XLA kernels: with them an XLA step runs the same ops.
         "native_xla_kernels": native.xla_load_problem() is None,
     }
 
@@ -141,7 +141,8 @@ def code_version() -> str:
     for name in ("sit_keras", "sit_keras.agents"):
         spec = importlib.util.find_spec(name)
         for folder in (spec.submodule_search_locations or []) if spec else []:
-            for source in sorted([*Path(folder).rglob("*.py"), *Path(folder).rglob("*.cc")]):
+            sources = [path for suffix in ("py", "cc", "h") for path in Path(folder).rglob(f"*.{suffix}")]
+            for source in sorted(sources):
                 digest.update(str(source.relative_to(folder)).encode())
                 digest.update(source.read_bytes())
     return digest.hexdigest()[:16]

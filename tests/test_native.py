@@ -45,12 +45,12 @@ import tensorflow as tf
 import tf_keras
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from invariant_graphs import invariant_graphs
 from traced_ops import op_types
 
 from sit_keras import native, testing
 from sit_keras.agents.training import collection
 from sit_keras.encoder_check import make_train_step
-from sit_keras.graphs import grid_permutation, quarter_turn_orbits
 from sit_keras.layers.graph_symmetric_attention import GraphSymmetricAttention
 from sit_keras.layers.normalization import standardize
 from sit_keras.layers.triangle_sums import TriangleSums, theta_table
@@ -491,22 +491,6 @@ def test_under_mixed_bfloat16_the_ops_run_in_float32_as_accurately_as_the_builti
     assert through_ops <= 1.25 * error(builtin) and through_ops < 0.1
 
 
-def _invariant_graphs(rng: np.random.Generator, channels: int, side: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(channels, T, T)`` random graphs over a ``side x side`` grid after a class token, each entry shared
-    over its orbit of token pairs under the quarter turn (as a rotation-symmetric layer's are), and the
-    quarter turn's orbits of tokens."""
-    t = side * side + 1
-    turn = np.concatenate([[0], 1 + grid_permutation((side, side), "rot90")])
-    pair = np.arange(t * t).reshape(t, t)
-    shared = pair.copy()
-    for _ in range(3):  # each pair reads the entry of the smallest flat index in its orbit
-        pair = pair[np.ix_(turn, turn)]
-        shared = np.minimum(shared, pair)
-    orbits = quarter_turn_orbits((side, side), shared, 1)
-    assert orbits.shape == ((side * side) // 4, 4)
-    return rng.normal(size=(channels, t * t))[:, shared], orbits
-
-
 def _through_op(
     op: str, x: list[tf.Tensor], orbits: np.ndarray | None, upstream: np.ndarray
 ) -> list[np.ndarray]:
@@ -542,7 +526,7 @@ def test_graphs_invariant_under_the_quarter_turn_are_mixed_in_its_orbits(
     rng = np.random.default_rng(side * 1000 + windows)
     heads, head_dim, t = 2, 3, side * side + 1
     channels = 3 * heads * head_dim
-    graph_values, orbits = _invariant_graphs(rng, channels, side)
+    graph_values, orbits = invariant_graphs(rng, channels, side)
     pattern = TriangleSums((side, side), class_token=True).pattern(1, True)
     x = [
         _blocked(rng.normal(size=(channels, windows, t))),

@@ -672,12 +672,13 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
             or self.query_key_norm
         ):
             return False
-        if token_only:
-            return self.class_token and native.usable(dtype)
-        if not self.triangle_weights:
+        if not native.usable(dtype, native.ATTENTION_OPS):
             return False
-        form = self._triangle_sums.resolve_form(self.triangle_form, compiled=in_compiled_function())
-        return form in ("matrix", "pairs") and native.usable(dtype)
+        if token_only:
+            return self.class_token
+        # The op's form of the triangle sums, under XLA too (``mix_and_attend_native``).
+        form = self._triangle_sums.resolve_form(self.triangle_form, compiled=False)
+        return bool(self.triangle_weights) and form in ("matrix", "pairs")
 
     def mix_and_attend_native(
         self,

@@ -62,12 +62,17 @@ from sit_keras.native import cpu
 
 LIBRARY = Path(__file__).with_name("_kernels.so")
 XLA_LIBRARY = Path(__file__).with_name("_xla_kernels.so")
-# The ops of max_pool, project_channels_first and depthwise_conv; those XLA_LIBRARY gives an XLA kernel
-# (xla/xla_kernels.cc).
+# The ops of max_pool, project_channels_first, depthwise_conv, and of the GSA layers' native path
+# (window_attention, class_token_attention, standardized_lane_blocks); those XLA_LIBRARY gives an XLA
+# kernel (xla/xla_kernels.cc): all of them.
 POOL_OPS = frozenset({"SitMaxPool", "SitMaxPoolGrad"})
 PROJECTION_OPS = frozenset({"SitChannelsFirstProjection", "SitChannelsFirstProjectionKernelGrad"})
 STEM_OPS = frozenset({"SitDepthwiseConv", "SitDepthwiseConvKernelGrad"})
-XLA_OPS = POOL_OPS | PROJECTION_OPS | STEM_OPS
+ATTENTION_OPS = frozenset(
+    {"SitWindowAttention", "SitWindowAttentionGrad", "SitClassTokenAttention", "SitClassTokenAttentionGrad",
+     "SitStandardizedLanes", "SitStandardizedLanesGrad"}
+)  # fmt: skip
+XLA_OPS = POOL_OPS | PROJECTION_OPS | STEM_OPS | ATTENTION_OPS
 _DTYPES = (tf.float32, tf.float64)
 # bfloat16 tensors pass through the ops in float32 (their arithmetic is float32 or float64). Under
 # mixed_bfloat16 the SiT step then takes 1.0-1.1x its float32 step on an AMD host with AVX512_BF16, against

@@ -164,6 +164,11 @@ inline void RunShards(OpKernelContext* context, int64_t units, int64_t cost,
 // pool of the XLA custom calls (xla/xla_kernels.cc), which have no OpKernelContext.
 using Shards = std::function<void(int64_t units, int64_t cost, const std::function<void(int64_t, int64_t)>& work)>;
 
+// The threads of an op's TensorFlow thread pool.
+inline int64_t ThreadsOf(OpKernelContext* context) {
+  return context->device()->tensorflow_cpu_worker_threads()->num_threads;
+}
+
 inline Shards ShardsOf(OpKernelContext* context) {
   return [context](int64_t units, int64_t cost, const std::function<void(int64_t, int64_t)>& work) {
     RunShards(context, units, cost, work);

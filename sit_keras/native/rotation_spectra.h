@@ -115,7 +115,7 @@ template <typename T>
 class RotationSpectra {
  public:
   // Graphs (channels, T, T) as the ops take them: g[i T + j] = M[j, i] of Mix; `blocks` of kLanes windows.
-  RotationSpectra(OpKernelContext* context, Orbits orbits, const T* graphs, int64_t channels, int64_t tokens,
+  RotationSpectra(const Shards& shards, Orbits orbits, const T* graphs, int64_t channels, int64_t tokens,
                   int64_t blocks, bool gradients)
       : orbits_(std::move(orbits)), forward_(channels), backward_(channels), usable_(channels, false) {
     if (orbits_.count() == 0 || tokens > kMaxSpectralTokens || blocks < kMinSpectralBlocks) return;
@@ -131,7 +131,7 @@ class RotationSpectra {
     for (int64_t i = 0; i < tokens; ++i) {
       for (int64_t j = 0; j < tokens; ++j) turned[i * tokens + j] = static_cast<int32_t>(turn[i] * tokens + turn[j]);
     }
-    RunShards(context, channels, 8 * pairs, [&](int64_t start, int64_t limit) {
+    shards(channels, 8 * pairs, [&](int64_t start, int64_t limit) {
       for (int64_t channel = start; channel < limit; ++channel) {
         const T* g = graphs + channel * pairs;
         int mismatches = 0;  // counted, not and-ed: the loop then compiles to vector gathers and compares

@@ -1,8 +1,10 @@
 // The native kernels inside XLA: under tf.function(jit_compile=True) an op of _kernels.so has no XLA
-// kernel, so the layers took TensorFlow's builtin ops there. This library gives some of them one: at
-// compile time a kernel below checks the shapes (a wrong one fails the compilation with the op's message)
-// and emits a custom call to a host function, which runs the op's computation (the same code as its
-// TensorFlow kernel: channels_first.h, depthwise_stem.h, max_pool.h) on XLA's buffers.
+// kernel, so the layers took TensorFlow's builtin ops there. This library gives each of them one: at
+// compile time a kernel below checks the shapes and the window ops' constant indices (a wrong one fails
+// the compilation with the op's message) and emits a custom call to a host function, which runs the op's
+// computation (the same code as its TensorFlow kernel: channels_first.h, depthwise_stem.h, max_pool.h,
+// standardize.h, window_attention.h) on XLA's buffers. A tuple result reaches its host function as an
+// array of its elements' buffers.
 //
 // A custom call gets no thread pool from XLA's CPU runtime, so the host functions share one of their own,
 // as many threads as the process may run on. The shapes travel in the call's opaque string (int64 values).
@@ -19,6 +21,8 @@
 #include "../depthwise_stem.h"
 #include "../kernels.h"
 #include "../max_pool.h"
+#include "../standardize.h"
+#include "../window_attention.h"
 #include "tensorflow/compiler/tf2xla/xla_op_kernel.h"
 #include "tensorflow/compiler/tf2xla/xla_op_registry.h"
 #include "xla/hlo/builder/xla_builder.h"
@@ -34,14 +38,18 @@ using tensorflow::XlaOpKernel;
 using tensorflow::XlaOpKernelContext;
 
 // The threads the host functions run on: as many as the CPUs this process may use.
-Shards HostShards() {
+tsl::thread::ThreadPool* HostPool() {
   static tsl::thread::ThreadPool* pool = [] {
     cpu_set_t cpus;
     const int count = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
     return new tsl::thread::ThreadPool(tsl::Env::Default(), "sit_keras_xla", std::max(count, 1));
   }();
+  return pool;
+}
+
+Shards HostShards() {
   return [](int64_t units, int64_t cost, const std::function<void(int64_t, int64_t)>& work) {
-    tensorflow::Shard(pool->NumThreads(), pool, units, cost, work);
+    tensorflow::Shard(HostPool()->NumThreads(), HostPool(), units, cost, work);
   };
 }
 
@@ -49,24 +57,35 @@ std::string Opaque(const std::vector<int64_t>& sizes) {
   return std::string(reinterpret_cast<const char*>(sizes.data()), sizes.size() * sizeof(int64_t));
 }
 
-std::vector<int64_t> Sizes(const char* opaque, size_t length) {
+std::vector<int64_t> OpaqueSizes(const char* opaque, size_t length) {
   std::vector<int64_t> sizes(length / sizeof(int64_t));
   std::memcpy(sizes.data(), opaque, sizes.size() * sizeof(int64_t));
   return sizes;
 }
 
-// The custom call of `target` on `operands`, with row-major layouts for them and the result.
-xla::XlaOp Call(XlaOpKernelContext* ctx, const std::string& target, const std::vector<xla::XlaOp>& operands,
-                const std::vector<tensorflow::TensorShape>& operand_shapes, const tensorflow::TensorShape& result,
-                const std::vector<int64_t>& sizes) {
-  const xla::PrimitiveType type = ctx->input_xla_type(0);
-  std::vector<xla::Shape> layouts;
-  for (const auto& shape : operand_shapes) layouts.push_back(xla::ShapeUtil::MakeShape(type, shape.dim_sizes()));
-  return xla::CustomCallWithLayout(ctx->builder(), target, operands,
-                                   xla::ShapeUtil::MakeShape(type, result.dim_sizes()), layouts, Opaque(sizes),
+// The custom call of `target` on `operands` of `layouts` (row-major shapes), giving `result` (a tuple's
+// host function gets an array of its elements' buffers).
+xla::XlaOp CustomCall(XlaOpKernelContext* ctx, const std::string& target, const std::vector<xla::XlaOp>& operands,
+                      const std::vector<xla::Shape>& layouts, const xla::Shape& result,
+                      const std::vector<int64_t>& sizes) {
+  return xla::CustomCallWithLayout(ctx->builder(), target, operands, result, layouts, Opaque(sizes),
                                    /*has_side_effect=*/false, /*output_operand_aliasing=*/{}, /*literal=*/nullptr,
                                    xla::CustomCallSchedule::SCHEDULE_NONE,
                                    xla::CustomCallApiVersion::API_VERSION_STATUS_RETURNING_UNIFIED);
+}
+
+// A row-major shape of the kernel's dtype.
+xla::Shape ShapeOf(XlaOpKernelContext* ctx, const tensorflow::TensorShape& shape) {
+  return xla::ShapeUtil::MakeShape(ctx->input_xla_type(0), shape.dim_sizes());
+}
+
+// The custom call of `target` on operands and a result all of the kernel's dtype.
+xla::XlaOp Call(XlaOpKernelContext* ctx, const std::string& target, const std::vector<xla::XlaOp>& operands,
+                const std::vector<tensorflow::TensorShape>& operand_shapes, const tensorflow::TensorShape& result,
+                const std::vector<int64_t>& sizes) {
+  std::vector<xla::Shape> layouts;
+  for (const auto& shape : operand_shapes) layouts.push_back(ShapeOf(ctx, shape));
+  return CustomCall(ctx, target, operands, layouts, ShapeOf(ctx, result), sizes);
 }
 
 // The host function's name for an op's target and the kernel's dtype.
@@ -78,14 +97,14 @@ std::string Target(const char* name, DataType dtype) {
 
 template <typename T>
 void MaxPoolHost(void* out, const void** in, const char* opaque, size_t length, XlaCustomCallStatus*) {
-  const std::vector<int64_t> s = Sizes(opaque, length);  // B, H, W, C, k
+  const std::vector<int64_t> s = OpaqueSizes(opaque, length);  // B, H, W, C, k
   MaxPool(static_cast<const T*>(in[0]), PoolSizes(s[0], s[1], s[2], s[3], s[4]), static_cast<T*>(out),
           HostShards());
 }
 
 template <typename T>
 void MaxPoolGradHost(void* out, const void** in, const char* opaque, size_t length, XlaCustomCallStatus*) {
-  const std::vector<int64_t> s = Sizes(opaque, length);
+  const std::vector<int64_t> s = OpaqueSizes(opaque, length);
   MaxPoolGrad(static_cast<const T*>(in[0]), static_cast<const T*>(in[1]), static_cast<const T*>(in[2]),
               PoolSizes(s[0], s[1], s[2], s[3], s[4]), static_cast<T*>(out), HostShards());
 }
@@ -124,7 +143,7 @@ class MaxPoolXla : public XlaOpKernel {
 
 template <typename T>
 void ProjectionHost(void* out, const void** in, const char* opaque, size_t length, XlaCustomCallStatus*) {
-  const std::vector<int64_t> s = Sizes(opaque, length);  // R, L, N
+  const std::vector<int64_t> s = OpaqueSizes(opaque, length);  // R, L, N
   ProjectChannelsFirst(static_cast<const T*>(in[0]), static_cast<const T*>(in[1]), s[0], s[1], s[2],
                        static_cast<T*>(out), HostShards());
 }
@@ -132,7 +151,7 @@ void ProjectionHost(void* out, const void** in, const char* opaque, size_t lengt
 template <typename T>
 void ProjectionKernelGradHost(void* out, const void** in, const char* opaque, size_t length,
                               XlaCustomCallStatus*) {
-  const std::vector<int64_t> s = Sizes(opaque, length);
+  const std::vector<int64_t> s = OpaqueSizes(opaque, length);
   ProjectChannelsFirstKernelGrad(static_cast<const T*>(in[0]), static_cast<const T*>(in[1]), s[0], s[1], s[2],
                                  static_cast<T*>(out), HostShards());
 }
@@ -172,7 +191,7 @@ class ProjectionXla : public XlaOpKernel {
 
 template <typename T>
 void DepthwiseConvHost(void* out, const void** in, const char* opaque, size_t length, XlaCustomCallStatus*) {
-  const std::vector<int64_t> s = Sizes(opaque, length);  // B, H, W, C, k
+  const std::vector<int64_t> s = OpaqueSizes(opaque, length);  // B, H, W, C, k
   DepthwiseConv(static_cast<const T*>(in[0]), static_cast<const T*>(in[1]), ConvSizes(s[0], s[1], s[2], s[3], s[4]),
                 static_cast<T*>(out), HostShards());
 }
@@ -180,7 +199,7 @@ void DepthwiseConvHost(void* out, const void** in, const char* opaque, size_t le
 template <typename T>
 void DepthwiseConvKernelGradHost(void* out, const void** in, const char* opaque, size_t length,
                                  XlaCustomCallStatus*) {
-  const std::vector<int64_t> s = Sizes(opaque, length);
+  const std::vector<int64_t> s = OpaqueSizes(opaque, length);
   DepthwiseConvKernelGrad(static_cast<const T*>(in[0]), static_cast<const T*>(in[1]),
                           ConvSizes(s[0], s[1], s[2], s[3], s[4]), static_cast<T*>(out), HostShards());
 }
@@ -220,6 +239,253 @@ class DepthwiseConvXla : public XlaOpKernel {
   bool grad_;
 };
 
+// --- SitWindowAttention(Grad), SitClassTokenAttention(Grad) ------------------------------------------
+
+// The attention ops' opaque string: their sizes, K' (the transposed map's terms: SitWindowAttentionGrad's,
+// else 0), then the attribute `orbits`.
+std::vector<int64_t> AttentionOpaque(const AttentionSizes& s, int64_t transposed_terms,
+                                     const std::vector<int64_t>& orbits) {
+  std::vector<int64_t> v = {s.heads, s.head_dim, s.windows, s.tokens, s.pairs, s.maps, s.terms, s.rows,
+                            transposed_terms};
+  v.insert(v.end(), orbits.begin(), orbits.end());
+  return v;
+}
+
+struct AttentionCall {
+  AttentionSizes s;
+  int64_t transposed_terms;
+  Orbits orbits;
+};
+
+AttentionCall ReadAttentionCall(const char* opaque, size_t length) {
+  const std::vector<int64_t> v = OpaqueSizes(opaque, length);
+  AttentionCall call{{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]}, v[8], {}};
+  std::string why;  // none: the kernel checked the orbits when it compiled the call
+  ReadOrbits(std::vector<int64_t>(v.begin() + 9, v.end()), call.s.tokens, &call.orbits, &why);
+  return call;
+}
+
+template <typename T>
+const T* In(const void** in, int i) {
+  return static_cast<const T*>(in[i]);
+}
+
+// A tuple result's element i.
+template <typename T>
+T* Out(void* out, int i) {
+  return static_cast<T*>(static_cast<void**>(out)[i]);
+}
+
+// In: qkv, kernel, bias, graphs, values, indices.
+template <typename T>
+void WindowAttentionHost(void* out, const void** in, const char* opaque, size_t length, XlaCustomCallStatus*) {
+  AttentionCall call = ReadAttentionCall(opaque, length);
+  const WindowInputs<T> inputs{In<T>(in, 0), In<T>(in, 1), In<T>(in, 2),
+                               In<T>(in, 3), In<T>(in, 4), In<int32_t>(in, 5)};
+  WindowAttention(call.s, std::move(call.orbits), inputs, static_cast<T*>(out), HostShards());
+}
+
+// In: dout, qkv, kernel, bias, graphs, values, indices, transposed values and indices; out: a tuple of five.
+template <typename T>
+void WindowAttentionGradHost(void* out, const void** in, const char* opaque, size_t length, XlaCustomCallStatus*) {
+  AttentionCall call = ReadAttentionCall(opaque, length);
+  const WindowInputs<T> inputs{In<T>(in, 1), In<T>(in, 2), In<T>(in, 3),
+                               In<T>(in, 4), In<T>(in, 5), In<int32_t>(in, 6)};
+  const WindowGradients<T> gradients{Out<T>(out, 0), Out<T>(out, 1), Out<T>(out, 2), Out<T>(out, 3),
+                                     Out<T>(out, 4)};
+  WindowAttentionGrad(call.s, std::move(call.orbits), In<T>(in, 0), inputs, In<T>(in, 7), In<int32_t>(in, 8),
+                      call.transposed_terms, gradients, HostPool()->NumThreads(), HostShards());
+}
+
+// In: qkv, bias, graphs, coefficients.
+template <typename T>
+void ClassTokenAttentionHost(void* out, const void** in, const char* opaque, size_t length, XlaCustomCallStatus*) {
+  AttentionCall call = ReadAttentionCall(opaque, length);
+  ClassTokenAttention(call.s, std::move(call.orbits), In<T>(in, 0), In<T>(in, 1), In<T>(in, 2), In<T>(in, 3),
+                      static_cast<T*>(out), HostShards());
+}
+
+// In: dout, qkv, bias, graphs, coefficients; out: a tuple of three.
+template <typename T>
+void ClassTokenAttentionGradHost(void* out, const void** in, const char* opaque, size_t length,
+                                 XlaCustomCallStatus*) {
+  AttentionCall call = ReadAttentionCall(opaque, length);
+  ClassTokenAttentionGrad(call.s, std::move(call.orbits), In<T>(in, 0), In<T>(in, 1), In<T>(in, 2), In<T>(in, 3),
+                          In<T>(in, 4), Out<T>(out, 0), Out<T>(out, 1), Out<T>(out, 2), HostPool()->NumThreads(),
+                          HostShards());
+}
+
+// The attention ops' XLA kernels: each checks what its TensorFlow kernel checks (window_attention.h),
+// the indices' values included, which must therefore be constants of the compiled function.
+class AttentionXla : public XlaOpKernel {
+ public:
+  explicit AttentionXla(OpKernelConstruction* context) : XlaOpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("num_heads", &num_heads_));
+    OP_REQUIRES_OK(context, context->GetAttr("orbits", &orbit_list_));
+  }
+
+ protected:
+  // The values of the constant int32 input i.
+  Status ConstantIndices(XlaOpKernelContext* ctx, int i, std::vector<int32_t>* indices) const {
+    std::vector<int64_t> values;
+    const Status status = ctx->ConstantInputReshapedToIntVector(i, &values);
+    if (!status.ok()) {
+      return InvalidArgument(type_string(), " under XLA needs constant indices: ", status.message());
+    }
+    indices->assign(values.begin(), values.end());
+    return Status();
+  }
+
+  Status CheckOrbits(int64_t tokens) const {
+    Orbits orbits;
+    return ReadOpOrbits(type_string().c_str(), orbit_list_, tokens, &orbits);
+  }
+
+  std::string Target(const char* name, XlaOpKernelContext* ctx) const {
+    return sit_keras::Target(name, ctx->input_type(0));
+  }
+
+  int num_heads_;
+  std::vector<int64_t> orbit_list_;
+};
+
+class WindowAttentionXla : public AttentionXla {
+ public:
+  using AttentionXla::AttentionXla;
+
+  void Compile(XlaOpKernelContext* ctx) override {
+    std::vector<tensorflow::TensorShape> in(6);
+    for (int i = 0; i < 6; ++i) in[i] = ctx->InputShape(i);
+    std::vector<int32_t> indices;
+    OP_REQUIRES_OK(ctx, ConstantIndices(ctx, 5, &indices));
+    AttentionSizes s;
+    OP_REQUIRES_OK(ctx, ReadSizes(num_heads_, in[0], in[1], in[2], in[3], in[4], in[5], indices.data(), &s));
+    OP_REQUIRES_OK(ctx, CheckOrbits(s.tokens));
+    std::vector<xla::Shape> layouts;
+    for (int i = 0; i < 5; ++i) layouts.push_back(ShapeOf(ctx, in[i]));
+    layouts.push_back(xla::ShapeUtil::MakeShape(xla::S32, in[5].dim_sizes()));
+    std::vector<xla::XlaOp> operands;
+    for (int i = 0; i < 6; ++i) operands.push_back(ctx->Input(i));
+    const tensorflow::TensorShape out({s.windows, s.tokens, s.heads * s.head_dim});
+    ctx->SetOutput(0, CustomCall(ctx, Target("sit_window_attention", ctx), operands, layouts, ShapeOf(ctx, out),
+                                 AttentionOpaque(s, 0, orbit_list_)));
+  }
+};
+
+class WindowAttentionGradXla : public AttentionXla {
+ public:
+  using AttentionXla::AttentionXla;
+
+  void Compile(XlaOpKernelContext* ctx) override {
+    // dout, qkv, kernel, bias, graphs, values, indices, transposed_values, transposed_indices
+    std::vector<tensorflow::TensorShape> in(9);
+    for (int i = 0; i < 9; ++i) in[i] = ctx->InputShape(i);
+    std::vector<int32_t> indices, transposed_indices;
+    OP_REQUIRES_OK(ctx, ConstantIndices(ctx, 6, &indices));
+    OP_REQUIRES_OK(ctx, ConstantIndices(ctx, 8, &transposed_indices));
+    AttentionSizes s;
+    OP_REQUIRES_OK(ctx, ReadSizes(num_heads_, in[1], in[2], in[3], in[4], in[5], in[6], indices.data(), &s));
+    OP_REQUIRES_OK(ctx, CheckWindowGradInputs(s, in[7], in[8], transposed_indices.data(), in[0]));
+    OP_REQUIRES_OK(ctx, CheckOrbits(s.tokens));
+    std::vector<xla::Shape> layouts;
+    std::vector<xla::XlaOp> operands;
+    for (int i = 0; i < 9; ++i) {
+      const bool is_index = i == 6 || i == 8;
+      layouts.push_back(is_index ? xla::ShapeUtil::MakeShape(xla::S32, in[i].dim_sizes()) : ShapeOf(ctx, in[i]));
+      operands.push_back(ctx->Input(i));
+    }
+    // The gradients of qkv, kernel, bias, graphs and values, each of its input's shape.
+    const xla::Shape result = xla::ShapeUtil::MakeTupleShape(
+        {ShapeOf(ctx, in[1]), ShapeOf(ctx, in[2]), ShapeOf(ctx, in[3]), ShapeOf(ctx, in[4]), ShapeOf(ctx, in[5])});
+    const xla::XlaOp call = CustomCall(ctx, Target("sit_window_attention_grad", ctx), operands, layouts, result,
+                                       AttentionOpaque(s, in[8].dim_size(1), orbit_list_));
+    for (int i = 0; i < 5; ++i) ctx->SetOutput(i, xla::GetTupleElement(call, i));
+  }
+};
+
+class ClassTokenAttentionXla : public AttentionXla {
+ public:
+  using AttentionXla::AttentionXla;
+
+  void Compile(XlaOpKernelContext* ctx) override {
+    // qkv, bias, graphs, coefficients; the gradient takes dout first.
+    const bool grad = type_string() == "SitClassTokenAttentionGrad";
+    const int first = grad ? 1 : 0;
+    std::vector<tensorflow::TensorShape> in;
+    std::vector<xla::XlaOp> operands;
+    for (int i = 0; i < first + 4; ++i) {
+      in.push_back(ctx->InputShape(i));
+      operands.push_back(ctx->Input(i));
+    }
+    AttentionSizes s;
+    OP_REQUIRES_OK(ctx, ReadClassSizes(num_heads_, in[first], in[first + 1], in[first + 2], in[first + 3], &s));
+    if (grad) OP_REQUIRES_OK(ctx, CheckClassGradInputs(s, in[0]));
+    OP_REQUIRES_OK(ctx, CheckOrbits(s.tokens));
+    std::vector<xla::Shape> layouts;
+    for (const auto& shape : in) layouts.push_back(ShapeOf(ctx, shape));
+    const std::vector<int64_t> opaque = AttentionOpaque(s, 0, orbit_list_);
+    if (!grad) {
+      const tensorflow::TensorShape out({s.windows, 1, s.heads * s.head_dim});
+      ctx->SetOutput(0, CustomCall(ctx, Target("sit_class_token_attention", ctx), operands, layouts,
+                                   ShapeOf(ctx, out), opaque));
+      return;
+    }
+    // The gradients of qkv, bias and graphs.
+    const xla::Shape result = xla::ShapeUtil::MakeTupleShape({layouts[1], layouts[2], layouts[3]});
+    const xla::XlaOp call =
+        CustomCall(ctx, Target("sit_class_token_attention_grad", ctx), operands, layouts, result, opaque);
+    for (int i = 0; i < 3; ++i) ctx->SetOutput(i, xla::GetTupleElement(call, i));
+  }
+};
+
+// --- SitStandardizedLanes, SitStandardizedLanesGrad -------------------------------------------------
+
+// In: x (B, T, D), epsilon; the opaque string: B, T, D.
+template <typename T>
+void StandardizedLanesHost(void* out, const void** in, const char* opaque, size_t length, XlaCustomCallStatus*) {
+  const std::vector<int64_t> s = OpaqueSizes(opaque, length);
+  StandardizeLanes(In<T>(in, 0), TokenSizes(s[0], s[1], s[2]), *In<T>(in, 1), static_cast<T*>(out), HostShards());
+}
+
+// In: dy, x, epsilon, skip_dy (B, K, D); the opaque string: B, T, D, K.
+template <typename T>
+void StandardizedLanesGradHost(void* out, const void** in, const char* opaque, size_t length,
+                               XlaCustomCallStatus*) {
+  const std::vector<int64_t> s = OpaqueSizes(opaque, length);
+  StandardizeLanesGrad(In<T>(in, 0), In<T>(in, 1), In<T>(in, 3), s[3], TokenSizes(s[0], s[1], s[2]),
+                       *In<T>(in, 2), static_cast<T*>(out), HostShards());
+}
+
+class StandardizedLanesXla : public XlaOpKernel {
+ public:
+  explicit StandardizedLanesXla(OpKernelConstruction* context) : XlaOpKernel(context) {
+    grad_ = type_string() == "SitStandardizedLanesGrad";
+  }
+
+  void Compile(XlaOpKernelContext* ctx) override {
+    // The op takes (x, epsilon); its gradient (dy, x, epsilon, skip_dy).
+    const int first = grad_ ? 1 : 0;
+    const tensorflow::TensorShape x = ctx->InputShape(first), epsilon = ctx->InputShape(first + 1);
+    OP_REQUIRES_OK(ctx, CheckStandardizeInputs(x, epsilon));
+    const TokenSizes n(x);
+    std::vector<int64_t> sizes = {n.windows, n.tokens, n.channels};
+    if (!grad_) {
+      ctx->SetOutput(0, Call(ctx, Target("sit_standardized_lanes", ctx->input_type(0)),
+                             {ctx->Input(0), ctx->Input(1)}, {x, epsilon}, n.lanes(), sizes));
+      return;
+    }
+    const tensorflow::TensorShape dy = ctx->InputShape(0), skip_dy = ctx->InputShape(3);
+    OP_REQUIRES_OK(ctx, CheckStandardizeGradInputs(n, dy, skip_dy));
+    sizes.push_back(skip_dy.dim_size(1));
+    ctx->SetOutput(0, Call(ctx, Target("sit_standardized_lanes_grad", ctx->input_type(0)),
+                           {ctx->Input(0), ctx->Input(1), ctx->Input(2), ctx->Input(3)}, {dy, x, epsilon, skip_dy},
+                           x, sizes));
+  }
+
+ private:
+  bool grad_;
+};
+
 #define REGISTER_HOST(name, function)                                                      \
   XLA_CPU_REGISTER_CUSTOM_CALL_TARGET_WITH_SYM(name "_f32", (function<float>)); \
   XLA_CPU_REGISTER_CUSTOM_CALL_TARGET_WITH_SYM(name "_f64", (function<double>))
@@ -229,6 +495,12 @@ REGISTER_HOST("sit_channels_first_projection", ProjectionHost);
 REGISTER_HOST("sit_channels_first_projection_kernel_grad", ProjectionKernelGradHost);
 REGISTER_HOST("sit_depthwise_conv", DepthwiseConvHost);
 REGISTER_HOST("sit_depthwise_conv_kernel_grad", DepthwiseConvKernelGradHost);
+REGISTER_HOST("sit_window_attention", WindowAttentionHost);
+REGISTER_HOST("sit_window_attention_grad", WindowAttentionGradHost);
+REGISTER_HOST("sit_class_token_attention", ClassTokenAttentionHost);
+REGISTER_HOST("sit_class_token_attention_grad", ClassTokenAttentionGradHost);
+REGISTER_HOST("sit_standardized_lanes", StandardizedLanesHost);
+REGISTER_HOST("sit_standardized_lanes_grad", StandardizedLanesGradHost);
 #undef REGISTER_HOST
 
 const DataType kTypes[] = {tensorflow::DT_FLOAT, tensorflow::DT_DOUBLE};
@@ -240,7 +512,23 @@ REGISTER("SitChannelsFirstProjection", ProjectionXla);
 REGISTER("SitChannelsFirstProjectionKernelGrad", ProjectionXla);
 REGISTER("SitDepthwiseConv", DepthwiseConvXla);
 REGISTER("SitDepthwiseConvKernelGrad", DepthwiseConvXla);
+REGISTER("SitClassTokenAttention", ClassTokenAttentionXla);
+REGISTER("SitClassTokenAttentionGrad", ClassTokenAttentionXla);
+REGISTER("SitStandardizedLanes", StandardizedLanesXla);
+REGISTER("SitStandardizedLanesGrad", StandardizedLanesXla);
 #undef REGISTER
+// The window ops read their indices when they compile.
+REGISTER_XLA_OP(Name("SitWindowAttention")
+                    .TypeConstraint("T", kTypes)
+                    .Device(tensorflow::DEVICE_CPU_XLA_JIT)
+                    .CompileTimeConstantInput("indices"),
+                WindowAttentionXla);
+REGISTER_XLA_OP(Name("SitWindowAttentionGrad")
+                    .TypeConstraint("T", kTypes)
+                    .Device(tensorflow::DEVICE_CPU_XLA_JIT)
+                    .CompileTimeConstantInput("indices")
+                    .CompileTimeConstantInput("transposed_indices"),
+                WindowAttentionGradXla);
 
 template <typename Kernel>
 OpKernel* Create(OpKernelConstruction* context) {
@@ -257,20 +545,31 @@ extern "C" void SitRegisterXlaKernelsLate() {
   using sit_keras::Create;
   using tensorflow::kernel_factory::OpKernelRegistrar;
   static const bool registered = [] {
-    const std::pair<const char*, tensorflow::OpKernel* (*)(tensorflow::OpKernelConstruction*)> kernels[] = {
-        {"SitMaxPool", Create<sit_keras::MaxPoolXla>},
-        {"SitMaxPoolGrad", Create<sit_keras::MaxPoolXla>},
-        {"SitChannelsFirstProjection", Create<sit_keras::ProjectionXla>},
-        {"SitChannelsFirstProjectionKernelGrad", Create<sit_keras::ProjectionXla>},
-        {"SitDepthwiseConv", Create<sit_keras::DepthwiseConvXla>},
-        {"SitDepthwiseConvKernelGrad", Create<sit_keras::DepthwiseConvXla>},
+    struct Kernel {
+      const char* op;
+      tensorflow::OpKernel* (*create)(tensorflow::OpKernelConstruction*);
+      std::vector<const char*> constant_inputs;  // compile-time constants, kept in host memory as XLA's are
     };
-    for (const auto& [op, create] : kernels) {
-      const tensorflow::KernelDef* def = tensorflow::KernelDefBuilder(op)
-                                             .Device(tensorflow::DEVICE_CPU_XLA_JIT)
-                                             .TypeConstraint("T", {tensorflow::DT_FLOAT, tensorflow::DT_DOUBLE})
-                                             .Build();
-      new OpKernelRegistrar(def, "SitXlaKernel", create);  // kept for the process, as static ones are
+    const Kernel kernels[] = {
+        {"SitMaxPool", Create<sit_keras::MaxPoolXla>, {}},
+        {"SitMaxPoolGrad", Create<sit_keras::MaxPoolXla>, {}},
+        {"SitChannelsFirstProjection", Create<sit_keras::ProjectionXla>, {}},
+        {"SitChannelsFirstProjectionKernelGrad", Create<sit_keras::ProjectionXla>, {}},
+        {"SitDepthwiseConv", Create<sit_keras::DepthwiseConvXla>, {}},
+        {"SitDepthwiseConvKernelGrad", Create<sit_keras::DepthwiseConvXla>, {}},
+        {"SitWindowAttention", Create<sit_keras::WindowAttentionXla>, {"indices"}},
+        {"SitWindowAttentionGrad", Create<sit_keras::WindowAttentionGradXla>, {"indices", "transposed_indices"}},
+        {"SitClassTokenAttention", Create<sit_keras::ClassTokenAttentionXla>, {}},
+        {"SitClassTokenAttentionGrad", Create<sit_keras::ClassTokenAttentionXla>, {}},
+        {"SitStandardizedLanes", Create<sit_keras::StandardizedLanesXla>, {}},
+        {"SitStandardizedLanesGrad", Create<sit_keras::StandardizedLanesXla>, {}},
+    };
+    for (const Kernel& kernel : kernels) {
+      tensorflow::KernelDefBuilder builder(kernel.op);
+      builder.Device(tensorflow::DEVICE_CPU_XLA_JIT).TypeConstraint("T", {tensorflow::DT_FLOAT, tensorflow::DT_DOUBLE});
+      for (const char* input : kernel.constant_inputs) builder.HostMemory(input);
+      const tensorflow::KernelDef* def = builder.Build();
+      new OpKernelRegistrar(def, "SitXlaKernel", kernel.create);  // kept for the process, as static ones are
     }
     return true;
   }();
