@@ -34,11 +34,14 @@ pooling and the projection:
   backward passes return the output as well; ``pool_speedup`` is builtin /
   native time;
 - ``stem_xla``, ``stem_builtin_xla``, ``projection_xla``,
-  ``projection_builtin_xla``, ``pool_xla``, ``pool_builtin_xla``: those six
-  compiled by XLA (``jit_compile=True``), the native ones through their XLA
-  kernels (``native/xla/xla_kernels.cc``), where that library loads (else they
-  are left out and the report says why);
-  ``xla_speedup`` is builtin / native time under XLA.
+  ``projection_builtin_xla``, ``pool_xla``, ``pool_builtin_xla``, and
+  ``first_block_xla``, ``class_token_xla``, ``global_grid_xla``,
+  ``layer_norm_xla``: those compiled by XLA (``jit_compile=True``), the native
+  ones through their XLA kernels (``native/xla/xla_kernels.cc``), where that
+  library loads (else they are left out and the report says why);
+  ``xla_speedup`` is builtin / native time under XLA, ``xla_over_graph`` the
+  attention ops' time under XLA over their time in a graph (the same kernels:
+  what the custom calls cost or save).
 
 Each function, its forward pass and its forward + backward pass (the gradients
 of every input), is called once per round, in interleaved rounds with one
@@ -89,7 +92,8 @@ STEM_CASES = ("stem", "stem_builtin")
 PROJECTION_CASES = ("projection", "projection_builtin")
 POOL_CASES = ("pool", "pool_builtin")
 # The cases compiled by XLA too (as f"{case}_xla"), where the ops' XLA kernels load.
-XLA_CASES = (*STEM_CASES, *PROJECTION_CASES, *POOL_CASES)
+ATTENTION_CASES = (*SPECTRAL_CASES, "layer_norm")
+XLA_CASES = (*STEM_CASES, *PROJECTION_CASES, *POOL_CASES, *ATTENTION_CASES)
 CASES = (
     *SPECTRAL_CASES,
     "layer_norm",
@@ -270,6 +274,10 @@ def measure(batch: int, repeats: int) -> dict[str, Any]:
             }
             for case in ("stem", "projection", "pool")
         }
+        results["xla_over_graph"] = {
+            case: {stage: medians[f"{case}_xla", stage] / medians[case, stage] for stage in stages}
+            for case in ATTENTION_CASES
+        }
     else:
         results["xla_problem"] = native.xla_load_problem()
     return results
@@ -333,6 +341,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"Under XLA, the native {case} through its XLA kernels, speed-up over TensorFlow's ops "
                 f"under XLA (builtin / native time): forward {speedup['forward']:.2f}x, "
                 f"forward + backward {speedup['backward']:.2f}x"
+            )
+        for case, ratio in results["xla_over_graph"].items():
+            print(
+                f"Under XLA, the native {case} through its XLA kernels over the same kernels in a graph "
+                f"(XLA / graph time): forward {ratio['forward']:.2f}x, "
+                f"forward + backward {ratio['backward']:.2f}x"
             )
     else:
         print(f"Not measured under XLA: the XLA kernels are not usable here: {results['xla_problem']}.")

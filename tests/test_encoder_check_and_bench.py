@@ -451,6 +451,11 @@ def test_native_ops_times_each_kernel_forward_and_backward(tmp_path, capsys):
                 )
                 assert results["xla_speedup"][case][stage] == pytest.approx(builtin_ms / native_ms, rel=1e-6)
             assert f"Under XLA, the native {case} through its XLA kernels" in printed
+        for case in ("first_block", "class_token", "global_grid", "layer_norm"):
+            for stage in ("forward", "backward"):
+                xla_ms, graph_ms = (results[name][stage]["median_ms"] for name in (f"{case}_xla", case))
+                assert results["xla_over_graph"][case][stage] == pytest.approx(xla_ms / graph_ms, rel=1e-6)
+            assert f"Under XLA, the native {case} through its XLA kernels over the same kernels" in printed
     else:
         assert results["xla_problem"] == native.xla_load_problem() and "pool_xla" not in results
         assert "Not measured under XLA: the XLA kernels are not usable here" in printed
