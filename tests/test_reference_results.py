@@ -7337,3 +7337,79 @@ def test_the_native_kernels_inside_xla_are_the_reports():
     # "Within the spread": the graph steps, the same ops, moved about as much as the XLA steps did.
     spread = max(abs(over[name]["graph"] - 1) for name in ("sit", "siet"))
     assert all(abs(over[name]["xla"] - 1) <= spread + 0.03 for name in ("sit", "siet"))
+
+
+def test_the_attentions_kernels_inside_xla_are_the_reports():
+    """docs/speed.md's "The attention's kernels inside XLA": the attention ops through their custom calls
+    and in a graph, the train steps with and without the XLA kernels, and what ``--jit_compile auto``
+    chooses for the SiT configs (also in docs/training.md), each number its report."""
+    section = _section("### The attention's kernels inside XLA")
+    flat = " ".join(section.split())
+    ops = _report("native_ops_avx2_xla_attention.json")
+    encoders = _report("speed_encoders_avx2_xla_attention.json")
+    auto = _report("jit_compile_auto_xla_attention.json")
+    assert encoders["commit"].startswith("15c1706")
+    assert ops["commit"].startswith("b789fd6") and auto["commit"].startswith("b789fd6")
+    for report in (ops, encoders, auto):
+        assert "no AVX-512" in report["machine"] and report["commit"][:7] in flat
+    results = ops["results"]
+    labels = {
+        "first_block": "first local block (window op with the kernel)",
+        "class_token": "class token's row",
+        "global_grid": "global grid (window op)",
+        "layer_norm": "LayerNorm into the lanes",
+    }
+    ratios = []
+    for case, label in labels.items():
+        cells = [
+            results[name][stage]["median_ms"]
+            for name in (case, f"{case}_xla")
+            for stage in ("forward", "backward")
+        ]
+        assert f"| {label} | " + " | ".join(f"{ms:.2f}" for ms in cells) + " |" in section
+        ratios += [results["xla_over_graph"][case][stage] for stage in ("forward", "backward")]
+    assert f"XLA / graph is {min(ratios):.2f}-{max(ratios):.2f} for these four" in flat
+    assert all(abs(ratio - 1) <= 0.1 for ratio in ratios)  # "cost nothing measurable"
+    over_graph, over_without = (
+        encoders["ratios"]["xla_over_graph"],
+        encoders["ratios"]["train_step_xla_kernels_over_without"],
+    )
+    for name, label in (("sit", "SiT"), ("siet", "SieT")):
+        step = encoders["models"][name]["timings"]["train_step"]
+        row = (
+            f"| {label} | {step['graph']['median_ms']:.2f} | {step['xla']['median_ms']:.2f} | "
+            f"{over_graph[name]['train_step']:.2f} | "
+            f"{over_graph[f'{name}:no_xla_kernels']['train_step']:.2f} |"
+        )
+        assert row in section
+    assert (
+        f"the XLA step takes {over_without['sit']['xla']:.2f}x (SiT) and "
+        f"{over_without['siet']['xla']:.2f}x (SieT)" in flat
+    )
+    assert (
+        f"({over_graph['sit']['train_step']:.2f}x and {over_graph['siet']['train_step']:.2f}x; "
+        "1.77x and 2.05x at" in flat
+    )
+    forward = [over_graph[name]["forward_batch"] for name in ("sit", "siet")]
+    assert f"the forward pass at batch 64 is {forward[0]:.2f}x and {forward[1]:.2f}x its graph pass" in flat
+    assert max(forward) < 1 < min(over_graph[name]["train_step"] for name in ("sit", "siet"))  # "not yet"
+    for config in auto["configs"]:
+        row = (
+            f"| `{config['gin_file']}` | `{config['encoder']}` | {config['minibatch_size']} | "
+            f"{1000 * config['seconds']['off']:.1f} | {1000 * config['seconds']['on']:.1f} | "
+            f"{config['xla_over_graph']:.2f} | {config['choice']} |"
+        )
+        assert row in section
+    minigrid = [
+        c["xla_over_graph"] for c in auto["configs"] if "minigrid" in c["gin_file"] or "demo" in c["gin_file"]
+    ]
+    (procgen,) = [c for c in auto["configs"] if "procgen" in c["gin_file"]]
+    assert (
+        all(c["choice"] == "on" for c in auto["configs"] if c is not procgen) and procgen["choice"] == "off"
+    )
+    assert f"the Procgen SiT's XLA step is {procgen['xla_over_graph']:.2f}x its graph step" in flat
+    training = " ".join(TRAINING.split())
+    assert (
+        f"the MiniGrid SiTs' XLA steps measured {_ratio_span(minigrid)[:-1]}x their graph steps and the "
+        f"Procgen SiT's {procgen['xla_over_graph']:.2f}x" in training
+    )
