@@ -26,7 +26,7 @@ from summaries import summary_tags
 
 from sit_keras.agents import train
 from sit_keras.agents.algorithms import bc, dqn, ppo, sac
-from sit_keras.agents.training import harness
+from sit_keras.agents.training import checkpoints, harness
 from sit_keras.agents.training.algorithm import Algorithm
 from sit_keras.agents.training.evaluation import EVALUATIONS_FILE
 from sit_keras.agents.training.run_settings import RunSettings, algorithm_module, hyperparameters
@@ -91,6 +91,9 @@ def _command(root_dir: str, bindings: list[str]) -> list[str]:
 
 
 def _checkpoint_value(root_dir: str, name: str) -> int:
+    """``name`` in the checkpoint a run resumes from: the newest intact one, which a kill may have left
+    newer than the one the folder's index names (written after the checkpoint's files)."""
+    checkpoints.check_readable(root_dir)
     checkpoint = tf.train.latest_checkpoint(os.path.join(root_dir, "checkpoints"))
     assert checkpoint, "no checkpoint written before the kill"
     return int(tf.train.load_variable(checkpoint, f"{name}/.ATTRIBUTES/VARIABLE_VALUE"))
@@ -189,6 +192,34 @@ def test_every_agent_runs_is_killed_resumes_and_writes_the_same_layout(agent, te
     interval = {"ppo": 32, "sac": 40, "dqn": 40}.get(agent)
     if interval:
         assert all(e["env_steps"] % interval == 0 for e in evaluations[:-1])
+
+
+def test_a_run_resumed_at_its_budget_writes_the_policy_export_its_stopped_run_had_not(tmp_path, capsys):
+    """A run stopped after its last checkpoint but before its policy export (here: the export removed) is
+    rerun: nothing is left to train, and it writes the final policy; rerun again, it writes nothing."""
+    root_dir = str(tmp_path / "run")
+    gin.clear_config()
+    train.parse_gin([], [*COMMON, *AGENT_BINDINGS["ppo"]])
+    try:
+        first = harness.train_eval(root_dir, total_env_steps=32, num_eval_episodes=0)
+        policies = os.path.join(root_dir, "policies")
+        os.rename(policies, str(tmp_path / "exported"))
+        capsys.readouterr()
+        again = harness.train_eval(root_dir, total_env_steps=32, num_eval_episodes=0)
+        assert again["train_step"] == first["train_step"] and again["env_steps"] == 32
+        step = first["train_step"]
+        assert (
+            f"Exporting the policy of train step {step}: the stopped run had not." in capsys.readouterr().out
+        )
+        for path in ("policy/saved_model.pb", "greedy_policy/saved_model.pb",
+                     f"checkpoints/policy_checkpoint_{step:010d}/variables/variables.index"):  # fmt: skip
+            assert os.path.exists(os.path.join(policies, path)), path
+        written = os.path.getmtime(os.path.join(policies, "policy", "saved_model.pb"))
+        harness.train_eval(root_dir, total_env_steps=32, num_eval_episodes=0)
+        assert "Exporting the policy" not in capsys.readouterr().out
+        assert os.path.getmtime(os.path.join(policies, "policy", "saved_model.pb")) == written
+    finally:
+        gin.clear_config()
 
 
 def test_bindings_that_the_run_does_not_read_are_an_error_naming_them(tmp_path):
@@ -335,7 +366,7 @@ RERUN_SCRIPT = r"""
 import json, sys
 import gin
 from sit_keras.agents import train
-from sit_keras.agents.training import harness
+from sit_keras.agents.training import checkpoints, harness
 
 root, runs = sys.argv[1], json.loads(sys.argv[2])
 losses = {}

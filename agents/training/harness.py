@@ -398,6 +398,20 @@ class PolicyExporter:
             )
         self._trigger(int(self._args[2].numpy()), force_trigger=True)
 
+    def saved(self) -> bool:
+        """Whether both SavedModels and the weights of the current train step are written (the trigger
+        writes a SavedModel's ``policy_specs.pbtxt`` last, and a checkpoint's index after its data)."""
+        saved_model_dir, _, train_step = self._args
+        weights = os.path.join(
+            learner.POLICY_CHECKPOINT_DIR, f"policy_checkpoint_{int(train_step.numpy()):010d}"
+        )
+        files = [
+            os.path.join(learner.RAW_POLICY_SAVED_MODEL_DIR, "policy_specs.pbtxt"),
+            os.path.join(learner.GREEDY_POLICY_SAVED_MODEL_DIR, "policy_specs.pbtxt"),
+            os.path.join(weights, "variables", "variables.index"),
+        ]
+        return all(os.path.exists(os.path.join(saved_model_dir, path)) for path in files)
+
 
 class Timer:
     """Steps per second and the shares of wall time over a log window (collection and learning only)."""
@@ -506,6 +520,10 @@ class TrainingLoop:
         bar.close()
         if not results:  # resumed at or past the budget: nothing ran
             results = {"env_steps": steps, "train_step": self.train_step()}
+            if settings.policy_save_interval and not self.exporter.saved():
+                # The run before was stopped between its last checkpoint and its policy export.
+                print(f"Exporting the policy of train step {self.train_step()}: the stopped run had not.")
+                self.exporter.save()
         return self.finish(results, history)
 
     def triggers(self, previous: int, steps: int, done: bool) -> None:
