@@ -7110,7 +7110,7 @@ def test_the_eight_lane_kernels_on_an_avx2_host_are_the_reports():
     assert f"every op took {min(slower):.2f}-{max(slower):.2f}x as long" in flat
     assert (
         f"{min(slower):.2f}-{max(slower):.2f}x longer forward + backward"
-        in (ROOT / "sit_keras/native/window_attention.cc").read_text()
+        in (ROOT / "sit_keras/native/window_attention.h").read_text()
     )
     labels = {"sit": "SiT", "siet": "SieT"}
     labels |= {f"{m}:builtin": f"{name}, builtin ops" for m, name in labels.items()}

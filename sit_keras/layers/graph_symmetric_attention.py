@@ -676,9 +676,10 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
             return False
         if token_only:
             return self.class_token
+        if not self.triangle_weights:
+            return False
         # The op's form of the triangle sums, under XLA too (``mix_and_attend_native``).
-        form = self._triangle_sums.resolve_form(self.triangle_form, compiled=False)
-        return bool(self.triangle_weights) and form in ("matrix", "pairs")
+        return self._triangle_sums.resolve_form(self.triangle_form, compiled=False) in ("matrix", "pairs")
 
     def mix_and_attend_native(
         self,
