@@ -425,7 +425,9 @@ def project_channels_first(kernel: tf.Tensor, inputs: tf.Tensor) -> tf.Tensor:
     with ``L`` about 10^5 columns, which TensorFlow's CPU matmuls run slowly in
     this layout (``channels_first.cc``). The kernel's gradient comes from
     ``SitChannelsFirstProjectionKernelGrad``, the same bits on every run; the
-    input's is ``tf.matmul(kernel, dy)``, which TensorFlow runs fast. float32
+    input's, ``W dy``, is the projection by the transposed kernel: as fast as
+    TensorFlow's matmul in a graph, faster than XLA's dot (docs/speed.md, "The
+    projection's input gradient under XLA"), and the same bits in both. float32
     and float64 only: under ``mixed_bfloat16`` the builtin matmul computes in
     bfloat16. Call only where ``usable(inputs.dtype, PROJECTION_OPS)``.
     """
@@ -434,7 +436,8 @@ def project_channels_first(kernel: tf.Tensor, inputs: tf.Tensor) -> tf.Tensor:
     @tf.custom_gradient
     def projection(w: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
         def grad(dy: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            return ops.sit_channels_first_projection_kernel_grad(dy, x), tf.matmul(w, dy)
+            dx = ops.sit_channels_first_projection(tf.transpose(w), dy)
+            return ops.sit_channels_first_projection_kernel_grad(dy, x), dx
 
         return ops.sit_channels_first_projection(w, x), grad
 
