@@ -7413,3 +7413,40 @@ def test_the_attentions_kernels_inside_xla_are_the_reports():
         f"the MiniGrid SiTs' XLA steps measured {_ratio_span(minigrid)[:-1]}x their graph steps and the "
         f"Procgen SiT's {procgen['xla_over_graph']:.2f}x" in training
     )
+
+
+def test_the_projections_input_gradient_under_xla_is_the_reports():
+    """docs/speed.md's "The projection's input gradient under XLA": the projection's forward + backward
+    before and after its input gradient became the projection op, and the train steps after it."""
+    section = _section("### The projection's input gradient under XLA")
+    flat = " ".join(section.split())
+    before, after = _report("native_ops_avx2_xla_attention.json"), _report("native_ops_avx2_xla_dx.json")
+    encoders, encoders_before = (
+        _report("speed_encoders_avx2_xla_dx.json"),
+        _report("speed_encoders_avx2_xla_attention.json"),
+    )
+    assert after["commit"].startswith("d8a36c8") and encoders["commit"].startswith("d8a36c8")
+    assert encoders["command"].startswith(
+        "python benchmarks/encoders.py --models sit,siet,vit --precisions float32 --no_profile --repeats 7"
+    )
+    for label, report in (("b789fd6: `tf.matmul(W, dy)`", before), ("d8a36c8: the projection op", after)):
+        results = report["results"]
+        cases = ("projection", "projection_builtin", "projection_xla", "projection_builtin_xla")
+        cells = [f"{results[case]['backward']['median_ms']:.2f}" for case in cases]
+        speedup = results["xla_speedup"]["projection"]["backward"]
+        assert f"| {label} | " + " | ".join(cells) + f" | {speedup:.2f} |" in section
+    new, old = after["results"], before["results"]
+    assert (
+        f"now {new['xla_speedup']['projection']['backward']:.2f}x faster than XLA's dots "
+        f"({old['xla_speedup']['projection']['backward']:.2f}x before), and in a graph "
+        f"{new['projection_speedup']['backward']:.2f}x faster than TensorFlow's matmuls "
+        f"({old['projection_speedup']['backward']:.2f}x before)" in flat
+    )
+    assert new["xla_speedup"]["projection"]["backward"] > old["xla_speedup"]["projection"]["backward"]
+    ratios = [r["ratios"]["xla_over_graph"] for r in (encoders, encoders_before)]
+    assert (
+        f"measured XLA / graph {ratios[0]['sit']['train_step']:.2f}x for the SiT and "
+        f"{ratios[0]['siet']['train_step']:.2f}x for the SieT, against {ratios[1]['sit']['train_step']:.2f}x "
+        f"and {ratios[1]['siet']['train_step']:.2f}x in the run before it" in flat
+    )
+    assert min(r[name]["train_step"] for r in ratios for name in ("sit", "siet")) > 1  # "still ... slower"
