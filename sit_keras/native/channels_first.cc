@@ -5,7 +5,7 @@
 //   (tf.matmul(kernel, x, transpose_a=True)).
 // SitChannelsFirstProjectionKernelGrad: dy (N, L), x (R, L) -> dkernel (R, N),
 //   dkernel[r, n] = sum_l x[r, l] dy[n, l]  (tf.matmul(x, dy, transpose_b=True)).
-// The input's gradient, kernel dy, is a plain matmul that TensorFlow runs fast (sit_keras.native).
+// The input's gradient, kernel dy, is SitChannelsFirstProjection by the transposed kernel (sit_keras.native).
 //
 // How they compute: channels_first.h.
 
