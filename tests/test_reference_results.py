@@ -7450,3 +7450,29 @@ def test_the_projections_input_gradient_under_xla_is_the_reports():
         f"and {ratios[1]['siet']['train_step']:.2f}x in the run before it" in flat
     )
     assert min(r[name]["train_step"] for r in ratios for name in ("sit", "siet")) > 1  # "still ... slower"
+
+
+def test_what_auto_chooses_after_the_projections_input_gradient_is_the_report():
+    """docs/speed.md's "The projection's input gradient under XLA": ``--jit_compile auto``'s table after it
+    and the Procgen SiT's ratio and step times, against the run before."""
+    section = _section("### The projection's input gradient under XLA")
+    flat = " ".join(section.split())
+    auto, before = _report("jit_compile_auto_dx.json"), _report("jit_compile_auto_xla_attention.json")
+    assert auto["commit"].startswith("d142f0a") and "no AVX-512" in auto["machine"]
+    for config in auto["configs"]:
+        row = (
+            f"| `{config['gin_file']}` | `{config['encoder']}` | {config['minibatch_size']} | "
+            f"{1000 * config['seconds']['off']:.1f} | {1000 * config['seconds']['on']:.1f} | "
+            f"{config['xla_over_graph']:.2f} | {config['choice']} |"
+        )
+        assert row in section
+    procgen, procgen_before = (
+        next(c for c in report["configs"] if "procgen" in c["gin_file"]) for report in (auto, before)
+    )
+    assert (
+        f"the median of the per-round XLA / graph ratios is {procgen['xla_over_graph']:.2f} in this run "
+        f"({procgen_before['xla_over_graph']:.2f} before the change, in another), while its median step "
+        f"times are {1000 * procgen['seconds']['off']:.1f} ms in the graph and "
+        f"{1000 * procgen['seconds']['on']:.1f} ms with XLA" in flat
+    )
+    assert procgen["choice"] == "off" and procgen["xla_over_graph"] > auto["margin"]
