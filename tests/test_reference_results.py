@@ -7393,13 +7393,7 @@ def test_the_attentions_kernels_inside_xla_are_the_reports():
     forward = [over_graph[name]["forward_batch"] for name in ("sit", "siet")]
     assert f"the forward pass at batch 64 is {forward[0]:.2f}x and {forward[1]:.2f}x its graph pass" in flat
     assert max(forward) < 1 < min(over_graph[name]["train_step"] for name in ("sit", "siet"))  # "not yet"
-    for config in auto["configs"]:
-        row = (
-            f"| `{config['gin_file']}` | `{config['encoder']}` | {config['minibatch_size']} | "
-            f"{1000 * config['seconds']['off']:.1f} | {1000 * config['seconds']['on']:.1f} | "
-            f"{config['xla_over_graph']:.2f} | {config['choice']} |"
-        )
-        assert row in section
+    _check_jit_compile_auto_rows(auto)
     minigrid = [
         c["xla_over_graph"] for c in auto["configs"] if "minigrid" in c["gin_file"] or "demo" in c["gin_file"]
     ]
@@ -7459,13 +7453,7 @@ def test_what_auto_chooses_after_the_projections_input_gradient_is_the_report():
     flat = " ".join(section.split())
     auto, before = _report("jit_compile_auto_dx.json"), _report("jit_compile_auto_xla_attention.json")
     assert auto["commit"].startswith("d142f0a") and "no AVX-512" in auto["machine"]
-    for config in auto["configs"]:
-        row = (
-            f"| `{config['gin_file']}` | `{config['encoder']}` | {config['minibatch_size']} | "
-            f"{1000 * config['seconds']['off']:.1f} | {1000 * config['seconds']['on']:.1f} | "
-            f"{config['xla_over_graph']:.2f} | {config['choice']} |"
-        )
-        assert row in section
+    _check_jit_compile_auto_rows(auto)
     procgen, procgen_before = (
         next(c for c in report["configs"] if "procgen" in c["gin_file"]) for report in (auto, before)
     )
