@@ -33,6 +33,7 @@ def load_benchmark(name: str):
     """The script ``benchmarks/<name>.py`` as a module (the benchmarks are scripts, not a package)."""
     spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # as an import would: dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 

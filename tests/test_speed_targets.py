@@ -1,0 +1,121 @@
+"""benchmarks/speed_targets.py: its arguments, how it reads each report, the committed run, and a smoke run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from run_folders import load_benchmark
+
+REFERENCE = Path(__file__).resolve().parent.parent / "benchmarks" / "reference"
+COMMITTED_RUN = REFERENCE / "speed_targets_avx2"
+COMMITTED_SUMMARY = REFERENCE / "speed_targets_avx2.json"
+
+
+def _reports(module, scale: float = 1.0) -> dict[str, dict]:
+    """A report per benchmark with every key the targets read, each ratio ``scale``."""
+    minigrid = [module.MINIGRID.format(m) for m in module.MINIGRID_MODELS]
+    encoder_ratios = {
+        "train_step_over_vit": {m: {"graph": scale} for m in ["sit", "siet", *minigrid]},
+        "xla_over_graph": {m: {"train_step": scale} for m in ["sit", "siet", "vit", "impala_cnn", *minigrid]},
+    }
+    return {
+        "encoders_64": {
+            "commit": "abc",
+            "ratios": encoder_ratios,
+            "models": {"sit": {"precision": {"mixed_bfloat16": {"over_float32": scale}}}},
+        },
+        "encoders_14": {"ratios": encoder_ratios},
+        "demo_ppo": {"sit_over_cnn": scale},
+        "lavacrossing_ppo": {"table": {"cnn": {"cost_per_env_step": scale}}},
+        "procgen_ppo": {"ratios": {"impala_cnn_over_sit_env_steps_per_second": 1 / scale}},
+        "two_workers": {"median_ratios_two_over_one": {"learner_seconds_per_train_step": scale}},
+    }
+
+
+def _row(rows: list[dict], what: str, limit: float | None = None) -> dict:
+    [row] = [r for r in rows if r["what"] == what and (limit is None or r["limit"] == pytest.approx(limit))]
+    return row
+
+
+def test_each_target_reads_its_ratio_and_compares_it_with_its_limit():
+    module = load_benchmark("speed_targets")
+    rows = module.summarise(_reports(module, 0.65), ["avx2", "avx512_bf16"])
+    assert len(rows) == len(module.targets()) == 22
+    assert all(row["value"] == pytest.approx(0.65) for row in rows)  # procgen's is the report's inverse
+    assert _row(rows, "SiT / ViT train step, 64x64 (graph)", 1.5)["met"] is True
+    assert _row(rows, "sit: XLA / graph train step, 64x64")["met"] is True
+    assert _row(rows, "SiT bfloat16 / float32 train step")["met"] is True  # 0.65 <= 0.7
+    assert _row(rows, "demo SiT / CNN env steps/s (PPO)")["met"] is True  # at least 0.6
+    assert _row(rows, "Procgen SiT / IMPALA-CNN env steps/s (PPO)", 1 / 4)["met"] is True
+    assert _row(rows, "two workers / one: learner seconds per train step")["met"] is None  # no limit
+    slower = module.summarise(_reports(module, 1.8), ["avx2", "avx512_bf16"])
+    assert _row(slower, "SiT / ViT train step, 64x64 (graph)", 2.0)["met"] is True
+    assert _row(slower, "SiT / ViT train step, 64x64 (graph)", 1.5)["met"] is False
+    assert _row(slower, "sit: XLA / graph train step, 64x64")["met"] is False
+    low = module.summarise(_reports(module, 0.2), ["avx2"])
+    assert _row(low, "demo SiT / CNN env steps/s (PPO)")["met"] is False
+    assert _row(low, "Procgen SiT / IMPALA-CNN env steps/s (PPO)", 1 / 6)["met"] is True
+    assert _row(low, "Procgen SiT / IMPALA-CNN env steps/s (PPO)", 1 / 4)["met"] is False
+
+
+def test_the_bfloat16_target_does_not_apply_without_bfloat16_instructions():
+    module = load_benchmark("speed_targets")
+    for flags, met in ((["avx2", "fma"], None), (["avx512f", "amx_bf16"], False)):
+        row = _row(module.summarise(_reports(module, 0.9), flags), "SiT bfloat16 / float32 train step")
+        assert row["met"] is met
+        assert ("note" in row) == (met is None)
+
+
+def test_a_report_without_a_targets_number_is_named(tmp_path, capsys):
+    module = load_benchmark("speed_targets")
+    reports = _reports(module)
+    del reports["demo_ppo"]["sit_over_cnn"]
+    with pytest.raises(module.UsageError, match="demo_ppo.json holds no number at sit_over_cnn"):
+        module.summarise(reports, ["avx2"])
+    for name, report in _reports(module).items():
+        (tmp_path / module.BENCHMARK_RUNS[name].report).write_text(json.dumps(report))
+    (tmp_path / "procgen_ppo.json").write_text("{not json")
+    out = tmp_path / "summary.json"
+    assert module.main(["--reports_only", "--work_dir", str(tmp_path), "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "procgen_ppo.json is not a JSON report" in err and "\n" not in err
+    (tmp_path / "procgen_ppo.json").unlink()
+    assert module.main(["--reports_only", "--work_dir", str(tmp_path), "--out", str(out)]) == 1
+    assert "procgen_ppo.json is missing" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "argv", [["--only", "nope"], ["--only", ","], ["--reports_only", "--work_dir", "/no/such/folder"], ["--x"]]
+)
+def test_speed_targets_refuses_bad_arguments_in_one_sentence(argv, capsys, tmp_path):
+    out = tmp_path / "report.json"
+    assert load_benchmark("speed_targets").main([*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err and "\n" not in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_the_committed_run_summarises_to_its_committed_targets():
+    """benchmarks/reference/speed_targets_avx2.json is what its benchmarks' reports (kept beside it) say."""
+    module = load_benchmark("speed_targets")
+    committed = json.loads(COMMITTED_SUMMARY.read_text())
+    assert committed["quick"] is False
+    reports = {name: json.loads((COMMITTED_RUN / b.report).read_text()) for name, b in module.BENCHMARK_RUNS.items()}
+    assert module.summarise(reports, committed["cpu_flags"]) == committed["targets"]
+    assert committed["met"] == sum(row["met"] is True for row in committed["targets"])
+    assert committed["missed"] == sum(row["met"] is False for row in committed["targets"])
+    assert not {"avx512_bf16", "amx_bf16"} & set(committed["cpu_flags"])  # an AVX2 host: bfloat16 n/a
+    assert _row(committed["targets"], "SiT bfloat16 / float32 train step")["met"] is None
+
+
+@pytest.mark.large
+def test_a_quick_run_of_every_benchmark_writes_every_target(tmp_path):
+    module = load_benchmark("speed_targets")
+    out = tmp_path / "targets.json"
+    assert module.main(["--quick", "--work_dir", str(tmp_path / "reports"), "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert len(report["targets"]) == len(module.targets())
+    assert all(row["value"] > 0 for row in report["targets"])
