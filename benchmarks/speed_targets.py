@@ -246,7 +246,7 @@ def run_benchmark(name: str, work_dir: Path, quick: bool) -> None:
     """Runs benchmark ``name`` in its own process, its report into ``work_dir``; raises on failure."""
     benchmark = BENCHMARK_RUNS[name]
     script, *arguments = benchmark.arguments(quick)
-    out = work_dir / benchmark.report
+    out = (work_dir / benchmark.report).resolve()  # the benchmark runs in the repository's root
     command = [sys.executable, str(BENCHMARKS / script), *arguments, "--out", str(out)]
     print(f"== {name}: {' '.join(command[1:])}", flush=True)
     started = time.time()

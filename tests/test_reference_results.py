@@ -7464,3 +7464,38 @@ def test_what_auto_chooses_after_the_projections_input_gradient_is_the_report():
         f"{1000 * procgen['seconds']['on']:.1f} ms with XLA" in flat
     )
     assert procgen["choice"] == "off" and procgen["xla_over_graph"] > auto["margin"]
+
+
+def test_the_speed_targets_in_one_run_are_the_report():
+    """docs/speed.md's "The speed issue's targets in one run": every row of the table, and the numbers
+    its notes quote, are those of speed_targets_avx2.json and the benchmarks' reports kept beside it."""
+    section = _section("## The speed issue's targets in one run")
+    flat = " ".join(section.split())
+    summary = _report("speed_targets_avx2.json")
+    met = {True: "yes", False: "**no**", None: "n/a"}
+    for row in summary["targets"]:
+        limit = "-" if row["limit"] is None else f"{'<=' if row['at_most'] else '>='} {row['limit']:.3g}"
+        value = f"{row['value']:.2f}"
+        assert f"| {row['what']} | {value} | {limit} | {met[row['met']]} | `{row['report']}` |" in section
+    assert f"at {summary['commit'][:7]}" in flat and f"in {summary['wall_seconds']:.0f} s" in flat
+    assert f"{summary['met']} targets met, {summary['missed']} missed" in flat
+    encoders = _report("speed_targets_avx2/encoders_64.json")
+    step = {m: encoders["models"][m]["timings"]["train_step"]["graph"]["median_ms"] for m in ("vit", "sit")}
+    assert f"the ViT's step took {step['vit']:.1f} ms in graph mode, the SiT's {step['sit']:.1f} ms" in flat
+    bfloat16_matmul = encoders["matmul"]["by_precision"]["mixed_bfloat16"]["over_float32"]
+    assert f"its 1024^3 matmul took {bfloat16_matmul:.2f}x the float32 one" in flat
+    demo = _report("speed_targets_avx2/demo_ppo.json")["env_steps_per_second"]
+    assert f"({demo['sit']:.1f} against {demo['cnn']:.1f})" in flat
+    lava = _report("speed_targets_avx2/lavacrossing_ppo.json")["table"]
+    sps = {m: lava[m]["env_steps_per_second"] for m in ("sit_small", "cnn")}
+    assert f"({sps['sit_small']:.1f} against {sps['cnn']:.1f})" in flat
+    procgen = _report("speed_targets_avx2/procgen_ppo.json")
+    ratio = procgen["ratios"]["impala_cnn_over_sit_env_steps_per_second"]
+    speeds = procgen["env_steps_per_second"]
+    sit, cnn = speeds["sit"], speeds["impala_cnn"]
+    assert f"at 1/{ratio:.2f} of the IMPALA-CNN ({sit:.1f} against {cnn:.1f}" in flat
+    before = _report("speed_ppo_procgen_avx2_bfc.json")["env_steps_per_second"]
+    assert f"{before['sit']:.1f} against {before['impala_cnn']:.1f} in" in flat
+    workers = _report("speed_targets_avx2/two_workers.json")["median_ratios_two_over_one"]
+    assert f"{workers['learner_seconds_per_train_step']:.2f}x as long" in flat
+    assert f"env steps/s {workers['cluster_env_steps_per_second']:.2f}x one worker's" in flat

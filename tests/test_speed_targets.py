@@ -1,4 +1,4 @@
-"""benchmarks/speed_targets.py: its arguments, how it reads each report, the committed run, and a smoke run."""
+"""benchmarks/speed_targets.py: its arguments, how it reads each report, the committed run, a smoke run."""
 
 from __future__ import annotations
 
@@ -88,7 +88,8 @@ def test_a_report_without_a_targets_number_is_named(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "argv", [["--only", "nope"], ["--only", ","], ["--reports_only", "--work_dir", "/no/such/folder"], ["--x"]]
+    "argv",
+    [["--only", "nope"], ["--only", ","], ["--reports_only", "--work_dir", "/no/such/folder"], ["--x"]],
 )
 def test_speed_targets_refuses_bad_arguments_in_one_sentence(argv, capsys, tmp_path):
     out = tmp_path / "report.json"
@@ -103,7 +104,8 @@ def test_the_committed_run_summarises_to_its_committed_targets():
     module = load_benchmark("speed_targets")
     committed = json.loads(COMMITTED_SUMMARY.read_text())
     assert committed["quick"] is False
-    reports = {name: json.loads((COMMITTED_RUN / b.report).read_text()) for name, b in module.BENCHMARK_RUNS.items()}
+    runs = module.BENCHMARK_RUNS
+    reports = {name: json.loads((COMMITTED_RUN / run.report).read_text()) for name, run in runs.items()}
     assert module.summarise(reports, committed["cpu_flags"]) == committed["targets"]
     assert committed["met"] == sum(row["met"] is True for row in committed["targets"])
     assert committed["missed"] == sum(row["met"] is False for row in committed["targets"])
