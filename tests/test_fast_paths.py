@@ -162,6 +162,23 @@ def test_fast_gsa_equals_the_reference(
     )
 
 
+@FORMS
+@pytest.mark.parametrize("case", ["sit", "sit_star", "unsymmetrised", "score_graph"])
+def test_every_weight_gets_a_dense_gradient(case: str, triangle_form: str, kernels: str) -> None:
+    # A sparse (IndexedSlices) gradient of the eq. 8 angle tables would reach Adam as thousands of
+    # rows of a table of a few, which it deduplicates with a sort (slow under XLA).
+    # Without graph dropout: its mask would make the tables' gradient dense whatever the gather.
+    reference, fast = _gsa_pair((4, 4), triangle_form, graph_dropout=0.0, **GSA_CASES[case])
+    x = tf.constant(np.random.default_rng(2).normal(size=(2, reference.num_tokens, 8)))
+    for layer in (reference, fast):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(layer(x, training=True) ** 2)
+        for variable, gradient in zip(
+            layer.trainable_variables, tape.gradient(loss, layer.trainable_variables), strict=True
+        ):
+            assert isinstance(gradient, tf.Tensor), f"{variable.name}: {type(gradient).__name__}"
+
+
 @given(
     batch=st.integers(1, 5),
     height=st.integers(2, 5),

@@ -9,8 +9,60 @@ import tf_keras
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sit_keras.layers.indexing import ConstantGather, expand_shared, preimage_table
+from sit_keras.layers.indexing import ConstantGather, expand_shared, preimage_table, row_gather
 from sit_keras.layers.sublayers import build_sublayer
+from sit_keras.models import ENCODER_NAMES, build_encoder
+from sit_keras.models.group_transformer import build_group_transformer
+
+
+@given(
+    rows=st.integers(1, 5),
+    index_shape=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+    width=st.integers(1, 3),
+    seed=st.integers(0, 2**16),
+)
+def test_row_gather_is_tf_gather_with_a_dense_gradient(
+    rows: int, index_shape: list[int], width: int, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    x = tf.constant(rng.normal(size=(rows, width)))
+    indices = rng.integers(0, rows, size=index_shape)
+    upstream = tf.constant(rng.normal(size=(*index_shape, width)))
+    gradients = []
+    for gather in (row_gather, tf.gather):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = gather(x, indices)
+        np.testing.assert_array_equal(y, tf.gather(x, indices))
+        gradients.append(tape.gradient(y, x, output_gradients=upstream))
+    assert isinstance(gradients[0], tf.Tensor)
+    assert isinstance(gradients[1], tf.IndexedSlices)  # what row_gather avoids
+    np.testing.assert_allclose(gradients[0], tf.convert_to_tensor(gradients[1]), rtol=1e-12, atol=1e-12)
+
+
+def _sparse_gradients(model: tf_keras.layers.Layer, x: tf.Tensor) -> list[str]:
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.cast(model(x, training=True), tf.float32) ** 2)
+    gradients = tape.gradient(loss, model.trainable_variables)
+    return [
+        v.name
+        for v, g in zip(model.trainable_variables, gradients, strict=True)
+        if isinstance(g, tf.IndexedSlices)
+    ]
+
+
+@pytest.mark.parametrize("name", ENCODER_NAMES)
+def test_no_encoder_hands_the_optimizer_a_sparse_gradient(name: str) -> None:
+    # Tables of shared weights are read thousands of times; as tf.IndexedSlices their gradients
+    # would make Adam deduplicate every row read (tf.unique: a sort under XLA) at each step.
+    encoder = build_encoder(name, (16, 16, 3))
+    assert not _sparse_gradients(encoder, tf.random.uniform((2, 16, 16, 3)))
+
+
+@pytest.mark.parametrize("group", ["p4", "p4m"])
+def test_no_group_transformer_hands_the_optimizer_a_sparse_gradient(group: str) -> None:
+    model = build_group_transformer(group, (8, 8, 1), 10, preset="digits")
+    assert not _sparse_gradients(model, tf.random.uniform((2, 8, 8, 1)))
 
 
 @given(

@@ -9,6 +9,7 @@ import tensorflow as tf
 import tf_keras
 
 from sit_keras.groups import Group, get_group, relative_group_indices
+from sit_keras.layers.indexing import row_gather
 from sit_keras.layers.precision import stable_dtype
 from sit_keras.symmetry import EQUIVARIANT, Symmetry, plane_group_symmetry
 
@@ -161,9 +162,8 @@ class GroupPositionalEncoding(tf_keras.layers.Layer):
         """``E[r(h, h~, h^)]``, ``(|H|, |H|, |H|, num_heads, key_dim)``; lifting layers have none."""
         if self.lifting:
             raise ValueError("A lifting encoding (lifting=True) has no group part.")
-        table = tf.gather(
-            tf.cast(self.group_embedding, self.compute_dtype), np.reshape(self._group_index, -1)
-        )
+        embedding = tf.cast(self.group_embedding, self.compute_dtype)
+        table = row_gather(embedding, np.reshape(self._group_index, -1))  # dense gradient, for the optimizer
         n = self.group.order
         return tf.reshape(table, [n, n, n, self.num_heads, self.key_dim])
 

@@ -45,6 +45,26 @@ def expand_shared(weights: tf.Tensor, index: np.ndarray) -> tf.Tensor:
     return tf.reshape(gather_rows(weights), [*np.shape(index), weights.shape[-1]])
 
 
+def row_gather(x: tf.Tensor, indices: np.ndarray) -> tf.Tensor:
+    """``tf.gather(x, indices)`` on axis 0 for constant ``indices`` (any shape), with a dense gradient.
+
+    The gradient is a segment sum, ``(x.shape[0], ...)``. ``tf.gather``'s
+    would be ``tf.IndexedSlices``: one row per index, which for a small
+    table of weights read many times reaches the optimizer as thousands of
+    rows that Adam deduplicates (``tf.unique``, a sort under XLA).
+    """
+    num_rows = x.shape[0]
+
+    @tf.custom_gradient
+    def gather(x: tf.Tensor) -> tf.Tensor:
+        def grad(dy: tf.Tensor) -> tf.Tensor:
+            return tf.math.unsorted_segment_sum(dy, indices, num_rows)
+
+        return tf.gather(x, indices), grad
+
+    return gather(x)
+
+
 def preimage_table(indices: np.ndarray, num_inputs: int, ignore: int | None = None) -> np.ndarray:
     """For each input position, the output positions that read it, padded with ``len(indices)``.
 

@@ -34,7 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from sit_keras import graphs
-from sit_keras.layers.indexing import ConstantGather, expand_shared
+from sit_keras.layers.indexing import ConstantGather, expand_shared, row_gather
 from sit_keras.native import ScoreMapPattern
 
 TRIANGLE_FORMS = ("auto", "matrix", "pairs", "gather")
@@ -57,18 +57,12 @@ def _with_zero_row(table: tf.Tensor) -> tf.Tensor:
     return tf.concat([table, tf.zeros_like(table[:1])], axis=0)
 
 
-def _row_gather(x: tf.Tensor, indices: np.ndarray) -> tf.Tensor:
-    """``tf.gather(x, indices)`` on axis 0 for constant indices; the gradient is a segment sum."""
-    num_rows = x.shape[0]
+def _class_weights(table: tf.Tensor, classes: np.ndarray) -> tf.Tensor:
+    """``Theta`` of each class in ``classes`` (eq. 8's angle weights), ``classes.shape + (H,)``.
 
-    @tf.custom_gradient
-    def gather(x: tf.Tensor) -> tf.Tensor:
-        def grad(dy: tf.Tensor) -> tf.Tensor:
-            return tf.math.unsorted_segment_sum(dy, indices, num_rows)
-
-        return tf.gather(x, indices), grad
-
-    return gather(x)
+    A gather with a dense gradient (``row_gather``), for the optimizer.
+    """
+    return row_gather(_with_zero_row(table), classes)
 
 
 class TriangleSums:
@@ -163,7 +157,7 @@ class TriangleSums:
         rows = np.repeat(np.arange(n, dtype=np.int64), 3)
         matrix = None
         for i, table in enumerate(tables):
-            values = tf.gather(_with_zero_row(table), self.classes.reshape(-1))  # (3 T^2, H)
+            values = _class_weights(table, self.classes.reshape(-1))  # (3 T^2, H)
             columns = self.sources.reshape(-1).astype(np.int64)
             if i == 0 and sign:
                 # (I + sign P) folded in: each term also reads the transposed score.
@@ -232,11 +226,11 @@ class TriangleSums:
         """
         if sign and not symmetrised:
             raise ValueError(f"terms_values needs symmetrised=True for sign={sign}.")
-        theta = tf.gather(_with_zero_row(tables[0]), self.classes)  # (T^2, 3, H)
+        theta = _class_weights(tables[0], self.classes)  # (T^2, 3, H)
         values = tf.concat([theta, sign * theta], axis=1) if symmetrised else theta
         for table in tables[1:]:
-            theta = tf.gather(_with_zero_row(table), self.classes)  # (T^2, 3, H)
-            earlier = tf.gather(values, self.sources)  # (T^2, 3, K, H): the rows each term reads
+            theta = _class_weights(table, self.classes)  # (T^2, 3, H)
+            earlier = row_gather(values, self.sources)  # (T^2, 3, K, H): the rows each term reads
             values = tf.reshape(theta[:, :, None] * earlier, [self.num_tokens**2, -1, theta.shape[-1]])
         return tf.transpose(values, [2, 0, 1]) * tf.constant(scale, values.dtype)
 
@@ -244,12 +238,12 @@ class TriangleSums:
     def pairs_sum(self, pairs: tf.Tensor, tables: list[tf.Tensor], sign: float, scale: float) -> tf.Tensor:
         """The same map on pair-major scores ``(T^2, H, B)``: gathers copy whole rows."""
         if sign:
-            pairs = pairs + sign * _row_gather(pairs, self.transpose)
+            pairs = pairs + sign * row_gather(pairs, self.transpose)
         for table in tables:
-            theta = tf.gather(_with_zero_row(table), self.classes)[..., None]  # (T^2, 3, H, 1)
+            theta = _class_weights(table, self.classes)[..., None]  # (T^2, 3, H, 1)
             pairs = (
                 theta[:, 0] * pairs
-                + theta[:, 1] * _row_gather(pairs, self.sources[:, 1])
-                + theta[:, 2] * _row_gather(pairs, self.sources[:, 2])
+                + theta[:, 1] * row_gather(pairs, self.sources[:, 1])
+                + theta[:, 2] * row_gather(pairs, self.sources[:, 2])
             )
         return pairs * tf.constant(scale, pairs.dtype)
