@@ -7466,36 +7466,80 @@ def test_what_auto_chooses_after_the_projections_input_gradient_is_the_report():
     assert procgen["choice"] == "off" and procgen["xla_over_graph"] > auto["margin"]
 
 
-def test_the_speed_targets_in_one_run_are_the_report():
-    """docs/speed.md's "The speed issue's targets in one run": every row of the table, and the numbers
-    its notes quote, are those of speed_targets_avx2.json and the benchmarks' reports kept beside it."""
+def test_the_speed_targets_in_one_run_are_the_reports():
+    """docs/speed.md's "The speed issue's targets in one run": every row of the table is the before run's
+    (speed_targets_avx2.json) and the after run's (speed_targets_avx2_dense_gradients.json) value of one
+    target, and the numbers its notes quote are those of the after run's reports kept beside it."""
     section = _section("## The speed issue's targets in one run")
     flat = " ".join(section.split())
-    summary = _report("speed_targets_avx2.json")
+    before, after = _report("speed_targets_avx2.json"), _report("speed_targets_avx2_dense_gradients.json")
     met = {True: "yes", False: "**no**", None: "n/a"}
-    for row in summary["targets"]:
+    for old, row in zip(before["targets"], after["targets"], strict=True):
+        assert (old["what"], old["limit"]) == (row["what"], row["limit"])
         limit = "-" if row["limit"] is None else f"{'<=' if row['at_most'] else '>='} {row['limit']:.3g}"
-        value = f"{row['value']:.2f}"
-        assert f"| {row['what']} | {value} | {limit} | {met[row['met']]} | `{row['report']}` |" in section
-    assert f"at {summary['commit'][:7]}" in flat and f"in {summary['wall_seconds']:.0f} s" in flat
-    assert f"{summary['met']} targets met, {summary['missed']} missed" in flat
-    encoders = _report("speed_targets_avx2/encoders_64.json")
-    step = {m: encoders["models"][m]["timings"]["train_step"]["graph"]["median_ms"] for m in ("vit", "sit")}
-    assert f"the ViT's step took {step['vit']:.1f} ms in graph mode, the SiT's {step['sit']:.1f} ms" in flat
+        values = f"{old['value']:.2f} | {row['value']:.2f}"
+        assert f"| {row['what']} | {values} | {limit} | {met[row['met']]} | `{row['report']}` |" in section
+    for summary in (before, after):
+        assert f"at {summary['commit'][:7]} in {summary['wall_seconds']:.0f} s" in flat
+    assert f"After: {after['met']} targets met, {after['missed']} missed" in flat
+    assert f"(before: {before['met']} met, {before['missed']} missed)" in flat
+    run = "speed_targets_avx2_dense_gradients/"
+    encoders = _report(run + "encoders_64.json")
+    repeats = encoders["settings"]["repeats"], _report(run + "encoders_14.json")["settings"]["repeats"]
+    assert "(15 at 64x64, 21 at 14x14, after 3 warm-up calls" in flat and repeats == (15, 21)
+    step = {
+        m: encoders["models"][m]["timings"]["train_step"]["graph"]["median_ms"] for m in encoders["models"]
+    }
+    ratio = encoders["ratios"]["train_step_over_vit"]
+    assert (
+        f"the ViT's step took {step['vit']:.1f} ms in graph mode, the SiT's {step['sit']:.1f} ms "
+        f"({ratio['sit']['graph']:.2f}x) and the SieT's {step['siet']:.1f} ms ({ratio['siet']['graph']:.2f}x"
+    ) in flat
+    old = _report("speed_targets_avx2/encoders_64.json")["models"]
+    old_steps = ", ".join(
+        f"{old[m]['timings']['train_step']['graph']['median_ms']:.1f}" for m in ("vit", "sit")
+    )
+    assert f"had {old_steps} and {old['siet']['timings']['train_step']['graph']['median_ms']:.1f} ms" in flat
     bfloat16_matmul = encoders["matmul"]["by_precision"]["mixed_bfloat16"]["over_float32"]
     assert f"its 1024^3 matmul took {bfloat16_matmul:.2f}x the float32 one" in flat
-    demo = _report("speed_targets_avx2/demo_ppo.json")["env_steps_per_second"]
-    assert f"({demo['sit']:.1f} against {demo['cnn']:.1f})" in flat
-    lava = _report("speed_targets_avx2/lavacrossing_ppo.json")["table"]
+    values = {
+        (b["what"], b["limit"]): (b["value"], a["value"])
+        for b, a in zip(before["targets"], after["targets"], strict=True)
+    }
+    readout = values[("siet_rotation_pooled: XLA / graph train step, 14x14", 1.0)]
+    assert f"faster with XLA ({readout[1]:.2f}, from {readout[0]:.2f})" in flat
+    sit = values[("sit: XLA / graph train step, 64x64", 1.0)]
+    assert f"at XLA / graph {sit[1]:.2f} ({sit[0]:.2f} before)" in flat
+    cnn = values[("cnn: XLA / graph train step, 14x14", 1.0)]
+    assert f"({cnn[0]:.2f} before, {cnn[1]:.2f} after)" in flat
+    demo = _report(run + "demo_ppo.json")
+    assert f"The demo SiT trains at {demo['sit_over_cnn']:.2f}x the CNN's env steps/s" in flat
+    demo_sps = demo["env_steps_per_second"]
+    assert f"({demo_sps['sit']:.1f} against {demo_sps['cnn']:.1f})" in flat
+    lava = _report(run + "lavacrossing_ppo.json")["table"]
     sps = {m: lava[m]["env_steps_per_second"] for m in ("sit_small", "cnn")}
     assert f"({sps['sit_small']:.1f} against {sps['cnn']:.1f})" in flat
-    procgen = _report("speed_targets_avx2/procgen_ppo.json")
+    procgen = _report(run + "procgen_ppo.json")
     ratio = procgen["ratios"]["impala_cnn_over_sit_env_steps_per_second"]
     speeds = procgen["env_steps_per_second"]
-    sit, cnn = speeds["sit"], speeds["impala_cnn"]
-    assert f"at 1/{ratio:.2f} of the IMPALA-CNN ({sit:.1f} against {cnn:.1f}" in flat
-    before = _report("speed_ppo_procgen_avx2_bfc.json")["env_steps_per_second"]
-    assert f"{before['sit']:.1f} against {before['impala_cnn']:.1f} in" in flat
-    workers = _report("speed_targets_avx2/two_workers.json")["median_ratios_two_over_one"]
+    sit_sps, cnn_sps = speeds["sit"], speeds["impala_cnn"]
+    assert f"at 1/{ratio:.2f} of the IMPALA-CNN ({sit_sps:.1f} against {cnn_sps:.1f}" in flat
+    earlier = _report("speed_ppo_procgen_avx2_bfc.json")["env_steps_per_second"]
+    assert f"{earlier['sit']:.1f} against {earlier['impala_cnn']:.1f} in" in flat
+    workers = _report(run + "two_workers.json")["median_ratios_two_over_one"]
     assert f"{workers['learner_seconds_per_train_step']:.2f}x as long" in flat
     assert f"env steps/s {workers['cluster_env_steps_per_second']:.2f}x one worker's" in flat
+
+
+def test_the_dense_gradients_section_quotes_the_two_speed_target_runs():
+    """docs/speed.md's "Sparse gradients of shared weight tables": its before / after XLA ratios are the
+    two speed-target runs'."""
+    section = SPEED[SPEED.index("### Sparse gradients of shared weight tables") :]
+    flat = " ".join(section[: section.index("\n## ")].split())  # the last subsection of "## XLA"
+    before, after = _report("speed_targets_avx2.json"), _report("speed_targets_avx2_dense_gradients.json")
+    value = {}
+    for b, a in zip(before["targets"], after["targets"], strict=True):
+        value[b["what"].split(":")[0], b["what"][-5:]] = f"{b['value']:.2f}", f"{a['value']:.2f}"
+    readout, siet, sit = value["siet_rotation_pooled", "14x14"], value["siet", "64x64"], value["sit", "64x64"]
+    assert f"at 14x14 went from {readout[0]} before to {readout[1]} after" in flat
+    assert f"the SieT's at 64x64 from {siet[0]} to {siet[1]}, the SiT's from {sit[0]} to {sit[1]}" in flat

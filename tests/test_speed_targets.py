@@ -9,8 +9,8 @@ import pytest
 from run_folders import load_benchmark
 
 REFERENCE = Path(__file__).resolve().parent.parent / "benchmarks" / "reference"
-COMMITTED_RUN = REFERENCE / "speed_targets_avx2"
-COMMITTED_SUMMARY = REFERENCE / "speed_targets_avx2.json"
+# The AVX2 host's runs before and after the angle tables' dense gradients (docs/speed.md).
+COMMITTED_RUNS = ["speed_targets_avx2", "speed_targets_avx2_dense_gradients"]
 
 
 def _reports(module, scale: float = 1.0) -> dict[str, dict]:
@@ -99,13 +99,14 @@ def test_speed_targets_refuses_bad_arguments_in_one_sentence(argv, capsys, tmp_p
     assert not out.exists()
 
 
-def test_the_committed_run_summarises_to_its_committed_targets():
-    """benchmarks/reference/speed_targets_avx2.json is what its benchmarks' reports (kept beside it) say."""
+@pytest.mark.parametrize("run", COMMITTED_RUNS)
+def test_the_committed_run_summarises_to_its_committed_targets(run: str):
+    """benchmarks/reference/<run>.json is what its benchmarks' reports (kept beside it, in <run>/) say."""
     module = load_benchmark("speed_targets")
-    committed = json.loads(COMMITTED_SUMMARY.read_text())
+    committed = json.loads((REFERENCE / f"{run}.json").read_text())
     assert committed["quick"] is False
     runs = module.BENCHMARK_RUNS
-    reports = {name: json.loads((COMMITTED_RUN / run.report).read_text()) for name, run in runs.items()}
+    reports = {name: json.loads((REFERENCE / run / r.report).read_text()) for name, r in runs.items()}
     assert module.summarise(reports, committed["cpu_flags"]) == committed["targets"]
     assert committed["met"] == sum(row["met"] is True for row in committed["targets"])
     assert committed["missed"] == sum(row["met"] is False for row in committed["targets"])
