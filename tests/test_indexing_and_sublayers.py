@@ -14,6 +14,7 @@ from sit_keras.layers.indexing import ConstantGather, expand_shared, preimage_ta
 from sit_keras.layers.sublayers import build_sublayer
 from sit_keras.models import ENCODER_NAMES, build_encoder
 from sit_keras.models.group_transformer import build_group_transformer
+from sit_keras.models.sensor_encoder import SensorSetEncoder
 
 
 @given(
@@ -75,6 +76,24 @@ def test_a_siet_train_step_under_xla_sorts_nothing() -> None:
 def test_no_group_transformer_hands_the_optimizer_a_sparse_gradient(group: str) -> None:
     model = build_group_transformer(group, (8, 8, 1), 10, preset="digits")
     assert not _not_dense_gradients(model, tf.random.uniform((2, 8, 8, 1)))
+
+
+def test_the_sensor_type_embedding_hands_the_optimizer_a_dense_gradient() -> None:
+    encoder = SensorSetEncoder(num_features=3, action_dim=2, output_dim=8, num_sensor_types=4)
+    readings, actions = tf.random.uniform((5, 7, 3)), tf.zeros((5, 2))
+    types = tf.constant(np.random.default_rng(0).integers(0, 4, size=(5, 7)), tf.int32)
+    with tf.GradientTape() as tape:
+        code, _ = encoder(readings, actions, sensor_types=types)
+        loss = tf.reduce_sum(code**2)
+    variables = encoder.trainable_variables
+    gradients = dict(zip([v.name for v in variables], tape.gradient(loss, variables), strict=True))
+    assert all(isinstance(g, tf.Tensor) for g in gradients.values()), gradients
+    table = encoder.type_embedding.embeddings
+    assert float(tf.norm(gradients[table.name])) > 0
+    # The same rows the embedding layer reads.
+    np.testing.assert_array_equal(
+        encoder._with_types(readings, types, None)[..., 3:], encoder.type_embedding(types)
+    )
 
 
 @given(

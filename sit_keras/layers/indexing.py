@@ -45,13 +45,14 @@ def expand_shared(weights: tf.Tensor, index: np.ndarray) -> tf.Tensor:
     return tf.reshape(gather_rows(weights), [*np.shape(index), weights.shape[-1]])
 
 
-def row_gather(x: tf.Tensor, indices: np.ndarray) -> tf.Tensor:
-    """``tf.gather(x, indices)`` on axis 0 for constant ``indices`` (any shape), with a dense gradient.
+def row_gather(x: tf.Tensor, indices: np.ndarray | tf.Tensor) -> tf.Tensor:
+    """``tf.gather(x, indices)`` on axis 0 (``indices`` of any shape), with a dense gradient.
 
-    The gradient is a segment sum, ``(x.shape[0], ...)``. ``tf.gather``'s
-    would be ``tf.IndexedSlices``: one row per index, which for a small
-    table of weights read many times reaches the optimizer as thousands of
-    rows that Adam deduplicates (``tf.unique``, a sort under XLA).
+    The gradient is a segment sum, ``(x.shape[0], ...)``; ``x.shape[0]`` must
+    be known. ``tf.gather``'s would be ``tf.IndexedSlices``: one row per
+    index, which for a small table of weights read many times reaches the
+    optimizer as thousands of rows that Adam deduplicates (``tf.unique``, a
+    sort under XLA). ``indices`` may be a constant table or a tensor of ids.
     """
     num_rows = x.shape[0]
 

@@ -25,6 +25,7 @@ import tensorflow as tf
 import tf_keras
 
 from sit_keras.layers.attention_neuron import ATTENTIONS, AttentionNeuron, check_mask, shape_list
+from sit_keras.layers.indexing import row_gather
 from sit_keras.layers.sublayers import build_sublayer
 from sit_keras.symmetry import SENSORS, Symmetry
 
@@ -217,7 +218,9 @@ class SensorSetEncoder(tf_keras.Model):
         if mask is not None:
             # A padded slot may hold any id, even an invalid one: read type 0 instead.
             sensor_types = tf.where(mask, sensor_types, tf.zeros_like(sensor_types))
-        return tf.concat([readings, self.type_embedding(sensor_types)], axis=-1)
+        # The embedding layer's lookup, with a dense gradient: its rows are read once per sensor.
+        table = tf.cast(self.type_embedding.embeddings, self.type_embedding.compute_dtype)
+        return tf.concat([readings, row_gather(table, sensor_types)], axis=-1)
 
     def get_initial_state(self, batch_size: int | tf.Tensor, num_sensors: int | tf.Tensor) -> list[tf.Tensor]:
         """Zero LSTM state ``[h, c]``, each ``(batch_size, num_sensors, hidden_size)``, in ``state_dtype``."""
