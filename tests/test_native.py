@@ -177,6 +177,52 @@ def test_the_class_token_op_is_its_formula(shape: tuple[int, int, int, int], see
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-12, atol=1e-12)
 
 
+@settings(deadline=None, max_examples=6)
+@given(windows=st.integers(1, 40), head_dim=head_dims, seed=st.integers(0, 2**16))
+def test_in_float32_the_ops_give_their_float64_values_and_gradients(
+    windows: int, head_dim: int, seed: int
+) -> None:
+    """float32 tokens go through the tile transposes in registers (``kernels.h``, Transpose), float64 ones
+    through memory: the window, class-token and standardising ops agree in value and gradient to float32's
+    precision, for window counts that are not multiples of the lanes and head sizes past a whole tile."""
+    rng = np.random.default_rng(seed)
+    sums = TriangleSums((2, 2), class_token=True)  # T = 5 tokens
+    pattern, heads = sums.pattern(1, True), 2
+    t, dim = sums.num_tokens, heads * head_dim
+    inputs = {
+        "qkv": rng.normal(size=(3 * dim, windows, t)),
+        "bias": rng.normal(size=3 * dim),
+        "graphs": rng.normal(size=(3 * dim, t, t)) / t,
+        "tokens": rng.normal(size=(windows, t, dim)),
+    }
+    values = rng.normal(size=(1, heads, t * t, t * t))
+    coefficients = rng.normal(size=(1, 2))
+    upstream = rng.normal(size=(windows, t, dim))
+
+    def run(dtype: tf.DType) -> list[np.ndarray]:
+        x = {name: tf.constant(value, dtype) for name, value in inputs.items()}
+        with tf.GradientTape() as tape:
+            tape.watch(list(x.values()))
+            blocked = native.lane_blocks(x["qkv"])
+            map_values = pattern.values_of(tf.constant(values, dtype))
+            out = native.window_attention(blocked, x["bias"], x["graphs"], map_values, pattern, heads)
+            out = out[:windows]
+            token = native.class_token_attention(
+                blocked, x["bias"], x["graphs"], tf.constant(coefficients, dtype), heads
+            )[:windows]
+            lanes, _ = native.standardized_lane_blocks(x["tokens"], 1e-6, 0)
+            loss = (
+                tf.reduce_sum(out * tf.constant(upstream, dtype))
+                + tf.reduce_sum(token * tf.constant(upstream[:, :1], dtype))
+                + tf.reduce_sum(tf.square(lanes))
+            )
+        return [t.numpy() for t in (out, token, lanes, *tape.gradient(loss, list(x.values())))]
+
+    for single, double in zip(run(tf.float32), run(tf.float64), strict=True):
+        scale = max(1.0, float(np.abs(double).max()))
+        np.testing.assert_allclose(single, double, rtol=0, atol=2e-4 * scale)
+
+
 def _dense(pattern: ScoreMapPattern, values: np.ndarray) -> np.ndarray:
     """The ``(..., P, P)`` matrices whose rows ``values (..., P, K)`` weight at ``pattern.indices``."""
     dense = np.zeros((*values.shape[:-2], pattern.size, pattern.size))

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <utility>
 
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -75,23 +76,27 @@ struct IndexOf<double> {
 
 // A kLanes x kLanes tile of lane vectors transposed in registers: at each scale h = kLanes / 2, ..., 1
 // the off-diagonal h x h blocks of every 2h x 2h block trade places, which after all scales is the
-// transpose (a pure permutation of the values).
+// transpose (a pure permutation of the values). Each scale's shuffle indices are constants (one lane
+// index c of the sequence each): with indices known only at run time, AVX2, which has no two-vector
+// permute, had each shuffle built and blended lane by lane, and the tile took about 300 instructions
+// where it takes 48.
+template <typename T, int h, int... c>
+inline void TransposeScale(Lanes<T>* rows, std::integer_sequence<int, c...> lanes) {
+  using Index = Lanes<typename IndexOf<T>::type>;
+  constexpr Index low = {((c & h) ? kLanes + c - h : c)...};
+  constexpr Index high = {((c & h) ? kLanes + c : c + h)...};
+  for (int r = 0; r < kLanes; ++r) {
+    if (r & h) continue;
+    const Lanes<T> a = rows[r], b = rows[r + h];
+    rows[r] = __builtin_shuffle(a, b, low);
+    rows[r + h] = __builtin_shuffle(a, b, high);
+  }
+  if constexpr (h > 1) TransposeScale<T, h / 2>(rows, lanes);
+}
+
 template <typename T>
 inline void Transpose(Lanes<T>* rows) {
-  using Index = Lanes<typename IndexOf<T>::type>;
-  for (int h = kLanes / 2; h >= 1; h /= 2) {
-    Index low, high;
-    for (int c = 0; c < kLanes; ++c) {
-      low[c] = (c & h) ? kLanes + c - h : c;
-      high[c] = (c & h) ? kLanes + c : c + h;
-    }
-    for (int r = 0; r < kLanes; ++r) {
-      if (r & h) continue;
-      const Lanes<T> a = rows[r], b = rows[r + h];
-      rows[r] = __builtin_shuffle(a, b, low);
-      rows[r + h] = __builtin_shuffle(a, b, high);
-    }
-  }
+  TransposeScale<T, kLanes / 2>(rows, std::make_integer_sequence<int, kLanes>{});
 }
 
 // Bytes of the widest vector register: a Lanes<T> that fits one is transposed in registers (Transpose's

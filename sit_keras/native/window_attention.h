@@ -914,13 +914,19 @@ void WindowAttentionGrad(const AttentionSizes& s, Orbits orbits, const T* dout_d
               Store(dl + j * kLanes, Load(p_row + j * kLanes) * (Load(da + j * kLanes) - dot));
             }
           }
-          // dvalues[m, h, p, k] += dL[p] S[index[p, k]];  dS += the transposed map of dL.
-          T* acc_m = value_acc + m * s.pairs * s.terms * kLanes;
-          for (int64_t p = 0; p < s.pairs; ++p) {
-            const Lanes<T> dl = Load(blk.dlogits.data() + p * kLanes);
-            for (int64_t k = 0; k < s.terms; ++k) {
-              T* a = acc_m + (p * s.terms + k) * kLanes;
-              Store(a, Load(a) + dl * Load(blk.scores.data() + index[p * s.terms + k] * kLanes));
+          // dvalues[m, h, p, k] += dL[p] S[index[p, k]];  dS += the transposed map of dL. The sizes and
+          // buffers in locals: each store could alias `s` and `blk` for the compiler, which then reloaded
+          // them every term.
+          const int64_t pairs = s.pairs, terms = s.terms;
+          const T* scores = blk.scores.data();
+          const T* dlogits = blk.dlogits.data();
+          T* acc_m = value_acc + m * pairs * terms * kLanes;
+          for (int64_t p = 0; p < pairs; ++p) {
+            const Lanes<T> dl = Load(dlogits + p * kLanes);
+            const int32_t* row = index + p * terms;
+            T* a = acc_m + p * terms * kLanes;
+            for (int64_t k = 0; k < terms; ++k) {
+              Store(a + k * kLanes, Load(a + k * kLanes) + dl * Load(scores + row[k] * kLanes));
             }
           }
           const T* wt_m = wt + (m * s.heads + h) * s.pairs * t_terms;
