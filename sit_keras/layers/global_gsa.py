@@ -119,7 +119,10 @@ class GlobalGSA(tf_keras.layers.Layer):
         tokens = self.norm(last(tokens, training=training, token_only=token_only))
         if not self.output_patches:
             return tokens[:, 0]
-        return tokens[:, 0], tf.reshape(tokens[:, 1:], [-1, h, w, self.dim])
+        # One split, not two slices: the gradient is then one concat, where the slices' were two
+        # zero-padded copies of the tokens (StridedSliceGrad) and their sum.
+        token, patches = tf.split(tokens, [1, h * w], axis=1)
+        return token[:, 0], tf.reshape(patches, [-1, h, w, self.dim])
 
     @property
     def declared_symmetry(self) -> Symmetry:
