@@ -105,9 +105,11 @@ constexpr int64_t kMaxSpectralTokens = 65;
 
 // The fewest blocks of kLanes windows whose mixing pays for checking and transforming the graphs, a
 // gathered read of every graph: in its spectral form the Procgen SiT's 8 x 8 global grid at batch 96
-// (6 blocks) took 0.90x as fast forward and 0.94x forward + backward, its local windows' ops (384 blocks)
-// 1.05-1.08x as fast forward + backward (benchmarks/native_ops.py; docs/speed.md).
-constexpr int64_t kMinSpectralBlocks = 16;
+// took 0.90x as fast forward and 0.94x forward + backward as 6 blocks of 16 lanes (AVX-512), and
+// 0.98-1.01x forward and 1.05-1.10x forward + backward as 12 blocks of 8 lanes (AVX2); its local
+// windows' ops (384 blocks) 1.05-1.08x as fast forward + backward (benchmarks/native_ops.py;
+// docs/speed.md).
+constexpr int64_t kMinSpectralBlocks = 12;
 
 // Each graph's spectra (for Mix and, with `gradients`, for its gradient), or none where a graph is not
 // C4-invariant: computed once an op call, on the op's threads.
