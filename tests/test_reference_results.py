@@ -7467,58 +7467,74 @@ def test_what_auto_chooses_after_the_projections_input_gradient_is_the_report():
 
 
 def test_the_speed_targets_in_one_run_are_the_reports():
-    """docs/speed.md's "The speed issue's targets in one run": every row of the table is the before run's
-    (speed_targets_avx2.json) and the after run's (speed_targets_avx2_dense_gradients.json) value of one
-    target, and the numbers its notes quote are those of the after run's reports kept beside it."""
+    """docs/speed.md's "The speed issue's targets in one run": every row of the table is the three runs'
+    (speed_targets_avx2.json, speed_targets_avx2_dense_gradients.json, speed_targets_avx2_transposes.json)
+    values of one target, and the numbers its notes quote are those of the last run's reports kept beside
+    it, and of the earlier runs' where it compares."""
     section = _section("## The speed issue's targets in one run")
     flat = " ".join(section.split())
-    before, after = _report("speed_targets_avx2.json"), _report("speed_targets_avx2_dense_gradients.json")
+    names = ("speed_targets_avx2", "speed_targets_avx2_dense_gradients", "speed_targets_avx2_transposes")
+    first, second, now = (_report(f"{name}.json") for name in names)
     met = {True: "yes", False: "**no**", None: "n/a"}
-    for old, row in zip(before["targets"], after["targets"], strict=True):
-        assert (old["what"], old["limit"]) == (row["what"], row["limit"])
+    for a, b, row in zip(first["targets"], second["targets"], now["targets"], strict=True):
+        assert (a["what"], a["limit"]) == (b["what"], b["limit"]) == (row["what"], row["limit"])
         limit = "-" if row["limit"] is None else f"{'<=' if row['at_most'] else '>='} {row['limit']:.3g}"
-        values = f"{old['value']:.2f} | {row['value']:.2f}"
+        values = f"{a['value']:.2f} | {b['value']:.2f} | {row['value']:.2f}"
         assert f"| {row['what']} | {values} | {limit} | {met[row['met']]} | `{row['report']}` |" in section
-    for summary in (before, after):
+    for summary in (first, second, now):
         assert f"at {summary['commit'][:7]} in {summary['wall_seconds']:.0f} s" in flat
-    assert f"After: {after['met']} targets met, {after['missed']} missed" in flat
-    assert f"(before: {before['met']} met, {before['missed']} missed)" in flat
-    run = "speed_targets_avx2_dense_gradients/"
+        assert "no AMX" in summary["machine"]
+    assert f"Now: {now['met']} targets met, {now['missed']} missed" in flat
+    assert f"(017cd89: {first['met']} met, {first['missed']} missed; 5e300f5: {second['met']} met" in flat
+    run = "speed_targets_avx2_transposes/"
     encoders = _report(run + "encoders_64.json")
     repeats = encoders["settings"]["repeats"], _report(run + "encoders_14.json")["settings"]["repeats"]
     assert "(15 at 64x64, 21 at 14x14, after 3 warm-up calls" in flat and repeats == (15, 21)
-    step = {
-        m: encoders["models"][m]["timings"]["train_step"]["graph"]["median_ms"] for m in encoders["models"]
-    }
+
+    def steps(name: str) -> list[str]:
+        models = _report(f"{name}/encoders_64.json")["models"]
+        return [
+            f"{models[m]['timings']['train_step']['graph']['median_ms']:.1f}" for m in ("vit", "sit", "siet")
+        ]
+
+    vit, sit, siet = steps(names[2])
     ratio = encoders["ratios"]["train_step_over_vit"]
     assert (
-        f"the ViT's step took {step['vit']:.1f} ms in graph mode, the SiT's {step['sit']:.1f} ms "
-        f"({ratio['sit']['graph']:.2f}x) and the SieT's {step['siet']:.1f} ms ({ratio['siet']['graph']:.2f}x"
+        f"the ViT's step took {vit} ms in graph mode, the SiT's {sit} ms ({ratio['sit']['graph']:.2f}x) "
+        f"and the SieT's {siet} ms ({ratio['siet']['graph']:.2f}x, missed by "
+        f"{ratio['siet']['graph'] - 1.5:.2f})"
     ) in flat
-    old = _report("speed_targets_avx2/encoders_64.json")["models"]
-    old_steps = ", ".join(
-        f"{old[m]['timings']['train_step']['graph']['median_ms']:.1f}" for m in ("vit", "sit")
+    assert (
+        "5e300f5 run had {}, {} and {} ms and the 017cd89 run {}, {} and {} ms".format(
+            *steps(names[1]), *steps(names[0])
+        )
+        in flat
     )
-    assert f"had {old_steps} and {old['siet']['timings']['train_step']['graph']['median_ms']:.1f} ms" in flat
     bfloat16_matmul = encoders["matmul"]["by_precision"]["mixed_bfloat16"]["over_float32"]
     assert f"its 1024^3 matmul took {bfloat16_matmul:.2f}x the float32 one" in flat
     values = {
-        (b["what"], b["limit"]): (b["value"], a["value"])
-        for b, a in zip(before["targets"], after["targets"], strict=True)
+        (a["what"], a["limit"]): tuple(f"{r['value']:.2f}" for r in (a, b, c))
+        for a, b, c in zip(first["targets"], second["targets"], now["targets"], strict=True)
     }
     readout = values[("siet_rotation_pooled: XLA / graph train step, 14x14", 1.0)]
-    assert f"faster with XLA ({readout[1]:.2f}, from {readout[0]:.2f})" in flat
-    sit = values[("sit: XLA / graph train step, 64x64", 1.0)]
-    assert f"at XLA / graph {sit[1]:.2f} ({sit[0]:.2f} before)" in flat
+    assert (
+        readout[1] == readout[2] and f"({readout[2]} in the last two runs, {readout[0]} in the first)" in flat
+    )
+    sit_xla = values[("sit: XLA / graph train step, 64x64", 1.0)]
+    assert f"at XLA / graph {sit_xla[2]} ({sit_xla[0]} and {sit_xla[1]} in the earlier" in flat
+    siet_xla = [t["value"] for t in now["targets"] if t["what"] == "siet: XLA / graph train step, 64x64"][0]
+    assert f"the SieT's at {siet_xla:.2f} ({siet_xla:.3f})" in flat
     cnn = values[("cnn: XLA / graph train step, 14x14", 1.0)]
-    assert f"({cnn[0]:.2f} before, {cnn[1]:.2f} after)" in flat
+    assert "({}, {}, {})".format(*cnn) in flat
     demo = _report(run + "demo_ppo.json")
     assert f"The demo SiT trains at {demo['sit_over_cnn']:.2f}x the CNN's env steps/s" in flat
     demo_sps = demo["env_steps_per_second"]
     assert f"({demo_sps['sit']:.1f} against {demo_sps['cnn']:.1f})" in flat
     lava = _report(run + "lavacrossing_ppo.json")["table"]
     sps = {m: lava[m]["env_steps_per_second"] for m in ("sit_small", "cnn")}
-    assert f"({sps['sit_small']:.1f} against {sps['cnn']:.1f})" in flat
+    assert (
+        f"at {sps['sit_small'] / sps['cnn']:.2f}x ({sps['sit_small']:.1f} against {sps['cnn']:.1f})" in flat
+    )
     procgen = _report(run + "procgen_ppo.json")
     ratio = procgen["ratios"]["impala_cnn_over_sit_env_steps_per_second"]
     speeds = procgen["env_steps_per_second"]
@@ -7529,6 +7545,12 @@ def test_the_speed_targets_in_one_run_are_the_reports():
     workers = _report(run + "two_workers.json")["median_ratios_two_over_one"]
     assert f"{workers['learner_seconds_per_train_step']:.2f}x as long" in flat
     assert f"env steps/s {workers['cluster_env_steps_per_second']:.2f}x one worker's" in flat
+    alternated = [
+        _report(f"speed_encoders_avx2_transposes_after_run{r}.json")["ratios"]["train_step_over_vit"]["siet"]
+        for r in (1, 2)
+    ]
+    low, high = sorted(f"{a['graph']:.2f}" for a in alternated)
+    assert f"the SieT's step was {low}x and {high}x the ViT's" in flat
 
 
 def test_the_dense_gradients_section_quotes_the_two_speed_target_runs():
@@ -7543,3 +7565,48 @@ def test_the_dense_gradients_section_quotes_the_two_speed_target_runs():
     readout, siet, sit = value["siet_rotation_pooled", "14x14"], value["siet", "64x64"], value["sit", "64x64"]
     assert f"at 14x14 went from {readout[0]} before to {readout[1]} after" in flat
     assert f"the SieT's at 64x64 from {siet[0]} to {siet[1]}, the SiT's from {sit[0]} to {sit[1]}" in flat
+
+
+def test_the_constant_shuffles_section_is_its_alternated_runs():
+    """docs/speed.md's "Constant shuffles in the tile transposes": the ops' and the encoders' tables are the
+    four alternated runs before (bdd7069) and after (71a49d2) on the AVX2 host, and the step's ratios it
+    quotes are theirs."""
+    section = SPEED[SPEED.index("### Constant shuffles in the tile transposes") :]
+    section = section[: section.index("\n## ")]  # the last subsection of "## Encoders"
+    flat = " ".join(section.split())
+    runs = {(w, r): f"_transposes_{w}_run{r}.json" for w in ("before", "after") for r in (1, 2)}
+    ops = {key: _report("native_ops_avx2" + name) for key, name in runs.items()}
+    steps = {key: _report("speed_encoders_avx2" + name) for key, name in runs.items()}
+    for (when, _), report in [*ops.items(), *steps.items()]:
+        assert report["commit"].startswith("bdd7069" if when == "before" else "71a49d2")
+        assert "AVX2" in report["machine"] and "no AMX" in report["machine"]
+        assert report["settings"]["repeats"] == 15
+    for name in runs.values():
+        assert f"`benchmarks/reference/native_ops_avx2{name}`" in flat
+        assert f"`benchmarks/reference/speed_encoders_avx2{name}`" in flat
+    for case in ("first_block", "class_token", "global_grid", "layer_norm"):
+        cells = [
+            ", ".join(f"{ops[when, r]['results'][case][stage]['median_ms']:.2f}" for r in (1, 2))
+            for stage in ("forward", "backward")
+            for when in ("before", "after")
+        ]
+        assert f"| `{case}` | {' | '.join(cells)} |" in section
+    order = [("before", 1), ("before", 2), ("after", 1), ("after", 2)]
+    step = {
+        key: {
+            m: s["models"][m]["timings"]["train_step"]["graph"]["median_ms"] for m in ("sit", "siet", "vit")
+        }
+        for key, s in steps.items()
+    }
+    for model, name in (("sit", "SiT"), ("siet", "SieT"), ("vit", "ViT")):
+        assert f"| {name}, ms | {' | '.join(f'{step[k][model]:.1f}' for k in order)} |" in section
+        if model != "vit":
+            ratios = " | ".join(
+                f"{steps[k]['ratios']['train_step_over_vit'][model]['graph']:.2f}" for k in order
+            )
+            assert f"| {name} / ViT | {ratios} |" in section
+    shares = {}
+    for model in ("sit", "siet"):
+        share = [step["after", a][model] / step["before", b][model] for a in (1, 2) for b in (1, 2)]
+        shares[model] = f"{min(share):.2f}-{max(share):.2f}x"
+    assert f"The SiT's step took {shares['sit']} its time before, and the SieT's {shares['siet']}" in flat

@@ -78,8 +78,8 @@ struct IndexOf<double> {
 // the off-diagonal h x h blocks of every 2h x 2h block trade places, which after all scales is the
 // transpose (a pure permutation of the values). Each scale's shuffle indices are constants (one lane
 // index c of the sequence each): with indices known only at run time, AVX2, which has no two-vector
-// permute, had each shuffle built and blended lane by lane, and the tile took about 300 instructions
-// where it takes 48.
+// permute, had each shuffle built and blended lane by lane, and a tile loaded, transposed and stored took
+// 277 instructions where it takes 57 (GCC 12 on an AVX2 host; docs/speed.md, "Constant shuffles").
 template <typename T, int h, int... c>
 inline void TransposeScale(Lanes<T>* rows, std::integer_sequence<int, c...> lanes) {
   using Index = Lanes<typename IndexOf<T>::type>;
