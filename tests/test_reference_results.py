@@ -7610,3 +7610,22 @@ def test_the_constant_shuffles_section_is_its_alternated_runs():
         share = [step["after", a][model] / step["before", b][model] for a in (1, 2) for b in (1, 2)]
         shares[model] = f"{min(share):.2f}-{max(share):.2f}x"
     assert f"The SiT's step took {shares['sit']} its time before, and the SieT's {shares['siet']}" in flat
+
+
+def test_the_spectral_bound_of_12_blocks_is_its_two_runs():
+    """docs/speed.md's "Constant shuffles in the tile transposes": the 8x8 grid's spectral over dense speed-up
+    at 12 blocks of 8 lanes, forward and forward + backward, is the two runs' built with a bound of 8."""
+    section = SPEED[SPEED.index("### Constant shuffles in the tile transposes") :]
+    flat = " ".join(section[: section.index("\n## ")].split())
+    runs = [_report(f"native_ops_avx2_spectral_from_8_blocks_run{r}.json") for r in (1, 2)]
+    for run in runs:
+        assert "kMinSpectralBlocks = 8" in run["variant"] and "no AMX" in run["machine"]
+        assert run["settings"]["batch"] == 96 and run["commit"].startswith("07e0f43")
+    speedups = [run["results"]["spectral_speedup"]["global_grid"] for run in runs]
+    forward = sorted(f"{s['forward']:.2f}" for s in speedups)
+    both = sorted(f"{s['backward']:.2f}" for s in speedups)
+    assert (
+        f"{forward[0]}-{forward[1]}x as fast forward and {both[0]}-{both[1]}x as fast forward + backward"
+        in flat
+    )
+    assert "kMinSpectralBlocks = 12;" in (ROOT / "sit_keras" / "native" / "rotation_spectra.h").read_text()
