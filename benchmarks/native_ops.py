@@ -149,16 +149,19 @@ def _inputs(batch: int, seed: int = 0) -> dict[str, tuple[Callable[..., tf.Tenso
     (local_graphs, local_orbits), (grid_graphs, grid_orbits) = _layer_graphs(4), _layer_graphs(8)
 
     def first_block(x, kernel, bias, graphs, map_values, orbits=local_orbits):
-        return native.window_attention(
-            x, bias, graphs, map_values, local_pattern, HEADS, kernel=kernel, orbits=orbits
-        )
+        options = {"kernel": kernel, "orbits": orbits, "orbit_gradients": True}
+        return native.window_attention(x, bias, graphs, map_values, local_pattern, HEADS, **options)
 
     def global_grid(qkv, bias, graphs, map_values, orbits=grid_orbits):
-        return native.window_attention(qkv, bias, graphs, map_values, grid_pattern, HEADS, orbits=orbits)
+        return native.window_attention(
+            qkv, bias, graphs, map_values, grid_pattern, HEADS, orbits=orbits, orbit_gradients=True
+        )
 
     def class_token(qkv, bias, graphs, orbits=local_orbits):
         coefficients = tf.constant([[0.25, 0.25]])
-        return native.class_token_attention(qkv, bias, graphs, coefficients, HEADS, orbits=orbits)
+        return native.class_token_attention(
+            qkv, bias, graphs, coefficients, HEADS, orbits=orbits, orbit_gradients=True
+        )
 
     def layer_norm(tokens):
         return native.standardized_lane_blocks(tokens, 1e-6)[0]

@@ -27,6 +27,9 @@ reference path in float64, is in ``tests/test_fast_paths.py``):
   their Fourier basis: the same values and gradients as dense mixing to
   1e-12 in float64 (and not the same bits: the other path ran); a graph that
   is not invariant, or too few windows, is mixed densely, bit for bit;
+- given ``orbit_gradients`` (a SiT's layers give it with the orbits), the
+  graphs' gradient is the dense one averaged over the quarter turn's orbits of
+  token pairs, to 1e-12 in float64, and every other gradient the same bits;
 - the gradients are deterministic (fixed order of the per-thread sums);
 - malformed inputs, orbits included, raise ``InvalidArgumentError`` instead of crashing;
 - a library built for another host or TensorFlow is refused with a reason.
@@ -38,6 +41,7 @@ import json
 import math
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -398,22 +402,31 @@ def test_a_train_step_runs_the_native_ops_and_a_forward_pass_does_not(sit) -> No
         assert not NATIVE_OPS & op_types(make_train_step(sit, jit_compile=False), images)
 
 
-def _attention_orbits(function: tf.types.experimental.GenericFunction, *args) -> list[list[int]]:
-    """The ``orbits`` attribute of every attention op a function traces (its gradients' included)."""
+def _attention_nodes(function: tf.types.experimental.GenericFunction, *args) -> list[Any]:
+    """The node of every attention op a function traces (its gradients' included)."""
     graph = function.get_concrete_function(*args).graph
     nodes = [op.node_def for op in graph.get_operations()]
     nodes += [node for f in graph.as_graph_def().library.function for node in f.node_def]
-    return [list(n.attr["orbits"].list.i) for n in nodes if n.op.startswith(("SitWindow", "SitClassToken"))]
+    return [n for n in nodes if n.op.startswith(("SitWindow", "SitClassToken"))]
+
+
+def _attention_orbits(function: tf.types.experimental.GenericFunction, *args) -> list[list[int]]:
+    """The ``orbits`` attribute of every attention op a function traces (its gradients' included)."""
+    return [list(n.attr["orbits"].list.i) for n in _attention_nodes(function, *args)]
 
 
 def test_a_sits_windows_give_the_ops_the_quarter_turns_orbits_except_under_dense_mixing(sit) -> None:
     """The 16x16 SiT's 4 x 4 windows and its 2 x 2 global grid, each with a class token: the quarter
     turn's orbits of every other token, for each of its four ops and their gradients; none inside
-    ``dense_mixing()``."""
+    ``dense_mixing()``. Its graph classes keep the turn, so the gradient ops average the graphs' gradient
+    over the turn's orbits of pairs (``orbit_gradients``)."""
     images = tf.zeros((3, 16, 16, 3), tf.uint8)
-    orbits = _attention_orbits(make_train_step(sit, jit_compile=False), images)
+    step = make_train_step(sit, jit_compile=False)
+    orbits = _attention_orbits(step, images)
     tokens = sorted(tuple(sorted(o)) for o in orbits)
     assert tokens == [tuple(range(1, 5))] * 4 + [tuple(range(1, 17))] * 4
+    gradients = [n for n in _attention_nodes(step, images) if n.op.endswith("Grad")]
+    assert len(gradients) == 4 and all(n.attr["orbit_gradients"].b for n in gradients)
     with native.dense_mixing():
         assert _attention_orbits(make_train_step(sit, jit_compile=False), images) == [[]] * 8
 
@@ -538,21 +551,34 @@ def test_under_mixed_bfloat16_the_ops_run_in_float32_as_accurately_as_the_builti
 
 
 def _through_op(
-    op: str, x: list[tf.Tensor], orbits: np.ndarray | None, upstream: np.ndarray
+    op: str,
+    x: list[tf.Tensor],
+    orbits: np.ndarray | None,
+    upstream: np.ndarray,
+    orbit_gradients: bool = False,
+    jit_compile: bool | None = None,
 ) -> list[np.ndarray]:
-    """``op`` ("window" or "class_token") on ``x = [qkv, bias, graphs, values]``: its output and gradients."""
+    """``op`` ("window" or "class_token") on ``x = [qkv, bias, graphs, values]``: its output and gradients,
+    eagerly or (``jit_compile`` True / False) in a ``tf.function``."""
     side = math.isqrt(x[0].shape[2] - 1)
     pattern = TriangleSums((side, side), class_token=True).pattern(1, True)
-    inputs = x if op == "window" else x[:3]
-    with tf.GradientTape() as tape:
-        tape.watch(inputs)
-        if op == "window":
-            out = native.window_attention(*x, pattern, 2, orbits=orbits)
-        else:
-            coefficients = tf.constant([[0.3, -0.2]], tf.float64)
-            out = native.class_token_attention(*x[:3], coefficients, 2, orbits=orbits)
-        loss = tf.reduce_sum(out * upstream[: out.shape[0], : out.shape[1]])
-    return [t.numpy() for t in [out, *tape.gradient(loss, inputs)]]
+    options = {"orbits": orbits, "orbit_gradients": orbit_gradients}
+
+    def run(*x: tf.Tensor) -> list[tf.Tensor]:
+        inputs = list(x) if op == "window" else list(x[:3])
+        with tf.GradientTape() as tape:
+            tape.watch(inputs)
+            if op == "window":
+                out = native.window_attention(*x, pattern, 2, **options)
+            else:
+                coefficients = tf.constant([[0.3, -0.2]], tf.float64)
+                out = native.class_token_attention(*x[:3], coefficients, 2, **options)
+            loss = tf.reduce_sum(out * upstream[: out.shape[0], : out.shape[1]])
+        return [out, *tape.gradient(loss, inputs)]
+
+    if jit_compile is not None:
+        run = tf.function(run, jit_compile=jit_compile)
+    return [t.numpy() for t in run(*x)]
 
 
 def _assert_close(dense: list[np.ndarray], spectral: list[np.ndarray]) -> None:
@@ -593,6 +619,60 @@ def test_graphs_invariant_under_the_quarter_turn_are_mixed_in_its_orbits(
         _through_op(op, few, None, upstream), _through_op(op, few, orbits, upstream), strict=True
     ):
         np.testing.assert_array_equal(a, b)
+
+
+def _pair_orbit_means(graphs: np.ndarray, orbits: np.ndarray) -> np.ndarray:
+    """``graphs (C, T, T)`` averaged over the quarter turn's orbits of token pairs."""
+    turn = np.arange(graphs.shape[1])
+    for orbit in orbits:
+        turn[orbit] = np.roll(orbit, -1)
+    total, turned = graphs.copy(), graphs
+    for _ in range(3):
+        turned = turned[:, turn][:, :, turn]
+        total = total + turned
+    return total / 4
+
+
+@settings(deadline=None, max_examples=8)
+@given(
+    side=st.sampled_from([2, 3, 4, 6]),
+    windows=st.sampled_from([40, 256]),
+    op=st.sampled_from(["window", "class_token"]),
+    jit_compile=st.booleans(),
+)
+def test_given_orbit_gradients_the_ops_average_the_graphs_gradient_over_the_turns_orbits_of_pairs(
+    side: int, windows: int, op: str, jit_compile: bool
+) -> None:
+    """With ``orbit_gradients`` the graphs' gradient is the dense one's mean over each orbit of token
+    pairs (so every class of pairs that the turn keeps gets the same gradient), to 1e-12 in float64, and
+    every other output and gradient is the same bits. Windows of up to 1024 pairs form it in the turn's
+    Fourier basis (side 3: two fixed tokens), a larger grid (side 6) averages the dense sums; 5 lane blocks
+    mix the graphs densely, 32 in their spectra; in a graph and under XLA alike."""
+    if jit_compile and native.xla_load_problem() is not None:
+        jit_compile = False
+    rng = np.random.default_rng(side * 1000 + windows)
+    heads, head_dim, t = 2, 3, side * side + 1
+    channels = 3 * heads * head_dim
+    graph_values, orbits = invariant_graphs(rng, channels, side)
+    pattern = TriangleSums((side, side), class_token=True).pattern(1, True)
+    x = [
+        _blocked(rng.normal(size=(channels, windows, t))),
+        tf.constant(rng.normal(size=channels)),
+        tf.constant(graph_values),
+        pattern.values_of(tf.constant(rng.normal(size=(1, heads, t * t, t * t)))),
+    ]
+    upstream = rng.normal(size=(x[0].shape[1] * native.LANES, t, heads * head_dim))
+    dense = _through_op(op, x, orbits, upstream, jit_compile=jit_compile)
+    averaged = _through_op(op, x, orbits, upstream, orbit_gradients=True, jit_compile=jit_compile)
+    graphs_at = 3  # out, dqkv, dbias, dgraphs[, dvalues]
+    for i, (a, b) in enumerate(zip(dense, averaged, strict=True)):
+        if i != graphs_at:
+            np.testing.assert_array_equal(a, b)
+    expected = _pair_orbit_means(dense[graphs_at], orbits)
+    error = np.linalg.norm(averaged[graphs_at] - expected)
+    assert error <= 1e-12 * np.linalg.norm(expected) != 0
+    # The dense gradient was not already its own mean.
+    assert np.linalg.norm(dense[graphs_at] - expected) > 1e-3 * np.linalg.norm(expected)
 
 
 @pytest.mark.parametrize(

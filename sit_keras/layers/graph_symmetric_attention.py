@@ -713,7 +713,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         if token_only:
             coefficients = tf.constant([[scale, sign * scale] for sign in signs], native.op_dtype(qkv.dtype))
             return native.class_token_attention(
-                qkv, tf.cast(bias, qkv.dtype), graphs, coefficients, heads, orbits=self._quarter_turn_orbits
+                qkv, tf.cast(bias, qkv.dtype), graphs, coefficients, heads, **self._native_orbits()
             )
         graph = self._score_matrix(self.score_graph_weights, 1.0, training) if self.score_graph else None
         sums, count, symmetrised = self._triangle_sums, len(self.triangle_weights), any(signs)
@@ -733,9 +733,15 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         if graph is not None:
             columns = tf.gather(tf.reshape(graph, [heads, -1]), pattern.indices, axis=1)  # (H, P, K)
             values = values * tf.cast(columns, values.dtype)
-        bias = tf.cast(bias, qkv.dtype)
+        bias, orbits = tf.cast(bias, qkv.dtype), self._native_orbits()
+        return native.window_attention(qkv, bias, graphs, values, pattern, heads, kernel, **orbits)
+
+    def _native_orbits(self) -> dict[str, Any]:
+        """The ops' quarter-turn orbits, given only where this layer's graph classes keep the turn
+        (``graphs.quarter_turn_orbits``): the graphs are then functions of those classes, which need only
+        the orbit sums of the graphs' gradient (``orbit_gradients``)."""
         orbits = self._quarter_turn_orbits
-        return native.window_attention(qkv, bias, graphs, values, pattern, heads, kernel, orbits=orbits)
+        return {"orbits": orbits, "orbit_gradients": len(orbits) > 0}
 
     def _scores(self, q: tf.Tensor, k: tf.Tensor) -> tf.Tensor:
         """``q_i . k_j`` over the last two axes, in the compute dtype, returned in ``stable_dtype``.

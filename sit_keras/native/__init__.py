@@ -479,6 +479,7 @@ def window_attention(
     num_heads: int,
     kernel: tf.Tensor | None = None,
     orbits: np.ndarray | None = None,
+    orbit_gradients: bool = False,
 ) -> tf.Tensor:
     """Graph mixing, scores, score maps, softmaxes and values of every window in one op.
 
@@ -496,11 +497,19 @@ def window_attention(
     (``graphs.quarter_turn_orbits``); the op mixes each graph that is
     C4-invariant on them in their Fourier basis, the same sums in fewer
     multiply-adds (``rotation_spectra.h``), and any other graph densely.
-    Returns ``(B, T, D)``. The gradient recomputes each window's scores
+    ``orbit_gradients``: the graphs are built from classes of token pairs
+    that the quarter turn keeps (the classes ``orbits`` come from), so only
+    the sums of their gradient over the turn's orbits of token pairs reach
+    the weights; the graphs' gradient is then returned averaged over those
+    orbits, formed in the turn's Fourier basis (105 instead of 289
+    multiply-adds a feature of a 4 x 4 window and its class token): every
+    class's gradient is the same, the graphs' own is not. Ignored without
+    orbits. Returns ``(B, T, D)``. The gradient recomputes each window's scores
     (``window_attention.cc``). Call only where ``usable(qkv.dtype)``.
     """
     ops = _library_or_raise()
     attributes = {"num_heads": num_heads, "orbits": _orbit_list(orbits)}
+    grad_attributes = {**attributes, "orbit_gradients": bool(orbit_gradients)}
     indices = tf.constant(pattern.indices)
     transposed = tf.constant(pattern.transposed_indices)
     if kernel is None:
@@ -515,7 +524,7 @@ def window_attention(
             flat = tf.concat([flat, tf.zeros_like(flat[..., :1])], axis=-1)
             values_t = tf.gather(flat, pattern.transposed_values, axis=2)  # (M, H, T^2, K')
             dqkv, dkernel, dbias, dgraphs, dvalues = ops.sit_window_attention_grad(
-                dout, qkv, kernel, bias, graphs, values, indices, values_t, transposed, **attributes
+                dout, qkv, kernel, bias, graphs, values, indices, values_t, transposed, **grad_attributes
             )
             return dqkv, dkernel, dbias, dgraphs, dvalues * tf.constant(pattern.mask, dvalues.dtype)
 
@@ -532,23 +541,25 @@ def class_token_attention(
     coefficients: tf.Tensor,
     num_heads: int,
     orbits: np.ndarray | None = None,
+    orbit_gradients: bool = False,
 ) -> tf.Tensor:
     """The class token's row of graph-mixed attention in one op: ``qkv`` -> ``(B, 1, D)``.
 
     ``qkv``, ``bias`` and ``graphs`` as in ``window_attention``. The logits of
     map ``m`` are ``coefficients[m, 0] q_0 . k_j + coefficients[m, 1] q_j . k_0``
     (the row of ``(S + sign S^T) / sqrt(d)``), the attention weights the sum of
-    their softmaxes over ``j``. ``orbits`` as in ``window_attention``. Call
-    only where ``usable(qkv.dtype)``.
+    their softmaxes over ``j``. ``orbits`` and ``orbit_gradients`` as in
+    ``window_attention``. Call only where ``usable(qkv.dtype)``.
     """
     ops = _library_or_raise()
     attributes = {"num_heads": num_heads, "orbits": _orbit_list(orbits)}
+    grad_attributes = {**attributes, "orbit_gradients": bool(orbit_gradients)}
 
     @tf.custom_gradient
     def attend(qkv: tf.Tensor, bias: tf.Tensor, graphs: tf.Tensor) -> tf.Tensor:
         def grad(dout: tf.Tensor) -> tuple[tf.Tensor, ...]:
             return tuple(
-                ops.sit_class_token_attention_grad(dout, qkv, bias, graphs, coefficients, **attributes)
+                ops.sit_class_token_attention_grad(dout, qkv, bias, graphs, coefficients, **grad_attributes)
             )
 
         return ops.sit_class_token_attention(qkv, bias, graphs, coefficients, **attributes), grad

@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -195,7 +196,7 @@ inline void SpectralRows(const T* pairs, const T* orbit_from_fixed, const Orbits
 }
 
 template <typename T, int N, int F>
-void SpectralMixOf(const Spectrum<T>& spectrum, const Orbits& orbits, const T* x, T* out) {
+void SpectralMixOf(const Spectrum<T>& spectrum, const Orbits& orbits, const T* x, T* out, T* transform) {
   constexpr int64_t kMaxOrbits = kMaxSpectralTokens / 4;
   const int64_t n = N > 0 ? N : orbits.count();
   const int64_t f_count = F >= 0 ? F : static_cast<int64_t>(orbits.fixed.size());
@@ -211,6 +212,15 @@ void SpectralMixOf(const Spectrum<T>& spectrum, const Orbits& orbits, const T* x
     d[p] = x1 - x3;
   }
   for (int64_t f = 0; f < f_count; ++f) xf[f] = Load(x + orbits.fixed[f] * kLanes);
+  if (transform != nullptr) {  // kept for the graph's gradient (AddOrbitGradients)
+    for (int64_t p = 0; p < n; ++p) {
+      Store(transform + p * kLanes, a[p]);
+      Store(transform + (n + p) * kLanes, b[p]);
+      Store(transform + (2 * n + p) * kLanes, c[p]);
+      Store(transform + (3 * n + p) * kLanes, d[p]);
+    }
+    for (int64_t f = 0; f < f_count; ++f) Store(transform + (4 * n + f) * kLanes, xf[f]);
+  }
   const T* pairs = spectrum.values.data();
   const T* orbit_from_fixed = pairs + 4 * n * n;
   const T* fixed_from_orbit = orbit_from_fixed + n * f_count;
@@ -232,13 +242,253 @@ void SpectralMixOf(const Spectrum<T>& spectrum, const Orbits& orbits, const T* x
 }
 
 // out[j] = sum_i M[j, i] x[i] for one feature of kLanes windows (token i's vector at x + i kLanes), M
-// given by its spectrum: the transform above, four output orbits at a time. A 4 x 4 window and its class
-// token (4 orbits, 1 fixed token) has its own unrolled copy.
+// given by its spectrum: the transform above, four output orbits at a time; and, given `transform`, x's
+// transform there (OrbitTransform's layout). A 4 x 4 window and its class token (4 orbits, 1 fixed token)
+// has its own unrolled copy.
 template <typename T>
-void SpectralMix(const Spectrum<T>& spectrum, const Orbits& orbits, const T* x, T* out) {
-  if (orbits.count() == 4 && orbits.fixed.size() == 1) return SpectralMixOf<T, 4, 1>(spectrum, orbits, x, out);
-  SpectralMixOf<T, 0, -1>(spectrum, orbits, x, out);
+void SpectralMix(const Spectrum<T>& spectrum, const Orbits& orbits, const T* x, T* out, T* transform = nullptr) {
+  if (orbits.count() == 4 && orbits.fixed.size() == 1) {
+    return SpectralMixOf<T, 4, 1>(spectrum, orbits, x, out, transform);
+  }
+  SpectralMixOf<T, 0, -1>(spectrum, orbits, x, out, transform);
 }
+
+// ---------------------------------------------------------------------------------------------
+// The gradient of graphs built from C4-invariant classes of token pairs (graphs.quarter_turn_orbits):
+// a class's gradient is the sum of the graph's gradient over the class's pairs, each class a union of
+// rho's orbits of pairs, so the graph's gradient is needed only up to its orbit sums. The ops then
+// return it averaged over those orbits, each pair's value the mean of its orbit's:
+//
+//   dg[i, j] = sum_w x_w[i] dout_w[j]   ->   (1 / 4) sum_r dg[rho^r i, rho^r j]   (sum over windows w).
+//
+// Between orbits o and p that mean is a correlation over the turn, dg[o_m, p_n] = C_op((n - m) mod 4) / 4
+// with C(s) = sum_w sum_r x[o_r] dout[p_(r + s)], which the 4-point Fourier transform (a, b, c, d as in
+// SpectralMixOf, of x and of dout) turns into four sums of products:
+//
+//   A = sum_w a_x a_d,  B = sum_w b_x b_d,  P = sum_w (c_x c_d + d_x d_d),  Q = sum_w (d_x c_d - c_x d_d),
+//   (C(0), C(1), C(2), C(3)) = (A + B + 2 P, A - B - 2 Q, A + B - 2 P, A - B + 2 Q) / 4;
+//
+// a fixed token f's pairs with orbit p average to sum_w x_f a_d,p / 4 (and orbit o's with f to
+// sum_w a_x,o dout_f / 4), two fixed tokens' pair is its own orbit. That is 6 O^2 + 2 O F + F^2
+// multiply-adds a feature and window instead of T^2: 105 instead of 289 for a 4 x 4 window and its class
+// token. Layout of the sums (OrbitGradientSize entries): {A, B, P, Q} of orbit pair (o, p) at 4 (o O + p);
+// then sum a_x,o dout_f (O x F), sum x_f a_d,p (F x O) and sum x_f dout_f' (F x F).
+
+// The sums' entries for `orbits`.
+inline int64_t OrbitGradientSize(const Orbits& orbits) {
+  const int64_t n = orbits.count(), f_count = static_cast<int64_t>(orbits.fixed.size());
+  return 4 * n * n + 2 * n * f_count + f_count * f_count;
+}
+
+// The most tokens AddOrbitGradients takes (its stack buffers): the ops' lane-wide graph gradients' windows.
+constexpr int64_t kMaxOrbitGradientTokens = 32;
+
+// out = a[n], b[n], c[n], d[n] of the orbits (as SpectralMixOf) and then the fixed tokens' values, for one
+// feature of kLanes windows (token i's vector at x + i kLanes; entry e's at out + e kLanes).
+template <typename T>
+inline void OrbitTransform(const Orbits& orbits, int64_t n, int64_t f_count, const T* x, T* out) {
+  for (int64_t p = 0; p < n; ++p) {
+    const int64_t* t = orbits.orbit.data() + 4 * p;
+    const Lanes<T> x0 = Load(x + t[0] * kLanes), x1 = Load(x + t[1] * kLanes), x2 = Load(x + t[2] * kLanes),
+                   x3 = Load(x + t[3] * kLanes);
+    const Lanes<T> even = x0 + x2, odd = x1 + x3;
+    Store(out + p * kLanes, even + odd);
+    Store(out + (n + p) * kLanes, even - odd);
+    Store(out + (2 * n + p) * kLanes, x0 - x2);
+    Store(out + (3 * n + p) * kLanes, x1 - x3);
+  }
+  for (int64_t f = 0; f < f_count; ++f) Store(out + (4 * n + f) * kLanes, Load(x + orbits.fixed[f] * kLanes));
+}
+
+// sums[e + i] += sum_k u_k[o] v_k[p0 + i] for the P orbits p0 + i (e = sums + (4 (o O + p0 + i) + entry)
+// kLanes; slot k's transforms at u + k us, v + k vs): the P sums held in registers over the slots, so each
+// u_k[o] is read once for P orbits.
+template <typename T, int P>
+inline void AddOuterRow(const T* u, int64_t us, const T* v, int64_t vs, int slots, T* e) {
+  Lanes<T> acc[P];
+  for (int i = 0; i < P; ++i) acc[i] = Load(e + 4 * i * kLanes);
+  for (int k = 0; k < slots; ++k) {
+    const Lanes<T> x = Load(u + k * us);
+    for (int i = 0; i < P; ++i) acc[i] += x * Load(v + k * vs + i * kLanes);
+  }
+  for (int i = 0; i < P; ++i) Store(e + 4 * i * kLanes, acc[i]);
+}
+
+// P and Q of orbit o with the P orbits from p0: P += c_x c_d + d_x d_d, Q += d_x c_d - c_x d_d, the 2 P sums
+// in registers over the slots (c, d of x at u, u + n kLanes; of dout at v, v + n kLanes).
+template <typename T, int P>
+inline void AddRotationRow(const T* u, int64_t us, const T* v, int64_t vs, int64_t n, int slots, T* e) {
+  Lanes<T> re[P], im[P];
+  for (int i = 0; i < P; ++i) {
+    re[i] = Load(e + (4 * i + 2) * kLanes);
+    im[i] = Load(e + (4 * i + 3) * kLanes);
+  }
+  for (int k = 0; k < slots; ++k) {
+    const Lanes<T> c = Load(u + k * us), d = Load(u + k * us + n * kLanes);
+    for (int i = 0; i < P; ++i) {
+      const Lanes<T> vc = Load(v + k * vs + i * kLanes), vd = Load(v + k * vs + (n + i) * kLanes);
+      re[i] += c * vc;
+      re[i] += d * vd;
+      im[i] += d * vc;
+      im[i] -= c * vd;
+    }
+  }
+  for (int i = 0; i < P; ++i) {
+    Store(e + (4 * i + 2) * kLanes, re[i]);
+    Store(e + (4 * i + 3) * kLanes, im[i]);
+  }
+}
+
+// Rows of four orbits p at a time (fewer for the last): Row<R>(p0) for R = min(4, n - p0).
+template <typename Row>
+inline void InFours(int64_t n, Row row) {
+  int64_t p0 = 0;
+  for (; p0 + 4 <= n; p0 += 4) row(std::integral_constant<int, 4>{}, p0);
+  switch (n - p0) {
+    case 3: row(std::integral_constant<int, 3>{}, p0); break;
+    case 2: row(std::integral_constant<int, 2>{}, p0); break;
+    case 1: row(std::integral_constant<int, 1>{}, p0); break;
+    default: break;
+  }
+}
+
+// sums += the lane-wide sums above of `slots` blocks for one feature, from the transforms (OrbitTransform)
+// of x and dout, slot k's at tx + k xs and td + k ds. N > 0 and F >= 0: the number of orbits and of fixed
+// tokens, known when compiled; else read.
+template <typename T, int N, int F>
+void AddOrbitProductsOf(const Orbits& orbits, const T* tx, int64_t xs, const T* td, int64_t ds, int slots, T* sums) {
+  const int64_t n = N > 0 ? N : orbits.count();
+  const int64_t f_count = F >= 0 ? F : static_cast<int64_t>(orbits.fixed.size());
+  for (int64_t o = 0; o < n; ++o) {
+    InFours(n, [&](auto rows, int64_t p0) {
+      constexpr int R = decltype(rows)::value;
+      T* e = sums + 4 * (o * n + p0) * kLanes;
+      AddOuterRow<T, R>(tx + o * kLanes, xs, td + p0 * kLanes, ds, slots, e);                            // A
+      AddOuterRow<T, R>(tx + (n + o) * kLanes, xs, td + (n + p0) * kLanes, ds, slots, e + kLanes);       // B
+      AddRotationRow<T, R>(tx + (2 * n + o) * kLanes, xs, td + (2 * n + p0) * kLanes, ds, n, slots, e);  // P, Q
+    });
+  }
+  T* orbit_fixed = sums + 4 * n * n * kLanes;
+  T* fixed_orbit = orbit_fixed + n * f_count * kLanes;
+  T* fixed_fixed = fixed_orbit + f_count * n * kLanes;
+  const T* xf = tx + 4 * n * kLanes;  // the fixed tokens' values
+  const T* df = td + 4 * n * kLanes;
+  for (int64_t f = 0; f < f_count; ++f) {
+    for (int64_t o = 0; o < n; ++o) {
+      Lanes<T> to = Load(orbit_fixed + (o * f_count + f) * kLanes), from = Load(fixed_orbit + (f * n + o) * kLanes);
+      for (int k = 0; k < slots; ++k) {
+        to += Load(tx + k * xs + o * kLanes) * Load(df + k * ds + f * kLanes);
+        from += Load(xf + k * xs + f * kLanes) * Load(td + k * ds + o * kLanes);
+      }
+      Store(orbit_fixed + (o * f_count + f) * kLanes, to);
+      Store(fixed_orbit + (f * n + o) * kLanes, from);
+    }
+    for (int64_t e = 0; e < f_count; ++e) {
+      Lanes<T> sum = Load(fixed_fixed + (f * f_count + e) * kLanes);
+      for (int k = 0; k < slots; ++k) sum += Load(xf + k * xs + f * kLanes) * Load(df + k * ds + e * kLanes);
+      Store(fixed_fixed + (f * f_count + e) * kLanes, sum);
+    }
+  }
+}
+
+// sums += the lane-wide sums above of `slots` (at most S) blocks' x and dout (slot k's at x + k stride,
+// dout + k stride) for one feature of a window of at most kMaxOrbitGradientTokens tokens; their transforms
+// taken from tx and td where both are given (slot k's at tx + k xs, td + k ds), else formed here. A 4 x 4
+// window and its class token has its own unrolled copy.
+template <typename T, int S>
+void AddOrbitGradients(const Orbits& orbits, const T* x, const T* dout, int64_t stride, const T* tx, int64_t xs,
+                       const T* td, int64_t ds, int slots, T* sums) {
+  alignas(64) T formed[2 * S * kMaxOrbitGradientTokens * kLanes];
+  if (tx == nullptr || td == nullptr) {
+    const int64_t n = orbits.count(), f_count = static_cast<int64_t>(orbits.fixed.size());
+    xs = ds = kMaxOrbitGradientTokens * kLanes;
+    T* x_formed = formed;
+    T* d_formed = formed + S * xs;
+    for (int k = 0; k < slots; ++k) {
+      OrbitTransform(orbits, n, f_count, x + k * stride, x_formed + k * xs);
+      OrbitTransform(orbits, n, f_count, dout + k * stride, d_formed + k * ds);
+    }
+    tx = x_formed;
+    td = d_formed;
+  }
+  if (orbits.count() == 4 && orbits.fixed.size() == 1) {
+    return AddOrbitProductsOf<T, 4, 1>(orbits, tx, xs, td, ds, slots, sums);
+  }
+  AddOrbitProductsOf<T, 0, -1>(orbits, tx, xs, td, ds, slots, sums);
+}
+
+// The T x T graph gradient g (g[i T + j]) from the totals of the sums above.
+template <typename T>
+void OrbitGradientToGraph(const Orbits& orbits, const T* total, int64_t tokens, T* g) {
+  const int64_t n = orbits.count(), f_count = static_cast<int64_t>(orbits.fixed.size());
+  for (int64_t o = 0; o < n; ++o) {
+    for (int64_t p = 0; p < n; ++p) {
+      const T* e = total + 4 * (o * n + p);
+      // C(s) / 4 for the shift s = (n - m) mod 4 from orbit o's token m to orbit p's token n.
+      const T shift[4] = {(e[0] + e[1] + 2 * e[2]) / 16, (e[0] - e[1] - 2 * e[3]) / 16,
+                          (e[0] + e[1] - 2 * e[2]) / 16, (e[0] - e[1] + 2 * e[3]) / 16};
+      for (int m = 0; m < 4; ++m) {
+        for (int k = 0; k < 4; ++k) g[orbits.orbit[4 * o + m] * tokens + orbits.orbit[4 * p + k]] = shift[(k - m) & 3];
+      }
+    }
+  }
+  const T* orbit_fixed = total + 4 * n * n;
+  const T* fixed_orbit = orbit_fixed + n * f_count;
+  const T* fixed_fixed = fixed_orbit + f_count * n;
+  for (int64_t f = 0; f < f_count; ++f) {
+    const int64_t token = orbits.fixed[f];
+    for (int64_t o = 0; o < n; ++o) {
+      for (int m = 0; m < 4; ++m) {
+        g[orbits.orbit[4 * o + m] * tokens + token] = orbit_fixed[o * f_count + f] / 4;
+        g[token * tokens + orbits.orbit[4 * o + m]] = fixed_orbit[f * n + o] / 4;
+      }
+    }
+    for (int64_t e = 0; e < f_count; ++e) g[token * tokens + orbits.fixed[e]] = fixed_fixed[f * f_count + e];
+  }
+}
+
+// rho's orbits of the token pairs of a T x T graph, each in turn order from its first pair in row-major order.
+class PairOrbits {
+ public:
+  PairOrbits() = default;
+  PairOrbits(const Orbits& orbits, int64_t tokens) {
+    std::vector<int64_t> turn(tokens);
+    for (int64_t token = 0; token < tokens; ++token) turn[token] = token;
+    for (int64_t o = 0; o < orbits.count(); ++o) {
+      for (int k = 0; k < 4; ++k) turn[orbits.orbit[4 * o + k]] = orbits.orbit[4 * o + (k + 1) % 4];
+    }
+    std::vector<char> seen(tokens * tokens, 0);
+    for (int64_t i = 0; i < tokens; ++i) {
+      for (int64_t j = 0; j < tokens; ++j) {
+        if (seen[i * tokens + j]) continue;
+        starts_.push_back(static_cast<int64_t>(pairs_.size()));
+        int64_t a = i, b = j;
+        do {
+          seen[a * tokens + b] = 1;
+          pairs_.push_back(a * tokens + b);
+          a = turn[a];
+          b = turn[b];
+        } while (a != i || b != j);
+      }
+    }
+    starts_.push_back(static_cast<int64_t>(pairs_.size()));
+  }
+
+  // g (T x T) averaged in place over the orbits: each orbit's values summed once, in its order, and its mean
+  // written to every pair of it.
+  template <typename T>
+  void Average(T* g) const {
+    for (size_t orbit = 0; orbit + 1 < starts_.size(); ++orbit) {
+      T sum = T(0);
+      for (int64_t k = starts_[orbit]; k < starts_[orbit + 1]; ++k) sum += g[pairs_[k]];
+      const T mean = sum / static_cast<T>(starts_[orbit + 1] - starts_[orbit]);
+      for (int64_t k = starts_[orbit]; k < starts_[orbit + 1]; ++k) g[pairs_[k]] = mean;
+    }
+  }
+
+ private:
+  std::vector<int64_t> pairs_, starts_;
+};
 
 }  // namespace sit_keras
 

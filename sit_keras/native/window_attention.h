@@ -461,24 +461,33 @@ void ColumnTimes(const T* m, const T* x, const AttentionSizes& s, T* out) {
 }
 
 // The transposed graphs G_q, G_k, G_v (3 H d, T, T) of eq. 11 and, for those that are C4-invariant,
-// their spectra (rotation_spectra.h).
+// their spectra (rotation_spectra.h). `orbit_gradients`: the graphs are built from C4-invariant classes of
+// token pairs, and their gradient is wanted averaged over the quarter turn's orbits of pairs (the gradient
+// ops' attribute of that name; rotation_spectra.h), which needs the turn's orbits.
 template <typename T>
 struct Graphs {
   const T* values;
   const RotationSpectra<T>& spectra;
+  bool orbit_gradients = false;
+  const Orbits* gradient_orbits() const {
+    return orbit_gradients && spectra.orbits().count() > 0 ? &spectra.orbits() : nullptr;
+  }
 };
 
 // out[f, j] = sum_t g[f, t, j] x[f, t] for one head's d features of q, k or v from `channel` on: the
 // graph mixing G_q, G_k, G_v of eq. 11 with g = the transposed graphs of those features (T, T each),
-// in the spectral form where a graph has one.
+// in the spectral form where a graph has one; given `transform`, x's transform (OrbitTransform) there for
+// each feature mixed in that form, laid out as x.
 template <typename T>
-void Mix(const Graphs<T>& graphs, int64_t channel, const T* x, const AttentionSizes& s, T* out) {
+void Mix(const Graphs<T>& graphs, int64_t channel, const T* x, const AttentionSizes& s, T* out,
+         T* transform = nullptr) {
   const int64_t t = s.tokens;
   for (int64_t f = 0; f < s.head_dim; ++f) {
     const T* g = graphs.values + (channel + f) * s.pairs;
     const T* xf = x + f * t * kLanes;
     if (const Spectrum<T>* spectrum = graphs.spectra.forward(channel + f)) {
-      SpectralMix(*spectrum, graphs.spectra.orbits(), xf, out + f * t * kLanes);
+      T* kept = transform != nullptr ? transform + f * t * kLanes : nullptr;
+      SpectralMix(*spectrum, graphs.spectra.orbits(), xf, out + f * t * kLanes, kept);
       continue;
     }
     Sums<T>(
@@ -541,13 +550,20 @@ inline void AddGraphRows(const T* x, const T* dout, int64_t stride, int64_t t, i
 // dout + k stride): dx[t] = sum_j g[t, j] dout[j] per block (by the graph's `spectrum` where it has one),
 // and dg[t, j] += sum_k x_k[t] dout_k[j], per lane (LaneWideGraphs; summed over the lanes later) or summed
 // over the lanes now, in rows of `padded` values with the help of `transposed` (slots kLanes rows of `padded`
-// values, zero beyond t).
+// values, zero beyond t). Lane-wide and given `gradient_orbits`, dg holds instead the sums of the graph's
+// gradient averaged over those orbits (AddOrbitGradients), from the transforms of x that Mix kept in
+// x_transform (laid out as x) and of dout that the spectral dx leaves in d_transform (slot k's at
+// d_transform + k t kLanes), where the graph has a spectrum.
 template <typename T>
-void UnmixFeature(const T* g, const Spectrum<T>* spectrum, const Orbits& orbits, const T* x, const T* dout,
-                  int slots, int64_t stride, int64_t t, bool lane_wide, int64_t padded, T* transposed, T* dx,
-                  T* dg) {
+void UnmixFeature(const T* g, const Spectrum<T>* spectrum, const Orbits& orbits, const Orbits* gradient_orbits,
+                  const T* x, const T* x_transform, const T* dout, int slots, int64_t stride, int64_t t,
+                  bool lane_wide, int64_t padded, T* transposed, T* d_transform, T* dx, T* dg) {
+  const bool orbit_sums = lane_wide && gradient_orbits != nullptr;
   if (spectrum != nullptr) {  // dx = M^T dout through the transposed graph's spectrum
-    for (int k = 0; k < slots; ++k) SpectralMix(*spectrum, orbits, dout + k * stride, dx + k * stride);
+    for (int k = 0; k < slots; ++k) {
+      T* kept = orbit_sums ? d_transform + k * t * kLanes : nullptr;
+      SpectralMix(*spectrum, orbits, dout + k * stride, dx + k * stride, kept);
+    }
   } else if (lane_wide) {
     for (int k = 0; k < slots; ++k) {
       const T* dk = dout + k * stride;
@@ -560,6 +576,12 @@ void UnmixFeature(const T* g, const Spectrum<T>* spectrum, const Orbits& orbits,
         t, slots, t, [&](int64_t i, int64_t j) { return g[i * t + j]; },
         [&](int64_t k, int64_t j) { return Load(dout + k * stride + j * kLanes); },
         [&](int64_t i, int64_t k, Lanes<T> v) { Store(dx + k * stride + i * kLanes, v); });
+  }
+  if (orbit_sums) {
+    const bool kept = spectrum != nullptr && x_transform != nullptr;
+    AddOrbitGradients<T, kGroup>(*gradient_orbits, x, dout, stride, kept ? x_transform : nullptr, stride,
+                                 kept ? d_transform : nullptr, t * kLanes, slots, dg);
+    return;
   }
   if (lane_wide) {
     int64_t i = 0;
@@ -620,6 +642,10 @@ struct Block {
       dlogits.resize(scores.size());
       dscores.resize(scores.size());
       if (!LaneWideGraphs(s)) transposed.resize(kGroup * kLanes * PaddedTokens(s), T(0));
+      if (LaneWideGraphs(s)) {  // for orbit-averaged graph gradients (UnmixFeature)
+        raw_transform.resize(raw.size());
+        dout_transform.resize(kGroup * s.tokens * kLanes);
+      }
     }
   }
   T* q() { return mixed.data(); }
@@ -627,12 +653,16 @@ struct Block {
   T* v() { return mixed.data() + 2 * size; }
   // Projection c (0: q, 1: k, 2: v) of the current slot, as read and its mixed form's gradient.
   T* raw_at(int64_t c) { return raw.data() + (slot * 3 + c) * size; }
+  T* raw_transform_at(int64_t c) { return raw_transform.data() + (slot * 3 + c) * size; }
   T* dmixed_at(int64_t c) { return dmixed.data() + (slot * 3 + c) * size; }
   int64_t size;
   int slot = 0;
   std::vector<T> raw, mixed, scores, attention, per_map, out;
   std::vector<T> dout, dmixed, draw, dattention, dlogits, dscores;
   std::vector<T> transposed;  // UnmixFeature's rows of dout, for a grid too large for lane-wide graph gradients
+  // Mix's transforms of the raw projections (laid out as raw) and one feature's of the mixed ones' gradients,
+  // for orbit-averaged graph gradients.
+  std::vector<T> raw_transform, dout_transform;
 };
 
 // Reads head h's q, k and v (plus their bias) for kLanes windows from b and mixes them by their graphs.
@@ -643,7 +673,9 @@ void LoadAndMix(const Source<T>& src, const T* bias, const Graphs<T>& graphs, co
   for (int64_t c = 0; c < 3; ++c) {
     const int64_t channel = c * dim + h * s.head_dim;
     ReadHead(src, bias, s, channel, b, blk->raw_at(c));
-    Mix(graphs, channel, blk->raw_at(c), s, blk->mixed.data() + c * blk->size);
+    const bool keep = graphs.gradient_orbits() != nullptr && !blk->raw_transform.empty();
+    Mix(graphs, channel, blk->raw_at(c), s, blk->mixed.data() + c * blk->size,
+        keep ? blk->raw_transform_at(c) : nullptr);
   }
 }
 
@@ -661,9 +693,11 @@ void UnmixAndStore(const Graphs<T>& graphs, const AttentionSizes& s, int64_t h, 
       // Slot k's feature f of projection c starts at (k 3 + c) size + f T kLanes.
       const int64_t at = c * blk->size + f * t * kLanes, stride = 3 * blk->size;
       T* draw = blk->draw.data() + at;
+      const T* x_transform = blk->raw_transform.empty() ? nullptr : blk->raw_transform.data() + at;
       UnmixFeature(graphs.values + (channel + f) * s.pairs, graphs.spectra.backward(channel + f),
-                   graphs.spectra.orbits(), blk->raw.data() + at, blk->dmixed.data() + at, slots, stride, t,
-                   LaneWideGraphs(s), PaddedTokens(s), blk->transposed.data(), draw,
+                   graphs.spectra.orbits(), graphs.gradient_orbits(), blk->raw.data() + at, x_transform,
+                   blk->dmixed.data() + at, slots, stride, t, LaneWideGraphs(s), PaddedTokens(s),
+                   blk->transposed.data(), blk->dout_transform.data(), draw,
                    dgraphs + (c * s.head_dim + f) * GraphGradientSize(s));
       T* db = dbias + (c * s.head_dim + f) * kLanes;
       Lanes<T> sum = Load(db);
@@ -720,8 +754,12 @@ inline int64_t NumChunks(int64_t threads, int64_t heads, int64_t blocks) {
 template <typename T>
 class MixingGradients {
  public:
-  MixingGradients(const AttentionSizes& s, int64_t chunks)
-      : s_(s), chunks_(chunks), graph_values_(3 * s.head_dim * GraphGradientSize(s)),
+  // gradient_orbits: the graphs' gradient averaged over the quarter turn's orbits of pairs (Graphs).
+  MixingGradients(const AttentionSizes& s, int64_t chunks, const Orbits* gradient_orbits)
+      : s_(s), chunks_(chunks), orbits_(gradient_orbits),
+        pair_orbits_(gradient_orbits != nullptr && !LaneWideGraphs(s) ? PairOrbits(*gradient_orbits, s.tokens)
+                                                                       : PairOrbits()),
+        graph_values_(3 * s.head_dim * GraphGradientSize(s)),
         unit_values_(graph_values_ + (1 + s.rows) * 3 * s.head_dim * kLanes),
         partial_(s.heads * chunks * unit_values_, T(0)) {}
 
@@ -736,6 +774,7 @@ class MixingGradients {
     const bool lane_wide = LaneWideGraphs(s_);
     const int64_t cost = chunks_ * (s_.pairs + s_.rows + 1) * (lane_wide ? kLanes : 1);
     shards(s_.heads * 3 * d, cost, [&](int64_t start, int64_t limit) {
+      std::vector<T> totals(orbits_ != nullptr && lane_wide ? OrbitGradientSize(*orbits_) : 0);
       for (int64_t u = start; u < limit; ++u) {
         const int64_t h = u / (3 * d), e = u % (3 * d);  // entry c d + f of head h is channel c D + h d + f
         const int64_t channel = (e / d) * dim + h * d + e % d;
@@ -747,6 +786,11 @@ class MixingGradients {
         }
         const T* graph = units + e * GraphGradientSize(s_);
         T* out = dg + channel * s_.pairs;
+        if (lane_wide && orbits_ != nullptr) {
+          for (size_t e = 0; e < totals.size(); ++e) totals[e] = LaneTotal(graph + e * kLanes);
+          OrbitGradientToGraph(*orbits_, totals.data(), t, out);
+          continue;
+        }
         if (lane_wide) {
           for (int64_t p = 0; p < s_.pairs; ++p) out[p] = LaneTotal(graph + p * kLanes);
           continue;
@@ -758,6 +802,7 @@ class MixingGradients {
             out[i * t + j] = sum;
           }
         }
+        if (orbits_ != nullptr) pair_orbits_.Average(out);
       }
     });
   }
@@ -771,7 +816,10 @@ class MixingGradients {
   }
 
   const AttentionSizes s_;
-  const int64_t chunks_, graph_values_, unit_values_;
+  const int64_t chunks_;
+  const Orbits* orbits_;
+  const PairOrbits pair_orbits_;  // for a grid too large for lane-wide graph gradients
+  const int64_t graph_values_, unit_values_;
   std::vector<T> partial_;
 };
 
@@ -864,11 +912,12 @@ struct WindowGradients {
 };
 
 // SitWindowAttentionGrad for checked sizes (ReadSizes, CheckWindowGradInputs): dout (B, T, H d), the
-// transposed map's values (M, H, T^2, K') and indices (T^2, K'); `threads` the shards' threads.
+// transposed map's values (M, H, T^2, K') and indices (T^2, K'); `threads` the shards' threads. With
+// `orbit_gradients` (and orbits), the graphs' gradient averaged over the quarter turn's orbits of pairs.
 template <typename T>
-void WindowAttentionGrad(const AttentionSizes& s, Orbits orbits, const T* dout_data, const WindowInputs<T>& in,
-                         const T* wt, const int32_t* index_t, int64_t t_terms, const WindowGradients<T>& out,
-                         int64_t threads, const Shards& shards) {
+void WindowAttentionGrad(const AttentionSizes& s, Orbits orbits, bool orbit_gradients, const T* dout_data,
+                         const WindowInputs<T>& in, const T* wt, const int32_t* index_t, int64_t t_terms,
+                         const WindowGradients<T>& out, int64_t threads, const Shards& shards) {
   const int64_t t = s.tokens, d = s.head_dim;
   const int64_t blocks = (s.windows + kLanes - 1) / kLanes;
   // Each head's blocks are split into chunks with their own lane-wide accumulators of the
@@ -877,9 +926,9 @@ void WindowAttentionGrad(const AttentionSizes& s, Orbits orbits, const T* dout_d
   const int64_t chunks = NumChunks(threads, s.heads, blocks);
   const int64_t value_entries = s.maps * s.pairs * s.terms;
   std::vector<T> value_partial(s.heads * chunks * value_entries * kLanes, T(0));
-  MixingGradients<T> mixing(s, chunks);
   const RotationSpectra<T> spectra = SpectraOf(shards, std::move(orbits), in.graphs, s, /*gradients=*/true);
-  const Graphs<T> g{in.graphs, spectra};
+  const Graphs<T> g{in.graphs, spectra, orbit_gradients};
+  MixingGradients<T> mixing(s, chunks, g.gradient_orbits());
   const T* w = in.values;
   const int32_t* index = in.indices;
   // With a kernel, each head's share of the inputs' gradient, summed over the heads at the end.
@@ -1032,18 +1081,19 @@ void ClassTokenAttention(const AttentionSizes& s, Orbits orbits, const T* qkv, c
 }
 
 // SitClassTokenAttentionGrad for checked sizes (ReadClassSizes, CheckClassGradInputs): the gradients of
-// qkv, the bias and the graphs from dout (B, 1, H d); `threads` the shards' threads.
+// qkv, the bias and the graphs from dout (B, 1, H d); `threads` the shards' threads; `orbit_gradients` as
+// in WindowAttentionGrad.
 template <typename T>
-void ClassTokenAttentionGrad(const AttentionSizes& s, Orbits orbits, const T* dout_data, const T* qkv, const T* bias,
-                             const T* graphs, const T* coefficient, T* dqkv, T* dbias, T* dgraphs,
-                             int64_t threads, const Shards& shards) {
+void ClassTokenAttentionGrad(const AttentionSizes& s, Orbits orbits, bool orbit_gradients, const T* dout_data,
+                             const T* qkv, const T* bias, const T* graphs, const T* coefficient, T* dqkv, T* dbias,
+                             T* dgraphs, int64_t threads, const Shards& shards) {
   const int64_t dim = s.heads * s.head_dim, t = s.tokens, d = s.head_dim;
   const int64_t blocks = (s.windows + kLanes - 1) / kLanes;
   const int64_t chunks = NumChunks(threads, s.heads, blocks);
-  MixingGradients<T> mixing(s, chunks);
   const Source<T> src{qkv, nullptr, 0, dqkv};
   const RotationSpectra<T> spectra = SpectraOf(shards, std::move(orbits), graphs, s, /*gradients=*/true);
-  const Graphs<T> g{graphs, spectra};
+  const Graphs<T> g{graphs, spectra, orbit_gradients};
+  MixingGradients<T> mixing(s, chunks, g.gradient_orbits());
   auto work = [&](int64_t start, int64_t limit) {
     Block<T> blk(s, true);
     for (int64_t unit = start; unit < limit; ++unit) {

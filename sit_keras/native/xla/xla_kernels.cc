@@ -242,11 +242,11 @@ class DepthwiseConvXla : public XlaOpKernel {
 // --- SitWindowAttention(Grad), SitClassTokenAttention(Grad) ------------------------------------------
 
 // The attention ops' opaque string: their sizes, K' (the transposed map's terms: SitWindowAttentionGrad's,
-// else 0), then the attribute `orbits`.
-std::vector<int64_t> AttentionOpaque(const AttentionSizes& s, int64_t transposed_terms,
+// else 0), the attribute `orbit_gradients` (the gradient ops'; else 0), then the attribute `orbits`.
+std::vector<int64_t> AttentionOpaque(const AttentionSizes& s, int64_t transposed_terms, bool orbit_gradients,
                                      const std::vector<int64_t>& orbits) {
   std::vector<int64_t> v = {s.heads, s.head_dim, s.windows, s.tokens, s.pairs, s.maps, s.terms, s.rows,
-                            transposed_terms};
+                            transposed_terms, orbit_gradients ? 1 : 0};
   v.insert(v.end(), orbits.begin(), orbits.end());
   return v;
 }
@@ -254,14 +254,15 @@ std::vector<int64_t> AttentionOpaque(const AttentionSizes& s, int64_t transposed
 struct AttentionCall {
   AttentionSizes s;
   int64_t transposed_terms;
+  bool orbit_gradients;
   Orbits orbits;
 };
 
 AttentionCall ReadAttentionCall(const char* opaque, size_t length) {
   const std::vector<int64_t> v = OpaqueSizes(opaque, length);
-  AttentionCall call{{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]}, v[8], {}};
+  AttentionCall call{{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]}, v[8], v[9] != 0, {}};
   std::string why;  // none: the kernel checked the orbits when it compiled the call
-  ReadOrbits(std::vector<int64_t>(v.begin() + 9, v.end()), call.s.tokens, &call.orbits, &why);
+  ReadOrbits(std::vector<int64_t>(v.begin() + 10, v.end()), call.s.tokens, &call.orbits, &why);
   return call;
 }
 
@@ -293,8 +294,8 @@ void WindowAttentionGradHost(void* out, const void** in, const char* opaque, siz
                                In<T>(in, 4), In<T>(in, 5), In<int32_t>(in, 6)};
   const WindowGradients<T> gradients{Out<T>(out, 0), Out<T>(out, 1), Out<T>(out, 2), Out<T>(out, 3),
                                      Out<T>(out, 4)};
-  WindowAttentionGrad(call.s, std::move(call.orbits), In<T>(in, 0), inputs, In<T>(in, 7), In<int32_t>(in, 8),
-                      call.transposed_terms, gradients, HostPool()->NumThreads(), HostShards());
+  WindowAttentionGrad(call.s, std::move(call.orbits), call.orbit_gradients, In<T>(in, 0), inputs, In<T>(in, 7),
+                      In<int32_t>(in, 8), call.transposed_terms, gradients, HostPool()->NumThreads(), HostShards());
 }
 
 // In: qkv, bias, graphs, coefficients.
@@ -310,9 +311,9 @@ template <typename T>
 void ClassTokenAttentionGradHost(void* out, const void** in, const char* opaque, size_t length,
                                  XlaCustomCallStatus*) {
   AttentionCall call = ReadAttentionCall(opaque, length);
-  ClassTokenAttentionGrad(call.s, std::move(call.orbits), In<T>(in, 0), In<T>(in, 1), In<T>(in, 2), In<T>(in, 3),
-                          In<T>(in, 4), Out<T>(out, 0), Out<T>(out, 1), Out<T>(out, 2), HostPool()->NumThreads(),
-                          HostShards());
+  ClassTokenAttentionGrad(call.s, std::move(call.orbits), call.orbit_gradients, In<T>(in, 0), In<T>(in, 1),
+                          In<T>(in, 2), In<T>(in, 3), In<T>(in, 4), Out<T>(out, 0), Out<T>(out, 1), Out<T>(out, 2),
+                          HostPool()->NumThreads(), HostShards());
 }
 
 // The attention ops' XLA kernels: each checks what its TensorFlow kernel checks (window_attention.h),
@@ -322,6 +323,9 @@ class AttentionXla : public XlaOpKernel {
   explicit AttentionXla(OpKernelConstruction* context) : XlaOpKernel(context) {
     OP_REQUIRES_OK(context, context->GetAttr("num_heads", &num_heads_));
     OP_REQUIRES_OK(context, context->GetAttr("orbits", &orbit_list_));
+    if (context->HasAttr("orbit_gradients")) {  // the gradient ops'
+      OP_REQUIRES_OK(context, context->GetAttr("orbit_gradients", &orbit_gradients_));
+    }
   }
 
  protected:
@@ -347,6 +351,7 @@ class AttentionXla : public XlaOpKernel {
 
   int num_heads_;
   std::vector<int64_t> orbit_list_;
+  bool orbit_gradients_ = false;
 };
 
 class WindowAttentionXla : public AttentionXla {
@@ -368,7 +373,7 @@ class WindowAttentionXla : public AttentionXla {
     for (int i = 0; i < 6; ++i) operands.push_back(ctx->Input(i));
     const tensorflow::TensorShape out({s.windows, s.tokens, s.heads * s.head_dim});
     ctx->SetOutput(0, CustomCall(ctx, Target("sit_window_attention", ctx), operands, layouts, ShapeOf(ctx, out),
-                                 AttentionOpaque(s, 0, orbit_list_)));
+                                 AttentionOpaque(s, 0, orbit_gradients_, orbit_list_)));
   }
 };
 
@@ -398,7 +403,7 @@ class WindowAttentionGradXla : public AttentionXla {
     const xla::Shape result = xla::ShapeUtil::MakeTupleShape(
         {ShapeOf(ctx, in[1]), ShapeOf(ctx, in[2]), ShapeOf(ctx, in[3]), ShapeOf(ctx, in[4]), ShapeOf(ctx, in[5])});
     const xla::XlaOp call = CustomCall(ctx, Target("sit_window_attention_grad", ctx), operands, layouts, result,
-                                       AttentionOpaque(s, in[8].dim_size(1), orbit_list_));
+                                       AttentionOpaque(s, in[8].dim_size(1), orbit_gradients_, orbit_list_));
     for (int i = 0; i < 5; ++i) ctx->SetOutput(i, xla::GetTupleElement(call, i));
   }
 };
@@ -423,7 +428,7 @@ class ClassTokenAttentionXla : public AttentionXla {
     OP_REQUIRES_OK(ctx, CheckOrbits(s.tokens));
     std::vector<xla::Shape> layouts;
     for (const auto& shape : in) layouts.push_back(ShapeOf(ctx, shape));
-    const std::vector<int64_t> opaque = AttentionOpaque(s, 0, orbit_list_);
+    const std::vector<int64_t> opaque = AttentionOpaque(s, 0, orbit_gradients_, orbit_list_);
     if (!grad) {
       const tensorflow::TensorShape out({s.windows, 1, s.heads * s.head_dim});
       ctx->SetOutput(0, CustomCall(ctx, Target("sit_class_token_attention", ctx), operands, layouts,
