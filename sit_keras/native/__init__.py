@@ -500,12 +500,13 @@ def window_attention(
     ``orbit_gradients``: the graphs are built from classes of token pairs
     that the quarter turn keeps (the classes ``orbits`` come from), so only
     the sums of their gradient over the turn's orbits of token pairs reach
-    the weights; the graphs' gradient is then returned averaged over those
-    orbits, formed in the turn's Fourier basis (105 instead of 289
-    multiply-adds a feature of a 4 x 4 window and its class token): every
-    class's gradient is the same, the graphs' own is not. Ignored without
-    orbits. Returns ``(B, T, D)``. The gradient recomputes each window's scores
-    (``window_attention.cc``). Call only where ``usable(qkv.dtype)``.
+    the weights. For windows of up to 1024 token pairs the graphs'
+    gradient is then returned averaged over those orbits, formed in the
+    turn's Fourier basis (105 instead of 289 multiply-adds a feature of a
+    4 x 4 window and its class token): every class's gradient is the same,
+    the graphs' own is not. Ignored without orbits. Returns ``(B, T, D)``.
+    The gradient recomputes each window's scores (``window_attention.cc``).
+    Call only where ``usable(qkv.dtype)``.
     """
     ops = _library_or_raise()
     attributes = {"num_heads": num_heads, "orbits": _orbit_list(orbits)}

@@ -257,7 +257,9 @@ void SpectralMix(const Spectrum<T>& spectrum, const Orbits& orbits, const T* x, 
 // The gradient of graphs built from C4-invariant classes of token pairs (graphs.quarter_turn_orbits):
 // a class's gradient is the sum of the graph's gradient over the class's pairs, each class a union of
 // rho's orbits of pairs, so the graph's gradient is needed only up to its orbit sums. The ops then
-// return it averaged over those orbits, each pair's value the mean of its orbit's:
+// return it averaged over those orbits, each pair's value the mean of its orbit's, for the windows whose
+// graph gradients they sum lane-wide (up to 1024 token pairs; a larger grid's dense sums have the same
+// orbit sums, and averaging them would only cost time):
 //
 //   dg[i, j] = sum_w x_w[i] dout_w[j]   ->   (1 / 4) sum_r dg[rho^r i, rho^r j]   (sum over windows w).
 //
@@ -446,49 +448,6 @@ void OrbitGradientToGraph(const Orbits& orbits, const T* total, int64_t tokens, 
     for (int64_t e = 0; e < f_count; ++e) g[token * tokens + orbits.fixed[e]] = fixed_fixed[f * f_count + e];
   }
 }
-
-// rho's orbits of the token pairs of a T x T graph, each in turn order from its first pair in row-major order.
-class PairOrbits {
- public:
-  PairOrbits() = default;
-  PairOrbits(const Orbits& orbits, int64_t tokens) {
-    std::vector<int64_t> turn(tokens);
-    for (int64_t token = 0; token < tokens; ++token) turn[token] = token;
-    for (int64_t o = 0; o < orbits.count(); ++o) {
-      for (int k = 0; k < 4; ++k) turn[orbits.orbit[4 * o + k]] = orbits.orbit[4 * o + (k + 1) % 4];
-    }
-    std::vector<char> seen(tokens * tokens, 0);
-    for (int64_t i = 0; i < tokens; ++i) {
-      for (int64_t j = 0; j < tokens; ++j) {
-        if (seen[i * tokens + j]) continue;
-        starts_.push_back(static_cast<int64_t>(pairs_.size()));
-        int64_t a = i, b = j;
-        do {
-          seen[a * tokens + b] = 1;
-          pairs_.push_back(a * tokens + b);
-          a = turn[a];
-          b = turn[b];
-        } while (a != i || b != j);
-      }
-    }
-    starts_.push_back(static_cast<int64_t>(pairs_.size()));
-  }
-
-  // g (T x T) averaged in place over the orbits: each orbit's values summed once, in its order, and its mean
-  // written to every pair of it.
-  template <typename T>
-  void Average(T* g) const {
-    for (size_t orbit = 0; orbit + 1 < starts_.size(); ++orbit) {
-      T sum = T(0);
-      for (int64_t k = starts_[orbit]; k < starts_[orbit + 1]; ++k) sum += g[pairs_[k]];
-      const T mean = sum / static_cast<T>(starts_[orbit + 1] - starts_[orbit]);
-      for (int64_t k = starts_[orbit]; k < starts_[orbit + 1]; ++k) g[pairs_[k]] = mean;
-    }
-  }
-
- private:
-  std::vector<int64_t> pairs_, starts_;
-};
 
 }  // namespace sit_keras
 

@@ -16,9 +16,10 @@
 // Given the attribute `orbits` (the quarter turn's orbits of the tokens), the ops mix each graph that is
 // C4-invariant on them in the turn's Fourier basis instead, the same sums in fewer multiply-adds
 // (rotation_spectra.h). The gradient ops' attribute `orbit_gradients` (with orbits) says the graphs are
-// built from classes of token pairs that the turn keeps: they then return the graphs' gradient averaged
-// over the turn's orbits of pairs, which gives every class the same gradient, formed in the turn's Fourier
-// basis for windows of up to 1024 token pairs (105 instead of 289 multiply-adds a 4 x 4 window's feature).
+// built from classes of token pairs that the turn keeps, so only the sums of their gradient over the
+// turn's orbits of pairs matter: for windows of up to 1024 token pairs the ops then return that gradient
+// averaged over those orbits, formed in the turn's Fourier basis (105 instead of 289 multiply-adds a 4 x 4
+// window's feature); every class gets the same gradient as from the dense one.
 //
 // SitClassTokenAttention computes row i = 0 alone, with L_m[j] = c[m, 0] q_0 . k_j + c[m, 1] q_j . k_0.
 // The gradient ops recompute each window's S and A and return the gradients of qkv, the bias,

@@ -462,8 +462,8 @@ void ColumnTimes(const T* m, const T* x, const AttentionSizes& s, T* out) {
 
 // The transposed graphs G_q, G_k, G_v (3 H d, T, T) of eq. 11 and, for those that are C4-invariant,
 // their spectra (rotation_spectra.h). `orbit_gradients`: the graphs are built from C4-invariant classes of
-// token pairs, and their gradient is wanted averaged over the quarter turn's orbits of pairs (the gradient
-// ops' attribute of that name; rotation_spectra.h), which needs the turn's orbits.
+// token pairs, so only the orbit sums of their gradient over the quarter turn's orbits of pairs matter (the
+// gradient ops' attribute of that name; rotation_spectra.h); it needs the turn's orbits.
 template <typename T>
 struct Graphs {
   const T* values;
@@ -754,11 +754,9 @@ inline int64_t NumChunks(int64_t threads, int64_t heads, int64_t blocks) {
 template <typename T>
 class MixingGradients {
  public:
-  // gradient_orbits: the graphs' gradient averaged over the quarter turn's orbits of pairs (Graphs).
+  // gradient_orbits: lane-wide graph gradients averaged over the quarter turn's orbits of pairs (Graphs).
   MixingGradients(const AttentionSizes& s, int64_t chunks, const Orbits* gradient_orbits)
-      : s_(s), chunks_(chunks), orbits_(gradient_orbits),
-        pair_orbits_(gradient_orbits != nullptr && !LaneWideGraphs(s) ? PairOrbits(*gradient_orbits, s.tokens)
-                                                                       : PairOrbits()),
+      : s_(s), chunks_(chunks), orbits_(LaneWideGraphs(s) ? gradient_orbits : nullptr),
         graph_values_(3 * s.head_dim * GraphGradientSize(s)),
         unit_values_(graph_values_ + (1 + s.rows) * 3 * s.head_dim * kLanes),
         partial_(s.heads * chunks * unit_values_, T(0)) {}
@@ -774,7 +772,7 @@ class MixingGradients {
     const bool lane_wide = LaneWideGraphs(s_);
     const int64_t cost = chunks_ * (s_.pairs + s_.rows + 1) * (lane_wide ? kLanes : 1);
     shards(s_.heads * 3 * d, cost, [&](int64_t start, int64_t limit) {
-      std::vector<T> totals(orbits_ != nullptr && lane_wide ? OrbitGradientSize(*orbits_) : 0);
+      std::vector<T> totals(orbits_ != nullptr ? OrbitGradientSize(*orbits_) : 0);
       for (int64_t u = start; u < limit; ++u) {
         const int64_t h = u / (3 * d), e = u % (3 * d);  // entry c d + f of head h is channel c D + h d + f
         const int64_t channel = (e / d) * dim + h * d + e % d;
@@ -786,7 +784,7 @@ class MixingGradients {
         }
         const T* graph = units + e * GraphGradientSize(s_);
         T* out = dg + channel * s_.pairs;
-        if (lane_wide && orbits_ != nullptr) {
+        if (orbits_ != nullptr) {
           for (size_t e = 0; e < totals.size(); ++e) totals[e] = LaneTotal(graph + e * kLanes);
           OrbitGradientToGraph(*orbits_, totals.data(), t, out);
           continue;
@@ -802,7 +800,6 @@ class MixingGradients {
             out[i * t + j] = sum;
           }
         }
-        if (orbits_ != nullptr) pair_orbits_.Average(out);
       }
     });
   }
@@ -817,8 +814,7 @@ class MixingGradients {
 
   const AttentionSizes s_;
   const int64_t chunks_;
-  const Orbits* orbits_;
-  const PairOrbits pair_orbits_;  // for a grid too large for lane-wide graph gradients
+  const Orbits* orbits_;  // lane-wide graph gradients' only
   const int64_t graph_values_, unit_values_;
   std::vector<T> partial_;
 };
