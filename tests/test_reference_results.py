@@ -7629,3 +7629,57 @@ def test_the_spectral_bound_of_12_blocks_is_its_two_runs():
         in flat
     )
     assert "kMinSpectralBlocks = 12;" in (ROOT / "sit_keras" / "native" / "rotation_spectra.h").read_text()
+
+
+def test_the_orbit_gradients_section_is_its_alternated_runs():
+    """docs/speed.md's "Graph gradients in the quarter turn's orbits": the ops' and the encoders' tables are
+    the four alternated runs before (8726422) and after (f6a7860) on the AVX2 host, and the step's ratios
+    it quotes are theirs."""
+    section = SPEED[SPEED.index("### Graph gradients in the quarter turn's orbits") :]
+    section = section[: section.index("\n## ")]  # the last subsection of "## Encoders"
+    flat = " ".join(section.split())
+    runs = {(w, r): f"_orbit_gradients_{w}_run{r}.json" for w in ("before", "after") for r in (1, 2)}
+    ops = {key: _report("native_ops_avx2" + name) for key, name in runs.items()}
+    steps = {key: _report("speed_encoders_avx2" + name) for key, name in runs.items()}
+    for (when, _), report in [*ops.items(), *steps.items()]:
+        assert report["commit"].startswith("8726422" if when == "before" else "f6a7860")
+        assert "AVX2" in report["machine"] and "no AMX" in report["machine"]
+    for name in runs.values():
+        assert f"`benchmarks/reference/native_ops_avx2{name}`" in flat
+        assert f"`benchmarks/reference/speed_encoders_avx2{name}`" in flat
+    for case in ("first_block", "class_token", "global_grid"):
+        cells = [
+            ", ".join(f"{ops[when, r]['results'][case][stage]['median_ms']:.2f}" for r in (1, 2))
+            for stage in ("forward", "backward")
+            for when in ("before", "after")
+        ]
+        assert f"| `{case}` | {' | '.join(cells)} |" in section
+    order = [("before", 1), ("before", 2), ("after", 1), ("after", 2)]
+    for model, name in (("sit", "SiT"), ("siet", "SieT"), ("vit", "ViT")):
+        ms = " | ".join(
+            f"{steps[k]['models'][model]['timings']['train_step']['graph']['median_ms']:.1f}" for k in order
+        )
+        assert f"| {name}, ms | {ms} |" in section
+        if model != "vit":
+            ratios = " | ".join(
+                f"{steps[k]['ratios']['train_step_over_vit'][model]['graph']:.2f}" for k in order
+            )
+            assert f"| {name} / ViT | {ratios} |" in section
+    ms = {
+        k: {
+            m: steps[k]["models"][m]["timings"]["train_step"]["graph"]["median_ms"]
+            for m in ("sit", "siet", "vit")
+        }
+        for k in order
+    }
+    slow = ms["before", 2]["vit"]
+    others = sorted(ms[k]["vit"] for k in order if k != ("before", 2))
+    assert slow > 1.5 * others[-1]  # the slow phase the section names
+    assert f"({slow:.1f} ms against {others[0]:.1f}-{others[-1]:.1f} ms in the other three runs)" in flat
+    shares = [f"{ms['after', 1][m] / ms['before', 1][m]:.2f}x" for m in ("sit", "siet")]
+    assert f"the SiT's step took {shares[0]} its time before and the SieT's {shares[1]}" in flat
+    siet = {k: f"{steps[k]['ratios']['train_step_over_vit']['siet']['graph']:.2f}" for k in order}
+    assert (
+        f"went from {siet['before', 1]} to {siet['after', 1]}; in the second *after* run it was "
+        f"{siet['after', 2]}" in flat
+    )
