@@ -587,15 +587,10 @@ def _assert_close(dense: list[np.ndarray], spectral: list[np.ndarray]) -> None:
         assert np.linalg.norm(a - b) <= 1e-12 * np.linalg.norm(a) != 0
 
 
-@settings(deadline=None, max_examples=6)
-@given(side=st.integers(2, 4), windows=st.integers(256, 290), op=st.sampled_from(["window", "class_token"]))
-def test_graphs_invariant_under_the_quarter_turn_are_mixed_in_its_orbits(
-    side: int, windows: int, op: str
-) -> None:
-    """With 12 lane blocks of windows or more, the ops mix each invariant graph in the quarter turn's
-    Fourier basis: dense mixing's values and gradients, summed in another order (so not the same bits).
-    A graph changed in one entry is no longer invariant and is mixed densely (spectral mixing would be
-    far off); with 11 lane blocks every graph is mixed densely, bit for bit."""
+def _invariant_case(side: int, windows: int) -> tuple[list[tf.Tensor], np.ndarray, np.ndarray]:
+    """``[qkv, bias, graphs, values]`` of 2 heads of 3 features on ``windows`` windows of a ``side x side``
+    grid and its class token, the graphs invariant under the quarter turn (float64); its orbits and an
+    upstream gradient for the window op's output."""
     rng = np.random.default_rng(side * 1000 + windows)
     heads, head_dim, t = 2, 3, side * side + 1
     channels = 3 * heads * head_dim
@@ -607,12 +602,24 @@ def test_graphs_invariant_under_the_quarter_turn_are_mixed_in_its_orbits(
         tf.constant(graph_values),
         pattern.values_of(tf.constant(rng.normal(size=(1, heads, t * t, t * t)))),
     ]
-    upstream = rng.normal(size=(x[0].shape[1] * native.LANES, t, heads * head_dim))
+    return x, orbits, rng.normal(size=(x[0].shape[1] * native.LANES, t, heads * head_dim))
+
+
+@settings(deadline=None, max_examples=6)
+@given(side=st.integers(2, 4), windows=st.integers(256, 290), op=st.sampled_from(["window", "class_token"]))
+def test_graphs_invariant_under_the_quarter_turn_are_mixed_in_its_orbits(
+    side: int, windows: int, op: str
+) -> None:
+    """With 12 lane blocks of windows or more, the ops mix each invariant graph in the quarter turn's
+    Fourier basis: dense mixing's values and gradients, summed in another order (so not the same bits).
+    A graph changed in one entry is no longer invariant and is mixed densely (spectral mixing would be
+    far off); with 11 lane blocks every graph is mixed densely, bit for bit."""
+    x, orbits, upstream = _invariant_case(side, windows)
     dense, spectral = _through_op(op, x, None, upstream), _through_op(op, x, orbits, upstream)
     _assert_close(dense, spectral)
     assert not all(np.array_equal(a, b) for a, b in zip(dense, spectral, strict=True))
-    broken = graph_values.copy()
-    broken[channels // 2, 1, 2] += 0.5
+    broken = x[2].numpy().copy()
+    broken[broken.shape[0] // 2, 1, 2] += 0.5
     x_broken = [x[0], x[1], tf.constant(broken), x[3]]
     _assert_close(_through_op(op, x_broken, None, upstream), _through_op(op, x_broken, orbits, upstream))
     few = [x[0][:, :11], *x[1:]]
@@ -651,25 +658,14 @@ def test_given_orbit_gradients_the_ops_average_the_graphs_gradient_over_the_turn
     bits. 5 lane blocks mix the graphs densely, 32 in their spectra; in a graph and under XLA alike."""
     if jit_compile and native.xla_load_problem() is not None:
         jit_compile = False
-    rng = np.random.default_rng(side * 1000 + windows)
-    heads, head_dim, t = 2, 3, side * side + 1
-    channels = 3 * heads * head_dim
-    graph_values, orbits = invariant_graphs(rng, channels, side)
-    pattern = TriangleSums((side, side), class_token=True).pattern(1, True)
-    x = [
-        _blocked(rng.normal(size=(channels, windows, t))),
-        tf.constant(rng.normal(size=channels)),
-        tf.constant(graph_values),
-        pattern.values_of(tf.constant(rng.normal(size=(1, heads, t * t, t * t)))),
-    ]
-    upstream = rng.normal(size=(x[0].shape[1] * native.LANES, t, heads * head_dim))
+    x, orbits, upstream = _invariant_case(side, windows)
     dense = _through_op(op, x, orbits, upstream, jit_compile=jit_compile)
     averaged = _through_op(op, x, orbits, upstream, orbit_gradients=True, jit_compile=jit_compile)
     graphs_at = 3  # out, dqkv, dbias, dgraphs[, dvalues]
     for i, (a, b) in enumerate(zip(dense, averaged, strict=True)):
         if i != graphs_at:
             np.testing.assert_array_equal(a, b)
-    if t * t > 1024:
+    if (side * side + 1) ** 2 > 1024:
         np.testing.assert_array_equal(dense[graphs_at], averaged[graphs_at])
         return
     expected = _pair_orbit_means(dense[graphs_at], orbits)

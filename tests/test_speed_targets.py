@@ -10,7 +10,12 @@ from run_folders import load_benchmark
 
 REFERENCE = Path(__file__).resolve().parent.parent / "benchmarks" / "reference"
 # The AVX2 host's runs before and after the angle tables' dense gradients (docs/speed.md).
-COMMITTED_RUNS = ["speed_targets_avx2", "speed_targets_avx2_dense_gradients", "speed_targets_avx2_transposes"]
+COMMITTED_RUNS = [
+    "speed_targets_avx2",
+    "speed_targets_avx2_dense_gradients",
+    "speed_targets_avx2_transposes",
+    "speed_targets_avx2_orbit_gradients",
+]
 
 
 def _reports(module, scale: float = 1.0) -> dict[str, dict]:
