@@ -62,6 +62,22 @@ inline void Store(T* p, Lanes<T> v) {
   __builtin_memcpy(p, &v, sizeof(v));
 }
 
+// Values of T in a 64-byte cache line.
+template <typename T>
+constexpr int64_t kLineValues = 64 / sizeof(T);
+
+// Prefetches the cache lines of p[0, n) into the L2 cache, for reading or for writing.
+template <typename T>
+inline void PrefetchRun(const T* p, int64_t n, bool write) {
+  for (int64_t e = 0; e < n; e += kLineValues<T>) {
+    if (write) {
+      __builtin_prefetch(p + e, 1, 1);
+    } else {
+      __builtin_prefetch(p + e, 0, 1);
+    }
+  }
+}
+
 // The integer type of T's size: the index vectors of a shuffle of Lanes<T>.
 template <typename T>
 struct IndexOf;
