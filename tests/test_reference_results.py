@@ -7691,3 +7691,35 @@ def test_the_orbit_gradients_section_is_its_alternated_runs():
         f"went from {siet['before', 1]} to {siet['after', 1]}; in the second *after* run it was "
         f"{siet['after', 2]}" in flat
     )
+
+
+def test_the_prefetch_section_is_its_alternated_runs():
+    """docs/speed.md's "Prefetching in the kernels": the ops' and the encoders' tables are the four
+    alternated runs before (c03a9f6) and after (f6f0908) on the AVX2 host, and the shares and the bound
+    on the ViT ratio it quotes are theirs."""
+    cases = ("first_block", "class_token", "global_grid", "projection")
+    title = "### Prefetching in the kernels"
+    section, flat, _, steps = _alternated_runs(title, "prefetch", ("c03a9f6", "f6f0908"), cases)
+    order = [("before", 1), ("before", 2), ("after", 1), ("after", 2)]
+    ms = {
+        k: {
+            m: steps[k]["models"][m]["timings"]["train_step"]["graph"]["median_ms"]
+            for m in ("sit", "siet", "vit")
+        }
+        for k in order
+    }
+    ratios = {
+        k: {m: steps[k]["ratios"]["train_step_over_vit"][m]["graph"] for m in ("sit", "siet")} for k in order
+    }
+    for model, name in (("sit", "SiT"), ("siet", "SieT"), ("vit", "ViT")):
+        assert f"| {name}, ms | {' | '.join(f'{ms[k][model]:.1f}' for k in order)} |" in section
+        if model != "vit":
+            assert f"| {name} / ViT | {' | '.join(f'{ratios[k][model]:.2f}' for k in order)} |" in section
+            assert all(ratios[k][model] <= 1.5 for k in order)  # "within 1.5x of the ViT in all four runs"
+    shares = {}
+    for model in ("sit", "siet"):
+        share = [ms["after", a][model] / ms["before", b][model] for a in (1, 2) for b in (1, 2)]
+        shares[model] = f"{min(share):.2f}-{max(share):.2f}x"
+    assert f"The SiT's step took {shares['sit']} its time before, and the SieT's {shares['siet']}" in flat
+    vit = sorted(ms[k]["vit"] for k in order)
+    assert f"whose ViT steps ({vit[0]:.0f}-{vit[-1]:.0f} ms)" in flat
