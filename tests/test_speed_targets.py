@@ -15,6 +15,7 @@ COMMITTED_RUNS = [
     "speed_targets_avx2_dense_gradients",
     "speed_targets_avx2_transposes",
     "speed_targets_avx2_orbit_gradients",
+    "speed_targets_avx2_prefetch",
 ]
 
 
