@@ -174,7 +174,8 @@ void ReadProjected(const T* x, const T* w, const T* bias, int64_t row, int64_t n
 // buf[(f T + i) kLanes + l]. A block's T x kLanes values of a channel are contiguous in qkv and x.
 // The next block's values of those channels are prefetched: the ops read d runs of T kLanes values a
 // row apart, 3 H d of them for a block's heads, more than the hardware prefetchers follow (on the AVX2
-// host, with the prefetches of WriteHead, the class token op's forward pass took 0.89x its time without).
+// host, with the prefetches of WriteHead, the class token op's forward pass took 0.88-0.92x its time
+// without: docs/speed.md, "Prefetching in the kernels").
 template <typename T>
 void ReadHead(const Source<T>& src, const T* bias, const AttentionSizes& s, int64_t channel, int64_t b, T* buf) {
   const int64_t row = s.windows * s.tokens, n = s.tokens * kLanes, channels = 3 * s.heads * s.head_dim;
