@@ -7744,3 +7744,30 @@ def test_the_prefetch_section_is_its_alternated_runs():
     assert f"The SiT's step took {shares['sit']} its time before, and the SieT's {shares['siet']}" in flat
     vit = sorted(ms[k]["vit"] for k in order)
     assert f"whose ViT steps ({vit[0]:.0f}-{vit[-1]:.0f} ms)" in flat
+
+
+def test_the_prefetch_section_quotes_its_projection_gradient_rounds():
+    """docs/speed.md's "Prefetching in the kernels": the ranges and medians of the projection's two
+    gradients before, after and fused are the rounds of channels_first_grad_avx2_prefetch.json, each run
+    from its build."""
+    section = SPEED[SPEED.index("### Prefetching in the kernels") :]
+    flat = " ".join(section[: section.index("\n## ")].split())
+    rounds = _report("channels_first_grad_avx2_prefetch.json")["rounds"]
+    commits = {"before": "c03a9f6", "after": "876402b", "fused": "1662ae9"}
+
+    def two_gradients(build: str, key: str = "channels_first_ms") -> list[float]:
+        runs = [r[build] for r in rounds if build in r]
+        assert all(run["commit"].startswith(commits[build]) for run in runs)
+        return [run["results"]["second_block"]["both_gradients"][key] for run in runs]
+
+    before, after, fused = (two_gradients(b) for b in ("before", "after", "fused"))
+    assert (len(before), len(after), len(fused)) == (8, 8, 3)
+    spans = {name: f"{min(v):.1f}-{max(v):.1f}" for name, v in (("b", before), ("a", after), ("f", fused))}
+    builtin = [v for b in commits for v in two_gradients(b, "tensorflow_ms")]
+    medians = [f"{statistics.median(v):.1f}" for v in (before, after)]
+    assert (
+        f"gave the second block's two gradients {spans['b']} ms before (median {medians[0]}) "
+        f"and {spans['a']} ms after (median {medians[1]}), while TensorFlow's form of the same "
+        f"gradients, whose code no build changed, moved over {min(builtin):.1f}-{max(builtin):.1f} ms" in flat
+    )
+    assert f"three rounds of the benchmark above {spans['f']} ms, within its noise" in flat

@@ -10,9 +10,9 @@
 // (benchmarks/native_ops.py, docs/speed.md "The projection in a native op").
 // While a thread works on one column tile it prefetches the next into the L2 cache, a slice of its lines
 // before each register tile: the copies of x (and the kernel gradient's reads of dy) then wait for
-// memory less. On the AVX2 host, for the SiT's 64 -> 192 projection (batch 96), its input's gradient
-// took 0.91x its time without, the projection 0.97x and, with the vector sums below, its kernel's 0.95x
-// (docs/speed.md, "Prefetching in the kernels").
+// memory less: on the AVX2 host, alone, the SiT's 64 -> 192 projection's input gradient took 0.91x its
+// time without; beside the other gradient op, in a graph, the gain was below the noise (docs/speed.md,
+// "Prefetching in the kernels").
 // The kernel gradient's sums are kept per unit of a fixed partition of the columns and the units' sums
 // added in a fixed order: the same bits on every run, whatever the threads. Within a unit they are kept
 // as vectors, whose lanes are added once, when the unit ends, not once a column tile.
