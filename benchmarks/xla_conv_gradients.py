@@ -1,0 +1,170 @@
+"""Where XLA loses the IMPALA-CNN's train step: each convolution's three products and the pooling, apart.
+
+On a host whose TensorFlow runs its own oneDNN ops (an Intel CPU: ``IsMklEnabled()``), the
+IMPALA-CNN's train step took 2.4x as long with ``jit_compile=True`` as without it
+(``docs/speed.md``, "On an Intel host with AMX"). This benchmark splits that step into
+the ops its gradient runs, at the encoder table's shapes (batch 96, 64x64x3, the
+SiT paper's channels 4, 8 and 16), and times each as a graph (``tf.function``) and
+compiled by XLA, in interleaved rounds (``measured_choice.time_candidates``):
+
+- per 3x3 "same" convolution of the stack (its input's channels, output channels
+  and side): the forward product, the input's gradient (``Conv2DBackpropInput``)
+  and the kernel's gradient (``Conv2DBackpropFilter``);
+- per max pooling (3x3, stride 2, "same"): the forward pass and its gradient
+  (``MaxPoolGrad``; XLA's select-and-scatter).
+
+Each op's ratio is the median of its per-round ratios XLA / graph.
+
+Usage::
+
+    python benchmarks/xla_conv_gradients.py [--rounds 7] [--calls 3] [--batch 96]
+        [--out benchmarks/results/xla_conv_gradients.json]
+"""
+
+from __future__ import annotations
+
+import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up chatter)
+
+# isort: split
+
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+import tensorflow as tf
+
+from sit_keras import measured_choice
+from sit_keras.benchmarking import (
+    SentenceParser,
+    UsageError,
+    check_out_file,
+    command_line,
+    current_commit,
+    environment,
+    parse_or_say_why,
+    write_report,
+)
+
+DEFAULT_OUT = "benchmarks/results/xla_conv_gradients.json"
+# The IMPALA-CNN of the encoder table (channels 4, 8, 16 on 64x64x3): each distinct convolution
+# (input channels, output channels, side) and each pooling's (channels, side).
+CONVOLUTIONS = ((3, 4, 64), (4, 4, 32), (4, 8, 32), (8, 8, 16), (8, 16, 16), (16, 16, 8))
+POOLINGS = ((4, 64), (8, 32), (16, 16))
+STRIDES = [1, 1, 1, 1]
+
+
+def _random(shape: Sequence[int], seed: int) -> tf.Tensor:
+    return tf.random.stateless_normal(shape, seed=(0, seed))
+
+
+def _operations(batch: int) -> dict[str, tuple[Callable[..., tf.Tensor], tuple[tf.Tensor, ...]]]:
+    """Op name -> (the function, its inputs)."""
+    ops = {}
+    for c_in, c_out, side in CONVOLUTIONS:
+        x, dy = _random((batch, side, side, c_in), 1), _random((batch, side, side, c_out), 2)
+        w = _random((3, 3, c_in, c_out), 3)
+        name = f"conv {c_in}->{c_out} at {side}x{side}"
+        ops[f"{name}: forward"] = (lambda x, w: tf.nn.conv2d(x, w, 1, "SAME"), (x, w))
+        ops[f"{name}: input gradient"] = (
+            lambda dy, w, shape=x.shape: tf.raw_ops.Conv2DBackpropInput(
+                input_sizes=shape, filter=w, out_backprop=dy, strides=STRIDES, padding="SAME"
+            ),
+            (dy, w),
+        )
+        ops[f"{name}: kernel gradient"] = (
+            lambda x, dy, shape=w.shape: tf.raw_ops.Conv2DBackpropFilter(
+                input=x, filter_sizes=shape, out_backprop=dy, strides=STRIDES, padding="SAME"
+            ),
+            (x, dy),
+        )
+    for channels, side in POOLINGS:
+        x = _random((batch, side, side, channels), 4)
+        name = f"max pool 3x3/2, {channels} channels at {side}x{side}"
+        ops[f"{name}: forward"] = (lambda x: tf.nn.max_pool2d(x, 3, 2, "SAME"), (x,))
+
+        def pool_gradient(x: tf.Tensor) -> tf.Tensor:
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = tf.nn.max_pool2d(x, 3, 2, "SAME")
+            return tape.gradient(y, x, output_gradients=y)
+
+        ops[f"{name}: gradient"] = (pool_gradient, (x,))
+    return ops
+
+
+def _onednn_enabled() -> bool:
+    """Whether this TensorFlow runs its own oneDNN ops in graphs here (off on AMD CPUs)."""
+    from tensorflow.python.util import _pywrap_util_port
+
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
+def measure(batch: int, rounds: int, calls: int) -> dict[str, dict[str, float]]:
+    """Per op: graph and XLA milliseconds per call (medians) and the median per-round ratio."""
+    results = {}
+    for name, (function, inputs) in _operations(batch).items():
+
+        def build(jit_compile: bool, function=function, inputs=inputs) -> Callable[[], tf.Tensor]:
+            compiled = tf.function(function, jit_compile=jit_compile, autograph=False)
+            return lambda: compiled(*inputs)
+
+        times = measured_choice.time_candidates(
+            {"graph": lambda build=build: build(False), "xla": lambda build=build: build(True)}, rounds, calls
+        )
+        ratios = [x / g for x, g in zip(times["xla"], times["graph"], strict=True)]
+        results[name] = {
+            "graph_ms": 1000 * statistics.median(times["graph"]),
+            "xla_ms": 1000 * statistics.median(times["xla"]),
+            "xla_over_graph": statistics.median(ratios),
+        }
+        print(f"{name:>48}: XLA / graph {results[name]['xla_over_graph']:.2f}", flush=True)
+    return results
+
+
+def table(results: dict[str, dict[str, float]]) -> str:
+    lines = ["| op | graph (ms) | XLA (ms) | XLA / graph |", "| --- | ---: | ---: | ---: |"]
+    for name, r in results.items():
+        lines.append(f"| {name} | {r['graph_ms']:.2f} | {r['xla_ms']:.2f} | {r['xla_over_graph']:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    def parse(argv: Sequence[str] | None):
+        parser = SentenceParser(description=__doc__.split("\n")[0])
+        parser.add_argument("--batch", type=int, default=96, help="images per call (the encoder table's)")
+        parser.add_argument("--rounds", type=int, default=7)
+        parser.add_argument("--calls", type=int, default=3, help="calls per round")
+        parser.add_argument("--out", default=DEFAULT_OUT)
+        args = parser.parse_args(argv)
+        if min(args.batch, args.rounds, args.calls) < 1:
+            raise UsageError("--batch, --rounds and --calls must be >= 1.")
+        check_out_file(args.out)
+        return args
+
+    args = parse_or_say_why(parse, argv)
+    if args is None:
+        return 2
+    start = time.perf_counter()
+    report = {
+        "what": "The IMPALA-CNN's convolutions (forward, input gradient, kernel gradient) and max poolings "
+        "(forward, gradient), each alone, graph vs XLA (tf.function jit_compile=True); medians of "
+        "interleaved rounds",
+        "command": command_line("xla_conv_gradients.py", argv),
+        "commit": current_commit(),
+        "environment": environment(),
+        "onednn_in_graphs": _onednn_enabled(),
+        "batch": args.batch,
+        "rounds": args.rounds,
+        "calls_per_round": args.calls,
+        "results": measure(args.batch, args.rounds, args.calls),
+    }
+    report["table"] = table(report["results"])
+    report["wall_seconds"] = round(time.perf_counter() - start, 1)
+    print(report["table"])
+    write_report(report, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
