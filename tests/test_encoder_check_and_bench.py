@@ -206,6 +206,41 @@ def test_xla_cpu_ops_times_each_block_both_ways(tmp_path, capsys):
     assert report["table"] in capsys.readouterr().out and report["wall_seconds"] > 0
 
 
+def test_xla_conv_gradients_times_each_product_and_pooling_both_ways(tmp_path, capsys):
+    bench = _load_benchmark("xla_conv_gradients")
+    out = tmp_path / "conv.json"
+    argv = ["--batch", "2", "--rounds", "1", "--calls", "1", "--out", str(out)]
+    assert bench.main(argv) == 0
+    report = json.loads(out.read_text())
+    assert report["command"] == f"python benchmarks/xla_conv_gradients.py {' '.join(argv)}"
+    assert (report["batch"], report["rounds"], report["calls_per_round"]) == (2, 1, 1) and report["commit"]
+    convolutions = [f"conv {i}->{o} at {s}x{s}" for i, o, s in bench.CONVOLUTIONS]
+    poolings = [f"max pool 3x3/2, {c} channels at {s}x{s}" for c, s in bench.POOLINGS]
+    assert list(report["results"]) == [
+        *(f"{c}: {what}" for c in convolutions for what in ("forward", "input gradient", "kernel gradient")),
+        *(f"{p}: {what}" for p in poolings for what in ("forward", "gradient")),
+    ]
+    for name, result in report["results"].items():
+        assert result["graph_ms"] > 0 and result["xla_ms"] > 0 and result["xla_over_graph"] > 0
+        if "native_xla_ms" in result:  # the native form, where the native kernels' XLA library loads
+            assert "gradient" in name and "input" not in name and result["native_xla_ms"] > 0
+    printed = capsys.readouterr().out
+    assert report["table"] in printed and report["table"].startswith("| op | graph (ms) | XLA (ms) |")
+    assert isinstance(report["onednn_in_graphs"], bool) and report["wall_seconds"] > 0
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [(["--rounds", "0"], "--batch, --rounds and --calls must be >= 1"), (["--nope"], "--nope")],
+)
+def test_xla_conv_gradients_refuses_bad_arguments_in_one_sentence(argv, message, tmp_path, capsys):
+    out = tmp_path / "conv.json"
+    assert _load_benchmark("xla_conv_gradients").main([*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not out.exists()
+
+
 def test_channels_first_grad_times_every_form_of_each_shape(tmp_path, capsys):
     out = tmp_path / "grad.json"
     assert _load_benchmark("channels_first_grad").main(["--quick", "--repeats", "2", "--out", str(out)]) == 0

@@ -7584,6 +7584,174 @@ def test_the_speed_targets_in_one_run_are_the_reports():
     )
 
 
+def test_the_speed_targets_on_the_amx_host_are_the_reports():
+    """docs/speed.md's "The targets on an Intel host with AMX": its table is speed_targets_amx.json's rows,
+    the numbers its notes quote are those of the reports kept beside it (and of the AVX2 host's last run
+    where it compares), and its "Where XLA loses the IMPALA-CNN's step" is xla_conv_gradients_amx.json."""
+    section = _section("### The targets on an Intel host with AMX")
+    flat = " ".join(section.split())
+    summary = _report("speed_targets_amx.json")
+    met = {True: "yes", False: "**no**", None: "n/a"}
+    for row in summary["targets"]:
+        limit = "-" if row["limit"] is None else f"{'<=' if row['at_most'] else '>='} {row['limit']:.3g}"
+        assert (
+            f"| {row['what']} | {row['value']:.2f} | {limit} | {met[row['met']]} | `{row['report']}` |"
+            in (section)
+        )
+    assert "AMX" in summary["machine"] and "amx_bf16" in summary["cpu_flags"]
+    assert f"(a {summary['machine']})" in flat
+    assert f"at {summary['commit'][:7]} in {summary['wall_seconds']:.0f} s" in flat
+    assert "`benchmarks/reference/speed_targets_amx.json`" in flat
+    assert "`benchmarks/reference/speed_targets_amx/`" in flat
+    assert summary["met"] == sum(r["met"] is True for r in summary["targets"])
+    assert summary["missed"] == sum(r["met"] is False for r in summary["targets"])
+    avx2 = _report("speed_targets_avx2_prefetch.json")
+    assert (
+        f"{summary['met']} targets met, {summary['missed']} missed ({avx2['met']} and {avx2['missed']} in "
+        "the AVX2 host's last run)"
+    ) in flat
+    row = {(r["what"], r["limit"]): r for r in summary["targets"]}
+    assert row[("SiT bfloat16 / float32 train step", 0.7)]["met"] is False  # "applies here ... is missed"
+
+    run, earlier = "speed_targets_amx/", "speed_targets_avx2_prefetch/"
+    encoders, small = _report(run + "encoders_64.json"), _report(run + "encoders_14.json")
+    step = {m: v["timings"]["train_step"] for m, v in encoders["models"].items()}
+    over_vit = encoders["ratios"]["train_step_over_vit"]
+    vit, sit, siet = (f"{step[m]['graph']['median_ms']:.1f}" for m in ("vit", "sit", "siet"))
+    assert (
+        f"the ViT's step took {vit} ms in graph mode, the SiT's {sit} ms ({over_vit['sit']['graph']:.2f}x) "
+        f"and the SieT's {siet} ms ({over_vit['siet']['graph']:.2f}x)"
+    ) in flat
+    configs = {c.split("lavacrossing_")[-1].removesuffix(".gin"): c for c in small["models"]}
+    small_over_vit = {m: small["ratios"]["train_step_over_vit"][c]["graph"] for m, c in configs.items()}
+    assert (
+        f"at 14x14 SiT-small's step is {small_over_vit['sit_small']:.2f}x the ViT's and the SieT readout's "
+        f"{small_over_vit['siet_rotation_pooled']:.2f}x"
+    ) in flat
+    xla = {m: r["train_step"] for m, r in encoders["ratios"]["xla_over_graph"].items()}
+    small_xla = {m: small["ratios"]["xla_over_graph"][c]["train_step"] for m, c in configs.items()}
+    assert (
+        f"({xla['sit']:.2f} and {xla['siet']:.2f} at 64x64, {small_xla['sit_small']:.2f} and "
+        f"{small_xla['siet_rotation_pooled']:.2f} at 14x14), and so is the ViT's at 64x64 ({xla['vit']:.2f})"
+    ) in flat
+    assert max(xla["sit"], xla["siet"], xla["vit"], small_xla["sit_small"]) < 1  # "faster with XLA"
+    impala = {mode: f"{step['impala_cnn'][mode]['median_ms']:.1f}" for mode in ("graph", "xla")}
+    avx2_impala = _report(earlier + "encoders_64.json")["models"]["impala_cnn"]["timings"]["train_step"]
+    assert (
+        f"The IMPALA-CNN's step takes {xla['impala_cnn']:.2f}x as long with XLA ({impala['xla']} against "
+        f"{impala['graph']} ms in graph mode; {avx2_impala['xla']['median_ms']:.1f} against "
+        f"{avx2_impala['graph']['median_ms']:.1f} ms on the AVX2 host)"
+    ) in flat
+    small_step = {m: small["models"][c]["timings"]["train_step"] for m, c in configs.items()}
+    for model, name in (("cnn", "The MiniGrid CNN's step is at"), ("vit", "the ViT's at 14x14 at")):
+        ms = {mode: f"{small_step[model][mode]['median_ms']:.1f}" for mode in ("graph", "xla")}
+        assert f"{name} {small_xla[model]:.2f} ({ms['xla']} against {ms['graph']} ms" in flat
+    bfloat16 = encoders["models"]["sit"]["precision"]["mixed_bfloat16"]["over_float32"]
+    matmul = encoders["matmul"]["by_precision"]["mixed_bfloat16"]["over_float32"]
+    assert f"The SiT's step under `mixed_bfloat16` takes {bfloat16:.2f}x its float32 step" in flat
+    assert f"the 1024^3 matmul in bfloat16 takes {matmul:.2f}x its float32 time in the same run" in flat
+    before = _report("speed_encoders_amx.json")
+    assert before["commit"].startswith("31a40d0") and "PPO" in before["load_note"]
+    assert (
+        f"({before['models']['sit']['precision']['mixed_bfloat16']['over_float32']:.2f} at 31a40d0, "
+        "before the kernels existed, in a run beside two PPO runs"
+    ) in flat
+
+    demo = _report(run + "demo_ppo.json")
+    lava = _report(run + "lavacrossing_ppo.json")["table"]
+    procgen = _report(run + "procgen_ppo.json")
+    sps = {
+        "demo": (demo["env_steps_per_second"]["sit"], demo["env_steps_per_second"]["cnn"]),
+        "lava": (lava["sit_small"]["env_steps_per_second"], lava["cnn"]["env_steps_per_second"]),
+        "procgen": (procgen["env_steps_per_second"]["sit"], procgen["env_steps_per_second"]["impala_cnn"]),
+    }
+    assert f"The demo SiT trains at {demo['sit_over_cnn']:.2f}x the CNN's env steps/s" in flat
+    assert (
+        "({:.1f} against {:.1f}), SiT-small on LavaCrossing at {:.2f}x ({:.1f} against {:.1f})".format(
+            *sps["demo"], sps["lava"][0] / sps["lava"][1], *sps["lava"]
+        )
+        in flat
+    )
+    ratio = procgen["ratios"]["impala_cnn_over_sit_env_steps_per_second"]
+    assert (
+        "the Procgen SiT at 1/{:.2f} of the IMPALA-CNN ({:.1f} against {:.1f} env steps/s)".format(
+            ratio, *sps["procgen"]
+        )
+        in flat
+    )
+    assert row[("Procgen SiT / IMPALA-CNN env steps/s (PPO)", 1 / 6)]["met"] is True  # "meets the 1/6"
+    assert row[("Procgen SiT / IMPALA-CNN env steps/s (PPO)", 0.25)]["met"] is False  # "misses the 1/4"
+    avx2_demo = _report(earlier + "demo_ppo.json")["env_steps_per_second"]
+    avx2_lava = _report(earlier + "lavacrossing_ppo.json")["table"]
+    avx2_procgen = _report(earlier + "procgen_ppo.json")["env_steps_per_second"]
+    avx2_sps = {
+        "demo": (avx2_demo["sit"], avx2_demo["cnn"]),
+        "lava": (avx2_lava["sit_small"]["env_steps_per_second"], avx2_lava["cnn"]["env_steps_per_second"]),
+        "procgen": (avx2_procgen["sit"], avx2_procgen["impala_cnn"]),
+    }
+    names = ("demo", "lava", "procgen")
+    for side, words in (
+        (1, "the CNN sides train faster than in the AVX2 host's last run"),
+        (0, "the SiT sides do"),
+    ):
+        here = [f"{sps[n][side]:.1f}" for n in names]
+        there = [f"{avx2_sps[n][side]:.1f}" for n in names]
+        against = "{}, {} and {} against {}, {} and {}".format(*here, *there)
+        assert f"{words} {'not ' if side == 0 else ''}({against}" in flat
+        faster = [sps[n][side] > avx2_sps[n][side] for n in names]
+        assert all(faster) if side == 1 else not any(faster)
+    for n in names:  # "all three ratios are below the AVX2 host's"
+        assert sps[n][0] / sps[n][1] < avx2_sps[n][0] / avx2_sps[n][1]
+    workers = _report(run + "two_workers.json")["median_ratios_two_over_one"]
+    assert f"the learner's train step {workers['learner_seconds_per_train_step']:.2f}x as long" in flat
+    assert f"env steps/s {workers['cluster_env_steps_per_second']:.2f}x one worker's" in flat
+
+    # Where XLA loses the IMPALA-CNN's step.
+    gradients = _report("xla_conv_gradients_amx.json")
+    assert gradients["table"] in SPEED and gradients["command"] in flat
+    assert gradients["commit"].startswith("07cf58d") and gradients["onednn_in_graphs"] is True
+    assert gradients["machine"] == summary["machine"]
+    assert (gradients["batch"], gradients["rounds"], gradients["calls_per_round"]) == (96, 7, 3)
+    assert "in 7 interleaved rounds of 3 calls" in flat
+    results = gradients["results"]
+    ratios = {name: r["xla_over_graph"] for name, r in results.items()}
+    convolutions = [n.removesuffix(": kernel gradient") for n in results if n.endswith(": kernel gradient")]
+    first = results["conv 3->4 at 64x64: kernel gradient"]
+    assert first["xla_over_graph"] > 2 and convolutions[0] == "conv 3->4 at 64x64"
+    parity = [ratios[f"{c}: {what}"] for c in convolutions for what in ("forward", "input gradient")]
+    assert max(parity) < 1.2
+    assert f"at parity ({min(parity):.2f}-{max(parity):.2f})" in flat
+    pooling = [r for n, r in ratios.items() if n.startswith("max pool") and n.endswith(": forward")]
+    assert max(pooling) < 1 and f"faster under XLA ({min(pooling):.2f}-{max(pooling):.2f})" in flat
+    assert (
+        f"takes {first['xla_over_graph']:.2f}x the graph's time under XLA ({first['xla_ms']:.2f} against "
+        f"{first['graph_ms']:.2f} ms), the others "
+        + ", ".join(f"{ratios[c + ': kernel gradient']:.2f}x" for c in convolutions[1:-1])
+        + f" and {ratios[convolutions[-1] + ': kernel gradient']:.2f}x"
+    ) in flat
+    pool_gradients = [r for n, r in ratios.items() if n.startswith("max pool") and n.endswith(": gradient")]
+    assert f"take {min(pool_gradients):.2f}-{max(pool_gradients):.2f}x the graph's time" in flat
+    # Each stack: a convolution, the pooling, two residual blocks of two convolutions at the pooled size.
+    repeats = [1, 4] * 3
+    extra = sum(
+        n * (results[f"{c}: kernel gradient"]["xla_ms"] - results[f"{c}: kernel gradient"]["graph_ms"])
+        for c, n in zip(convolutions, repeats, strict=True)
+    )
+    pool_extra = sum(
+        r["xla_ms"] - r["graph_ms"]
+        for n, r in results.items()
+        if n.startswith("max pool") and "gradient" in n
+    )
+    step_extra = step["impala_cnn"]["xla"]["median_ms"] - step["impala_cnn"]["graph"]["median_ms"]
+    assert (
+        f"the kernel gradients take {extra:.1f} ms more under XLA than in the graph and the pooling "
+        f"gradients {pool_extra:.1f} ms more, where the whole step takes {step_extra:.1f} ms more "
+        f"({impala['xla']} against {impala['graph']} ms)"
+    ) in flat
+    assert extra + pool_extra > step_extra  # "these ops account for the step's difference"
+    assert "In scratch runs (not kept)" in flat and "is not done yet" in flat
+
+
 def test_the_dense_gradients_section_quotes_the_two_speed_target_runs():
     """docs/speed.md's "Sparse gradients of shared weight tables": its before / after XLA ratios are the
     two speed-target runs'."""
