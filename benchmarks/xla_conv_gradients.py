@@ -2,7 +2,7 @@
 
 On a host whose TensorFlow runs its own oneDNN ops (an Intel CPU: ``IsMklEnabled()``), the
 IMPALA-CNN's train step took 2.4x as long with ``jit_compile=True`` as without it
-(``docs/speed.md``, "On an Intel host with AMX"). This benchmark splits that step into
+(``docs/speed.md``, "The targets on an Intel host with AMX"). This benchmark splits that step into
 the ops its gradient runs, at the encoder table's shapes (batch 96, 64x64x3, the
 SiT paper's channels 4, 8 and 16), and times each as a graph (``tf.function``) and
 compiled by XLA, in interleaved rounds (``measured_choice.time_candidates``):
@@ -13,7 +13,11 @@ compiled by XLA, in interleaved rounds (``measured_choice.time_candidates``):
 - per max pooling (3x3, stride 2, "same"): the forward pass and its gradient
   (``MaxPoolGrad``; XLA's select-and-scatter).
 
-Each op's ratio is the median of its per-round ratios XLA / graph.
+Where the native kernels' XLA library loads, each kernel gradient and pooling
+gradient is also timed as the CNN layers compute it under XLA since
+(``sit_keras.layers.native_gradients``): the native op ``SitConv2DKernelGrad``,
+and the pooling with ``SitStridedMaxPoolGrad``, in the same rounds.
+Each op's ratio is the median of its per-round ratios over the graph's time.
 
 Usage::
 
@@ -27,6 +31,7 @@ import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up 
 
 # isort: split
 
+import functools
 import statistics
 import sys
 import time
@@ -34,7 +39,7 @@ from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
-from sit_keras import measured_choice
+from sit_keras import measured_choice, native
 from sit_keras.benchmarking import (
     SentenceParser,
     UsageError,
@@ -58,39 +63,48 @@ def _random(shape: Sequence[int], seed: int) -> tf.Tensor:
     return tf.random.stateless_normal(shape, seed=(0, seed))
 
 
-def _operations(batch: int) -> dict[str, tuple[Callable[..., tf.Tensor], tuple[tf.Tensor, ...]]]:
-    """Op name -> (the function, its inputs)."""
+def _operations(
+    batch: int,
+) -> dict[str, tuple[Callable[..., tf.Tensor], Callable | None, tuple[tf.Tensor, ...]]]:
+    """Op name -> (TensorFlow's function, the native form or None, their inputs)."""
     ops = {}
     for c_in, c_out, side in CONVOLUTIONS:
         x, dy = _random((batch, side, side, c_in), 1), _random((batch, side, side, c_out), 2)
         w = _random((3, 3, c_in, c_out), 3)
         name = f"conv {c_in}->{c_out} at {side}x{side}"
-        ops[f"{name}: forward"] = (lambda x, w: tf.nn.conv2d(x, w, 1, "SAME"), (x, w))
+        ops[f"{name}: forward"] = (lambda x, w: tf.nn.conv2d(x, w, 1, "SAME"), None, (x, w))
         ops[f"{name}: input gradient"] = (
             lambda dy, w, shape=x.shape: tf.raw_ops.Conv2DBackpropInput(
                 input_sizes=shape, filter=w, out_backprop=dy, strides=STRIDES, padding="SAME"
             ),
+            None,
             (dy, w),
         )
         ops[f"{name}: kernel gradient"] = (
             lambda x, dy, shape=w.shape: tf.raw_ops.Conv2DBackpropFilter(
                 input=x, filter_sizes=shape, out_backprop=dy, strides=STRIDES, padding="SAME"
             ),
+            lambda x, dy: native.library().sit_conv2d_kernel_grad(dy, x, size=3),
             (x, dy),
         )
     for channels, side in POOLINGS:
         x = _random((batch, side, side, channels), 4)
         name = f"max pool 3x3/2, {channels} channels at {side}x{side}"
-        ops[f"{name}: forward"] = (lambda x: tf.nn.max_pool2d(x, 3, 2, "SAME"), (x,))
-
-        def pool_gradient(x: tf.Tensor) -> tf.Tensor:
-            with tf.GradientTape() as tape:
-                tape.watch(x)
-                y = tf.nn.max_pool2d(x, 3, 2, "SAME")
-            return tape.gradient(y, x, output_gradients=y)
-
-        ops[f"{name}: gradient"] = (pool_gradient, (x,))
+        ops[f"{name}: forward"] = (lambda x: tf.nn.max_pool2d(x, 3, 2, "SAME"), None, (x,))
+        ops[f"{name}: gradient"] = (
+            functools.partial(_pool_gradient, lambda x: tf.nn.max_pool2d(x, 3, 2, "SAME")),
+            functools.partial(_pool_gradient, lambda x: native.strided_max_pool(x, 3, 2)),
+            (x,),
+        )
     return ops
+
+
+def _pool_gradient(pool: Callable[[tf.Tensor], tf.Tensor], x: tf.Tensor) -> tf.Tensor:
+    """The pooling's forward pass and its gradient, with the pooled values as the upstream gradient."""
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = pool(x)
+    return tape.gradient(y, x, output_gradients=y)
 
 
 def _onednn_enabled() -> bool:
@@ -100,32 +114,51 @@ def _onednn_enabled() -> bool:
     return bool(_pywrap_util_port.IsMklEnabled())
 
 
+def _compiled(function: Callable, inputs: tuple, jit_compile: bool) -> Callable[[], tf.Tensor]:
+    compiled = tf.function(function, jit_compile=jit_compile, autograph=False)
+    return lambda: compiled(*inputs)
+
+
 def measure(batch: int, rounds: int, calls: int) -> dict[str, dict[str, float]]:
-    """Per op: graph and XLA milliseconds per call (medians) and the median per-round ratio."""
+    """Per op: graph and XLA milliseconds per call (medians) and the median per-round ratios; with the
+    native form where it has one and the XLA kernels load (``native_xla_ms``, ``native_xla_over_graph``)."""
+    with_native = native.available() and native.xla_load_problem() is None
     results = {}
-    for name, (function, inputs) in _operations(batch).items():
-
-        def build(jit_compile: bool, function=function, inputs=inputs) -> Callable[[], tf.Tensor]:
-            compiled = tf.function(function, jit_compile=jit_compile, autograph=False)
-            return lambda: compiled(*inputs)
-
-        times = measured_choice.time_candidates(
-            {"graph": lambda build=build: build(False), "xla": lambda build=build: build(True)}, rounds, calls
-        )
-        ratios = [x / g for x, g in zip(times["xla"], times["graph"], strict=True)]
-        results[name] = {
-            "graph_ms": 1000 * statistics.median(times["graph"]),
-            "xla_ms": 1000 * statistics.median(times["xla"]),
-            "xla_over_graph": statistics.median(ratios),
+    for name, (function, native_function, inputs) in _operations(batch).items():
+        candidates = {
+            "graph": functools.partial(_compiled, function, inputs, False),
+            "xla": functools.partial(_compiled, function, inputs, True),
         }
-        print(f"{name:>48}: XLA / graph {results[name]['xla_over_graph']:.2f}", flush=True)
+        if native_function is not None and with_native:
+            candidates["native_xla"] = functools.partial(_compiled, native_function, inputs, True)
+        times = measured_choice.time_candidates(candidates, rounds, calls)
+        results[name] = {"graph_ms": 1000 * statistics.median(times["graph"])}
+        for candidate in list(candidates)[1:]:
+            ratios = [t / g for t, g in zip(times[candidate], times["graph"], strict=True)]
+            results[name][f"{candidate}_ms"] = 1000 * statistics.median(times[candidate])
+            results[name][f"{candidate}_over_graph"] = statistics.median(ratios)
+        native_note = (
+            f", native op under XLA / graph {results[name]['native_xla_over_graph']:.2f}"
+            if "native_xla" in candidates
+            else ""
+        )
+        print(f"{name:>48}: XLA / graph {results[name]['xla_over_graph']:.2f}{native_note}", flush=True)
     return results
 
 
 def table(results: dict[str, dict[str, float]]) -> str:
-    lines = ["| op | graph (ms) | XLA (ms) | XLA / graph |", "| --- | ---: | ---: | ---: |"]
+    """The results as a Markdown table; the native columns where any op has them."""
+    with_native = any("native_xla_ms" in r for r in results.values())
+    header = "| op | graph (ms) | XLA (ms) | XLA / graph |"
+    header += " native op, XLA (ms) | native op, XLA / graph |" if with_native else ""
+    lines = [header, "| --- | ---: | ---: | ---: |" + (" ---: | ---: |" if with_native else "")]
     for name, r in results.items():
-        lines.append(f"| {name} | {r['graph_ms']:.2f} | {r['xla_ms']:.2f} | {r['xla_over_graph']:.2f} |")
+        line = f"| {name} | {r['graph_ms']:.2f} | {r['xla_ms']:.2f} | {r['xla_over_graph']:.2f} |"
+        if with_native:
+            native_ms = f"{r['native_xla_ms']:.2f}" if "native_xla_ms" in r else ""
+            native_ratio = f"{r['native_xla_over_graph']:.2f}" if "native_xla_ms" in r else ""
+            line += f" {native_ms} | {native_ratio} |"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -148,8 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.perf_counter()
     report = {
         "what": "The IMPALA-CNN's convolutions (forward, input gradient, kernel gradient) and max poolings "
-        "(forward, gradient), each alone, graph vs XLA (tf.function jit_compile=True); medians of "
-        "interleaved rounds",
+        "(forward, gradient), each alone, graph vs XLA (tf.function jit_compile=True), the gradients also "
+        "in their native forms under XLA; medians of interleaved rounds",
         "command": command_line("xla_conv_gradients.py", argv),
         "commit": current_commit(),
         "environment": environment(),

@@ -30,7 +30,7 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from invariant_graphs import invariant_graphs
-from traced_ops import op_types
+from traced_ops import custom_calls, needs_xla_kernels, op_types
 
 from sit_keras import native
 from sit_keras.encoder_check import make_train_step
@@ -47,19 +47,6 @@ XLA_TARGETS = [
                "class_token_attention", "standardized_lanes")
     for grad in ("", "_kernel_grad" if op in ("depthwise_conv", "channels_first_projection") else "_grad")
 ]  # fmt: skip
-needs_xla_kernels = pytest.mark.skipif(
-    native.xla_load_problem() is not None,
-    reason=f"the XLA kernels are not usable: {native.xla_load_problem()}",
-)
-
-
-def _custom_calls(function: tf.types.experimental.GenericFunction, *args) -> set[str]:
-    hlo = function.experimental_get_compiler_ir(*args)(stage="hlo")
-    return {
-        line.split('custom_call_target="')[1].split('"')[0]
-        for line in hlo.splitlines()
-        if "custom_call" in line
-    }
 
 
 @pytest.mark.skipif(build.llvm_headers() is None, reason=build.NO_LLVM_HEADERS)
@@ -92,7 +79,7 @@ def test_under_xla_the_pooling_is_the_kernels_and_equals_tensorflows(shape: tupl
     x = tf.constant(rng.integers(0, 3, size=(images, height, width, channels)), tf.float64)  # ties
     dy = tf.constant(rng.normal(size=(images, height // size, width // size, channels)))
     compiled = tf.function(lambda x, dy: _pool_with_gradient(x, dy, size, True), jit_compile=True)
-    assert {"sit_max_pool_f64", "sit_max_pool_grad_f64"} <= _custom_calls(compiled, x, dy)
+    assert {"sit_max_pool_f64", "sit_max_pool_grad_f64"} <= custom_calls(compiled, x, dy)
     pooled, gradient = _pool_with_gradient(x, dy, size, False)
     if 0 in dy.shape:  # no window fits: TensorFlow's gradient is memory it never wrote, the kernel's zero
         gradient = np.zeros(x.shape)
@@ -120,7 +107,7 @@ def test_under_xla_the_stem_is_the_kernels_and_equals_tensorflows(shape: tuple, 
     kernel = tf.constant(rng.normal(size=(side, side, channels)))
     dy = tf.constant(rng.normal(size=x.shape))
     compiled = tf.function(lambda *args: _stem_with_gradients(*args, True), jit_compile=True)
-    assert {"sit_depthwise_conv_f64", "sit_depthwise_conv_kernel_grad_f64"} <= _custom_calls(
+    assert {"sit_depthwise_conv_f64", "sit_depthwise_conv_kernel_grad_f64"} <= custom_calls(
         compiled, x, kernel, dy
     )
     for got, want in zip(compiled(x, kernel, dy), _stem_with_gradients(x, kernel, dy, False), strict=True):
@@ -148,7 +135,7 @@ def test_under_xla_the_projection_is_the_kernels_and_equals_a_matmul(
     compiled = tf.function(
         lambda *args: _projection_with_gradients(*args, project_channels_first), jit_compile=True
     )
-    calls = _custom_calls(compiled, kernel, x, dy)
+    calls = custom_calls(compiled, kernel, x, dy)
     assert {"sit_channels_first_projection_f64", "sit_channels_first_projection_kernel_grad_f64"} <= calls
 
     def matmul(w: tf.Tensor, inputs: tf.Tensor) -> tf.Tensor:
@@ -216,7 +203,7 @@ def test_under_xla_the_attention_ops_are_the_kernels_and_equal_the_ops_outside_i
     compiled = tf.function(
         lambda *args: _attention_with_gradients(list(args), attend, upstream), jit_compile=True
     )
-    assert targets <= _custom_calls(compiled, *inputs)
+    assert targets <= custom_calls(compiled, *inputs)
     want = _attention_with_gradients(inputs, attend, upstream)
     for got, expected in zip(compiled(*inputs), want, strict=True):
         np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
@@ -248,7 +235,7 @@ def test_under_xla_the_standardizing_op_is_the_kernels_and_equals_the_op_outside
         return [y, skip, tape.gradient(loss, x)]
 
     compiled = tf.function(standardized, jit_compile=True)
-    assert {"sit_standardized_lanes_f64", "sit_standardized_lanes_grad_f64"} <= _custom_calls(compiled, x)
+    assert {"sit_standardized_lanes_f64", "sit_standardized_lanes_grad_f64"} <= custom_calls(compiled, x)
     for got, want in zip(compiled(x), standardized(x), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
@@ -292,7 +279,7 @@ def _loss_and_gradients(encoder: tf.keras.Model, images: tf.Tensor, jit_compile:
 def test_an_xla_train_step_runs_every_native_op_and_matches_the_graph_step(variant: str) -> None:
     encoder = build_encoder(variant, (16, 16, 3), dim=16, num_heads=2)
     images = tf.random.uniform((21, 16, 16, 3), seed=4)
-    calls = _custom_calls(make_train_step(encoder, jit_compile=True), images)
+    calls = custom_calls(make_train_step(encoder, jit_compile=True), images)
     assert {f"{name}_f32" for name in XLA_TARGETS} <= calls
     graph, compiled = (_loss_and_gradients(encoder, images, jit) for jit in (False, True))
     for a, b in zip(graph, compiled, strict=True):  # the same ops; XLA's own fusions round differently
@@ -303,13 +290,13 @@ def test_an_xla_train_step_runs_every_native_op_and_matches_the_graph_step(varia
 def test_a_sits_xla_train_step_runs_the_kernels_and_without_the_library_tensorflows_ops(monkeypatch) -> None:
     sit = build_encoder("sit", (16, 16, 3), dim=16, num_heads=2)
     images = tf.random.uniform((3, 16, 16, 3))
-    calls = _custom_calls(make_train_step(sit, jit_compile=True), images)
+    calls = custom_calls(make_train_step(sit, jit_compile=True), images)
     assert {f"{name}_f32" for name in XLA_TARGETS} <= calls
     with native.without_xla_kernels():  # what benchmarks/encoders.py compares them with
-        assert not _custom_calls(make_train_step(sit, jit_compile=True), images)
+        assert not custom_calls(make_train_step(sit, jit_compile=True), images)
         assert NATIVE_OPS <= op_types(make_train_step(sit, jit_compile=False), images)  # graphs keep them
     monkeypatch.setitem(native._loaded, "xla_problem", "not built")
-    assert not _custom_calls(make_train_step(sit, jit_compile=True), images)
+    assert not custom_calls(make_train_step(sit, jit_compile=True), images)
 
 
 @needs_xla_kernels

@@ -20,6 +20,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
+from sit_keras.layers.native_gradients import NativeGradConv2D
 from sit_keras.models.base import Encoder
 
 
@@ -94,7 +95,7 @@ class ConvEncoder(Encoder):
 
         policy = self.dtype_policy
         self.convs = [
-            tf_keras.layers.Conv2D(
+            NativeGradConv2D(
                 f,
                 self.kernel_size,
                 strides=self.strides,

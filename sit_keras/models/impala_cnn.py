@@ -19,6 +19,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras
 
+from sit_keras.layers.native_gradients import NativeGradConv2D, NativeGradMaxPool2D
 from sit_keras.models.base import Encoder
 
 
@@ -43,8 +44,8 @@ class _ResidualBlock(tf_keras.layers.Layer):
         super().__init__(**kwargs)
         self.channels = channels
         policy = self.dtype_policy
-        self.conv_0 = tf_keras.layers.Conv2D(channels, 3, padding="same", dtype=policy, name="conv_0")
-        self.conv_1 = tf_keras.layers.Conv2D(channels, 3, padding="same", dtype=policy, name="conv_1")
+        self.conv_0 = NativeGradConv2D(channels, 3, padding="same", dtype=policy, name="conv_0")
+        self.conv_1 = NativeGradConv2D(channels, 3, padding="same", dtype=policy, name="conv_1")
 
     def build(self, input_shape: tf.TensorShape) -> None:
         _build(self.conv_0, input_shape)
@@ -80,10 +81,10 @@ class _ConvSequence(tf_keras.layers.Layer):
         super().__init__(**kwargs)
         self.channels = channels
         policy = self.dtype_policy
-        self.conv = tf_keras.layers.Conv2D(channels, 3, padding="same", dtype=policy, name="conv")
+        self.conv = NativeGradConv2D(channels, 3, padding="same", dtype=policy, name="conv")
         # DrAC pads by 1 on both sides (PyTorch); "same" pads only bottom/right
         # for even sizes. Both give ceil(n / 2) outputs, so weights match.
-        self.pool = tf_keras.layers.MaxPool2D(
+        self.pool = NativeGradMaxPool2D(
             pool_size=3, strides=2, padding="same", dtype=policy, name="pool"
         )
         self.residual_0 = _ResidualBlock(channels, dtype=policy, name="residual_0")

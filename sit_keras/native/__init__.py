@@ -33,7 +33,9 @@ maps and softmaxes never leave the cache (docs/speed.md, "Native kernels");
 ``standardized_lane_blocks`` writes a block's standardised tokens in their layout;
 ``depthwise_conv`` is the SiT stem's depth-wise convolution (``depthwise_stem.cc``);
 ``max_pool`` the pooling after it (``max_pool.cc``); ``project_channels_first`` the GSA layers'
-projection of channels-first tokens (``channels_first.cc``).
+projection of channels-first tokens (``channels_first.cc``); ``conv2d`` and ``strided_max_pool`` the
+CNNs' convolutions and the IMPALA-CNN's pooling, whose gradients they compute (``conv_kernel_grad.cc``,
+``max_pool.cc``).
 """
 
 from __future__ import annotations
@@ -62,17 +64,22 @@ from sit_keras.native import cpu
 
 LIBRARY = Path(__file__).with_name("_kernels.so")
 XLA_LIBRARY = Path(__file__).with_name("_xla_kernels.so")
-# The ops of max_pool, project_channels_first, depthwise_conv, and of the GSA layers' native path
+# The ops of max_pool, strided_max_pool, project_channels_first, depthwise_conv, conv2d, and of the GSA
+# layers' native path
 # (window_attention, class_token_attention, standardized_lane_blocks); those XLA_LIBRARY gives an XLA
 # kernel (xla/xla_kernels.cc): all of them.
 POOL_OPS = frozenset({"SitMaxPool", "SitMaxPoolGrad"})
 PROJECTION_OPS = frozenset({"SitChannelsFirstProjection", "SitChannelsFirstProjectionKernelGrad"})
 STEM_OPS = frozenset({"SitDepthwiseConv", "SitDepthwiseConvKernelGrad"})
+CONV_OPS = frozenset({"SitConv2DKernelGrad"})
+STRIDED_POOL_OPS = frozenset({"SitStridedMaxPoolGrad"})
+# Window positions SitStridedMaxPoolGrad takes at most (kMaxStridedPoolPositions of max_pool.h).
+MAX_STRIDED_POOL_POSITIONS = 64
 ATTENTION_OPS = frozenset(
     {"SitWindowAttention", "SitWindowAttentionGrad", "SitClassTokenAttention", "SitClassTokenAttentionGrad",
      "SitStandardizedLanes", "SitStandardizedLanesGrad"}
 )  # fmt: skip
-XLA_OPS = POOL_OPS | PROJECTION_OPS | STEM_OPS | ATTENTION_OPS
+XLA_OPS = POOL_OPS | STRIDED_POOL_OPS | PROJECTION_OPS | STEM_OPS | CONV_OPS | ATTENTION_OPS
 _DTYPES = (tf.float32, tf.float64)
 # bfloat16 tensors pass through the ops in float32 (their arithmetic is float32 or float64). Under
 # mixed_bfloat16 the SiT step then takes 1.0-1.1x its float32 step on an AMD host with AVX512_BF16, against
@@ -365,6 +372,33 @@ def standardized_lane_blocks(
     return standardized(tokens)
 
 
+def conv2d(inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
+    """``tf.nn.conv2d(inputs, kernel, 1, "SAME")``, its kernel's gradient from ``SitConv2DKernelGrad``.
+
+    ``inputs (B, H, W, C_in)``, ``kernel (k, k, C_in, C_out)`` with ``k`` odd.
+    The forward pass and the input's gradient are TensorFlow's ops; the
+    kernel's gradient is the native op (``conv_kernel_grad.cc``), which XLA's
+    own took up to 9x as long as on the CNNs' few channels (docs/speed.md,
+    "Where XLA loses the IMPALA-CNN's step"). float32 and float64 only: in
+    bfloat16 the builtin convolutions are faster. Call only where
+    ``usable(inputs.dtype, CONV_OPS)``.
+    """
+    ops = _library_or_raise()
+    size = kernel.shape[0]
+
+    @tf.custom_gradient
+    def convolve(x: tf.Tensor, w: tf.Tensor) -> tf.Tensor:
+        def grad(dy: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            dx = tf.raw_ops.Conv2DBackpropInput(
+                input_sizes=tf.shape(x), filter=w, out_backprop=dy, strides=[1, 1, 1, 1], padding="SAME"
+            )
+            return dx, ops.sit_conv2d_kernel_grad(dy, x, size=size)
+
+        return tf.nn.conv2d(x, w, 1, "SAME"), grad
+
+    return convolve(inputs, kernel)
+
+
 @_in_op_dtype
 def depthwise_conv(inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     """``tf.nn.depthwise_conv2d(inputs, kernel[..., None], [1, 1, 1, 1], "SAME")`` in one op.
@@ -412,6 +446,29 @@ def max_pool(inputs: tf.Tensor, size: int) -> tf.Tensor:
 
         def grad(dy: tf.Tensor) -> tf.Tensor:
             return ops.sit_max_pool_grad(x, y, dy, size=size)
+
+        return y, grad
+
+    return pool(inputs)
+
+
+def strided_max_pool(inputs: tf.Tensor, size: int, stride: int) -> tf.Tensor:
+    """``tf.nn.max_pool2d(inputs, size, stride, "SAME")``, its gradient from ``SitStridedMaxPoolGrad``.
+
+    ``inputs (B, H, W, C)``: the IMPALA-CNN's pooling, whose windows overlap
+    (3x3, stride 2). The forward pass is TensorFlow's; the gradient puts each
+    value at its window's first maximum in row-major order (``max_pool.cc``),
+    where XLA's select-and-scatter took 2-4x TensorFlow's graph op. Call only
+    where ``usable(inputs.dtype, STRIDED_POOL_OPS)``, on float32 or float64.
+    """
+    ops = _library_or_raise()
+
+    @tf.custom_gradient
+    def pool(x: tf.Tensor) -> tf.Tensor:
+        y = tf.nn.max_pool2d(x, size, stride, "SAME")
+
+        def grad(dy: tf.Tensor) -> tf.Tensor:
+            return ops.sit_strided_max_pool_grad(x, y, dy, size=size, stride=stride)
 
         return y, grad
 

@@ -7,6 +7,11 @@
 // SitMaxPoolGrad: x, y, dy (B, H / k, W / k, C) -> dx (B, H, W, C): dy[b, i, j, c] at the window's first
 // maximum in row-major order, zero elsewhere (the position TensorFlow's MaxPoolGrad picks on CPU).
 //
+// SitStridedMaxPoolGrad: x (B, H, W, C), y, dy (B, ceil(H / s), ceil(W / s), C) -> dx (B, H, W, C): the
+// gradient of tf.nn.max_pool2d(x, k, s, "SAME") with overlapping windows (s < k, the IMPALA-CNN's 3x3 windows
+// of stride 2), each dy value at its window's first maximum in row-major order, the values of overlapping
+// windows added. Its forward pass is TensorFlow's (sit_keras.native.strided_max_pool).
+//
 // How they compute: max_pool.h.
 
 #include "kernels.h"
@@ -32,6 +37,14 @@ REGISTER_OP("SitMaxPool")
       return Status();
     });
 
+// A pooling gradient's shape: x's, of rank 4.
+Status GradientShape(InferenceContext* c) {
+  ShapeHandle x;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &x));
+  c->set_output(0, x);
+  return Status();
+}
+
 REGISTER_OP("SitMaxPoolGrad")
     .Input("x: T")
     .Input("y: T")
@@ -39,12 +52,17 @@ REGISTER_OP("SitMaxPoolGrad")
     .Output("dx: T")
     .Attr("size: int >= 1")
     .Attr("T: {float, double}")
-    .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle x;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &x));
-      c->set_output(0, x);
-      return Status();
-    });
+    .SetShapeFn(GradientShape);
+
+REGISTER_OP("SitStridedMaxPoolGrad")
+    .Input("x: T")
+    .Input("y: T")
+    .Input("dy: T")
+    .Output("dx: T")
+    .Attr("size: int >= 1")
+    .Attr("stride: int >= 1")
+    .Attr("T: {float, double}")
+    .SetShapeFn(GradientShape);
 
 // The sizes of the pooling of x with k x k windows, and the shape of its output.
 PoolSizes SizesOf(const Tensor& x, int k) {
@@ -108,9 +126,37 @@ class MaxPoolGradOp : public OpKernel {
   int size_;
 };
 
+template <typename T>
+class StridedMaxPoolGradOp : public OpKernel {
+ public:
+  explicit StridedMaxPoolGradOp(OpKernelConstruction* context) : OpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("size", &size_));
+    OP_REQUIRES_OK(context, context->GetAttr("stride", &stride_));
+    OP_REQUIRES_OK(context, CheckStridedPoolSize(size_));
+  }
+
+  void Compute(OpKernelContext* context) override {
+    const Tensor& x = context->input(0);
+    const Tensor& y = context->input(1);
+    const Tensor& dy = context->input(2);
+    if (!CheckInput(context, "SitStridedMaxPoolGrad", x)) return;
+    const StridedPoolSizes n(x.dim_size(0), x.dim_size(1), x.dim_size(2), x.dim_size(3), size_, stride_);
+    OP_REQUIRES_OK(context, CheckStridedPoolGradInputs(n, x.shape(), y.shape(), dy.shape()));
+    Tensor* dx = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(0, x.shape(), &dx));
+    StridedMaxPoolGrad(x.flat<T>().data(), y.flat<T>().data(), dy.flat<T>().data(), n, dx->flat<T>().data(),
+                       ShardsOf(context));
+  }
+
+ private:
+  int size_, stride_;
+};
+
 #define REGISTER(T)                                                                                           \
   REGISTER_KERNEL_BUILDER(Name("SitMaxPool").Device(DEVICE_CPU).TypeConstraint<T>("T"), MaxPoolOp<T>);         \
-  REGISTER_KERNEL_BUILDER(Name("SitMaxPoolGrad").Device(DEVICE_CPU).TypeConstraint<T>("T"), MaxPoolGradOp<T>);
+  REGISTER_KERNEL_BUILDER(Name("SitMaxPoolGrad").Device(DEVICE_CPU).TypeConstraint<T>("T"), MaxPoolGradOp<T>); \
+  REGISTER_KERNEL_BUILDER(Name("SitStridedMaxPoolGrad").Device(DEVICE_CPU).TypeConstraint<T>("T"),             \
+                          StridedMaxPoolGradOp<T>);
 REGISTER(float);
 REGISTER(double);
 #undef REGISTER

@@ -89,6 +89,92 @@ void MaxPoolGrad(const T* x_data, const T* y_data, const T* dy_data, const PoolS
   });
 }
 
+// The sizes of a pooling with k x k windows, stride s and TensorFlow's "same" padding: ceil(H / s) x ceil(W / s)
+// outputs, the windows starting pad_top (pad_left) rows (columns) above (left of) the image, where
+// pad_top = max((out_height - 1) s + k - H, 0) / 2 (rounded down), as TensorFlow pads.
+struct StridedPoolSizes {
+  StridedPoolSizes(int64_t images, int64_t height, int64_t width, int64_t channels, int64_t k, int64_t stride)
+      : images(images), height(height), width(width), channels(channels), size(k), stride(stride),
+        out_height((height + stride - 1) / stride), out_width((width + stride - 1) / stride),
+        pad_top(std::max<int64_t>((out_height - 1) * stride + k - height, 0) / 2),
+        pad_left(std::max<int64_t>((out_width - 1) * stride + k - width, 0) / 2) {}
+  const int64_t images, height, width, channels, size, stride, out_height, out_width, pad_top, pad_left;
+};
+
+// Window positions a strided pooling's gradient takes at most: a bit each in a 64-bit mask.
+constexpr int64_t kMaxStridedPoolPositions = 64;
+
+// The op's checks, shared by its TensorFlow and XLA kernels: windows of at most kMaxStridedPoolPositions
+// positions; y and dy of the pooling's output shape.
+inline Status CheckStridedPoolSize(int64_t size) {
+  if (size * size <= kMaxStridedPoolPositions) return Status();
+  return InvalidArgument("SitStridedMaxPoolGrad expects windows of at most ", kMaxStridedPoolPositions,
+                         " positions; got size ", size);
+}
+
+inline Status CheckStridedPoolGradInputs(const StridedPoolSizes& n, const TensorShape& x, const TensorShape& y,
+                                         const TensorShape& dy) {
+  const TensorShape out({n.images, n.out_height, n.out_width, n.channels});
+  if (y == out && dy == out) return Status();
+  return InvalidArgument("SitStridedMaxPoolGrad expects y and dy ", out.DebugString(), " for x ", x.DebugString(),
+                         ", size ", n.size, " and stride ", n.stride, "; got ", y.DebugString(), " and ",
+                         dy.DebugString());
+}
+
+// The first of a window's rows x columns positions (row-major, at x + (r W + q) C) whose value equals
+// `maximum`, without branches on the values (the maxima's positions are random, so a search's branches were
+// mispredicted): a bit per position, set where x equals it, and the lowest set bit; 0 where none is (a NaN).
+template <typename T>
+inline int64_t FirstEqual(const T* x, int64_t rows, int64_t columns, int64_t row_stride, int64_t channels,
+                          T maximum) {
+  uint64_t equal = 0;
+  int e = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t q = 0; q < columns; ++q, ++e) {
+      equal |= uint64_t{x[r * row_stride + q * channels] == maximum} << e;
+    }
+  }
+  return equal == 0 ? 0 : __builtin_ctzll(equal);
+}
+
+// dx (B, H, W, C) from x, y and dy (B, ceil(H / s), ceil(W / s), C) of a pooling with overlapping windows
+// (s < k, k k <= kMaxStridedPoolPositions): each dy value is added at its window's first value equal to y in
+// row-major order among those inside the image (the window's first value where none is equal: a NaN). A
+// thread takes whole images, so the sums where windows overlap are formed in one fixed order.
+template <typename T>
+void StridedMaxPoolGrad(const T* x_data, const T* y_data, const T* dy_data, const StridedPoolSizes& n,
+                        T* dx_data, const Shards& shards) {
+  const int64_t image = n.height * n.width * n.channels, out_image = n.out_height * n.out_width * n.channels;
+  const int64_t row_stride = n.width * n.channels;
+  shards(n.images, 4 * n.size * n.size * out_image, [&](int64_t start, int64_t limit) {
+    for (int64_t b = start; b < limit; ++b) {
+      const T* x = x_data + b * image;
+      T* dx = dx_data + b * image;
+      std::fill(dx, dx + image, T(0));
+      for (int64_t i = 0; i < n.out_height; ++i) {
+        const int64_t top = i * n.stride - n.pad_top;
+        const int64_t row_first = std::max<int64_t>(top, 0), rows = std::min(top + n.size, n.height) - row_first;
+        for (int64_t j = 0; j < n.out_width; ++j) {
+          const int64_t left = j * n.stride - n.pad_left;
+          const int64_t col_first = std::max<int64_t>(left, 0);
+          const int64_t columns = std::min(left + n.size, n.width) - col_first;
+          const int64_t corner = row_first * row_stride + col_first * n.channels;
+          const int64_t out = b * out_image + (i * n.out_width + j) * n.channels;
+          for (int64_t c = 0; c < n.channels; ++c) {
+            int64_t e;
+            if (rows == 3 && columns == 3) {  // the IMPALA-CNN's windows away from the border, unrolled
+              e = FirstEqual(x + corner + c, 3, 3, row_stride, n.channels, y_data[out + c]);
+            } else {
+              e = FirstEqual(x + corner + c, rows, columns, row_stride, n.channels, y_data[out + c]);
+            }
+            dx[corner + (e / columns) * row_stride + (e % columns) * n.channels + c] += dy_data[out + c];
+          }
+        }
+      }
+    }
+  });
+}
+
 }  // namespace sit_keras
 
 #endif  // SIT_KERAS_NATIVE_MAX_POOL_H_

@@ -2,9 +2,9 @@
 // kernel, so the layers took TensorFlow's builtin ops there. This library gives each of them one: at
 // compile time a kernel below checks the shapes and the window ops' constant indices (a wrong one fails
 // the compilation with the op's message) and emits a custom call to a host function, which runs the op's
-// computation (the same code as its TensorFlow kernel: channels_first.h, depthwise_stem.h, max_pool.h,
-// standardize.h, window_attention.h) on XLA's buffers. A tuple result reaches its host function as an
-// array of its elements' buffers.
+// computation (the same code as its TensorFlow kernel: channels_first.h, conv_kernel_grad.h, depthwise_stem.h,
+// max_pool.h, standardize.h, window_attention.h) on XLA's buffers. A tuple result reaches its host function as
+// an array of its elements' buffers.
 //
 // A custom call gets no thread pool from XLA's CPU runtime, so the host functions share one of their own,
 // as many threads as the process may run on. The shapes travel in the call's opaque string (int64 values).
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "../channels_first.h"
+#include "../conv_kernel_grad.h"
 #include "../depthwise_stem.h"
 #include "../kernels.h"
 #include "../max_pool.h"
@@ -139,6 +140,39 @@ class MaxPoolXla : public XlaOpKernel {
   bool grad_;
 };
 
+// --- SitStridedMaxPoolGrad ---------------------------------------------------------------------------
+
+template <typename T>
+void StridedMaxPoolGradHost(void* out, const void** in, const char* opaque, size_t length, XlaCustomCallStatus*) {
+  const std::vector<int64_t> s = OpaqueSizes(opaque, length);  // B, H, W, C, k, stride
+  StridedMaxPoolGrad(static_cast<const T*>(in[0]), static_cast<const T*>(in[1]), static_cast<const T*>(in[2]),
+                     StridedPoolSizes(s[0], s[1], s[2], s[3], s[4], s[5]), static_cast<T*>(out), HostShards());
+}
+
+class StridedMaxPoolGradXla : public XlaOpKernel {
+ public:
+  explicit StridedMaxPoolGradXla(OpKernelConstruction* context) : XlaOpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("size", &size_));
+    OP_REQUIRES_OK(context, context->GetAttr("stride", &stride_));
+    OP_REQUIRES_OK(context, CheckStridedPoolSize(size_));
+  }
+
+  void Compile(XlaOpKernelContext* ctx) override {
+    const tensorflow::TensorShape x = ctx->InputShape(0);
+    OP_REQUIRES(ctx, x.dims() == 4,
+                InvalidArgument("SitStridedMaxPoolGrad expects x (B, H, W, C); got ", x.DebugString()));
+    const StridedPoolSizes n(x.dim_size(0), x.dim_size(1), x.dim_size(2), x.dim_size(3), size_, stride_);
+    const tensorflow::TensorShape y({n.images, n.out_height, n.out_width, n.channels});
+    OP_REQUIRES_OK(ctx, CheckStridedPoolGradInputs(n, x, ctx->InputShape(1), ctx->InputShape(2)));
+    const std::vector<int64_t> sizes = {x.dim_size(0), x.dim_size(1), x.dim_size(2), x.dim_size(3), size_, stride_};
+    ctx->SetOutput(0, Call(ctx, Target("sit_strided_max_pool_grad", ctx->input_type(0)),
+                           {ctx->Input(0), ctx->Input(1), ctx->Input(2)}, {x, y, y}, x, sizes));
+  }
+
+ private:
+  int64_t size_, stride_;
+};
+
 // --- SitChannelsFirstProjection, SitChannelsFirstProjectionKernelGrad ---------------------------------
 
 template <typename T>
@@ -185,6 +219,36 @@ class ProjectionXla : public XlaOpKernel {
 
  private:
   bool grad_;
+};
+
+// --- SitConv2DKernelGrad -----------------------------------------------------------------------------
+
+template <typename T>
+void Conv2DKernelGradHost(void* out, const void** in, const char* opaque, size_t length, XlaCustomCallStatus*) {
+  const std::vector<int64_t> s = OpaqueSizes(opaque, length);  // B, H, W, C_in, C_out, k
+  Conv2DKernelGrad(static_cast<const T*>(in[0]), static_cast<const T*>(in[1]),
+                   DenseConvSizes(s[0], s[1], s[2], s[3], s[4], s[5]), static_cast<T*>(out), HostShards());
+}
+
+class Conv2DKernelGradXla : public XlaOpKernel {
+ public:
+  explicit Conv2DKernelGradXla(OpKernelConstruction* context) : XlaOpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("size", &size_));
+    OP_REQUIRES_OK(context, CheckConv2DKernelGradSize(size_));
+  }
+
+  void Compile(XlaOpKernelContext* ctx) override {
+    const tensorflow::TensorShape dy = ctx->InputShape(0), x = ctx->InputShape(1);
+    OP_REQUIRES_OK(ctx, CheckConv2DKernelGradInputs(dy, x));
+    const tensorflow::TensorShape dkernel({size_, size_, x.dim_size(3), dy.dim_size(3)});
+    const std::vector<int64_t> sizes = {x.dim_size(0), x.dim_size(1), x.dim_size(2), x.dim_size(3),
+                                        dy.dim_size(3), size_};
+    ctx->SetOutput(0, Call(ctx, Target("sit_conv2d_kernel_grad", ctx->input_type(0)), {ctx->Input(0), ctx->Input(1)},
+                           {dy, x}, dkernel, sizes));
+  }
+
+ private:
+  int64_t size_;
 };
 
 // --- SitDepthwiseConv, SitDepthwiseConvKernelGrad ---------------------------------------------------
@@ -496,8 +560,10 @@ class StandardizedLanesXla : public XlaOpKernel {
   XLA_CPU_REGISTER_CUSTOM_CALL_TARGET_WITH_SYM(name "_f64", (function<double>))
 REGISTER_HOST("sit_max_pool", MaxPoolHost);
 REGISTER_HOST("sit_max_pool_grad", MaxPoolGradHost);
+REGISTER_HOST("sit_strided_max_pool_grad", StridedMaxPoolGradHost);
 REGISTER_HOST("sit_channels_first_projection", ProjectionHost);
 REGISTER_HOST("sit_channels_first_projection_kernel_grad", ProjectionKernelGradHost);
+REGISTER_HOST("sit_conv2d_kernel_grad", Conv2DKernelGradHost);
 REGISTER_HOST("sit_depthwise_conv", DepthwiseConvHost);
 REGISTER_HOST("sit_depthwise_conv_kernel_grad", DepthwiseConvKernelGradHost);
 REGISTER_HOST("sit_window_attention", WindowAttentionHost);
@@ -513,8 +579,10 @@ const DataType kTypes[] = {tensorflow::DT_FLOAT, tensorflow::DT_DOUBLE};
   REGISTER_XLA_OP(Name(op).TypeConstraint("T", kTypes).Device(tensorflow::DEVICE_CPU_XLA_JIT), kernel)
 REGISTER("SitMaxPool", MaxPoolXla);
 REGISTER("SitMaxPoolGrad", MaxPoolXla);
+REGISTER("SitStridedMaxPoolGrad", StridedMaxPoolGradXla);
 REGISTER("SitChannelsFirstProjection", ProjectionXla);
 REGISTER("SitChannelsFirstProjectionKernelGrad", ProjectionXla);
+REGISTER("SitConv2DKernelGrad", Conv2DKernelGradXla);
 REGISTER("SitDepthwiseConv", DepthwiseConvXla);
 REGISTER("SitDepthwiseConvKernelGrad", DepthwiseConvXla);
 REGISTER("SitClassTokenAttention", ClassTokenAttentionXla);
@@ -558,8 +626,10 @@ extern "C" void SitRegisterXlaKernelsLate() {
     const Kernel kernels[] = {
         {"SitMaxPool", Create<sit_keras::MaxPoolXla>, {}},
         {"SitMaxPoolGrad", Create<sit_keras::MaxPoolXla>, {}},
+        {"SitStridedMaxPoolGrad", Create<sit_keras::StridedMaxPoolGradXla>, {}},
         {"SitChannelsFirstProjection", Create<sit_keras::ProjectionXla>, {}},
         {"SitChannelsFirstProjectionKernelGrad", Create<sit_keras::ProjectionXla>, {}},
+        {"SitConv2DKernelGrad", Create<sit_keras::Conv2DKernelGradXla>, {}},
         {"SitDepthwiseConv", Create<sit_keras::DepthwiseConvXla>, {}},
         {"SitDepthwiseConvKernelGrad", Create<sit_keras::DepthwiseConvXla>, {}},
         {"SitWindowAttention", Create<sit_keras::WindowAttentionXla>, {"indices"}},

@@ -1,0 +1,273 @@
+"""The CNNs' native gradients under XLA (``conv_kernel_grad.cc``, ``SitStridedMaxPoolGrad`` of
+``max_pool.cc``, ``sit_keras.layers.native_gradients``).
+
+What this file proves:
+
+- ``SitConv2DKernelGrad`` is the kernel gradient of a stride-1 "same" convolution: float64 values equal
+  TensorFlow's ``Conv2DBackpropFilter`` to rounding on shapes that are multiples of nothing (runs longer than
+  the sums a pass keeps in registers included), in a graph and under XLA, the same bits in both and on
+  every run;
+- ``SitStridedMaxPoolGrad`` is the gradient of ``tf.nn.max_pool2d(x, k, s, "SAME")`` with overlapping
+  windows: exactly TensorFlow's on values without ties, and with ties the first maximum in row-major order
+  (a NumPy reference), overlapping windows' values added, in a graph and under XLA;
+- malformed inputs fail with the op's message, in a graph and when XLA compiles;
+- ``NativeGradConv2D`` and ``NativeGradMaxPool2D`` are Keras' layers (same values, weights and config) that
+  take these gradients inside a function XLA compiles and nowhere else, and an IMPALA-CNN's and a MiniGrid
+  CNN's XLA train step runs them and matches the graph step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from traced_ops import custom_calls, needs_xla_kernels, op_types
+
+from sit_keras import native
+from sit_keras.encoder_check import make_train_step
+from sit_keras.layers.native_gradients import NativeGradConv2D, NativeGradMaxPool2D
+from sit_keras.models import build_encoder
+
+
+def _kernel_grad(dy: tf.Tensor, x: tf.Tensor, size: int) -> tf.Tensor:
+    return native.library().sit_conv2d_kernel_grad(dy, x, size=size)
+
+
+def _tensorflows_kernel_grad(dy: tf.Tensor, x: tf.Tensor, size: int) -> tf.Tensor:
+    shape = [size, size, x.shape[-1], dy.shape[-1]]
+    return tf.raw_ops.Conv2DBackpropFilter(
+        input=x, filter_sizes=shape, out_backprop=dy, strides=[1, 1, 1, 1], padding="SAME"
+    )
+
+
+conv_shapes = st.tuples(
+    st.integers(1, 3), st.integers(1, 9), st.integers(1, 9), st.integers(1, 5), st.integers(1, 19)
+)
+
+
+@needs_xla_kernels
+@settings(deadline=None, max_examples=20)
+@given(shape=conv_shapes, size=st.sampled_from([1, 3, 5]), seed=st.integers(0, 2**16))
+def test_the_kernel_gradient_op_is_tensorflows_in_a_graph_and_under_xla(shape: tuple, size: int, seed: int):
+    images, height, width, c_in, c_out = shape
+    rng = np.random.default_rng(seed)
+    x = tf.constant(rng.normal(size=(images, height, width, c_in)))
+    dy = tf.constant(rng.normal(size=(images, height, width, c_out)))
+    want = _tensorflows_kernel_grad(dy, x, size)
+    got = _kernel_grad(dy, x, size)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * float(np.max(np.abs(want)) + 1))
+    compiled = tf.function(lambda dy, x: _kernel_grad(dy, x, size), jit_compile=True)
+    assert custom_calls(compiled, dy, x) == {"sit_conv2d_kernel_grad_f64"}
+    np.testing.assert_array_equal(compiled(dy, x), got)  # the same code on XLA's buffers
+
+
+@needs_xla_kernels
+def test_the_kernel_gradient_of_long_runs_and_float32_is_the_same_bits_on_every_run():
+    """A 5x5 kernel to 30 channels: runs of 150 values, more vectors than a pass keeps in registers."""
+    rng = np.random.default_rng(3)
+    x = tf.constant(rng.normal(size=(7, 11, 13, 3)), tf.float32)
+    dy = tf.constant(rng.normal(size=(7, 11, 13, 30)), tf.float32)
+    want = _tensorflows_kernel_grad(tf.cast(dy, tf.float64), tf.cast(x, tf.float64), 5)
+    runs = [_kernel_grad(dy, x, 5).numpy() for _ in range(3)]
+    compiled = tf.function(lambda dy, x: _kernel_grad(dy, x, 5), jit_compile=True)
+    runs += [compiled(dy, x).numpy() for _ in range(2)]
+    for run in runs:
+        np.testing.assert_array_equal(run, runs[0])
+    np.testing.assert_allclose(runs[0], want, rtol=1e-4, atol=1e-4)
+
+
+def _pool_gradient_reference(x: np.ndarray, dy: np.ndarray, size: int, stride: int) -> np.ndarray:
+    """Each dy value at its window's first maximum in row-major order (TensorFlow's "same" padding)."""
+    _, height, width, _ = x.shape
+    out_height, out_width = dy.shape[1:3]
+    top = max((out_height - 1) * stride + size - height, 0) // 2
+    left = max((out_width - 1) * stride + size - width, 0) // 2
+    dx = np.zeros(x.shape)
+    for b, i, j, c in np.ndindex(dy.shape):
+        rows = range(max(i * stride - top, 0), min(i * stride - top + size, height))
+        columns = range(max(j * stride - left, 0), min(j * stride - left + size, width))
+        window = [(r, q) for r in rows for q in columns]
+        values = [x[b, r, q, c] for r, q in window]
+        r, q = window[int(np.argmax(values))]  # argmax: the first maximum
+        dx[b, r, q, c] += dy[b, i, j, c]
+    return dx
+
+
+def _pool_with_gradient(x: tf.Tensor, dy: tf.Tensor, size: int, stride: int) -> tuple[tf.Tensor, tf.Tensor]:
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = native.strided_max_pool(x, size, stride)
+    return y, tape.gradient(y, x, output_gradients=dy)
+
+
+pool_shapes = st.tuples(st.integers(1, 2), st.integers(1, 10), st.integers(1, 10), st.integers(1, 5))
+windows = st.sampled_from([(3, 2), (3, 1), (5, 2), (4, 3), (2, 1)])
+
+
+@needs_xla_kernels
+@settings(deadline=None, max_examples=20)
+@given(shape=pool_shapes, window=windows, ties=st.booleans(), seed=st.integers(0, 2**16))
+def test_the_pooling_gradient_puts_each_value_at_its_windows_first_maximum(
+    shape: tuple, window: tuple, ties: bool, seed: int
+):
+    size, stride = window
+    rng = np.random.default_rng(seed)
+    values = rng.integers(0, 3, size=shape) if ties else rng.normal(size=shape)
+    x = tf.constant(values, tf.float64)
+    out_shape = (shape[0], -(-shape[1] // stride), -(-shape[2] // stride), shape[3])
+    dy = tf.constant(rng.normal(size=out_shape))
+    compiled = tf.function(lambda x, dy: _pool_with_gradient(x, dy, size, stride), jit_compile=True)
+    assert "sit_strided_max_pool_grad_f64" in custom_calls(compiled, x, dy)
+    (pooled, gradient), (xla_pooled, xla_gradient) = _pool_with_gradient(x, dy, size, stride), compiled(x, dy)
+    np.testing.assert_array_equal(pooled, tf.nn.max_pool2d(x, size, stride, "SAME"))
+    np.testing.assert_array_equal(xla_pooled, pooled)
+    np.testing.assert_array_equal(xla_gradient, gradient)
+    np.testing.assert_allclose(
+        gradient, _pool_gradient_reference(values, dy.numpy(), size, stride), atol=1e-12
+    )
+    if not ties:  # TensorFlow's own gradient (its choice among equal values is its kernel's)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.nn.max_pool2d(x, size, stride, "SAME")
+        np.testing.assert_allclose(gradient, tape.gradient(y, x, output_gradients=dy), atol=1e-12)
+
+
+@needs_xla_kernels
+@pytest.mark.parametrize(
+    "op, inputs, attributes, message",
+    [
+        (
+            "sit_conv2d_kernel_grad",
+            [(2, 5, 5, 4), (3, 5, 5, 3)],
+            {"size": 3},
+            r"SitConv2DKernelGrad expects dy \(B, H, W, C_out\) and x \(B, H, W, C_in\); got \[2,5,5,4\] and "
+            r"\[3,5,5,3\]",
+        ),
+        ("sit_conv2d_kernel_grad", [(2, 5, 5, 4), (2, 5, 5, 3)], {"size": 2}, r"expects an odd size; got 2"),
+        (
+            "sit_strided_max_pool_grad",
+            [(1, 6, 6, 2), (1, 3, 3, 2), (1, 3, 2, 2)],
+            {"size": 3, "stride": 2},
+            r"SitStridedMaxPoolGrad expects y and dy \[1,3,3,2\] for x \[1,6,6,2\], size 3 and stride 2",
+        ),
+        (
+            "sit_strided_max_pool_grad",
+            [(1, 9, 9, 1), (1, 1, 1, 1), (1, 1, 1, 1)],
+            {"size": 9, "stride": 8},
+            r"expects windows of at most 64 positions; got size 9",
+        ),
+    ],
+    ids=["conv_batch", "conv_even_size", "pool_dy", "pool_window"],
+)
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
+def test_malformed_inputs_fail_with_the_ops_message(op: str, inputs: list, attributes: dict, message: str,
+                                                     jit_compile: bool):  # fmt: skip
+    """Traced with unknown shapes, so that the kernels, not the shape functions, see them."""
+    compiled = tf.function(
+        lambda *args: getattr(native.library(), op)(*args, **attributes),
+        input_signature=[tf.TensorSpec(None, tf.float32)] * len(inputs),
+        jit_compile=jit_compile,
+    )
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        compiled(*[tf.zeros(shape) for shape in inputs])
+
+
+def _layer_step(layer: tf_keras.layers.Layer, x: tf.Tensor, jit_compile: bool):
+    @tf.function(jit_compile=jit_compile)
+    def step(x: tf.Tensor) -> list[tf.Tensor]:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x)
+            loss = tf.reduce_sum(y * y)
+        return [y, *tape.gradient(loss, [x, *layer.trainable_variables])]
+
+    return step
+
+
+@needs_xla_kernels
+@pytest.mark.parametrize(
+    "native_layer, keras_layer",
+    [
+        (lambda: NativeGradConv2D(5, 3, padding="same", dtype="float64"), tf_keras.layers.Conv2D),
+        (lambda: NativeGradMaxPool2D(3, 2, padding="same", dtype="float64"), tf_keras.layers.MaxPool2D),
+    ],
+    ids=["conv", "pool"],
+)
+def test_the_layers_are_keras_layers_with_native_gradients_under_xla_only(native_layer, keras_layer):
+    layer = native_layer()
+    x = tf.constant(np.random.default_rng(0).normal(size=(3, 7, 9, 2)))
+    layer(x)
+    twin = keras_layer.from_config(layer.get_config())
+    twin(x)
+    twin.set_weights(layer.get_weights())
+    rebuilt = tf_keras.layers.deserialize(tf_keras.layers.serialize(layer))
+    assert type(rebuilt) is type(layer) and rebuilt.get_config() == layer.get_config()
+    compiled = _layer_step(layer, x, jit_compile=True)
+    assert custom_calls(compiled, x) & {"sit_conv2d_kernel_grad_f64", "sit_strided_max_pool_grad_f64"}
+    assert not {"SitConv2DKernelGrad", "SitStridedMaxPoolGrad"} & op_types(_layer_step(layer, x, False), x)
+    for got, want in zip(compiled(x), _layer_step(twin, x, jit_compile=False)(x), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_the_native_gradients_apply_only_where_their_ops_compute_the_layer():
+    conv, pool = NativeGradConv2D(4, 3, padding="same"), NativeGradMaxPool2D(3, 2, padding="same")
+    others = [
+        NativeGradConv2D(4, 3, strides=2, padding="same"),
+        NativeGradConv2D(4, 3, padding="valid"),
+        NativeGradConv2D(4, 2, padding="same"),
+        NativeGradConv2D(4, 3, padding="same", dilation_rate=2),
+        NativeGradMaxPool2D(2, 2, padding="same"),  # windows that do not overlap
+        NativeGradMaxPool2D(3, 2, padding="valid"),
+        NativeGradMaxPool2D(9, 2, padding="same"),  # 81 positions
+    ]
+
+    @tf.function(jit_compile=True)
+    def under_xla() -> tf.Tensor:
+        with tf.GradientTape():  # a train step's tape: the ops' condition besides XLA
+            flags = [conv.uses_native_op(tf.float32), pool.uses_native_op(tf.float64)]
+            flags += [conv.uses_native_op(tf.bfloat16), pool.uses_native_op(tf.bfloat16)]
+            flags += [layer.uses_native_op(tf.float32) for layer in others]
+        return tf.constant(flags)
+
+    @tf.function
+    def in_a_graph() -> tf.Tensor:
+        with tf.GradientTape():
+            return tf.constant([conv.uses_native_op(tf.float32), pool.uses_native_op(tf.float32)])
+
+    expected = [native.xla_load_problem() is None and native.available()] * 2 + [False] * (2 + len(others))
+    assert under_xla().numpy().tolist() == expected
+    assert in_a_graph().numpy().tolist() == [False, False]
+
+
+@needs_xla_kernels
+@pytest.mark.parametrize(
+    "encoder, kwargs, image",
+    [
+        ("impala_cnn", {"channels": (4, 8), "output_dim": 16}, (16, 16, 3)),
+        ("cnn", {"filters": (8, 16), "strides": 1, "output_dim": 16}, (14, 14, 3)),
+    ],
+    ids=["impala_cnn", "minigrid_cnn"],
+)
+def test_a_cnns_xla_train_step_runs_the_native_gradients_and_matches_the_graph_step(encoder, kwargs, image):
+    model = build_encoder(encoder, image, **kwargs)
+    images = tf.random.uniform((5, *image), seed=2)
+    targets = {"sit_conv2d_kernel_grad_f32"} | (
+        {"sit_strided_max_pool_grad_f32"} if encoder == "impala_cnn" else set()
+    )
+    assert targets <= custom_calls(make_train_step(model, jit_compile=True), images)
+
+    def loss_and_gradients(jit_compile: bool) -> list[np.ndarray]:
+        @tf.function(jit_compile=jit_compile)
+        def step(images: tf.Tensor) -> list[tf.Tensor]:
+            with tf.GradientTape() as tape:
+                features = model(images, training=True)
+                loss = tf.reduce_sum(features * features)
+            return [loss, *tape.gradient(loss, model.trainable_variables)]
+
+        return [value.numpy() for value in step(images)]
+
+    for a, b in zip(loss_and_gradients(False), loss_and_gradients(True), strict=True):
+        np.testing.assert_allclose(b, a, rtol=2e-5, atol=2e-5 * float(np.max(np.abs(a))))
