@@ -7749,7 +7749,92 @@ def test_the_speed_targets_on_the_amx_host_are_the_reports():
         f"({impala['xla']} against {impala['graph']} ms)"
     ) in flat
     assert extra + pool_extra > step_extra  # "these ops account for the step's difference"
-    assert "In scratch runs (not kept)" in flat and "is not done yet" in flat
+    assert (
+        "In scratch runs (not kept)" in flat
+        and "So both gradients now come from native ops with XLA kernels" in flat
+    )
+
+
+def test_the_cnns_native_gradients_section_is_its_reports():
+    """docs/speed.md's "The CNNs' gradients in native ops": the benchmark's table with the native forms, the
+    alternated encoder runs before and after, and the second AMX speed-target run beside the first."""
+    start = SPEED.index("#### The CNNs' gradients in native ops")
+    section = SPEED[start : SPEED.index("\n## Encoders", start)]
+    flat = " ".join(section.split())
+    gradients = _report("xla_conv_gradients_amx_native.json")
+    assert gradients["commit"].startswith("6dcef1f") and gradients["table"] in section
+    results = gradients["results"]
+    native = {n: r for n, r in results.items() if "native_xla_ms" in r}
+    assert set(native) == {n for n in results if n.endswith(("kernel gradient", ": gradient"))}
+
+    def spread(names: list[str], key: str) -> str:
+        values = [native[n][key] for n in names]
+        return f"{min(values):.2f}-{max(values):.2f}x"
+
+    kernels = [n for n in native if n.endswith("kernel gradient")]
+    pools = [n for n in native if n.endswith(": gradient")]
+    assert (
+        f"the native kernel gradients take {spread(kernels, 'native_xla_over_graph')} the graph's time "
+        f"(XLA's own {spread(kernels, 'xla_over_graph')} in the same run) and the native pooling gradients, "
+        f"with the pooling's forward pass, {spread(pools, 'native_xla_over_graph')} (XLA's own "
+        f"{spread(pools, 'xla_over_graph')})"
+    ) in flat
+    for model, row in (("impala_cnn", "`impala_cnn`, 64x64"), ("minigrid_cnn", "MiniGrid `cnn`, 14x14")):
+        ratios = []
+        for when, commit in (("before", "ff6ad15"), ("after", "6dcef1f")):
+            for run in (1, 2):
+                report = _report(f"speed_encoders_amx_native_gradients_{model}_{when}_run{run}.json")
+                assert report["commit"].startswith(commit) and "AMX" in report["machine"]
+                [name] = report["models"]
+                ratios.append(report["ratios"]["xla_over_graph"][name]["train_step"])
+        assert f"| {row} | " + " | ".join(f"{r:.2f}" for r in ratios) + " |" in section
+        assert min(ratios[:2]) > max(ratios[2:])  # faster with the native gradients in every run
+    before, after = _report("speed_targets_amx.json"), _report("speed_targets_amx_native.json")
+    assert after["commit"].startswith("6dcef1f") and f"at 6dcef1f, in {after['wall_seconds']:.0f} s" in flat
+    met = {True: "yes", False: "**no**", None: "n/a"}
+    for b, a in zip(before["targets"], after["targets"], strict=True):
+        limit = "-" if a["limit"] is None else f"{'<=' if a['at_most'] else '>='} {a['limit']:.3g}"
+        values = f"{b['value']:.2f} | {a['value']:.2f}"
+        assert f"| {a['what']} | {values} | {limit} | {met[a['met']]} | `{a['report']}` |" in section
+    assert (
+        f"Now: {after['met']} targets met, {after['missed']} missed ({before['met']} and {before['missed']} "
+        "at 6f5bbdf)"
+    ) in flat
+    run = "speed_targets_amx_native/"
+    encoders, earlier = _report(run + "encoders_64.json"), _report("speed_targets_amx/encoders_64.json")
+
+    def step(report: dict, model: str, mode: str = "graph") -> str:
+        return f"{report['models'][model]['timings']['train_step'][mode]['median_ms']:.1f}"
+
+    xla = encoders["ratios"]["xla_over_graph"]
+    impala = step(encoders, "impala_cnn", "xla"), step(encoders, "impala_cnn")
+    assert (
+        f"XLA step is {xla['impala_cnn']['train_step']:.2f}x its graph step "
+        f"({impala[0]} against {impala[1]} ms)"
+    ) in flat
+    minigrid = _report(run + "encoders_14.json")["ratios"]["xla_over_graph"]
+    assert (
+        f"the MiniGrid CNN's {minigrid['configs/minigrid/lavacrossing_cnn.gin']['train_step']:.2f}x" in flat
+    )
+    assert (
+        f"the ViT's graph step took {step(encoders, 'vit')} ms ({step(earlier, 'vit')} before) and the SiT's "
+        f"{step(encoders, 'sit')} ms ({step(earlier, 'sit')})"
+    ) in flat
+    assert float(step(encoders, "vit")) > float(step(earlier, "vit"))  # "the host was slower"
+    ratios = {when: [r["ratios"]["xla_over_graph"][m]["train_step"] for m in ("sit", "siet", "vit")]
+              for when, r in (("first", earlier), ("now", encoders))}  # fmt: skip
+    assert (
+        "at {:.2f}-{:.2f} in the first run, are at {:.2f}-{:.2f} in this one".format(
+            min(ratios["first"]), max(ratios["first"]), min(ratios["now"]), max(ratios["now"])
+        )
+        in flat
+    )
+    choices = _report("speed_targets_amx_jit_choices.json")["entries"]
+    cnns = [c for c in choices if c["model"]["encoder"] == "cnn"]
+    assert len(cnns) == 2 and all(c["value"] == "off" for c in cnns)  # "graph mode in both runs"
+    demo = {r: _report(f"{r}/demo_ppo.json")["env_steps_per_second"] for r in ("speed_targets_amx", run[:-1])}
+    first, now = demo["speed_targets_amx"], demo[run[:-1]]
+    assert now["cnn"] / first["cnn"] < now["sit"] / first["sit"] < 1  # "both slower, the CNNs more"
 
 
 def test_the_dense_gradients_section_quotes_the_two_speed_target_runs():
