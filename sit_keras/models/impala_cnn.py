@@ -84,9 +84,7 @@ class _ConvSequence(tf_keras.layers.Layer):
         self.conv = NativeGradConv2D(channels, 3, padding="same", dtype=policy, name="conv")
         # DrAC pads by 1 on both sides (PyTorch); "same" pads only bottom/right
         # for even sizes. Both give ceil(n / 2) outputs, so weights match.
-        self.pool = NativeGradMaxPool2D(
-            pool_size=3, strides=2, padding="same", dtype=policy, name="pool"
-        )
+        self.pool = NativeGradMaxPool2D(pool_size=3, strides=2, padding="same", dtype=policy, name="pool")
         self.residual_0 = _ResidualBlock(channels, dtype=policy, name="residual_0")
         self.residual_1 = _ResidualBlock(channels, dtype=policy, name="residual_1")
 
