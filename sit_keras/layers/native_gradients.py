@@ -72,9 +72,9 @@ class NativeGradMaxPool2D(tf_keras.layers.MaxPool2D):
     multiples of the stride away from the borders).
 
     The native op applies to square windows larger than their stride (which
-    overlap) of at most 64 positions, "same" padding, channels last, float32 or float64, in a function
-    XLA compiles with the op's XLA kernel built. Arguments, call and config are
-    Keras' ``MaxPool2D``'s.
+    overlap) of at most 64 positions, "same" padding, channels last, float32
+    or float64, in a function XLA compiles with the op's XLA kernel built.
+    Arguments, call and config are Keras' ``MaxPool2D``'s.
     """
 
     def uses_native_op(self, dtype: tf.DType) -> bool:

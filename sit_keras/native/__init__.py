@@ -65,9 +65,8 @@ from sit_keras.native import cpu
 LIBRARY = Path(__file__).with_name("_kernels.so")
 XLA_LIBRARY = Path(__file__).with_name("_xla_kernels.so")
 # The ops of max_pool, strided_max_pool, project_channels_first, depthwise_conv, conv2d, and of the GSA
-# layers' native path
-# (window_attention, class_token_attention, standardized_lane_blocks); those XLA_LIBRARY gives an XLA
-# kernel (xla/xla_kernels.cc): all of them.
+# layers' native path (window_attention, class_token_attention, standardized_lane_blocks); those
+# XLA_LIBRARY gives an XLA kernel (xla/xla_kernels.cc): all of them.
 POOL_OPS = frozenset({"SitMaxPool", "SitMaxPoolGrad"})
 PROJECTION_OPS = frozenset({"SitChannelsFirstProjection", "SitChannelsFirstProjectionKernelGrad"})
 STEM_OPS = frozenset({"SitDepthwiseConv", "SitDepthwiseConvKernelGrad"})
@@ -377,11 +376,11 @@ def conv2d(inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
 
     ``inputs (B, H, W, C_in)``, ``kernel (k, k, C_in, C_out)`` with ``k`` odd.
     The forward pass and the input's gradient are TensorFlow's ops; the
-    kernel's gradient is the native op (``conv_kernel_grad.cc``), which XLA's
-    own took up to 9x as long as on the CNNs' few channels (docs/speed.md,
-    "Where XLA loses the IMPALA-CNN's step"). float32 and float64 only: in
-    bfloat16 the builtin convolutions are faster. Call only where
-    ``usable(inputs.dtype, CONV_OPS)``.
+    kernel's gradient is the native op (``conv_kernel_grad.cc``), where XLA's
+    own took up to 9x TensorFlow's graph op on the CNNs' few channels
+    (docs/speed.md, "Where XLA loses the IMPALA-CNN's step"). float32 and
+    float64 only: in bfloat16 the builtin convolutions are faster. Call only
+    where ``usable(inputs.dtype, CONV_OPS)``.
     """
     ops = _library_or_raise()
     size = kernel.shape[0]
