@@ -103,36 +103,46 @@ def _pool_with_gradient(x: tf.Tensor, dy: tf.Tensor, size: int, stride: int) -> 
     return y, tape.gradient(y, x, output_gradients=dy)
 
 
-pool_shapes = st.tuples(st.integers(1, 2), st.integers(1, 10), st.integers(1, 10), st.integers(1, 5))
+# Channels that take the gradient's vectors of 16, 8 and 4 channels and its channels one by one.
+pool_channels = st.sampled_from([1, 2, 3, 4, 5, 8, 13, 16, 29])
+pool_shapes = st.tuples(st.integers(1, 2), st.integers(1, 10), st.integers(1, 10), pool_channels)
 windows = st.sampled_from([(3, 2), (3, 1), (5, 2), (4, 3), (2, 1)])
 
 
 @needs_xla_kernels
 @settings(deadline=None, max_examples=20)
-@given(shape=pool_shapes, window=windows, ties=st.booleans(), seed=st.integers(0, 2**16))
+@given(
+    shape=pool_shapes,
+    window=windows,
+    ties=st.booleans(),
+    dtype=st.sampled_from([tf.float32, tf.float64]),
+    seed=st.integers(0, 2**16),
+)
 def test_the_pooling_gradient_puts_each_value_at_its_windows_first_maximum(
-    shape: tuple, window: tuple, ties: bool, seed: int
+    shape: tuple, window: tuple, ties: bool, dtype: tf.DType, seed: int
 ):
     size, stride = window
     rng = np.random.default_rng(seed)
     values = rng.integers(0, 3, size=shape) if ties else rng.normal(size=shape)
-    x = tf.constant(values, tf.float64)
+    x = tf.constant(values, dtype)
+    values = x.numpy().astype(np.float64)
     out_shape = (shape[0], -(-shape[1] // stride), -(-shape[2] // stride), shape[3])
-    dy = tf.constant(rng.normal(size=out_shape))
+    dy = tf.constant(rng.normal(size=out_shape), dtype)
     compiled = tf.function(lambda x, dy: _pool_with_gradient(x, dy, size, stride), jit_compile=True)
-    assert "sit_strided_max_pool_grad_f64" in custom_calls(compiled, x, dy)
+    assert f"sit_strided_max_pool_grad_f{dtype.size * 8}" in custom_calls(compiled, x, dy)
+    tolerance = 1e-12 if dtype == tf.float64 else 1e-5
     (pooled, gradient), (xla_pooled, xla_gradient) = _pool_with_gradient(x, dy, size, stride), compiled(x, dy)
     np.testing.assert_array_equal(pooled, tf.nn.max_pool2d(x, size, stride, "SAME"))
     np.testing.assert_array_equal(xla_pooled, pooled)
     np.testing.assert_array_equal(xla_gradient, gradient)
     np.testing.assert_allclose(
-        gradient, _pool_gradient_reference(values, dy.numpy(), size, stride), atol=1e-12
+        gradient, _pool_gradient_reference(values, dy.numpy(), size, stride), atol=tolerance
     )
     if not ties:  # TensorFlow's own gradient (its choice among equal values is its kernel's)
         with tf.GradientTape() as tape:
             tape.watch(x)
             y = tf.nn.max_pool2d(x, size, stride, "SAME")
-        np.testing.assert_allclose(gradient, tape.gradient(y, x, output_gradients=dy), atol=1e-12)
+        np.testing.assert_allclose(gradient, tape.gradient(y, x, output_gradients=dy), atol=tolerance)
 
 
 @needs_xla_kernels

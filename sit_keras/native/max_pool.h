@@ -137,6 +137,43 @@ inline int64_t FirstEqual(const T* x, int64_t rows, int64_t columns, int64_t row
   return equal == 0 ? 0 : __builtin_ctzll(equal);
 }
 
+// W channels of a window of 3 x 3 positions inside the image (x and dx at its corner, y and dy at its output)
+// as one GCC vector each: per channel, the position of the first value equal to y (row-major; 0 where none is,
+// a NaN) by selects from the last position to the first, and dy added to dx there by a select at each
+// position. Each channel gets the same sum as FirstEqual's one channel at a time, without a branch or a
+// gather: the channels of a position are consecutive.
+template <typename T, int W>
+inline void PlaceWindowChannels(const T* x, const T* y, const T* dy, int64_t row_stride, int64_t channels,
+                                T* dx) {
+  typedef T Values __attribute__((vector_size(W * sizeof(T))));
+  typedef typename IndexOf<T>::type Places __attribute__((vector_size(W * sizeof(T))));
+  const auto load = [](const T* p) {
+    Values v;
+    __builtin_memcpy(&v, p, sizeof(v));
+    return v;
+  };
+  const Values maximum = load(y), gradient = load(dy);
+  int64_t at[9];
+  for (int e = 0; e < 9; ++e) at[e] = (e / 3) * row_stride + (e % 3) * channels;
+  Places place = {};
+  for (int e = 8; e >= 0; --e) place = load(x + at[e]) == maximum ? Places{} + e : place;
+  for (int e = 0; e < 9; ++e) {
+    const Values before = load(dx + at[e]);
+    const Values after = place == e ? before + gradient : before;
+    __builtin_memcpy(dx + at[e], &after, sizeof(after));
+  }
+}
+
+// All channels of a 3 x 3 window inside the image: 16, 8, 4 channels at a time, then one by one.
+template <typename T>
+inline void PlaceWindow(const T* x, const T* y, const T* dy, int64_t row_stride, int64_t channels, T* dx) {
+  int64_t c = 0;
+  for (; c + 16 <= channels; c += 16) PlaceWindowChannels<T, 16>(x + c, y + c, dy + c, row_stride, channels, dx + c);
+  for (; c + 8 <= channels; c += 8) PlaceWindowChannels<T, 8>(x + c, y + c, dy + c, row_stride, channels, dx + c);
+  for (; c + 4 <= channels; c += 4) PlaceWindowChannels<T, 4>(x + c, y + c, dy + c, row_stride, channels, dx + c);
+  for (; c < channels; ++c) PlaceWindowChannels<T, 1>(x + c, y + c, dy + c, row_stride, channels, dx + c);
+}
+
 // dx (B, H, W, C) from x, y and dy (B, ceil(H / s), ceil(W / s), C) of a pooling with overlapping windows
 // (s < k, k k <= kMaxStridedPoolPositions): each dy value is added at its window's first value equal to y in
 // row-major order among those inside the image (the window's first value where none is equal: a NaN). A
@@ -160,13 +197,12 @@ void StridedMaxPoolGrad(const T* x_data, const T* y_data, const T* dy_data, cons
           const int64_t columns = std::min(left + n.size, n.width) - col_first;
           const int64_t corner = row_first * row_stride + col_first * n.channels;
           const int64_t out = b * out_image + (i * n.out_width + j) * n.channels;
+          if (rows == 3 && columns == 3) {  // the IMPALA-CNN's windows away from the border
+            PlaceWindow(x + corner, y_data + out, dy_data + out, row_stride, n.channels, dx + corner);
+            continue;
+          }
           for (int64_t c = 0; c < n.channels; ++c) {
-            int64_t e;
-            if (rows == 3 && columns == 3) {  // the IMPALA-CNN's windows away from the border, unrolled
-              e = FirstEqual(x + corner + c, 3, 3, row_stride, n.channels, y_data[out + c]);
-            } else {
-              e = FirstEqual(x + corner + c, rows, columns, row_stride, n.channels, y_data[out + c]);
-            }
+            const int64_t e = FirstEqual(x + corner + c, rows, columns, row_stride, n.channels, y_data[out + c]);
             dx[corner + (e / columns) * row_stride + (e % columns) * n.channels + c] += dy_data[out + c];
           }
         }
