@@ -7759,7 +7759,7 @@ def test_the_cnns_native_gradients_section_is_its_reports():
     """docs/speed.md's "The CNNs' gradients in native ops": the benchmark's table with the native forms, the
     alternated encoder runs before and after, and the second AMX speed-target run beside the first."""
     start = SPEED.index("#### The CNNs' gradients in native ops")
-    section = SPEED[start : SPEED.index("\n## Encoders", start)]
+    section = SPEED[start : SPEED.index("\n#### The pooling gradient a vector of channels", start)]
     flat = " ".join(section.split())
     gradients = _report("xla_conv_gradients_amx_native.json")
     assert gradients["commit"].startswith("6dcef1f") and gradients["table"] in section
@@ -7835,6 +7835,57 @@ def test_the_cnns_native_gradients_section_is_its_reports():
     demo = {r: _report(f"{r}/demo_ppo.json")["env_steps_per_second"] for r in ("speed_targets_amx", run[:-1])}
     first, now = demo["speed_targets_amx"], demo[run[:-1]]
     assert now["cnn"] / first["cnn"] < now["sit"] / first["sit"] < 1  # "both slower, the CNNs more"
+
+
+def test_the_vector_pooling_gradient_section_is_its_alternated_runs():
+    """docs/speed.md's "The pooling gradient a vector of channels at a time": the table and the ratios are
+    the alternated before / after runs', and the native pooling gradient is faster after in every round."""
+    start = SPEED.index("#### The pooling gradient a vector of channels at a time")
+    section = SPEED[start : SPEED.index("\n## Encoders", start)]
+    flat = " ".join(section.split())
+    commits = {"before": "bd13f3a", "after": "f07ffb9"}
+    ops, steps = {}, {}
+    for when, commit in commits.items():
+        for run in (1, 2):
+            ops[when, run] = _report(f"xla_conv_gradients_amx_vector_pool_grad_{when}_run{run}.json")
+            steps[when, run] = _report(f"speed_encoders_amx_vector_pool_grad_{when}_run{run}.json")
+            for report in (ops[when, run], steps[when, run]):
+                assert report["commit"].startswith(commit) and "AMX" in report["machine"]
+    pools = [name for name in ops["before", 1]["results"] if name.endswith(": gradient")]
+    assert len(pools) == 3
+
+    def cells(name: str, when: str, key: str) -> str:
+        return ", ".join(f"{ops[when, run]['results'][name][key]:.2f}" for run in (1, 2))
+
+    spreads: dict[str, list[float]] = {when: [] for when in commits}
+    for name in pools:
+        graph = [ops[key]["results"][name]["graph_ms"] for key in ops]
+        row = [f"{min(graph):.2f}-{max(graph):.2f}", cells(name, "before", "native_xla_ms"),
+               cells(name, "after", "native_xla_ms"), cells(name, "before", "native_xla_over_graph"),
+               cells(name, "after", "native_xla_over_graph")]  # fmt: skip
+        assert f"| {name.removesuffix(': gradient')} | " + " | ".join(row) + " |" in section
+        for run in (1, 2):  # faster after in every round
+            after, before = (ops[w, run]["results"][name]["native_xla_ms"] for w in ("after", "before"))
+            assert after < before
+        for when in commits:
+            spreads[when] += [ops[when, run]["results"][name]["native_xla_over_graph"] for run in (1, 2)]
+    after, before = spreads["after"], spreads["before"]
+    assert (
+        f"now take {min(after):.2f}-{max(after):.2f}x the graph's time ({min(before):.2f}-{max(before):.2f}x "
+        "before)"
+    ) in flat
+
+    def step(when: str, run: int) -> str:
+        return f"{steps[when, run]['models']['impala_cnn']['timings']['train_step']['xla']['median_ms']:.1f}"
+
+    def ratio(when: str, run: int) -> str:
+        return f"{steps[when, run]['ratios']['xla_over_graph']['impala_cnn']['train_step']:.2f}"
+
+    assert (
+        f"XLA step took {step('before', 1)} and {step('before', 2)} ms before, {step('after', 1)} and "
+        f"{step('after', 2)} ms after, XLA / graph {ratio('before', 1)} and {ratio('before', 2)} before, "
+        f"{ratio('after', 1)} and {ratio('after', 2)} after"
+    ) in flat
 
 
 def test_the_dense_gradients_section_quotes_the_two_speed_target_runs():
