@@ -13,10 +13,12 @@ compiled by XLA, in interleaved rounds (``measured_choice.time_candidates``):
 - per max pooling (3x3, stride 2, "same"): the forward pass and its gradient
   (``MaxPoolGrad``; XLA's select-and-scatter).
 
-Where the native kernels' XLA library loads, each kernel gradient and pooling
-gradient is also timed as the CNN layers compute it under XLA since
-(``sit_keras.layers.native_gradients``): the native op ``SitConv2DKernelGrad``,
-and the pooling with ``SitStridedMaxPoolGrad``, in the same rounds.
+Where the native kernels' XLA library loads, each of them is also timed as the
+CNN layers compute it under XLA since (``sit_keras.layers.native_gradients``),
+in the same rounds: the forward product and the input's gradient as the native
+op ``SitConv2D`` (the latter with the kernel turned by 180 degrees and its
+channel axes swapped), the kernel gradient as ``SitConv2DKernelGrad``, and the
+pooling with ``SitStridedMaxPoolGrad``.
 Each op's ratio is the median of its per-round ratios over the graph's time.
 
 Usage::
@@ -72,12 +74,16 @@ def _operations(
         x, dy = _random((batch, side, side, c_in), 1), _random((batch, side, side, c_out), 2)
         w = _random((3, 3, c_in, c_out), 3)
         name = f"conv {c_in}->{c_out} at {side}x{side}"
-        ops[f"{name}: forward"] = (lambda x, w: tf.nn.conv2d(x, w, 1, "SAME"), None, (x, w))
+        ops[f"{name}: forward"] = (
+            lambda x, w: tf.nn.conv2d(x, w, 1, "SAME"),
+            lambda x, w: native.library().sit_conv2d(x, w),
+            (x, w),
+        )
         ops[f"{name}: input gradient"] = (
             lambda dy, w, shape=x.shape: tf.raw_ops.Conv2DBackpropInput(
                 input_sizes=shape, filter=w, out_backprop=dy, strides=STRIDES, padding="SAME"
             ),
-            None,
+            lambda dy, w: native.library().sit_conv2d(dy, tf.transpose(tf.reverse(w, [0, 1]), [0, 1, 3, 2])),
             (dy, w),
         )
         ops[f"{name}: kernel gradient"] = (

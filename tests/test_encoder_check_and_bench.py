@@ -223,7 +223,8 @@ def test_xla_conv_gradients_times_each_product_and_pooling_both_ways(tmp_path, c
     for name, result in report["results"].items():
         assert result["graph_ms"] > 0 and result["xla_ms"] > 0 and result["xla_over_graph"] > 0
         if "native_xla_ms" in result:  # the native form, where the native kernels' XLA library loads
-            assert "gradient" in name and "input" not in name and result["native_xla_ms"] > 0
+            assert name.startswith("conv") or name.endswith(": gradient")  # no native pooling forward pass
+            assert result["native_xla_ms"] > 0
     printed = capsys.readouterr().out
     assert report["table"] in printed and report["table"].startswith("| op | graph (ms) | XLA (ms) |")
     assert isinstance(report["onednn_in_graphs"], bool) and report["wall_seconds"] > 0

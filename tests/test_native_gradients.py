@@ -1,8 +1,11 @@
-"""The CNNs' native gradients under XLA (``conv_kernel_grad.cc``, ``SitStridedMaxPoolGrad`` of
-``max_pool.cc``, ``sit_keras.layers.native_gradients``).
+"""The CNNs' native convolutions and gradients under XLA (``conv2d.cc``, ``conv_kernel_grad.cc``,
+``SitStridedMaxPoolGrad`` of ``max_pool.cc``, ``sit_keras.layers.native_gradients``).
 
 What this file proves:
 
+- ``SitConv2D`` is ``tf.nn.conv2d(x, kernel, 1, "SAME")`` and, with the kernel turned, its input's
+  gradient: float64 values equal TensorFlow's to rounding on widths and channel counts that take each of
+  its passes, in a graph and under XLA, the same bits in both and, in float32, on every run;
 - ``SitConv2DKernelGrad`` is the kernel gradient of a stride-1 "same" convolution: float64 values equal
   TensorFlow's ``Conv2DBackpropFilter`` to rounding on shapes that are multiples of nothing (runs longer than
   the sums a pass keeps in registers included), in a graph and under XLA, the same bits in both and on
@@ -17,6 +20,8 @@ What this file proves:
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -76,6 +81,66 @@ def test_the_kernel_gradient_of_long_runs_and_float32_is_the_same_bits_on_every_
     runs += [compiled(dy, x).numpy() for _ in range(2)]
     for run in runs:
         np.testing.assert_array_equal(run, runs[0])
+    np.testing.assert_allclose(runs[0], want, rtol=1e-4, atol=1e-4)
+
+
+def _conv_with_input_gradient(
+    x: tf.Tensor, kernel: tf.Tensor, dy: tf.Tensor, conv: Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
+) -> tuple[tf.Tensor, tf.Tensor]:
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = conv(x, kernel)
+    return y, tape.gradient(y, x, output_gradients=dy)
+
+
+# Widths past a pass's 12 pixels and output channels that take vectors of 16, 8 and 4 and one by one.
+conv_forward_shapes = st.tuples(
+    st.integers(1, 2), st.integers(1, 6), st.integers(1, 29), st.integers(1, 5), st.integers(1, 37)
+)
+
+
+@needs_xla_kernels
+@settings(deadline=None, max_examples=20)
+@given(shape=conv_forward_shapes, size=st.sampled_from([1, 3, 5]), seed=st.integers(0, 2**16))
+def test_the_convolution_op_and_its_input_gradient_are_tensorflows_in_a_graph_and_under_xla(
+    shape: tuple, size: int, seed: int
+):
+    images, height, width, c_in, c_out = shape
+    rng = np.random.default_rng(seed)
+    x = tf.constant(rng.normal(size=(images, height, width, c_in)))
+    kernel = tf.constant(rng.normal(size=(size, size, c_in, c_out)))
+    dy = tf.constant(rng.normal(size=(images, height, width, c_out)))
+    want = _conv_with_input_gradient(x, kernel, dy, lambda x, k: tf.nn.conv2d(x, k, 1, "SAME"))
+    got = _conv_with_input_gradient(x, kernel, dy, native.conv2d)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12 * float(np.max(np.abs(w)) + 1))
+    op = native.library().sit_conv2d(x, kernel)  # the op itself, whatever the channels
+    np.testing.assert_allclose(op, want[0], rtol=1e-12, atol=1e-12 * float(np.max(np.abs(want[0])) + 1))
+    compiled = tf.function(lambda *args: _conv_with_input_gradient(*args, native.conv2d), jit_compile=True)
+    # The forward pass's output has C_out channels, the input gradient's C_in: the op where it has enough.
+    native_outputs = [channels >= native.MIN_CONV_VECTOR_CHANNELS for channels in (c_out, c_in)]
+    assert ("sit_conv2d_f64" in custom_calls(compiled, x, kernel, dy)) == any(native_outputs)
+    for g, c, same_code in zip(got, compiled(x, kernel, dy), native_outputs, strict=True):
+        if same_code:  # the same code on XLA's buffers
+            np.testing.assert_array_equal(c, g)
+        else:  # TensorFlow's op in a graph, XLA's under XLA
+            np.testing.assert_allclose(c, g, rtol=1e-12, atol=1e-12 * float(np.max(np.abs(g)) + 1))
+    np.testing.assert_array_equal(tf.function(native.library().sit_conv2d, jit_compile=True)(x, kernel), op)
+
+
+@needs_xla_kernels
+def test_the_convolution_in_float32_is_the_same_bits_on_every_run():
+    """Each sum runs over the taps in one order, whatever thread computes its row."""
+    rng = np.random.default_rng(4)
+    x = tf.constant(rng.normal(size=(2, 40, 27, 7)), tf.float32)
+    kernel = tf.constant(rng.normal(size=(3, 3, 7, 21)), tf.float32)
+    conv = native.library().sit_conv2d
+    runs = [conv(x, kernel).numpy() for _ in range(3)]
+    compiled = tf.function(conv, jit_compile=True)
+    runs += [compiled(x, kernel).numpy() for _ in range(2)]
+    for run in runs:
+        np.testing.assert_array_equal(run, runs[0])
+    want = tf.nn.conv2d(tf.cast(x, tf.float64), tf.cast(kernel, tf.float64), 1, "SAME")
     np.testing.assert_allclose(runs[0], want, rtol=1e-4, atol=1e-4)
 
 
@@ -158,6 +223,14 @@ def test_the_pooling_gradient_puts_each_value_at_its_windows_first_maximum(
         ),
         ("sit_conv2d_kernel_grad", [(2, 5, 5, 4), (2, 5, 5, 3)], {"size": 2}, r"expects an odd size; got 2"),
         (
+            "sit_conv2d",
+            [(2, 5, 5, 4), (3, 3, 3, 2)],
+            {},
+            r"SitConv2D expects x \(B, H, W, C_in\) and a kernel \(k, k, C_in, C_out\) with k odd; got "
+            r"\[2,5,5,4\] and \[3,3,3,2\]",
+        ),
+        ("sit_conv2d", [(2, 5, 5, 4), (2, 2, 4, 2)], {}, r"with k odd; got \[2,5,5,4\] and \[2,2,4,2\]"),
+        (
             "sit_strided_max_pool_grad",
             [(1, 6, 6, 2), (1, 3, 3, 2), (1, 3, 2, 2)],
             {"size": 3, "stride": 2},
@@ -170,7 +243,7 @@ def test_the_pooling_gradient_puts_each_value_at_its_windows_first_maximum(
             r"expects windows of at most 64 positions; got size 9",
         ),
     ],
-    ids=["conv_batch", "conv_even_size", "pool_dy", "pool_window"],
+    ids=["conv_batch", "conv_even_size", "conv_channels", "conv_even_kernel", "pool_dy", "pool_window"],
 )
 @pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
 def test_malformed_inputs_fail_with_the_ops_message(op: str, inputs: list, attributes: dict, message: str,
@@ -217,7 +290,9 @@ def test_the_layers_are_keras_layers_with_native_gradients_under_xla_only(native
     assert type(rebuilt) is type(layer) and rebuilt.get_config() == layer.get_config()
     compiled = _layer_step(layer, x, jit_compile=True)
     assert custom_calls(compiled, x) & {"sit_conv2d_kernel_grad_f64", "sit_strided_max_pool_grad_f64"}
-    assert not {"SitConv2DKernelGrad", "SitStridedMaxPoolGrad"} & op_types(_layer_step(layer, x, False), x)
+    assert not {"SitConv2D", "SitConv2DKernelGrad", "SitStridedMaxPoolGrad"} & op_types(
+        _layer_step(layer, x, False), x
+    )
     for got, want in zip(compiled(x), _layer_step(twin, x, jit_compile=False)(x), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 

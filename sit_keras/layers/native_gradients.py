@@ -1,15 +1,18 @@
-"""Keras' ``Conv2D`` and ``MaxPool2D`` whose gradients, under XLA, are native ops.
+"""Keras' ``Conv2D`` and ``MaxPool2D`` whose convolutions and gradients, under XLA, are native ops.
 
 The CNN baselines (the IMPALA-CNN of DrAC and the MiniGrid CNN) are stacks of
 3x3 "same" convolutions on few channels, the IMPALA-CNN's with 3x3 max pooling
 of stride 2. Compiled by XLA on a CPU, a convolution's kernel gradient is a
 oneDNN call that took up to 9x as long as TensorFlow's own op in a graph, and
 the pooling's gradient a select-and-scatter that took 2-4x: most of the
-IMPALA-CNN's XLA step (docs/speed.md, "Where XLA loses the IMPALA-CNN's step").
+IMPALA-CNN's XLA step (docs/speed.md, "Where XLA loses the IMPALA-CNN's step");
+and each convolution a oneDNN call that creates its primitive on every call.
 These layers compute the same functions as Keras' layers, with the same weights
-and configs; inside ``tf.function(jit_compile=True)`` those gradients are the
-native ops ``SitConv2DKernelGrad`` and ``SitStridedMaxPoolGrad`` through their
-XLA kernels (``sit_keras.native.conv2d``, ``sit_keras.native.strided_max_pool``).
+and configs; inside ``tf.function(jit_compile=True)`` the convolution and its
+input's gradient are the native op ``SitConv2D`` (for 4 output channels or
+more), the gradients ``SitConv2DKernelGrad`` and ``SitStridedMaxPoolGrad``,
+all through their XLA kernels (``sit_keras.native.conv2d``,
+``sit_keras.native.strided_max_pool``).
 In a graph, where TensorFlow's ops are as fast, and wherever the native ops do
 not apply (other strides, padding or dtypes; no XLA kernels built), they are
 Keras' layers unchanged.
@@ -34,19 +37,19 @@ def _native_gradient_here(dtype: tf.DType, ops: frozenset[str]) -> bool:
 
 @tf_keras.saving.register_keras_serializable(package="sit_keras")
 class NativeGradConv2D(tf_keras.layers.Conv2D):
-    """``tf_keras.layers.Conv2D``; under XLA its kernel gradient is a native op where it applies.
+    """``tf_keras.layers.Conv2D``; under XLA its convolution and gradients are native ops where they apply.
 
     Symmetry: none of its own (a learned convolution is equivariant to
     translations of the pixel grid away from its borders, as Keras' layer is).
 
-    The native op applies to stride 1, "same" padding, no dilation, one group,
+    The native ops apply to stride 1, "same" padding, no dilation, one group,
     an odd square kernel, channels last, float32 or float64, in a function XLA
     compiles with the op's XLA kernel built (``native.usable``). Arguments,
     call and config are Keras' ``Conv2D``'s.
     """
 
     def uses_native_op(self, dtype: tf.DType) -> bool:
-        """Whether ``call``, traced now on ``dtype`` inputs, takes its kernel gradient from the native op."""
+        """Whether ``call``, traced now on ``dtype`` inputs, convolves with the native ops."""
         return (
             tuple(self.strides) == (1, 1)
             and self.padding == "same"

@@ -70,7 +70,7 @@ XLA_LIBRARY = Path(__file__).with_name("_xla_kernels.so")
 POOL_OPS = frozenset({"SitMaxPool", "SitMaxPoolGrad"})
 PROJECTION_OPS = frozenset({"SitChannelsFirstProjection", "SitChannelsFirstProjectionKernelGrad"})
 STEM_OPS = frozenset({"SitDepthwiseConv", "SitDepthwiseConvKernelGrad"})
-CONV_OPS = frozenset({"SitConv2DKernelGrad"})
+CONV_OPS = frozenset({"SitConv2D", "SitConv2DKernelGrad"})
 STRIDED_POOL_OPS = frozenset({"SitStridedMaxPoolGrad"})
 # Window positions SitStridedMaxPoolGrad takes at most (kMaxStridedPoolPositions of max_pool.h).
 MAX_STRIDED_POOL_POSITIONS = 64
@@ -371,16 +371,36 @@ def standardized_lane_blocks(
     return standardized(tokens)
 
 
+# Output channels from which SitConv2D takes them as vectors; fewer go one by one, slower than TensorFlow's
+# op (the IMPALA-CNN's image gradient, 3 channels: 4.3x in docs/speed.md, "The CNNs' convolutions in a
+# native op").
+MIN_CONV_VECTOR_CHANNELS = 4
+
+
+def _convolution(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
+    """``tf.nn.conv2d(x, kernel, 1, "SAME")``: ``SitConv2D`` for ``MIN_CONV_VECTOR_CHANNELS`` or more
+    output channels, TensorFlow's op for fewer."""
+    if kernel.shape[-1] >= MIN_CONV_VECTOR_CHANNELS:
+        return _library_or_raise().sit_conv2d(x, kernel)
+    return tf.nn.conv2d(x, kernel, 1, "SAME")
+
+
 def conv2d(inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
-    """``tf.nn.conv2d(inputs, kernel, 1, "SAME")``, its kernel's gradient from ``SitConv2DKernelGrad``.
+    """``tf.nn.conv2d(inputs, kernel, 1, "SAME")`` and both its gradients in native ops.
 
     ``inputs (B, H, W, C_in)``, ``kernel (k, k, C_in, C_out)`` with ``k`` odd.
-    The forward pass and the input's gradient are TensorFlow's ops; the
-    kernel's gradient is the native op (``conv_kernel_grad.cc``), where XLA's
-    own took up to 9x TensorFlow's graph op on the CNNs' few channels
-    (docs/speed.md, "Where XLA loses the IMPALA-CNN's step"). float32 and
-    float64 only: in bfloat16 the builtin convolutions are faster. Call only
-    where ``usable(inputs.dtype, CONV_OPS)``.
+    The convolution is ``SitConv2D`` (``conv2d.cc``), and so is the input's
+    gradient: the convolution of the upstream gradient with the kernel turned
+    by 180 degrees and its channel axes swapped (in a train step whose images
+    need no gradient, nothing consumes it and it is pruned); either is
+    TensorFlow's op where its output has fewer than
+    ``MIN_CONV_VECTOR_CHANNELS`` channels. Under XLA TensorFlow's
+    convolutions are oneDNN calls that create their primitive on every call.
+    The kernel's gradient is ``SitConv2DKernelGrad`` (``conv_kernel_grad.cc``),
+    where XLA's own took up to 9x TensorFlow's graph op on the CNNs' few
+    channels (docs/speed.md, "Where XLA loses the IMPALA-CNN's step").
+    float32 and float64 only: in bfloat16 the builtin convolutions are
+    faster. Call only where ``usable(inputs.dtype, CONV_OPS)``.
     """
     ops = _library_or_raise()
     size = kernel.shape[0]
@@ -388,12 +408,10 @@ def conv2d(inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     @tf.custom_gradient
     def convolve(x: tf.Tensor, w: tf.Tensor) -> tf.Tensor:
         def grad(dy: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            dx = tf.raw_ops.Conv2DBackpropInput(
-                input_sizes=tf.shape(x), filter=w, out_backprop=dy, strides=[1, 1, 1, 1], padding="SAME"
-            )
-            return dx, ops.sit_conv2d_kernel_grad(dy, x, size=size)
+            turned = tf.transpose(tf.reverse(w, [0, 1]), [0, 1, 3, 2])
+            return _convolution(dy, turned), ops.sit_conv2d_kernel_grad(dy, x, size=size)
 
-        return tf.nn.conv2d(x, w, 1, "SAME"), grad
+        return _convolution(x, w), grad
 
     return convolve(inputs, kernel)
 

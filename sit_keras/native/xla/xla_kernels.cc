@@ -2,9 +2,9 @@
 // kernel, so the layers took TensorFlow's builtin ops there. This library gives each of them one: at
 // compile time a kernel below checks the shapes and the window ops' constant indices (a wrong one fails
 // the compilation with the op's message) and emits a custom call to a host function, which runs the op's
-// computation (the same code as its TensorFlow kernel: channels_first.h, conv_kernel_grad.h, depthwise_stem.h,
-// max_pool.h, standardize.h, window_attention.h) on XLA's buffers. A tuple result reaches its host function as
-// an array of its elements' buffers.
+// computation (the same code as its TensorFlow kernel: channels_first.h, conv2d.h, conv_kernel_grad.h,
+// depthwise_stem.h, max_pool.h, standardize.h, window_attention.h) on XLA's buffers. A tuple result reaches
+// its host function as an array of its elements' buffers.
 //
 // A custom call gets no thread pool from XLA's CPU runtime, so the host functions share one of their own,
 // as many threads as the process may run on. The shapes travel in the call's opaque string (int64 values).
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "../channels_first.h"
+#include "../conv2d.h"
 #include "../conv_kernel_grad.h"
 #include "../depthwise_stem.h"
 #include "../kernels.h"
@@ -219,6 +220,30 @@ class ProjectionXla : public XlaOpKernel {
 
  private:
   bool grad_;
+};
+
+// --- SitConv2D ---------------------------------------------------------------------------------------
+
+template <typename T>
+void Conv2DHost(void* out, const void** in, const char* opaque, size_t length, XlaCustomCallStatus*) {
+  const std::vector<int64_t> s = OpaqueSizes(opaque, length);  // B, H, W, C_in, C_out, k
+  Conv2D(static_cast<const T*>(in[0]), static_cast<const T*>(in[1]), DenseConvSizes(s[0], s[1], s[2], s[3], s[4], s[5]),
+         static_cast<T*>(out), HostShards());
+}
+
+class Conv2DXla : public XlaOpKernel {
+ public:
+  explicit Conv2DXla(OpKernelConstruction* context) : XlaOpKernel(context) {}
+
+  void Compile(XlaOpKernelContext* ctx) override {
+    const tensorflow::TensorShape x = ctx->InputShape(0), kernel = ctx->InputShape(1);
+    OP_REQUIRES_OK(ctx, CheckConv2DInputs(x, kernel));
+    const tensorflow::TensorShape y({x.dim_size(0), x.dim_size(1), x.dim_size(2), kernel.dim_size(3)});
+    const std::vector<int64_t> sizes = {x.dim_size(0), x.dim_size(1), x.dim_size(2), x.dim_size(3),
+                                        kernel.dim_size(3), kernel.dim_size(0)};
+    ctx->SetOutput(0, Call(ctx, Target("sit_conv2d", ctx->input_type(0)), {ctx->Input(0), ctx->Input(1)}, {x, kernel},
+                           y, sizes));
+  }
 };
 
 // --- SitConv2DKernelGrad -----------------------------------------------------------------------------
@@ -563,6 +588,7 @@ REGISTER_HOST("sit_max_pool_grad", MaxPoolGradHost);
 REGISTER_HOST("sit_strided_max_pool_grad", StridedMaxPoolGradHost);
 REGISTER_HOST("sit_channels_first_projection", ProjectionHost);
 REGISTER_HOST("sit_channels_first_projection_kernel_grad", ProjectionKernelGradHost);
+REGISTER_HOST("sit_conv2d", Conv2DHost);
 REGISTER_HOST("sit_conv2d_kernel_grad", Conv2DKernelGradHost);
 REGISTER_HOST("sit_depthwise_conv", DepthwiseConvHost);
 REGISTER_HOST("sit_depthwise_conv_kernel_grad", DepthwiseConvKernelGradHost);
@@ -582,6 +608,7 @@ REGISTER("SitMaxPoolGrad", MaxPoolXla);
 REGISTER("SitStridedMaxPoolGrad", StridedMaxPoolGradXla);
 REGISTER("SitChannelsFirstProjection", ProjectionXla);
 REGISTER("SitChannelsFirstProjectionKernelGrad", ProjectionXla);
+REGISTER("SitConv2D", Conv2DXla);
 REGISTER("SitConv2DKernelGrad", Conv2DKernelGradXla);
 REGISTER("SitDepthwiseConv", DepthwiseConvXla);
 REGISTER("SitDepthwiseConvKernelGrad", DepthwiseConvXla);
@@ -629,6 +656,7 @@ extern "C" void SitRegisterXlaKernelsLate() {
         {"SitStridedMaxPoolGrad", Create<sit_keras::StridedMaxPoolGradXla>, {}},
         {"SitChannelsFirstProjection", Create<sit_keras::ProjectionXla>, {}},
         {"SitChannelsFirstProjectionKernelGrad", Create<sit_keras::ProjectionXla>, {}},
+        {"SitConv2D", Create<sit_keras::Conv2DXla>, {}},
         {"SitConv2DKernelGrad", Create<sit_keras::Conv2DKernelGradXla>, {}},
         {"SitDepthwiseConv", Create<sit_keras::DepthwiseConvXla>, {}},
         {"SitDepthwiseConvKernelGrad", Create<sit_keras::DepthwiseConvXla>, {}},
