@@ -59,19 +59,37 @@ inline void ConvPixels(const T* padded, int64_t padded_row, const T* kernel, con
   for (int p = 0; p < P; ++p) std::memcpy(out + (p0 + p) * c_out + o0, &acc[p], sizeof(Values));
 }
 
-// Output channels [o0, o0 + W) of a row: P pixels at a time, then one by one.
+// Output channels [o0, o0 + W) of a row, in passes of at most kConvPixels pixels, as even as the width
+// allows (14 pixels as 7 + 7, not 12 + 2): a pass of few pixels waits on its chains of multiply-adds, 2
+// pixels at a quarter of the FMA units' rate.
 template <typename T, int W>
 inline void ConvChannels(const T* padded, int64_t padded_row, const T* kernel, const DenseConvSizes& n, int64_t i0,
                          int64_t i1, int64_t o0, T* out) {
-  constexpr int P = kConvPixels<T, W>;
-  int64_t p = 0;
-  for (; p + P <= n.width; p += P) ConvPixels<T, W, P>(padded, padded_row, kernel, n, i0, i1, p, o0, out);
-  // The rest in passes of 8, 4, 2 and 1 pixels: one pixel's sums alone wait for each other (a chain of
-  // k k C_in multiply-adds).
-  if (P > 8 && p + 8 <= n.width) ConvPixels<T, W, 8>(padded, padded_row, kernel, n, i0, i1, p, o0, out), p += 8;
-  if (P > 4 && p + 4 <= n.width) ConvPixels<T, W, 4>(padded, padded_row, kernel, n, i0, i1, p, o0, out), p += 4;
-  if (P > 2 && p + 2 <= n.width) ConvPixels<T, W, 2>(padded, padded_row, kernel, n, i0, i1, p, o0, out), p += 2;
-  for (; p < n.width; ++p) ConvPixels<T, W, 1>(padded, padded_row, kernel, n, i0, i1, p, o0, out);
+  constexpr int kMax = kConvPixels<T, W>;
+  const int64_t passes = (n.width + kMax - 1) / kMax;
+  for (int64_t pass = 0, p = 0; pass < passes; ++pass) {
+    const int64_t pixels = (n.width - p) / (passes - pass);  // the rest shared evenly by the passes left
+    switch (pixels) {
+#define SIT_CONV_PASS(P)                                                                   \
+  case P:                                                                                  \
+    if constexpr (P <= kMax) ConvPixels<T, W, P>(padded, padded_row, kernel, n, i0, i1, p, o0, out); \
+    break;
+      SIT_CONV_PASS(1)
+      SIT_CONV_PASS(2)
+      SIT_CONV_PASS(3)
+      SIT_CONV_PASS(4)
+      SIT_CONV_PASS(5)
+      SIT_CONV_PASS(6)
+      SIT_CONV_PASS(7)
+      SIT_CONV_PASS(8)
+      SIT_CONV_PASS(9)
+      SIT_CONV_PASS(10)
+      SIT_CONV_PASS(11)
+      SIT_CONV_PASS(12)
+#undef SIT_CONV_PASS
+    }
+    p += pixels;
+  }
 }
 
 // out (B, H, W, C_out) = x (B, H, W, C_in) convolved with kernel (k, k, C_in, C_out): stride 1, "same"
