@@ -117,8 +117,9 @@ def test_the_convolution_op_and_its_input_gradient_are_tensorflows_in_a_graph_an
     op = native.library().sit_conv2d(x, kernel)  # the op itself, whatever the channels
     np.testing.assert_allclose(op, want[0], rtol=1e-12, atol=1e-12 * float(np.max(np.abs(want[0])) + 1))
     compiled = tf.function(lambda *args: _conv_with_input_gradient(*args, native.conv2d), jit_compile=True)
-    # The forward pass's output has C_out channels, the input gradient's C_in: the op where it has enough.
-    native_outputs = [channels >= native.MIN_CONV_VECTOR_CHANNELS for channels in (c_out, c_in)]
+    # The forward pass maps C_in channels to C_out, the input's gradient C_out to C_in.
+    applies = native.native_convolution_applies
+    native_outputs = [applies(c_in, c_out), applies(c_out, c_in)]
     assert ("sit_conv2d_f64" in custom_calls(compiled, x, kernel, dy)) == any(native_outputs)
     for g, c, same_code in zip(got, compiled(x, kernel, dy), native_outputs, strict=True):
         if same_code:  # the same code on XLA's buffers
@@ -127,6 +128,28 @@ def test_the_convolution_op_and_its_input_gradient_are_tensorflows_in_a_graph_an
             np.testing.assert_allclose(c, g, rtol=1e-12, atol=1e-12 * float(np.max(np.abs(g)) + 1))
     np.testing.assert_array_equal(tf.function(native.library().sit_conv2d, jit_compile=True)(x, kernel), op)
 
+
+
+@needs_xla_kernels
+@pytest.mark.parametrize(
+    "c_in, c_out, ops",
+    [
+        (4, 8, {"sit_conv2d_f32", "sit_conv2d_kernel_grad_f32"}),
+        (3, 16, {"sit_conv2d_f32", "sit_conv2d_kernel_grad_f32"}),  # its input's gradient: 3 channels
+        (16, 32, {"sit_conv2d_kernel_grad_f32"}),  # 512 channel pairs: XLA's convolutions
+    ],
+)
+def test_the_convolution_op_computes_only_where_it_applies(c_in: int, c_out: int, ops: set):
+    x, kernel = tf.ones((2, 6, 6, c_in)), tf.ones((3, 3, c_in, c_out))
+
+    @tf.function(jit_compile=True)
+    def step(x: tf.Tensor, kernel: tf.Tensor) -> list[tf.Tensor]:
+        with tf.GradientTape() as tape:
+            tape.watch([x, kernel])
+            y = native.conv2d(x, kernel)
+        return tape.gradient(y, [x, kernel])
+
+    assert custom_calls(step, x, kernel) == ops
 
 @needs_xla_kernels
 def test_the_convolution_in_float32_is_the_same_bits_on_every_run():

@@ -371,16 +371,29 @@ def standardized_lane_blocks(
     return standardized(tokens)
 
 
-# Output channels from which SitConv2D takes them as vectors; fewer go one by one, slower than TensorFlow's
-# op (the IMPALA-CNN's image gradient, 3 channels: 4.3x in docs/speed.md, "The CNNs' convolutions in a
-# native op").
+# Where SitConv2D computes a convolution under XLA (docs/speed.md, "The CNNs' convolutions in a native
+# op"): from 4 output channels, which it takes as vectors (fewer go one by one, slower than TensorFlow's
+# op: 4.3-4.6x for the IMPALA-CNN's image gradient, 3 channels), and up to 256 input times output
+# channels. Its loops run at the rate of the FMA units, as oneDNN's do; on the CNNs' few channels it saves
+# the primitive XLA's oneDNN call creates on every call (the IMPALA-CNN's XLA step 0.90-0.93x its graph
+# step, 1.03-1.08x with XLA's own), but on the MiniGrid CNN's 16 x 32 it made the step slower (1.28-1.38x
+# its graph step, 1.15-1.24x with XLA's own).
 MIN_CONV_VECTOR_CHANNELS = 4
+MAX_CONV_CHANNEL_PRODUCT = 256
+
+
+def native_convolution_applies(in_channels: int, out_channels: int) -> bool:
+    """Whether ``conv2d`` computes a convolution of these channels (its forward pass, or with them
+    swapped its input's gradient) with ``SitConv2D``."""
+    return (
+        out_channels >= MIN_CONV_VECTOR_CHANNELS and in_channels * out_channels <= MAX_CONV_CHANNEL_PRODUCT
+    )
 
 
 def _convolution(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
-    """``tf.nn.conv2d(x, kernel, 1, "SAME")``: ``SitConv2D`` for ``MIN_CONV_VECTOR_CHANNELS`` or more
-    output channels, TensorFlow's op for fewer."""
-    if kernel.shape[-1] >= MIN_CONV_VECTOR_CHANNELS:
+    """``tf.nn.conv2d(x, kernel, 1, "SAME")``: ``SitConv2D`` where ``native_convolution_applies``,
+    TensorFlow's op elsewhere."""
+    if native_convolution_applies(kernel.shape[2], kernel.shape[3]):
         return _library_or_raise().sit_conv2d(x, kernel)
     return tf.nn.conv2d(x, kernel, 1, "SAME")
 
@@ -393,9 +406,9 @@ def conv2d(inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     gradient: the convolution of the upstream gradient with the kernel turned
     by 180 degrees and its channel axes swapped (in a train step whose images
     need no gradient, nothing consumes it and it is pruned); either is
-    TensorFlow's op where its output has fewer than
-    ``MIN_CONV_VECTOR_CHANNELS`` channels. Under XLA TensorFlow's
-    convolutions are oneDNN calls that create their primitive on every call.
+    TensorFlow's op where ``native_convolution_applies`` does not hold for
+    its channels. Under XLA TensorFlow's convolutions are oneDNN calls that
+    create their primitive on every call.
     The kernel's gradient is ``SitConv2DKernelGrad`` (``conv_kernel_grad.cc``),
     where XLA's own took up to 9x TensorFlow's graph op on the CNNs' few
     channels (docs/speed.md, "Where XLA loses the IMPALA-CNN's step").
