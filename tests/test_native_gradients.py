@@ -129,7 +129,6 @@ def test_the_convolution_op_and_its_input_gradient_are_tensorflows_in_a_graph_an
     np.testing.assert_array_equal(tf.function(native.library().sit_conv2d, jit_compile=True)(x, kernel), op)
 
 
-
 @needs_xla_kernels
 @pytest.mark.parametrize(
     "c_in, c_out, ops",
@@ -150,6 +149,7 @@ def test_the_convolution_op_computes_only_where_it_applies(c_in: int, c_out: int
         return tape.gradient(y, [x, kernel])
 
     assert custom_calls(step, x, kernel) == ops
+
 
 @needs_xla_kernels
 def test_the_convolution_in_float32_is_the_same_bits_on_every_run():

@@ -385,9 +385,7 @@ MAX_CONV_CHANNEL_PRODUCT = 256
 def native_convolution_applies(in_channels: int, out_channels: int) -> bool:
     """Whether ``conv2d`` computes a convolution of these channels (its forward pass, or with them
     swapped its input's gradient) with ``SitConv2D``."""
-    return (
-        out_channels >= MIN_CONV_VECTOR_CHANNELS and in_channels * out_channels <= MAX_CONV_CHANNEL_PRODUCT
-    )
+    return out_channels >= MIN_CONV_VECTOR_CHANNELS and in_channels * out_channels <= MAX_CONV_CHANNEL_PRODUCT
 
 
 def _convolution(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
