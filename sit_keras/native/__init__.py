@@ -372,28 +372,22 @@ def standardized_lane_blocks(
 
 
 # Where SitConv2D computes a convolution under XLA (docs/speed.md, "The CNNs' convolutions in a native
-# op"): from 4 output channels, which it takes as vectors (fewer go one by one, slower than TensorFlow's
-# op: 4.3-4.6x for the IMPALA-CNN's image gradient, 3 channels), and up to 256 input times output
-# channels. Its loops run at the rate of the FMA units, as oneDNN's do; on the CNNs' few channels it saves
-# the primitive XLA's oneDNN call creates on every call (the IMPALA-CNN's XLA step 0.90-0.93x its graph
-# step, 1.03-1.08x with XLA's own), but on the MiniGrid CNN's 16 x 32 it made the step slower (1.28-1.38x
-# its graph step, 1.15-1.24x with XLA's own).
-MIN_CONV_VECTOR_CHANNELS = 4
+# op"): 4 channels or more in and out, and up to 256 input times output channels. Its loops run at the
+# rate of the FMA units, as oneDNN's do; on the IMPALA-CNN's few channels it saves the primitive XLA's
+# oneDNN call creates on every call, and its XLA step went from 1.01-1.08x its graph step to 0.84-0.93x.
+# Fewer output channels go one by one (4.5x TensorFlow's op for the IMPALA-CNN's 3-channel image
+# gradient); the MiniGrid CNN's step was slower with it on 3 input channels and on 16 x 32.
+MIN_CONV_CHANNELS = 4
 MAX_CONV_CHANNEL_PRODUCT = 256
 
 
 def native_convolution_applies(in_channels: int, out_channels: int) -> bool:
-    """Whether ``conv2d`` computes a convolution of these channels (its forward pass, or with them
-    swapped its input's gradient) with ``SitConv2D``."""
-    return out_channels >= MIN_CONV_VECTOR_CHANNELS and in_channels * out_channels <= MAX_CONV_CHANNEL_PRODUCT
-
-
-def _convolution(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
-    """``tf.nn.conv2d(x, kernel, 1, "SAME")``: ``SitConv2D`` where ``native_convolution_applies``,
-    TensorFlow's op elsewhere."""
-    if native_convolution_applies(kernel.shape[2], kernel.shape[3]):
-        return _library_or_raise().sit_conv2d(x, kernel)
-    return tf.nn.conv2d(x, kernel, 1, "SAME")
+    """Whether ``conv2d`` computes a convolution of these channels with ``SitConv2D``: its forward pass,
+    and its input's gradient (the same channels swapped)."""
+    return (
+        min(in_channels, out_channels) >= MIN_CONV_CHANNELS
+        and in_channels * out_channels <= MAX_CONV_CHANNEL_PRODUCT
+    )
 
 
 def conv2d(inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
@@ -403,10 +397,11 @@ def conv2d(inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     The convolution is ``SitConv2D`` (``conv2d.cc``), and so is the input's
     gradient: the convolution of the upstream gradient with the kernel turned
     by 180 degrees and its channel axes swapped (in a train step whose images
-    need no gradient, nothing consumes it and it is pruned); either is
-    TensorFlow's op where ``native_convolution_applies`` does not hold for
-    its channels. Under XLA TensorFlow's convolutions are oneDNN calls that
-    create their primitive on every call.
+    need no gradient, nothing consumes it and it is pruned); both are
+    TensorFlow's (``Conv2D``, ``Conv2DBackpropInput``) where
+    ``native_convolution_applies`` does not hold for its channels. Under XLA
+    TensorFlow's convolutions are oneDNN calls that create their primitive on
+    every call.
     The kernel's gradient is ``SitConv2DKernelGrad`` (``conv_kernel_grad.cc``),
     where XLA's own took up to 9x TensorFlow's graph op on the CNNs' few
     channels (docs/speed.md, "Where XLA loses the IMPALA-CNN's step").
@@ -415,14 +410,20 @@ def conv2d(inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     """
     ops = _library_or_raise()
     size = kernel.shape[0]
+    native = native_convolution_applies(kernel.shape[2], kernel.shape[3])
 
     @tf.custom_gradient
     def convolve(x: tf.Tensor, w: tf.Tensor) -> tf.Tensor:
         def grad(dy: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            turned = tf.transpose(tf.reverse(w, [0, 1]), [0, 1, 3, 2])
-            return _convolution(dy, turned), ops.sit_conv2d_kernel_grad(dy, x, size=size)
+            if native:
+                dx = ops.sit_conv2d(dy, tf.transpose(tf.reverse(w, [0, 1]), [0, 1, 3, 2]))
+            else:  # TensorFlow's own form (as a forward convolution, XLA's step was slower)
+                dx = tf.raw_ops.Conv2DBackpropInput(
+                    input_sizes=tf.shape(x), filter=w, out_backprop=dy, strides=[1, 1, 1, 1], padding="SAME"
+                )
+            return dx, ops.sit_conv2d_kernel_grad(dy, x, size=size)
 
-        return _convolution(x, w), grad
+        return (ops.sit_conv2d(x, w) if native else tf.nn.conv2d(x, w, 1, "SAME")), grad
 
     return convolve(inputs, kernel)
 
