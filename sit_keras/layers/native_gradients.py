@@ -9,10 +9,10 @@ IMPALA-CNN's XLA step (docs/speed.md, "Where XLA loses the IMPALA-CNN's step");
 and each convolution a oneDNN call that creates its primitive on every call.
 These layers compute the same functions as Keras' layers, with the same weights
 and configs; inside ``tf.function(jit_compile=True)`` the convolution and its
-input's gradient are the native op ``SitConv2D`` (where
-``native.native_convolution_applies``: few channels), the gradients ``SitConv2DKernelGrad`` and ``SitStridedMaxPoolGrad``,
-all through their XLA kernels (``sit_keras.native.conv2d``,
-``sit_keras.native.strided_max_pool``).
+input's gradient are the native op ``SitConv2D`` (on few channels, where
+``native.native_convolution_applies``), the gradients ``SitConv2DKernelGrad``
+and ``SitStridedMaxPoolGrad``, all through their XLA kernels
+(``sit_keras.native.conv2d``, ``sit_keras.native.strided_max_pool``).
 In a graph, where TensorFlow's ops are as fast, and wherever the native ops do
 not apply (other strides, padding or dtypes; no XLA kernels built), they are
 Keras' layers unchanged.
