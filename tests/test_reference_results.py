@@ -7841,7 +7841,7 @@ def test_the_vector_pooling_gradient_section_is_its_alternated_runs():
     """docs/speed.md's "The pooling gradient a vector of channels at a time": the table and the ratios are
     the alternated before / after runs', and the native pooling gradient is faster after in every round."""
     start = SPEED.index("#### The pooling gradient a vector of channels at a time")
-    section = SPEED[start : SPEED.index("\n## Encoders", start)]
+    section = SPEED[start : SPEED.index("\n#### The CNNs' convolutions in a native op", start)]
     flat = " ".join(section.split())
     commits = {"before": "bd13f3a", "after": "f07ffb9"}
     ops, steps = {}, {}
@@ -7886,6 +7886,73 @@ def test_the_vector_pooling_gradient_section_is_its_alternated_runs():
         f"{step('after', 2)} ms after, XLA / graph {ratio('before', 1)} and {ratio('before', 2)} before, "
         f"{ratio('after', 1)} and {ratio('after', 2)} after"
     ) in flat
+
+
+def test_the_native_convolution_section_is_its_reports():
+    """docs/speed.md's "The CNNs' convolutions in a native op": the op benchmark's convolution rows, and the
+    eight alternated encoder rounds, the IMPALA-CNN faster with XLA after in the landed form's rounds."""
+    start = SPEED.index("#### The CNNs' convolutions in a native op")
+    section = SPEED[start : SPEED.index("\n#### The targets at f07ffb9 and f86dbb7", start)]
+    flat = " ".join(section.split())
+    ops = _report("xla_conv_gradients_amx_native_conv.json")
+    assert ops["commit"].startswith("5b48f5a") and "AMX" in ops["machine"]
+    rows = [line for line in ops["table"].split("\n") if line.startswith("| conv") and "kernel" not in line]
+    assert len(rows) == 12 and all(row in section for row in rows)
+    forms = {1: "5bd3613", 2: "5bd3613", 3: "3c7e0c0", 4: "3c7e0c0", 5: "5b48f5a", 6: "5b48f5a"}
+    forms |= {7: "bfb55dd", 8: "bfb55dd"}
+    ratios = {}
+    for run, form in forms.items():
+        cells = []
+        for model in ("impala_cnn", "minigrid_cnn"):
+            for when, commit in (("before", "65b9c8c"), ("after", form)):
+                report = _report(f"speed_encoders_amx_native_conv_{model}_{when}_run{run}.json")
+                assert report["commit"].startswith(commit) and "AMX" in report["machine"]
+                [name] = report["models"]
+                ratios[model, when, run] = report["ratios"]["xla_over_graph"][name]["train_step"]
+                cells.append(f"{ratios[model, when, run]:.2f}")
+        assert f"| {run} | {form} | " + " | ".join(cells) + " |" in section
+    impala_before = [ratios["impala_cnn", "before", run] for run in forms]
+    landed = [ratios["impala_cnn", "after", run] for run in (7, 8)]
+    assert max(landed) < min(impala_before) and max(landed) < 1
+    assert (
+        f"The IMPALA-CNN's XLA step is {landed[0]:.2f} and {landed[1]:.2f}x its graph step "
+        f"({min(impala_before):.2f}-{max(impala_before):.2f} before, in all eight rounds)"
+    ) in flat
+    source = (ROOT / "sit_keras" / "native" / "__init__.py").read_text()  # the rule the docs state
+    assert "\nMIN_CONV_CHANNELS = 4\n" in source and "\nMAX_CONV_CHANNEL_PRODUCT = 256\n" in source
+    assert "with 4 channels or more in and out and at most 256 input times output channels" in flat
+
+
+def test_the_targets_at_f07ffb9_and_f86dbb7_are_their_runs():
+    """docs/speed.md's "The targets at f07ffb9 and f86dbb7": the table is the three AMX runs' rows, the counts
+    and wall times theirs, and the IMPALA-CNN's XLA step meets its target at f86dbb7."""
+    start = SPEED.index("#### The targets at f07ffb9 and f86dbb7")
+    section = SPEED[start : SPEED.index("\n## Encoders", start)]
+    flat = " ".join(section.split())
+    names = ["speed_targets_amx_native", "speed_targets_amx_vector_pool", "speed_targets_amx_native_conv"]
+    runs = [_report(f"{name}.json") for name in names]
+    for run, commit in zip(runs, ("6dcef1f", "f07ffb9", "f86dbb7"), strict=True):
+        assert run["commit"].startswith(commit) and "AMX" in run["machine"]
+    met = {True: "yes", False: "**no**", None: "n/a"}
+    for rows in zip(*(run["targets"] for run in runs), strict=True):
+        last = rows[-1]
+        limit = "-" if last["limit"] is None else f"{'<=' if last['at_most'] else '>='} {last['limit']:.3g}"
+        values = " | ".join(f"{row['value']:.2f}" for row in rows)
+        assert f"| {last['what']} | {values} | {limit} | {met[last['met']]} | `{last['report']}` |" in section
+    pool, conv = runs[1], runs[2]
+    assert (
+        f"in {pool['wall_seconds']:.0f} s, {pool['met']} targets met and {pool['missed']} missed" in flat
+        and f"in {conv['wall_seconds']:.0f} s, **{conv['met']} met and {conv['missed']} missed**" in flat
+    )
+    encoders = _report("speed_targets_amx_native_conv/encoders_64.json")
+    steps = encoders["models"]["impala_cnn"]["timings"]["train_step"]
+    xla, graph = (f"{steps[mode]['median_ms']:.1f}" for mode in ("xla", "graph"))
+    ratio = encoders["ratios"]["xla_over_graph"]["impala_cnn"]["train_step"]
+    assert ratio < 1 and f"{ratio:.2f}x its graph step ({xla} against {graph} ms)" in flat
+    ppo = [[t["value"] for t in _report(f"{n}.json")["targets"] if "PPO" in t["what"]][:2]
+           for n in ["speed_targets_amx", *names]]  # fmt: skip
+    values = [v for pair in ppo for v in pair]
+    assert f"({min(values):.2f}-{max(values):.2f} over the four runs)" in flat
 
 
 def test_the_dense_gradients_section_quotes_the_two_speed_target_runs():

@@ -17,9 +17,14 @@ COMMITTED_RUNS = [
     "speed_targets_avx2_orbit_gradients",
     "speed_targets_avx2_prefetch",
 ]
-# The AMX host's runs, before and after the CNNs' native gradients (docs/speed.md, "The targets on an
-# Intel host with AMX"): bfloat16 counts there.
-COMMITTED_BFLOAT16_RUNS = ["speed_targets_amx", "speed_targets_amx_native"]
+# The AMX host's runs, before and after the CNNs' native gradients, pooling and convolutions (docs/speed.md,
+# "The targets on an Intel host with AMX" and below): bfloat16 counts there.
+COMMITTED_BFLOAT16_RUNS = [
+    "speed_targets_amx",
+    "speed_targets_amx_native",
+    "speed_targets_amx_vector_pool",
+    "speed_targets_amx_native_conv",
+]
 
 
 def _reports(module, scale: float = 1.0) -> dict[str, dict]:

@@ -374,7 +374,7 @@ def standardized_lane_blocks(
 # Where SitConv2D computes a convolution under XLA (docs/speed.md, "The CNNs' convolutions in a native
 # op"): 4 channels or more in and out, and up to 256 input times output channels. Its loops run at the
 # rate of the FMA units, as oneDNN's do; on the IMPALA-CNN's few channels it saves the primitive XLA's
-# oneDNN call creates on every call, and its XLA step went from 1.01-1.08x its graph step to 0.84-0.93x.
+# oneDNN call creates on every call: its XLA step went from 0.95-1.08x its graph step to 0.89-0.93x.
 # Fewer output channels go one by one (4.5x TensorFlow's op for the IMPALA-CNN's 3-channel image
 # gradient); the MiniGrid CNN's step was slower with it on 3 input channels and on 16 x 32.
 MIN_CONV_CHANNELS = 4
