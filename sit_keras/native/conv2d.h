@@ -5,9 +5,10 @@
 // padded by r = k / 2 zero pixels at both ends, so that the inner loops test no border. It then takes the
 // output channels W at a time (16, 8, 4, then one by one) and the row's pixels in passes of P <= 12 (as even
 // as the width allows): P vectors of W sums stay in registers while, for each tap (i, j) and input channel c,
-// the kernel's W values K[i, j, c, o] are loaded once and multiplied by each pixel's input value. Each sum runs over (i, j, c) in that order
-// whatever the threads: the same bits on every run. Under XLA the convolution was a oneDNN call that
-// created its primitive on every call (docs/speed.md, "The CNNs' convolutions in a native op").
+// the kernel's W values K[i, j, c, o] are loaded once and multiplied by each pixel's input value. Each sum
+// runs over (i, j, c) in that order whatever the threads: the same bits on every run. Under XLA the
+// convolution was a oneDNN call that created its primitive on every call (docs/speed.md, "The CNNs'
+// convolutions in a native op").
 
 #ifndef SIT_KERAS_NATIVE_CONV2D_H_
 #define SIT_KERAS_NATIVE_CONV2D_H_
