@@ -76,14 +76,16 @@ def _operations(
         name = f"conv {c_in}->{c_out} at {side}x{side}"
         ops[f"{name}: forward"] = (
             lambda x, w: tf.nn.conv2d(x, w, 1, "SAME"),
-            lambda x, w: native.library().sit_conv2d(x, w),
+            lambda x, w: native.library().sit_conv2d(x, w, tf.zeros([w.shape[-1]])),
             (x, w),
         )
         ops[f"{name}: input gradient"] = (
             lambda dy, w, shape=x.shape: tf.raw_ops.Conv2DBackpropInput(
                 input_sizes=shape, filter=w, out_backprop=dy, strides=STRIDES, padding="SAME"
             ),
-            lambda dy, w: native.library().sit_conv2d(dy, tf.transpose(tf.reverse(w, [0, 1]), [0, 1, 3, 2])),
+            lambda dy, w: native.library().sit_conv2d(
+                dy, tf.transpose(tf.reverse(w, [0, 1]), [0, 1, 3, 2]), tf.zeros([w.shape[2]])
+            ),
             (dy, w),
         )
         ops[f"{name}: kernel gradient"] = (

@@ -49,7 +49,7 @@ def _tensorflows_kernel_grad(dy: tf.Tensor, x: tf.Tensor, size: int) -> tf.Tenso
 
 
 conv_shapes = st.tuples(
-    st.integers(1, 3), st.integers(1, 9), st.integers(1, 9), st.integers(1, 5), st.integers(1, 19)
+    st.integers(1, 3), st.integers(1, 9), st.integers(1, 9), st.integers(1, 19), st.integers(1, 19)
 )
 
 
@@ -114,8 +114,17 @@ def test_the_convolution_op_and_its_input_gradient_are_tensorflows_in_a_graph_an
     got = _conv_with_input_gradient(x, kernel, dy, native.conv2d)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12 * float(np.max(np.abs(w)) + 1))
-    op = native.library().sit_conv2d(x, kernel)  # the op itself, whatever the channels
+    zero_bias = tf.zeros([c_out], tf.float64)
+    op = native.library().sit_conv2d(x, kernel, zero_bias)  # the op itself, whatever the channels
     np.testing.assert_allclose(op, want[0], rtol=1e-12, atol=1e-12 * float(np.max(np.abs(want[0])) + 1))
+    bias = tf.constant(rng.normal(size=(c_out,)))
+    with_relu = native.library().sit_conv2d(x, kernel, bias, relu=True)
+    np.testing.assert_allclose(
+        with_relu,
+        tf.nn.relu(tf.nn.bias_add(want[0], bias)),
+        rtol=1e-12,
+        atol=1e-12 * float(np.max(np.abs(want[0])) + 1),
+    )
     compiled = tf.function(lambda *args: _conv_with_input_gradient(*args, native.conv2d), jit_compile=True)
     applies = native.native_convolution_applies(c_in, c_out)
     assert ("sit_conv2d_f64" in custom_calls(compiled, x, kernel, dy)) == applies
@@ -124,7 +133,9 @@ def test_the_convolution_op_and_its_input_gradient_are_tensorflows_in_a_graph_an
             np.testing.assert_array_equal(c, g)
         else:  # TensorFlow's op in a graph, XLA's under XLA
             np.testing.assert_allclose(c, g, rtol=1e-12, atol=1e-12 * float(np.max(np.abs(g)) + 1))
-    np.testing.assert_array_equal(tf.function(native.library().sit_conv2d, jit_compile=True)(x, kernel), op)
+    compiled_op = tf.function(native.library().sit_conv2d, jit_compile=True)
+    np.testing.assert_array_equal(compiled_op(x, kernel, zero_bias), op)
+    np.testing.assert_array_equal(compiled_op(x, kernel, bias, relu=True), with_relu)
 
 
 @needs_xla_kernels
@@ -150,18 +161,46 @@ def test_the_convolution_op_computes_only_where_it_applies(c_in: int, c_out: int
 
 
 @needs_xla_kernels
+@pytest.mark.parametrize("c_in, c_out", [(4, 8), (3, 16)], ids=["native", "tensorflows_convolution"])
+def test_the_convolution_with_a_bias_and_its_three_gradients_are_tensorflows(c_in: int, c_out: int):
+    rng = np.random.default_rng(5)
+    x = tf.constant(rng.normal(size=(3, 7, 9, c_in)))
+    kernel = tf.constant(rng.normal(size=(3, 3, c_in, c_out)))
+    bias = tf.constant(rng.normal(size=(c_out,)))
+    dy = tf.constant(rng.normal(size=(3, 7, 9, c_out)))
+
+    def values_and_gradients(conv: Callable[..., tf.Tensor]) -> Callable[[], list[tf.Tensor]]:
+        def run() -> list[tf.Tensor]:
+            with tf.GradientTape() as tape:
+                tape.watch([x, kernel, bias])
+                y = conv(x, kernel, bias)
+            return [y, *tape.gradient(y, [x, kernel, bias], output_gradients=dy)]
+
+        return run
+
+    want = values_and_gradients(lambda x, k, b: tf.nn.bias_add(tf.nn.conv2d(x, k, 1, "SAME"), b))()
+    for jit_compile in (False, True):
+        got = tf.function(values_and_gradients(native.conv2d), jit_compile=jit_compile)()
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12 * float(np.max(np.abs(w)) + 1))
+
+
+@needs_xla_kernels
 def test_the_convolution_in_float32_is_the_same_bits_on_every_run():
     """Each sum runs over the taps in one order, whatever thread computes its row."""
     rng = np.random.default_rng(4)
     x = tf.constant(rng.normal(size=(2, 40, 27, 7)), tf.float32)
     kernel = tf.constant(rng.normal(size=(3, 3, 7, 21)), tf.float32)
+    bias = tf.constant(rng.normal(size=(21,)), tf.float32)
     conv = native.library().sit_conv2d
-    runs = [conv(x, kernel).numpy() for _ in range(3)]
+    runs = [conv(x, kernel, bias).numpy() for _ in range(3)]
     compiled = tf.function(conv, jit_compile=True)
-    runs += [compiled(x, kernel).numpy() for _ in range(2)]
+    runs += [compiled(x, kernel, bias).numpy() for _ in range(2)]
     for run in runs:
         np.testing.assert_array_equal(run, runs[0])
-    want = tf.nn.conv2d(tf.cast(x, tf.float64), tf.cast(kernel, tf.float64), 1, "SAME")
+    want = tf.nn.conv2d(tf.cast(x, tf.float64), tf.cast(kernel, tf.float64), 1, "SAME") + tf.cast(
+        bias, tf.float64
+    )
     np.testing.assert_allclose(runs[0], want, rtol=1e-4, atol=1e-4)
 
 
@@ -245,12 +284,18 @@ def test_the_pooling_gradient_puts_each_value_at_its_windows_first_maximum(
         ("sit_conv2d_kernel_grad", [(2, 5, 5, 4), (2, 5, 5, 3)], {"size": 2}, r"expects an odd size; got 2"),
         (
             "sit_conv2d",
-            [(2, 5, 5, 4), (3, 3, 3, 2)],
+            [(2, 5, 5, 4), (3, 3, 3, 2), (2,)],
             {},
-            r"SitConv2D expects x \(B, H, W, C_in\) and a kernel \(k, k, C_in, C_out\) with k odd; got "
-            r"\[2,5,5,4\] and \[3,3,3,2\]",
+            r"SitConv2D expects x \(B, H, W, C_in\), a kernel \(k, k, C_in, C_out\) with k odd and a bias "
+            r"\(C_out\); got \[2,5,5,4\], \[3,3,3,2\] and \[2\]",
         ),
-        ("sit_conv2d", [(2, 5, 5, 4), (2, 2, 4, 2)], {}, r"with k odd; got \[2,5,5,4\] and \[2,2,4,2\]"),
+        ("sit_conv2d", [(2, 5, 5, 4), (2, 2, 4, 2), (2,)], {}, r"got \[2,5,5,4\], \[2,2,4,2\] and \[2\]"),
+        (
+            "sit_conv2d",
+            [(2, 5, 5, 4), (3, 3, 4, 2), (3,)],
+            {"relu": True},
+            r"got \[2,5,5,4\], \[3,3,4,2\] and \[3\]",
+        ),
         (
             "sit_strided_max_pool_grad",
             [(1, 6, 6, 2), (1, 3, 3, 2), (1, 3, 2, 2)],
@@ -264,7 +309,15 @@ def test_the_pooling_gradient_puts_each_value_at_its_windows_first_maximum(
             r"expects windows of at most 64 positions; got size 9",
         ),
     ],
-    ids=["conv_batch", "conv_even_size", "conv_channels", "conv_even_kernel", "pool_dy", "pool_window"],
+    ids=[
+        "conv_batch",
+        "conv_even_size",
+        "conv_channels",
+        "conv_even_kernel",
+        "conv_bias",
+        "pool_dy",
+        "pool_window",
+    ],
 )
 @pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
 def test_malformed_inputs_fail_with_the_ops_message(op: str, inputs: list, attributes: dict, message: str,
@@ -293,16 +346,29 @@ def _layer_step(layer: tf_keras.layers.Layer, x: tf.Tensor, jit_compile: bool):
 
 @needs_xla_kernels
 @pytest.mark.parametrize(
-    "native_layer, keras_layer",
+    "native_layer, keras_layer, channels",
     [
-        (lambda: NativeGradConv2D(5, 3, padding="same", dtype="float64"), tf_keras.layers.Conv2D),
-        (lambda: NativeGradMaxPool2D(3, 2, padding="same", dtype="float64"), tf_keras.layers.MaxPool2D),
+        (lambda: NativeGradConv2D(5, 3, padding="same", dtype="float64"), tf_keras.layers.Conv2D, 2),
+        # SitConv2D itself (4 channels or more), the relu its own.
+        (
+            lambda: NativeGradConv2D(6, 3, padding="same", activation="relu", dtype="float64"),
+            tf_keras.layers.Conv2D,
+            4,
+        ),
+        (
+            lambda: NativeGradConv2D(6, 3, padding="same", use_bias=False, dtype="float64"),
+            tf_keras.layers.Conv2D,
+            5,
+        ),
+        (lambda: NativeGradMaxPool2D(3, 2, padding="same", dtype="float64"), tf_keras.layers.MaxPool2D, 2),
     ],
-    ids=["conv", "pool"],
+    ids=["conv", "conv_relu", "conv_no_bias", "pool"],
 )
-def test_the_layers_are_keras_layers_with_native_gradients_under_xla_only(native_layer, keras_layer):
+def test_the_layers_are_keras_layers_with_native_gradients_under_xla_only(
+    native_layer, keras_layer, channels
+):
     layer = native_layer()
-    x = tf.constant(np.random.default_rng(0).normal(size=(3, 7, 9, 2)))
+    x = tf.constant(np.random.default_rng(0).normal(size=(3, 7, 9, channels)))
     layer(x)
     twin = keras_layer.from_config(layer.get_config())
     twin(x)
@@ -310,7 +376,10 @@ def test_the_layers_are_keras_layers_with_native_gradients_under_xla_only(native
     rebuilt = tf_keras.layers.deserialize(tf_keras.layers.serialize(layer))
     assert type(rebuilt) is type(layer) and rebuilt.get_config() == layer.get_config()
     compiled = _layer_step(layer, x, jit_compile=True)
-    assert custom_calls(compiled, x) & {"sit_conv2d_kernel_grad_f64", "sit_strided_max_pool_grad_f64"}
+    calls = custom_calls(compiled, x)
+    assert calls & {"sit_conv2d_kernel_grad_f64", "sit_strided_max_pool_grad_f64"}
+    if isinstance(layer, NativeGradConv2D):
+        assert ("sit_conv2d_f64" in calls) == native.native_convolution_applies(channels, layer.filters)
     assert not {"SitConv2D", "SitConv2DKernelGrad", "SitStridedMaxPoolGrad"} & op_types(
         _layer_step(layer, x, False), x
     )

@@ -61,10 +61,14 @@ class NativeGradConv2D(tf_keras.layers.Conv2D):
             and _native_gradient_here(dtype, native.CONV_OPS)
         )
 
-    def convolution_op(self, inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
-        if self.uses_native_op(inputs.dtype):
-            return native.conv2d(inputs, tf.cast(kernel, inputs.dtype))
-        return super().convolution_op(inputs, kernel)
+    def call(self, inputs: tf.Tensor) -> tf.Tensor:
+        if not self.uses_native_op(inputs.dtype):
+            return super().call(inputs)
+        bias = tf.cast(self.bias, inputs.dtype) if self.use_bias else None
+        # A relu is the convolution's own: the op takes it as it stores its sums.
+        relu = self.activation is tf_keras.activations.relu
+        outputs = native.conv2d(inputs, tf.cast(self.kernel, inputs.dtype), bias, relu=relu)
+        return outputs if relu or self.activation is None else self.activation(outputs)
 
 
 @tf_keras.saving.register_keras_serializable(package="sit_keras")

@@ -390,14 +390,19 @@ def native_convolution_applies(in_channels: int, out_channels: int) -> bool:
     )
 
 
-def conv2d(inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
-    """``tf.nn.conv2d(inputs, kernel, 1, "SAME")`` and both its gradients in native ops.
+def conv2d(
+    inputs: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor | None = None, relu: bool = False
+) -> tf.Tensor:
+    """``tf.nn.conv2d(inputs, kernel, 1, "SAME")``, plus ``bias``, then ``relu``; and its gradients, in
+    native ops.
 
-    ``inputs (B, H, W, C_in)``, ``kernel (k, k, C_in, C_out)`` with ``k`` odd.
-    The convolution is ``SitConv2D`` (``conv2d.cc``), and so is the input's
-    gradient: the convolution of the upstream gradient with the kernel turned
-    by 180 degrees and its channel axes swapped (in a train step whose images
-    need no gradient, nothing consumes it and it is pruned); both are
+    ``inputs (B, H, W, C_in)``, ``kernel (k, k, C_in, C_out)`` with ``k`` odd,
+    ``bias (C_out,)`` or None (none), ``relu``: whether ``tf.nn.relu`` follows.
+    The convolution is ``SitConv2D`` (``conv2d.cc``), with the bias and the
+    relu as it stores its sums, and so is the input's gradient: the
+    convolution of the upstream gradient with the kernel turned by 180
+    degrees and its channel axes swapped (in a train step whose images need
+    no gradient, nothing consumes it and it is pruned); both are
     TensorFlow's (``Conv2D``, ``Conv2DBackpropInput``) where
     ``native_convolution_applies`` does not hold for its channels. Under XLA
     TensorFlow's convolutions are oneDNN calls that create their primitive on
@@ -405,27 +410,47 @@ def conv2d(inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     The kernel's gradient is ``SitConv2DKernelGrad`` (``conv_kernel_grad.cc``),
     where XLA's own took up to 9x TensorFlow's graph op on the CNNs' few
     channels (docs/speed.md, "Where XLA loses the IMPALA-CNN's step").
+    The bias's gradient, the upstream gradient summed over its pixels, is a
+    product with a vector of ones: XLA's own sum (a ``reduce-window``) took
+    0.58 ms on the MiniGrid CNN's (96, 14, 14, 32), the product 0.11
+    (docs/speed.md, "The MiniGrid CNN's step under XLA").
     float32 and float64 only: in bfloat16 the builtin convolutions are
     faster. Call only where ``usable(inputs.dtype, CONV_OPS)``.
     """
     ops = _library_or_raise()
-    size = kernel.shape[0]
-    native = native_convolution_applies(kernel.shape[2], kernel.shape[3])
+    size, c_in, c_out = kernel.shape[0], kernel.shape[2], kernel.shape[3]
+    native = native_convolution_applies(c_in, c_out)
+    with_bias = bias is not None
 
     @tf.custom_gradient
-    def convolve(x: tf.Tensor, w: tf.Tensor) -> tf.Tensor:
-        def grad(dy: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def convolve(x: tf.Tensor, w: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
+        if native:
+            y = ops.sit_conv2d(x, w, b, relu=relu)
+        else:
+            y = tf.nn.conv2d(x, w, 1, "SAME")
+            y = tf.nn.bias_add(y, b) if with_bias else y
+            y = tf.nn.relu(y) if relu else y
+
+        def grad(dy: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+            if relu:
+                dy = tf.where(y > 0, dy, tf.zeros_like(dy))
             if native:
-                dx = ops.sit_conv2d(dy, tf.transpose(tf.reverse(w, [0, 1]), [0, 1, 3, 2]))
+                turned = tf.transpose(tf.reverse(w, [0, 1]), [0, 1, 3, 2])
+                dx = ops.sit_conv2d(dy, turned, tf.zeros([c_in], dy.dtype))
             else:  # TensorFlow's own form (as a forward convolution, XLA's step was slower)
                 dx = tf.raw_ops.Conv2DBackpropInput(
                     input_sizes=tf.shape(x), filter=w, out_backprop=dy, strides=[1, 1, 1, 1], padding="SAME"
                 )
-            return dx, ops.sit_conv2d_kernel_grad(dy, x, size=size)
+            if with_bias:
+                pixels = tf.reshape(dy, [-1, c_out])
+                db = tf.linalg.matvec(pixels, tf.ones(tf.shape(pixels)[:1], dy.dtype), transpose_a=True)
+            else:
+                db = tf.zeros_like(b)
+            return dx, ops.sit_conv2d_kernel_grad(dy, x, size=size), db
 
-        return (ops.sit_conv2d(x, w) if native else tf.nn.conv2d(x, w, 1, "SAME")), grad
+        return y, grad
 
-    return convolve(inputs, kernel)
+    return convolve(inputs, kernel, bias if with_bias else tf.zeros([c_out], inputs.dtype))
 
 
 @_in_op_dtype

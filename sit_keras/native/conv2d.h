@@ -6,9 +6,10 @@
 // output channels W at a time (16, 8, 4, then one by one) and the row's pixels in passes of P <= 12 (as even
 // as the width allows): P vectors of W sums stay in registers while, for each tap (i, j) and input channel c,
 // the kernel's W values K[i, j, c, o] are loaded once and multiplied by each pixel's input value. Each sum
-// runs over (i, j, c) in that order whatever the threads: the same bits on every run. Under XLA the
-// convolution was a oneDNN call that created its primitive on every call (docs/speed.md, "The CNNs'
-// convolutions in a native op").
+// runs over (i, j, c) in that order whatever the threads: the same bits on every run. The bias is added to
+// each sum as it is stored, and with relu max(., 0) taken (ConvEpilogue). Under XLA the convolution was a
+// oneDNN call that created its primitive on every call (docs/speed.md, "The CNNs' convolutions in a native
+// op").
 
 #ifndef SIT_KERAS_NATIVE_CONV2D_H_
 #define SIT_KERAS_NATIVE_CONV2D_H_
@@ -22,14 +23,16 @@
 
 namespace sit_keras {
 
-// The op's checks, shared by its TensorFlow and XLA kernels: x (B, H, W, C_in) and a kernel (k, k, C_in, C_out)
-// with k odd.
-inline Status CheckConv2DInputs(const TensorShape& x, const TensorShape& kernel) {
+// The op's checks, shared by its TensorFlow and XLA kernels: x (B, H, W, C_in), a kernel (k, k, C_in, C_out)
+// with k odd and a bias (C_out).
+inline Status CheckConv2DInputs(const TensorShape& x, const TensorShape& kernel, const TensorShape& bias) {
   const bool fits = x.dims() == 4 && kernel.dims() == 4 && kernel.dim_size(0) == kernel.dim_size(1) &&
-                    kernel.dim_size(0) % 2 == 1 && kernel.dim_size(2) == x.dim_size(3);
+                    kernel.dim_size(0) % 2 == 1 && kernel.dim_size(2) == x.dim_size(3) && bias.dims() == 1 &&
+                    bias.dim_size(0) == kernel.dim_size(3);
   if (fits) return Status();
-  return InvalidArgument("SitConv2D expects x (B, H, W, C_in) and a kernel (k, k, C_in, C_out) with k odd; got ",
-                         x.DebugString(), " and ", kernel.DebugString());
+  return InvalidArgument(
+      "SitConv2D expects x (B, H, W, C_in), a kernel (k, k, C_in, C_out) with k odd and a bias (C_out); got ",
+      x.DebugString(), ", ", kernel.DebugString(), " and ", bias.DebugString());
 }
 
 // Pixels whose sums one pass keeps in registers: P vectors of W values of T, with room left for the kernel's
@@ -37,11 +40,20 @@ inline Status CheckConv2DInputs(const TensorShape& x, const TensorShape& kernel)
 template <typename T, int W>
 constexpr int kConvPixels = std::min<int>(12, (kVectorRegisters - 4) / std::max<int>(1, W * sizeof(T) / (kLanes * 4)));
 
+// The bias and activation a convolution's outputs get as they are stored: the layer's, which under XLA were
+// separate passes over the (B, H, W, C_out) outputs (docs/speed.md, "The MiniGrid CNN's step under XLA").
+template <typename T>
+struct ConvEpilogue {
+  const T* bias;  // C_out values
+  bool relu;      // max(y, 0) after the bias
+};
+
 // out[p, o0 + l] (l < W) for the P pixels from p0 of a row: the sums over the taps i in [i0, i1) (rows inside
-// the image), j < k and c < C_in of padded[i][(p + j) C_in + c] K[i, j, c, o0 + l].
+// the image), j < k and c < C_in of padded[i][(p + j) C_in + c] K[i, j, c, o0 + l], plus the bias (then
+// max(., 0) with relu).
 template <typename T, int W, int P>
 inline void ConvPixels(const T* padded, int64_t padded_row, const T* kernel, const DenseConvSizes& n, int64_t i0,
-                       int64_t i1, int64_t p0, int64_t o0, T* out) {
+                       int64_t i1, int64_t p0, int64_t o0, const ConvEpilogue<T>& epilogue, T* out) {
   typedef T Values __attribute__((vector_size(W * sizeof(T))));
   Values acc[P];
   for (int p = 0; p < P; ++p) acc[p] = Values{};
@@ -57,7 +69,13 @@ inline void ConvPixels(const T* padded, int64_t padded_row, const T* kernel, con
       }
     }
   }
-  for (int p = 0; p < P; ++p) std::memcpy(out + (p0 + p) * c_out + o0, &acc[p], sizeof(Values));
+  Values bias;
+  std::memcpy(&bias, epilogue.bias + o0, sizeof(bias));
+  for (int p = 0; p < P; ++p) {
+    Values y = acc[p] + bias;
+    if (epilogue.relu) y = y > Values{} ? y : Values{};
+    std::memcpy(out + (p0 + p) * c_out + o0, &y, sizeof(Values));
+  }
 }
 
 // Output channels [o0, o0 + W) of a row, in passes of at most kConvPixels pixels, as even as the width
@@ -65,7 +83,7 @@ inline void ConvPixels(const T* padded, int64_t padded_row, const T* kernel, con
 // pixels at a quarter of the FMA units' rate.
 template <typename T, int W>
 inline void ConvChannels(const T* padded, int64_t padded_row, const T* kernel, const DenseConvSizes& n, int64_t i0,
-                         int64_t i1, int64_t o0, T* out) {
+                         int64_t i1, int64_t o0, const ConvEpilogue<T>& epilogue, T* out) {
   constexpr int kMax = kConvPixels<T, W>;
   const int64_t passes = (n.width + kMax - 1) / kMax;
   for (int64_t pass = 0, p = 0; pass < passes; ++pass) {
@@ -73,7 +91,7 @@ inline void ConvChannels(const T* padded, int64_t padded_row, const T* kernel, c
     switch (pixels) {
 #define SIT_CONV_PASS(P)                                                                   \
   case P:                                                                                  \
-    if constexpr (P <= kMax) ConvPixels<T, W, P>(padded, padded_row, kernel, n, i0, i1, p, o0, out); \
+    if constexpr (P <= kMax) ConvPixels<T, W, P>(padded, padded_row, kernel, n, i0, i1, p, o0, epilogue, out); \
     break;
       SIT_CONV_PASS(1)
       SIT_CONV_PASS(2)
@@ -94,13 +112,20 @@ inline void ConvChannels(const T* padded, int64_t padded_row, const T* kernel, c
 }
 
 // out (B, H, W, C_out) = x (B, H, W, C_in) convolved with kernel (k, k, C_in, C_out): stride 1, "same"
-// padding (r = k / 2 zero pixels at each side), as tf.nn.conv2d(x, kernel, 1, "SAME").
+// padding (r = k / 2 zero pixels at each side), as tf.nn.conv2d(x, kernel, 1, "SAME"); then the epilogue's
+// bias and activation.
 template <typename T>
-void Conv2D(const T* x_data, const T* kernel, const DenseConvSizes& n, T* out_data, const Shards& shards) {
+void Conv2D(const T* x_data, const T* kernel, const DenseConvSizes& n, const ConvEpilogue<T>& epilogue,
+            T* out_data, const Shards& shards) {
   if (n.rows == 0 || n.width == 0 || n.out_channels == 0) return;
   const int64_t c_in = n.in_channels, c_out = n.out_channels;
   if (c_in == 0) {
-    std::fill(out_data, out_data + n.rows * n.width * c_out, T(0));
+    for (int64_t pixel = 0; pixel < n.rows * n.width; ++pixel) {
+      for (int64_t o = 0; o < c_out; ++o) {
+        const T y = epilogue.bias[o];
+        out_data[pixel * c_out + o] = epilogue.relu && !(y > T(0)) ? T(0) : y;
+      }
+    }
     return;
   }
   const int64_t padded_row = (n.width + 2 * n.radius) * c_in;
@@ -115,11 +140,12 @@ void Conv2D(const T* x_data, const T* kernel, const DenseConvSizes& n, T* out_da
         std::copy(x, x + n.width * c_in, padded.data() + i * padded_row + n.radius * c_in);
       }
       T* out = out_data + row * n.width * c_out;
+      const T* in = padded.data();
       int64_t o = 0;
-      for (; o + 16 <= c_out; o += 16) ConvChannels<T, 16>(padded.data(), padded_row, kernel, n, i0, i1, o, out);
-      for (; o + 8 <= c_out; o += 8) ConvChannels<T, 8>(padded.data(), padded_row, kernel, n, i0, i1, o, out);
-      for (; o + 4 <= c_out; o += 4) ConvChannels<T, 4>(padded.data(), padded_row, kernel, n, i0, i1, o, out);
-      for (; o < c_out; ++o) ConvChannels<T, 1>(padded.data(), padded_row, kernel, n, i0, i1, o, out);
+      for (; o + 16 <= c_out; o += 16) ConvChannels<T, 16>(in, padded_row, kernel, n, i0, i1, o, epilogue, out);
+      for (; o + 8 <= c_out; o += 8) ConvChannels<T, 8>(in, padded_row, kernel, n, i0, i1, o, epilogue, out);
+      for (; o + 4 <= c_out; o += 4) ConvChannels<T, 4>(in, padded_row, kernel, n, i0, i1, o, epilogue, out);
+      for (; o < c_out; ++o) ConvChannels<T, 1>(in, padded_row, kernel, n, i0, i1, o, epilogue, out);
     }
   });
 }

@@ -6,10 +6,10 @@
 //   dkernel[i, j, c, o] = sum_p x[b, h + i - r, p, c] dy[b, h, p - r + j', o],
 // and for one p the k C_out values dy[b, h, p - r + j', o] (j' < k, o < C_out) are consecutive in the row of
 // dy padded by r zero pixels at each end. So a row adds, per tap row i and input channel c, the scalar
-// x[..., p, c] times that run of k C_out values to k C_out sums, p by p: the sums stay in vector registers
-// (a handful for the IMPALA-CNN's channels) over a block of rows, where XLA's oneDNN call took 9x as
-// long as TensorFlow's own op on the first convolution (docs/speed.md, "Where XLA loses the IMPALA-CNN's
-// step").
+// x[..., p, c] times that run of k C_out values to k C_out sums, p by p: the sums of up to 8 input channels
+// stay in vector registers over a block of rows, and each vector of the run, loaded once, serves them all.
+// Under XLA the gradient was a oneDNN call that took 9x as long as TensorFlow's own op on the IMPALA-CNN's
+// first convolution (docs/speed.md, "Where XLA loses the IMPALA-CNN's step").
 // The sums over rows are kept per unit of a fixed partition of the B H rows and the units' sums added in a
 // fixed order: the same bits on every run, whatever the threads.
 
@@ -17,6 +17,7 @@
 #define SIT_KERAS_NATIVE_CONV_KERNEL_GRAD_H_
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "kernels.h"
@@ -54,18 +55,42 @@ inline Status CheckConv2DKernelGradInputs(const TensorShape& dy, const TensorSha
                          dy.DebugString(), " and ", x.DebugString());
 }
 
-// sums[v] += x[p C_in] padded[p C_out + v kLanes ...] over p < W of each of a block's rows whose tap row
-// i is inside the image, for V vectors of sums, which stay in registers over the block's rows.
+// Input channels whose sums a pass keeps in registers side by side, V vectors each, with room for the V
+// vectors of dy it loads (a Lanes<double> takes two registers): 8, 4, 2 or 1.
 template <typename T, int V>
-inline void AddBlock(const DenseConvSizes& n, int64_t first_row, int64_t last_row, int64_t i, const T* x_data,
-                     const T* padded, int64_t padded_row, T* sums) {
-  // U sets of sums, for the pixels p = U q + u, so that U V multiply-adds in a row are independent of each
-  // other: with one set of one vector, each waited for the one before (a chain of W values a row).
-  constexpr int U = V >= 4 ? 1 : (V >= 2 ? 2 : 4);
-  Lanes<T> acc[U][V];
-  for (int u = 0; u < U; ++u) {
-    for (int v = 0; v < V; ++v) acc[u][v] = Lanes<T>{};
+constexpr int kSumChannels = [] {
+  constexpr int registers = sizeof(T) / sizeof(float);
+  for (int channels : {8, 4, 2}) {
+    if ((channels + 1) * V * registers <= kVectorRegisters - 2) return channels;
   }
+  return 1;
+}();
+
+// sums[c stride + v kLanes ...] += x[p C_in + c] padded[p C_out + v kLanes ...] over p < W of each of a
+// block's rows whose tap row i is inside the image, for C input channels and V vectors of sums, which stay
+// in registers over the block's rows. A pixel's V vectors of dy are loaded once for the C channels: one
+// channel at a time, each multiply-add needed a load of its own and the loads, not the FMA units, set the
+// rate (2.6 ms against TensorFlow's 1.8 in a graph for the MiniGrid CNN's 16 x 32 channels at 14x14).
+template <typename T, int V, int C>
+inline void AddBlock(const DenseConvSizes& n, int64_t first_row, int64_t last_row, int64_t i, const T* x_data,
+                     const T* padded, int64_t padded_row, T* sums, int64_t stride) {
+  // U sets of sums, for the pixels p = U q + u, so that at least 8 multiply-adds in a row are independent
+  // of each other: with one set of one vector, each waited for the one before (a chain of W values a row).
+  constexpr int U = C * V >= 8 ? 1 : (C * V >= 4 ? 2 : 4);
+  Lanes<T> acc[U][C][V];
+  for (int u = 0; u < U; ++u) {
+    for (int c = 0; c < C; ++c) {
+      for (int v = 0; v < V; ++v) acc[u][c][v] = Lanes<T>{};
+    }
+  }
+  const auto add_pixel = [&](Lanes<T>(&sets)[C][V], const T* x, const T* run) {
+    Lanes<T> dy[V];
+    for (int v = 0; v < V; ++v) dy[v] = Load(run + v * kLanes);
+    for (int c = 0; c < C; ++c) {
+      const T value = x[c];
+      for (int v = 0; v < V; ++v) sets[c][v] += value * dy[v];
+    }
+  };
   for (int64_t row = first_row; row < last_row; ++row) {
     const int64_t b = row / n.height, source = row % n.height + i - n.radius;
     if (source < 0 || source >= n.height) continue;
@@ -73,41 +98,62 @@ inline void AddBlock(const DenseConvSizes& n, int64_t first_row, int64_t last_ro
     const T* runs = padded + (row - first_row) * padded_row;
     int64_t p = 0;
     for (; p + U <= n.width; p += U) {
-      for (int u = 0; u < U; ++u) {
-        const T value = x[(p + u) * n.in_channels];
-        const T* run = runs + (p + u) * n.out_channels;
-        for (int v = 0; v < V; ++v) acc[u][v] += value * Load(run + v * kLanes);
-      }
+      for (int u = 0; u < U; ++u) add_pixel(acc[u], x + (p + u) * n.in_channels, runs + (p + u) * n.out_channels);
     }
-    for (; p < n.width; ++p) {
-      const T value = x[p * n.in_channels];
-      for (int v = 0; v < V; ++v) acc[0][v] += value * Load(runs + p * n.out_channels + v * kLanes);
-    }
+    for (; p < n.width; ++p) add_pixel(acc[0], x + p * n.in_channels, runs + p * n.out_channels);
   }
-  for (int v = 0; v < V; ++v) {
-    Lanes<T> total = acc[0][v];
-    for (int u = 1; u < U; ++u) total += acc[u][v];
-    Store(sums + v * kLanes, Load(sums + v * kLanes) + total);
+  for (int c = 0; c < C; ++c) {
+    for (int v = 0; v < V; ++v) {
+      Lanes<T> total = acc[0][c][v];
+      for (int u = 1; u < U; ++u) total += acc[u][c][v];
+      T* s = sums + c * stride + v * kLanes;
+      Store(s, Load(s) + total);
+    }
   }
 }
 
-template <typename T>
-inline void AddRows(int64_t vectors, const DenseConvSizes& n, int64_t first_row, int64_t last_row,
-                           int64_t i, const T* x_data, const T* padded, int64_t padded_row, T* sums) {
-  switch (vectors) {
-#define SIT_ADD_BLOCK(V) \
-  case V:               \
-    return AddBlock<T, V>(n, first_row, last_row, i, x_data, padded, padded_row, sums);
-    SIT_ADD_BLOCK(1)
-    SIT_ADD_BLOCK(2)
-    SIT_ADD_BLOCK(3)
-    SIT_ADD_BLOCK(4)
-    SIT_ADD_BLOCK(5)
-    SIT_ADD_BLOCK(6)
-    SIT_ADD_BLOCK(7)
-    SIT_ADD_BLOCK(8)
-#undef SIT_ADD_BLOCK
+// AddBlock for V vectors and as many of the `channels` input channels left as a pass takes (8, 4, 2 or 1,
+// at most kSumChannels); returns how many it took.
+template <typename T, int V>
+inline int64_t AddChannels(int64_t channels, const DenseConvSizes& n, int64_t first_row, int64_t last_row,
+                           int64_t i, const T* x_data, const T* padded, int64_t padded_row, T* sums,
+                           int64_t stride) {
+  constexpr int kMax = kSumChannels<T, V>;
+  const auto add = [&](auto taken) -> int64_t {
+    AddBlock<T, V, decltype(taken)::value>(n, first_row, last_row, i, x_data, padded, padded_row, sums, stride);
+    return decltype(taken)::value;
+  };
+  if constexpr (kMax >= 8) {
+    if (channels >= 8) return add(std::integral_constant<int, 8>{});
   }
+  if constexpr (kMax >= 4) {
+    if (channels >= 4) return add(std::integral_constant<int, 4>{});
+  }
+  if constexpr (kMax >= 2) {
+    if (channels >= 2) return add(std::integral_constant<int, 2>{});
+  }
+  return add(std::integral_constant<int, 1>{});
+}
+
+template <typename T>
+inline int64_t AddRows(int64_t vectors, int64_t channels, const DenseConvSizes& n, int64_t first_row,
+                       int64_t last_row, int64_t i, const T* x_data, const T* padded, int64_t padded_row, T* sums,
+                       int64_t stride) {
+  switch (vectors) {
+#define SIT_ADD_CHANNELS(V) \
+  case V:                  \
+    return AddChannels<T, V>(channels, n, first_row, last_row, i, x_data, padded, padded_row, sums, stride);
+    SIT_ADD_CHANNELS(1)
+    SIT_ADD_CHANNELS(2)
+    SIT_ADD_CHANNELS(3)
+    SIT_ADD_CHANNELS(4)
+    SIT_ADD_CHANNELS(5)
+    SIT_ADD_CHANNELS(6)
+    SIT_ADD_CHANNELS(7)
+    SIT_ADD_CHANNELS(8)
+#undef SIT_ADD_CHANNELS
+  }
+  return channels;  // unreachable: 1 <= vectors <= kConvSumVectors
 }
 
 // dkernel (k, k, C_in, C_out) from dy (B, H, W, C_out) and x (B, H, W, C_in).
@@ -124,8 +170,8 @@ void Conv2DKernelGrad(const T* dy_data, const T* x_data, const DenseConvSizes& n
   // Rows of dy, each padded by r zero pixels at each end; a vector's values past the last one.
   const int64_t padded_row = (n.width + 2 * n.radius) * c_out;
   const int64_t unit_rows = (n.rows + units - 1) / units;
-  // A unit's rows go in blocks whose padded dy fits the L1 cache (kConvBlockBytes): the k C_in passes over a
-  // block read it there, and each pass keeps its sums in registers over the block's rows.
+  // A unit's rows go in blocks whose padded dy fits the L1 cache (kConvBlockBytes): the passes over a block
+  // (per tap row, input channels up to 8 at a time) read it there, each keeping its sums in registers.
   const int64_t block_rows = std::max<int64_t>(1, kConvBlockBytes / (padded_row * int64_t(sizeof(T))));
   shards(units, 2 * k * c_in * n.width * stride * unit_rows, [&](int64_t start, int64_t limit) {
     std::vector<T> padded(std::min(block_rows, unit_rows) * padded_row + stride, T(0));
@@ -139,12 +185,12 @@ void Conv2DKernelGrad(const T* dy_data, const T* x_data, const DenseConvSizes& n
           std::copy(g, g + n.width * c_out, padded.data() + (row - first_row) * padded_row + n.radius * c_out);
         }
         for (int64_t i = 0; i < k; ++i) {
-          for (int64_t c = 0; c < c_in; ++c) {
-            T* s = unit_sums + (i * c_in + c) * stride;
-            for (int64_t v0 = 0; v0 < n.run_vectors; v0 += kConvSumVectors) {
-              const int64_t vectors = std::min(kConvSumVectors, n.run_vectors - v0);
-              AddRows(vectors, n, first_row, last_row, i, x_data + c, padded.data() + v0 * kLanes, padded_row,
-                      s + v0 * kLanes);
+          for (int64_t v0 = 0; v0 < n.run_vectors; v0 += kConvSumVectors) {
+            const int64_t vectors = std::min(kConvSumVectors, n.run_vectors - v0);
+            for (int64_t c = 0; c < c_in;) {
+              T* s = unit_sums + (i * c_in + c) * stride + v0 * kLanes;
+              c += AddRows(vectors, c_in - c, n, first_row, last_row, i, x_data + c, padded.data() + v0 * kLanes,
+                           padded_row, s, stride);
             }
           }
         }

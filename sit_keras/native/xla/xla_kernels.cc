@@ -226,24 +226,29 @@ class ProjectionXla : public XlaOpKernel {
 
 template <typename T>
 void Conv2DHost(void* out, const void** in, const char* opaque, size_t length, XlaCustomCallStatus*) {
-  const std::vector<int64_t> s = OpaqueSizes(opaque, length);  // B, H, W, C_in, C_out, k
+  const std::vector<int64_t> s = OpaqueSizes(opaque, length);  // B, H, W, C_in, C_out, k, relu
   Conv2D(static_cast<const T*>(in[0]), static_cast<const T*>(in[1]), DenseConvSizes(s[0], s[1], s[2], s[3], s[4], s[5]),
-         static_cast<T*>(out), HostShards());
+         ConvEpilogue<T>{static_cast<const T*>(in[2]), s[6] != 0}, static_cast<T*>(out), HostShards());
 }
 
 class Conv2DXla : public XlaOpKernel {
  public:
-  explicit Conv2DXla(OpKernelConstruction* context) : XlaOpKernel(context) {}
+  explicit Conv2DXla(OpKernelConstruction* context) : XlaOpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("relu", &relu_));
+  }
 
   void Compile(XlaOpKernelContext* ctx) override {
-    const tensorflow::TensorShape x = ctx->InputShape(0), kernel = ctx->InputShape(1);
-    OP_REQUIRES_OK(ctx, CheckConv2DInputs(x, kernel));
+    const tensorflow::TensorShape x = ctx->InputShape(0), kernel = ctx->InputShape(1), bias = ctx->InputShape(2);
+    OP_REQUIRES_OK(ctx, CheckConv2DInputs(x, kernel, bias));
     const tensorflow::TensorShape y({x.dim_size(0), x.dim_size(1), x.dim_size(2), kernel.dim_size(3)});
     const std::vector<int64_t> sizes = {x.dim_size(0), x.dim_size(1), x.dim_size(2), x.dim_size(3),
-                                        kernel.dim_size(3), kernel.dim_size(0)};
-    ctx->SetOutput(0, Call(ctx, Target("sit_conv2d", ctx->input_type(0)), {ctx->Input(0), ctx->Input(1)}, {x, kernel},
-                           y, sizes));
+                                        kernel.dim_size(3), kernel.dim_size(0), relu_ ? 1 : 0};
+    ctx->SetOutput(0, Call(ctx, Target("sit_conv2d", ctx->input_type(0)), {ctx->Input(0), ctx->Input(1), ctx->Input(2)},
+                           {x, kernel, bias}, y, sizes));
   }
+
+ private:
+  bool relu_;
 };
 
 // --- SitConv2DKernelGrad -----------------------------------------------------------------------------
