@@ -1,4 +1,4 @@
-"""XLA's legacy CPU runtime, selected before XLA first compiles.
+"""XLA's CPU settings, made before XLA first compiles: the legacy runtime, and no tree reductions.
 
 TensorFlow 2.19's XLA runs a compiled CPU program on one of two runtimes,
 chosen by ``--xla_cpu_use_thunk_runtime`` in ``XLA_FLAGS``: the *thunk*
@@ -12,9 +12,19 @@ runtime made the CNN's step 1.5x and the IMPALA-CNN's (64x64) 2x slower than
 without XLA (``benchmarks/xla_runtime.py``, ``benchmarks/encoders.py``;
 docs/speed.md, "XLA's two CPU runtimes").
 
+XLA's CPU compiler also rewrites a long reduction (a bias's gradient: the
+upstream gradient summed over the batch and the pixels or tokens) into a
+``reduce-window`` of partial sums and a reduction of those (its pass
+``tree_reduction_rewriter``). Its code for that ``reduce-window`` took
+0.3-0.5 ms for each bias gradient of the LavaCrossing ViT, where the plain
+reduction takes a third as long: the pass is skipped
+(``--xla_disable_hlo_passes=tree_reduction_rewriter``; docs/speed.md, "XLA's
+tree reductions").
+
 XLA reads ``XLA_FLAGS`` once, at its first compilation, so this must run
-before then. A choice the user made (``--xla_cpu_use_thunk_runtime`` in
-``XLA_FLAGS``, either value) is kept; other flags there are kept too.
+before then. A choice the user made (``--xla_cpu_use_thunk_runtime``, or
+``--xla_disable_hlo_passes`` with any list, in ``XLA_FLAGS``) is kept; other
+flags there are kept too.
 """
 
 from __future__ import annotations
@@ -23,6 +33,8 @@ import os
 
 VARIABLE = "XLA_FLAGS"
 FLAG = "--xla_cpu_use_thunk_runtime"
+PASSES_FLAG = "--xla_disable_hlo_passes"
+TREE_REDUCTIONS = "tree_reduction_rewriter"
 
 
 def prefer_legacy_runtime() -> None:
@@ -30,3 +42,11 @@ def prefer_legacy_runtime() -> None:
     flags = os.environ.get(VARIABLE, "")
     if FLAG not in flags:
         os.environ[VARIABLE] = f"{flags} {FLAG}=false".strip()
+
+
+def skip_tree_reductions() -> None:
+    """Adds ``--xla_disable_hlo_passes=tree_reduction_rewriter`` to ``XLA_FLAGS`` unless it already lists
+    passes to skip."""
+    flags = os.environ.get(VARIABLE, "")
+    if PASSES_FLAG not in flags:
+        os.environ[VARIABLE] = f"{flags} {PASSES_FLAG}={TREE_REDUCTIONS}".strip()

@@ -1,4 +1,5 @@
-"""Importing sit_keras selects XLA's legacy CPU runtime unless XLA_FLAGS names one (_xla_runtime)."""
+"""Importing sit_keras selects XLA's legacy CPU runtime and skips its tree reductions unless XLA_FLAGS chooses
+(_xla_runtime)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import sys
 
 import pytest
 
-from sit_keras._xla_runtime import FLAG, VARIABLE
+from sit_keras._xla_runtime import FLAG, PASSES_FLAG, TREE_REDUCTIONS, VARIABLE
+
+SKIP = f"{PASSES_FLAG}={TREE_REDUCTIONS}"
 
 # One compiled matmul, its LLVM IR dumped. The legacy runtime emits the whole program as one function
 # named after the module (a_inference_...); the thunk runtime emits a function per fusion and none for it.
@@ -30,11 +33,15 @@ def _runtime(dump: str) -> str:
 @pytest.mark.parametrize(
     ("given", "flags", "runtime"),
     [
-        (None, f"{FLAG}=false", "legacy"),
-        (f"{FLAG}=true", f"{FLAG}=true", "thunk"),
-        ("--xla_cpu_enable_fast_math=false", f"--xla_cpu_enable_fast_math=false {FLAG}=false", "legacy"),
+        (None, f"{FLAG}=false {SKIP}", "legacy"),
+        (f"{FLAG}=true", f"{FLAG}=true {SKIP}", "thunk"),
+        (
+            "--xla_cpu_enable_fast_math=false",
+            f"--xla_cpu_enable_fast_math=false {FLAG}=false {SKIP}",
+            "legacy",
+        ),
         # A flag given twice: XLA takes the last (benchmarks/xla_runtime.py appends its runtime's).
-        (f"{FLAG}=false {FLAG}=true", f"{FLAG}=false {FLAG}=true", "thunk"),
+        (f"{FLAG}=false {FLAG}=true", f"{FLAG}=false {FLAG}=true {SKIP}", "thunk"),
     ],
 )
 def test_the_legacy_runtime_is_the_default_and_a_users_choice_is_kept(given, flags, runtime, tmp_path):
@@ -46,3 +53,33 @@ def test_the_legacy_runtime_is_the_default_and_a_users_choice_is_kept(given, fla
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == f"{flags} --xla_dump_to={dump}"
     assert _runtime(dump) == runtime
+
+
+# A bias's gradient: a (96, 14, 14, 32) gradient summed over all but its channels, the optimised HLO dumped.
+_REDUCE = r"""
+import os, sys, sit_keras, tensorflow as tf
+os.environ["XLA_FLAGS"] += f" --xla_dump_to={sys.argv[1]} --xla_dump_hlo_as_text"
+print(os.environ["XLA_FLAGS"])
+tf.function(lambda g: tf.reduce_sum(g, [0, 1, 2]), jit_compile=True)(tf.ones([96, 14, 14, 32])).numpy()
+"""
+
+
+@pytest.mark.parametrize(
+    ("given", "flags", "tree"),
+    [
+        (None, f"{FLAG}=false {SKIP}", False),
+        # Passes the user lists, none of them the tree reductions: XLA rewrites the sum.
+        (f"{PASSES_FLAG}=no_such_pass", f"{PASSES_FLAG}=no_such_pass {FLAG}=false", True),
+    ],
+)
+def test_a_long_sum_is_one_reduction_unless_the_user_lists_the_passes_to_skip(given, flags, tree, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != VARIABLE}
+    if given is not None:
+        env[VARIABLE] = given
+    dump = str(tmp_path / "dump")
+    done = subprocess.run([sys.executable, "-c", _REDUCE, dump], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == f"{flags} --xla_dump_to={dump} --xla_dump_hlo_as_text"
+    (optimised,) = glob.glob(f"{dump}/*cpu_after_optimizations.txt")
+    with open(optimised) as f:
+        assert ("reduce-window(" in f.read()) == tree
