@@ -2,17 +2,25 @@
 
 ``benchmarks/encoders.py`` splits the train step into stages (stem, local GSA,
 global GSA); this script looks inside one of them, or the whole step. It builds
-the encoder as ``encoders.py`` does, warms the function up, and records
-``--calls`` graph-mode calls with ``tf.profiler``, under the Keras dtype
-policy ``--precision``. The recorded op executions
-are summed per op type and per graph node (with the node's input and output
-shapes), in ms per call and as shares of the summed op time. On two cores the
-executor runs independent ops side by side, so the summed op time can exceed
-the wall time; the shares are what compares.
+the encoder as ``encoders.py`` does (a name, or a training config's encoder),
+warms the function up, and records ``--calls`` graph-mode calls with
+``tf.profiler``, under the Keras dtype policy ``--precision``. The recorded op
+executions are summed per op type and per graph node (with the node's input and
+output shapes), in ms per call and as shares of the summed op time. On two
+cores the executor runs independent ops side by side, so the summed op time can
+exceed the wall time; the shares are what compares.
+
+With ``--jit_compile`` it profiles the train step compiled by XLA instead: XLA's
+legacy CPU runtime records each HLO instruction it runs
+(``--xla_cpu_enable_xprof_traceme``), one after the other, and the optimised
+HLO, dumped beside, names each: its custom call's target (a oneDNN or native
+kernel) or the TensorFlow op of its fused loop, with the op's name and shape.
+XLA reads its flags at its first compilation, so this mode needs a fresh
+process.
 
     python benchmarks/op_profile.py [--model sit] [--stage local_gsa|global_gsa|stem_pool|train]
         [--image_size 64] [--batch 96] [--calls 3] [--top 25] [--precision float32]
-        [--out runs/op_profile.json]
+        [--jit_compile] [--out runs/op_profile.json]
     python benchmarks/op_profile.py --quick      # a smoke run, seconds
 """
 
@@ -23,7 +31,7 @@ import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up 
 # isort: split
 
 import collections
-import glob
+import os
 import statistics
 import sys
 import tempfile
@@ -35,7 +43,6 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 import tf_keras
-from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
 from sit_keras.benchmarking import (
     SentenceParser,
@@ -52,22 +59,24 @@ from sit_keras.models import build_encoder
 from sit_keras.models.sit import VARIANTS, SiTEncoder
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from encoders import _stage_functions  # noqa: E402
+from encoders import _stage_functions, parse_model  # noqa: E402
+from hlo_events import describe, instruction_events, line_events, trace_flags  # noqa: E402
 
 STAGES = ("train", "stem_pool", "local_gsa", "global_gsa")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
-SETTINGS = ("model", "stage", "image_size", "batch", "calls", "top", "precision")
+SETTINGS = ("model", "stage", "image_size", "batch", "calls", "top", "precision", "jit_compile")
 
 
 def profiled_function(
-    model: str, stage: str, image_size: int, batch: int, precision: str = "float32"
+    model: str, stage: str, image_size: int, batch: int, precision: str = "float32", jit_compile: bool = False
 ) -> tuple[Callable, tf.Tensor]:
-    """The graph-mode function of ``stage`` (the train step, or a stage's forward + backward), its input;
-    the encoder built under the Keras dtype policy ``precision``."""
+    """The function of ``stage`` (the train step, compiled by XLA with ``jit_compile``, or a stage's forward +
+    backward in graph mode), its input; the encoder built under the Keras dtype policy ``precision``."""
     tf_keras.utils.set_random_seed(0)
+    name, overrides = parse_model(model)
     tf_keras.mixed_precision.set_global_policy(precision)
     try:
-        encoder = build_encoder(model, (image_size, image_size, 3))
+        encoder = build_encoder(name, (image_size, image_size, 3), **overrides)
     finally:
         tf_keras.mixed_precision.set_global_policy(None)  # back to the floatx default
     images = np.random.default_rng(0).integers(
@@ -75,7 +84,7 @@ def profiled_function(
     )
     images = tf.constant(images)
     if stage == "train":
-        return make_train_step(encoder, jit_compile=False), images
+        return make_train_step(encoder, jit_compile=jit_compile), images
     if not isinstance(encoder, SiTEncoder):
         raise UsageError(f"--stage {stage} needs a SiT-family model; {model!r} has no stages.")
     return _stage_functions(encoder, images)[stage]
@@ -83,20 +92,11 @@ def profiled_function(
 
 def op_events(logdir: str) -> list[tuple[str, float]]:
     """``(node:op type, microseconds)`` of every TensorFlow op execution in a profile folder."""
-    paths = glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True)
-    space = xplane_pb2.XSpace()
-    with open(paths[0], "rb") as f:
-        space.ParseFromString(f.read())
-    events = []
-    for plane in space.planes:
-        for line in plane.lines:
-            if not line.name.startswith("tf_Compute"):
-                continue
-            for event in line.events:
-                name = plane.event_metadata[event.metadata_id].name
-                if ":" in name and "::" not in name:  # "scope/node:OpType", not "ExecutorState::Process"
-                    events.append((name, event.duration_ps / 1e6))
-    return events
+    return [
+        (name, micros)
+        for name, micros in line_events(logdir, "tf_Compute")
+        if ":" in name and "::" not in name  # "scope/node:OpType", not "ExecutorState::Process"
+    ]
 
 
 def node_shapes(fn: Callable, x: tf.Tensor) -> dict[str, tuple[str, str]]:
@@ -110,8 +110,9 @@ def node_shapes(fn: Callable, x: tf.Tensor) -> dict[str, tuple[str, str]]:
     return shapes
 
 
-def profile(fn: Callable, x: tf.Tensor, calls: int, top: int) -> dict[str, Any]:
-    """Per op type and per node: ms per call and share of the summed op time."""
+def profile(fn: Callable, x: tf.Tensor, calls: int, top: int, hlo_dump: str | None = None) -> dict[str, Any]:
+    """Per op type and per node: ms per call and share of the summed op time. With ``hlo_dump`` (XLA's
+    dump folder, ``fn`` compiled by XLA with its instructions traced): per HLO instruction instead."""
     for _ in range(3):
         fn(x)  # trace, then warm up
     wall = []
@@ -124,9 +125,17 @@ def profile(fn: Callable, x: tf.Tensor, calls: int, top: int) -> dict[str, Any]:
         for _ in range(calls):
             tf.nest.map_structure(lambda t: t.numpy(), fn(x))
         tf.profiler.experimental.stop()
-        events = op_events(logdir)
+        if hlo_dump is None:
+            events, shapes = op_events(logdir), node_shapes(fn, x)
+        else:
+            events, shapes = _instruction_ops(logdir, hlo_dump)
     if not events:
-        raise RuntimeError("the profiler recorded no TensorFlow op: is this TensorFlow's CPU build?")
+        raise RuntimeError(
+            "the profiler recorded no TensorFlow op: is this TensorFlow's CPU build?"
+            if hlo_dump is None
+            else "XLA recorded no instruction: it reads its flags at its first compilation, so profile the "
+            "XLA step in a fresh process"
+        )
     by_type: collections.Counter = collections.Counter()
     by_node: collections.Counter = collections.Counter()
     counts: collections.Counter = collections.Counter()
@@ -136,7 +145,6 @@ def profile(fn: Callable, x: tf.Tensor, calls: int, top: int) -> dict[str, Any]:
         by_node[node, op_type] += micros
         counts[op_type] += 1
     total = sum(by_type.values())
-    shapes = node_shapes(fn, x)
     return {
         "wall_ms_median": statistics.median(wall),
         "summed_op_ms_per_call": total / calls / 1000,
@@ -163,10 +171,28 @@ def profile(fn: Callable, x: tf.Tensor, calls: int, top: int) -> dict[str, Any]:
     }
 
 
+def _instruction_ops(
+    logdir: str, hlo_dump: str
+) -> tuple[list[tuple[str, float]], dict[str, tuple[str, str]]]:
+    """``("TensorFlow op name [HLO instruction]:what it computes", microseconds)`` per instruction run, and
+    each such node's result shape (as ``node_shapes``' pairs, without dtypes)."""
+    described = describe(hlo_dump, "train_step")
+    events, shapes = [], {}
+    for name, micros in instruction_events(logdir):
+        if name in described:
+            instruction = described[name]
+            node = f"{instruction.node} [{name}]"
+            shapes[node] = (instruction.shape, "")
+            events.append((f"{node}:{instruction.op}", micros))
+    return events, shapes
+
+
 def parse_args(argv: Sequence[str] | None):
     parser = SentenceParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--model", default="sit", help=f"an encoder name; stages need one of {', '.join(VARIANTS)}"
+        "--model",
+        default="sit",
+        help=f"an encoder name or a training config (.gin); stages need one of {', '.join(VARIANTS)}",
     )
     parser.add_argument("--stage", default="local_gsa", choices=STAGES, help="what to profile")
     parser.add_argument("--image_size", type=int, default=64)
@@ -174,12 +200,17 @@ def parse_args(argv: Sequence[str] | None):
     parser.add_argument("--calls", type=int, default=3, help="profiled calls (and timed calls before them)")
     parser.add_argument("--top", type=int, default=25, help="nodes listed")
     parser.add_argument("--precision", default="float32", choices=PRECISIONS, help="Keras dtype policy")
+    parser.add_argument(
+        "--jit_compile", action="store_true", help="the train step compiled by XLA, per HLO instruction"
+    )
     parser.add_argument("--quick", action="store_true", help="16x16 images, batch 2")
     parser.add_argument("--out", default=None, help="write the report as JSON here")
     args = parser.parse_args(argv)
     for flag in ("image_size", "batch", "calls", "top"):
         if getattr(args, flag) < 1:
             raise UsageError(f"--{flag} must be at least 1; received {getattr(args, flag)}.")
+    if args.jit_compile and args.stage != "train":
+        raise UsageError(f"--jit_compile profiles the train step; give --stage train, not {args.stage}.")
     if args.quick:
         args.image_size, args.batch = 16, 2
     check_out_file(args.out)
@@ -192,11 +223,11 @@ def _print(result: dict[str, Any], top_types: int = 12) -> None:
         f"summed op time {result['summed_op_ms_per_call']:.1f} ms per call"
     )
     for row in result["op_types"][:top_types]:
-        print(f"  {row['ms_per_call']:9.1f} ms {row['share']:6.1%}  {row['op']}")
+        print(f"  {row['ms_per_call']:9.2f} ms {row['share']:6.1%}  {row['op']}")
     print("Nodes:")
     for row in result["nodes"]:
         where = f"{row['node']} ({row['op']}): {row['shapes']} {row['dtypes']}"
-        print(f"  {row['ms_per_call']:9.1f} ms {row['share']:6.1%}  {where}")
+        print(f"  {row['ms_per_call']:9.2f} ms {row['share']:6.1%}  {where}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -205,18 +236,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     commit = current_commit()
     start = time.perf_counter()
-    try:
-        fn, x = profiled_function(args.model, args.stage, args.image_size, args.batch, args.precision)
-    except (UsageError, ValueError) as error:
-        print(error, file=sys.stderr)
-        return 2
-    result = profile(fn, x, args.calls, args.top)
+    with tempfile.TemporaryDirectory() as hlo_dump:
+        if args.jit_compile:  # before XLA's first compilation, which reads them
+            os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {trace_flags(hlo_dump)}".strip()
+        try:
+            fn, x = profiled_function(
+                args.model, args.stage, args.image_size, args.batch, args.precision, args.jit_compile
+            )
+        except (UsageError, ValueError) as error:
+            print(error, file=sys.stderr)
+            return 2
+        result = profile(fn, x, args.calls, args.top, hlo_dump if args.jit_compile else None)
     _print(result)
+    mode = "XLA, per HLO instruction" if args.jit_compile else "graph mode"
     report = {
-        "what": (
-            f"TensorFlow op times of {args.model}'s {args.stage} (graph mode, {args.precision}) "
-            "by type and node"
-        ),
+        "what": f"TensorFlow op times of {args.model}'s {args.stage} ({mode}, {args.precision}) by type and "
+        "node",
         "command": command_line("op_profile.py", argv),
         "commit": commit,
         "settings": {k: getattr(args, k) for k in SETTINGS},

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import tf_keras
+from traced_ops import needs_xla_kernels
 
 from sit_keras import encoder_check, native
 
@@ -373,12 +376,46 @@ def test_op_profile_builds_the_encoder_under_the_precision_it_is_given(tmp_path)
         (["--model", "vit", "--stage", "global_gsa"], "needs a SiT-family model"),
         (["--calls", "0"], "--calls must be at least 1"),
         (["--stage", "head"], "--stage"),
+        (["--jit_compile", "--stage", "local_gsa"], "--jit_compile profiles the train step"),
+        (["--model", "resnet"], "unknown encoder 'resnet'"),
     ],
 )
 def test_op_profile_refuses_bad_arguments_in_one_sentence(argv, message, capsys):
     assert _load_benchmark("op_profile").main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+@needs_xla_kernels
+def test_op_profile_under_xla_times_each_hlo_instruction_and_names_its_op(tmp_path):
+    """A fresh process (XLA reads its flags at its first compilation): the MiniGrid CNN's XLA train step."""
+    out = tmp_path / "ops.json"
+    config = "configs/minigrid/lavacrossing_cnn.gin"
+    argv = [
+        "--model",
+        config,
+        "--stage",
+        "train",
+        "--jit_compile",
+        "--quick",
+        "--top",
+        "50",
+        "--out",
+        str(out),
+    ]
+    script = REPO / "benchmarks" / "op_profile.py"
+    done = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert "(XLA, per HLO instruction, float32)" in report["what"] and report["settings"]["jit_compile"]
+    types = {row["op"] for row in report["op_types"]}
+    # The native kernel gradients are custom calls named by their target; Adam's updates fused loops named
+    # by their TensorFlow op.
+    assert "sit_conv2d_kernel_grad_f32" in types and "AssignSubVariableOp" in types
+    assert sum(row["share"] for row in report["op_types"]) == pytest.approx(1.0)
+    nodes = report["nodes"]
+    assert nodes and all(row["node"].endswith("]") and " [" in row["node"] and row["shapes"] for row in nodes)
+    assert any(row["node"].startswith("gradient_tape/conv_encoder/") for row in nodes)
 
 
 def test_xla_cpu_ops_windows_are_each_tokens_3x3_neighbourhood():

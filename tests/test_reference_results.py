@@ -7927,7 +7927,7 @@ def test_the_targets_at_f07ffb9_and_f86dbb7_are_their_runs():
     """docs/speed.md's "The targets at f07ffb9 and f86dbb7": the table is the three AMX runs' rows, the counts
     and wall times theirs, and the IMPALA-CNN's XLA step meets its target at f86dbb7."""
     start = SPEED.index("#### The targets at f07ffb9 and f86dbb7")
-    section = SPEED[start : SPEED.index("\n## Encoders", start)]
+    section = SPEED[start : SPEED.index("\n#### The MiniGrid CNN's step under XLA", start)]
     flat = " ".join(section.split())
     names = ["speed_targets_amx_native", "speed_targets_amx_vector_pool", "speed_targets_amx_native_conv"]
     runs = [_report(f"{name}.json") for name in names]
@@ -7953,6 +7953,128 @@ def test_the_targets_at_f07ffb9_and_f86dbb7_are_their_runs():
            for n in ["speed_targets_amx", *names]]  # fmt: skip
     values = [v for pair in ppo for v in pair]
     assert f"({min(values):.2f}-{max(values):.2f} over the four runs)" in flat
+
+
+def _op_type_rows(before: dict, after: dict, count: int) -> list[str]:
+    """The docs' table of two XLA op profiles summed by op: the ``count`` ops that took longest on either
+    side, before and after."""
+    times = [{row["op"]: row["ms_per_call"] for row in report["op_types"]} for report in (before, after)]
+    ops = sorted(set(times[0]) | set(times[1]), key=lambda op: -max(t.get(op, 0) for t in times))[:count]
+    cell = lambda t, op: f"{t[op]:.2f}" if op in t else "-"  # noqa: E731
+    return [f"| `{op}` | {cell(times[0], op)} | {cell(times[1], op)} |" for op in ops]
+
+
+def _speed_section(title: str, end: str) -> tuple[str, str]:
+    """docs/speed.md from ``title`` to ``end``, and flattened."""
+    start = SPEED.index(title)
+    section = SPEED[start : SPEED.index(end, start)]
+    return section, " ".join(section.split())
+
+
+def test_the_minigrid_cnn_xla_section_is_its_reports():
+    """docs/speed.md's "The MiniGrid CNN's step under XLA": the op profiles before and after, the four
+    alternated encoder rounds and the kernel gradients' op benchmark, each report named in it."""
+    section, flat = _speed_section("#### The MiniGrid CNN's step under XLA", "\n#### XLA's tree reductions")
+    before, after = (_report(f"op_profile_xla_minigrid_cnn_{w}.json") for w in ("before", "after"))
+    for report, commit in ((before, "26af2eb"), (after, "f3f8215")):
+        assert report["commit"].startswith(commit) and "AMX" in report["machine"]
+        assert report["settings"]["jit_compile"] and report["settings"]["image_size"] == 14
+    assert all(row in section for row in _op_type_rows(before, after, 9))
+    assert (
+        f"Wall time per call {before['wall_ms_median']:.1f} ms before and {after['wall_ms_median']:.1f} "
+        f"after; the instructions sum to {before['summed_op_ms_per_call']:.1f} and "
+        f"{after['summed_op_ms_per_call']:.1f} ms"
+    ) in flat
+    windows = sorted((r["ms_per_call"] for r in before["nodes"] if r["op"] == "reduce-window"), reverse=True)
+    products = sorted((r["ms_per_call"] for r in after["nodes"] if r["op"] == "MatMul"), reverse=True)
+    assert f"took {windows[0]:.2f} and {windows[1]:.2f} ms" in flat
+    assert f"a product with a vector of ones: {products[0]:.2f} and {products[1]:.2f} ms" in flat
+    kernel = [
+        next(r for r in p["nodes"] if r["node"].startswith("SitConv2DKernelGrad [")) for p in (before, after)
+    ]
+    assert kernel[1]["ms_per_call"] < kernel[0]["ms_per_call"]
+    assert f"took {kernel[0]['ms_per_call']:.2f} ms ({kernel[1]['ms_per_call']:.2f} after)" in flat
+    ratios: dict[tuple[str, str], list[float]] = {}
+    for run in (1, 2, 3, 4):
+        cells = []
+        for tag, models in (("minigrid", ("cnn", "vit")), ("impala_cnn", ("impala_cnn",))):
+            for model in models:
+                for when, commit in (("before", "26af2eb"), ("after", "f3f8215")):
+                    name = f"speed_encoders_amx_bias_grads_{tag}_{when}_run{run}.json"
+                    assert f"`{name}`" in flat
+                    report = _report(name)
+                    assert report["commit"].startswith(commit) and "AMX" in report["machine"]
+                    key = model if tag == "impala_cnn" else f"configs/minigrid/lavacrossing_{model}.gin"
+                    ratio = report["ratios"]["xla_over_graph"][key]["train_step"]
+                    ratios.setdefault((model, when), []).append(ratio)
+                    cells.append(f"{ratio:.2f}")
+        assert f"| {run} | " + " | ".join(cells) + " |" in section
+    span = {key: f"{min(v):.2f}-{max(v):.2f}" for key, v in ratios.items()}
+    above = sorted(r for r in ratios["cnn", "after"] if r > 1)
+    assert len(above) == 2 and min(ratios["cnn", "before"]) > 1
+    assert (
+        f"went from {span['cnn', 'before']} to {span['cnn', 'after']} (two rounds in four above 1, at "
+        f"{above[0]:.2f} and {above[1]:.2f}"
+    ) in flat
+    assert f"the ViT's at 14x14 from {span['vit', 'before']} to {span['vit', 'after']}" in flat
+    assert max(ratios["vit", "after"]) < 1 < min(ratios["vit", "before"])
+    ops = {}
+    for when, commit in (("before", "26af2eb"), ("after", "f3f8215")):
+        for run in (1, 2):
+            name = f"xla_conv_gradients_amx_bias_grads_{when}_run{run}.json"
+            assert f"`{name}`" in flat
+            ops[when, run] = _report(name)
+            assert ops[when, run]["commit"].startswith(commit) and "AMX" in ops[when, run]["machine"]
+    for name in (n for n in ops["before", 1]["results"] if n.endswith(": kernel gradient")):
+        results = [ops[w, r]["results"][name] for w in ("before", "after") for r in (1, 2)]
+        ms = [f"{r['native_xla_ms']:.2f}" for r in results]
+        over = [f"{r['native_xla_over_graph']:.2f}" for r in results]
+        row = f"| {name.removesuffix(': kernel gradient')} | {ms[0]}, {ms[1]} | {ms[2]}, {ms[3]} | "
+        assert row + f"{over[0]}, {over[1]} | {over[2]}, {over[3]} |" in section
+        assert max(r["native_xla_over_graph"] for r in results[2:]) < 0.9  # every shape, after
+
+
+def test_the_tree_reductions_section_is_its_reports():
+    """docs/speed.md's "XLA's tree reductions": the ViT's op profiles at 14x14 before and after, and the flag
+    importing sit_keras adds."""
+    section, flat = _speed_section("#### XLA's tree reductions", "\n#### The targets at f3f8215")
+    before, after = (_report(f"op_profile_xla_minigrid_vit_{w}.json") for w in ("before", "after"))
+    assert before["commit"].startswith("26af2eb") and after["commit"].startswith("f3f8215")
+    assert all(row in section for row in _op_type_rows(before, after, 8))
+    windows = next(r["ms_per_call"] for r in before["op_types"] if r["op"] == "reduce-window")
+    sums = next(r["ms_per_call"] for r in after["op_types"] if r["op"] == "Sum")
+    assert "reduce-window" not in {r["op"] for r in after["op_types"]}
+    assert f"took {windows:.2f} ms of a {before['summed_op_ms_per_call']:.1f} ms step" in flat
+    assert f"plain reductions (`Sum`, {sums:.2f} ms)" in flat
+    assert (
+        f"went from {before['wall_ms_median']:.1f} to {after['wall_ms_median']:.1f} ms per call" in flat
+        and after["wall_ms_median"] < before["wall_ms_median"]
+    )
+    assert "`--xla_disable_hlo_passes=tree_reduction_rewriter`" in flat
+
+
+def test_the_targets_at_f3f8215_are_the_run():
+    """docs/speed.md's "The targets at f3f8215": the table is the two AMX runs' rows, the counts and wall
+    time the run's, and every model's XLA step faster than its graph step in it."""
+    section, flat = _speed_section("#### The targets at f3f8215", "\n## Encoders")
+    previous, run = (
+        _report("speed_targets_amx_native_conv.json"),
+        _report("speed_targets_amx_tree_reductions.json"),
+    )
+    assert run["commit"].startswith("f3f8215") and "AMX" in run["machine"]
+    met = {True: "yes", False: "**no**", None: "n/a"}
+    for old, new in zip(previous["targets"], run["targets"], strict=True):
+        limit = "-" if new["limit"] is None else f"{'<=' if new['at_most'] else '>='} {new['limit']:.3g}"
+        row = f"| {new['what']} | {old['value']:.2f} | {new['value']:.2f} | {limit} | {met[new['met']]} |"
+        assert row + f" `{new['report']}` |" in section
+    assert f"in {run['wall_seconds']:.0f} s: **{run['met']} targets met and {run['missed']} missed**" in flat
+    xla = [t for t in run["targets"] if "XLA / graph" in t["what"]]
+    assert len(xla) == 8 and all(t["met"] for t in xla)
+    missed = {t["what"] for t in run["targets"] if t["met"] is False}
+    assert missed == {"SiT bfloat16 / float32 train step", "Procgen SiT / IMPALA-CNN env steps/s (PPO)"}
+    steps = _report("speed_targets_amx_tree_reductions/encoders_64.json")["models"]["vit"]["timings"]
+    xla_ms, graph_ms = (f"{steps['train_step'][m]['median_ms']:.1f}" for m in ("xla", "graph"))
+    assert f"the ViT's 0.80 ({xla_ms} against {graph_ms} ms)" in flat
 
 
 def test_the_dense_gradients_section_quotes_the_two_speed_target_runs():

@@ -24,6 +24,7 @@ COMMITTED_BFLOAT16_RUNS = [
     "speed_targets_amx_native",
     "speed_targets_amx_vector_pool",
     "speed_targets_amx_native_conv",
+    "speed_targets_amx_tree_reductions",
 ]
 
 

@@ -45,14 +45,19 @@ def _runtime(dump: str) -> str:
     ],
 )
 def test_the_legacy_runtime_is_the_default_and_a_users_choice_is_kept(given, flags, runtime, tmp_path):
+    dump = str(tmp_path / "dump")
+    assert _flags_in_a_fresh_process(_COMPILE, given, dump) == f"{flags} --xla_dump_to={dump}"
+    assert _runtime(dump) == runtime
+
+
+def _flags_in_a_fresh_process(script: str, given: str | None, dump: str) -> str:
+    """``script`` run in a fresh Python with ``XLA_FLAGS`` ``given`` (or none): the flags it printed last."""
     env = {k: v for k, v in os.environ.items() if k != VARIABLE}
     if given is not None:
         env[VARIABLE] = given
-    dump = str(tmp_path / "dump")
-    done = subprocess.run([sys.executable, "-c", _COMPILE, dump], capture_output=True, text=True, env=env)
+    done = subprocess.run([sys.executable, "-c", script, dump], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == f"{flags} --xla_dump_to={dump}"
-    assert _runtime(dump) == runtime
+    return done.stdout.strip().splitlines()[-1]
 
 
 # A bias's gradient: a (96, 14, 14, 32) gradient summed over all but its channels, the optimised HLO dumped.
@@ -73,13 +78,11 @@ tf.function(lambda g: tf.reduce_sum(g, [0, 1, 2]), jit_compile=True)(tf.ones([96
     ],
 )
 def test_a_long_sum_is_one_reduction_unless_the_user_lists_the_passes_to_skip(given, flags, tree, tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != VARIABLE}
-    if given is not None:
-        env[VARIABLE] = given
     dump = str(tmp_path / "dump")
-    done = subprocess.run([sys.executable, "-c", _REDUCE, dump], capture_output=True, text=True, env=env)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == f"{flags} --xla_dump_to={dump} --xla_dump_hlo_as_text"
+    assert (
+        _flags_in_a_fresh_process(_REDUCE, given, dump)
+        == f"{flags} --xla_dump_to={dump} --xla_dump_hlo_as_text"
+    )
     (optimised,) = glob.glob(f"{dump}/*cpu_after_optimizations.txt")
     with open(optimised) as f:
         assert ("reduce-window(" in f.read()) == tree
