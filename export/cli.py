@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from absl import flags
 
 from sit_keras.command_line import parse_flags, quiet_library_logs
-from sit_keras.export import exporter, tflite
+from sit_keras.export import interruption, tflite
 from sit_keras.export.exporter import FORMATS, NUM_EXAMPLES, check_export_arguments, export_policy
 
 PROGRAM = "sit-export"
@@ -100,8 +100,11 @@ flags.mark_flag_as_required("root_dir", flag_values=FLAGS)
 
 
 def _interrupt(signum: int, frame: object) -> None:
-    exporter.INTERRUPTED.set()  # seen before the commit even if this exception is dropped
-    raise KeyboardInterrupt
+    """The first signal asks the export to stop at its next safe point (``interruption``); a second stops
+    it at once."""
+    if interruption.INTERRUPTED.is_set():
+        raise KeyboardInterrupt
+    interruption.INTERRUPTED.set()
 
 
 def _error(message: str, status: int) -> int:
@@ -144,8 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             USAGE_ERROR,
         )
     quiet_library_logs()
-    # SIGTERM (a scheduler, `kill`) unwinds like Ctrl-C, so the export removes what it staged.
-    exporter.INTERRUPTED.clear()
+    # SIGTERM (a scheduler, `kill`) stops the export like Ctrl-C, which removes what it staged.
+    interruption.INTERRUPTED.clear()
     previous = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         report = export_policy(
@@ -158,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (Exception, KeyboardInterrupt) as error:
         # A library can catch the signal's KeyboardInterrupt and raise an error of its own instead (the
         # TFLite converter loading a SavedModel does): the flag says the export was interrupted all the same.
-        if exporter.INTERRUPTED.is_set() or isinstance(error, KeyboardInterrupt):
+        if interruption.INTERRUPTED.is_set() or isinstance(error, KeyboardInterrupt):
             return _error(f"interrupted; nothing was exported to {output_dir}.", INTERRUPTED)
         if isinstance(error, (OSError, ValueError)):  # FileNotFoundError, ParityError, UnsupportedOpsError
             return _error(str(error), EXPORT_FAILED)

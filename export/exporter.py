@@ -32,7 +32,6 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,6 +40,7 @@ import numpy as np
 from sit_keras import folder_lock, output_folder
 from sit_keras.agents.networks import policy_network
 from sit_keras.export import runtime, saved_model, tflite
+from sit_keras.export.interruption import stop_if_interrupted
 from sit_keras.export.metadata import build_metadata
 from sit_keras.export.parity import compare
 from sit_keras.export.policy_model import TrainedPolicy, load_trained_policy
@@ -54,13 +54,6 @@ MIN_EXAMPLES = 2
 # The default: about 1024 steps calibrate and 1024 check parity (issue 29 asks for at least 1000 real
 # states); with several views the halves differ by a few steps (rollouts.split_steps).
 NUM_EXAMPLES = 2048
-
-
-# Set by sit-export's SIGTERM / Ctrl-C handler, which also raises KeyboardInterrupt. Once, under load, an
-# export finished normally after its SIGTERM: the exception can be lost (Python drops one raised inside a
-# finalizer, and the converter closes interpreters and generators in them), so the export checks this
-# flag before it commits anything.
-INTERRUPTED = threading.Event()
 
 
 class ParityError(ValueError):
@@ -234,6 +227,7 @@ def export_policy(
             if failures:
                 report["parity_failures"] = sorted(failures)
         if "saved_model" in formats:
+            stop_if_interrupted()
             function = policy.serving_function(batch_size=None)
             metadata = build_metadata(policy, function, "saved_model", options)
             staged = saved_model.export_saved_model(
@@ -250,8 +244,7 @@ def export_policy(
         with open(report_path, "w") as f:
             json.dump(report, f, indent=2)
         transaction.add(report_path, os.path.join(output_dir, REPORT_FILE))
-        if INTERRUPTED.is_set():  # a signal whose KeyboardInterrupt was dropped: nothing is committed
-            raise KeyboardInterrupt
+        stop_if_interrupted()  # a signal during the last step: nothing is committed
         transaction.commit()
         if "saved_model" in formats:
             saved_model.write_models_config(serving_dir, serving_base_path)
@@ -307,6 +300,7 @@ def _export_tflite(
     os.makedirs(staging, exist_ok=True)
     models = {}
     for quantization in quantizations:
+        stop_if_interrupted()
         flatbuffer = tflite.convert_function(
             function,
             policy.network,
@@ -316,6 +310,7 @@ def _export_tflite(
             options["int8_float_ops"],
             options["int8_float_normalisations"],
         )
+        stop_if_interrupted()  # a signal during the conversion, which is not stopped inside TensorFlow
         name = f"{model_name}_{quantization}"
         staged = os.path.join(staging, name + ".tflite")
         with open(staged, "wb") as f:

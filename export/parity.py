@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from sit_keras import quiet
+from sit_keras.export.interruption import stop_if_interrupted
 from sit_keras.export.rollouts import Example
 from sit_keras.export.runtime import NEXT_STATE_PREFIX, make_interpreter
 
@@ -92,7 +93,7 @@ def compare(
     runner = make_interpreter(model_path, num_threads).get_signature_runner()
     try:
         with quiet.filtered_stderr():  # LiteRT's "Created TensorFlow Lite XNNPACK delegate" at the first run
-            results = [runner(**example.inputs) for example in examples]
+            results = [_run(runner, example) for example in examples]
     except RuntimeError as error:  # e.g. an op the converter quantised but the runtime has no kernel for
         return _cannot_run(len(examples), str(error))
     references = [example.outputs for example in examples]
@@ -148,6 +149,12 @@ def compare(
     report["failed_checks"] = failed
     report["passed"] = not failed
     return report
+
+
+def _run(runner: Any, example: Example) -> dict[str, np.ndarray]:
+    """The model's outputs on one example, after a signal's check (``interruption``)."""
+    stop_if_interrupted()
+    return runner(**example.inputs)
 
 
 def _cannot_run(num_examples: int, error: str) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from sit_keras.agents.environments import load
 from sit_keras.agents.environments.transforms import TRANSFORMS
+from sit_keras.export.interruption import stop_if_interrupted
 from sit_keras.export.policy_model import OBSERVATION, SENSOR_MASK, TrainedPolicy
 from sit_keras.export.runtime import pad_sensors
 
@@ -91,6 +92,7 @@ def _rollout_examples(
         state = initial
         step = 0
         while len(examples) < num_examples:
+            stop_if_interrupted()
             state = _reset_rows(state, initial, np.asarray(time_step.step_type) == 0)
             inputs = _inputs(policy, np.asarray(time_step.observation), state, num_sensors)
             outputs = {k: v.numpy() for k, v in outputs_fn(**_call_arguments(policy, inputs)).items()}
@@ -155,5 +157,12 @@ def split_steps(examples: list[Example]) -> tuple[list[Example], list[Example]]:
 
 
 def representative_data(examples: list[Example]):
-    """The ``representative_data`` callable of ``tflite.convert_function``: the examples' inputs."""
-    return lambda: (example.inputs for example in examples)
+    """The ``representative_data`` callable of ``tflite.convert_function``: the examples' inputs (a signal
+    stops the calibration between two of them: ``interruption``)."""
+
+    def inputs():
+        for example in examples:
+            stop_if_interrupted()
+            yield example.inputs
+
+    return inputs

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from run_folders import file_hashes
 
-from sit_keras.export import cli, exporter, parity
+from sit_keras.export import cli, exporter, interruption, parity
 from sit_keras.export.exporter import ParityError, check_export_arguments, export_policy
 from sit_keras.export.random_policy import write_example_policy_folder
 from sit_keras.export.rollouts import Example
@@ -187,11 +187,12 @@ def _run_cli(capsys, *argv: str) -> tuple[int, str, str]:
 def test_an_interrupt_that_a_library_turned_into_another_error_is_still_reported_as_interrupted(
     cnn_root, tmp_path, monkeypatch, capsys
 ):
-    """The TFLite converter can catch the signal's KeyboardInterrupt while it loads a SavedModel and raise
-    a ValueError of its own: the export must still say it was interrupted, with the Ctrl-C status."""
+    """The TFLite converter can catch the KeyboardInterrupt of an interrupted calibration (the representative
+    data stops between two examples) and raise a ValueError of its own: the export must still say it was
+    interrupted, with the Ctrl-C status."""
 
     def interrupted_inside_the_converter(*args, **kwargs):
-        exporter.INTERRUPTED.set()  # what the SIGTERM handler does first
+        interruption.INTERRUPTED.set()  # what the SIGTERM handler does
         raise ValueError("SignatureDef signature_key is None and model has 0 Signatures.")
 
     monkeypatch.setattr(cli, "export_policy", interrupted_inside_the_converter)

@@ -8,11 +8,14 @@ the pooling's gradient a select-and-scatter that took 2-4x: most of the
 IMPALA-CNN's XLA step (docs/speed.md, "Where XLA loses the IMPALA-CNN's step");
 and each convolution a oneDNN call that creates its primitive on every call.
 These layers compute the same functions as Keras' layers, with the same weights
-and configs; inside ``tf.function(jit_compile=True)`` the convolution and its
-input's gradient are the native op ``SitConv2D`` (on few channels, where
-``native.native_convolution_applies``), the gradients ``SitConv2DKernelGrad``
-and ``SitStridedMaxPoolGrad``, all through their XLA kernels
-(``sit_keras.native.conv2d``, ``sit_keras.native.strided_max_pool``).
+and configs; inside ``tf.function(jit_compile=True)`` the convolution (with
+its bias and a ReLU activation) and its input's gradient are the native op
+``SitConv2D`` (on few channels, where ``native.native_convolution_applies``),
+the gradients ``SitConv2DKernelGrad`` and ``SitStridedMaxPoolGrad``, all
+through their XLA kernels, and the bias's gradient a product with a vector of
+ones, where XLA's own sum took 3-5x as long (``sit_keras.native.conv2d``,
+``sit_keras.native.strided_max_pool``; docs/speed.md, "The MiniGrid CNN's step
+under XLA").
 In a graph, where TensorFlow's ops are as fast, and wherever the native ops do
 not apply (other strides, padding or dtypes; no XLA kernels built), they are
 Keras' layers unchanged.
