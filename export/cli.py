@@ -159,8 +159,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             int8_float_normalisations=FLAGS.int8_float_normalisations,
         )  # fmt: skip
     except (Exception, KeyboardInterrupt) as error:
-        # A library can catch the signal's KeyboardInterrupt and raise an error of its own instead (the
-        # TFLite converter loading a SavedModel does): the flag says the export was interrupted all the same.
+        # A library can catch the KeyboardInterrupt of a stop inside its call (the calibration data's) and
+        # raise an error of its own instead: the flag says the export was interrupted all the same.
         if interruption.INTERRUPTED.is_set() or isinstance(error, KeyboardInterrupt):
             return _error(f"interrupted; nothing was exported to {output_dir}.", INTERRUPTED)
         if isinstance(error, (OSError, ValueError)):  # FileNotFoundError, ParityError, UnsupportedOpsError

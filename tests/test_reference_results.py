@@ -8056,7 +8056,7 @@ def test_the_tree_reductions_section_is_its_reports():
 def test_the_targets_at_f3f8215_are_the_run():
     """docs/speed.md's "The targets at f3f8215": the table is the two AMX runs' rows, the counts and wall
     time the run's, and every model's XLA step faster than its graph step in it."""
-    section, flat = _speed_section("#### The targets at f3f8215", "\n## Encoders")
+    section, flat = _speed_section("#### The targets at f3f8215", "\n#### The SiT's XLA step by instruction")
     previous, run = (
         _report("speed_targets_amx_native_conv.json"),
         _report("speed_targets_amx_tree_reductions.json"),
@@ -8075,6 +8075,24 @@ def test_the_targets_at_f3f8215_are_the_run():
     steps = _report("speed_targets_amx_tree_reductions/encoders_64.json")["models"]["vit"]["timings"]
     xla_ms, graph_ms = (f"{steps['train_step'][m]['median_ms']:.1f}" for m in ("xla", "graph"))
     assert f"the ViT's 0.80 ({xla_ms} against {graph_ms} ms)" in flat
+
+
+def test_the_sits_xla_step_section_is_its_profile():
+    """docs/speed.md's "The SiT's XLA step by instruction": the profile's ten longest ops, its times and the
+    native kernels' share."""
+    section, flat = _speed_section("#### The SiT's XLA step by instruction", "\n## Encoders")
+    report = _report("op_profile_xla_sit_train_amx.json")
+    assert report["commit"].startswith("146f498") and "AMX" in report["machine"]
+    assert report["settings"]["jit_compile"] and report["settings"]["model"] == "sit"
+    for row in report["op_types"][:10]:
+        assert f"| `{row['op']}` | {row['ms_per_call']:.1f} | {row['share']:.1%} |" in section
+    assert (
+        f"{report['wall_ms_median']:.1f} ms per call (median of the timed calls), the profiled instructions "
+        f"summing to {report['summed_op_ms_per_call']:.1f} ms"
+    ) in flat
+    native = sum(row["share"] for row in report["op_types"] if row["op"].startswith("sit_"))
+    assert f"The native kernels (`sit_*`) take {native:.0%} of the instructions' time" in flat
+    assert report["op_types"][0]["op"] == "sit_window_attention_grad_f32"
 
 
 def test_the_dense_gradients_section_quotes_the_two_speed_target_runs():
