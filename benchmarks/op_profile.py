@@ -8,7 +8,9 @@ warms the function up, and records ``--calls`` graph-mode calls with
 executions are summed per op type and per graph node (with the node's input and
 output shapes), in ms per call and as shares of the summed op time. On two
 cores the executor runs independent ops side by side, so the summed op time can
-exceed the wall time; the shares are what compares.
+exceed the wall time, and an op that runs beside another one is timed as long
+as it waits for the shared threads. ``--one_op_at_a_time`` gives TensorFlow one
+inter-op thread, so each op runs alone on both cores and its time is its own.
 
 With ``--jit_compile`` it profiles the train step compiled by XLA instead: XLA's
 legacy CPU runtime records each HLO instruction it runs
@@ -20,20 +22,25 @@ process.
 
     python benchmarks/op_profile.py [--model sit] [--stage local_gsa|global_gsa|stem_pool|train]
         [--image_size 64] [--batch 96] [--calls 3] [--top 25] [--precision float32]
-        [--jit_compile] [--out runs/op_profile.json]
+        [--jit_compile] [--one_op_at_a_time] [--out runs/op_profile.json]
     python benchmarks/op_profile.py --quick      # a smoke run, seconds
 """
 
 from __future__ import annotations
 
-import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up chatter)
+import sys
+
+if "--one_op_at_a_time" in sys.argv:  # one inter-op thread, set before TensorFlow starts its runtime
+    from sit_keras import quiet
+
+    quiet.import_tensorflow(inter_op_threads=1)
+import sit_keras.quiet_start  # noqa: F401, E402  (drops TensorFlow's start-up chatter)
 
 # isort: split
 
 import collections
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -64,7 +71,17 @@ from hlo_events import describe, instruction_events, line_events, trace_flags  #
 
 STAGES = ("train", "stem_pool", "local_gsa", "global_gsa")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
-SETTINGS = ("model", "stage", "image_size", "batch", "calls", "top", "precision", "jit_compile")
+SETTINGS = (
+    "model",
+    "stage",
+    "image_size",
+    "batch",
+    "calls",
+    "top",
+    "precision",
+    "jit_compile",
+    "one_op_at_a_time",
+)
 
 
 def profiled_function(
@@ -203,6 +220,11 @@ def parse_args(argv: Sequence[str] | None):
     parser.add_argument(
         "--jit_compile", action="store_true", help="the train step compiled by XLA, per HLO instruction"
     )
+    parser.add_argument(
+        "--one_op_at_a_time",
+        action="store_true",
+        help="graph mode with one inter-op thread: no op's time includes waiting for another's threads",
+    )
     parser.add_argument("--quick", action="store_true", help="16x16 images, batch 2")
     parser.add_argument("--out", default=None, help="write the report as JSON here")
     args = parser.parse_args(argv)
@@ -211,6 +233,8 @@ def parse_args(argv: Sequence[str] | None):
             raise UsageError(f"--{flag} must be at least 1; received {getattr(args, flag)}.")
     if args.jit_compile and args.stage != "train":
         raise UsageError(f"--jit_compile profiles the train step; give --stage train, not {args.stage}.")
+    if args.jit_compile and args.one_op_at_a_time:
+        raise UsageError("--one_op_at_a_time is for graph mode; XLA already runs one instruction at a time.")
     if args.quick:
         args.image_size, args.batch = 16, 2
     check_out_file(args.out)
@@ -235,6 +259,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args is None:
         return 2
     commit = current_commit()
+    if args.one_op_at_a_time and tf.config.threading.get_inter_op_parallelism_threads() != 1:
+        # Called in a process whose runtime started with more (the script sets it at its import).
+        print("--one_op_at_a_time needs a fresh process: TensorFlow's threads are set.", file=sys.stderr)
+        return 2
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as hlo_dump:
         if args.jit_compile:  # before XLA's first compilation, which reads them
@@ -249,6 +277,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = profile(fn, x, args.calls, args.top, hlo_dump if args.jit_compile else None)
     _print(result)
     mode = "XLA, per HLO instruction" if args.jit_compile else "graph mode"
+    if args.one_op_at_a_time:
+        mode += ", one op at a time"
     report = {
         "what": f"TensorFlow op times of {args.model}'s {args.stage} ({mode}, {args.precision}) by type and "
         "node",

@@ -126,12 +126,13 @@ def captured_stderr() -> contextlib.AbstractContextManager[None]:
     return _file_descriptor_2(lambda text, failed: text if failed else "")
 
 
-def import_tensorflow(threads: int | None = None) -> None:
+def import_tensorflow(threads: int | None = None, inter_op_threads: int | None = None) -> None:
     """Imports TensorFlow, Keras 2 and gym and initialises the devices, with ``NOISE`` filtered out.
 
     ``threads``: TensorFlow's intra- and inter-op thread pools (default: its
     own); they can only be set before the devices are initialised, so a
     benchmark that times one thread calls this before ``quiet_start``.
+    ``inter_op_threads``: the inter-op pool alone (``threads`` takes precedence).
     """
     if "tensorflow" in sys.modules:
         return  # too late: the import already printed what it prints, and the thread pools are set
@@ -144,7 +145,8 @@ def import_tensorflow(threads: int | None = None) -> None:
             import gym  # noqa: F401  (TF-Agents imports it; its banner is printed once, here)
         if threads is not None:
             tf.config.threading.set_intra_op_parallelism_threads(threads)
-            tf.config.threading.set_inter_op_parallelism_threads(threads)
+        if threads is not None or inter_op_threads is not None:
+            tf.config.threading.set_inter_op_parallelism_threads(threads or inter_op_threads)
         if "TF_CONFIG" not in os.environ:
             # The cuInit line comes with the first device query. Not in a worker of a cluster:
             # MultiWorkerMirroredStrategy must configure the runtime before it starts.

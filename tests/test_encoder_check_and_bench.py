@@ -10,6 +10,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import tensorflow as tf
 import tf_keras
 from traced_ops import needs_xla_kernels
 
@@ -377,6 +378,7 @@ def test_op_profile_builds_the_encoder_under_the_precision_it_is_given(tmp_path)
         (["--calls", "0"], "--calls must be at least 1"),
         (["--stage", "head"], "--stage"),
         (["--jit_compile", "--stage", "local_gsa"], "--jit_compile profiles the train step"),
+        (["--jit_compile", "--stage", "train", "--one_op_at_a_time"], "--one_op_at_a_time is for graph mode"),
         (["--model", "resnet"], "unknown encoder 'resnet'"),
     ],
 )
@@ -416,6 +418,26 @@ def test_op_profile_under_xla_times_each_hlo_instruction_and_names_its_op(tmp_pa
     nodes = report["nodes"]
     assert nodes and all(row["node"].endswith("]") and " [" in row["node"] and row["shapes"] for row in nodes)
     assert any(row["node"].startswith("gradient_tape/conv_encoder/") for row in nodes)
+
+
+def test_op_profile_one_op_at_a_time_gives_tensorflow_one_inter_op_thread(tmp_path):
+    """A fresh process (the thread pools are fixed when TensorFlow's runtime starts)."""
+    out = tmp_path / "ops.json"
+    argv = ["--quick", "--stage", "train", "--one_op_at_a_time", "--out", str(out)]
+    script = REPO / "benchmarks" / "op_profile.py"
+    done = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert "(graph mode, one op at a time, float32)" in report["what"]
+    assert report["settings"]["one_op_at_a_time"] is True
+    assert report["environment"]["threading"]["inter_op_parallelism_threads"] == 1
+
+
+def test_op_profile_one_op_at_a_time_refuses_a_started_runtime(capsys):
+    tf.constant(1.0) + 1.0  # the runtime starts
+    assert _load_benchmark("op_profile").main(["--quick", "--one_op_at_a_time"]) == 2
+    err = capsys.readouterr().err
+    assert "needs a fresh process" in err and len(err.strip().splitlines()) == 1
 
 
 def test_xla_cpu_ops_windows_are_each_tokens_3x3_neighbourhood():

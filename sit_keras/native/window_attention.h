@@ -188,13 +188,13 @@ void ReadHead(const Source<T>& src, const T* bias, const AttentionSizes& s, int6
     case 7: return ReadProjected<T, 7>(x, kernel, bias + channel, row, n, s.head_dim, channels, buf);
     default: break;
   }
-  if (src.rows == 0 && b + kLanes < s.windows) {
-    for (int64_t f = 0; f < s.head_dim; ++f) PrefetchRun(x + (channel + f) * row + n, n, /*write=*/false);
-  }
   for (int64_t f = 0; f < s.head_dim; ++f) {
     T* target = buf + f * n;
     const T offset = bias[channel + f];
     if (src.rows == 0) {
+      // A feature's prefetches beside its copy: all d features' at once waited for the core's few
+      // line-fill buffers (on the AMX host, most of ReadHead's time sat at the prefetches).
+      if (b + kLanes < s.windows) PrefetchRun(x + (channel + f) * row + n, n, /*write=*/false);
       for (int64_t e = 0; e < n; e += kLanes) Store(target + e, Load(x + (channel + f) * row + e) + offset);
       continue;
     }
