@@ -8095,6 +8095,100 @@ def test_the_sits_xla_step_section_is_its_profile():
     assert report["op_types"][0]["op"] == "sit_window_attention_grad_f32"
 
 
+def test_the_line_fill_buffers_section_is_its_reports():
+    """docs/speed.md's "Prefetches that waited for line-fill buffers": the ops' and the encoders' alternated
+    rounds before and after, each report named in it, and the XLA step faster after in both rounds."""
+    section, flat = _speed_section(
+        "#### Prefetches that waited for line-fill buffers", "\n#### The bfloat16 step one op at a time"
+    )
+    commits = {"before": "61025b4", "after": "e8edbda"}
+    ops, encoders = {}, {}
+    for when, commit in commits.items():
+        for run in (1, 2):
+            for prefix, reports in (("native_ops", ops), ("speed_encoders", encoders)):
+                name = f"{prefix}_amx_prefetch_{when}_run{run}.json"
+                assert f"`benchmarks/reference/{name}`" in flat
+                report = reports[when, run] = _report(name)
+                assert report["commit"].startswith(commit) and "AMX" in report["machine"]
+    labels = {
+        "class_token": "`class_token` (second local block)",
+        "projection": "`projection` (graph)",
+        "projection_xla": "`projection` (XLA)",
+        "first_block": "`first_block`",
+        "global_grid": "`global_grid`",
+    }
+    for op, label in labels.items():
+        cells = [
+            ", ".join(f"{ops[when, run]['results'][op][part]['median_ms']:.2f}" for run in (1, 2))
+            for part in ("forward", "backward")
+            for when in commits
+        ]
+        assert f"| {label} | " + " | ".join(cells) + " |" in section
+    for when, commit in commits.items():
+        for run in (1, 2):
+            step = encoders[when, run]["models"]["sit"]["timings"]["train_step"]
+            graph, xla = step["graph"]["median_ms"], step["xla"]["median_ms"]
+            assert f"| {commit}, round {run} | {graph:.1f} | {xla:.1f} | {xla / graph:.2f} |" in section
+    xla = {key: r["ratios"]["xla_over_graph"]["sit"]["train_step"] for key, r in encoders.items()}
+    assert max(xla["after", 1], xla["after", 2]) < min(xla["before", 1], xla["before", 2])
+
+
+def test_the_bfloat16_one_op_section_is_its_profiles():
+    """docs/speed.md's "The bfloat16 step one op at a time": both profiles ran one op at a time, the table is
+    their longest op types, and the casts' time and the step without them are the profiles'."""
+    section, flat = _speed_section("#### The bfloat16 step one op at a time", "\n#### The targets at e8edbda")
+    f32, bf16 = (_report(f"op_profile_one_op_amx_{p}.json") for p in ("float32", "mixed_bfloat16"))
+    for report, precision in ((f32, "float32"), (bf16, "mixed_bfloat16")):
+        assert f"`benchmarks/reference/op_profile_one_op_amx_{precision}.json`" in flat
+        assert report["commit"].startswith("e8edbda") and "AMX" in report["machine"]
+        assert report["settings"]["one_op_at_a_time"] and report["settings"]["precision"] == precision
+        assert report["environment"]["threading"]["inter_op_parallelism_threads"] == 1
+    times = [{row["op"]: row["ms_per_call"] for row in r["op_types"]} for r in (f32, bf16)]
+    ops = sorted(set(times[0]) | set(times[1]), key=lambda op: -max(t.get(op, 0) for t in times))[:13]
+    for op in ops:
+        cells = [f"{t[op]:.1f}" if op in t else "-" for t in times]
+        assert f"| `{op}` | {cells[0]} | {cells[1]} |" in section
+    assert (
+        f"{f32['summed_op_ms_per_call']:.1f} ms in float32 and {bf16['summed_op_ms_per_call']:.1f} ms in "
+        f"bfloat16 (wall {f32['wall_ms_median']:.1f} and {bf16['wall_ms_median']:.1f} ms)"
+    ) in flat
+    casts = sorted((r["ms_per_call"] for r in bf16["nodes"] if r["op"] == "Cast"), reverse=True)[:8]
+    total = times[1]["Cast"]
+    assert f"{total:.1f} ms, {total / bf16['summed_op_ms_per_call']:.0%} of the bfloat16 step" in flat
+    assert f"{sum(casts):.1f} ms of it in the eight casts" in flat
+    without = bf16["summed_op_ms_per_call"] - total
+    assert f"about {without:.0f} ms, {without / f32['summed_op_ms_per_call']:.2f}x the float32 step's" in flat
+
+
+def test_the_targets_at_e8edbda_are_the_run():
+    """docs/speed.md's "The targets at e8edbda": the table is the two AMX runs' rows; the counts, wall time,
+    the SiT's steps and Procgen's env steps/s are the run's."""
+    section, flat = _speed_section("#### The targets at e8edbda", "\n## Encoders")
+    previous = _report("speed_targets_amx_tree_reductions.json")
+    run = _report("speed_targets_amx_prefetch.json")
+    assert run["commit"].startswith("e8edbda") and "AMX" in run["machine"]
+    met = {True: "yes", False: "**no**", None: "n/a"}
+    for old, new in zip(previous["targets"], run["targets"], strict=True):
+        limit = "-" if new["limit"] is None else f"{'<=' if new['at_most'] else '>='} {new['limit']:.3g}"
+        row = f"| {new['what']} | {old['value']:.2f} | {new['value']:.2f} | {limit} | {met[new['met']]} |"
+        assert row + f" `{new['report']}` |" in section
+    assert f"in {run['wall_seconds']:.0f} s: **{run['met']} targets met and {run['missed']} missed**" in flat
+    steps = _report("speed_targets_amx_prefetch/encoders_64.json")["models"]["sit"]["timings"]["train_step"]
+    graph_ms, xla_ms = (steps[mode]["median_ms"] for mode in ("graph", "xla"))
+    assert f"({graph_ms:.1f} ms in graph mode, {xla_ms:.1f} with XLA)" in flat
+    procgen = _report("speed_targets_amx_prefetch/procgen_ppo.json")
+    sps = procgen["env_steps_per_second"]
+    ratio = procgen["ratios"]["impala_cnn_over_sit_env_steps_per_second"]
+    sit, impala = sps["sit"], sps["impala_cnn"]
+    assert f"1/{ratio:.2f} (SiT {sit:.1f} against IMPALA-CNN {impala:.1f} env steps/s)" in flat
+    missed = {t["what"] for t in run["targets"] if t["met"] is False}
+    assert missed == {
+        "sit: XLA / graph train step, 64x64",
+        "SiT bfloat16 / float32 train step",
+        "Procgen SiT / IMPALA-CNN env steps/s (PPO)",
+    }
+
+
 def test_the_dense_gradients_section_quotes_the_two_speed_target_runs():
     """docs/speed.md's "Sparse gradients of shared weight tables": its before / after XLA ratios are the
     two speed-target runs'."""

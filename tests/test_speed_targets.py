@@ -25,6 +25,7 @@ COMMITTED_BFLOAT16_RUNS = [
     "speed_targets_amx_vector_pool",
     "speed_targets_amx_native_conv",
     "speed_targets_amx_tree_reductions",
+    "speed_targets_amx_prefetch",
 ]
 
 
