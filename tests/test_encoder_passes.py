@@ -298,23 +298,27 @@ def _record_ppo_gradients(agent, monkeypatch) -> list[dict[int, np.ndarray]]:
     return recorded
 
 
-def test_drac_update_runs_each_network_once_per_input(encoder_calls):
-    """pi(s), V(s), pi(f(s)), V(f(s)): 2 actor-encoder and 2 value-encoder passes.
+def test_drac_update_runs_each_network_once_over_s_and_fs(encoder_calls, monkeypatch):
+    """pi(s), V(s), pi(f(s)), V(f(s)): one actor-encoder and one value-encoder pass, each over [s; f(s)].
 
     TF-Agents' get_loss runs V(s) twice (the collect policy's ``_distribution``
     adds one whose value it drops) and DrAC's value target was a third; the
     written-out reference also runs pi(s) again for DrAC's policy target.
     """
     agent = _drac_agent()
-    experience = _ppo_experience(agent)
+    experience = _ppo_experience(agent, batch=8)
     agent.train(experience)  # the first call also builds; count the second
+    batches = []
+    call = Encoder.call  # encoder_calls' counting call, which this one wraps
+    monkeypatch.setattr(Encoder, "call", lambda self, images, training=None: batches.append(
+        images.shape[0]) or call(self, images, training=training))  # fmt: skip
     encoder_calls.clear()
     agent.train(experience)
     actor_encoder = _image_encoder(agent._actor_net._torso)
     value_encoder = _image_encoder(agent._value_net._torso)
-    assert encoder_calls[id(actor_encoder)] == 2
-    assert encoder_calls[id(value_encoder)] == 2
-    assert sum(encoder_calls.values()) == 4
+    assert encoder_calls[id(actor_encoder)] == 1
+    assert encoder_calls[id(value_encoder)] == 1
+    assert sum(encoder_calls.values()) == 2 and batches == [16, 16]
 
     reference = _ppo_agent(_ReferenceDrACAgent, 0.0)
     reference.train(experience)

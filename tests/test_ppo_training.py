@@ -633,3 +633,64 @@ def test_train_eval_agent_dispatches(agent, tmp_path, monkeypatch):
         assert json.load(f)["agent"] in {agent, "c51"}
     with open(os.path.join(root_dir, "config.gin")) as f:
         assert f"train_eval.agent = '{agent}'" in f.read()
+
+
+@pytest.mark.parametrize("shared_torso, passes", [(False, (2, 4)), (True, (1, 3))])
+def test_drac_runs_s_and_fs_through_each_network_at_once_with_the_same_loss_and_gradients(
+    shared_torso, passes, monkeypatch
+):
+    """With DrAC each network takes [s; f(s)] in one pass (one torso pass in all with a shared torso): the
+    loss and gradients of the passes over s and f(s) apart."""
+    from tf_agents.trajectories import time_step as ts
+
+    from sit_keras.agents.algorithms.ppo_agent import DrACPPOAgent
+    from sit_keras.agents.networks import actor_critic
+
+    agent = _drac_agent(lambda x: 255 - x, shared_torso=shared_torso, normalize_observations=False)
+    rng = np.random.default_rng(2)
+    batch = (8, 1)
+    time_steps = ts.TimeStep(
+        tf.ones(batch, tf.int32), tf.zeros(batch), tf.ones(batch),
+        tf.constant(rng.integers(0, 256, (*batch, 14, 14, 3), dtype=np.uint8)),
+    )  # fmt: skip
+    actions = tf.constant(rng.integers(0, 4, batch), tf.int64)
+    returns = tf.constant(rng.normal(size=batch), tf.float32)
+    old_values = tf.constant(rng.normal(size=batch), tf.float32)
+    log_probs = tf.constant(np.log(rng.uniform(0.1, 0.4, batch)), tf.float32)
+    agent.get_loss(
+        time_steps,
+        actions,
+        log_probs,
+        returns,
+        returns - old_values,
+        {},
+        tf.ones(batch),
+        agent.train_step_counter,
+        False,
+        old_value_predictions=old_values,
+        training=True,
+    )  # fmt: skip  (builds the networks)
+    variables = agent._actor_net.trainable_variables + agent._value_net.trainable_variables
+    calls = []
+    call_torso = actor_critic.call_torso
+    monkeypatch.setattr(actor_critic, "call_torso", lambda *a: calls.append(1) or call_torso(*a))
+
+    def loss_and_gradients():
+        calls.clear()
+        with tf.GradientTape() as tape:
+            loss = agent.get_loss(
+                time_steps, actions, log_probs, returns, returns - old_values, {}, tf.ones(batch),
+                agent.train_step_counter, False, old_value_predictions=old_values, training=True,
+            ).loss  # fmt: skip
+        return float(loss), tape.gradient(loss, variables), len(calls)
+
+    together = loss_and_gradients()
+    monkeypatch.setattr(DrACPPOAgent, "_passes_s_and_fs_together", lambda *_: False)
+    apart = loss_and_gradients()
+    assert (together[2], apart[2]) == passes
+    assert together[0] == pytest.approx(apart[0], rel=1e-6)
+    for a, b in zip(together[1], apart[1], strict=True):
+        if b is None:  # a shared torso's variables appear twice; the value net's copy has no gradient
+            assert a is None
+            continue
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-5 * float(np.abs(b).max()))

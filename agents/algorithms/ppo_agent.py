@@ -23,6 +23,10 @@ Network passes per minibatch update: ``pi(. | s)``, ``V(s)``, and with DrAC
 ``pi(. | f(s))`` and ``V(f(s))``; each is computed once and read by every term
 that needs it (``get_loss``). When the value head sits on the actor's torso
 (``ppo.shared_torso``), ``pi(. | s)`` and ``V(s)`` come from one torso pass.
+With DrAC and feed-forward networks, each network takes ``s`` and ``f(s)`` in
+one pass over the ``2 B`` observations ``[s; f(s)]``: the same values, and the
+encoders cost less per observation at the larger batch (docs/speed.md, "One
+pass for s and f(s)").
 TF-Agents' ``PPOAgent.get_loss`` runs ``V(s)`` twice (once inside the collect
 policy's ``_distribution``, whose value is dropped, and once in
 ``value_estimation_loss``) and DrAC's value target was a third pass.
@@ -145,7 +149,10 @@ class DrACPPOAgent(ppo_clip_agent.PPOClipAgent):
         policy_state = self._collect_policy.get_initial_state(batch_size)
         actor_state = policy_state.get("actor_network_state", ()) if policy_state else ()
         shared = actor_critic.shares_torso(self._actor_net, self._value_net)
-        if shared and self._observation_normalizer is None:
+        augmented_outputs = None
+        if self._drac_coef > 0 and self._passes_s_and_fs_together(actor_state):
+            current, values, augmented_outputs = self._outputs_at_s_and_fs(time_steps, shared, training)
+        elif shared and self._observation_normalizer is None:
             # ppo.shared_torso: one encoder pass for both heads.
             current, values = actor_critic.actor_and_value(
                 self._actor_net, self._value_net, time_steps.observation, training
@@ -216,7 +223,9 @@ class DrACPPOAgent(ppo_clip_agent.PPOClipAgent):
         self._write_diagnostics(current, actions, act_log_probs, returns, old_value_predictions, weights)
         if self._drac_coef == 0:
             return tf_agent.LossInfo(total, extra)
-        policy_reg, value_reg = self._drac_regularisers(time_steps, current, weights, training, values=values)
+        policy_reg, value_reg = self._drac_regularisers(
+            time_steps, current, weights, training, values=values, augmented_outputs=augmented_outputs
+        )
         _write_loss_scalar("drac_policy", policy_reg, self.train_step_counter)
         _write_loss_scalar("drac_value", value_reg, self.train_step_counter)
         return tf_agent.LossInfo(total + self._drac_coef * (actor_weight * policy_reg + value_reg), extra)
@@ -284,31 +293,71 @@ class DrACPPOAgent(ppo_clip_agent.PPOClipAgent):
             loss = tf.debugging.check_numerics(loss, "value_estimation_loss")
         return loss
 
-    def _drac_regularisers(self, time_steps, current_distribution, weights, training, values=None):
+    def _augmented(self, observations: tf.Tensor) -> tf.Tensor:
+        """``f(s)`` for the learner's ``(B, 1, H, W, C)`` minibatch (augmentations take ``(N, H, W, C)``)."""
+        shape = tf.shape(observations)
+        flat = tf.reshape(observations, tf.concat([[-1], shape[-3:]], axis=0))
+        return tf.reshape(self._augmentation(flat), shape)
+
+    def _passes_s_and_fs_together(self, actor_state: Any) -> bool:
+        """Whether ``[s; f(s)]`` can go through each network at once: feed-forward networks (no state to
+        split) and no observation normaliser (the collect policy's, which ``f(s)``'s passes skip)."""
+        stateless = not tf.nest.flatten(actor_state) and not tf.nest.flatten(self._value_net.state_spec)
+        return stateless and self._observation_normalizer is None
+
+    def _outputs_at_s_and_fs(self, time_steps, shared: bool, training: bool):
+        """``pi(. | s)``, ``V(s)`` and ``(pi(. | f(s)), V(f(s)))``, each network run once over ``[s; f(s)]``.
+
+        Each observation's outputs are those of a pass over its own half: the
+        networks treat the observations of a batch independently.
+        """
+        observations = time_steps.observation
+        both = tf.concat([observations, self._augmented(observations)], axis=0)
+        step_types = tf.concat([time_steps.step_type, time_steps.step_type], axis=0)
+        if shared:
+            distribution, values = actor_critic.actor_and_value(
+                self._actor_net, self._value_net, both, training
+            )
+        else:
+            distribution, _ = self._actor_net(both, step_types, (), training=training)
+            values, _ = self._value_net(both, step_types, (), training=training)
+        at_s, at_fs = (
+            type(distribution)(logits=logits, dtype=distribution.dtype)
+            for logits in tf.split(distribution.logits_parameter(), 2, axis=0)
+        )
+        values_at_s, values_at_fs = tf.split(values, 2, axis=0)
+        return at_s, values_at_s, (at_fs, values_at_fs)
+
+    def _drac_regularisers(
+        self, time_steps, current_distribution, weights, training, values=None, augmented_outputs=None
+    ):
         """``(G_pi, G_V)`` of DrAC, weighted means over the minibatch.
 
         ``current_distribution`` is ``pi(. | s)`` and ``values`` is ``V(s)``
         (computed here, ``training=False``, when not given); both are held
-        fixed. ``pi(. | f(s))`` and ``V(f(s))`` are one pass each.
+        fixed. ``augmented_outputs``: ``(pi(. | f(s)), V(f(s)))`` when the
+        networks ran on ``f(s)`` already, else one pass each here.
         """
         observations = time_steps.observation
-        # The learner's minibatches are (B, 1, H, W, C); augmentations take (N, H, W, C).
-        shape = tf.shape(observations)
-        flat = tf.reshape(observations, tf.concat([[-1], shape[-3:]], axis=0))
-        augmented = tf.reshape(self._augmentation(flat), shape)
-        value_state = self._collect_policy.get_initial_value_state(shape[0])
+        value_state = self._collect_policy.get_initial_value_state(tf.shape(observations)[0])
         # Targets at s under the current parameters, held fixed.
         target_logits = tf.stop_gradient(current_distribution.logits_parameter())
-        augmented_distribution, _ = self._actor_net(augmented, time_steps.step_type, (), training=training)
+        if augmented_outputs is None:
+            augmented = self._augmented(observations)
+            augmented_distribution, _ = self._actor_net(
+                augmented, time_steps.step_type, (), training=training
+            )
+            augmented_values, _ = self._collect_policy.apply_value_network(
+                augmented, time_steps.step_type, value_state=value_state, training=training
+            )
+        else:
+            augmented_distribution, augmented_values = augmented_outputs
         target = type(augmented_distribution)(logits=target_logits)
         policy_reg = _weighted_mean(target.kl_divergence(augmented_distribution), weights)
         if values is None:
             values, _ = self._collect_policy.apply_value_network(
                 observations, time_steps.step_type, value_state=value_state, training=False
             )
-        augmented_values, _ = self._collect_policy.apply_value_network(
-            augmented, time_steps.step_type, value_state=value_state, training=training
-        )
         value_reg = _weighted_mean(tf.square(augmented_values - tf.stop_gradient(values)), weights)
         return policy_reg, value_reg
 
