@@ -8163,7 +8163,7 @@ def test_the_bfloat16_one_op_section_is_its_profiles():
 def test_the_targets_at_e8edbda_are_the_run():
     """docs/speed.md's "The targets at e8edbda": the table is the two AMX runs' rows; the counts, wall time,
     the SiT's steps and Procgen's env steps/s are the run's."""
-    section, flat = _speed_section("#### The targets at e8edbda", "\n## Encoders")
+    section, flat = _speed_section("#### The targets at e8edbda", "\n#### One pass for s and f(s)")
     previous = _report("speed_targets_amx_tree_reductions.json")
     run = _report("speed_targets_amx_prefetch.json")
     assert run["commit"].startswith("e8edbda") and "AMX" in run["machine"]
@@ -8187,6 +8187,52 @@ def test_the_targets_at_e8edbda_are_the_run():
         "SiT bfloat16 / float32 train step",
         "Procgen SiT / IMPALA-CNN env steps/s (PPO)",
     }
+
+
+def test_the_one_pass_section_is_its_alternated_ppo_runs():
+    """docs/speed.md's "One pass for s and f(s)": the four alternated PPO throughput runs, each named, and
+    every ratio in them within 1/4, as the text says."""
+    section, flat = _speed_section("#### One pass for s and f(s)", "\n#### The targets at e9d6e53")
+    for when, commit in (("before", "f227364"), ("after", "e9d6e53")):
+        for run in (1, 2):
+            name = f"ppo_throughput_amx_drac_{when}_run{run}.json"
+            assert f"`benchmarks/reference/{name}`" in flat
+            report = _report(name)
+            assert report["commit"].startswith(commit) and "AMX" in report["machine"]
+            sps = report["env_steps_per_second"]
+            ratio = report["ratios"]["impala_cnn_over_sit_env_steps_per_second"]
+            row = f"| {commit}, round {run} | {sps['sit']:.1f} | {sps['impala_cnn']:.1f} | 1/{ratio:.2f} |"
+            assert row in section
+            assert ratio < 4
+    previous = _report("speed_targets_amx_prefetch/procgen_ppo.json")
+    assert f"measured at 1/{previous['ratios']['impala_cnn_over_sit_env_steps_per_second']:.2f}" in flat
+
+
+def test_the_targets_at_e9d6e53_are_the_run():
+    """docs/speed.md's "The targets at e9d6e53": the table is the e8edbda and e9d6e53 runs' rows; the counts,
+    Procgen's env steps/s and the MiniGrid CNN's steps are the run's; only bfloat16 missed in every run."""
+    section, flat = _speed_section("#### The targets at e9d6e53", "\n## Encoders")
+    previous = _report("speed_targets_amx_prefetch.json")
+    run = _report("speed_targets_amx_one_pass.json")
+    assert run["commit"].startswith("e9d6e53") and "AMX" in run["machine"]
+    met = {True: "yes", False: "**no**", None: "n/a"}
+    for old, new in zip(previous["targets"], run["targets"], strict=True):
+        limit = "-" if new["limit"] is None else f"{'<=' if new['at_most'] else '>='} {new['limit']:.3g}"
+        row = f"| {new['what']} | {old['value']:.2f} | {new['value']:.2f} | {limit} | {met[new['met']]} |"
+        assert row + f" `{new['report']}` |" in section
+    assert f"in {run['wall_seconds']:.0f} s: **{run['met']} targets met and {run['missed']} missed**" in flat
+    procgen = _report("speed_targets_amx_one_pass/procgen_ppo.json")
+    sit, impala = procgen["env_steps_per_second"]["sit"], procgen["env_steps_per_second"]["impala_cnn"]
+    ratio = procgen["ratios"]["impala_cnn_over_sit_env_steps_per_second"]
+    assert f"1/{ratio:.2f} in this run (SiT {sit:.1f} against IMPALA-CNN {impala:.1f} env steps/s)" in flat
+    steps = _report("speed_targets_amx_one_pass/encoders_14.json")["models"]
+    cnn = steps["configs/minigrid/lavacrossing_cnn.gin"]["timings"]["train_step"]
+    assert f"({cnn['xla']['median_ms']:.1f} against {cnn['graph']['median_ms']:.1f} ms)" in flat
+    runs = (_report("speed_targets_amx_tree_reductions.json"), previous, run)
+    never = {t["what"] for t in run["targets"]}
+    for report in runs:
+        never &= {t["what"] for t in report["targets"] if t["met"] is False}
+    assert never == {"SiT bfloat16 / float32 train step"}  # every other target met in one of the runs
 
 
 def test_the_dense_gradients_section_quotes_the_two_speed_target_runs():
