@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import glob
 import json
 import os
@@ -456,14 +457,14 @@ def test_a_shared_torso_is_trained_by_the_value_loss_too(shared_torso):
         assert agent._value_net._torso is agent._actor_net.torso
 
 
-def test_a_shared_torso_runs_once_per_loss_with_the_two_pass_loss_and_gradients(monkeypatch):
+def _loss_with_torso_passes(agent, seed: int, monkeypatch):
+    """A function of the agent's trainable variables (or some of them) giving the loss of a random (8, 1)
+    minibatch, its gradients and the torso passes it ran (``actor_critic.call_torso``)."""
     from tf_agents.trajectories import time_step as ts
 
     from sit_keras.agents.networks import actor_critic
 
-    # As ppo.py builds it: no observation normaliser (with one, the two heads are called apart).
-    agent = _drac_agent(None, drac_coef=0.0, shared_torso=True, normalize_observations=False)
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(seed)
     batch = (8, 1)
     time_steps = ts.TimeStep(
         tf.ones(batch, tf.int32), tf.zeros(batch), tf.ones(batch),
@@ -473,12 +474,11 @@ def test_a_shared_torso_runs_once_per_loss_with_the_two_pass_loss_and_gradients(
     returns = tf.constant(rng.normal(size=batch), tf.float32)
     old_values = tf.constant(rng.normal(size=batch), tf.float32)
     log_probs = tf.constant(np.log(rng.uniform(0.1, 0.4, batch)), tf.float32)
-    variables = agent._actor_net.trainable_variables + agent._value_net.trainable_variables[-2:]
     calls = []
     call_torso = actor_critic.call_torso
     monkeypatch.setattr(actor_critic, "call_torso", lambda *a: calls.append(1) or call_torso(*a))
 
-    def loss_and_gradients():
+    def loss_and_gradients(variables):
         calls.clear()
         with tf.GradientTape() as tape:
             loss = agent.get_loss(
@@ -487,6 +487,16 @@ def test_a_shared_torso_runs_once_per_loss_with_the_two_pass_loss_and_gradients(
             ).loss  # fmt: skip
         return float(loss), tape.gradient(loss, variables), len(calls)
 
+    return loss_and_gradients
+
+
+def test_a_shared_torso_runs_once_per_loss_with_the_two_pass_loss_and_gradients(monkeypatch):
+    from sit_keras.agents.networks import actor_critic
+
+    # As ppo.py builds it: no observation normaliser (with one, the two heads are called apart).
+    agent = _drac_agent(None, drac_coef=0.0, shared_torso=True, normalize_observations=False)
+    variables = agent._actor_net.trainable_variables + agent._value_net.trainable_variables[-2:]
+    loss_and_gradients = functools.partial(_loss_with_torso_passes(agent, 1, monkeypatch), variables)
     one_pass = loss_and_gradients()
     monkeypatch.setattr(actor_critic, "shares_torso", lambda *_: False)
     two_passes = loss_and_gradients()
@@ -641,52 +651,15 @@ def test_drac_runs_s_and_fs_through_each_network_at_once_with_the_same_loss_and_
 ):
     """With DrAC each network takes [s; f(s)] in one pass (one torso pass in all with a shared torso): the
     loss and gradients of the passes over s and f(s) apart."""
-    from tf_agents.trajectories import time_step as ts
-
     from sit_keras.agents.algorithms.ppo_agent import DrACPPOAgent
-    from sit_keras.agents.networks import actor_critic
 
     agent = _drac_agent(lambda x: 255 - x, shared_torso=shared_torso, normalize_observations=False)
-    rng = np.random.default_rng(2)
-    batch = (8, 1)
-    time_steps = ts.TimeStep(
-        tf.ones(batch, tf.int32), tf.zeros(batch), tf.ones(batch),
-        tf.constant(rng.integers(0, 256, (*batch, 14, 14, 3), dtype=np.uint8)),
-    )  # fmt: skip
-    actions = tf.constant(rng.integers(0, 4, batch), tf.int64)
-    returns = tf.constant(rng.normal(size=batch), tf.float32)
-    old_values = tf.constant(rng.normal(size=batch), tf.float32)
-    log_probs = tf.constant(np.log(rng.uniform(0.1, 0.4, batch)), tf.float32)
-    agent.get_loss(
-        time_steps,
-        actions,
-        log_probs,
-        returns,
-        returns - old_values,
-        {},
-        tf.ones(batch),
-        agent.train_step_counter,
-        False,
-        old_value_predictions=old_values,
-        training=True,
-    )  # fmt: skip  (builds the networks)
+    loss_and_gradients = _loss_with_torso_passes(agent, 2, monkeypatch)
+    loss_and_gradients([])  # builds the networks
     variables = agent._actor_net.trainable_variables + agent._value_net.trainable_variables
-    calls = []
-    call_torso = actor_critic.call_torso
-    monkeypatch.setattr(actor_critic, "call_torso", lambda *a: calls.append(1) or call_torso(*a))
-
-    def loss_and_gradients():
-        calls.clear()
-        with tf.GradientTape() as tape:
-            loss = agent.get_loss(
-                time_steps, actions, log_probs, returns, returns - old_values, {}, tf.ones(batch),
-                agent.train_step_counter, False, old_value_predictions=old_values, training=True,
-            ).loss  # fmt: skip
-        return float(loss), tape.gradient(loss, variables), len(calls)
-
-    together = loss_and_gradients()
+    together = loss_and_gradients(variables)
     monkeypatch.setattr(DrACPPOAgent, "_passes_s_and_fs_together", lambda *_: False)
-    apart = loss_and_gradients()
+    apart = loss_and_gradients(variables)
     assert (together[2], apart[2]) == passes
     assert together[0] == pytest.approx(apart[0], rel=1e-6)
     for a, b in zip(together[1], apart[1], strict=True):

@@ -8053,6 +8053,16 @@ def test_the_tree_reductions_section_is_its_reports():
     assert "`--xla_disable_hlo_passes=tree_reduction_rewriter`" in flat
 
 
+def _assert_targets_table(section: str, flat: str, previous: dict, run: dict) -> None:
+    """A speed-target section's table of two runs, row by row, and the run's counts and wall time."""
+    met = {True: "yes", False: "**no**", None: "n/a"}
+    for old, new in zip(previous["targets"], run["targets"], strict=True):
+        limit = "-" if new["limit"] is None else f"{'<=' if new['at_most'] else '>='} {new['limit']:.3g}"
+        row = f"| {new['what']} | {old['value']:.2f} | {new['value']:.2f} | {limit} | {met[new['met']]} |"
+        assert row + f" `{new['report']}` |" in section
+    assert f"in {run['wall_seconds']:.0f} s: **{run['met']} targets met and {run['missed']} missed**" in flat
+
+
 def test_the_targets_at_f3f8215_are_the_run():
     """docs/speed.md's "The targets at f3f8215": the table is the two AMX runs' rows, the counts and wall
     time the run's, and every model's XLA step faster than its graph step in it."""
@@ -8062,12 +8072,7 @@ def test_the_targets_at_f3f8215_are_the_run():
         _report("speed_targets_amx_tree_reductions.json"),
     )
     assert run["commit"].startswith("f3f8215") and "AMX" in run["machine"]
-    met = {True: "yes", False: "**no**", None: "n/a"}
-    for old, new in zip(previous["targets"], run["targets"], strict=True):
-        limit = "-" if new["limit"] is None else f"{'<=' if new['at_most'] else '>='} {new['limit']:.3g}"
-        row = f"| {new['what']} | {old['value']:.2f} | {new['value']:.2f} | {limit} | {met[new['met']]} |"
-        assert row + f" `{new['report']}` |" in section
-    assert f"in {run['wall_seconds']:.0f} s: **{run['met']} targets met and {run['missed']} missed**" in flat
+    _assert_targets_table(section, flat, previous, run)
     xla = [t for t in run["targets"] if "XLA / graph" in t["what"]]
     assert len(xla) == 8 and all(t["met"] for t in xla)
     missed = {t["what"] for t in run["targets"] if t["met"] is False}
@@ -8167,12 +8172,7 @@ def test_the_targets_at_e8edbda_are_the_run():
     previous = _report("speed_targets_amx_tree_reductions.json")
     run = _report("speed_targets_amx_prefetch.json")
     assert run["commit"].startswith("e8edbda") and "AMX" in run["machine"]
-    met = {True: "yes", False: "**no**", None: "n/a"}
-    for old, new in zip(previous["targets"], run["targets"], strict=True):
-        limit = "-" if new["limit"] is None else f"{'<=' if new['at_most'] else '>='} {new['limit']:.3g}"
-        row = f"| {new['what']} | {old['value']:.2f} | {new['value']:.2f} | {limit} | {met[new['met']]} |"
-        assert row + f" `{new['report']}` |" in section
-    assert f"in {run['wall_seconds']:.0f} s: **{run['met']} targets met and {run['missed']} missed**" in flat
+    _assert_targets_table(section, flat, previous, run)
     steps = _report("speed_targets_amx_prefetch/encoders_64.json")["models"]["sit"]["timings"]["train_step"]
     graph_ms, xla_ms = (steps[mode]["median_ms"] for mode in ("graph", "xla"))
     assert f"({graph_ms:.1f} ms in graph mode, {xla_ms:.1f} with XLA)" in flat
@@ -8215,12 +8215,7 @@ def test_the_targets_at_e9d6e53_are_the_run():
     previous = _report("speed_targets_amx_prefetch.json")
     run = _report("speed_targets_amx_one_pass.json")
     assert run["commit"].startswith("e9d6e53") and "AMX" in run["machine"]
-    met = {True: "yes", False: "**no**", None: "n/a"}
-    for old, new in zip(previous["targets"], run["targets"], strict=True):
-        limit = "-" if new["limit"] is None else f"{'<=' if new['at_most'] else '>='} {new['limit']:.3g}"
-        row = f"| {new['what']} | {old['value']:.2f} | {new['value']:.2f} | {limit} | {met[new['met']]} |"
-        assert row + f" `{new['report']}` |" in section
-    assert f"in {run['wall_seconds']:.0f} s: **{run['met']} targets met and {run['missed']} missed**" in flat
+    _assert_targets_table(section, flat, previous, run)
     procgen = _report("speed_targets_amx_one_pass/procgen_ppo.json")
     sit, impala = procgen["env_steps_per_second"]["sit"], procgen["env_steps_per_second"]["impala_cnn"]
     ratio = procgen["ratios"]["impala_cnn_over_sit_env_steps_per_second"]
