@@ -146,7 +146,9 @@ def import_tensorflow(threads: int | None = None, inter_op_threads: int | None =
         if threads is not None:
             tf.config.threading.set_intra_op_parallelism_threads(threads)
         if threads is not None or inter_op_threads is not None:
-            tf.config.threading.set_inter_op_parallelism_threads(threads or inter_op_threads)
+            tf.config.threading.set_inter_op_parallelism_threads(
+                threads if threads is not None else inter_op_threads
+            )
         if "TF_CONFIG" not in os.environ:
             # The cuInit line comes with the first device query. Not in a worker of a cluster:
             # MultiWorkerMirroredStrategy must configure the runtime before it starts.

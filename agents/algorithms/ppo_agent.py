@@ -24,9 +24,8 @@ Network passes per minibatch update: ``pi(. | s)``, ``V(s)``, and with DrAC
 that needs it (``get_loss``). When the value head sits on the actor's torso
 (``ppo.shared_torso``), ``pi(. | s)`` and ``V(s)`` come from one torso pass.
 With DrAC and feed-forward networks, each network takes ``s`` and ``f(s)`` in
-one pass over the ``2 B`` observations ``[s; f(s)]``: the same values, and the
-encoders cost less per observation at the larger batch (docs/speed.md, "One
-pass for s and f(s)").
+one pass over the ``2 B`` observations ``[s; f(s)]``: the same values in half
+the passes (docs/speed.md, "One pass for s and f(s)").
 TF-Agents' ``PPOAgent.get_loss`` runs ``V(s)`` twice (once inside the collect
 policy's ``_distribution``, whose value is dropped, and once in
 ``value_estimation_loss``) and DrAC's value target was a third pass.
