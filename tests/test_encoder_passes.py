@@ -309,9 +309,13 @@ def test_drac_update_runs_each_network_once_over_s_and_fs(encoder_calls, monkeyp
     experience = _ppo_experience(agent, batch=8)
     agent.train(experience)  # the first call also builds; count the second
     batches = []
-    call = Encoder.call  # encoder_calls' counting call, which this one wraps
-    monkeypatch.setattr(Encoder, "call", lambda self, images, training=None: batches.append(
-        images.shape[0]) or call(self, images, training=training))  # fmt: skip
+    counting_call = Encoder.call  # encoder_calls' call, which this one wraps
+
+    def recording_call(self, images, training=None):
+        batches.append(images.shape[0])
+        return counting_call(self, images, training=training)
+
+    monkeypatch.setattr(Encoder, "call", recording_call)
     encoder_calls.clear()
     agent.train(experience)
     actor_encoder = _image_encoder(agent._actor_net._torso)
