@@ -17,8 +17,10 @@ one only where ``usable`` says so:
   installed, ``sit_keras.native.build``) that hands XLA's buffers to the same
   computation in a custom call;
 - the dtype is float32 or float64, or bfloat16 (``mixed_bfloat16``), which the
-  ops take in float32: each op's inputs are cast up and its outputs back
-  (``op_dtype``);
+  ops compute in float32 (``op_dtype``): the attention and standardisation ops
+  read their large tensors (``qkv``, the tokens, their gradients) in bfloat16
+  and write them rounded, as a cast would; the other ops, and all of them in a
+  function XLA compiles, have their inputs cast up and their outputs back;
 - not inside ``builtin_only()`` (benchmarks compare both forms in one run), nor,
   for a function XLA compiles, inside ``without_xla_kernels()``.
 
@@ -81,8 +83,9 @@ ATTENTION_OPS = frozenset(
 XLA_OPS = POOL_OPS | STRIDED_POOL_OPS | PROJECTION_OPS | STEM_OPS | CONV_OPS | ATTENTION_OPS
 _DTYPES = (tf.float32, tf.float64)
 # bfloat16 tensors pass through the ops in float32 (their arithmetic is float32 or float64). Under
-# mixed_bfloat16 the SiT step then takes 1.0-1.1x its float32 step on an AMD host with AVX512_BF16, against
-# 1.5-1.65x through the builtin ops (docs/speed.md).
+# mixed_bfloat16 the SiT step then took 1.0-1.1x its float32 step on an AMD host with AVX512_BF16, against
+# 1.5-1.65x through the builtin ops (docs/speed.md); casts at the ops' edges were 19% of it on the AMX host,
+# which the ops that read and write bfloat16 themselves (_in_op_dtype_storing_bfloat16) save.
 _IN_FLOAT32 = (tf.bfloat16,)
 _Function = TypeVar("_Function")
 # The ops keep a window's T x T scores, maps and softmaxes in each thread's cache: token sets up to
@@ -245,9 +248,10 @@ def op_dtype(dtype: tf.DType) -> tf.DType:
     return tf.float32 if tf.as_dtype(dtype) in _IN_FLOAT32 else tf.as_dtype(dtype)
 
 
-def _in_op_dtype(function: _Function) -> _Function:
+def _cast_to_op_dtype(function: _Function, keep_first: bool) -> _Function:
     """``function`` applied to bfloat16 tensors in ``op_dtype``: its tensor arguments of the first one's
-    dtype cast up, its results cast back."""
+    dtype cast up (but for the first one where ``keep_first`` and XLA does not compile the function),
+    its results cast back (a no-op on the results the op wrote in bfloat16)."""
 
     @functools.wraps(function)
     def wrapper(first: tf.Tensor, *args: Any, **kwargs: Any) -> Any:
@@ -259,10 +263,25 @@ def _in_op_dtype(function: _Function) -> _Function:
             is_low = isinstance(value, tf.Tensor) and value.dtype == dtype
             return tf.cast(value, op_dtype(dtype)) if is_low else value
 
-        result = function(up(first), *map(up, args), **{key: up(value) for key, value in kwargs.items()})
+        from sit_keras.layers.xla_context import in_compiled_function
+
+        first = first if keep_first and not in_compiled_function() else up(first)
+        result = function(first, *map(up, args), **{key: up(value) for key, value in kwargs.items()})
         return tf.nest.map_structure(lambda output: tf.cast(output, dtype), result)
 
     return wrapper
+
+
+def _in_op_dtype(function: _Function) -> _Function:
+    """``function`` with bfloat16 tensors cast to ``op_dtype`` and its results cast back."""
+    return _cast_to_op_dtype(function, keep_first=False)
+
+
+def _in_op_dtype_storing_bfloat16(function: _Function) -> _Function:
+    """``function``, whose op stores its first input and its large results in bfloat16 (attribute ``S``)
+    while it computes in ``op_dtype``: only the other bfloat16 arguments cast up. Under XLA, whose
+    kernels take one dtype, as ``_in_op_dtype``."""
+    return _cast_to_op_dtype(function, keep_first=True)
 
 
 class ScoreMapPattern:
@@ -341,7 +360,7 @@ def lane_blocks_of_tokens(tokens: tf.Tensor) -> tf.Tensor:
     return tf.transpose(blocks, [3, 0, 2, 1])
 
 
-@_in_op_dtype
+@_in_op_dtype_storing_bfloat16
 def standardized_lane_blocks(
     tokens: tf.Tensor, epsilon: float, skip_tokens: int = 0
 ) -> tuple[tf.Tensor, tf.Tensor]:
@@ -356,7 +375,7 @@ def standardized_lane_blocks(
     slice's, zero-filled, and their sum). Call only where ``usable(tokens.dtype)``.
     """
     ops = _library_or_raise()
-    epsilon_t = tf.constant(epsilon, tokens.dtype)
+    epsilon_t = tf.constant(epsilon, op_dtype(tokens.dtype))
     if not 0 <= skip_tokens <= tokens.shape[1]:
         raise ValueError(f"skip_tokens must lie in [0, {tokens.shape[1]}]. Received: {skip_tokens}")
 
@@ -580,7 +599,7 @@ def _orbit_list(orbits: np.ndarray | None) -> list[int]:
     return flat
 
 
-@_in_op_dtype
+@_in_op_dtype_storing_bfloat16
 def window_attention(
     qkv: tf.Tensor,
     bias: tf.Tensor,
@@ -625,7 +644,7 @@ def window_attention(
     indices = tf.constant(pattern.indices)
     transposed = tf.constant(pattern.transposed_indices)
     if kernel is None:
-        kernel = tf.zeros([0, qkv.shape[0]], qkv.dtype)
+        kernel = tf.zeros([0, qkv.shape[0]], op_dtype(qkv.dtype))
 
     @tf.custom_gradient
     def attend(
@@ -645,7 +664,7 @@ def window_attention(
     return attend(qkv, kernel, bias, graphs, values)
 
 
-@_in_op_dtype
+@_in_op_dtype_storing_bfloat16
 def class_token_attention(
     qkv: tf.Tensor,
     bias: tf.Tensor,

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <type_traits>
 #include <utility>
 
 #include "tensorflow/core/framework/op.h"
@@ -50,16 +51,54 @@ struct LaneVector {
 template <typename T>
 using Lanes = typename LaneVector<T>::type;
 
-template <typename T>
+// (Floating-point T only: for bfloat16, the overloads below.)
+template <typename T, typename = std::enable_if_t<std::is_floating_point_v<T>>>
 inline Lanes<T> Load(const T* p) {
   Lanes<T> v;
   __builtin_memcpy(&v, p, sizeof(v));
   return v;
 }
 
-template <typename T>
+template <typename T, typename = std::enable_if_t<std::is_floating_point_v<T>>>
 inline void Store(T* p, Lanes<T> v) {
   __builtin_memcpy(p, &v, sizeof(v));
+}
+
+// bfloat16 (the high half of a float's bits) is how mixed_bfloat16 stores the attention ops' large tensors
+// (their qkv, outputs and gradients, and the standardised tokens): the ops read it as floats and round their
+// float results to it, so that no cast passes over those tensors (docs/speed.md, "bfloat16 in, bfloat16
+// out"). The arithmetic stays float.
+using tensorflow::bfloat16;
+typedef uint16_t HalfLanes __attribute__((vector_size(kLanes * sizeof(uint16_t))));
+typedef uint32_t BitLanes __attribute__((vector_size(kLanes * sizeof(uint32_t))));
+
+// kLanes bfloat16 values as floats: exact.
+inline Lanes<float> Load(const bfloat16* p) {
+  HalfLanes halves;
+  __builtin_memcpy(&halves, p, sizeof(halves));
+  return reinterpret_cast<Lanes<float>>(__builtin_convertvector(halves, BitLanes) << 16);
+}
+
+// Floats rounded to bfloat16 as TensorFlow's Cast rounds them (Eigen's float_to_bfloat16_rtne): to the
+// nearest, ties to even, a NaN to the quiet NaN of its sign. (AVX512_BF16's conversion flushes subnormals to
+// zero, which Cast does not.)
+inline void Store(bfloat16* p, Lanes<float> v) {
+  const BitLanes bits = reinterpret_cast<BitLanes>(v);
+  const BitLanes rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  const BitLanes quiet_nan = ((bits >> 16) & 0x8000u) | 0x7fc0u;
+  const BitLanes is_nan = reinterpret_cast<BitLanes>(v != v);
+  const HalfLanes halves = __builtin_convertvector((is_nan & quiet_nan) | (~is_nan & rounded), HalfLanes);
+  __builtin_memcpy(p, &halves, sizeof(halves));
+}
+
+// to[0, n) = from[0, n) in S (float, double or bfloat16), n a multiple of kLanes.
+template <typename T, typename S>
+inline void StoreRun(const T* from, int64_t n, S* to) {
+  if constexpr (std::is_same_v<T, S>) {
+    std::copy(from, from + n, to);
+  } else {
+    for (int64_t e = 0; e < n; e += kLanes) Store(to + e, Load(from + e));
+  }
 }
 
 // Values of T in a 64-byte cache line.
@@ -125,9 +164,9 @@ constexpr bool kTransposeInRegisters = sizeof(Lanes<T>) <= kRegisterBytes;
 
 // dst[e dst_stride + l] = src[l src_stride + e] for e < n and l < kLanes, zero in the lanes from `rows` on:
 // kLanes rows of n values into lanes, a kLanes x kLanes tile at a time, so that memory is read and written
-// in whole vectors, not a value a cache line.
-template <typename T>
-void RowsToLanes(const T* src, int64_t src_stride, int64_t n, int rows, T* dst, int64_t dst_stride) {
+// in whole vectors, not a value a cache line. src may hold bfloat16 (S), read as T = float.
+template <typename S, typename T>
+void RowsToLanes(const S* src, int64_t src_stride, int64_t n, int rows, T* dst, int64_t dst_stride) {
   Lanes<T> tile[kLanes];
   int64_t e0 = 0;
   for (; e0 + kLanes <= n; e0 += kLanes) {
@@ -137,7 +176,7 @@ void RowsToLanes(const T* src, int64_t src_stride, int64_t n, int rows, T* dst, 
     } else {
       T values[kLanes * kLanes];
       for (int l = 0; l < kLanes; ++l) {
-        for (int k = 0; k < kLanes; ++k) values[k * kLanes + l] = l < rows ? src[l * src_stride + e0 + k] : T(0);
+        for (int k = 0; k < kLanes; ++k) values[k * kLanes + l] = l < rows ? static_cast<T>(src[l * src_stride + e0 + k]) : T(0);
       }
       for (int k = 0; k < kLanes; ++k) tile[k] = Load(values + k * kLanes);
     }
@@ -145,14 +184,14 @@ void RowsToLanes(const T* src, int64_t src_stride, int64_t n, int rows, T* dst, 
   }
   for (; e0 < n; ++e0) {  // the last n % kLanes values
     Lanes<T> v = {};
-    for (int l = 0; l < rows; ++l) v[l] = src[l * src_stride + e0];
+    for (int l = 0; l < rows; ++l) v[l] = static_cast<T>(src[l * src_stride + e0]);
     Store(dst + e0 * dst_stride, v);
   }
 }
 
-// The inverse: dst[l dst_stride + e] = src[e src_stride + l] for e < n and the lanes l < rows.
-template <typename T>
-void LanesToRows(const T* src, int64_t src_stride, int64_t n, int rows, T* dst, int64_t dst_stride) {
+// The inverse: dst[l dst_stride + e] = src[e src_stride + l] for e < n and the lanes l < rows, dst in S.
+template <typename T, typename S>
+void LanesToRows(const T* src, int64_t src_stride, int64_t n, int rows, S* dst, int64_t dst_stride) {
   Lanes<T> tile[kLanes];
   int64_t e0 = 0;
   for (; e0 + kLanes <= n; e0 += kLanes) {
@@ -164,13 +203,15 @@ void LanesToRows(const T* src, int64_t src_stride, int64_t n, int rows, T* dst, 
       T values[kLanes * kLanes];
       for (int k = 0; k < kLanes; ++k) Store(values + k * kLanes, tile[k]);
       for (int l = 0; l < rows; ++l) {
-        for (int k = 0; k < kLanes; ++k) dst[l * dst_stride + e0 + k] = values[k * kLanes + l];
+        for (int k = 0; k < kLanes; ++k) {
+          dst[l * dst_stride + e0 + k] = static_cast<S>(values[k * kLanes + l]);
+        }
       }
     }
   }
   for (; e0 < n; ++e0) {
     const Lanes<T> v = Load(src + e0 * src_stride);
-    for (int l = 0; l < rows; ++l) dst[l * dst_stride + e0] = v[l];
+    for (int l = 0; l < rows; ++l) dst[l * dst_stride + e0] = static_cast<S>(v[l]);
   }
 }
 

@@ -8,6 +8,8 @@
 //   connection, added here rather than by an AddN over the whole (B, T, D) gradient.
 // Builtin ops take four passes over the tokens for the statistics and the normalisation, a transpose
 // into the lane layout, and as many again for the gradient; these read and write each value once.
+// The tokens and their gradients have the dtype S: T, or bfloat16 for T = float (mixed_bfloat16), read as
+// floats and written rounded, as TensorFlow's Cast would (kernels.h).
 
 #include "kernels.h"
 #include "standardize.h"
@@ -16,10 +18,11 @@ namespace sit_keras {
 namespace {
 
 REGISTER_OP("SitStandardizedLanes")
-    .Input("x: T")
+    .Input("x: S")
     .Input("epsilon: T")
-    .Output("y: T")
+    .Output("y: S")
     .Attr("T: {float, double}")
+    .Attr("S: {float, double, bfloat16}")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle x;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 3, &x));
@@ -30,17 +33,19 @@ REGISTER_OP("SitStandardizedLanes")
     });
 
 REGISTER_OP("SitStandardizedLanesGrad")
-    .Input("dy: T")
-    .Input("x: T")
+    .Input("dy: S")
+    .Input("x: S")
     .Input("epsilon: T")
-    .Input("skip_dy: T")
-    .Output("dx: T")
+    .Input("skip_dy: S")
+    .Output("dx: S")
     .Attr("T: {float, double}")
+    .Attr("S: {float, double, bfloat16}")
     .SetShapeFn([](InferenceContext* c) {
       c->set_output(0, c->input(1));
       return Status();
     });
-template <typename T>
+
+template <typename T, typename S>
 class StandardizedLanesOp : public OpKernel {
  public:
   explicit StandardizedLanesOp(OpKernelConstruction* context) : OpKernel(context) {}
@@ -51,12 +56,12 @@ class StandardizedLanesOp : public OpKernel {
     const TokenSizes n(x.shape());
     Tensor* y = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(0, n.lanes(), &y));
-    StandardizeLanes(x.flat<T>().data(), n, context->input(1).scalar<T>()(), y->flat<T>().data(),
+    StandardizeLanes(x.flat<S>().data(), n, context->input(1).scalar<T>()(), y->flat<S>().data(),
                      ShardsOf(context));
   }
 };
 
-template <typename T>
+template <typename T, typename S>
 class StandardizedLanesGradOp : public OpKernel {
  public:
   explicit StandardizedLanesGradOp(OpKernelConstruction* context) : OpKernel(context) {}
@@ -70,18 +75,21 @@ class StandardizedLanesGradOp : public OpKernel {
     OP_REQUIRES_OK(context, CheckStandardizeGradInputs(n, dy.shape(), skip_dy.shape()));
     Tensor* dx = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(0, x.shape(), &dx));
-    StandardizeLanesGrad(dy.flat<T>().data(), x.flat<T>().data(), skip_dy.flat<T>().data(), skip_dy.dim_size(1), n,
-                         context->input(2).scalar<T>()(), dx->flat<T>().data(), ShardsOf(context));
+    StandardizeLanesGrad(dy.flat<S>().data(), x.flat<S>().data(), skip_dy.flat<S>().data(), skip_dy.dim_size(1), n,
+                         context->input(2).scalar<T>()(), dx->flat<S>().data(), ShardsOf(context));
   }
 };
 
-#define REGISTER(T)                                                                                    \
-  REGISTER_KERNEL_BUILDER(Name("SitStandardizedLanes").Device(DEVICE_CPU).TypeConstraint<T>("T"),      \
-                          StandardizedLanesOp<T>);                                                     \
-  REGISTER_KERNEL_BUILDER(Name("SitStandardizedLanesGrad").Device(DEVICE_CPU).TypeConstraint<T>("T"),  \
-                          StandardizedLanesGradOp<T>);
-REGISTER(float);
-REGISTER(double);
+#define REGISTER(T, S)                                                                                    \
+  REGISTER_KERNEL_BUILDER(                                                                                \
+      Name("SitStandardizedLanes").Device(DEVICE_CPU).TypeConstraint<T>("T").TypeConstraint<S>("S"),      \
+      StandardizedLanesOp<T, S>);                                                                         \
+  REGISTER_KERNEL_BUILDER(                                                                                \
+      Name("SitStandardizedLanesGrad").Device(DEVICE_CPU).TypeConstraint<T>("T").TypeConstraint<S>("S"),  \
+      StandardizedLanesGradOp<T, S>);
+REGISTER(float, float);
+REGISTER(double, double);
+REGISTER(float, bfloat16);
 #undef REGISTER
 
 }  // namespace

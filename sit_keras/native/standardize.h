@@ -17,13 +17,14 @@ namespace sit_keras {
 // x[b + l, i, c] (zero for windows at or beyond B), with each token's mean and r, lane by lane. The
 // windows' B x T x D values are one contiguous run of x, read once. Channel-major, as the output runs
 // are: token-major, a channel's T values would lie D kLanes values apart (4 KB for D = 64), which the
-// cache holds in one set.
+// cache holds in one set. x may be stored as bfloat16 (S), read as T = float.
 template <typename T>
 struct BlockTile {
   BlockTile(int64_t tokens, int64_t channels)
       : tokens(tokens), channels(channels), values(tokens * channels * kLanes), mean(tokens), inverse(tokens) {}
 
-  void Read(const T* x, int64_t windows, int64_t b, T epsilon) {
+  template <typename S>
+  void Read(const S* x, int64_t windows, int64_t b, T epsilon) {
     const int64_t size = tokens * channels;
     const int rows = static_cast<int>(std::min<int64_t>(kLanes, windows - b));
     const int64_t run = tokens * kLanes;  // a channel's values
@@ -87,9 +88,9 @@ inline Status CheckStandardizeGradInputs(const TokenSizes& n, const TensorShape&
   return Status();
 }
 
-// y in the lane layout from the tokens x.
-template <typename T>
-void StandardizeLanes(const T* x_data, const TokenSizes& n, T epsilon, T* y_data, const Shards& shards) {
+// y in the lane layout from the tokens x, both stored as S.
+template <typename T, typename S>
+void StandardizeLanes(const S* x_data, const TokenSizes& n, T epsilon, S* y_data, const Shards& shards) {
   const int64_t windows = n.windows, tokens = n.tokens, channels = n.channels, blocks = n.blocks;
   // A unit is a block of kLanes windows: for each channel, its T x kLanes outputs are one contiguous run.
   shards(blocks, 8 * tokens * channels * kLanes, [&](int64_t start, int64_t limit) {
@@ -97,17 +98,17 @@ void StandardizeLanes(const T* x_data, const TokenSizes& n, T epsilon, T* y_data
     for (int64_t block = start; block < limit; ++block) {
       tile.Read(x_data, windows, block * kLanes, epsilon);
       for (int64_t c = 0; c < channels; ++c) {
-        T* y = y_data + (c * blocks + block) * tokens * kLanes;
+        S* y = y_data + (c * blocks + block) * tokens * kLanes;
         for (int64_t i = 0; i < tokens; ++i) Store(y + i * kLanes, tile.Standardized(i, c));
       }
     }
   });
 }
 
-// dx (B, T, D) from dy in the lane layout, plus skip_dy (B, K, D) on the first K tokens.
-template <typename T>
-void StandardizeLanesGrad(const T* dy_data, const T* x_data, const T* skip_data, int64_t skipped,
-                          const TokenSizes& n, T epsilon, T* dx_data, const Shards& shards) {
+// dx (B, T, D) from dy in the lane layout, plus skip_dy (B, K, D) on the first K tokens; all stored as S.
+template <typename T, typename S>
+void StandardizeLanesGrad(const S* dy_data, const S* x_data, const S* skip_data, int64_t skipped,
+                          const TokenSizes& n, T epsilon, S* dx_data, const Shards& shards) {
   const int64_t windows = n.windows, tokens = n.tokens, channels = n.channels, blocks = n.blocks;
   shards(blocks, 14 * tokens * channels * kLanes, [&](int64_t start, int64_t limit) {
     BlockTile<T> tile(tokens, channels);
@@ -118,7 +119,7 @@ void StandardizeLanesGrad(const T* dy_data, const T* x_data, const T* skip_data,
       tile.Read(x_data, windows, b, epsilon);
       // Per token: mean_c dy and mean_c (dy y), then dx = r (dy - mean dy - y mean(dy y)); dy's
       // channel c of this block is the run at dy_data + (c blocks + block) run.
-      const T* dy_block = dy_data + block * run;
+      const S* dy_block = dy_data + block * run;
       for (int64_t i = 0; i < tokens; ++i) {
         Lanes<T> sum = {}, sum_y = {};
         for (int64_t c = 0; c < channels; ++c) {
@@ -134,14 +135,17 @@ void StandardizeLanesGrad(const T* dy_data, const T* x_data, const T* skip_data,
         }
       }
       const int rows = static_cast<int>(std::min<int64_t>(kLanes, windows - b));
+      // The skip connection's gradient on the first K tokens, added in T before dx is stored (once rounded).
+      for (int l = 0; l < rows; ++l) {
+        const S* skip_row = skip_data + (b + l) * skipped * channels;
+        for (int64_t i = 0; i < skipped; ++i) {
+          for (int64_t c = 0; c < channels; ++c) {
+            gradient[c * run + i * kLanes + l] += static_cast<T>(skip_row[i * channels + c]);
+          }
+        }
+      }
       for (int64_t i = 0; i < tokens; ++i) {
         LanesToRows(gradient.data() + i * kLanes, run, channels, rows, dx_data + b * size + i * channels, size);
-      }
-      // The skip connection's K D values of each window follow its rows' first K D values.
-      for (int l = 0; l < rows && skipped > 0; ++l) {
-        T* dx_row = dx_data + (b + l) * size;
-        const T* skip_row = skip_data + (b + l) * skipped * channels;
-        for (int64_t v = 0; v < skipped * channels; ++v) dx_row[v] += skip_row[v];
       }
     }
   });

@@ -27,6 +27,9 @@
 // the builtin ops write the scores, the mapped scores and the attention weights to memory and
 // read them back, and on a CPU those passes, not the arithmetic, bound the step. Windows are
 // processed kLanes at a time, one per vector lane, so every loop below runs on kLanes-wide rows.
+//
+// The large tensors (qkv, out and their gradients) have the dtype S: T, or bfloat16 for T = float
+// (mixed_bfloat16), which the ops read as floats and write rounded, as TensorFlow's Cast would.
 
 #include <string>
 #include <vector>
@@ -38,16 +41,17 @@ namespace sit_keras {
 namespace {
 
 REGISTER_OP("SitWindowAttention")
-    .Input("qkv: T")
+    .Input("qkv: S")
     .Input("kernel: T")
     .Input("bias: T")
     .Input("graphs: T")
     .Input("values: T")
     .Input("indices: int32")
-    .Output("out: T")
+    .Output("out: S")
     .Attr("num_heads: int >= 1")
     .Attr("orbits: list(int) = []")
     .Attr("T: {float, double}")
+    .Attr("S: {float, double, bfloat16}")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle qkv, kernel;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &qkv));
@@ -62,8 +66,8 @@ REGISTER_OP("SitWindowAttention")
     });
 
 REGISTER_OP("SitWindowAttentionGrad")
-    .Input("dout: T")
-    .Input("qkv: T")
+    .Input("dout: S")
+    .Input("qkv: S")
     .Input("kernel: T")
     .Input("bias: T")
     .Input("graphs: T")
@@ -71,7 +75,7 @@ REGISTER_OP("SitWindowAttentionGrad")
     .Input("indices: int32")
     .Input("transposed_values: T")
     .Input("transposed_indices: int32")
-    .Output("dqkv: T")
+    .Output("dqkv: S")
     .Output("dkernel: T")
     .Output("dbias: T")
     .Output("dgraphs: T")
@@ -80,20 +84,22 @@ REGISTER_OP("SitWindowAttentionGrad")
     .Attr("orbits: list(int) = []")
     .Attr("orbit_gradients: bool = false")
     .Attr("T: {float, double}")
+    .Attr("S: {float, double, bfloat16}")
     .SetShapeFn([](InferenceContext* c) {
       for (int i = 0; i < 5; ++i) c->set_output(i, c->input(i + 1));
       return Status();
     });
 
 REGISTER_OP("SitClassTokenAttention")
-    .Input("qkv: T")
+    .Input("qkv: S")
     .Input("bias: T")
     .Input("graphs: T")
     .Input("coefficients: T")
-    .Output("out: T")
+    .Output("out: S")
     .Attr("num_heads: int >= 1")
     .Attr("orbits: list(int) = []")
     .Attr("T: {float, double}")
+    .Attr("S: {float, double, bfloat16}")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle qkv;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &qkv));
@@ -107,18 +113,19 @@ REGISTER_OP("SitClassTokenAttention")
     });
 
 REGISTER_OP("SitClassTokenAttentionGrad")
-    .Input("dout: T")
-    .Input("qkv: T")
+    .Input("dout: S")
+    .Input("qkv: S")
     .Input("bias: T")
     .Input("graphs: T")
     .Input("coefficients: T")
-    .Output("dqkv: T")
+    .Output("dqkv: S")
     .Output("dbias: T")
     .Output("dgraphs: T")
     .Attr("num_heads: int >= 1")
     .Attr("orbits: list(int) = []")
     .Attr("orbit_gradients: bool = false")
     .Attr("T: {float, double}")
+    .Attr("S: {float, double, bfloat16}")
     .SetShapeFn([](InferenceContext* c) {
       for (int i = 0; i < 3; ++i) c->set_output(i, c->input(i + 1));
       return Status();
@@ -142,7 +149,7 @@ class HeadsKernel : public OpKernel {
   bool orbit_gradients_ = false;
 };
 
-template <typename T>
+template <typename T, typename S>
 class WindowAttentionOp : public HeadsKernel {
  public:
   explicit WindowAttentionOp(OpKernelConstruction* context) : HeadsKernel(context) {}
@@ -162,14 +169,14 @@ class WindowAttentionOp : public HeadsKernel {
     Tensor* out = nullptr;
     OP_REQUIRES_OK(context,
                    context->allocate_output(0, TensorShape({s.windows, s.tokens, s.heads * s.head_dim}), &out));
-    const WindowInputs<T> in{qkv.flat<T>().data(),    kernel.flat<T>().data(),
+    const WindowInputs<T, S> in{qkv.flat<S>().data(),    kernel.flat<T>().data(),
                              bias.flat<T>().data(),   graphs.flat<T>().data(),
                              values.flat<T>().data(), indices.flat<int32_t>().data()};
-    WindowAttention(s, std::move(orbits), in, out->flat<T>().data(), ShardsOf(context));
+    WindowAttention(s, std::move(orbits), in, out->flat<S>().data(), ShardsOf(context));
   }
 };
 
-template <typename T>
+template <typename T, typename S>
 class WindowAttentionGradOp : public HeadsKernel {
  public:
   explicit WindowAttentionGradOp(OpKernelConstruction* context) : HeadsKernel(context) {}
@@ -197,18 +204,18 @@ class WindowAttentionGradOp : public HeadsKernel {
     OP_REQUIRES_OK(context, context->allocate_output(2, bias.shape(), &dbias));
     OP_REQUIRES_OK(context, context->allocate_output(3, graphs.shape(), &dgraphs));
     OP_REQUIRES_OK(context, context->allocate_output(4, values.shape(), &dvalues));
-    const WindowInputs<T> in{qkv.flat<T>().data(),    kernel.flat<T>().data(),
+    const WindowInputs<T, S> in{qkv.flat<S>().data(),    kernel.flat<T>().data(),
                              bias.flat<T>().data(),   graphs.flat<T>().data(),
                              values.flat<T>().data(), indices.flat<int32_t>().data()};
-    const WindowGradients<T> out{dqkv->flat<T>().data(), dkernel->flat<T>().data(), dbias->flat<T>().data(),
+    const WindowGradients<T, S> out{dqkv->flat<S>().data(), dkernel->flat<T>().data(), dbias->flat<T>().data(),
                                  dgraphs->flat<T>().data(), dvalues->flat<T>().data()};
-    WindowAttentionGrad(s, std::move(orbits), orbit_gradients_, dout.flat<T>().data(), in,
+    WindowAttentionGrad(s, std::move(orbits), orbit_gradients_, dout.flat<S>().data(), in,
                         transposed_values.flat<T>().data(), transposed_indices.flat<int32_t>().data(),
                         transposed_indices.dim_size(1), out, ThreadsOf(context), ShardsOf(context));
   }
 };
 
-template <typename T>
+template <typename T, typename S>
 class ClassTokenAttentionOp : public HeadsKernel {
  public:
   explicit ClassTokenAttentionOp(OpKernelConstruction* context) : HeadsKernel(context) {}
@@ -225,12 +232,12 @@ class ClassTokenAttentionOp : public HeadsKernel {
     OP_REQUIRES_OK(context, ReadOpOrbits(name().c_str(), orbit_list_, s.tokens, &orbits));
     Tensor* out = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({s.windows, 1, s.heads * s.head_dim}), &out));
-    ClassTokenAttention(s, std::move(orbits), qkv.flat<T>().data(), bias.flat<T>().data(), graphs.flat<T>().data(),
-                        coefficients.flat<T>().data(), out->flat<T>().data(), ShardsOf(context));
+    ClassTokenAttention(s, std::move(orbits), qkv.flat<S>().data(), bias.flat<T>().data(), graphs.flat<T>().data(),
+                        coefficients.flat<T>().data(), out->flat<S>().data(), ShardsOf(context));
   }
 };
 
-template <typename T>
+template <typename T, typename S>
 class ClassTokenAttentionGradOp : public HeadsKernel {
  public:
   explicit ClassTokenAttentionGradOp(OpKernelConstruction* context) : HeadsKernel(context) {}
@@ -251,24 +258,29 @@ class ClassTokenAttentionGradOp : public HeadsKernel {
     OP_REQUIRES_OK(context, context->allocate_output(0, qkv.shape(), &dqkv));
     OP_REQUIRES_OK(context, context->allocate_output(1, bias.shape(), &dbias));
     OP_REQUIRES_OK(context, context->allocate_output(2, graphs.shape(), &dgraphs));
-    ClassTokenAttentionGrad(s, std::move(orbits), orbit_gradients_, dout.flat<T>().data(), qkv.flat<T>().data(),
+    ClassTokenAttentionGrad(s, std::move(orbits), orbit_gradients_, dout.flat<S>().data(), qkv.flat<S>().data(),
                             bias.flat<T>().data(), graphs.flat<T>().data(), coefficients.flat<T>().data(),
-                            dqkv->flat<T>().data(), dbias->flat<T>().data(), dgraphs->flat<T>().data(),
+                            dqkv->flat<S>().data(), dbias->flat<T>().data(), dgraphs->flat<T>().data(),
                             ThreadsOf(context), ShardsOf(context));
   }
 };
 
-#define REGISTER(T)                                                                                       \
-  REGISTER_KERNEL_BUILDER(Name("SitWindowAttention").Device(DEVICE_CPU).TypeConstraint<T>("T"),           \
-                          WindowAttentionOp<T>);                                                          \
-  REGISTER_KERNEL_BUILDER(Name("SitWindowAttentionGrad").Device(DEVICE_CPU).TypeConstraint<T>("T"),       \
-                          WindowAttentionGradOp<T>);                                                      \
-  REGISTER_KERNEL_BUILDER(Name("SitClassTokenAttention").Device(DEVICE_CPU).TypeConstraint<T>("T"),       \
-                          ClassTokenAttentionOp<T>);                                                      \
-  REGISTER_KERNEL_BUILDER(Name("SitClassTokenAttentionGrad").Device(DEVICE_CPU).TypeConstraint<T>("T"),   \
-                          ClassTokenAttentionGradOp<T>);
-REGISTER(float);
-REGISTER(double);
+#define REGISTER(T, S)                                                                                      \
+  REGISTER_KERNEL_BUILDER(                                                                                  \
+      Name("SitWindowAttention").Device(DEVICE_CPU).TypeConstraint<T>("T").TypeConstraint<S>("S"),          \
+      WindowAttentionOp<T, S>);                                                                             \
+  REGISTER_KERNEL_BUILDER(                                                                                  \
+      Name("SitWindowAttentionGrad").Device(DEVICE_CPU).TypeConstraint<T>("T").TypeConstraint<S>("S"),      \
+      WindowAttentionGradOp<T, S>);                                                                         \
+  REGISTER_KERNEL_BUILDER(                                                                                  \
+      Name("SitClassTokenAttention").Device(DEVICE_CPU).TypeConstraint<T>("T").TypeConstraint<S>("S"),      \
+      ClassTokenAttentionOp<T, S>);                                                                         \
+  REGISTER_KERNEL_BUILDER(                                                                                  \
+      Name("SitClassTokenAttentionGrad").Device(DEVICE_CPU).TypeConstraint<T>("T").TypeConstraint<S>("S"),  \
+      ClassTokenAttentionGradOp<T, S>);
+REGISTER(float, float);
+REGISTER(double, double);
+REGISTER(float, bfloat16);
 #undef REGISTER
 
 }  // namespace

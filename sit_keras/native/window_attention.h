@@ -145,19 +145,21 @@ inline Status ReadOpOrbits(const char* op, const std::vector<int64_t>& list, int
 // (3 H d, B / kLanes, T, kLanes), with rows = 0; or the inputs x (R, B / kLanes, T, kLanes) of a
 // projection by kernel (R, 3 H d) that the op applies itself, with rows = R. For a projection from a
 // few channels (the first local block's R = C + 3 values a pixel), its 3 H d channels then never
-// pass through memory. dx: the gradient of qkv, or of x per head (H, R, B / kLanes, T, kLanes).
-template <typename T>
+// pass through memory. x, qkv and qkv's gradient dqkv are stored as S (T, or bfloat16 for T = float); dx_heads
+// is the gradient of x per head (H, R, B / kLanes, T, kLanes), in T.
+template <typename T, typename S = T>
 struct Source {
-  const T* x;
+  const S* x;
   const T* kernel;
   int64_t rows;
-  T* dx;
+  S* dqkv;
+  T* dx_heads;
 };
 
 // ReadHead's projection of R inputs (R fixed): each vector of the inputs is read once for all d
 // features; the same sums, in the same order, as the loop over any number of rows in ReadHead.
-template <typename T, int R>
-void ReadProjected(const T* x, const T* w, const T* bias, int64_t row, int64_t n, int64_t d, int64_t channels,
+template <typename T, int R, typename S>
+void ReadProjected(const S* x, const T* w, const T* bias, int64_t row, int64_t n, int64_t d, int64_t channels,
                    T* buf) {
   for (int64_t e = 0; e < n; e += kLanes) {
     Lanes<T> xs[R];
@@ -176,10 +178,10 @@ void ReadProjected(const T* x, const T* w, const T* bias, int64_t row, int64_t n
 // row apart, 3 H d of them for a block's heads, more than the hardware prefetchers follow (on the AVX2
 // host, with the prefetches of WriteHead, the class token op's forward pass took 0.88-0.92x its time
 // without: docs/speed.md, "Prefetching in the kernels").
-template <typename T>
-void ReadHead(const Source<T>& src, const T* bias, const AttentionSizes& s, int64_t channel, int64_t b, T* buf) {
+template <typename T, typename S>
+void ReadHead(const Source<T, S>& src, const T* bias, const AttentionSizes& s, int64_t channel, int64_t b, T* buf) {
   const int64_t row = s.windows * s.tokens, n = s.tokens * kLanes, channels = 3 * s.heads * s.head_dim;
-  const T* x = src.x + b * s.tokens;
+  const S* x = src.x + b * s.tokens;
   const T* kernel = src.kernel + channel;
   switch (src.rows) {  // the first local block's C + 3 values a pixel: 6 for RGB
     case 4: return ReadProjected<T, 4>(x, kernel, bias + channel, row, n, s.head_dim, channels, buf);
@@ -210,8 +212,8 @@ void ReadHead(const Source<T>& src, const T* bias, const AttentionSizes& s, int6
 // WriteHead's gradients for R inputs (R fixed): into dx (x and dx: rows `row` apart, set when `set`,
 // else added to) and dk (R x 3 d lane-wide entries, rows 3 d kLanes apart), each vector of buf read once
 // for all R rows; the same sums, in the same order, as the loop over any number of rows in WriteHead.
-template <typename T, int R>
-void WriteProjected(const T* x, const T* w, const T* buf, int64_t row, int64_t n, int64_t d, int64_t dim, bool set,
+template <typename T, int R, typename S>
+void WriteProjected(const S* x, const T* w, const T* buf, int64_t row, int64_t n, int64_t d, int64_t dim, bool set,
                     T* dx, T* dk) {
   for (int64_t e = 0; e < n; e += kLanes) {
     Lanes<T> acc[R];
@@ -235,23 +237,24 @@ void WriteProjected(const T* x, const T* w, const T* buf, int64_t row, int64_t n
 
 // The gradient buf of head h's projection c (0: q, 1: k, 2: v) for the kLanes windows from b: into
 // dqkv (the next block's lines prefetched for writing, as ReadHead's for reading); or, with a kernel,
-// into head h's share of dx (set by c = 0, then added to) and the unit's lane-wide kernel gradient
+// into head h's share of x's gradient, dx_heads (set by c = 0, then added to) and the unit's lane-wide kernel gradient
 // dkernel (R x 3 d entries, r 3 d + c d + f).
-template <typename T>
-void WriteHead(const Source<T>& src, const AttentionSizes& s, int64_t h, int64_t c, int64_t b, const T* buf,
+template <typename T, typename S>
+void WriteHead(const Source<T, S>& src, const AttentionSizes& s, int64_t h, int64_t c, int64_t b, const T* buf,
                T* dkernel) {
   const int64_t row = s.windows * s.tokens, n = s.tokens * kLanes, d = s.head_dim, dim = s.heads * d;
   const int64_t channel = c * dim + h * d;
   if (src.rows == 0) {
     for (int64_t f = 0; f < d; ++f) {
-      if (b + kLanes < s.windows) PrefetchRun(src.dx + (channel + f) * row + (b + kLanes) * s.tokens, n, true);
-      std::copy(buf + f * n, buf + (f + 1) * n, src.dx + (channel + f) * row + b * s.tokens);
+      S* dqkv = src.dqkv + (channel + f) * row;
+      if (b + kLanes < s.windows) PrefetchRun(dqkv + (b + kLanes) * s.tokens, n, true);
+      StoreRun(buf + f * n, n, dqkv + b * s.tokens);
     }
     return;
   }
-  const T* x0 = src.x + b * s.tokens;
+  const S* x0 = src.x + b * s.tokens;
   const T* w0 = src.kernel + channel;
-  T* dx0 = src.dx + h * src.rows * row + b * s.tokens;
+  T* dx0 = src.dx_heads + h * src.rows * row + b * s.tokens;
   T* dk0 = dkernel + c * d * kLanes;
   switch (src.rows) {
     case 4: return WriteProjected<T, 4>(x0, w0, buf, row, n, d, dim, c == 0, dx0, dk0);
@@ -261,7 +264,7 @@ void WriteHead(const Source<T>& src, const AttentionSizes& s, int64_t h, int64_t
     default: break;
   }
   for (int64_t r = 0; r < src.rows; ++r) {
-    const T* x = x0 + r * row;
+    const S* x = x0 + r * row;
     const T* w = w0 + r * 3 * dim;
     T* dx = dx0 + r * row;
     for (int64_t e = 0; e < n; e += kLanes) {
@@ -279,16 +282,16 @@ void WriteHead(const Source<T>& src, const AttentionSizes& s, int64_t h, int64_t
 }
 
 // A head's (T, d) slice of out (B, T, D) for kLanes windows from b <-> buf[(f T + i) kLanes + l].
-template <typename T>
-void LoadTokens(const T* out, const AttentionSizes& s, int64_t h, int64_t b, T* buf) {
+template <typename T, typename S>
+void LoadTokens(const S* out, const AttentionSizes& s, int64_t h, int64_t b, T* buf) {
   const int64_t dim = s.heads * s.head_dim, t = s.tokens;
   for (int64_t i = 0; i < t; ++i) {
     RowsToLanes(out + (b * t + i) * dim + h * s.head_dim, t * dim, s.head_dim, kLanes, buf + i * kLanes, t * kLanes);
   }
 }
 
-template <typename T>
-void StoreTokens(const T* buf, const AttentionSizes& s, int64_t h, int64_t b, T* out) {
+template <typename T, typename S>
+void StoreTokens(const T* buf, const AttentionSizes& s, int64_t h, int64_t b, S* out) {
   const int64_t dim = s.heads * s.head_dim, t = s.tokens;
   for (int64_t i = 0; i < t; ++i) {
     LanesToRows(buf + i * kLanes, t * kLanes, s.head_dim, kLanes, out + (b * t + i) * dim + h * s.head_dim, t * dim);
@@ -675,8 +678,8 @@ struct Block {
 };
 
 // Reads head h's q, k and v (plus their bias) for kLanes windows from b and mixes them by their graphs.
-template <typename T>
-void LoadAndMix(const Source<T>& src, const T* bias, const Graphs<T>& graphs, const AttentionSizes& s, int64_t h,
+template <typename T, typename S>
+void LoadAndMix(const Source<T, S>& src, const T* bias, const Graphs<T>& graphs, const AttentionSizes& s, int64_t h,
                 int64_t b, Block<T>* blk) {
   const int64_t dim = s.heads * s.head_dim;
   for (int64_t c = 0; c < 3; ++c) {
@@ -692,9 +695,9 @@ void LoadAndMix(const Source<T>& src, const T* bias, const Graphs<T>& graphs, co
 // back through the graphs into the source (WriteHead; dkernel: the unit's kernel gradient), the
 // bias's gradient (lane-wide, head h's 3 d channels) into dbias, and the graphs' gradients into
 // dgraphs (GraphGradientSize values a channel, the same channels).
-template <typename T>
+template <typename T, typename S>
 void UnmixAndStore(const Graphs<T>& graphs, const AttentionSizes& s, int64_t h, int slots, const int64_t* starts,
-                   Block<T>* blk, const Source<T>& src, T* dbias, T* dgraphs, T* dkernel) {
+                   Block<T>* blk, const Source<T, S>& src, T* dbias, T* dgraphs, T* dkernel) {
   const int64_t dim = s.heads * s.head_dim, t = s.tokens;
   for (int64_t c = 0; c < 3; ++c) {
     const int64_t channel = c * dim + h * s.head_dim;
@@ -831,9 +834,9 @@ class MixingGradients {
 // The blocks of one unit (head h = unit / chunks, chunk = unit % chunks of its blocks):
 // backward(h, b) leaves the gradients of block b's mixed q, k and v in blk's current slot; every
 // kGroup blocks, and after the last, UnmixAndStore takes them back through the graphs into the source.
-template <typename T, typename Backward>
+template <typename T, typename S, typename Backward>
 void UnitGradients(const AttentionSizes& s, int64_t unit, int64_t chunks, const Graphs<T>& graphs, Block<T>* blk,
-                   MixingGradients<T>* mixing, const Source<T>& src, Backward backward) {
+                   MixingGradients<T>* mixing, const Source<T, S>& src, Backward backward) {
   const int64_t blocks = s.windows / kLanes, h = unit / chunks, chunk = unit % chunks;
   const int64_t last = (chunk + 1) * blocks / chunks;
   int64_t starts[kGroup];
@@ -853,8 +856,8 @@ void UnitGradients(const AttentionSizes& s, int64_t unit, int64_t chunks, const 
 // SitWindowAttention: every row of every window (a block that is not the last).
 
 // Mixes q, k, v and forms S, each map's softmax (per_map) and their sum (attention).
-template <typename T>
-void Forward(const Source<T>& src, const T* bias, const Graphs<T>& graphs, const T* values, const int32_t* indices,
+template <typename T, typename S>
+void Forward(const Source<T, S>& src, const T* bias, const Graphs<T>& graphs, const T* values, const int32_t* indices,
              const AttentionSizes& s, int64_t h, int64_t b, Block<T>* blk) {
   LoadAndMix(src, bias, graphs, s, h, b, blk);
   Scores(blk->q(), blk->k(), s, blk->scores.data());
@@ -880,18 +883,21 @@ RotationSpectra<T> SpectraOf(const Shards& shards, Orbits orbits, const T* graph
                             gradients);
 }
 
-// The window ops' inputs: qkv (or the inputs of `kernel`), kernel (R, 3 H d), bias, graphs, values, indices.
-template <typename T>
+// The window ops' inputs: qkv (or the inputs of `kernel`; stored as S), kernel (R, 3 H d), bias, graphs, values,
+// indices.
+template <typename T, typename S = T>
 struct WindowInputs {
-  const T *qkv, *kernel, *bias, *graphs, *values;
+  const S* qkv;
+  const T *kernel, *bias, *graphs, *values;
   const int32_t* indices;
 };
 
 // SitWindowAttention: out (B, T, H d) for checked sizes `s` (ReadSizes) and orbits.
-template <typename T>
-void WindowAttention(const AttentionSizes& s, Orbits orbits, const WindowInputs<T>& in, T* out, const Shards& shards) {
+template <typename T, typename S>
+void WindowAttention(const AttentionSizes& s, Orbits orbits, const WindowInputs<T, S>& in, S* out,
+                     const Shards& shards) {
   const int64_t blocks = (s.windows + kLanes - 1) / kLanes;
-  const Source<T> src{in.qkv, in.kernel, s.rows, nullptr};
+  const Source<T, S> src{in.qkv, in.kernel, s.rows, nullptr, nullptr};
   const RotationSpectra<T> spectra = SpectraOf(shards, std::move(orbits), in.graphs, s, /*gradients=*/false);
   const Graphs<T> g{in.graphs, spectra};
   auto work = [&](int64_t start, int64_t limit) {
@@ -910,19 +916,20 @@ void WindowAttention(const AttentionSizes& s, Orbits orbits, const WindowInputs<
 }
 
 // SitWindowAttentionGrad's outputs: the gradients of qkv (or of the kernel's inputs), the kernel, the bias,
-// the graphs and the values, each of its input's shape.
-template <typename T>
+// the graphs and the values, each of its input's shape (dqkv's stored as S).
+template <typename T, typename S = T>
 struct WindowGradients {
-  T *dqkv, *dkernel, *dbias, *dgraphs, *dvalues;
+  S* dqkv;
+  T *dkernel, *dbias, *dgraphs, *dvalues;
 };
 
 // SitWindowAttentionGrad for checked sizes (ReadSizes, CheckWindowGradInputs): dout (B, T, H d), the
 // transposed map's values (M, H, T^2, K') and indices (T^2, K'); `threads` the shards' threads. With
 // `orbit_gradients` (and orbits), the graphs' gradient averaged over the quarter turn's orbits of pairs.
-template <typename T>
-void WindowAttentionGrad(const AttentionSizes& s, Orbits orbits, bool orbit_gradients, const T* dout_data,
-                         const WindowInputs<T>& in, const T* wt, const int32_t* index_t, int64_t t_terms,
-                         const WindowGradients<T>& out, int64_t threads, const Shards& shards) {
+template <typename T, typename S>
+void WindowAttentionGrad(const AttentionSizes& s, Orbits orbits, bool orbit_gradients, const S* dout_data,
+                         const WindowInputs<T, S>& in, const T* wt, const int32_t* index_t, int64_t t_terms,
+                         const WindowGradients<T, S>& out, int64_t threads, const Shards& shards) {
   const int64_t t = s.tokens, d = s.head_dim;
   const int64_t blocks = (s.windows + kLanes - 1) / kLanes;
   // Each head's blocks are split into chunks with their own lane-wide accumulators of the
@@ -939,7 +946,7 @@ void WindowAttentionGrad(const AttentionSizes& s, Orbits orbits, bool orbit_grad
   // With a kernel, each head's share of the inputs' gradient, summed over the heads at the end.
   const int64_t size = (s.rows > 0 ? s.rows : 3 * s.heads * d) * s.windows * t;  // of qkv
   std::vector<T> per_head(s.rows > 0 ? s.heads * size : 0);
-  const Source<T> src{in.qkv, in.kernel, s.rows, s.rows > 0 ? per_head.data() : out.dqkv};
+  const Source<T, S> src{in.qkv, in.kernel, s.rows, out.dqkv, per_head.data()};
   auto work = [&](int64_t start, int64_t limit) {
     Block<T> blk(s, true);
     for (int64_t unit = start; unit < limit; ++unit) {
@@ -1009,7 +1016,7 @@ void WindowAttentionGrad(const AttentionSizes& s, Orbits orbits, bool orbit_grad
       for (int64_t e = start; e < limit; ++e) {
         T sum = per_head[e];
         for (int64_t h = 1; h < s.heads; ++h) sum += per_head[h * size + e];
-        out.dqkv[e] = sum;
+        out.dqkv[e] = static_cast<S>(sum);
       }
     });
   }
@@ -1026,8 +1033,8 @@ void WindowAttentionGrad(const AttentionSizes& s, Orbits orbits, bool orbit_grad
 // included), the attention is the sum of their softmaxes over j, out[b, 0, h d + f] = sum_j a_j v[f, j].
 
 // row[j] = q_0 . k_j and column[j] = q_j . k_0 of the mixed q, k; logits and softmaxes per map.
-template <typename T>
-void ClassForward(const Source<T>& src, const T* bias, const Graphs<T>& graphs, const T* coefficients,
+template <typename T, typename S>
+void ClassForward(const Source<T, S>& src, const T* bias, const Graphs<T>& graphs, const T* coefficients,
                   const AttentionSizes& s, int64_t maps, int64_t h, int64_t b, Block<T>* blk) {
   const int64_t t = s.tokens;
   LoadAndMix(src, bias, graphs, s, h, b, blk);
@@ -1058,12 +1065,12 @@ void ClassForward(const Source<T>& src, const T* bias, const Graphs<T>& graphs, 
 }
 
 // SitClassTokenAttention: out (B, 1, H d) for checked sizes `s` (ReadClassSizes) and orbits.
-template <typename T>
-void ClassTokenAttention(const AttentionSizes& s, Orbits orbits, const T* qkv, const T* bias, const T* graphs,
-                         const T* coefficient, T* out, const Shards& shards) {
+template <typename T, typename S>
+void ClassTokenAttention(const AttentionSizes& s, Orbits orbits, const S* qkv, const T* bias, const T* graphs,
+                         const T* coefficient, S* out, const Shards& shards) {
   const int64_t dim = s.heads * s.head_dim, t = s.tokens;
   const int64_t blocks = (s.windows + kLanes - 1) / kLanes;
-  const Source<T> src{qkv, nullptr, 0, nullptr};
+  const Source<T, S> src{qkv, nullptr, 0, nullptr, nullptr};
   const RotationSpectra<T> spectra = SpectraOf(shards, std::move(orbits), graphs, s, /*gradients=*/false);
   const Graphs<T> g{graphs, spectra};
   auto work = [&](int64_t start, int64_t limit) {
@@ -1088,14 +1095,14 @@ void ClassTokenAttention(const AttentionSizes& s, Orbits orbits, const T* qkv, c
 // SitClassTokenAttentionGrad for checked sizes (ReadClassSizes, CheckClassGradInputs): the gradients of
 // qkv, the bias and the graphs from dout (B, 1, H d); `threads` the shards' threads; `orbit_gradients` as
 // in WindowAttentionGrad.
-template <typename T>
-void ClassTokenAttentionGrad(const AttentionSizes& s, Orbits orbits, bool orbit_gradients, const T* dout_data,
-                             const T* qkv, const T* bias, const T* graphs, const T* coefficient, T* dqkv, T* dbias,
+template <typename T, typename S>
+void ClassTokenAttentionGrad(const AttentionSizes& s, Orbits orbits, bool orbit_gradients, const S* dout_data,
+                             const S* qkv, const T* bias, const T* graphs, const T* coefficient, S* dqkv, T* dbias,
                              T* dgraphs, int64_t threads, const Shards& shards) {
   const int64_t dim = s.heads * s.head_dim, t = s.tokens, d = s.head_dim;
   const int64_t blocks = (s.windows + kLanes - 1) / kLanes;
   const int64_t chunks = NumChunks(threads, s.heads, blocks);
-  const Source<T> src{qkv, nullptr, 0, dqkv};
+  const Source<T, S> src{qkv, nullptr, 0, dqkv, nullptr};
   const RotationSpectra<T> spectra = SpectraOf(shards, std::move(orbits), graphs, s, /*gradients=*/true);
   const Graphs<T> g{graphs, spectra, orbit_gradients};
   MixingGradients<T> mixing(s, chunks, g.gradient_orbits());

@@ -410,11 +410,26 @@ void ClassTokenAttentionGradHost(void* out, const void** in, const char* opaque,
                           HostPool()->NumThreads(), HostShards());
 }
 
+// Attribute S (the dtype the attention and standardisation ops store their large tensors in) is T under XLA:
+// the custom calls take float or double buffers, and sit_keras.native casts bfloat16 up around the ops in a
+// compiled function.
+Status CheckStorageIsComputeType(OpKernelConstruction* context) {
+  DataType compute, storage;
+  TF_RETURN_IF_ERROR(context->GetAttr("T", &compute));
+  TF_RETURN_IF_ERROR(context->GetAttr("S", &storage));
+  if (storage != compute) {
+    return InvalidArgument(context->def().op(), " under XLA needs S = T; got S = ",
+                           tensorflow::DataTypeString(storage), ", T = ", tensorflow::DataTypeString(compute));
+  }
+  return Status();
+}
+
 // The attention ops' XLA kernels: each checks what its TensorFlow kernel checks (window_attention.h),
 // the indices' values included, which must therefore be constants of the compiled function.
 class AttentionXla : public XlaOpKernel {
  public:
   explicit AttentionXla(OpKernelConstruction* context) : XlaOpKernel(context) {
+    OP_REQUIRES_OK(context, CheckStorageIsComputeType(context));
     OP_REQUIRES_OK(context, context->GetAttr("num_heads", &num_heads_));
     OP_REQUIRES_OK(context, context->GetAttr("orbits", &orbit_list_));
     if (context->HasAttr("orbit_gradients")) {  // the gradient ops'
@@ -558,6 +573,7 @@ void StandardizedLanesGradHost(void* out, const void** in, const char* opaque, s
 class StandardizedLanesXla : public XlaOpKernel {
  public:
   explicit StandardizedLanesXla(OpKernelConstruction* context) : XlaOpKernel(context) {
+    OP_REQUIRES_OK(context, CheckStorageIsComputeType(context));
     grad_ = type_string() == "SitStandardizedLanesGrad";
   }
 
@@ -617,6 +633,12 @@ REGISTER("SitConv2D", Conv2DXla);
 REGISTER("SitConv2DKernelGrad", Conv2DKernelGradXla);
 REGISTER("SitDepthwiseConv", DepthwiseConvXla);
 REGISTER("SitDepthwiseConvKernelGrad", DepthwiseConvXla);
+#undef REGISTER
+// The ops whose large tensors have their own dtype S (float or double here: CheckStorageIsComputeType).
+#define REGISTER(op, kernel)                                                                      \
+  REGISTER_XLA_OP(Name(op).TypeConstraint("T", kTypes).TypeConstraint("S", kTypes).Device(        \
+                      tensorflow::DEVICE_CPU_XLA_JIT),                                            \
+                  kernel)
 REGISTER("SitClassTokenAttention", ClassTokenAttentionXla);
 REGISTER("SitClassTokenAttentionGrad", ClassTokenAttentionXla);
 REGISTER("SitStandardizedLanes", StandardizedLanesXla);
@@ -625,11 +647,13 @@ REGISTER("SitStandardizedLanesGrad", StandardizedLanesXla);
 // The window ops read their indices when they compile.
 REGISTER_XLA_OP(Name("SitWindowAttention")
                     .TypeConstraint("T", kTypes)
+                    .TypeConstraint("S", kTypes)
                     .Device(tensorflow::DEVICE_CPU_XLA_JIT)
                     .CompileTimeConstantInput("indices"),
                 WindowAttentionXla);
 REGISTER_XLA_OP(Name("SitWindowAttentionGrad")
                     .TypeConstraint("T", kTypes)
+                    .TypeConstraint("S", kTypes)
                     .Device(tensorflow::DEVICE_CPU_XLA_JIT)
                     .CompileTimeConstantInput("indices")
                     .CompileTimeConstantInput("transposed_indices"),
