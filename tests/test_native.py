@@ -6,7 +6,7 @@ reference path in float64, is in ``tests/test_fast_paths.py``):
 - the ops equal a float64 NumPy evaluation of their formula, for window counts
   that are not multiples of the lane width and one or two score maps; the window
   op given a kernel projects its inputs itself as the projection would, values
-  and gradients;
+  and gradients, and given a skip connection adds it to its first windows;
 - the standardising op equals the blocks' LayerNorm (without its affine part)
   followed by the lane layout, values and gradient;
 - the triangle sums' map written term by term (for grids whose matrix would not
@@ -161,6 +161,35 @@ def test_the_window_op_projects_its_inputs_as_the_projection_would(
         results.append([out[:windows], *tape.gradient(loss, [x, kernel, bias, graphs, values])])
     for a, b in zip(*results, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-11, atol=1e-11)
+
+
+@settings(deadline=None, max_examples=10)
+@given(windows=st.integers(1, 40), skipped=st.floats(0.0, 1.0), seed=st.integers(0, 2**16))
+def test_the_window_op_adds_a_skip_connection_to_its_first_windows(
+    windows: int, skipped: float, seed: int
+) -> None:
+    """Given skip (W, T, D), W <= B, the op's output is its output without it plus skip on the first W
+    windows, the same bits (one addition either way), and skip's gradient is the output's there."""
+    rng = np.random.default_rng(seed)
+    pattern = TriangleSums((2, 2), class_token=True).pattern(1, True)
+    heads, head_dim, t = 2, 3, 5
+    channels, dim = 3 * heads * head_dim, heads * head_dim
+    inputs = [
+        native.lane_blocks(tf.constant(rng.normal(size=(channels, windows, t)))),
+        tf.constant(rng.normal(size=channels)),
+        tf.constant(rng.normal(size=(channels, t, t))),
+        pattern.values_of(tf.constant(rng.normal(size=(1, heads, t * t, t * t)))),
+    ]
+    skip = tf.constant(rng.normal(size=(round(skipped * windows), t, dim)))
+    upstream = tf.constant(rng.normal(size=(inputs[0].shape[1] * native.LANES, t, dim)))
+    with tf.GradientTape() as tape:
+        tape.watch(skip)
+        added = native.window_attention(*inputs, pattern, heads, skip=skip)
+        loss = tf.reduce_sum(added * upstream)
+    without = native.window_attention(*inputs, pattern, heads)
+    padding = [[0, without.shape[0] - skip.shape[0]], [0, 0], [0, 0]]
+    np.testing.assert_array_equal(added.numpy(), (without + tf.pad(skip, padding)).numpy())
+    np.testing.assert_array_equal(tape.gradient(loss, skip).numpy(), upstream.numpy()[: skip.shape[0]])
 
 
 @settings(deadline=None, max_examples=12)
@@ -744,6 +773,7 @@ def test_the_window_op_refuses_a_kernel_that_does_not_fit(inputs_shape: tuple, k
             tf.zeros((24, 10, 10)),
             tf.zeros((1, 2, 100, pattern.terms)),
             pattern.indices,
+            tf.zeros((0, 10, 8)),
             num_heads=2,
         )
 
@@ -754,7 +784,23 @@ def test_the_window_op_refuses_indices_outside_the_scores() -> None:
     with pytest.raises(tf.errors.InvalidArgumentError, match="outside"):
         qkv, bias, graphs = tf.zeros((24, 1, 10, native.LANES)), tf.zeros(24), tf.zeros((24, 10, 10))
         kernel = tf.zeros((0, 24))
-        _ops().sit_window_attention(qkv, kernel, bias, graphs, tf.zeros((1, 2, 100, 2)), indices, num_heads=2)
+        values, skip = tf.zeros((1, 2, 100, 2)), tf.zeros((0, 10, 8))
+        _ops().sit_window_attention(qkv, kernel, bias, graphs, values, indices, skip, num_heads=2)
+
+
+@pytest.mark.parametrize(
+    "skip_shape",
+    [(native.LANES + 1, 10, 8), (3, 9, 8), (3, 10, 9), (3, 80)],
+    ids=["windows", "T", "D", "rank"],
+)
+def test_the_window_op_refuses_a_skip_that_does_not_fit(skip_shape: tuple) -> None:
+    pattern = TriangleSums((3, 3), class_token=True).pattern(1, True)  # T = 10; D = 8 for 24 = 3 D channels
+    qkv, bias, graphs = tf.zeros((24, 1, 10, native.LANES)), tf.zeros(24), tf.zeros((24, 10, 10))
+    values = tf.zeros((1, 2, 100, pattern.terms))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=rf"expects skip \(W <= {native.LANES}, 10, 8\)"):
+        _ops().sit_window_attention(
+            qkv, tf.zeros((0, 24)), bias, graphs, values, pattern.indices, tf.zeros(skip_shape), num_heads=2
+        )
 
 
 def test_a_library_built_for_another_host_is_refused_with_the_reason(tmp_path, monkeypatch) -> None:

@@ -2,12 +2,13 @@
 
 What this file proves:
 
-- the window op (with and without a kernel), the class-token op and the
-  standardising op take their large tensors (``qkv``, the tokens, their
-  gradients) in bfloat16 and write their large results in bfloat16 (attribute
-  ``S``), with the same bits, values and every gradient, as the same op in
-  float32 between casts (what ran before): the ops read bfloat16 exactly and
-  round as TensorFlow's Cast rounds (ties to even, a NaN quiet);
+- the window op (with and without a kernel, with a skip connection), the
+  class-token op and the standardising op take their large tensors (``qkv``,
+  the tokens, the skip connection, their gradients) in bfloat16 and write
+  their large results in bfloat16 (attribute ``S``), with the same bits,
+  values and every gradient, as the same op in float32 between casts (what
+  ran before): the ops read bfloat16 exactly and round as TensorFlow's Cast
+  rounds (ties to even, a NaN quiet);
 - under XLA the ops keep one dtype (their XLA kernels take float32), with the
   casts around them, and give the same bits;
 - a mixed_bfloat16 SiT's train step runs the four ops with bfloat16 storage, and
@@ -91,10 +92,12 @@ def test_the_window_op_stores_bfloat16_as_it_computes_float32_between_casts(wind
     weights = np.random.default_rng(1).normal(size=(1, 2, 100, 100))  # (M, H, T^2, T^2)
     values = pattern.values_of(tf.constant(weights, tf.float32))
 
-    def op(qkv, bias, graphs):
-        return native.window_attention(qkv, bias, graphs, values, pattern, 2)
+    skip = _bfloat16(np.random.default_rng(2), (windows - 1, 10, 34))
 
-    _assert_as_between_casts(op, inputs, [upstream])
+    def op(qkv, bias, graphs, skip):
+        return native.window_attention(qkv, bias, graphs, values, pattern, 2, skip=skip)
+
+    _assert_as_between_casts(op, [*inputs, skip], [upstream])
 
 
 def test_the_window_op_with_a_kernel_stores_bfloat16_as_it_computes_float32_between_casts() -> None:

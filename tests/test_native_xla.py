@@ -406,12 +406,13 @@ def test_under_xla_the_window_ops_check_their_indices_when_they_compile() -> Non
     inputs = [tf.zeros((24, 1, 10, native.LANES)), tf.zeros((0, 24)), tf.zeros(24), tf.zeros((24, 10, 10))]
     values = tf.zeros((1, 2, 100, pattern.terms))
     attend = native.library().sit_window_attention
+    no_skip = tf.zeros((0, 10, 8))
     outside = pattern.indices.copy()
     outside[3, 0] = 100  # one past the pairs
 
     @tf.function(jit_compile=True)
     def out_of_range() -> tf.Tensor:
-        return attend(*inputs, values, tf.constant(outside), num_heads=2)
+        return attend(*inputs, values, tf.constant(outside), no_skip, num_heads=2)
 
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"index 100 is outside \[0, 100\)"):
         out_of_range()
@@ -419,7 +420,7 @@ def test_under_xla_the_window_ops_check_their_indices_when_they_compile() -> Non
     @tf.function(jit_compile=True)
     def computed() -> tf.Tensor:  # indices XLA cannot know when it compiles
         noise = tf.cast(tf.random.uniform(pattern.indices.shape, maxval=0.5), tf.int32)
-        return attend(*inputs, values, tf.constant(pattern.indices) + noise, num_heads=2)
+        return attend(*inputs, values, tf.constant(pattern.indices) + noise, no_skip, num_heads=2)
 
     with pytest.raises(tf.errors.InvalidArgumentError, match="constant"):
         computed()

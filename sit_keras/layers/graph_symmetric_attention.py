@@ -378,6 +378,9 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
                 blocks, skip = native.standardized_lane_blocks(tokens, standardize_epsilon, skip_tokens)
             qkv = project_channels_first(kernel, tf.reshape(blocks, [self.dim, -1]))
             qkv = tf.reshape(qkv, [3 * self.dim, -1, self.num_tokens, native.LANES])
+            if add_tokens and not token_only:  # the window op adds the skip connection itself
+                update = self.mix_and_attend_native(qkv, bias, training, token_only, skip=skip)
+                return native.first_windows(update, tokens, axis=0)
             update = self.mix_and_attend_native(qkv, bias, training, token_only)
             update = native.first_windows(update, tokens, axis=0)
             return skip + update if add_tokens else update
@@ -688,6 +691,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         training: bool | None,
         token_only: bool,
         kernel: tf.Tensor | None = None,
+        skip: tf.Tensor | None = None,
     ) -> tf.Tensor:
         """``mix_and_attend`` as ``native.class_token_attention`` or ``native.window_attention``.
 
@@ -695,7 +699,9 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         their ``bias (3 D,)``; returns ``(B, 1, D)`` with ``token_only``, else
         ``(B, T, D)``, ``B`` the padded number of windows. ``kernel (R, 3 D)``
         (every row, not ``token_only``): ``qkv`` holds the ``R`` channels the
-        op projects by it (``native.window_attention``). The same function
+        op projects by it (``native.window_attention``). ``skip (W, T, D)``
+        (every row): a skip connection the op adds to the first ``W`` windows'
+        outputs (``native.window_attention``). The same function
         and, in training, the same graph-symmetric dropout masks drawn in the
         same order: ``G_q, G_k, G_v`` first, then the score graph, then the
         triangle weights once per sign.
@@ -734,7 +740,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
             columns = tf.gather(tf.reshape(graph, [heads, -1]), pattern.indices, axis=1)  # (H, P, K)
             values = values * tf.cast(columns, values.dtype)
         bias, orbits = tf.cast(bias, qkv.dtype), self._native_orbits()
-        return native.window_attention(qkv, bias, graphs, values, pattern, heads, kernel, **orbits)
+        return native.window_attention(qkv, bias, graphs, values, pattern, heads, kernel, **orbits, skip=skip)
 
     def _native_orbits(self) -> dict[str, Any]:
         """The ops' quarter-turn orbits, given only where this layer's graph classes keep the turn

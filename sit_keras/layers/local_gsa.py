@@ -238,9 +238,9 @@ class LocalGSA(tf_keras.layers.Layer):
             blocks = native.lane_blocks(tf.cast(y, kernel.dtype))  # (C + 3, B N / LANES, T, LANES)
             # The op projects the C + 3 rows itself (the bias is in them: it adds zeros).
             zeros, projection = tf.zeros([3 * self.dim], kernel.dtype), tf.cast(mixing, kernel.dtype)
-            update = gsa.mix_and_attend_native(blocks, zeros, training, False, kernel=projection)
-            update = native.first_windows(update, y, axis=1)
-            return block.feed_forward(self._skip(pixels, token_only, update.dtype) + update)
+            skip = self._skip(pixels, token_only, kernel.dtype)  # added by the op
+            tokens = gsa.mix_and_attend_native(blocks, zeros, training, False, kernel=projection, skip=skip)
+            return block.feed_forward(native.first_windows(tokens, y, axis=1))
         if token_only and not gsa.query_key_norm:
             # The class token's q and k are the constant u: its scores are linear in y,
             # so the queries and keys of the window tokens are never formed.

@@ -49,6 +49,7 @@ import sit_keras.quiet_start  # noqa: F401  (first: `python -m sit_keras.native.
 import contextlib
 import ctypes
 import functools
+import inspect
 import json
 import threading
 import warnings
@@ -248,25 +249,26 @@ def op_dtype(dtype: tf.DType) -> tf.DType:
     return tf.float32 if tf.as_dtype(dtype) in _IN_FLOAT32 else tf.as_dtype(dtype)
 
 
-def _cast_to_op_dtype(function: _Function, keep_first: bool) -> _Function:
+def _cast_to_op_dtype(function: _Function, stored: tuple[str, ...]) -> _Function:
     """``function`` applied to bfloat16 tensors in ``op_dtype``: its tensor arguments of the first one's
-    dtype cast up (but for the first one where ``keep_first`` and XLA does not compile the function),
-    its results cast back (a no-op on the results the op wrote in bfloat16)."""
+    dtype cast up (but for those named in ``stored`` where XLA does not compile the function), its
+    results cast back (a no-op on the results the op wrote in bfloat16)."""
+    signature = inspect.signature(function)
 
     @functools.wraps(function)
-    def wrapper(first: tf.Tensor, *args: Any, **kwargs: Any) -> Any:
-        dtype = first.dtype
-        if op_dtype(dtype) == dtype:
-            return function(first, *args, **kwargs)
-
-        def up(value: Any) -> Any:
-            is_low = isinstance(value, tf.Tensor) and value.dtype == dtype
-            return tf.cast(value, op_dtype(dtype)) if is_low else value
-
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        # Imported here: sit_keras.layers imports this module.
         from sit_keras.layers.xla_context import in_compiled_function
 
-        first = first if keep_first and not in_compiled_function() else up(first)
-        result = function(first, *map(up, args), **{key: up(value) for key, value in kwargs.items()})
+        arguments = signature.bind(*args, **kwargs)
+        dtype = next(iter(arguments.arguments.values())).dtype
+        if op_dtype(dtype) == dtype:
+            return function(*args, **kwargs)
+        kept = () if in_compiled_function() else stored
+        for name, value in arguments.arguments.items():
+            if name not in kept and isinstance(value, tf.Tensor) and value.dtype == dtype:
+                arguments.arguments[name] = tf.cast(value, op_dtype(dtype))
+        result = function(*arguments.args, **arguments.kwargs)
         return tf.nest.map_structure(lambda output: tf.cast(output, dtype), result)
 
     return wrapper
@@ -274,14 +276,14 @@ def _cast_to_op_dtype(function: _Function, keep_first: bool) -> _Function:
 
 def _in_op_dtype(function: _Function) -> _Function:
     """``function`` with bfloat16 tensors cast to ``op_dtype`` and its results cast back."""
-    return _cast_to_op_dtype(function, keep_first=False)
+    return _cast_to_op_dtype(function, stored=())
 
 
-def _in_op_dtype_storing_bfloat16(function: _Function) -> _Function:
-    """``function``, whose op stores its first input and its large results in bfloat16 (attribute ``S``)
-    while it computes in ``op_dtype``: only the other bfloat16 arguments cast up. Under XLA, whose
-    kernels take one dtype, as ``_in_op_dtype``."""
-    return _cast_to_op_dtype(function, keep_first=True)
+def _storing_bfloat16(*stored: str) -> Any:
+    """``_in_op_dtype`` for a function whose op stores the arguments named ``stored`` and its large results
+    in bfloat16 (attribute ``S``) while it computes in ``op_dtype``: those stay bfloat16. Under XLA, whose
+    kernels take one dtype, every argument is cast."""
+    return lambda function: _cast_to_op_dtype(function, stored)
 
 
 class ScoreMapPattern:
@@ -360,7 +362,7 @@ def lane_blocks_of_tokens(tokens: tf.Tensor) -> tf.Tensor:
     return tf.transpose(blocks, [3, 0, 2, 1])
 
 
-@_in_op_dtype_storing_bfloat16
+@_storing_bfloat16("tokens")
 def standardized_lane_blocks(
     tokens: tf.Tensor, epsilon: float, skip_tokens: int = 0
 ) -> tuple[tf.Tensor, tf.Tensor]:
@@ -599,7 +601,7 @@ def _orbit_list(orbits: np.ndarray | None) -> list[int]:
     return flat
 
 
-@_in_op_dtype_storing_bfloat16
+@_storing_bfloat16("qkv", "skip")
 def window_attention(
     qkv: tf.Tensor,
     bias: tf.Tensor,
@@ -610,6 +612,7 @@ def window_attention(
     kernel: tf.Tensor | None = None,
     orbits: np.ndarray | None = None,
     orbit_gradients: bool = False,
+    skip: tf.Tensor | None = None,
 ) -> tf.Tensor:
     """Graph mixing, scores, score maps, softmaxes and values of every window in one op.
 
@@ -634,7 +637,9 @@ def window_attention(
     gradient is then returned averaged over those orbits, formed in the
     turn's Fourier basis (105 instead of 289 multiply-adds a feature of a
     4 x 4 window and its class token): every class's gradient is the same,
-    the graphs' own is not. Ignored without orbits. Returns ``(B, T, D)``.
+    the graphs' own is not. Ignored without orbits. ``skip (W, T, D)``,
+    ``W <= B``: a block's skip connection, added to the first ``W`` windows'
+    outputs in the op (in bfloat16, rounded once). Returns ``(B, T, D)``.
     The gradient recomputes each window's scores (``window_attention.cc``).
     Call only where ``usable(qkv.dtype)``.
     """
@@ -645,11 +650,17 @@ def window_attention(
     transposed = tf.constant(pattern.transposed_indices)
     if kernel is None:
         kernel = tf.zeros([0, qkv.shape[0]], op_dtype(qkv.dtype))
+    inputs = [qkv, kernel, bias, graphs, values]
+    if skip is None:  # none: no windows
+        no_skip = tf.zeros([0, qkv.shape[2], kernel.shape[1] // 3], qkv.dtype)
+    else:
+        inputs.append(skip)
 
     @tf.custom_gradient
-    def attend(
-        qkv: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor, graphs: tf.Tensor, values: tf.Tensor
-    ) -> tf.Tensor:
+    def attend(*inputs: tf.Tensor) -> tf.Tensor:
+        qkv, kernel, bias, graphs, values = inputs[:5]
+        skip = inputs[5] if len(inputs) > 5 else no_skip
+
         def grad(dout: tf.Tensor) -> tuple[tf.Tensor, ...]:
             flat = tf.reshape(values, [values.shape[0], values.shape[1], -1])
             flat = tf.concat([flat, tf.zeros_like(flat[..., :1])], axis=-1)
@@ -657,14 +668,16 @@ def window_attention(
             dqkv, dkernel, dbias, dgraphs, dvalues = ops.sit_window_attention_grad(
                 dout, qkv, kernel, bias, graphs, values, indices, values_t, transposed, **grad_attributes
             )
-            return dqkv, dkernel, dbias, dgraphs, dvalues * tf.constant(pattern.mask, dvalues.dtype)
+            dvalues = dvalues * tf.constant(pattern.mask, dvalues.dtype)
+            dskip = [first_windows(dout, skip, axis=0)] if len(inputs) > 5 else []
+            return dqkv, dkernel, dbias, dgraphs, dvalues, *dskip
 
-        return ops.sit_window_attention(qkv, kernel, bias, graphs, values, indices, **attributes), grad
+        return ops.sit_window_attention(qkv, kernel, bias, graphs, values, indices, skip, **attributes), grad
 
-    return attend(qkv, kernel, bias, graphs, values)
+    return attend(*inputs)
 
 
-@_in_op_dtype_storing_bfloat16
+@_storing_bfloat16("qkv")
 def class_token_attention(
     qkv: tf.Tensor,
     bias: tf.Tensor,

@@ -176,7 +176,9 @@ void RowsToLanes(const S* src, int64_t src_stride, int64_t n, int rows, T* dst, 
     } else {
       T values[kLanes * kLanes];
       for (int l = 0; l < kLanes; ++l) {
-        for (int k = 0; k < kLanes; ++k) values[k * kLanes + l] = l < rows ? static_cast<T>(src[l * src_stride + e0 + k]) : T(0);
+        for (int k = 0; k < kLanes; ++k) {
+          values[k * kLanes + l] = l < rows ? static_cast<T>(src[l * src_stride + e0 + k]) : T(0);
+        }
       }
       for (int k = 0; k < kLanes; ++k) tile[k] = Load(values + k * kLanes);
     }
@@ -189,29 +191,39 @@ void RowsToLanes(const S* src, int64_t src_stride, int64_t n, int rows, T* dst, 
   }
 }
 
-// The inverse: dst[l dst_stride + e] = src[e src_stride + l] for e < n and the lanes l < rows, dst in S.
+// The inverse: dst[l dst_stride + e] = src[e src_stride + l] for e < n and the lanes l < rows, dst in S;
+// plus add[l dst_stride + e] (laid out as dst) in the lanes l < add_rows, before a bfloat16 dst is rounded.
 template <typename T, typename S>
-void LanesToRows(const T* src, int64_t src_stride, int64_t n, int rows, S* dst, int64_t dst_stride) {
+void LanesToRows(const T* src, int64_t src_stride, int64_t n, int rows, S* dst, int64_t dst_stride,
+                 const S* add = nullptr, int add_rows = 0) {
   Lanes<T> tile[kLanes];
   int64_t e0 = 0;
   for (; e0 + kLanes <= n; e0 += kLanes) {
     for (int k = 0; k < kLanes; ++k) tile[k] = Load(src + (e0 + k) * src_stride);
     if constexpr (kTransposeInRegisters<T>) {
       Transpose<T>(tile);
-      for (int l = 0; l < rows; ++l) Store(dst + l * dst_stride + e0, tile[l]);
+      for (int l = 0; l < rows; ++l) {
+        const Lanes<T> v = l < add_rows ? tile[l] + Load(add + l * dst_stride + e0) : tile[l];
+        Store(dst + l * dst_stride + e0, v);
+      }
     } else {
       T values[kLanes * kLanes];
       for (int k = 0; k < kLanes; ++k) Store(values + k * kLanes, tile[k]);
       for (int l = 0; l < rows; ++l) {
         for (int k = 0; k < kLanes; ++k) {
-          dst[l * dst_stride + e0 + k] = static_cast<S>(values[k * kLanes + l]);
+          const int64_t at = l * dst_stride + e0 + k;
+          const T v = values[k * kLanes + l];
+          dst[at] = static_cast<S>(l < add_rows ? v + static_cast<T>(add[at]) : v);
         }
       }
     }
   }
   for (; e0 < n; ++e0) {
     const Lanes<T> v = Load(src + e0 * src_stride);
-    for (int l = 0; l < rows; ++l) dst[l * dst_stride + e0] = static_cast<S>(v[l]);
+    for (int l = 0; l < rows; ++l) {
+      const int64_t at = l * dst_stride + e0;
+      dst[at] = static_cast<S>(l < add_rows ? v[l] + static_cast<T>(add[at]) : v[l]);
+    }
   }
 }
 

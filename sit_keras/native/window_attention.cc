@@ -3,15 +3,17 @@
 // Inputs: the channels-first projections in blocks of kLanes windows, qkv (3 H d, B / kLanes, T,
 // kLanes), their bias (3 H d) and the transposed graphs G_q, G_k, G_v (3 H d, T, T). SitWindowAttention
 // also takes a kernel: (0, 3 H d), or (R, 3 H d) when its first input holds the R channels that kernel
-// projects to q, k and v (the op projects them itself: Source below). For every
-// window b and head h, with x the head's d x T slice of q, k or v plus its bias:
+// projects to q, k and v (the op projects them itself: Source below), and skip (W, T, H d), W <= B: a
+// block's skip connection, added to the first W windows' outputs (W = 0: none), so that the sum is not a
+// pass of its own over the tokens. For every window b and head h, with x the head's d x T slice of q, k or v
+// plus its bias:
 //
 //   q[f, j]  = sum_t graphs[f, t, j] x_q[f, t]     (and k, v alike: the graph mixing of eq. 11)
 //   S[i, j]  = sum_f q[f, i] k[f, j]                               (scores)
 //   L_m[p]   = sum_k values[m, h, p, k] S[indices[p, k]]           (p = i T + j: the linear score
 //              map of eq. 3 / 8: G, S +- S^T, the triangle sums and 1 / sqrt(d), one per m)
 //   A        = sum_m softmax_j(L_m)                                (m = 0: eq. 3; m = 1: eq. 6)
-//   out[b, i, h d + f] = sum_j A[i, j] v[f, j]
+//   out[b, i, h d + f] = sum_j A[i, j] v[f, j]   (+ skip[b, i, h d + f] for the first W windows)
 //
 // Given the attribute `orbits` (the quarter turn's orbits of the tokens), the ops mix each graph that is
 // C4-invariant on them in the turn's Fourier basis instead, the same sums in fewer multiply-adds
@@ -47,6 +49,7 @@ REGISTER_OP("SitWindowAttention")
     .Input("graphs: T")
     .Input("values: T")
     .Input("indices: int32")
+    .Input("skip: S")
     .Output("out: S")
     .Attr("num_heads: int >= 1")
     .Attr("orbits: list(int) = []")
@@ -161,9 +164,11 @@ class WindowAttentionOp : public HeadsKernel {
     const Tensor& graphs = context->input(3);
     const Tensor& values = context->input(4);
     const Tensor& indices = context->input(5);
+    const Tensor& skip = context->input(6);
     AttentionSizes s;
     OP_REQUIRES_OK(context, ReadSizes(num_heads_, qkv.shape(), kernel.shape(), bias.shape(), graphs.shape(),
                                       values.shape(), indices.shape(), indices.flat<int32_t>().data(), &s));
+    OP_REQUIRES_OK(context, CheckSkip(s, skip.shape()));
     Orbits orbits;
     OP_REQUIRES_OK(context, ReadOpOrbits(name().c_str(), orbit_list_, s.tokens, &orbits));
     Tensor* out = nullptr;
@@ -172,7 +177,8 @@ class WindowAttentionOp : public HeadsKernel {
     const WindowInputs<T, S> in{qkv.flat<S>().data(),    kernel.flat<T>().data(),
                              bias.flat<T>().data(),   graphs.flat<T>().data(),
                              values.flat<T>().data(), indices.flat<int32_t>().data()};
-    WindowAttention(s, std::move(orbits), in, out->flat<S>().data(), ShardsOf(context));
+    const Skip<S> add{skip.flat<S>().data(), skip.dim_size(0)};
+    WindowAttention(s, std::move(orbits), in, add, out->flat<S>().data(), ShardsOf(context));
   }
 };
 

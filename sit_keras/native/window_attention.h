@@ -93,6 +93,16 @@ inline Status ReadSizes(int num_heads, const TensorShape& qkv, const TensorShape
   return CheckMap(values, indices, index, *s, "the map's");
 }
 
+// SitWindowAttention's skip (W, T, H d), W <= B: W = 0 for none.
+inline Status CheckSkip(const AttentionSizes& s, const TensorShape& skip) {
+  const int64_t dim = s.heads * s.head_dim;
+  if (skip.dims() != 3 || skip.dim_size(0) > s.windows || skip.dim_size(1) != s.tokens || skip.dim_size(2) != dim) {
+    return InvalidArgument("SitWindowAttention expects skip (W <= ", s.windows, ", ", s.tokens, ", ", dim,
+                           "); got ", skip.DebugString());
+  }
+  return Status();
+}
+
 // SitWindowAttentionGrad's other inputs, for sizes `s`: the transposed map (M, H, T^2, K') and its indices
 // (T^2, K'), and dout (B, T, H d).
 inline Status CheckWindowGradInputs(const AttentionSizes& s, const TensorShape& transposed_values,
@@ -281,6 +291,13 @@ void WriteHead(const Source<T, S>& src, const AttentionSizes& s, int64_t h, int6
   }
 }
 
+// The tokens (W, T, D) of a skip connection that SitWindowAttention adds to its first W windows' outputs.
+template <typename S>
+struct Skip {
+  const S* tokens = nullptr;
+  int64_t windows = 0;
+};
+
 // A head's (T, d) slice of out (B, T, D) for kLanes windows from b <-> buf[(f T + i) kLanes + l].
 template <typename T, typename S>
 void LoadTokens(const S* out, const AttentionSizes& s, int64_t h, int64_t b, T* buf) {
@@ -290,11 +307,15 @@ void LoadTokens(const S* out, const AttentionSizes& s, int64_t h, int64_t b, T* 
   }
 }
 
+// StoreTokens adds skip (W, T, D) to the first W windows (a block's skip connection), if given.
 template <typename T, typename S>
-void StoreTokens(const T* buf, const AttentionSizes& s, int64_t h, int64_t b, S* out) {
+void StoreTokens(const T* buf, const AttentionSizes& s, int64_t h, int64_t b, S* out, const Skip<S>& skip = {}) {
   const int64_t dim = s.heads * s.head_dim, t = s.tokens;
+  const int add_rows = static_cast<int>(std::clamp<int64_t>(skip.windows - b, 0, kLanes));
   for (int64_t i = 0; i < t; ++i) {
-    LanesToRows(buf + i * kLanes, t * kLanes, s.head_dim, kLanes, out + (b * t + i) * dim + h * s.head_dim, t * dim);
+    const int64_t at = (b * t + i) * dim + h * s.head_dim;
+    LanesToRows(buf + i * kLanes, t * kLanes, s.head_dim, kLanes, out + at, t * dim,
+                add_rows > 0 ? skip.tokens + at : nullptr, add_rows);
   }
 }
 
@@ -892,10 +913,10 @@ struct WindowInputs {
   const int32_t* indices;
 };
 
-// SitWindowAttention: out (B, T, H d) for checked sizes `s` (ReadSizes) and orbits.
+// SitWindowAttention: out (B, T, H d) for checked sizes `s` (ReadSizes) and orbits, plus skip (CheckSkip).
 template <typename T, typename S>
-void WindowAttention(const AttentionSizes& s, Orbits orbits, const WindowInputs<T, S>& in, S* out,
-                     const Shards& shards) {
+void WindowAttention(const AttentionSizes& s, Orbits orbits, const WindowInputs<T, S>& in, const Skip<S>& skip,
+                     S* out, const Shards& shards) {
   const int64_t blocks = (s.windows + kLanes - 1) / kLanes;
   const Source<T, S> src{in.qkv, in.kernel, s.rows, nullptr, nullptr};
   const RotationSpectra<T> spectra = SpectraOf(shards, std::move(orbits), in.graphs, s, /*gradients=*/false);
@@ -907,7 +928,7 @@ void WindowAttention(const AttentionSizes& s, Orbits orbits, const WindowInputs<
       Forward(src, in.bias, g, in.values, in.indices, s, h, b, &blk);
       // out[b, i, h d + f] = sum_j A[i, j] v[f, j]
       RowTimes(blk.attention.data(), blk.v(), s, blk.out.data());
-      StoreTokens(blk.out.data(), s, h, b, out);
+      StoreTokens(blk.out.data(), s, h, b, out, skip);
     }
   };
   const int64_t cost =

@@ -336,11 +336,12 @@ class DepthwiseConvXla : public XlaOpKernel {
 // --- SitWindowAttention(Grad), SitClassTokenAttention(Grad) ------------------------------------------
 
 // The attention ops' opaque string: their sizes, K' (the transposed map's terms: SitWindowAttentionGrad's,
-// else 0), the attribute `orbit_gradients` (the gradient ops'; else 0), then the attribute `orbits`.
+// else 0), the attribute `orbit_gradients` (the gradient ops'; else 0), the skip's windows (SitWindowAttention's,
+// else 0), then the attribute `orbits`.
 std::vector<int64_t> AttentionOpaque(const AttentionSizes& s, int64_t transposed_terms, bool orbit_gradients,
-                                     const std::vector<int64_t>& orbits) {
+                                     int64_t skip_windows, const std::vector<int64_t>& orbits) {
   std::vector<int64_t> v = {s.heads, s.head_dim, s.windows, s.tokens, s.pairs, s.maps, s.terms, s.rows,
-                            transposed_terms, orbit_gradients ? 1 : 0};
+                            transposed_terms, orbit_gradients ? 1 : 0, skip_windows};
   v.insert(v.end(), orbits.begin(), orbits.end());
   return v;
 }
@@ -349,14 +350,15 @@ struct AttentionCall {
   AttentionSizes s;
   int64_t transposed_terms;
   bool orbit_gradients;
+  int64_t skip_windows;
   Orbits orbits;
 };
 
 AttentionCall ReadAttentionCall(const char* opaque, size_t length) {
   const std::vector<int64_t> v = OpaqueSizes(opaque, length);
-  AttentionCall call{{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]}, v[8], v[9] != 0, {}};
+  AttentionCall call{{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]}, v[8], v[9] != 0, v[10], {}};
   std::string why;  // none: the kernel checked the orbits when it compiled the call
-  ReadOrbits(std::vector<int64_t>(v.begin() + 10, v.end()), call.s.tokens, &call.orbits, &why);
+  ReadOrbits(std::vector<int64_t>(v.begin() + 11, v.end()), call.s.tokens, &call.orbits, &why);
   return call;
 }
 
@@ -371,13 +373,14 @@ T* Out(void* out, int i) {
   return static_cast<T*>(static_cast<void**>(out)[i]);
 }
 
-// In: qkv, kernel, bias, graphs, values, indices.
+// In: qkv, kernel, bias, graphs, values, indices, skip.
 template <typename T>
 void WindowAttentionHost(void* out, const void** in, const char* opaque, size_t length, XlaCustomCallStatus*) {
   AttentionCall call = ReadAttentionCall(opaque, length);
   const WindowInputs<T> inputs{In<T>(in, 0), In<T>(in, 1), In<T>(in, 2),
                                In<T>(in, 3), In<T>(in, 4), In<int32_t>(in, 5)};
-  WindowAttention(call.s, std::move(call.orbits), inputs, static_cast<T*>(out), HostShards());
+  const Skip<T> skip{In<T>(in, 6), call.skip_windows};
+  WindowAttention(call.s, std::move(call.orbits), inputs, skip, static_cast<T*>(out), HostShards());
 }
 
 // In: dout, qkv, kernel, bias, graphs, values, indices, transposed values and indices; out: a tuple of five.
@@ -468,21 +471,24 @@ class WindowAttentionXla : public AttentionXla {
   using AttentionXla::AttentionXla;
 
   void Compile(XlaOpKernelContext* ctx) override {
-    std::vector<tensorflow::TensorShape> in(6);
-    for (int i = 0; i < 6; ++i) in[i] = ctx->InputShape(i);
+    // qkv, kernel, bias, graphs, values, indices, skip
+    std::vector<tensorflow::TensorShape> in(7);
+    for (int i = 0; i < 7; ++i) in[i] = ctx->InputShape(i);
     std::vector<int32_t> indices;
     OP_REQUIRES_OK(ctx, ConstantIndices(ctx, 5, &indices));
     AttentionSizes s;
     OP_REQUIRES_OK(ctx, ReadSizes(num_heads_, in[0], in[1], in[2], in[3], in[4], in[5], indices.data(), &s));
+    OP_REQUIRES_OK(ctx, CheckSkip(s, in[6]));
     OP_REQUIRES_OK(ctx, CheckOrbits(s.tokens));
     std::vector<xla::Shape> layouts;
-    for (int i = 0; i < 5; ++i) layouts.push_back(ShapeOf(ctx, in[i]));
-    layouts.push_back(xla::ShapeUtil::MakeShape(xla::S32, in[5].dim_sizes()));
+    for (int i = 0; i < 7; ++i) {
+      layouts.push_back(i == 5 ? xla::ShapeUtil::MakeShape(xla::S32, in[i].dim_sizes()) : ShapeOf(ctx, in[i]));
+    }
     std::vector<xla::XlaOp> operands;
-    for (int i = 0; i < 6; ++i) operands.push_back(ctx->Input(i));
+    for (int i = 0; i < 7; ++i) operands.push_back(ctx->Input(i));
     const tensorflow::TensorShape out({s.windows, s.tokens, s.heads * s.head_dim});
     ctx->SetOutput(0, CustomCall(ctx, Target("sit_window_attention", ctx), operands, layouts, ShapeOf(ctx, out),
-                                 AttentionOpaque(s, 0, orbit_gradients_, orbit_list_)));
+                                 AttentionOpaque(s, 0, orbit_gradients_, in[6].dim_size(0), orbit_list_)));
   }
 };
 
@@ -512,7 +518,7 @@ class WindowAttentionGradXla : public AttentionXla {
     const xla::Shape result = xla::ShapeUtil::MakeTupleShape(
         {ShapeOf(ctx, in[1]), ShapeOf(ctx, in[2]), ShapeOf(ctx, in[3]), ShapeOf(ctx, in[4]), ShapeOf(ctx, in[5])});
     const xla::XlaOp call = CustomCall(ctx, Target("sit_window_attention_grad", ctx), operands, layouts, result,
-                                       AttentionOpaque(s, in[8].dim_size(1), orbit_gradients_, orbit_list_));
+                                       AttentionOpaque(s, in[8].dim_size(1), orbit_gradients_, 0, orbit_list_));
     for (int i = 0; i < 5; ++i) ctx->SetOutput(i, xla::GetTupleElement(call, i));
   }
 };
@@ -537,7 +543,7 @@ class ClassTokenAttentionXla : public AttentionXla {
     OP_REQUIRES_OK(ctx, CheckOrbits(s.tokens));
     std::vector<xla::Shape> layouts;
     for (const auto& shape : in) layouts.push_back(ShapeOf(ctx, shape));
-    const std::vector<int64_t> opaque = AttentionOpaque(s, 0, orbit_gradients_, orbit_list_);
+    const std::vector<int64_t> opaque = AttentionOpaque(s, 0, orbit_gradients_, 0, orbit_list_);
     if (!grad) {
       const tensorflow::TensorShape out({s.windows, 1, s.heads * s.head_dim});
       ctx->SetOutput(0, CustomCall(ctx, Target("sit_class_token_attention", ctx), operands, layouts,
