@@ -3,15 +3,16 @@
 What this file proves:
 
 - the window op (with and without a kernel, with a skip connection), the
-  class-token op and the standardising op take their large tensors (``qkv``,
-  the tokens, the skip connection, their gradients) in bfloat16 and write
-  their large results in bfloat16 (attribute ``S``), with the same bits,
-  values and every gradient, as the same op in float32 between casts (what
-  ran before): the ops read bfloat16 exactly and round as TensorFlow's Cast
-  rounds (ties to even, a NaN quiet);
+  class-token op, the standardising op and the stem's convolution take their
+  large tensors (``qkv``, the tokens, the skip connection, the maps, their
+  gradients) in bfloat16 and write their large results in bfloat16 (attribute
+  ``S``), with the same bits, values and every gradient, as the same op in
+  float32 between casts (what ran before): the ops read bfloat16 exactly and
+  round as TensorFlow's Cast rounds (ties to even, a NaN quiet); the stem's
+  max-pooling runs in bfloat16 itself, where it is exact;
 - under XLA the ops keep one dtype (their XLA kernels take float32), with the
   casts around them, and give the same bits;
-- a mixed_bfloat16 SiT's train step runs the four ops with bfloat16 storage, and
+- a mixed_bfloat16 SiT's train step runs those ops with bfloat16 storage, and
   no cast feeds them their large tensors;
 - under XLA, an op whose storage dtype is not its arithmetic's refuses in one sentence.
 """
@@ -35,7 +36,17 @@ pytestmark = pytest.mark.skipif(
     not native.available(), reason="needs the native kernels: `make install` builds them"
 )
 
-STORING_OPS = ("SitWindowAttention", "SitClassTokenAttention", "SitStandardizedLanes")
+# The ops with a storage dtype S, and their gradients'.
+STORING_OPS = (
+    "SitWindowAttention",
+    "SitWindowAttentionGrad",
+    "SitClassTokenAttention",
+    "SitClassTokenAttentionGrad",
+    "SitStandardizedLanes",
+    "SitStandardizedLanesGrad",
+    "SitDepthwiseConv",
+    "SitDepthwiseConvKernelGrad",
+)
 
 
 def _bits(x: tf.Tensor) -> np.ndarray:
@@ -149,6 +160,20 @@ def test_the_standardizing_op_stores_bfloat16_as_it_computes_float32_between_cas
     _assert_as_between_casts(lambda x: native.standardized_lane_blocks(x, 1e-6, skip_tokens), [x], upstream)
 
 
+@pytest.mark.parametrize("side", [3, 5])
+def test_the_stems_convolution_stores_bfloat16_as_it_computes_float32_between_casts(side: int) -> None:
+    """Values, the kernel's gradient and the input's (the op on the upstream gradient), on an odd image."""
+    rng = np.random.default_rng(side)
+    maps, kernel = _bfloat16(rng, (3, 11, 13, 5)), _bfloat16(rng, (side, side, 5))
+    _assert_as_between_casts(native.depthwise_conv, [maps, kernel], [_bfloat16(rng, (3, 11, 13, 5))])
+
+
+def test_the_stems_pooling_runs_in_bfloat16_as_in_float32_between_casts() -> None:
+    rng = np.random.default_rng(5)
+    maps = tf.round(_bfloat16(rng, (3, 13, 10, 3), 2.0))  # ties: the gradient goes to each window's first
+    _assert_as_between_casts(lambda x: native.max_pool(x, 2), [maps], [_bfloat16(rng, (3, 6, 5, 3))])
+
+
 @needs_xla_kernels
 def test_under_xla_the_ops_keep_one_dtype_between_casts_and_give_the_same_bits() -> None:
     inputs, upstream, _ = _window_case(21, seed=4)
@@ -184,10 +209,17 @@ def _storage_of(function, *args) -> dict[str, set[tuple[tf.DType, str]]]:
     for nodes in [definition.node, *(f.node_def for f in definition.library.function)]:
         producers = {node.name: node.op for node in nodes}
         for node in nodes:
-            if node.op.removesuffix("Grad") in STORING_OPS:
+            if node.op in STORING_OPS:
                 first = node.input[0].split(":")[0]
                 found.setdefault(node.op, set()).add((tf.as_dtype(node.attr["S"].type), producers.get(first)))
     return found
+
+
+def _dtypes_of(function, args, ops: tuple[str, ...]) -> set[tf.DType]:
+    """The dtypes (attribute T) of the ``ops`` in ``function`` traced on ``args``."""
+    definition = function.get_concrete_function(args).graph.as_graph_def()
+    nodes = [*definition.node, *(node for f in definition.library.function for node in f.node_def)]
+    return {tf.as_dtype(node.attr["T"].type) for node in nodes if node.op in ops}
 
 
 def test_a_mixed_bfloat16_sits_train_step_runs_the_ops_storing_bfloat16() -> None:
@@ -199,8 +231,9 @@ def test_a_mixed_bfloat16_sits_train_step_runs_the_ops_storing_bfloat16() -> Non
     finally:
         tf_keras.mixed_precision.set_global_policy(None)
     storage = _storage_of(make_train_step(sit, jit_compile=False), images)
-    ops = {*STORING_OPS, *(f"{op}Grad" for op in STORING_OPS)}
-    assert set(storage) == ops
+    assert set(storage) == set(STORING_OPS)
     for kinds in storage.values():
         assert {dtype for dtype, _ in kinds} == {tf.bfloat16}
         assert "Cast" not in {producer for _, producer in kinds}
+    pooling = _dtypes_of(make_train_step(sit, jit_compile=False), images, ("SitMaxPool", "SitMaxPoolGrad"))
+    assert pooling == {tf.bfloat16}

@@ -8,8 +8,8 @@ What this file proves:
   all, a side below ``k``, it is zero, where TensorFlow's returns memory it never wrote);
 - malformed inputs raise ``InvalidArgumentError`` naming the expected shapes;
 - a SiT traced under a gradient tape pools with the op, traced without one (an export) with
-  TensorFlow's, nor under ``builtin_only()``; under mixed_bfloat16 the op runs in float32 and gives the
-  same values.
+  TensorFlow's, nor under ``builtin_only()``; under mixed_bfloat16 the op runs in bfloat16 (a maximum
+  is exact) and gives the same values.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def test_a_sit_pools_with_the_op_under_a_tape_and_with_tensorflows_elsewhere(sit
         assert "SitMaxPool" not in op_types(make_train_step(sit, jit_compile=False), images)
 
 
-def test_under_mixed_bfloat16_the_op_pools_in_float32_to_the_same_values() -> None:
+def test_under_mixed_bfloat16_the_op_pools_in_bfloat16_to_the_same_values() -> None:
     x = tf.cast(tf.constant(np.random.default_rng(1).normal(size=(2, 9, 8, 3)), tf.float32), tf.bfloat16)
     pooled = native.max_pool(x, 2)
     assert pooled.dtype == tf.bfloat16

@@ -11,7 +11,7 @@ What this file proves:
 - a ``GraphConv2D`` stem traced under a gradient tape runs the op, traced without one (a SavedModel's
   signature) it does not, nor with a stride, a depth multiplier or "valid" padding; in a train step
   nothing consumes the image's gradient (TensorFlow prunes its op), and the step's gradients are the
-  builtin's; under mixed_bfloat16 the op runs in float32;
+  builtin's; under mixed_bfloat16 the op reads and writes bfloat16 and computes in float32;
 - a SiT whose stem runs the op keeps its rotations and breaks its flips (float64, perturbed weights).
 """
 
@@ -170,7 +170,7 @@ def test_a_train_step_leaves_the_images_gradient_unused() -> None:
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12, atol=1e-12)
 
 
-def test_under_mixed_bfloat16_the_stem_runs_the_op_in_float32() -> None:
+def test_under_mixed_bfloat16_the_stem_runs_the_op_storing_bfloat16() -> None:
     images = tf.constant(np.random.default_rng(3).uniform(size=(2, 8, 8, 3)), tf.float32)
     tf_keras.mixed_precision.set_global_policy("mixed_bfloat16")
     try:

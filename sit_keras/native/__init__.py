@@ -17,10 +17,12 @@ one only where ``usable`` says so:
   installed, ``sit_keras.native.build``) that hands XLA's buffers to the same
   computation in a custom call;
 - the dtype is float32 or float64, or bfloat16 (``mixed_bfloat16``), which the
-  ops compute in float32 (``op_dtype``): the attention and standardisation ops
-  read their large tensors (``qkv``, the tokens, their gradients) in bfloat16
-  and write them rounded, as a cast would; the other ops, and all of them in a
-  function XLA compiles, have their inputs cast up and their outputs back;
+  ops compute in float32 (``op_dtype``): the attention, standardisation and
+  stem ops read their large tensors (``qkv``, the tokens, the maps, their
+  gradients) in bfloat16 and write them rounded, as a cast would, and the
+  stem's pooling runs in bfloat16 (a maximum is exact); the other ops, and all
+  of them in a function XLA compiles, have their inputs cast up and their
+  outputs back;
 - not inside ``builtin_only()`` (benchmarks compare both forms in one run), nor,
   for a function XLA compiles, inside ``without_xla_kernels()``.
 
@@ -474,7 +476,7 @@ def conv2d(
     return convolve(inputs, kernel, bias if with_bias else tf.zeros([c_out], inputs.dtype))
 
 
-@_in_op_dtype
+@_storing_bfloat16("inputs")
 def depthwise_conv(inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     """``tf.nn.depthwise_conv2d(inputs, kernel[..., None], [1, 1, 1, 1], "SAME")`` in one op.
 
@@ -504,7 +506,7 @@ def depthwise_conv(inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     return convolve(inputs, kernel)
 
 
-@_in_op_dtype
+@_storing_bfloat16("inputs")
 def max_pool(inputs: tf.Tensor, size: int) -> tf.Tensor:
     """``tf.nn.max_pool2d(inputs, size, size, "VALID")`` in one op, and its gradient in one.
 

@@ -8,6 +8,8 @@
 //   dkernel[i, j, c] = sum_{b, h, w} dy[b, h, w, c] x[b, h + i - r, w + j - r, c].
 // The input's gradient is SitDepthwiseConv of dy with the kernel turned by 180 degrees
 // (sit_keras.native.depthwise_conv), a separate op that a train step, whose input is an image, prunes.
+// The maps x, y and dy have the dtype S: T, or bfloat16 for T = float (mixed_bfloat16), read as floats and
+// written rounded, as TensorFlow's Cast would (kernels.h).
 //
 // How they compute: depthwise_stem.h.
 
@@ -30,10 +32,11 @@ Status ConvShapes(InferenceContext* c, ShapeHandle* x, ShapeHandle* kernel) {
 }
 
 REGISTER_OP("SitDepthwiseConv")
-    .Input("x: T")
+    .Input("x: S")
     .Input("kernel: T")
-    .Output("y: T")
+    .Output("y: S")
     .Attr("T: {float, double}")
+    .Attr("S: {float, double, bfloat16}")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle x, kernel;
       TF_RETURN_IF_ERROR(ConvShapes(c, &x, &kernel));
@@ -42,11 +45,12 @@ REGISTER_OP("SitDepthwiseConv")
     });
 
 REGISTER_OP("SitDepthwiseConvKernelGrad")
-    .Input("dy: T")
-    .Input("x: T")
+    .Input("dy: S")
+    .Input("x: S")
     .Input("kernel: T")
     .Output("dkernel: T")
     .Attr("T: {float, double}")
+    .Attr("S: {float, double, bfloat16}")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle dy, x, kernel;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &dy));
@@ -78,7 +82,7 @@ bool CheckShapes(OpKernelContext* context, const char* op, const Tensor& x, cons
   return true;
 }
 
-template <typename T>
+template <typename T, typename S>
 class DepthwiseConvOp : public OpKernel {
  public:
   explicit DepthwiseConvOp(OpKernelConstruction* context) : OpKernel(context) {}
@@ -90,11 +94,11 @@ class DepthwiseConvOp : public OpKernel {
     const ConvSizes n = SizesOf(x, kernel);
     Tensor* y = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(0, x.shape(), &y));
-    DepthwiseConv(x.flat<T>().data(), kernel.flat<T>().data(), n, y->flat<T>().data(), ShardsOf(context));
+    DepthwiseConv(x.flat<S>().data(), kernel.flat<T>().data(), n, y->flat<S>().data(), ShardsOf(context));
   }
 };
 
-template <typename T>
+template <typename T, typename S>
 class DepthwiseConvKernelGradOp : public OpKernel {
  public:
   explicit DepthwiseConvKernelGradOp(OpKernelConstruction* context) : OpKernel(context) {}
@@ -110,18 +114,21 @@ class DepthwiseConvKernelGradOp : public OpKernel {
     const ConvSizes n = SizesOf(x, kernel);
     Tensor* dkernel = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(0, kernel.shape(), &dkernel));
-    DepthwiseConvKernelGrad(dy.flat<T>().data(), x.flat<T>().data(), n, dkernel->flat<T>().data(),
+    DepthwiseConvKernelGrad(dy.flat<S>().data(), x.flat<S>().data(), n, dkernel->flat<T>().data(),
                             ShardsOf(context));
   }
 };
 
-#define REGISTER(T)                                                                                  \
-  REGISTER_KERNEL_BUILDER(Name("SitDepthwiseConv").Device(DEVICE_CPU).TypeConstraint<T>("T"),        \
-                          DepthwiseConvOp<T>);                                                       \
-  REGISTER_KERNEL_BUILDER(Name("SitDepthwiseConvKernelGrad").Device(DEVICE_CPU).TypeConstraint<T>("T"), \
-                          DepthwiseConvKernelGradOp<T>);
-REGISTER(float);
-REGISTER(double);
+#define REGISTER(T, S)                                                                                  \
+  REGISTER_KERNEL_BUILDER(                                                                              \
+      Name("SitDepthwiseConv").Device(DEVICE_CPU).TypeConstraint<T>("T").TypeConstraint<S>("S"),        \
+      DepthwiseConvOp<T, S>);                                                                           \
+  REGISTER_KERNEL_BUILDER(                                                                              \
+      Name("SitDepthwiseConvKernelGrad").Device(DEVICE_CPU).TypeConstraint<T>("T").TypeConstraint<S>("S"), \
+      DepthwiseConvKernelGradOp<T, S>);
+REGISTER(float, float);
+REGISTER(double, double);
+REGISTER(float, bfloat16);
 #undef REGISTER
 
 }  // namespace

@@ -46,10 +46,11 @@ std::vector<T> Taps(const T* kernel, const ConvSizes& n) {
   return taps;
 }
 
-// out[t] += a[t] b[t], t < n: the one loop of the ops, vectorised by the compiler.
-template <typename T>
-inline void MultiplyAdd(T* __restrict out, const T* __restrict a, const T* __restrict b, int64_t n) {
-  for (int64_t t = 0; t < n; ++t) out[t] += a[t] * b[t];
+// out[t] += a[t] b[t], t < n, in T (a and b may be stored as bfloat16): the one loop of the ops, vectorised
+// by the compiler.
+template <typename T, typename A, typename B>
+inline void MultiplyAdd(T* __restrict out, const A* __restrict a, const B* __restrict b, int64_t n) {
+  for (int64_t t = 0; t < n; ++t) out[t] += static_cast<T>(a[t]) * static_cast<T>(b[t]);
 }
 
 // Calls tap(i, j, first, last, start) for each tap (i, j) and each part [first, last) of the output row h
@@ -71,33 +72,40 @@ inline void ForEachTap(const ConvSizes& n, int64_t h, Tap tap) {
   }
 }
 
-// Row h of the convolution of the image `in` (H rows of W C values) with the taps, written to out.
-template <typename T>
-void ConvolveRow(const ConvSizes& n, const T* in, int64_t h, const T* taps, T* out) {
+// Row h of the convolution of the image `in` (H rows of W C values, stored as S) with the taps, written to out.
+template <typename T, typename S>
+void ConvolveRow(const ConvSizes& n, const S* in, int64_t h, const T* taps, T* out) {
   std::fill(out, out + n.row, T(0));
   ForEachTap(n, h, [&](int64_t i, int64_t j, int64_t first, int64_t last, int64_t start) {
-    const T* source = in + (h + i - n.radius) * n.row + (j - n.radius) * n.channels;
+    const S* source = in + (h + i - n.radius) * n.row + (j - n.radius) * n.channels;
     MultiplyAdd(out + first, taps + (i * n.side + j) * n.run + first - start, source + first, last - first);
   });
 }
 
-// y (B, H, W, C): x (B, H, W, C) convolved with the kernel (k, k, C).
-template <typename T>
-void DepthwiseConv(const T* x_data, const T* kernel_data, const ConvSizes& n, T* y_data, const Shards& shards) {
+// y (B, H, W, C): x (B, H, W, C) convolved with the kernel (k, k, C); x and y stored as S (T, or bfloat16 for
+// T = float: each row is summed in T and rounded once).
+template <typename T, typename S>
+void DepthwiseConv(const S* x_data, const T* kernel_data, const ConvSizes& n, S* y_data, const Shards& shards) {
   if (n.empty()) return;
   const std::vector<T> taps = Taps(kernel_data, n);
   // A unit is a row of the output: (b, h) = (unit / H, unit % H).
   shards(n.rows, 2 * n.side * n.side * n.row, [&](int64_t start, int64_t limit) {
+    std::vector<T> row(std::is_same_v<T, S> ? 0 : n.row);
     for (int64_t unit = start; unit < limit; ++unit) {
       const int64_t b = unit / n.height, h = unit % n.height;
-      ConvolveRow(n, x_data + b * n.height * n.row, h, taps.data(), y_data + unit * n.row);
+      if constexpr (std::is_same_v<T, S>) {
+        ConvolveRow(n, x_data + b * n.height * n.row, h, taps.data(), y_data + unit * n.row);
+      } else {
+        ConvolveRow(n, x_data + b * n.height * n.row, h, taps.data(), row.data());
+        StoreRun(row.data(), n.row, y_data + unit * n.row);
+      }
     }
   });
 }
 
-// dkernel (k, k, C) from dy and x (B, H, W, C).
-template <typename T>
-void DepthwiseConvKernelGrad(const T* dy_data, const T* x_data, const ConvSizes& n, T* dkernel_data,
+// dkernel (k, k, C) from dy and x (B, H, W, C), both stored as S.
+template <typename T, typename S>
+void DepthwiseConvKernelGrad(const S* dy_data, const S* x_data, const ConvSizes& n, T* dkernel_data,
                              const Shards& shards) {
   const int64_t k = n.side;
   std::fill(dkernel_data, dkernel_data + k * k * n.channels, T(0));
@@ -112,10 +120,10 @@ void DepthwiseConvKernelGrad(const T* dy_data, const T* x_data, const ConvSizes&
       T* unit_sums = sums.data() + u * unit_values;
       for (int64_t row = u * n.rows / units; row < (u + 1) * n.rows / units; ++row) {
         const int64_t b = row / n.height, h = row % n.height;
-        const T* image = x_data + b * n.height * n.row;
-        const T* g = dy_data + row * n.row;
+        const S* image = x_data + b * n.height * n.row;
+        const S* g = dy_data + row * n.row;
         ForEachTap(n, h, [&](int64_t i, int64_t j, int64_t first, int64_t last, int64_t start) {
-          const T* source = image + (h + i - n.radius) * n.row + (j - n.radius) * n.channels;
+          const S* source = image + (h + i - n.radius) * n.row + (j - n.radius) * n.channels;
           MultiplyAdd(unit_sums + (i * k + j) * n.run + first - start, g + first, source + first, last - first);
         });
       }

@@ -91,13 +91,15 @@ inline void Store(bfloat16* p, Lanes<float> v) {
   __builtin_memcpy(p, &halves, sizeof(halves));
 }
 
-// to[0, n) = from[0, n) in S (float, double or bfloat16), n a multiple of kLanes.
+// to[0, n) = from[0, n) in S (float, double or bfloat16).
 template <typename T, typename S>
 inline void StoreRun(const T* from, int64_t n, S* to) {
   if constexpr (std::is_same_v<T, S>) {
     std::copy(from, from + n, to);
   } else {
-    for (int64_t e = 0; e < n; e += kLanes) Store(to + e, Load(from + e));
+    int64_t e = 0;
+    for (; e + kLanes <= n; e += kLanes) Store(to + e, Load(from + e));
+    for (; e < n; ++e) to[e] = static_cast<S>(from[e]);
   }
 }
 

@@ -6,6 +6,7 @@
 // (tf.nn.max_pool2d(x, k, k, "VALID")).
 // SitMaxPoolGrad: x, y, dy (B, H / k, W / k, C) -> dx (B, H, W, C): dy[b, i, j, c] at the window's first
 // maximum in row-major order, zero elsewhere (the position TensorFlow's MaxPoolGrad picks on CPU).
+// Both take bfloat16 too (mixed_bfloat16): a maximum and a placed gradient are exact in any dtype.
 //
 // SitStridedMaxPoolGrad: x (B, H, W, C), y, dy (B, ceil(H / s), ceil(W / s), C) -> dx (B, H, W, C): the
 // gradient of tf.nn.max_pool2d(x, k, s, "SAME") with overlapping windows (s < k, the IMPALA-CNN's 3x3 windows
@@ -24,7 +25,7 @@ REGISTER_OP("SitMaxPool")
     .Input("x: T")
     .Output("y: T")
     .Attr("size: int >= 1")
-    .Attr("T: {float, double}")
+    .Attr("T: {float, double, bfloat16}")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle x;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &x));
@@ -51,7 +52,7 @@ REGISTER_OP("SitMaxPoolGrad")
     .Input("dy: T")
     .Output("dx: T")
     .Attr("size: int >= 1")
-    .Attr("T: {float, double}")
+    .Attr("T: {float, double, bfloat16}")
     .SetShapeFn(GradientShape);
 
 REGISTER_OP("SitStridedMaxPoolGrad")
@@ -160,6 +161,9 @@ class StridedMaxPoolGradOp : public OpKernel {
 REGISTER(float);
 REGISTER(double);
 #undef REGISTER
+REGISTER_KERNEL_BUILDER(Name("SitMaxPool").Device(DEVICE_CPU).TypeConstraint<bfloat16>("T"), MaxPoolOp<bfloat16>);
+REGISTER_KERNEL_BUILDER(Name("SitMaxPoolGrad").Device(DEVICE_CPU).TypeConstraint<bfloat16>("T"),
+                        MaxPoolGradOp<bfloat16>);
 
 }  // namespace
 }  // namespace sit_keras

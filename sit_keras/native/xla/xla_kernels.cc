@@ -95,6 +95,20 @@ std::string Target(const char* name, DataType dtype) {
   return std::string(name) + (dtype == tensorflow::DT_DOUBLE ? "_f64" : "_f32");
 }
 
+// Attribute S, the dtype the stem's, the attention and the standardisation ops store their large tensors in,
+// is T under XLA: the custom calls take float or double buffers, and sit_keras.native casts bfloat16 up
+// around the ops in a compiled function.
+Status CheckStorageIsComputeType(OpKernelConstruction* context) {
+  DataType compute, storage;
+  TF_RETURN_IF_ERROR(context->GetAttr("T", &compute));
+  TF_RETURN_IF_ERROR(context->GetAttr("S", &storage));
+  if (storage != compute) {
+    return InvalidArgument(context->def().op(), " under XLA needs S = T; got S = ",
+                           tensorflow::DataTypeString(storage), ", T = ", tensorflow::DataTypeString(compute));
+  }
+  return Status();
+}
+
 // --- SitMaxPool, SitMaxPoolGrad ---------------------------------------------------------------------
 
 template <typename T>
@@ -301,6 +315,7 @@ void DepthwiseConvKernelGradHost(void* out, const void** in, const char* opaque,
 class DepthwiseConvXla : public XlaOpKernel {
  public:
   explicit DepthwiseConvXla(OpKernelConstruction* context) : XlaOpKernel(context) {
+    OP_REQUIRES_OK(context, CheckStorageIsComputeType(context));
     grad_ = type_string() == "SitDepthwiseConvKernelGrad";
   }
 
@@ -411,20 +426,6 @@ void ClassTokenAttentionGradHost(void* out, const void** in, const char* opaque,
   ClassTokenAttentionGrad(call.s, std::move(call.orbits), call.orbit_gradients, In<T>(in, 0), In<T>(in, 1),
                           In<T>(in, 2), In<T>(in, 3), In<T>(in, 4), Out<T>(out, 0), Out<T>(out, 1), Out<T>(out, 2),
                           HostPool()->NumThreads(), HostShards());
-}
-
-// Attribute S (the dtype the attention and standardisation ops store their large tensors in) is T under XLA:
-// the custom calls take float or double buffers, and sit_keras.native casts bfloat16 up around the ops in a
-// compiled function.
-Status CheckStorageIsComputeType(OpKernelConstruction* context) {
-  DataType compute, storage;
-  TF_RETURN_IF_ERROR(context->GetAttr("T", &compute));
-  TF_RETURN_IF_ERROR(context->GetAttr("S", &storage));
-  if (storage != compute) {
-    return InvalidArgument(context->def().op(), " under XLA needs S = T; got S = ",
-                           tensorflow::DataTypeString(storage), ", T = ", tensorflow::DataTypeString(compute));
-  }
-  return Status();
 }
 
 // The attention ops' XLA kernels: each checks what its TensorFlow kernel checks (window_attention.h),
@@ -637,14 +638,14 @@ REGISTER("SitChannelsFirstProjection", ProjectionXla);
 REGISTER("SitChannelsFirstProjectionKernelGrad", ProjectionXla);
 REGISTER("SitConv2D", Conv2DXla);
 REGISTER("SitConv2DKernelGrad", Conv2DKernelGradXla);
-REGISTER("SitDepthwiseConv", DepthwiseConvXla);
-REGISTER("SitDepthwiseConvKernelGrad", DepthwiseConvXla);
 #undef REGISTER
 // The ops whose large tensors have their own dtype S (float or double here: CheckStorageIsComputeType).
 #define REGISTER(op, kernel)                                                                      \
   REGISTER_XLA_OP(Name(op).TypeConstraint("T", kTypes).TypeConstraint("S", kTypes).Device(        \
                       tensorflow::DEVICE_CPU_XLA_JIT),                                            \
                   kernel)
+REGISTER("SitDepthwiseConv", DepthwiseConvXla);
+REGISTER("SitDepthwiseConvKernelGrad", DepthwiseConvXla);
 REGISTER("SitClassTokenAttention", ClassTokenAttentionXla);
 REGISTER("SitClassTokenAttentionGrad", ClassTokenAttentionXla);
 REGISTER("SitStandardizedLanes", StandardizedLanesXla);
