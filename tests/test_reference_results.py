@@ -8211,7 +8211,7 @@ def test_the_one_pass_section_is_its_alternated_ppo_runs():
 def test_the_targets_at_e9d6e53_are_the_run():
     """docs/speed.md's "The targets at e9d6e53": the table is the e8edbda and e9d6e53 runs' rows; the counts,
     Procgen's env steps/s and the MiniGrid CNN's steps are the run's; only bfloat16 missed in every run."""
-    section, flat = _speed_section("#### The targets at e9d6e53", "\n## Encoders")
+    section, flat = _speed_section("#### The targets at e9d6e53", "\n#### bfloat16 in, bfloat16 out")
     previous = _report("speed_targets_amx_prefetch.json")
     run = _report("speed_targets_amx_one_pass.json")
     assert run["commit"].startswith("e9d6e53") and "AMX" in run["machine"]
@@ -8228,6 +8228,95 @@ def test_the_targets_at_e9d6e53_are_the_run():
     for report in runs:
         never &= {t["what"] for t in report["targets"] if t["met"] is False}
     assert never == {"SiT bfloat16 / float32 train step"}  # every other target met in one of the runs
+
+
+def _assert_precision_rounds(section: str, flat: str, tag: str, commits: tuple[str, str]) -> dict:
+    """A section's four alternated ``speed_encoders_amx_<tag>_{before,after}_run{1,2}.json``, each named in
+    it and a row of its table (the SiT's float32 and mixed_bfloat16 steps), the ratio lower after in both
+    rounds; returns the ratios by (when, round)."""
+    ratios = {}
+    for when, commit in zip(("before", "after"), commits, strict=True):
+        for run in (1, 2):
+            name = f"speed_encoders_amx_{tag}_{when}_run{run}.json"
+            assert f"`benchmarks/reference/{name}`" in flat
+            report = _report(name)
+            assert report["commit"].startswith(commit) and "AMX" in report["machine"]
+            sit = report["models"]["sit"]
+            graph = sit["timings"]["train_step"]["graph"]["median_ms"]
+            low = sit["precision"]["mixed_bfloat16"]
+            ratios[when, run] = low["over_float32"]
+            cells = f"{graph:.1f} | {low['median_ms']:.1f} | {low['over_float32']:.2f}"
+            assert f"| {commit}, round {run} | {cells} |" in section
+    assert max(ratios["after", 1], ratios["after", 2]) < min(ratios["before", 1], ratios["before", 2])
+    return ratios
+
+
+def _one_op_profiles(flat: str, tag: str, commit: str) -> tuple[dict, dict]:
+    """The float32 and mixed_bfloat16 profiles ``op_profile_one_op_amx_<tag>_*.json`` a section names, both
+    one op at a time at ``commit``."""
+    reports = []
+    for precision in ("float32", "mixed_bfloat16"):
+        name = f"op_profile_one_op_amx_{tag}_{precision}.json"
+        assert f"`benchmarks/reference/{name}`" in flat
+        report = _report(name)
+        assert report["commit"].startswith(commit) and "AMX" in report["machine"]
+        assert report["settings"]["one_op_at_a_time"] and report["settings"]["precision"] == precision
+        reports.append(report)
+    return reports[0], reports[1]
+
+
+def _op_times(report: dict) -> dict[str, float]:
+    return {row["op"]: row["ms_per_call"] for row in report["op_types"]}
+
+
+def test_the_bfloat16_storage_section_is_its_runs():
+    """docs/speed.md's "bfloat16 in, bfloat16 out": the alternated rounds before and after, the ratio lower
+    after; the casts, the ops that read bfloat16 and the additions as its profiles give them."""
+    section, flat = _speed_section("#### bfloat16 in, bfloat16 out", "\n#### The skip connection in the op")
+    _assert_precision_rounds(section, flat, "bf16_storage", ("341b9b6", "63e4365"))
+    f32, bf16 = (_op_times(r) for r in _one_op_profiles(flat, "bf16_storage", "63e4365"))
+    before = _op_times(_report("op_profile_one_op_amx_mixed_bfloat16.json"))
+    casts = f"the casts take {bf16['Cast']:.1f} ms of the bfloat16 step ({before['Cast']:.1f} ms before)"
+    assert casts in flat
+    grad, window = "SitClassTokenAttentionGrad", "SitWindowAttention"
+    assert (
+        f"the class token's gradient {bf16[grad]:.1f} against {f32[grad]:.1f} ms, the window op "
+        f"{bf16[window]:.1f} against {f32[window]:.1f} ms"
+    ) in flat
+    assert f"{bf16['AddV2']:.1f} ms of additions against {f32['AddV2']:.1f} ms in float32" in flat
+
+
+def test_the_skip_in_op_section_is_its_runs():
+    """docs/speed.md's "The skip connection in the op": the alternated rounds, the ratio lower after; the
+    profiles' table and sums, and the local GSA's bfloat16 addition gone from the step."""
+    section, flat = _speed_section("#### The skip connection in the op", "\n#### The stem in bfloat16")
+    _assert_precision_rounds(section, flat, "skip_in_op", ("63e4365", "b339641"))
+    f32, bf16 = _one_op_profiles(flat, "skip_in_op", "b339641")
+    times = [_op_times(f32), _op_times(bf16)]
+    ops = sorted(set(times[0]) | set(times[1]), key=lambda op: -max(t.get(op, 0) for t in times))[:13]
+    for op in ops:
+        cells = [f"{t[op]:.1f}" if op in t else "-" for t in times]
+        assert f"| `{op}` | {cells[0]} | {cells[1]} |" in section
+    high, low = f32["summed_op_ms_per_call"], bf16["summed_op_ms_per_call"]
+    assert f"{high:.1f} ms in float32 and {low:.1f} ms in bfloat16, {low / high:.2f}x" in flat
+    assert f"the window op's gradient alone, {times[1]['SitWindowAttentionGrad']:.0f} ms" in flat
+    before = _report("op_profile_one_op_amx_bf16_storage_mixed_bfloat16.json")
+    skip_add = "si_t_encoder/local_gsa/add_5"
+    assert skip_add in {row["node"] for row in before["nodes"]}
+    assert not any(row["node"].startswith("si_t_encoder/local_gsa/add") for row in bf16["nodes"])
+
+
+def test_the_stem_bf16_section_is_its_runs():
+    """docs/speed.md's "The stem in bfloat16": the alternated rounds, the ratio lower after; the casts and the
+    pooling as its profiles give them, the casts fewer than at b339641."""
+    section, flat = _speed_section("#### The stem in bfloat16", "\n## Encoders")
+    _assert_precision_rounds(section, flat, "stem_bf16", ("b339641", "f1cc706"))
+    f32, bf16 = (_op_times(r) for r in _one_op_profiles(flat, "stem_bf16", "f1cc706"))
+    before = _op_times(_report("op_profile_one_op_amx_skip_in_op_mixed_bfloat16.json"))
+    casts = f"the casts take {bf16['Cast']:.1f} ms of the bfloat16 step ({before['Cast']:.1f} ms at b339641)"
+    assert casts in flat
+    assert bf16["Cast"] < before["Cast"]
+    assert f"the pooling {bf16['SitMaxPool']:.2f} ms ({f32['SitMaxPool']:.2f} ms in float32)" in flat
 
 
 def test_the_dense_gradients_section_quotes_the_two_speed_target_runs():
