@@ -97,7 +97,7 @@ void DepthwiseConv(const S* x_data, const T* kernel_data, const ConvSizes& n, S*
         ConvolveRow(n, x_data + b * n.height * n.row, h, taps.data(), y_data + unit * n.row);
       } else {
         ConvolveRow(n, x_data + b * n.height * n.row, h, taps.data(), row.data());
-        StoreRun(row.data(), n.row, y_data + unit * n.row);
+        ConvertRun(row.data(), n.row, y_data + unit * n.row);
       }
     }
   });

@@ -95,27 +95,15 @@ inline void Store(bfloat16* p, Lanes<float> v) {
 template <typename S>
 using ComputeType = std::conditional_t<std::is_same_v<S, bfloat16>, float, S>;
 
-// to[0, n) = from[0, n) in T, from stored as S (float, double or bfloat16, widened exactly).
-template <typename S, typename T>
-inline void LoadRun(const S* from, int64_t n, T* to) {
-  if constexpr (std::is_same_v<T, S>) {
+// to[0, n) = from[0, n), each side float, double or bfloat16: widened exactly, or rounded as Cast rounds.
+template <typename From, typename To>
+inline void ConvertRun(const From* from, int64_t n, To* to) {
+  if constexpr (std::is_same_v<From, To>) {
     std::copy(from, from + n, to);
   } else {
     int64_t e = 0;
     for (; e + kLanes <= n; e += kLanes) Store(to + e, Load(from + e));
-    for (; e < n; ++e) to[e] = static_cast<T>(from[e]);
-  }
-}
-
-// to[0, n) = from[0, n) in S (float, double or bfloat16).
-template <typename T, typename S>
-inline void StoreRun(const T* from, int64_t n, S* to) {
-  if constexpr (std::is_same_v<T, S>) {
-    std::copy(from, from + n, to);
-  } else {
-    int64_t e = 0;
-    for (; e + kLanes <= n; e += kLanes) Store(to + e, Load(from + e));
-    for (; e < n; ++e) to[e] = static_cast<S>(from[e]);
+    for (; e < n; ++e) to[e] = static_cast<To>(from[e]);
   }
 }
 

@@ -40,13 +40,13 @@ void MaxPool(const S* x_data, const PoolSizes& n, S* y_data, const Shards& shard
       const int64_t b = unit / n.out_height, i = unit % n.out_height;
       const S* rows = x_data + (b * n.height + i * n.size) * n.row;
       T* m = rows_max.data();
-      LoadRun(rows, covered, m);
+      ConvertRun(rows, covered, m);
       for (int64_t u = 1; u < n.size; ++u) {
         const T* row;
         if constexpr (kStoredAsComputed) {
           row = rows + u * n.row;
         } else {
-          LoadRun(rows + u * n.row, covered, widened.data());
+          ConvertRun(rows + u * n.row, covered, widened.data());
           row = widened.data();
         }
         for (int64_t s = 0; s < covered; ++s) m[s] = std::max(m[s], row[s]);
@@ -65,7 +65,7 @@ void MaxPool(const S* x_data, const PoolSizes& n, S* y_data, const Shards& shard
           out[j * n.channels + c] = best;
         }
       }
-      if constexpr (!kStoredAsComputed) StoreRun(out, n.out_row, y_data + unit * n.out_row);
+      if constexpr (!kStoredAsComputed) ConvertRun(out, n.out_row, y_data + unit * n.out_row);
     }
   });
 }

@@ -258,7 +258,7 @@ void WriteHead(const Source<T, S>& src, const AttentionSizes& s, int64_t h, int6
     for (int64_t f = 0; f < d; ++f) {
       S* dqkv = src.dqkv + (channel + f) * row;
       if (b + kLanes < s.windows) PrefetchRun(dqkv + (b + kLanes) * s.tokens, n, true);
-      StoreRun(buf + f * n, n, dqkv + b * s.tokens);
+      ConvertRun(buf + f * n, n, dqkv + b * s.tokens);
     }
     return;
   }
