@@ -88,7 +88,7 @@ _DTYPES = (tf.float32, tf.float64)
 # bfloat16 tensors pass through the ops in float32 (their arithmetic is float32 or float64). Under
 # mixed_bfloat16 the SiT step then took 1.0-1.1x its float32 step on an AMD host with AVX512_BF16, against
 # 1.5-1.65x through the builtin ops (docs/speed.md); casts at the ops' edges were 19% of it on the AMX host,
-# which the ops that read and write bfloat16 themselves (_in_op_dtype_storing_bfloat16) save.
+# which the ops that read and write bfloat16 themselves (_storing_bfloat16) save.
 _IN_FLOAT32 = (tf.bfloat16,)
 _Function = TypeVar("_Function")
 # The ops keep a window's T x T scores, maps and softmaxes in each thread's cache: token sets up to
