@@ -8309,7 +8309,7 @@ def test_the_skip_in_op_section_is_its_runs():
 def test_the_stem_bf16_section_is_its_runs():
     """docs/speed.md's "The stem in bfloat16": the alternated rounds, the ratio lower after; the casts and the
     pooling as its profiles give them, the casts fewer than at b339641."""
-    section, flat = _speed_section("#### The stem in bfloat16", "\n## Encoders")
+    section, flat = _speed_section("#### The stem in bfloat16", "\n#### The targets at 50474b7")
     _assert_precision_rounds(section, flat, "stem_bf16", ("b339641", "f1cc706"))
     f32, bf16 = (_op_times(r) for r in _one_op_profiles(flat, "stem_bf16", "f1cc706"))
     before = _op_times(_report("op_profile_one_op_amx_skip_in_op_mixed_bfloat16.json"))
@@ -8317,6 +8317,31 @@ def test_the_stem_bf16_section_is_its_runs():
     assert casts in flat
     assert bf16["Cast"] < before["Cast"]
     assert f"the pooling {bf16['SitMaxPool']:.2f} ms ({f32['SitMaxPool']:.2f} ms in float32)" in flat
+
+
+def test_the_targets_at_50474b7_are_the_run():
+    """docs/speed.md's "The targets at 50474b7": the table is the e9d6e53 and 50474b7 runs' rows; the SiT's
+    steps, the MiniGrid CNN's and Procgen's env steps/s are the run's; only bfloat16 missed."""
+    section, flat = _speed_section("#### The targets at 50474b7", "\n## Encoders")
+    previous = _report("speed_targets_amx_one_pass.json")
+    run = _report("speed_targets_amx_bf16_storage.json")
+    assert run["commit"].startswith("50474b7") and "AMX" in run["machine"]
+    _assert_targets_table(section, flat, previous, run)
+    assert {t["what"] for t in run["targets"] if t["met"] is False} == {"SiT bfloat16 / float32 train step"}
+    sit = _report("speed_targets_amx_bf16_storage/encoders_64.json")["models"]["sit"]
+    graph, xla = (sit["timings"]["train_step"][mode]["median_ms"] for mode in ("graph", "xla"))
+    bf16 = sit["precision"]["mixed_bfloat16"]
+    assert f"bfloat16 step is {bf16['median_ms']:.1f} ms against {graph:.1f} ms in float32, " in flat
+    assert f"{bf16['over_float32']:.2f}x (1.04 at e9d6e53)" in flat
+    assert f"the SiT's {xla / graph:.2f} ({xla:.1f} against {graph:.1f} ms)" in flat
+    steps = _report("speed_targets_amx_bf16_storage/encoders_14.json")["models"]
+    cnn = steps["configs/minigrid/lavacrossing_cnn.gin"]["timings"]["train_step"]
+    xla_ms, graph_ms = cnn["xla"]["median_ms"], cnn["graph"]["median_ms"]
+    assert f"step is {xla_ms / graph_ms:.2f} here ({xla_ms:.1f} against {graph_ms:.1f} ms)" in flat
+    procgen = _report("speed_targets_amx_bf16_storage/procgen_ppo.json")
+    sit_sps, impala_sps = (procgen["env_steps_per_second"][m] for m in ("sit", "impala_cnn"))
+    ratio = procgen["ratios"]["impala_cnn_over_sit_env_steps_per_second"]
+    assert f"1/{ratio:.2f} (SiT {sit_sps:.1f} against IMPALA-CNN {impala_sps:.1f} env steps/s)" in flat
 
 
 def test_the_dense_gradients_section_quotes_the_two_speed_target_runs():
