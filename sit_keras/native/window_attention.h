@@ -219,11 +219,11 @@ void ReadHead(const Source<T, S>& src, const T* bias, const AttentionSizes& s, i
   }
 }
 
-// WriteHead's gradients for R inputs (R fixed): into dx (x and dx: rows `row` apart, set when `set`,
-// else added to) and dk (R x 3 d lane-wide entries, rows 3 d kLanes apart), each vector of buf read once
-// for all R rows; the same sums, in the same order, as the loop over any number of rows in WriteHead.
-template <typename T, int R, typename S>
-void WriteProjected(const S* x, const T* w, const T* buf, int64_t row, int64_t n, int64_t d, int64_t dim, bool set,
+// WriteHead's gradients for R inputs (R fixed): into dx (rows `row` apart, set when `set`, else added to)
+// and dk (R x 3 d lane-wide entries, rows 3 d kLanes apart), each vector of buf read once for all R rows;
+// the same sums, in the same order, as the loop over any number of rows in WriteHead. x: rows n apart.
+template <typename T, int R>
+void WriteProjected(const T* x, const T* w, const T* buf, int64_t row, int64_t n, int64_t d, int64_t dim, bool set,
                     T* dx, T* dk) {
   for (int64_t e = 0; e < n; e += kLanes) {
     Lanes<T> acc[R];
@@ -239,7 +239,7 @@ void WriteProjected(const S* x, const T* w, const T* buf, int64_t row, int64_t n
     for (int r = 0; r < R; ++r) acc[r] = Load(dk + (r * 3 * d + f) * kLanes);
     for (int64_t e = 0; e < n; e += kLanes) {
       const Lanes<T> g = Load(buf + f * n + e);
-      for (int r = 0; r < R; ++r) acc[r] += Load(x + r * row + e) * g;
+      for (int r = 0; r < R; ++r) acc[r] += Load(x + r * n + e) * g;
     }
     for (int r = 0; r < R; ++r) Store(dk + (r * 3 * d + f) * kLanes, acc[r]);
   }
@@ -262,19 +262,24 @@ void WriteHead(const Source<T, S>& src, const AttentionSizes& s, int64_t h, int6
     }
     return;
   }
-  const S* x0 = src.x + b * s.tokens;
+  // The block's R runs of x widened to T once, n apart: the kernel gradient's sums read each run d times,
+  // and bfloat16 widened there each time made the op slower in bfloat16 than in float32 (docs/speed.md,
+  // "The first block's inputs widened once").
+  thread_local std::vector<T> inputs;
+  inputs.resize(src.rows * n);
+  for (int64_t r = 0; r < src.rows; ++r) ConvertRun(src.x + r * row + b * s.tokens, n, inputs.data() + r * n);
   const T* w0 = src.kernel + channel;
   T* dx0 = src.dx_heads + h * src.rows * row + b * s.tokens;
   T* dk0 = dkernel + c * d * kLanes;
   switch (src.rows) {
-    case 4: return WriteProjected<T, 4>(x0, w0, buf, row, n, d, dim, c == 0, dx0, dk0);
-    case 5: return WriteProjected<T, 5>(x0, w0, buf, row, n, d, dim, c == 0, dx0, dk0);
-    case 6: return WriteProjected<T, 6>(x0, w0, buf, row, n, d, dim, c == 0, dx0, dk0);
-    case 7: return WriteProjected<T, 7>(x0, w0, buf, row, n, d, dim, c == 0, dx0, dk0);
+    case 4: return WriteProjected<T, 4>(inputs.data(), w0, buf, row, n, d, dim, c == 0, dx0, dk0);
+    case 5: return WriteProjected<T, 5>(inputs.data(), w0, buf, row, n, d, dim, c == 0, dx0, dk0);
+    case 6: return WriteProjected<T, 6>(inputs.data(), w0, buf, row, n, d, dim, c == 0, dx0, dk0);
+    case 7: return WriteProjected<T, 7>(inputs.data(), w0, buf, row, n, d, dim, c == 0, dx0, dk0);
     default: break;
   }
   for (int64_t r = 0; r < src.rows; ++r) {
-    const S* x = x0 + r * row;
+    const T* x = inputs.data() + r * n;
     const T* w = w0 + r * 3 * dim;
     T* dx = dx0 + r * row;
     for (int64_t e = 0; e < n; e += kLanes) {
@@ -1032,9 +1037,15 @@ void WindowAttentionGrad(const AttentionSizes& s, Orbits orbits, bool orbit_grad
                        (s.pairs * (14 * d + s.maps * (2 * s.terms + t_terms + 20)) + 6 * d * t * (1 + s.rows)) *
                        kLanes;
   shards(s.heads * chunks, cost, work);
-  if (s.rows > 0) {  // the heads' shares of the inputs' gradient, in head order
+  if (s.rows > 0) {  // the heads' shares of the inputs' gradient, in head order, a vector at a time
     shards(size, s.heads, [&](int64_t start, int64_t limit) {
-      for (int64_t e = start; e < limit; ++e) {
+      int64_t e = start;
+      for (; e + kLanes <= limit; e += kLanes) {
+        Lanes<T> sum = Load(per_head.data() + e);
+        for (int64_t h = 1; h < s.heads; ++h) sum += Load(per_head.data() + h * size + e);
+        Store(out.dqkv + e, sum);
+      }
+      for (; e < limit; ++e) {
         T sum = per_head[e];
         for (int64_t h = 1; h < s.heads; ++h) sum += per_head[h * size + e];
         out.dqkv[e] = static_cast<S>(sum);
