@@ -41,7 +41,13 @@ pooling and the projection:
   library loads (else they are left out and the report says why);
   ``xla_speedup`` is builtin / native time under XLA, ``xla_over_graph`` the
   attention ops' time under XLA over their time in a graph (the same kernels:
-  what the custom calls cost or save).
+  what the custom calls cost or save);
+- ``first_block_bfloat16``, ``class_token_bfloat16``, ``global_grid_bfloat16``,
+  ``layer_norm_bfloat16``: the attention cases with their large tensors in
+  bfloat16 as ``mixed_bfloat16`` passes them (the first block's pixel values,
+  ``qkv`` or the tokens, and the upstream gradient; the parameters float32),
+  which the ops store as bfloat16; ``bfloat16_over_float32`` is their time
+  over the float32 case's.
 
 Each function, its forward pass and its forward + backward pass (the gradients
 of every input), is called once per round, in interleaved rounds with one
@@ -97,6 +103,7 @@ XLA_CASES = (*STEM_CASES, *PROJECTION_CASES, *POOL_CASES, *ATTENTION_CASES)
 CASES = (
     *SPECTRAL_CASES,
     "layer_norm",
+    *(f"{case}_bfloat16" for case in ATTENTION_CASES),
     *(f"{case}_dense" for case in SPECTRAL_CASES),
     *STEM_CASES,
     *PROJECTION_CASES,
@@ -213,6 +220,9 @@ def _inputs(batch: int, seed: int = 0) -> dict[str, tuple[Callable[..., tf.Tenso
     for case in SPECTRAL_CASES:
         op, inputs = cases[case]
         cases[f"{case}_dense"] = (functools.partial(op, orbits=None), inputs)
+    for case in ATTENTION_CASES:  # the first input is the one the ops store as bfloat16
+        op, inputs = cases[case]
+        cases[f"{case}_bfloat16"] = (op, [tf.cast(inputs[0], tf.bfloat16), *inputs[1:]])
     for case in XLA_CASES:
         cases[f"{case}_xla"] = cases[case]
     return cases
@@ -225,7 +235,8 @@ def _functions(batch: int) -> dict[tuple[str, str], Callable[[], Any]]:
     for case, (op, inputs) in _inputs(batch).items():
         if case not in measured:
             continue
-        upstream = tf.random.stateless_normal(op(*inputs).shape, seed=[1, 2])
+        out = op(*inputs)
+        upstream = tf.cast(tf.random.stateless_normal(out.shape, seed=[1, 2]), out.dtype)
         case, jit_compile = case.removesuffix("_xla"), case.endswith("_xla")
         differentiated = tuple(DIFFERENTIATED.get(case, range(len(inputs))))
 
@@ -264,6 +275,10 @@ def measure(batch: int, repeats: int) -> dict[str, Any]:
     results["spectral_speedup"] = {
         case: {stage: medians[f"{case}_dense", stage] / medians[case, stage] for stage in stages}
         for case in SPECTRAL_CASES
+    }
+    results["bfloat16_over_float32"] = {
+        case: {stage: medians[f"{case}_bfloat16", stage] / medians[case, stage] for stage in stages}
+        for case in ATTENTION_CASES
     }
     for case in ("stem", "projection", "pool"):
         results[f"{case}_speedup"] = {
@@ -323,6 +338,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("Graphs mixed in the quarter turn's orbits, speed-up over dense mixing (dense / spectral time):")
     for case, speedup in results["spectral_speedup"].items():
         print(f"  {case}: forward {speedup['forward']:.2f}x, forward + backward {speedup['backward']:.2f}x")
+    print("With bfloat16 storage, time over float32's (bfloat16 / float32 time):")
+    for case, ratio in results["bfloat16_over_float32"].items():
+        print(f"  {case}: forward {ratio['forward']:.2f}x, forward + backward {ratio['backward']:.2f}x")
     stem = results["stem_speedup"]
     print(
         "The stem's native depth-wise convolution, speed-up over tf.nn.depthwise_conv2d (builtin / native "

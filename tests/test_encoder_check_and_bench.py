@@ -542,6 +542,13 @@ def test_native_ops_times_each_kernel_forward_and_backward(tmp_path, capsys):
         for stage in ("forward", "backward"):
             speedup = results[f"{case}_builtin"][stage]["median_ms"] / results[case][stage]["median_ms"]
             assert results[f"{case}_speedup"][stage] == pytest.approx(speedup, rel=1e-6)
+    for case in cases[:4]:  # the attention ops again, storing bfloat16
+        ratio = results["bfloat16_over_float32"][case]
+        for stage in ("forward", "backward"):
+            stored = results[f"{case}_bfloat16"][stage]["median_ms"]
+            assert ratio[stage] == pytest.approx(stored / results[case][stage]["median_ms"], rel=1e-6)
+        line = f"  {case}: forward {ratio['forward']:.2f}x, forward + backward {ratio['backward']:.2f}x"
+        assert line in printed
     assert report["settings"]["projection"] == {"kernel": [64, 192], "columns": 16 * 64 * 17}
     assert report["settings"]["pool"] == {"maps": [64, 64, 3], "size": 2}
     if native.xla_load_problem() is None:  # under XLA too, through the ops' XLA kernels
