@@ -221,10 +221,10 @@ void ReadHead(const Source<T, S>& src, const T* bias, const AttentionSizes& s, i
 
 // WriteHead's gradients for R inputs (R fixed): into dx (rows `row` apart, set when `set`, else added to)
 // and dk (R x 3 d lane-wide entries, rows 3 d kLanes apart), each vector of buf read once for all R rows;
-// the same sums, in the same order, as the loop over any number of rows in WriteHead. x: rows n apart.
+// the same sums, in the same order, as the loop over any number of rows in WriteHead. x: rows x_row apart.
 template <typename T, int R>
-void WriteProjected(const T* x, const T* w, const T* buf, int64_t row, int64_t n, int64_t d, int64_t dim, bool set,
-                    T* dx, T* dk) {
+void WriteProjected(const T* x, int64_t x_row, const T* w, const T* buf, int64_t row, int64_t n, int64_t d,
+                    int64_t dim, bool set, T* dx, T* dk) {
   for (int64_t e = 0; e < n; e += kLanes) {
     Lanes<T> acc[R];
     for (int r = 0; r < R; ++r) acc[r] = set ? Lanes<T>{} : Load(dx + r * row + e);
@@ -239,7 +239,7 @@ void WriteProjected(const T* x, const T* w, const T* buf, int64_t row, int64_t n
     for (int r = 0; r < R; ++r) acc[r] = Load(dk + (r * 3 * d + f) * kLanes);
     for (int64_t e = 0; e < n; e += kLanes) {
       const Lanes<T> g = Load(buf + f * n + e);
-      for (int r = 0; r < R; ++r) acc[r] += Load(x + r * n + e) * g;
+      for (int r = 0; r < R; ++r) acc[r] += Load(x + r * x_row + e) * g;
     }
     for (int r = 0; r < R; ++r) Store(dk + (r * 3 * d + f) * kLanes, acc[r]);
   }
@@ -262,24 +262,32 @@ void WriteHead(const Source<T, S>& src, const AttentionSizes& s, int64_t h, int6
     }
     return;
   }
-  // The block's R runs of x widened to T once, n apart: the kernel gradient's sums read each run d times,
-  // and bfloat16 widened there each time made the op slower in bfloat16 than in float32 (docs/speed.md,
-  // "The first block's inputs widened once").
-  thread_local std::vector<T> inputs;
-  inputs.resize(src.rows * n);
-  for (int64_t r = 0; r < src.rows; ++r) ConvertRun(src.x + r * row + b * s.tokens, n, inputs.data() + r * n);
+  // x's R runs of this block as T, x_row apart. bfloat16 is widened here once, n apart: the kernel gradient's
+  // sums read each run d times, and widened there each time it made the op slower in bfloat16 than in float32
+  // (docs/speed.md, "The first block's inputs widened once").
+  const T* x0;
+  int64_t x_row = row;
+  if constexpr (std::is_same_v<S, T>) {
+    x0 = src.x + b * s.tokens;
+  } else {
+    thread_local std::vector<T> widened;
+    widened.resize(src.rows * n);
+    for (int64_t r = 0; r < src.rows; ++r) ConvertRun(src.x + r * row + b * s.tokens, n, widened.data() + r * n);
+    x0 = widened.data();
+    x_row = n;
+  }
   const T* w0 = src.kernel + channel;
   T* dx0 = src.dx_heads + h * src.rows * row + b * s.tokens;
   T* dk0 = dkernel + c * d * kLanes;
   switch (src.rows) {
-    case 4: return WriteProjected<T, 4>(inputs.data(), w0, buf, row, n, d, dim, c == 0, dx0, dk0);
-    case 5: return WriteProjected<T, 5>(inputs.data(), w0, buf, row, n, d, dim, c == 0, dx0, dk0);
-    case 6: return WriteProjected<T, 6>(inputs.data(), w0, buf, row, n, d, dim, c == 0, dx0, dk0);
-    case 7: return WriteProjected<T, 7>(inputs.data(), w0, buf, row, n, d, dim, c == 0, dx0, dk0);
+    case 4: return WriteProjected<T, 4>(x0, x_row, w0, buf, row, n, d, dim, c == 0, dx0, dk0);
+    case 5: return WriteProjected<T, 5>(x0, x_row, w0, buf, row, n, d, dim, c == 0, dx0, dk0);
+    case 6: return WriteProjected<T, 6>(x0, x_row, w0, buf, row, n, d, dim, c == 0, dx0, dk0);
+    case 7: return WriteProjected<T, 7>(x0, x_row, w0, buf, row, n, d, dim, c == 0, dx0, dk0);
     default: break;
   }
   for (int64_t r = 0; r < src.rows; ++r) {
-    const T* x = inputs.data() + r * n;
+    const T* x = x0 + r * x_row;
     const T* w = w0 + r * 3 * dim;
     T* dx = dx0 + r * row;
     for (int64_t e = 0; e < n; e += kLanes) {
