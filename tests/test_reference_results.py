@@ -8322,7 +8322,8 @@ def test_the_stem_bf16_section_is_its_runs():
 def test_the_targets_at_50474b7_are_the_run():
     """docs/speed.md's "The targets at 50474b7": the table is the e9d6e53 and 50474b7 runs' rows; the SiT's
     steps, the MiniGrid CNN's and Procgen's env steps/s are the run's; only bfloat16 missed."""
-    section, flat = _speed_section("#### The targets at 50474b7", "\n## Encoders")
+    end = "\n#### The first block's inputs widened once"
+    section, flat = _speed_section("#### The targets at 50474b7", end)
     previous = _report("speed_targets_amx_one_pass.json")
     run = _report("speed_targets_amx_bf16_storage.json")
     assert run["commit"].startswith("50474b7") and "AMX" in run["machine"]
@@ -8342,6 +8343,39 @@ def test_the_targets_at_50474b7_are_the_run():
     sit_sps, impala_sps = (procgen["env_steps_per_second"][m] for m in ("sit", "impala_cnn"))
     ratio = procgen["ratios"]["impala_cnn_over_sit_env_steps_per_second"]
     assert f"1/{ratio:.2f} (SiT {sit_sps:.1f} against IMPALA-CNN {impala_sps:.1f} env steps/s)" in flat
+
+
+def test_the_widened_once_section_is_its_runs():
+    """docs/speed.md's "The first block's inputs widened once": the eight alternated native_ops reports, each
+    named and a row of the table; the medians quoted; the bfloat16 op faster after in every round's median,
+    the float32 op within 3%."""
+    section, flat = _speed_section("#### The first block's inputs widened once", "\n## Encoders")
+    ratios, times = {}, {}
+    for when, commit in (("before", "074cffe"), ("after", "9c6ad0b")):
+        for run in (1, 2, 3, 4):
+            name = f"native_ops_amx_widened_once_{when}_run{run}.json"
+            assert f"`benchmarks/reference/{name}`" in flat
+            report = _report(name)
+            assert report["commit"].startswith(commit) and "AMX" in report["machine"]
+            results = report["results"]
+            f32, bf16 = (results[case]["backward"] for case in ("first_block", "first_block_bfloat16"))
+            ratio = results["bfloat16_over_float32"]["first_block"]["backward"]
+            assert ratio == pytest.approx(bf16["median_ms"] / f32["median_ms"])
+            cells = [f"{f32['median_ms']:.1f}", f"{bf16['median_ms']:.1f}", f"{ratio:.2f}"]
+            cells += [f"{f32['matmul_times']:.2f}", f"{bf16['matmul_times']:.2f}"]
+            assert f"| {commit}, round {run} | {' | '.join(cells)} |" in section
+            ratios.setdefault(when, []).append(ratio)
+            times.setdefault(when, []).append((f32["median_ms"], bf16["median_ms"]))
+    median = {w: statistics.median(r) for w, r in ratios.items()}
+    f32, bf16 = ({w: statistics.median(t[i] for t in times[w]) for w in times} for i in (0, 1))
+    assert f"from {bf16['before']:.1f} to {bf16['after']:.1f} ms" in flat
+    assert f"its ratio from {median['before']:.2f} to {median['after']:.2f}" in flat
+    assert f"({f32['before']:.1f} and {f32['after']:.1f} ms)" in flat
+    assert bf16["after"] < bf16["before"] and abs(f32["after"] / f32["before"] - 1) < 0.03
+    after = [_report(f"native_ops_amx_widened_once_after_run{run}.json")["results"] for run in (1, 2, 3, 4)]
+    for case in ("class_token", "global_grid", "layer_norm"):
+        ratio = statistics.median(r["bfloat16_over_float32"][case]["backward"] for r in after)
+        assert f"{case.replace('_', ' ')} {ratio:.2f}" in flat
 
 
 def test_the_dense_gradients_section_quotes_the_two_speed_target_runs():
