@@ -8230,13 +8230,15 @@ def test_the_targets_at_e9d6e53_are_the_run():
     assert never == {"SiT bfloat16 / float32 train step"}  # every other target met in one of the runs
 
 
-def _assert_precision_rounds(section: str, flat: str, tag: str, commits: tuple[str, str]) -> dict:
-    """A section's four alternated ``speed_encoders_amx_<tag>_{before,after}_run{1,2}.json``, each named in
-    it and a row of its table (the SiT's float32 and mixed_bfloat16 steps), the ratio lower after in both
-    rounds; returns the ratios by (when, round)."""
+def _assert_precision_rounds(
+    section: str, flat: str, tag: str, commits: tuple[str, str], runs: tuple[int, ...] = (1, 2)
+) -> dict:
+    """A section's alternated ``speed_encoders_amx_<tag>_{before,after}_run<r>.json`` for r in ``runs``,
+    each named in it and a row of its table (the SiT's float32 and mixed_bfloat16 steps), the ratio lower
+    after in every round; returns the ratios by (when, round)."""
     ratios = {}
     for when, commit in zip(("before", "after"), commits, strict=True):
-        for run in (1, 2):
+        for run in runs:
             name = f"speed_encoders_amx_{tag}_{when}_run{run}.json"
             assert f"`benchmarks/reference/{name}`" in flat
             report = _report(name)
@@ -8247,7 +8249,7 @@ def _assert_precision_rounds(section: str, flat: str, tag: str, commits: tuple[s
             ratios[when, run] = low["over_float32"]
             cells = f"{graph:.1f} | {low['median_ms']:.1f} | {low['over_float32']:.2f}"
             assert f"| {commit}, round {run} | {cells} |" in section
-    assert max(ratios["after", 1], ratios["after", 2]) < min(ratios["before", 1], ratios["before", 2])
+    assert max(ratios["after", r] for r in runs) < min(ratios["before", r] for r in runs)
     return ratios
 
 
@@ -8376,6 +8378,16 @@ def test_the_widened_once_section_is_its_runs():
     for case in ("class_token", "global_grid", "layer_norm"):
         ratio = statistics.median(r["bfloat16_over_float32"][case]["backward"] for r in after)
         assert f"{case.replace('_', ' ')} {ratio:.2f}" in flat
+    _assert_precision_rounds(section, flat, "widened_once", ("074cffe", "d5f63c5"), runs=(1, 2, 3))
+    steps = [
+        _report(f"speed_encoders_amx_widened_once_{when}_run{run}.json")["models"]["sit"]["timings"]
+        for when in ("before", "after")
+        for run in (1, 2, 3)
+    ]
+    graph = [step["train_step"]["graph"]["median_ms"] for step in steps]
+    targets = _report("speed_targets_amx_bf16_storage/encoders_64.json")["models"]["sit"]["timings"]
+    speed_run = targets["train_step"]["graph"]["median_ms"]
+    assert f"(the float32 step {min(graph):.0f}-{max(graph):.0f} ms against {speed_run:.0f} ms" in flat
 
 
 def test_the_dense_gradients_section_quotes_the_two_speed_target_runs():
