@@ -8271,13 +8271,28 @@ def _op_times(report: dict) -> dict[str, float]:
     return {row["op"]: row["ms_per_call"] for row in report["op_types"]}
 
 
+def _precision_change(
+    title: str, end: str, tag: str, commits: tuple[str, str], previous: str
+) -> tuple[str, str, dict, dict, dict]:
+    """A bfloat16 change's docs/speed.md section ``title`` (to ``end``) and its flattened text, its alternated
+    rounds checked (``_assert_precision_rounds``); the float32 and bfloat16 op times of its one-op profiles
+    at the later commit, and the bfloat16 op times of the ``previous`` profile."""
+    section, flat = _speed_section(title, end)
+    _assert_precision_rounds(section, flat, tag, commits)
+    f32, bf16 = (_op_times(r) for r in _one_op_profiles(flat, tag, commits[1]))
+    return section, flat, f32, bf16, _op_times(_report(previous))
+
+
 def test_the_bfloat16_storage_section_is_its_runs():
     """docs/speed.md's "bfloat16 in, bfloat16 out": the alternated rounds before and after, the ratio lower
     after; the casts, the ops that read bfloat16 and the additions as its profiles give them."""
-    section, flat = _speed_section("#### bfloat16 in, bfloat16 out", "\n#### The skip connection in the op")
-    _assert_precision_rounds(section, flat, "bf16_storage", ("341b9b6", "63e4365"))
-    f32, bf16 = (_op_times(r) for r in _one_op_profiles(flat, "bf16_storage", "63e4365"))
-    before = _op_times(_report("op_profile_one_op_amx_mixed_bfloat16.json"))
+    _, flat, f32, bf16, before = _precision_change(
+        "#### bfloat16 in, bfloat16 out",
+        "\n#### The skip connection in the op",
+        "bf16_storage",
+        ("341b9b6", "63e4365"),
+        "op_profile_one_op_amx_mixed_bfloat16.json",
+    )
     casts = f"the casts take {bf16['Cast']:.1f} ms of the bfloat16 step ({before['Cast']:.1f} ms before)"
     assert casts in flat
     grad, window = "SitClassTokenAttentionGrad", "SitWindowAttention"
@@ -8311,10 +8326,13 @@ def test_the_skip_in_op_section_is_its_runs():
 def test_the_stem_bf16_section_is_its_runs():
     """docs/speed.md's "The stem in bfloat16": the alternated rounds, the ratio lower after; the casts and the
     pooling as its profiles give them, the casts fewer than at b339641."""
-    section, flat = _speed_section("#### The stem in bfloat16", "\n#### The targets at 50474b7")
-    _assert_precision_rounds(section, flat, "stem_bf16", ("b339641", "f1cc706"))
-    f32, bf16 = (_op_times(r) for r in _one_op_profiles(flat, "stem_bf16", "f1cc706"))
-    before = _op_times(_report("op_profile_one_op_amx_skip_in_op_mixed_bfloat16.json"))
+    _, flat, f32, bf16, before = _precision_change(
+        "#### The stem in bfloat16",
+        "\n#### The targets at 50474b7",
+        "stem_bf16",
+        ("b339641", "f1cc706"),
+        "op_profile_one_op_amx_skip_in_op_mixed_bfloat16.json",
+    )
     casts = f"the casts take {bf16['Cast']:.1f} ms of the bfloat16 step ({before['Cast']:.1f} ms at b339641)"
     assert casts in flat
     assert bf16["Cast"] < before["Cast"]
