@@ -13,7 +13,8 @@ What this file proves:
 - under XLA the ops keep one dtype (their XLA kernels take float32), with the
   casts around them, and give the same bits;
 - a mixed_bfloat16 SiT's train step runs those ops with bfloat16 storage, and
-  no cast feeds them their large tensors;
+  no cast feeds them their large tensors; the attention ops' graphs are built
+  in float32 from the float32 weights, with no cast on the way;
 - under XLA, an op whose storage dtype is not its arithmetic's refuses in one sentence.
 """
 
@@ -25,6 +26,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
+from tensorflow.python.framework import op_def_registry
 from traced_ops import needs_xla_kernels
 
 from sit_keras import native
@@ -237,3 +239,41 @@ def test_a_mixed_bfloat16_sits_train_step_runs_the_ops_storing_bfloat16() -> Non
         assert "Cast" not in {producer for _, producer in kinds}
     pooling = _dtypes_of(make_train_step(sit, jit_compile=False), images, ("SitMaxPool", "SitMaxPoolGrad"))
     assert pooling == {tf.bfloat16}
+
+
+def _graphs_inputs_of(function, *args) -> set[tuple[tf.DType, str]]:
+    """The dtype (attribute T) of every attention op's ``graphs`` input in ``function`` traced on ``args``,
+    with the type of the op that feeds it, looked through Identity ops."""
+    definition = function.get_concrete_function(*args).graph.as_graph_def()
+    found = set()
+    for nodes in [definition.node, *(f.node_def for f in definition.library.function)]:
+        by_name = {node.name: node for node in nodes}
+        for node in nodes:
+            if node.op in STORING_OPS[:4]:
+                names = [arg.name for arg in op_def_registry.get(node.op).input_arg]
+                graphs = node.input[names.index("graphs")]
+                found.add((tf.as_dtype(node.attr["T"].type), _producer(by_name, graphs)))
+    return found
+
+
+def _producer(by_name: dict, name: str) -> str | None:
+    """The type of the op whose output ``name`` is, looked through Identity ops (None: a function's input)."""
+    node = by_name.get(name.split(":")[0])
+    while node is not None and node.op == "Identity":
+        node = by_name.get(node.input[0].split(":")[0])
+    return None if node is None else node.op
+
+
+def test_a_mixed_bfloat16_sits_attention_ops_take_graphs_built_in_float32_with_no_cast() -> None:
+    images = tf.constant(np.random.default_rng(0).integers(0, 256, size=(2, 16, 16, 3)), tf.uint8)
+    tf_keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        sit = build_encoder("sit", (16, 16, 3), seed=0)
+        sit(images)
+    finally:
+        tf_keras.mixed_precision.set_global_policy(None)
+    graph_weights = [w for w in sit.trainable_weights if "qkv_graph" in w.name]
+    assert graph_weights and {w.dtype for w in graph_weights} == {tf.float32}
+    found = _graphs_inputs_of(make_train_step(sit, jit_compile=False), images)
+    assert {dtype for dtype, _ in found} == {tf.float32}
+    assert "Cast" not in {producer for _, producer in found}, found

@@ -293,7 +293,11 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         if self.graph_qkv:
             channels = dim * len(self.graph_qkv)
             self.qkv_graph = self.add_weight(
-                "qkv_graph", (n, channels), initializer=self._graph_initializer([self._self_class()], 1.0, 0)
+                "qkv_graph",
+                (n, channels),
+                initializer=self._graph_initializer([self._self_class()], 1.0, 0),
+                # Read in float32 by the native ops, which compute in it; the builtin paths cast.
+                experimental_autocast=False,
             )
         if self.score_graph:
             self.score_graph_weights = self.add_weight(
@@ -411,15 +415,20 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         """
         return tf.matmul(qkv, self.token_graphs_transposed(training))
 
-    def token_graphs_transposed(self, training: bool | None = None) -> tf.Tensor:
+    def token_graphs_transposed(
+        self, training: bool | None = None, dtype: tf.DType | None = None
+    ) -> tf.Tensor:
         """``G_q, G_k, G_v`` over all ``T`` tokens, transposed: ``(3 D, T, T)``, ``[f, t, j] = G_f[j, t]``.
 
         The class token's row and column are the identity's (Listing 1), as is
         every channel without a graph; one graph-symmetric dropout mask is drawn.
+        Built in ``dtype`` (the compute dtype if ``None``) from the float32
+        weights: the native ops take float32 graphs under ``mixed_bfloat16``.
         """
+        dtype = tf.as_dtype(dtype or self.compute_dtype)
         if not self.graph_qkv:
-            return tf.eye(self.num_tokens, batch_shape=[3 * self.dim], dtype=self.compute_dtype)
-        weights = graph_symmetric_dropout(self.qkv_graph, self.graph_dropout, training)
+            return tf.eye(self.num_tokens, batch_shape=[3 * self.dim], dtype=dtype)
+        weights = graph_symmetric_dropout(tf.cast(self.qkv_graph, dtype), self.graph_dropout, training)
         # Columns for all 3 D channels; a channel without a graph reads the
         # self-loop class only, i.e. the identity.
         identity = tf.one_hot(
@@ -470,7 +479,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         heads, head_dim, t = self.num_heads, self.head_dim, self.num_tokens
         stable = stable_dtype(self.compute_dtype)
         rows = inputs.shape[0]
-        graphs_t = tf.cast(self.token_graphs_transposed(training), stable)  # (3 D, T, T): [f, t, j]
+        graphs_t = self.token_graphs_transposed(training, stable)  # (3 D, T, T): [f, t, j]
         g_q, g_k, g_v = tf.split(graphs_t, 3, axis=0)
         m_q, m_k, m_v = tf.split(tf.cast(projection, stable), 3, axis=1)  # (R, D) each
         u_q, u_k, _ = tf.split(tf.cast(class_qkv, stable), 3)
@@ -564,7 +573,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
           training: enables graph-symmetric dropout.
           map_shape: ``(H, W)`` of a map to convolve instead of the layer's grid.
         """
-        weights = graph_symmetric_dropout(self.qkv_graph, self.graph_dropout, training)
+        weights = graph_symmetric_dropout(tf.cast(self.qkv_graph, x.dtype), self.graph_dropout, training)
         channels = x.shape[0]
         h, w = map_shape or self.grid_shape
         kernel = expand_shared(weights, self._kernel_index)  # (k, k, F)
@@ -713,7 +722,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         ``G`` scales the map's columns, since ``map(S (.) G) = map diag(G) S``.
         """
         heads = self.num_heads
-        graphs = tf.cast(self.token_graphs_transposed(training), qkv.dtype)
+        graphs = self.token_graphs_transposed(training, native.op_dtype(qkv.dtype))
         scale = 1.0 / math.sqrt(self.head_dim)
         signs = [1.0 if self.symmetrize else 0.0] + ([-1.0] if self.antisymmetric else [])
         if token_only:
