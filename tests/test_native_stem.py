@@ -2,16 +2,17 @@
 
 What this file proves:
 
-- the ops equal ``tf.nn.depthwise_conv2d`` (stride 1, "SAME", depth multiplier 1) and its gradients for
-  the input and the kernel, in float64 to 1e-12, on shapes that are multiples of nothing (the lane
-  width, the kernel) and kernels of 1, 3 and 5, through the wrapper and the kernel-gradient op;
+- the ops equal ``tf.nn.depthwise_conv2d`` (stride 1, "SAME", depth multiplier 1) plus a bias, and its
+  gradients for the input, the kernel and the bias, in float64 to 1e-12, on shapes that are multiples of
+  nothing (the lane width, the kernel) and kernels of 1, 3 and 5, through the wrapper and the
+  kernel-gradient op;
 - a tape outside a ``tf.function`` still gets the input's gradient (the wrapper's separate op for it);
 - the gradients are the same bits on every run (fixed partition of the kernel gradient's sums);
 - malformed inputs raise ``InvalidArgumentError`` naming the expected shapes;
-- a ``GraphConv2D`` stem traced under a gradient tape runs the op, traced without one (a SavedModel's
-  signature) it does not, nor with a stride, a depth multiplier or "valid" padding; in a train step
-  nothing consumes the image's gradient (TensorFlow prunes its op), and the step's gradients are the
-  builtin's; under mixed_bfloat16 the op reads and writes bfloat16 and computes in float32;
+- a ``GraphConv2D`` stem traced under a gradient tape runs the op, which adds its bias, traced without one
+  (a SavedModel's signature) it does not, nor with a stride, a depth multiplier or "valid" padding; in a
+  train step nothing consumes the image's gradient (TensorFlow prunes its op), and the step's gradients are
+  the builtin's; under mixed_bfloat16 the op reads and writes bfloat16 and computes in float32;
 - a SiT whose stem runs the op keeps its rotations and breaks its flips (float64, perturbed weights).
 """
 
@@ -38,15 +39,19 @@ def _ops():
     return native.library()
 
 
-def _builtin(x: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
-    return tf.nn.depthwise_conv2d(x, kernel[..., None], [1, 1, 1, 1], "SAME")
+def _builtin(x: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor | None = None) -> tf.Tensor:
+    y = tf.nn.depthwise_conv2d(x, kernel[..., None], [1, 1, 1, 1], "SAME")
+    return y if bias is None else y + bias
 
 
-def _with_gradients(conv, x: tf.Tensor, kernel: tf.Tensor, dy: tf.Tensor) -> list[tf.Tensor]:
+def _with_gradients(
+    conv, x: tf.Tensor, kernel: tf.Tensor, dy: tf.Tensor, bias: tf.Tensor | None = None
+) -> list[tf.Tensor]:
+    sources = [x, kernel] if bias is None else [x, kernel, bias]
     with tf.GradientTape() as tape:
-        tape.watch([x, kernel])
-        y = conv(x, kernel)
-    return [y, *tape.gradient(y, [x, kernel], output_gradients=dy)]
+        tape.watch(sources)
+        y = conv(x, kernel) if bias is None else conv(x, kernel, bias)
+    return [y, *tape.gradient(y, sources, output_gradients=dy)]
 
 
 shapes = st.tuples(
@@ -61,12 +66,17 @@ def test_the_op_and_its_gradients_are_the_builtin_convolutions(shape: tuple, see
     rng = np.random.default_rng(seed)
     x = tf.constant(rng.normal(size=(images, height, width, channels)))
     kernel = tf.constant(rng.normal(size=(side, side, channels)))
+    bias = tf.constant(rng.normal(size=(channels,)))
     dy = tf.constant(rng.normal(size=x.shape))
-    expected = _with_gradients(_builtin, x, kernel, dy)
-    for a, b in zip(_with_gradients(native.depthwise_conv, x, kernel, dy), expected, strict=True):
+    expected = _with_gradients(_builtin, x, kernel, dy, bias)
+    for a, b in zip(_with_gradients(native.depthwise_conv, x, kernel, dy, bias), expected, strict=True):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12, atol=1e-12)
-    dkernel = _ops().sit_depthwise_conv_kernel_grad(dy, x, kernel)
+    dkernel, dbias = _ops().sit_depthwise_conv_kernel_grad(dy, x, kernel)
     np.testing.assert_allclose(dkernel.numpy(), expected[2].numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(dbias.numpy(), expected[3].numpy(), rtol=1e-12, atol=1e-12)
+    # Without a bias, the wrapper's convolution is the builtin's alone.
+    unbiased = native.depthwise_conv(x, kernel)
+    np.testing.assert_allclose(unbiased.numpy(), _builtin(x, kernel).numpy(), rtol=1e-12, atol=1e-12)
 
 
 def test_a_tape_outside_a_function_gets_the_inputs_gradient() -> None:
@@ -87,8 +97,9 @@ def test_the_gradients_are_the_same_on_every_run() -> None:
     rng = np.random.default_rng(1)
     x = tf.constant(rng.normal(size=(24, 33, 35, 3)), tf.float32)
     kernel = tf.constant(rng.normal(size=(3, 3, 3)), tf.float32)
+    bias = tf.constant(rng.normal(size=(3,)), tf.float32)
     dy = tf.constant(rng.normal(size=x.shape), tf.float32)
-    runs = [_with_gradients(native.depthwise_conv, x, kernel, dy)[1:] for _ in range(3)]
+    runs = [_with_gradients(native.depthwise_conv, x, kernel, dy, bias)[1:] for _ in range(3)]
     for run in runs[1:]:
         for a, b in zip(runs[0], run, strict=True):
             np.testing.assert_array_equal(a.numpy(), b.numpy())
@@ -108,9 +119,15 @@ def test_the_gradients_are_the_same_on_every_run() -> None:
 def test_the_ops_refuse_malformed_inputs(x_shape: tuple, kernel_shape: tuple, message: str) -> None:
     x, kernel = tf.zeros(x_shape), tf.zeros(kernel_shape)
     with pytest.raises(tf.errors.InvalidArgumentError, match=message):
-        _ops().sit_depthwise_conv(x, kernel)
+        _ops().sit_depthwise_conv(x, kernel, tf.zeros(x_shape[-1:]))
     with pytest.raises(tf.errors.InvalidArgumentError, match=message):
         _ops().sit_depthwise_conv_kernel_grad(tf.zeros(x_shape), x, kernel)
+
+
+@pytest.mark.parametrize("bias_shape", [(2,), (3, 1), ()])
+def test_the_op_refuses_a_bias_of_another_shape(bias_shape: tuple) -> None:
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"expects a bias \(3\); got \["):
+        _ops().sit_depthwise_conv(tf.zeros((2, 5, 5, 3)), tf.zeros((3, 3, 3)), tf.zeros(bias_shape))
 
 
 def test_the_gradient_op_refuses_a_dy_of_another_shape() -> None:
@@ -137,6 +154,7 @@ def test_a_stem_runs_the_op_under_a_tape_and_the_builtin_op_elsewhere() -> None:
     trained = _train_step(stem)
     assert {"SitDepthwiseConv", "SitDepthwiseConvKernelGrad"} <= op_types(trained, images)
     assert "DepthwiseConv2dNative" not in op_types(trained, images)
+    assert not {"AddV2", "BiasAdd", "BiasAddGrad"} & op_types(trained, images)  # the op adds the bias
     forward = tf.function(lambda x: stem(x))
     assert "SitDepthwiseConv" not in op_types(forward, images)
     assert "DepthwiseConv2dNative" in op_types(forward, images)

@@ -87,14 +87,16 @@ def test_under_xla_the_pooling_is_the_kernels_and_equals_tensorflows(shape: tupl
         np.testing.assert_array_equal(got, want)
 
 
-def _stem_with_gradients(x: tf.Tensor, kernel: tf.Tensor, dy: tf.Tensor, use_native: bool) -> list[tf.Tensor]:
+def _stem_with_gradients(
+    x: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor, dy: tf.Tensor, use_native: bool
+) -> list[tf.Tensor]:
     with tf.GradientTape() as tape:
-        tape.watch([x, kernel])
+        tape.watch([x, kernel, bias])
         if use_native:
-            y = native.depthwise_conv(x, kernel)
+            y = native.depthwise_conv(x, kernel, bias)
         else:
-            y = tf.nn.depthwise_conv2d(x, kernel[..., None], [1, 1, 1, 1], "SAME")
-    return [y, *tape.gradient(y, [x, kernel], output_gradients=dy)]
+            y = tf.nn.depthwise_conv2d(x, kernel[..., None], [1, 1, 1, 1], "SAME") + bias
+    return [y, *tape.gradient(y, [x, kernel, bias], output_gradients=dy)]
 
 
 @needs_xla_kernels
@@ -105,12 +107,14 @@ def test_under_xla_the_stem_is_the_kernels_and_equals_tensorflows(shape: tuple, 
     rng = np.random.default_rng(seed)
     x = tf.constant(rng.normal(size=(images, height, width, channels)))
     kernel = tf.constant(rng.normal(size=(side, side, channels)))
+    bias = tf.constant(rng.normal(size=(channels,)))
     dy = tf.constant(rng.normal(size=x.shape))
     compiled = tf.function(lambda *args: _stem_with_gradients(*args, True), jit_compile=True)
     assert {"sit_depthwise_conv_f64", "sit_depthwise_conv_kernel_grad_f64"} <= custom_calls(
-        compiled, x, kernel, dy
+        compiled, x, kernel, bias, dy
     )
-    for got, want in zip(compiled(x, kernel, dy), _stem_with_gradients(x, kernel, dy, False), strict=True):
+    expected = _stem_with_gradients(x, kernel, bias, dy, False)
+    for got, want in zip(compiled(x, kernel, bias, dy), expected, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
@@ -339,9 +343,14 @@ def test_in_a_compiled_function_only_ops_with_an_xla_kernel_are_usable() -> None
         ),
         (
             "sit_depthwise_conv",
-            [(2, 5, 5, 3), (2, 2, 3)],
+            [(2, 5, 5, 3), (2, 2, 3), (3,)],
             r"SitDepthwiseConv expects x \(B, H, W, C\) and a kernel \(k, k, 3\) with k odd; "
             r"got \[2,5,5,3\] and \[2,2,3\]",
+        ),
+        (
+            "sit_depthwise_conv",
+            [(2, 5, 5, 3), (3, 3, 3), (2,)],
+            r"SitDepthwiseConv expects a bias \[3\]; got \[2\]",
         ),
         (
             "sit_depthwise_conv_kernel_grad",
@@ -375,6 +384,7 @@ def test_in_a_compiled_function_only_ops_with_an_xla_kernel_are_usable() -> None
         "projection_rows",
         "kernel_grad_columns",
         "stem_kernel",
+        "stem_bias",
         "stem_dy",
         "class_token_qkv",
         "class_token_dout",

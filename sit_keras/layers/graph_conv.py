@@ -161,7 +161,9 @@ class GraphConv2D(tf_keras.layers.Layer):
         if self.uses_dense_form:
             out = tf.nn.conv2d(inputs, self.dense_kernel(), strides=stride, padding=padding)
         elif self.uses_native_op(inputs.dtype):
-            out = native.depthwise_conv(inputs, self.kernel()[..., 0])
+            # The op adds the bias (read in the compute dtype, as `out + self.bias` would).
+            bias = tf.convert_to_tensor(self.bias) if self.use_bias else None
+            return native.depthwise_conv(inputs, self.kernel()[..., 0], bias)
         else:
             out = tf.nn.depthwise_conv2d(inputs, self.kernel(), strides=stride, padding=padding)
         return out + self.bias if self.use_bias else out

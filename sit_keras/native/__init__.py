@@ -477,16 +477,16 @@ def conv2d(
 
 
 @_storing_bfloat16("inputs")
-def depthwise_conv(inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
-    """``tf.nn.depthwise_conv2d(inputs, kernel[..., None], [1, 1, 1, 1], "SAME")`` in one op.
+def depthwise_conv(inputs: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor | None = None) -> tf.Tensor:
+    """``tf.nn.depthwise_conv2d(inputs, kernel[..., None], [1, 1, 1, 1], "SAME") + bias`` in one op.
 
-    ``inputs (B, H, W, C)``, ``kernel (k, k, C)`` with ``k`` odd: a depth-wise
-    convolution of stride 1 with "same" padding and no depth multiplier (the
-    SiT's stem, ``GraphConv2D``), as multiply-adds along whole image rows
-    (``depthwise_stem.cc``). The gradient takes the kernel's from
-    ``SitDepthwiseConvKernelGrad`` and the input's from a separate op, the
-    convolution of the upstream gradient with the kernel turned by 180
-    degrees: in a traced function whose result does not need the input's
+    ``inputs (B, H, W, C)``, ``kernel (k, k, C)`` with ``k`` odd, ``bias (C)``
+    (zeros if ``None``): a depth-wise convolution of stride 1 with "same"
+    padding and no depth multiplier (the SiT's stem, ``GraphConv2D``), as
+    multiply-adds along whole image rows (``depthwise_stem.cc``). The gradient
+    takes the kernel's and the bias's from ``SitDepthwiseConvKernelGrad`` and
+    the input's from a separate op, the convolution of the upstream gradient
+    with the kernel turned by 180 degrees: in a traced function whose result does not need the input's
     gradient (the image of a train step) nothing consumes that op and
     TensorFlow prunes it (one op computing both measured as long as the two
     apart). Deciding at the call
@@ -495,15 +495,18 @@ def depthwise_conv(inputs: tf.Tensor, kernel: tf.Tensor) -> tf.Tensor:
     """
     ops = _library_or_raise()
 
+    if bias is None:
+        bias = tf.zeros(kernel.shape[-1:], kernel.dtype)
+
     @tf.custom_gradient
-    def convolve(x: tf.Tensor, w: tf.Tensor) -> tf.Tensor:
-        def grad(dy: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            dkernel = ops.sit_depthwise_conv_kernel_grad(dy, x, w)
-            return ops.sit_depthwise_conv(dy, tf.reverse(w, [0, 1])), dkernel
+    def convolve(x: tf.Tensor, w: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
+        def grad(dy: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+            dkernel, dbias = ops.sit_depthwise_conv_kernel_grad(dy, x, w)
+            return ops.sit_depthwise_conv(dy, tf.reverse(w, [0, 1]), tf.zeros_like(b)), dkernel, dbias
 
-        return ops.sit_depthwise_conv(x, w), grad
+        return ops.sit_depthwise_conv(x, w, b), grad
 
-    return convolve(inputs, kernel)
+    return convolve(inputs, kernel, bias)
 
 
 @_storing_bfloat16("inputs")

@@ -82,42 +82,52 @@ void ConvolveRow(const ConvSizes& n, const S* in, int64_t h, const T* taps, T* o
   });
 }
 
-// y (B, H, W, C): x (B, H, W, C) convolved with the kernel (k, k, C); x and y stored as S (T, or bfloat16 for
-// T = float: each row is summed in T and rounded once).
+// y (B, H, W, C): x (B, H, W, C) convolved with the kernel (k, k, C), then the bias (C) added; x and y stored
+// as S (T, or bfloat16 for T = float: each row is summed in T and rounded once, with its bias).
 template <typename T, typename S>
-void DepthwiseConv(const S* x_data, const T* kernel_data, const ConvSizes& n, S* y_data, const Shards& shards) {
+void DepthwiseConv(const S* x_data, const T* kernel_data, const T* bias_data, const ConvSizes& n, S* y_data,
+                   const Shards& shards) {
   if (n.empty()) return;
   const std::vector<T> taps = Taps(kernel_data, n);
+  std::vector<T> bias_row(n.row);  // bias[s mod C] along a row
+  for (int64_t s = 0; s < n.row; ++s) bias_row[s] = bias_data[s % n.channels];
   // A unit is a row of the output: (b, h) = (unit / H, unit % H).
   shards(n.rows, 2 * n.side * n.side * n.row, [&](int64_t start, int64_t limit) {
     std::vector<T> row(std::is_same_v<T, S> ? 0 : n.row);
     for (int64_t unit = start; unit < limit; ++unit) {
       const int64_t b = unit / n.height, h = unit % n.height;
+      T* out;
       if constexpr (std::is_same_v<T, S>) {
-        ConvolveRow(n, x_data + b * n.height * n.row, h, taps.data(), y_data + unit * n.row);
+        out = y_data + unit * n.row;
       } else {
-        ConvolveRow(n, x_data + b * n.height * n.row, h, taps.data(), row.data());
-        ConvertRun(row.data(), n.row, y_data + unit * n.row);
+        out = row.data();
       }
+      ConvolveRow(n, x_data + b * n.height * n.row, h, taps.data(), out);
+      // Added after the taps, as `conv + bias` would.
+      for (int64_t t = 0; t < n.row; ++t) out[t] += bias_row[t];
+      if constexpr (!std::is_same_v<T, S>) ConvertRun(row.data(), n.row, y_data + unit * n.row);
     }
   });
 }
 
-// dkernel (k, k, C) from dy and x (B, H, W, C), both stored as S.
+// dkernel (k, k, C) and dbias (C) from dy and x (B, H, W, C), both stored as S.
 template <typename T, typename S>
 void DepthwiseConvKernelGrad(const S* dy_data, const S* x_data, const ConvSizes& n, T* dkernel_data,
-                             const Shards& shards) {
+                             T* dbias_data, const Shards& shards) {
   const int64_t k = n.side;
   std::fill(dkernel_data, dkernel_data + k * k * n.channels, T(0));
+  std::fill(dbias_data, dbias_data + n.channels, T(0));
   if (n.empty()) return;
   // Unit u sums rows [u rows / units, (u + 1) rows / units) into its own taps-shaped sums: sums[u][(i k + j)
-  // run + s] holds dy[t] x[t + (j - r) C] of its rows' values t = start + s of every run.
-  const int64_t units = std::min(n.rows, kGradientUnits), unit_values = k * k * n.run;
+  // run + s] holds dy[t] x[t + (j - r) C] of its rows' values t = start + s of every run, and the last
+  // run-long block, sums[u][k k run + s], holds dy[t] alone (the bias's).
+  const int64_t units = std::min(n.rows, kGradientUnits), unit_values = (k * k + 1) * n.run;
   std::vector<T> sums(units * unit_values, T(0));
-  const int64_t cost = 2 * k * k * n.row * (n.rows / units + 1);
+  const int64_t cost = 2 * (k * k + 1) * n.row * (n.rows / units + 1);
   shards(units, cost, [&](int64_t start, int64_t limit) {
     for (int64_t u = start; u < limit; ++u) {
       T* unit_sums = sums.data() + u * unit_values;
+      T* bias_sums = unit_sums + k * k * n.run;
       for (int64_t row = u * n.rows / units; row < (u + 1) * n.rows / units; ++row) {
         const int64_t b = row / n.height, h = row % n.height;
         const S* image = x_data + b * n.height * n.row;
@@ -126,14 +136,19 @@ void DepthwiseConvKernelGrad(const S* dy_data, const S* x_data, const ConvSizes&
           const S* source = image + (h + i - n.radius) * n.row + (j - n.radius) * n.channels;
           MultiplyAdd(unit_sums + (i * k + j) * n.run + first - start, g + first, source + first, last - first);
         });
+        for (int64_t start = 0; start < n.row; start += n.run) {
+          const int64_t count = std::min(n.run, n.row - start);
+          for (int64_t s = 0; s < count; ++s) bias_sums[s] += static_cast<T>(g[start + s]);
+        }
       }
     }
   });
-  // dkernel[i, j, c]: the units' sums at s = c mod C, unit by unit, run value by run value.
+  // dkernel[i, j, c] and dbias[c]: the units' sums at s = c mod C, unit by unit, run value by run value.
   for (int64_t u = 0; u < units; ++u) {
-    for (int64_t tap = 0; tap < k * k; ++tap) {
+    for (int64_t tap = 0; tap <= k * k; ++tap) {
       const T* unit_sums = sums.data() + u * unit_values + tap * n.run;
-      for (int64_t s = 0; s < n.run; ++s) dkernel_data[tap * n.channels + s % n.channels] += unit_sums[s];
+      T* out = tap < k * k ? dkernel_data + tap * n.channels : dbias_data;
+      for (int64_t s = 0; s < n.run; ++s) out[s % n.channels] += unit_sums[s];
     }
   }
 }

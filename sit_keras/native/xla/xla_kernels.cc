@@ -300,16 +300,18 @@ class Conv2DKernelGradXla : public XlaOpKernel {
 template <typename T>
 void DepthwiseConvHost(void* out, const void** in, const char* opaque, size_t length, XlaCustomCallStatus*) {
   const std::vector<int64_t> s = OpaqueSizes(opaque, length);  // B, H, W, C, k
-  DepthwiseConv(static_cast<const T*>(in[0]), static_cast<const T*>(in[1]), ConvSizes(s[0], s[1], s[2], s[3], s[4]),
-                static_cast<T*>(out), HostShards());
+  DepthwiseConv(static_cast<const T*>(in[0]), static_cast<const T*>(in[1]), static_cast<const T*>(in[2]),
+                ConvSizes(s[0], s[1], s[2], s[3], s[4]), static_cast<T*>(out), HostShards());
 }
 
 template <typename T>
 void DepthwiseConvKernelGradHost(void* out, const void** in, const char* opaque, size_t length,
                                  XlaCustomCallStatus*) {
   const std::vector<int64_t> s = OpaqueSizes(opaque, length);
+  void** results = static_cast<void**>(out);  // a tuple: dkernel, dbias
   DepthwiseConvKernelGrad(static_cast<const T*>(in[0]), static_cast<const T*>(in[1]),
-                          ConvSizes(s[0], s[1], s[2], s[3], s[4]), static_cast<T*>(out), HostShards());
+                          ConvSizes(s[0], s[1], s[2], s[3], s[4]), static_cast<T*>(results[0]),
+                          static_cast<T*>(results[1]), HostShards());
 }
 
 class DepthwiseConvXla : public XlaOpKernel {
@@ -320,7 +322,7 @@ class DepthwiseConvXla : public XlaOpKernel {
   }
 
   void Compile(XlaOpKernelContext* ctx) override {
-    // The convolution takes (x, kernel); the kernel's gradient (dy, x, kernel).
+    // The convolution takes (x, kernel, bias); the kernel's gradient (dy, x, kernel).
     const int first = grad_ ? 1 : 0;
     const tensorflow::TensorShape x = ctx->InputShape(first), kernel = ctx->InputShape(first + 1);
     const char* op = grad_ ? "SitDepthwiseConvKernelGrad" : "SitDepthwiseConv";
@@ -332,16 +334,23 @@ class DepthwiseConvXla : public XlaOpKernel {
                                 ") with k odd; got ", x.DebugString(), " and ", kernel.DebugString()));
     const std::vector<int64_t> sizes = {x.dim_size(0), x.dim_size(1), x.dim_size(2), x.dim_size(3),
                                         kernel.dim_size(0)};
+    const tensorflow::TensorShape bias({kernel.dim_size(2)});
     if (!grad_) {
-      ctx->SetOutput(0, Call(ctx, Target("sit_depthwise_conv", ctx->input_type(0)), {ctx->Input(0), ctx->Input(1)},
-                             {x, kernel}, x, sizes));
+      OP_REQUIRES(ctx, ctx->InputShape(2) == bias,
+                  InvalidArgument(op, " expects a bias ", bias.DebugString(), "; got ",
+                                  ctx->InputShape(2).DebugString()));
+      ctx->SetOutput(0, Call(ctx, Target("sit_depthwise_conv", ctx->input_type(0)),
+                             {ctx->Input(0), ctx->Input(1), ctx->Input(2)}, {x, kernel, bias}, x, sizes));
       return;
     }
     OP_REQUIRES(ctx, ctx->InputShape(0) == x,
                 InvalidArgument(op, " expects dy of x's shape ", x.DebugString(), "; got ",
                                 ctx->InputShape(0).DebugString()));
-    ctx->SetOutput(0, Call(ctx, Target("sit_depthwise_conv_kernel_grad", ctx->input_type(0)),
-                           {ctx->Input(0), ctx->Input(1)}, {x, x}, kernel, sizes));
+    const xla::Shape result = xla::ShapeUtil::MakeTupleShape({ShapeOf(ctx, kernel), ShapeOf(ctx, bias)});
+    const xla::XlaOp call = CustomCall(ctx, Target("sit_depthwise_conv_kernel_grad", ctx->input_type(0)),
+                                       {ctx->Input(0), ctx->Input(1)}, {ShapeOf(ctx, x), ShapeOf(ctx, x)}, result,
+                                       sizes);
+    for (int i = 0; i < 2; ++i) ctx->SetOutput(i, xla::GetTupleElement(call, i));
   }
 
  private:
