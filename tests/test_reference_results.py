@@ -8369,7 +8369,8 @@ def test_the_widened_once_section_is_its_runs():
     """docs/speed.md's "The first block's inputs widened once": the eight alternated native_ops reports, each
     named and a row of the table; the medians quoted; the bfloat16 op faster after in every round's median,
     the float32 op within 3%."""
-    section, flat = _speed_section("#### The first block's inputs widened once", "\n## Encoders")
+    end = "\n#### The graphs in float32 and the stem's bias in its op"
+    section, flat = _speed_section("#### The first block's inputs widened once", end)
     ratios, times = {}, {}
     for when, commit in (("before", "074cffe"), ("after", "9c6ad0b")):
         for run in (1, 2, 3, 4):
@@ -8595,3 +8596,55 @@ def test_the_prefetch_section_quotes_its_projection_gradient_rounds():
         f"gradients, whose code no build changed, moved over {min(builtin):.1f}-{max(builtin):.1f} ms" in flat
     )
     assert f"three rounds of the benchmark above {spans['f']} ms, within its noise" in flat
+
+
+def test_the_graphs_and_bias_section_is_its_runs():
+    """docs/speed.md's "The graphs in float32 and the stem's bias in its op": the one-op profiles' rows and
+    the time the removed ops took; the fourteen alternated rounds, each named and a row of the table; the
+    medians quoted, and the ratio not claimed lower after (it is not, in the medians)."""
+    section, flat = _speed_section(
+        "#### The graphs in float32 and the stem's bias in its op", "\n## Encoders"
+    )
+    commits = {"before": "914f146", "after": "f83e27b"}
+    times = {}
+    for when, commit in commits.items():
+        for precision in ("float32", "mixed_bfloat16"):
+            name = f"op_profile_one_op_amx_graphs_bias_{when}_{precision}.json"
+            assert f"`benchmarks/reference/{name}`" in flat
+            report = _report(name)
+            assert report["commit"].startswith(commit) and "AMX" in report["machine"]
+            assert report["settings"]["one_op_at_a_time"] and report["settings"]["precision"] == precision
+            times[when, precision] = {**_op_times(report), "all ops": report["summed_op_ms_per_call"]}
+    columns = [(w, p) for p in ("float32", "mixed_bfloat16") for w in ("before", "after")]
+    for op in ("Cast", "AddV2", "Sum", "_MklTranspose", "all ops"):
+        label = op if op == "all ops" else f"`{op}`"
+        assert f"| {label} | {' | '.join(f'{times[c][op]:.1f}' for c in columns)} |" in section
+    removed = {
+        p: sum(times["before", p][op] - times["after", p][op] for op in ("Cast", "AddV2", "Sum"))
+        for p in ("float32", "mixed_bfloat16")
+    }
+    bf16_removed, f32_removed = removed["mixed_bfloat16"], removed["float32"]
+    assert (
+        f"come to {bf16_removed:.1f} ms of the bfloat16 step and {f32_removed:.1f} ms of the float32 one"
+        in flat
+    )
+    steps = {}
+    for run in range(1, 8):
+        for when, commit in commits.items():
+            name = f"speed_encoders_amx_graphs_bias_{when}_run{run}.json"
+            assert f"`benchmarks/reference/{name}`" in flat
+            report = _report(name)
+            assert report["commit"].startswith(commit) and "AMX" in report["machine"]
+            sit = report["models"]["sit"]
+            graph = sit["timings"]["train_step"]["graph"]["median_ms"]
+            low = sit["precision"]["mixed_bfloat16"]
+            cells = f"{graph:.1f} | {low['median_ms']:.1f} | {low['over_float32']:.2f}"
+            assert f"| {commit}, round {run} | {cells} |" in section
+            steps.setdefault(when, []).append((graph, low["median_ms"], low["over_float32"]))
+    medians = {w: [statistics.median(s[i] for s in steps[w]) for i in range(3)] for w in steps}
+    (f32, bf16, ratio), (f32_after, bf16_after, ratio_after) = medians["before"], medians["after"]
+    assert (
+        f"float32 {f32:.1f} and {f32_after:.1f} ms, bfloat16 {bf16:.1f} and {bf16_after:.1f} ms, "
+        f"ratio {ratio:.2f} and {ratio_after:.2f}"
+    ) in flat
+    assert ratio_after >= ratio and "The ratio is not lower after" in flat
