@@ -29,6 +29,12 @@ pooling and the projection:
   form under ``native.builtin_only()``), whose backward passes return the
   output as well (neither gradient reads it); ``projection_speedup`` is
   builtin / native time;
+- ``projection_bfloat16``: the same projection on bfloat16 kernel and tokens,
+  as the layers run it under ``mixed_bfloat16`` (``native.project_bfloat16``
+  for the values and the input's gradient where the CPU has AMX, else
+  TensorFlow's matmuls), and ``projection_bfloat16_builtin``: TensorFlow's
+  bfloat16 matmuls; ``projection_bfloat16_speedup`` is builtin / native time
+  and ``projects_bfloat16_on_amx`` says whether the op ran;
 - ``pool``: ``max_pool``, the 2 x 2 max-pooling of the stem's ``--batch``
   64x64x3 maps, and ``pool_builtin``: ``tf.nn.max_pool2d`` on the same, whose
   backward passes return the output as well; ``pool_speedup`` is builtin /
@@ -96,6 +102,7 @@ WINDOW_TOKENS = 4 * 4 + 1  # a window's pixels and its class token
 SPECTRAL_CASES = ("first_block", "class_token", "global_grid")
 STEM_CASES = ("stem", "stem_builtin")
 PROJECTION_CASES = ("projection", "projection_builtin")
+BFLOAT16_PROJECTION_CASES = ("projection_bfloat16", "projection_bfloat16_builtin")
 POOL_CASES = ("pool", "pool_builtin")
 # The cases compiled by XLA too (as f"{case}_xla"), where the ops' XLA kernels load.
 ATTENTION_CASES = (*SPECTRAL_CASES, "layer_norm")
@@ -107,6 +114,7 @@ CASES = (
     *(f"{case}_dense" for case in SPECTRAL_CASES),
     *STEM_CASES,
     *PROJECTION_CASES,
+    *BFLOAT16_PROJECTION_CASES,
     *POOL_CASES,
 )
 
@@ -123,7 +131,7 @@ IMAGE_SIDE, IMAGE_CHANNELS, STEM_KERNEL, POOL_SIZE = 64, 3, 3, 2
 # the output too: their gradients do not read it, and TensorFlow would prune the forward op.
 DIFFERENTIATED = {
     **{case: (1,) for case in STEM_CASES},
-    **{case: (0, 1) for case in PROJECTION_CASES},
+    **{case: (0, 1) for case in PROJECTION_CASES + BFLOAT16_PROJECTION_CASES},
     **{case: (0,) for case in POOL_CASES},
 }
 
@@ -214,6 +222,9 @@ def _inputs(batch: int, seed: int = 0) -> dict[str, tuple[Callable[..., tf.Tenso
     tokens = [normal(DIM, 3 * DIM, scale=0.1), normal(DIM, windows * WINDOW_TOKENS)]
     cases["projection"] = (native.project_channels_first, tokens)
     cases["projection_builtin"] = (projection_builtin, tokens)
+    tokens_bfloat16 = [tf.cast(t, tf.bfloat16) for t in tokens]
+    cases["projection_bfloat16"] = (project_channels_first, tokens_bfloat16)
+    cases["projection_bfloat16_builtin"] = (projection_builtin, tokens_bfloat16)
     stem_maps = [normal(batch, IMAGE_SIDE, IMAGE_SIDE, IMAGE_CHANNELS)]
     cases["pool"] = (functools.partial(native.max_pool, size=POOL_SIZE), stem_maps)
     cases["pool_builtin"] = (lambda maps: tf.nn.max_pool2d(maps, POOL_SIZE, POOL_SIZE, "VALID"), stem_maps)
@@ -280,7 +291,8 @@ def measure(batch: int, repeats: int) -> dict[str, Any]:
         case: {stage: medians[f"{case}_bfloat16", stage] / medians[case, stage] for stage in stages}
         for case in ATTENTION_CASES
     }
-    for case in ("stem", "projection", "pool"):
+    results["projects_bfloat16_on_amx"] = native.projects_bfloat16_on_amx()
+    for case in ("stem", "projection", "projection_bfloat16", "pool"):
         results[f"{case}_speedup"] = {
             stage: medians[f"{case}_builtin", stage] / medians[case, stage] for stage in stages
         }
@@ -350,6 +362,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         "The native channels-first projection, speed-up over TensorFlow's matmuls (builtin / native time): "
         f"forward {projection['forward']:.2f}x, forward + backward {projection['backward']:.2f}x"
+    )
+    projection = results["projection_bfloat16_speedup"]
+    kind = (
+        "on AMX tiles"
+        if results["projects_bfloat16_on_amx"]
+        else "through TensorFlow's matmuls (no AMX here)"
+    )
+    print(
+        f"The channels-first projection in bfloat16, {kind}, speed-up over TensorFlow's bfloat16 matmuls "
+        f"(builtin / native time): forward {projection['forward']:.2f}x, "
+        f"forward + backward {projection['backward']:.2f}x"
     )
     pool = results["pool_speedup"]
     print(

@@ -532,16 +532,22 @@ def test_native_ops_times_each_kernel_forward_and_backward(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert f"one 1024^3 matmul: {results['matmul_ms']:.2f} ms" in printed
     cases = ("first_block", "class_token", "global_grid", "layer_norm", "stem", "stem_builtin")
-    for case in (*cases, "projection", "projection_builtin", "pool", "pool_builtin"):
+    projections = ("projection", "projection_builtin", "projection_bfloat16", "projection_bfloat16_builtin")
+    for case in (*cases, *projections, "pool", "pool_builtin"):
         forward, backward = results[case]["forward"], results[case]["backward"]
         for timing in (forward, backward):
             assert timing["median_ms"] > 0
             assert timing["matmul_times"] == pytest.approx(timing["median_ms"] / results["matmul_ms"])
         assert f"| {case} | {forward['median_ms']:.2f} | {backward['median_ms']:.2f} |" in printed
-    for case in ("stem", "projection", "pool"):
+    for case in ("stem", "projection", "projection_bfloat16", "pool"):
         for stage in ("forward", "backward"):
             speedup = results[f"{case}_builtin"][stage]["median_ms"] / results[case][stage]["median_ms"]
             assert results[f"{case}_speedup"][stage] == pytest.approx(speedup, rel=1e-6)
+    assert results["projects_bfloat16_on_amx"] == native.projects_bfloat16_on_amx()
+    kind = (
+        "on AMX tiles" if native.projects_bfloat16_on_amx() else "through TensorFlow's matmuls (no AMX here)"
+    )
+    assert f"The channels-first projection in bfloat16, {kind}, speed-up" in printed
     for case in cases[:4]:  # the attention ops again, storing bfloat16
         ratio = results["bfloat16_over_float32"][case]
         for stage in ("forward", "backward"):

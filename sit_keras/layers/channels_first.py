@@ -27,6 +27,10 @@ def project_channels_first(kernel: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
     forward and 1.30x forward and backward than TensorFlow's matmuls on an
     AVX2 host (docs/speed.md, "The projection in a native op"); under XLA too
     where their XLA kernels are built (``sit_keras.native.XLA_LIBRARY``).
+    bfloat16 tokens and kernel on a CPU with AMX (mixed_bfloat16) run the
+    projection and the input's gradient as ``native.project_bfloat16``, outside
+    XLA: TensorFlow's bfloat16 matmul took about twice the time its bytes take
+    to move (docs/speed.md, "The projection in bfloat16 on AMX tiles").
     """
     # Tensors, not variables: a kernel read from a variable (in the compute dtype under a mixed
     # policy) reaches the variable through that read, outside the custom gradient.
@@ -34,14 +38,23 @@ def project_channels_first(kernel: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
     same_float = x.dtype in (tf.float32, tf.float64) and kernel.dtype == x.dtype
     if same_float and native.usable(x.dtype, native.PROJECTION_OPS):
         return native.project_channels_first(kernel, x)
+    on_amx = (
+        x.dtype == kernel.dtype == tf.bfloat16
+        and native.projects_bfloat16_on_amx()
+        and native.usable(x.dtype, native.BFLOAT16_PROJECTION_OPS)
+    )
 
     @tf.custom_gradient
     def projection(kernel: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
         def grad(upstream: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             # A batch of one: TensorFlow's CPU batched matmul runs this long product faster than its 2-D one.
             kernel_grad = tf.transpose(tf.matmul(upstream[None], x[None], transpose_b=True)[0])  # (R, N)
+            if on_amx:
+                return kernel_grad, native.project_bfloat16(tf.transpose(kernel), upstream)
             return kernel_grad, tf.matmul(kernel, upstream)
 
+        if on_amx:
+            return native.project_bfloat16(kernel, x), grad
         return tf.matmul(kernel, x, transpose_a=True), grad
 
     return projection(kernel, x)

@@ -74,6 +74,8 @@ XLA_LIBRARY = Path(__file__).with_name("_xla_kernels.so")
 # XLA_LIBRARY gives an XLA kernel (xla/xla_kernels.cc): all of them.
 POOL_OPS = frozenset({"SitMaxPool", "SitMaxPoolGrad"})
 PROJECTION_OPS = frozenset({"SitChannelsFirstProjection", "SitChannelsFirstProjectionKernelGrad"})
+# The projection stored as bfloat16 (project_bfloat16), for AMX hosts: no XLA kernel.
+BFLOAT16_PROJECTION_OPS = frozenset({"SitChannelsFirstProjectionBfloat16"})
 STEM_OPS = frozenset({"SitDepthwiseConv", "SitDepthwiseConvKernelGrad"})
 CONV_OPS = frozenset({"SitConv2D", "SitConv2DKernelGrad"})
 STRIDED_POOL_OPS = frozenset({"SitStridedMaxPoolGrad"})
@@ -579,6 +581,23 @@ def project_channels_first(kernel: tf.Tensor, inputs: tf.Tensor) -> tf.Tensor:
         return ops.sit_channels_first_projection(w, x), grad
 
     return projection(kernel, inputs)
+
+
+def projects_bfloat16_on_amx() -> bool:
+    """Whether ``project_bfloat16`` runs on AMX tiles here: a CPU with AMX (the library is built for it)."""
+    return cpu.has_amx(cpu.cpu_flags())
+
+
+def project_bfloat16(kernel: tf.Tensor, inputs: tf.Tensor) -> tf.Tensor:
+    """``tf.matmul(kernel, inputs, transpose_a=True)`` on bfloat16: ``(R, N)``, ``(R, L)`` -> ``(N, L)``.
+
+    Products summed in float, as TensorFlow's bfloat16 matmul sums them; on a
+    CPU with AMX as tile dot products whose outputs are streamed to memory
+    (``channels_first_bfloat16.h``), elsewhere through floats. No gradient of
+    its own: ``sit_keras.layers.channels_first`` runs it for the input's too.
+    Call only where ``usable(tf.bfloat16, BFLOAT16_PROJECTION_OPS)``.
+    """
+    return _library_or_raise().sit_channels_first_projection_bfloat16(kernel, inputs)
 
 
 def first_windows(output: tf.Tensor, inputs: tf.Tensor, axis: int) -> tf.Tensor:

@@ -6,10 +6,14 @@
 // SitChannelsFirstProjectionKernelGrad: dy (N, L), x (R, L) -> dkernel (R, N),
 //   dkernel[r, n] = sum_l x[r, l] dy[n, l]  (tf.matmul(x, dy, transpose_b=True)).
 // The input's gradient, kernel dy, is SitChannelsFirstProjection by the transposed kernel (sit_keras.native).
+// SitChannelsFirstProjectionBfloat16: the projection with the kernel, x and y stored as bfloat16 and the
+//   products summed in float (tf.matmul(kernel, x, transpose_a=True) on bfloat16), for mixed_bfloat16 on
+//   AMX hosts; no XLA kernel.
 //
-// How they compute: channels_first.h.
+// How they compute: channels_first.h, channels_first_bfloat16.h.
 
 #include "channels_first.h"
+#include "channels_first_bfloat16.h"
 #include "kernels.h"
 
 namespace sit_keras {
@@ -20,6 +24,20 @@ REGISTER_OP("SitChannelsFirstProjection")
     .Input("x: T")
     .Output("y: T")
     .Attr("T: {float, double}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle kernel, x;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &kernel));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 2, &x));
+      DimensionHandle rows;
+      TF_RETURN_IF_ERROR(c->Merge(c->Dim(kernel, 0), c->Dim(x, 0), &rows));
+      c->set_output(0, c->Matrix(c->Dim(kernel, 1), c->Dim(x, 1)));
+      return Status();
+    });
+
+REGISTER_OP("SitChannelsFirstProjectionBfloat16")
+    .Input("kernel: bfloat16")
+    .Input("x: bfloat16")
+    .Output("y: bfloat16")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle kernel, x;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &kernel));
@@ -53,6 +71,7 @@ bool CheckRank2(OpKernelContext* context, const char* op, const char* what, cons
   return true;
 }
 
+// T: float or double; bfloat16 for SitChannelsFirstProjectionBfloat16.
 template <typename T>
 class ChannelsFirstProjectionOp : public OpKernel {
  public:
@@ -61,7 +80,8 @@ class ChannelsFirstProjectionOp : public OpKernel {
   void Compute(OpKernelContext* context) override {
     const Tensor& kernel = context->input(0);
     const Tensor& x = context->input(1);
-    const char* op = "SitChannelsFirstProjection";
+    const char* op =
+        std::is_same_v<T, bfloat16> ? "SitChannelsFirstProjectionBfloat16" : "SitChannelsFirstProjection";
     if (!CheckRank2(context, op, "a kernel (R, N)", kernel) || !CheckRank2(context, op, "x (R, L)", x)) {
       return;
     }
@@ -71,8 +91,13 @@ class ChannelsFirstProjectionOp : public OpKernel {
     const int64_t rows = x.dim_size(0), columns = x.dim_size(1), outputs = kernel.dim_size(1);
     Tensor* y = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({outputs, columns}), &y));
-    ProjectChannelsFirst(kernel.flat<T>().data(), x.flat<T>().data(), rows, columns, outputs,
-                         y->flat<T>().data(), ShardsOf(context));
+    if constexpr (std::is_same_v<T, bfloat16>) {
+      ProjectChannelsFirstBfloat16(kernel.flat<T>().data(), x.flat<T>().data(), rows, columns, outputs,
+                                   y->flat<T>().data(), ShardsOf(context));
+    } else {
+      ProjectChannelsFirst(kernel.flat<T>().data(), x.flat<T>().data(), rows, columns, outputs,
+                           y->flat<T>().data(), ShardsOf(context));
+    }
   }
 };
 
@@ -106,6 +131,8 @@ class ChannelsFirstProjectionKernelGradOp : public OpKernel {
 REGISTER(float);
 REGISTER(double);
 #undef REGISTER
+REGISTER_KERNEL_BUILDER(Name("SitChannelsFirstProjectionBfloat16").Device(DEVICE_CPU),
+                        ChannelsFirstProjectionOp<bfloat16>);
 
 }  // namespace
 }  // namespace sit_keras

@@ -23,6 +23,11 @@ def vector_lanes(flags: list[str]) -> int | None:
     return None
 
 
+def has_amx(flags: list[str]) -> bool:
+    """Whether a CPU with ``flags`` has AMX tiles and their bfloat16 dot products."""
+    return {"amx_tile", "amx_bf16"} <= set(flags)
+
+
 def cpu_flags() -> list[str]:
     """This CPU's instruction-set flags, from /proc/cpuinfo (none where it does not exist)."""
     cpuinfo = Path("/proc/cpuinfo")
