@@ -188,6 +188,10 @@ def _inputs(batch: int, seed: int = 0) -> dict[str, tuple[Callable[..., tf.Tenso
         with native.builtin_only():
             return project_channels_first(kernel, x)
 
+    def projection_as_in_training(kernel, x):  # the forward pass too: the layers' native ops need a tape
+        with native.forward_passes():
+            return project_channels_first(kernel, x)
+
     graphs = {t_local: local_graphs, t_grid: grid_graphs}
     cases = {
         "first_block": (
@@ -223,7 +227,7 @@ def _inputs(batch: int, seed: int = 0) -> dict[str, tuple[Callable[..., tf.Tenso
     cases["projection"] = (native.project_channels_first, tokens)
     cases["projection_builtin"] = (projection_builtin, tokens)
     tokens_bfloat16 = [tf.cast(t, tf.bfloat16) for t in tokens]
-    cases["projection_bfloat16"] = (project_channels_first, tokens_bfloat16)
+    cases["projection_bfloat16"] = (projection_as_in_training, tokens_bfloat16)
     cases["projection_bfloat16_builtin"] = (projection_builtin, tokens_bfloat16)
     stem_maps = [normal(batch, IMAGE_SIDE, IMAGE_SIDE, IMAGE_CHANNELS)]
     cases["pool"] = (functools.partial(native.max_pool, size=POOL_SIZE), stem_maps)
