@@ -8602,9 +8602,8 @@ def test_the_graphs_and_bias_section_is_its_runs():
     """docs/speed.md's "The graphs in float32 and the stem's bias in its op": the one-op profiles' rows and
     the time the removed ops took; the fourteen alternated rounds, each named and a row of the table; the
     medians quoted, and the ratio not claimed lower after (it is not, in the medians)."""
-    section, flat = _speed_section(
-        "#### The graphs in float32 and the stem's bias in its op", "\n## Encoders"
-    )
+    end = "\n#### The projection in bfloat16 on AMX tiles"
+    section, flat = _speed_section("#### The graphs in float32 and the stem's bias in its op", end)
     commits = {"before": "914f146", "after": "f83e27b"}
     times = {}
     for when, commit in commits.items():
@@ -8648,3 +8647,65 @@ def test_the_graphs_and_bias_section_is_its_runs():
         f"ratio {ratio:.2f} and {ratio_after:.2f}"
     ) in flat
     assert ratio_after >= ratio and "The ratio is not lower after" in flat
+
+
+def test_the_bfloat16_projection_section_is_its_runs():
+    """docs/speed.md's "The projection in bfloat16 on AMX tiles": the one-op profiles' projection nodes and
+    sums, the native_ops speed-ups, the ten alternated rounds, each named and a row of the table, and the
+    medians and the count of rounds lower after quoted."""
+    section, flat = _speed_section("#### The projection in bfloat16 on AMX tiles", "\n## Encoders")
+    commits = {"before": "f66e8c9", "after": "08f058c"}
+    profiles = {}
+    for when, commit in commits.items():
+        name = f"op_profile_one_op_amx_bf16_projection_{when}_mixed_bfloat16.json"
+        assert f"`benchmarks/reference/{name}`" in flat
+        report = profiles[when] = _report(name)
+        assert report["commit"].startswith(commit) and "AMX" in report["machine"]
+        assert report["settings"]["one_op_at_a_time"] and report["settings"]["precision"] == "mixed_bfloat16"
+
+    def node_ms(when: str, op: str, shapes: str) -> str:
+        (row,) = [n for n in profiles[when]["nodes"] if n["op"] == op and n["shapes"].startswith(shapes)]
+        return f"{row['ms_per_call']:.1f} ms"
+
+    tokens, gradient = "(64, 192), (64, 104448)", "(64, 192), (192, 104448)"
+    before = [node_ms("before", "_MklMatMul", shapes) for shapes in (tokens, gradient)]
+    kernel_gradient = node_ms("before", "_MklBatchMatMulV2", "(1, 192, 104448), (1, 64, 104448)")
+    assert (
+        f"took {before[0]}, its input's gradient {before[1]} and its kernel's gradient (a batched matmul) "
+        f"{kernel_gradient}."
+    ) in flat
+    op = "SitChannelsFirstProjectionBfloat16"
+    after = [node_ms("after", op, tokens), node_ms("after", op, "(192, 64), (192, 104448)")]
+    assert f"the projection takes {after[0]} and the input's gradient {after[1]}" in flat
+    low, high = (profiles[w]["summed_op_ms_per_call"] for w in ("after", "before"))
+    assert f"add up to {low:.1f} ms, against {high:.1f} ms before" in flat
+    ops = _report("native_ops_amx_bf16_projection.json")
+    assert ops["commit"].startswith("6270672") and "AMX" in ops["machine"]
+    assert "`benchmarks/reference/native_ops_amx_bf16_projection.json`" in flat
+    speedup = ops["results"]["projection_bfloat16_speedup"]
+    assert ops["results"]["projects_bfloat16_on_amx"]
+    assert f"{speedup['forward']:.2f}x as fast as TensorFlow's bfloat16 matmuls forward and " in flat
+    assert f"{speedup['backward']:.2f}x forward + backward" in flat
+    steps = {}
+    for run in range(1, 6):
+        for when, commit in commits.items():
+            name = f"speed_encoders_amx_bf16_projection_{when}_run{run}.json"
+            assert f"`benchmarks/reference/{name}`" in flat
+            report = _report(name)
+            assert report["commit"].startswith(commit) and "AMX" in report["machine"]
+            sit = report["models"]["sit"]
+            graph = sit["timings"]["train_step"]["graph"]["median_ms"]
+            stored = sit["precision"]["mixed_bfloat16"]
+            cells = f"{graph:.1f} | {stored['median_ms']:.1f} | {stored['over_float32']:.2f}"
+            assert f"| {commit}, round {run} | {cells} |" in section
+            steps.setdefault(when, []).append((graph, stored["median_ms"], stored["over_float32"]))
+    medians = {w: [statistics.median(s[i] for s in steps[w]) for i in range(3)] for w in steps}
+    (f32, bf16, ratio), (f32_after, bf16_after, ratio_after) = medians["before"], medians["after"]
+    assert (
+        f"float32 {f32:.1f} and {f32_after:.1f} ms, bfloat16 {bf16:.1f} and {bf16_after:.1f} ms, "
+        f"ratio {ratio:.2f} and {ratio_after:.2f}"
+    ) in flat
+    lower = sum(a[2] < b[2] for a, b in zip(steps["after"], steps["before"], strict=True))
+    assert f"the ratio is lower after in {lower} rounds of five" in flat
+    graph = [s[0] for w in steps for s in steps[w]]
+    assert f"(the float32 step {min(graph):.0f}-{max(graph):.0f} ms)" in flat

@@ -7,8 +7,7 @@
 // of outputs by two of columns at a time in four accumulator tiles, over K tiles of 32 rows of x. A column
 // chunk of x is first laid out as the tiles read it, each pair of rows interleaved value by value. The
 // outputs go to memory as whole cache lines of bfloat16 with non-temporal stores: the SiT's output is 40 MB
-// and its lines, read for ownership by ordinary stores, cost more than the arithmetic (in a first version,
-// with ordinary stores of half lines, the stores took half the op's samples). The speed against
+// and its lines, read for ownership by ordinary stores, cost more than the arithmetic. The speed against
 // TensorFlow's bfloat16 MatMul (oneDNN, itself on AMX): docs/speed.md, "The projection in bfloat16 on AMX
 // tiles". Elsewhere the op widens x to floats and runs the float projection (channels_first.h), then rounds.
 
