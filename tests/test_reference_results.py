@@ -8653,7 +8653,9 @@ def test_the_bfloat16_projection_section_is_its_runs():
     """docs/speed.md's "The projection in bfloat16 on AMX tiles": the one-op profiles' projection nodes and
     sums, the native_ops speed-ups, the ten alternated rounds, each named and a row of the table, and the
     medians and the count of rounds lower after quoted."""
-    section, flat = _speed_section("#### The projection in bfloat16 on AMX tiles", "\n## Encoders")
+    section, flat = _speed_section(
+        "#### The projection in bfloat16 on AMX tiles", "\n#### The targets at 6270672"
+    )
     commits = {"before": "f66e8c9", "after": "08f058c"}
     profiles = {}
     for when, commit in commits.items():
@@ -8709,3 +8711,30 @@ def test_the_bfloat16_projection_section_is_its_runs():
     assert f"the ratio is lower after in {lower} rounds of five" in flat
     graph = [s[0] for w in steps for s in steps[w]]
     assert f"(the float32 step {min(graph):.0f}-{max(graph):.0f} ms)" in flat
+
+
+def test_the_targets_at_6270672_are_the_run():
+    """docs/speed.md's "The targets at 6270672": the table is the 50474b7 and 6270672 runs' rows; the SiT's
+    bfloat16 step and its rounds, and the MiniGrid CNN's XLA / graph step, are the run's; two missed."""
+    section, flat = _speed_section("#### The targets at 6270672", "\n## Encoders")
+    previous = _report("speed_targets_amx_bf16_storage.json")
+    run = _report("speed_targets_amx_bf16_projection.json")
+    assert run["commit"].startswith("6270672") and "AMX" in run["machine"]
+    _assert_targets_table(section, flat, previous, run)
+    missed = {t["what"] for t in run["targets"] if t["met"] is False}
+    assert missed == {"SiT bfloat16 / float32 train step", "cnn: XLA / graph train step, 14x14"}
+    sit = _report("speed_targets_amx_bf16_projection/encoders_64.json")["models"]["sit"]
+    graph = sit["timings"]["train_step"]["graph"]["median_ms"]
+    bf16 = sit["precision"]["mixed_bfloat16"]
+    assert f"bfloat16 step is {bf16['median_ms']:.1f} ms against {graph:.1f} ms in float32, " in flat
+    assert f"{bf16['over_float32']:.2f}x (0.78 at 50474b7)" in flat
+    rounds = sorted(bf16["runs_ms"])
+    assert len(rounds) == 15
+    assert (
+        f"one took {rounds[-1]:.0f} ms and three {rounds[-4]:.0f}-{rounds[-2]:.0f} ms, "
+        f"the others {rounds[0]:.0f}-{rounds[-5]:.0f} ms"
+    ) in flat
+    steps = _report("speed_targets_amx_bf16_projection/encoders_14.json")["models"]
+    cnn = steps["configs/minigrid/lavacrossing_cnn.gin"]["timings"]["train_step"]
+    xla_ms, graph_ms = cnn["xla"]["median_ms"], cnn["graph"]["median_ms"]
+    assert f"step is {xla_ms / graph_ms:.2f} here ({xla_ms:.1f} against {graph_ms:.1f} ms)" in flat
