@@ -224,7 +224,8 @@ def _dtypes_of(function, args, ops: tuple[str, ...]) -> set[tf.DType]:
     return {tf.as_dtype(node.attr["T"].type) for node in nodes if node.op in ops}
 
 
-def test_a_mixed_bfloat16_sits_train_step_runs_the_ops_storing_bfloat16() -> None:
+def _mixed_bfloat16_sit() -> tuple[tf_keras.Model, tf.Tensor]:
+    """A SiT built under mixed_bfloat16 (the policy reset after), and images for it."""
     images = tf.constant(np.random.default_rng(0).integers(0, 256, size=(2, 16, 16, 3)), tf.uint8)
     tf_keras.mixed_precision.set_global_policy("mixed_bfloat16")
     try:
@@ -232,6 +233,11 @@ def test_a_mixed_bfloat16_sits_train_step_runs_the_ops_storing_bfloat16() -> Non
         sit(images)
     finally:
         tf_keras.mixed_precision.set_global_policy(None)
+    return sit, images
+
+
+def test_a_mixed_bfloat16_sits_train_step_runs_the_ops_storing_bfloat16() -> None:
+    sit, images = _mixed_bfloat16_sit()
     storage = _storage_of(make_train_step(sit, jit_compile=False), images)
     assert set(storage) == set(STORING_OPS)
     for kinds in storage.values():
@@ -265,13 +271,7 @@ def _producer(by_name: dict, name: str) -> str | None:
 
 
 def test_a_mixed_bfloat16_sits_attention_ops_take_graphs_built_in_float32_with_no_cast() -> None:
-    images = tf.constant(np.random.default_rng(0).integers(0, 256, size=(2, 16, 16, 3)), tf.uint8)
-    tf_keras.mixed_precision.set_global_policy("mixed_bfloat16")
-    try:
-        sit = build_encoder("sit", (16, 16, 3), seed=0)
-        sit(images)
-    finally:
-        tf_keras.mixed_precision.set_global_policy(None)
+    sit, images = _mixed_bfloat16_sit()
     graph_weights = [w for w in sit.trainable_weights if "qkv_graph" in w.name]
     assert graph_weights and {w.dtype for w in graph_weights} == {tf.float32}
     found = _graphs_inputs_of(make_train_step(sit, jit_compile=False), images)

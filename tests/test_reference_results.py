@@ -8230,6 +8230,20 @@ def test_the_targets_at_e9d6e53_are_the_run():
     assert never == {"SiT bfloat16 / float32 train step"}  # every other target met in one of the runs
 
 
+def _step_round(section: str, flat: str, name: str, commit: str, run: int) -> tuple[float, float, float]:
+    """The alternated round ``speed_encoders_amx_<name>.json`` at ``commit``, named in a section and its row
+    ``run`` of the table: the SiT's float32 and mixed_bfloat16 steps (ms) and their ratio."""
+    report = _report(f"speed_encoders_amx_{name}.json")
+    assert f"`benchmarks/reference/speed_encoders_amx_{name}.json`" in flat
+    assert report["commit"].startswith(commit) and "AMX" in report["machine"]
+    sit = report["models"]["sit"]
+    graph = sit["timings"]["train_step"]["graph"]["median_ms"]
+    stored = sit["precision"]["mixed_bfloat16"]
+    cells = f"{graph:.1f} | {stored['median_ms']:.1f} | {stored['over_float32']:.2f}"
+    assert f"| {commit}, round {run} | {cells} |" in section
+    return graph, stored["median_ms"], stored["over_float32"]
+
+
 def _assert_precision_rounds(
     section: str, flat: str, tag: str, commits: tuple[str, str], runs: tuple[int, ...] = (1, 2)
 ) -> dict:
@@ -8239,16 +8253,7 @@ def _assert_precision_rounds(
     ratios = {}
     for when, commit in zip(("before", "after"), commits, strict=True):
         for run in runs:
-            name = f"speed_encoders_amx_{tag}_{when}_run{run}.json"
-            assert f"`benchmarks/reference/{name}`" in flat
-            report = _report(name)
-            assert report["commit"].startswith(commit) and "AMX" in report["machine"]
-            sit = report["models"]["sit"]
-            graph = sit["timings"]["train_step"]["graph"]["median_ms"]
-            low = sit["precision"]["mixed_bfloat16"]
-            ratios[when, run] = low["over_float32"]
-            cells = f"{graph:.1f} | {low['median_ms']:.1f} | {low['over_float32']:.2f}"
-            assert f"| {commit}, round {run} | {cells} |" in section
+            ratios[when, run] = _step_round(section, flat, f"{tag}_{when}_run{run}", commit, run)[2]
     assert max(ratios["after", r] for r in runs) < min(ratios["before", r] for r in runs)
     return ratios
 
@@ -8598,6 +8603,27 @@ def test_the_prefetch_section_quotes_its_projection_gradient_rounds():
     assert f"three rounds of the benchmark above {spans['f']} ms, within its noise" in flat
 
 
+def _alternated_step_rounds(
+    section: str, flat: str, tag: str, commits: dict[str, str], rounds: int
+) -> tuple[dict, dict]:
+    """A section's alternated ``speed_encoders_amx_<tag>_{before,after}_run<r>.json``, each named in it and a
+    row of its table, and its quoted medians; returns the (float32, bfloat16, ratio) of each round and their
+    medians, by "before" / "after"."""
+    steps = {}
+    for run in range(1, rounds + 1):
+        for when, commit in commits.items():
+            steps.setdefault(when, []).append(
+                _step_round(section, flat, f"{tag}_{when}_run{run}", commit, run)
+            )
+    medians = {w: [statistics.median(s[i] for s in steps[w]) for i in range(3)] for w in steps}
+    (f32, bf16, ratio), (f32_after, bf16_after, ratio_after) = medians["before"], medians["after"]
+    assert (
+        f"float32 {f32:.1f} and {f32_after:.1f} ms, bfloat16 {bf16:.1f} and {bf16_after:.1f} ms, "
+        f"ratio {ratio:.2f} and {ratio_after:.2f}"
+    ) in flat
+    return steps, medians
+
+
 def test_the_graphs_and_bias_section_is_its_runs():
     """docs/speed.md's "The graphs in float32 and the stem's bias in its op": the one-op profiles' rows and
     the time the removed ops took; the fourteen alternated rounds, each named and a row of the table; the
@@ -8607,12 +8633,8 @@ def test_the_graphs_and_bias_section_is_its_runs():
     commits = {"before": "914f146", "after": "f83e27b"}
     times = {}
     for when, commit in commits.items():
-        for precision in ("float32", "mixed_bfloat16"):
-            name = f"op_profile_one_op_amx_graphs_bias_{when}_{precision}.json"
-            assert f"`benchmarks/reference/{name}`" in flat
-            report = _report(name)
-            assert report["commit"].startswith(commit) and "AMX" in report["machine"]
-            assert report["settings"]["one_op_at_a_time"] and report["settings"]["precision"] == precision
+        profiles = _one_op_profiles(flat, f"graphs_bias_{when}", commit)
+        for precision, report in zip(("float32", "mixed_bfloat16"), profiles, strict=True):
             times[when, precision] = {**_op_times(report), "all ops": report["summed_op_ms_per_call"]}
     columns = [(w, p) for p in ("float32", "mixed_bfloat16") for w in ("before", "after")]
     for op in ("Cast", "AddV2", "Sum", "_MklTranspose", "all ops"):
@@ -8627,25 +8649,8 @@ def test_the_graphs_and_bias_section_is_its_runs():
         f"come to {bf16_removed:.1f} ms of the bfloat16 step and {f32_removed:.1f} ms of the float32 one"
         in flat
     )
-    steps = {}
-    for run in range(1, 8):
-        for when, commit in commits.items():
-            name = f"speed_encoders_amx_graphs_bias_{when}_run{run}.json"
-            assert f"`benchmarks/reference/{name}`" in flat
-            report = _report(name)
-            assert report["commit"].startswith(commit) and "AMX" in report["machine"]
-            sit = report["models"]["sit"]
-            graph = sit["timings"]["train_step"]["graph"]["median_ms"]
-            low = sit["precision"]["mixed_bfloat16"]
-            cells = f"{graph:.1f} | {low['median_ms']:.1f} | {low['over_float32']:.2f}"
-            assert f"| {commit}, round {run} | {cells} |" in section
-            steps.setdefault(when, []).append((graph, low["median_ms"], low["over_float32"]))
-    medians = {w: [statistics.median(s[i] for s in steps[w]) for i in range(3)] for w in steps}
-    (f32, bf16, ratio), (f32_after, bf16_after, ratio_after) = medians["before"], medians["after"]
-    assert (
-        f"float32 {f32:.1f} and {f32_after:.1f} ms, bfloat16 {bf16:.1f} and {bf16_after:.1f} ms, "
-        f"ratio {ratio:.2f} and {ratio_after:.2f}"
-    ) in flat
+    _, medians = _alternated_step_rounds(section, flat, "graphs_bias", commits, rounds=7)
+    ratio, ratio_after = medians["before"][2], medians["after"][2]
     assert ratio_after >= ratio and "The ratio is not lower after" in flat
 
 
@@ -8688,25 +8693,7 @@ def test_the_bfloat16_projection_section_is_its_runs():
     assert ops["results"]["projects_bfloat16_on_amx"]
     assert f"{speedup['forward']:.2f}x as fast as TensorFlow's bfloat16 matmuls forward and " in flat
     assert f"{speedup['backward']:.2f}x forward + backward" in flat
-    steps = {}
-    for run in range(1, 6):
-        for when, commit in commits.items():
-            name = f"speed_encoders_amx_bf16_projection_{when}_run{run}.json"
-            assert f"`benchmarks/reference/{name}`" in flat
-            report = _report(name)
-            assert report["commit"].startswith(commit) and "AMX" in report["machine"]
-            sit = report["models"]["sit"]
-            graph = sit["timings"]["train_step"]["graph"]["median_ms"]
-            stored = sit["precision"]["mixed_bfloat16"]
-            cells = f"{graph:.1f} | {stored['median_ms']:.1f} | {stored['over_float32']:.2f}"
-            assert f"| {commit}, round {run} | {cells} |" in section
-            steps.setdefault(when, []).append((graph, stored["median_ms"], stored["over_float32"]))
-    medians = {w: [statistics.median(s[i] for s in steps[w]) for i in range(3)] for w in steps}
-    (f32, bf16, ratio), (f32_after, bf16_after, ratio_after) = medians["before"], medians["after"]
-    assert (
-        f"float32 {f32:.1f} and {f32_after:.1f} ms, bfloat16 {bf16:.1f} and {bf16_after:.1f} ms, "
-        f"ratio {ratio:.2f} and {ratio_after:.2f}"
-    ) in flat
+    steps, _ = _alternated_step_rounds(section, flat, "bf16_projection", commits, rounds=5)
     lower = sum(a[2] < b[2] for a, b in zip(steps["after"], steps["before"], strict=True))
     assert f"the ratio is lower after in {lower} rounds of five" in flat
     graph = [s[0] for w in steps for s in steps[w]]

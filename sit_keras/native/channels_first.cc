@@ -19,34 +19,29 @@
 namespace sit_keras {
 namespace {
 
+// kernel (R, N), x (R, L) -> y (N, L).
+Status ProjectionShape(InferenceContext* c) {
+  ShapeHandle kernel, x;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &kernel));
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 2, &x));
+  DimensionHandle rows;
+  TF_RETURN_IF_ERROR(c->Merge(c->Dim(kernel, 0), c->Dim(x, 0), &rows));
+  c->set_output(0, c->Matrix(c->Dim(kernel, 1), c->Dim(x, 1)));
+  return Status();
+}
+
 REGISTER_OP("SitChannelsFirstProjection")
     .Input("kernel: T")
     .Input("x: T")
     .Output("y: T")
     .Attr("T: {float, double}")
-    .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle kernel, x;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &kernel));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 2, &x));
-      DimensionHandle rows;
-      TF_RETURN_IF_ERROR(c->Merge(c->Dim(kernel, 0), c->Dim(x, 0), &rows));
-      c->set_output(0, c->Matrix(c->Dim(kernel, 1), c->Dim(x, 1)));
-      return Status();
-    });
+    .SetShapeFn(ProjectionShape);
 
 REGISTER_OP("SitChannelsFirstProjectionBfloat16")
     .Input("kernel: bfloat16")
     .Input("x: bfloat16")
     .Output("y: bfloat16")
-    .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle kernel, x;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &kernel));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 2, &x));
-      DimensionHandle rows;
-      TF_RETURN_IF_ERROR(c->Merge(c->Dim(kernel, 0), c->Dim(x, 0), &rows));
-      c->set_output(0, c->Matrix(c->Dim(kernel, 1), c->Dim(x, 1)));
-      return Status();
-    });
+    .SetShapeFn(ProjectionShape);
 
 REGISTER_OP("SitChannelsFirstProjectionKernelGrad")
     .Input("dy: T")
