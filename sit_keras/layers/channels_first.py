@@ -29,8 +29,8 @@ def project_channels_first(kernel: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
     where their XLA kernels are built (``sit_keras.native.XLA_LIBRARY``).
     bfloat16 tokens and kernel on a CPU with AMX (mixed_bfloat16) run the
     projection and the input's gradient as ``native.project_bfloat16``, outside
-    XLA: TensorFlow's bfloat16 matmul took about twice the time its bytes take
-    to move (docs/speed.md, "The projection in bfloat16 on AMX tiles").
+    XLA; the kernel's gradient stays TensorFlow's batched matmul (docs/speed.md,
+    "The projection in bfloat16 on AMX tiles").
     """
     # Tensors, not variables: a kernel read from a variable (in the compute dtype under a mixed
     # policy) reaches the variable through that read, outside the custom gradient.

@@ -488,8 +488,8 @@ def depthwise_conv(inputs: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor | None 
     multiply-adds along whole image rows (``depthwise_stem.cc``). The gradient
     takes the kernel's and the bias's from ``SitDepthwiseConvKernelGrad`` and
     the input's from a separate op, the convolution of the upstream gradient
-    with the kernel turned by 180 degrees: in a traced function whose result does not need the input's
-    gradient (the image of a train step) nothing consumes that op and
+    with the kernel turned by 180 degrees: in a traced function whose result
+    does not need the input's gradient (the image of a train step) nothing consumes that op and
     TensorFlow prunes it (one op computing both measured as long as the two
     apart). Deciding at the call
     instead (whether a tape watches ``inputs``) would drop the gradient of a
