@@ -30,7 +30,7 @@
 
 namespace sit_keras {
 
-// kernel (R, N) and x (R, L) rounded or widened as floats: the projection without AMX.
+// The projection without AMX: kernel (R, N) and x (R, L) widened to floats, y rounded back to bfloat16.
 inline void ProjectChannelsFirstWidened(const bfloat16* kernel, const bfloat16* x, int64_t rows, int64_t columns,
                                         int64_t outputs, bfloat16* y, const Shards& shards) {
   std::vector<float> kernel_f(rows * outputs), x_f(rows * columns), y_f(outputs * columns);
@@ -116,6 +116,8 @@ inline void WriteAmxTile(const float* sums, int64_t row, int64_t left, int64_t o
   }
 }
 
+// y (N, L) = kernel (R, N)^T x (R, L) on AMX tiles: each thread lays out its column chunks and sums them
+// against the packed kernel, two output row tiles by two column tiles at a time.
 inline void ProjectChannelsFirstAmx(const bfloat16* kernel, const bfloat16* x, int64_t rows, int64_t columns,
                                     int64_t outputs, bfloat16* y, const Shards& shards) {
   const int64_t depth_tiles = (rows + kAmxDepth - 1) / kAmxDepth;
@@ -123,7 +125,6 @@ inline void ProjectChannelsFirstAmx(const bfloat16* kernel, const bfloat16* x, i
   const std::vector<uint16_t> a = PackAmxKernel(kernel, rows, outputs, row_tiles, depth_tiles);
   const int64_t column_tiles = (columns + kAmxSide - 1) / kAmxSide;
   const int64_t chunks = (column_tiles + kAmxChunkTiles - 1) / kAmxChunkTiles;
-  const auto* xs = reinterpret_cast<const uint16_t*>(x);
   shards(chunks, 2 * rows * outputs * kAmxChunkTiles * kAmxSide, [&](int64_t start, int64_t limit) {
     AmxTileConfig config;
     for (int t = 0; t < 8; ++t) config.rows[t] = kAmxSide, config.bytes_per_row[t] = 64;
@@ -134,8 +135,7 @@ inline void ProjectChannelsFirstAmx(const bfloat16* kernel, const bfloat16* x, i
       const int64_t first = chunk * kAmxChunkTiles * kAmxSide;
       const int64_t tiles = std::min(kAmxChunkTiles, column_tiles - chunk * kAmxChunkTiles);
       const int64_t pairs = (tiles + 1) / 2;  // an odd last tile is paired with zeros
-      PackAmxColumns(reinterpret_cast<const bfloat16*>(xs), rows, columns, first, 2 * pairs, depth_tiles,
-                     b.data());
+      PackAmxColumns(x, rows, columns, first, 2 * pairs, depth_tiles, b.data());
       for (int64_t t = 0; t < row_tiles; t += 2) {
         for (int64_t pair = 0; pair < pairs; ++pair) {
           // Tiles 0-3: the sums of rows t, t + 1 by columns 2 pair, 2 pair + 1; 4, 5: A; 6, 7: B.
@@ -186,15 +186,6 @@ inline void ProjectChannelsFirstAmx(const bfloat16* kernel, const bfloat16* x, i
 }
 
 #endif  // SIT_KERAS_AMX
-
-// Whether this library projects bfloat16 on AMX tiles here.
-inline bool ProjectsOnAmx() {
-#ifdef SIT_KERAS_AMX
-  return AmxGranted();
-#else
-  return false;
-#endif
-}
 
 // y (N, L) = kernel (R, N)^T x (R, L), stored as bfloat16, summed in float.
 inline void ProjectChannelsFirstBfloat16(const bfloat16* kernel, const bfloat16* x, int64_t rows, int64_t columns,
