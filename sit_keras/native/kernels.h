@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <type_traits>
 #include <utility>
 
@@ -105,6 +106,15 @@ inline void ConvertRun(const From* from, int64_t n, To* to) {
     for (; e + kLanes <= n; e += kLanes) Store(to + e, Load(from + e));
     for (; e < n; ++e) to[e] = static_cast<To>(from[e]);
   }
+}
+
+// n values of T (float or double) left unset, for a buffer that is written before it is read or zeroed
+// piecewise on the threads that use it: a std::vector zeroes all of it on the op's calling thread first
+// (in the SiT's train step, most of its memset time sat there while the other core waited).
+template <typename T>
+std::unique_ptr<T[]> Uninitialized(int64_t n) {
+  static_assert(std::is_trivially_default_constructible_v<T>);
+  return std::unique_ptr<T[]>(new T[n]);
 }
 
 // Values of T in a 64-byte cache line.

@@ -773,14 +773,14 @@ inline T LaneSumInHalves(Lanes<T> v) {
 // Sums the lane-wide per-chunk gradient accumulators `partial` ((heads, chunks, entries, kLanes)) into
 // place(h, e, sum) for every head h and entry e, in a fixed order, on the op's threads.
 template <typename T, typename Place>
-void SumPartials(const Shards& shards, const std::vector<T>& partial, int64_t heads, int64_t chunks,
-                 int64_t entries, Place place) {
+void SumPartials(const Shards& shards, const T* partial, int64_t heads, int64_t chunks, int64_t entries,
+                 Place place) {
   shards(heads * entries, 2 * chunks * kLanes, [&](int64_t start, int64_t limit) {
     for (int64_t u = start; u < limit; ++u) {
       const int64_t h = u / entries, e = u % entries;
       Lanes<T> sum = {};
       for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-        sum += Load(partial.data() + ((h * chunks + chunk) * entries + e) * kLanes);
+        sum += Load(partial + ((h * chunks + chunk) * entries + e) * kLanes);
       }
       place(h, e, LaneSumInHalves<T>(sum));
     }
@@ -805,9 +805,11 @@ class MixingGradients {
       : s_(s), chunks_(chunks), orbits_(LaneWideGraphs(s) ? gradient_orbits : nullptr),
         graph_values_(3 * s.head_dim * GraphGradientSize(s)),
         unit_values_(graph_values_ + (1 + s.rows) * 3 * s.head_dim * kLanes),
-        partial_(s.heads * chunks * unit_values_, T(0)) {}
+        partial_(Uninitialized<T>(s.heads * chunks * unit_values_)) {}
 
-  T* graphs(int64_t unit) { return partial_.data() + unit * unit_values_; }
+  // Zeroes a unit's sums, on the thread that runs the unit (UnitGradients), not all of them on the op's.
+  void Clear(int64_t unit) { std::fill(graphs(unit), graphs(unit) + unit_values_, T(0)); }
+  T* graphs(int64_t unit) { return partial_.get() + unit * unit_values_; }
   T* bias(int64_t unit) { return graphs(unit) + graph_values_; }
   T* kernel(int64_t unit) { return bias(unit) + 3 * s_.head_dim * kLanes; }
 
@@ -822,7 +824,7 @@ class MixingGradients {
       for (int64_t u = start; u < limit; ++u) {
         const int64_t h = u / (3 * d), e = u % (3 * d);  // entry c d + f of head h is channel c D + h d + f
         const int64_t channel = (e / d) * dim + h * d + e % d;
-        const T* units = partial_.data() + h * chunks_ * unit_values_;
+        const T* units = partial_.get() + h * chunks_ * unit_values_;
         db[channel] = LaneTotal(units + graph_values_ + e * kLanes);
         for (int64_t r = 0; dkernel != nullptr && r < s_.rows; ++r) {
           const int64_t at = graph_values_ + (1 + r) * 3 * d * kLanes + e * kLanes;
@@ -862,7 +864,7 @@ class MixingGradients {
   const int64_t chunks_;
   const Orbits* orbits_;  // lane-wide graph gradients' only
   const int64_t graph_values_, unit_values_;
-  std::vector<T> partial_;
+  std::unique_ptr<T[]> partial_;
 };
 
 // The blocks of one unit (head h = unit / chunks, chunk = unit % chunks of its blocks):
@@ -873,6 +875,7 @@ void UnitGradients(const AttentionSizes& s, int64_t unit, int64_t chunks, const 
                    MixingGradients<T>* mixing, const Source<T, S>& src, Backward backward) {
   const int64_t blocks = s.windows / kLanes, h = unit / chunks, chunk = unit % chunks;
   const int64_t last = (chunk + 1) * blocks / chunks;
+  mixing->Clear(unit);
   int64_t starts[kGroup];
   for (int64_t block = chunk * blocks / chunks; block < last; ++block) {
     const int64_t b = block * kLanes;
@@ -971,7 +974,7 @@ void WindowAttentionGrad(const AttentionSizes& s, Orbits orbits, bool orbit_grad
   // result on every run.
   const int64_t chunks = NumChunks(threads, s.heads, blocks);
   const int64_t value_entries = s.maps * s.pairs * s.terms;
-  std::vector<T> value_partial(s.heads * chunks * value_entries * kLanes, T(0));
+  const std::unique_ptr<T[]> value_partial = Uninitialized<T>(s.heads * chunks * value_entries * kLanes);
   const RotationSpectra<T> spectra = SpectraOf(shards, std::move(orbits), in.graphs, s, /*gradients=*/true);
   const Graphs<T> g{in.graphs, spectra, orbit_gradients};
   MixingGradients<T> mixing(s, chunks, g.gradient_orbits());
@@ -979,12 +982,14 @@ void WindowAttentionGrad(const AttentionSizes& s, Orbits orbits, bool orbit_grad
   const int32_t* index = in.indices;
   // With a kernel, each head's share of the inputs' gradient, summed over the heads at the end.
   const int64_t size = (s.rows > 0 ? s.rows : 3 * s.heads * d) * s.windows * t;  // of qkv
-  std::vector<T> per_head(s.rows > 0 ? s.heads * size : 0);
-  const Source<T, S> src{in.qkv, in.kernel, s.rows, out.dqkv, per_head.data()};
+  // Not zeroed: WriteHead sets each head's share (projection c = 0) before it adds to it.
+  const std::unique_ptr<T[]> per_head = Uninitialized<T>(s.rows > 0 ? s.heads * size : 0);
+  const Source<T, S> src{in.qkv, in.kernel, s.rows, out.dqkv, per_head.get()};
   auto work = [&](int64_t start, int64_t limit) {
     Block<T> blk(s, true);
     for (int64_t unit = start; unit < limit; ++unit) {
-      T* value_acc = value_partial.data() + unit * value_entries * kLanes;
+      T* value_acc = value_partial.get() + unit * value_entries * kLanes;
+      std::fill(value_acc, value_acc + value_entries * kLanes, T(0));
       UnitGradients(s, unit, chunks, g, &blk, &mixing, src, [&](int64_t h, int64_t b) {
         Forward(src, in.bias, g, w, index, s, h, b, &blk);
         // dO[(f T + i) kLanes + l], laid out as q, k and v.
@@ -1049,8 +1054,8 @@ void WindowAttentionGrad(const AttentionSizes& s, Orbits orbits, bool orbit_grad
     shards(size, s.heads, [&](int64_t start, int64_t limit) {
       int64_t e = start;
       for (; e + kLanes <= limit; e += kLanes) {
-        Lanes<T> sum = Load(per_head.data() + e);
-        for (int64_t h = 1; h < s.heads; ++h) sum += Load(per_head.data() + h * size + e);
+        Lanes<T> sum = Load(per_head.get() + e);
+        for (int64_t h = 1; h < s.heads; ++h) sum += Load(per_head.get() + h * size + e);
         Store(out.dqkv + e, sum);
       }
       for (; e < limit; ++e) {
@@ -1060,7 +1065,7 @@ void WindowAttentionGrad(const AttentionSizes& s, Orbits orbits, bool orbit_grad
       }
     });
   }
-  SumPartials(shards, value_partial, s.heads, chunks, value_entries, [&](int64_t h, int64_t e, T sum) {
+  SumPartials(shards, value_partial.get(), s.heads, chunks, value_entries, [&](int64_t h, int64_t e, T sum) {
     const int64_t m = e / (s.pairs * s.terms);
     out.dvalues[(m * s.heads + h) * s.pairs * s.terms + e % (s.pairs * s.terms)] = sum;
   });
