@@ -109,8 +109,9 @@ inline void ConvertRun(const From* from, int64_t n, To* to) {
 }
 
 // n values of T (float or double) left unset, for a buffer that is written before it is read or zeroed
-// piecewise on the threads that use it: a std::vector zeroes all of it on the op's calling thread first
-// (in the SiT's train step, most of its memset time sat there while the other core waited).
+// piecewise on the threads that use it: a std::vector zeroes all of it first, on the op's calling thread
+// alone (the SiT's first window gradient op zeroed 14 MB so: docs/speed.md, "No zeroing on the calling
+// thread").
 template <typename T>
 std::unique_ptr<T[]> Uninitialized(int64_t n) {
   static_assert(std::is_trivially_default_constructible_v<T>);
