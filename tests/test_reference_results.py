@@ -8703,7 +8703,7 @@ def test_the_bfloat16_projection_section_is_its_runs():
 def test_the_targets_at_6270672_are_the_run():
     """docs/speed.md's "The targets at 6270672": the table is the 50474b7 and 6270672 runs' rows; the SiT's
     bfloat16 step and its rounds, and the MiniGrid CNN's XLA / graph step, are the run's; two missed."""
-    section, flat = _speed_section("#### The targets at 6270672", "\n## Encoders")
+    section, flat = _speed_section("#### The targets at 6270672", "\n#### No zeroing on the calling thread")
     previous = _report("speed_targets_amx_bf16_storage.json")
     run = _report("speed_targets_amx_bf16_projection.json")
     assert run["commit"].startswith("6270672") and "AMX" in run["machine"]
@@ -8725,3 +8725,86 @@ def test_the_targets_at_6270672_are_the_run():
     cnn = steps["configs/minigrid/lavacrossing_cnn.gin"]["timings"]["train_step"]
     xla_ms, graph_ms = cnn["xla"]["median_ms"], cnn["graph"]["median_ms"]
     assert f"step is {xla_ms / graph_ms:.2f} here ({xla_ms:.1f} against {graph_ms:.1f} ms)" in flat
+
+
+def test_the_no_zeroing_section_is_its_runs():
+    """docs/speed.md's "No zeroing on the calling thread": the three alternated one-op profiles of each commit
+    and precision, their medians in the table, the gradient ops shorter after; the ten alternated rounds, each
+    named and a row of the table, their medians, and the rounds shorter or lower after counted."""
+    section, flat = _speed_section(
+        "#### No zeroing on the calling thread", "\n#### The MiniGrid CNN's steps side by side"
+    )
+    commits = {"before": "eebe85b", "after": "7224889"}
+    ops = ("SitWindowAttentionGrad", "SitClassTokenAttentionGrad", "all ops")
+    medians = {}
+    for when, commit in commits.items():
+        for precision in ("float32", "mixed_bfloat16"):
+            times = []
+            for run in (1, 2, 3):
+                name = f"op_profile_one_op_amx_uninitialized_{when}_{precision}_run{run}.json"
+                assert f"`benchmarks/reference/{name}`" in flat
+                report = _report(name)
+                assert report["commit"].startswith(commit) and "AMX" in report["machine"]
+                assert report["settings"]["one_op_at_a_time"] and report["settings"]["precision"] == precision
+                times.append({**_op_times(report), "all ops": report["summed_op_ms_per_call"]})
+            medians[when, precision] = {op: statistics.median(t[op] for t in times) for op in ops}
+    columns = [(w, p) for p in ("float32", "mixed_bfloat16") for w in ("before", "after")]
+    for op in ops:
+        label = op if op == "all ops" else f"`{op}`"
+        assert f"| {label} | {' | '.join(f'{medians[c][op]:.1f}' for c in columns)} |" in section
+    window = "SitWindowAttentionGrad"
+    precisions = ("float32", "mixed_bfloat16")
+    shorter = [medians["before", p][window] - medians["after", p][window] for p in precisions]
+    assert min(shorter) > 0
+    assert f"{shorter[0]:.1f} ms (float32) and {shorter[1]:.1f} ms (bfloat16) shorter" in flat
+    steps, _ = _alternated_step_rounds(section, flat, "uninitialized", commits, rounds=5)
+    pairs = list(zip(steps["after"], steps["before"], strict=True))
+    counts = [sum(after[i] < before[i] for after, before in pairs) for i in range(3)]
+    assert (
+        f"The float32 step is shorter after in {counts[0]} rounds of five, the bfloat16 step in {counts[1]}; "
+        f"the ratio is lower after in {counts[2]} rounds of five"
+    ) in flat
+    assert "the target, 0.7, is not met" in flat
+
+
+def test_the_minigrid_cnn_side_by_side_section_is_its_profiles():
+    """docs/speed.md's "The MiniGrid CNN's steps side by side": the three profiles at f24d4c2 named, their
+    wall and summed times quoted, the table's rows the XLA instructions' and the one-op graph's nodes, and
+    the claims the sums support: XLA's instructions sum to less than its wall time and than the graph's ops,
+    the graph's ops to more than its wall time."""
+    section, flat = _speed_section("#### The MiniGrid CNN's steps side by side", "\n## Encoders")
+    reports = {}
+    for kind, jit, one_op in (("xla", True, False), ("graph", False, False), ("graph_one_op", False, True)):
+        name = f"op_profile_minigrid_cnn_{kind}_f24d4c2.json"
+        assert f"`benchmarks/reference/{name}`" in flat
+        report = reports[kind] = _report(name)
+        assert report["commit"].startswith("f24d4c2") and "AMX" in report["machine"]
+        settings = report["settings"]
+        assert settings["model"] == "configs/minigrid/lavacrossing_cnn.gin" and settings["image_size"] == 14
+        assert settings["jit_compile"] is jit and settings["one_op_at_a_time"] is one_op
+    wall = {k: f"{r['wall_ms_median']:.1f}" for k, r in reports.items()}
+    summed = {k: f"{r['summed_op_ms_per_call']:.1f}" for k, r in reports.items()}
+    assert (
+        f"Wall time per call {wall['xla']} ms under XLA, whose instructions sum to {summed['xla']} ms; "
+        f"{wall['graph']} ms in the graph, whose ops sum to {summed['graph']} ms; "
+        f"{wall['graph_one_op']} ms one op at a time, whose ops sum to {summed['graph_one_op']} ms."
+    ) in flat
+    xla, graph, one_op = reports["xla"], reports["graph"], reports["graph_one_op"]
+    assert xla["summed_op_ms_per_call"] < xla["wall_ms_median"]
+    assert xla["summed_op_ms_per_call"] < one_op["summed_op_ms_per_call"]
+    assert graph["summed_op_ms_per_call"] > graph["wall_ms_median"] < xla["wall_ms_median"]
+    grad, conv = "gradient_tape/conv_encoder", "NativeGradConv2D/Conv2DBackprop"
+    rows = {
+        "`conv_1`, kernel gradient": ("SitConv2DKernelGrad [", f"{grad}/conv_1/{conv}Filter"),
+        "`conv_1`, input gradient": ("Conv2DBackpropInput [", f"{grad}/conv_1/{conv}Input"),
+        "`conv_1`": ("conv_encoder/conv_1/BiasAdd [", "conv_encoder/conv_1/Relu"),
+        "`hidden`, input gradient": (f"{grad}/hidden/MatMul/MatMul [", f"{grad}/hidden/MatMul/MatMul"),
+        "`hidden`, kernel gradient": (f"{grad}/hidden/MatMul/MatMul_1 [", f"{grad}/hidden/MatMul/MatMul_1"),
+        "`hidden`": ("conv_encoder/hidden/BiasAdd [", "conv_encoder/hidden/Relu"),
+        "`conv_0`": ("conv_encoder/conv_0/BiasAdd [", "conv_encoder/conv_0/Relu"),
+        "`conv_0`, kernel gradient": ("SitConv2DKernelGrad_1 [", f"{grad}/conv_0/{conv}Filter"),
+    }
+    for label, (instruction, node) in rows.items():
+        (compiled,) = [r for r in xla["nodes"] if r["node"].startswith(instruction)]
+        (alone,) = [r for r in one_op["nodes"] if r["node"] == node]
+        assert f"| {label} | {compiled['ms_per_call']:.2f} | {alone['ms_per_call']:.2f} |" in section
