@@ -8772,7 +8772,9 @@ def test_the_minigrid_cnn_side_by_side_section_is_its_profiles():
     wall and summed times quoted, the table's rows the XLA instructions' and the one-op graph's nodes, and
     the claims the sums support: XLA's instructions sum to less than its wall time and than the graph's ops,
     the graph's ops to more than its wall time."""
-    section, flat = _speed_section("#### The MiniGrid CNN's steps side by side", "\n## Encoders")
+    section, flat = _speed_section(
+        "#### The MiniGrid CNN's steps side by side", "\n#### The targets at 96d8699"
+    )
     reports = {}
     for kind, jit, one_op in (("xla", True, False), ("graph", False, False), ("graph_one_op", False, True)):
         name = f"op_profile_minigrid_cnn_{kind}_f24d4c2.json"
@@ -8808,3 +8810,34 @@ def test_the_minigrid_cnn_side_by_side_section_is_its_profiles():
         (compiled,) = [r for r in xla["nodes"] if r["node"].startswith(instruction)]
         (alone,) = [r for r in one_op["nodes"] if r["node"] == node]
         assert f"| {label} | {compiled['ms_per_call']:.2f} | {alone['ms_per_call']:.2f} |" in section
+
+
+def test_the_targets_at_96d8699_are_the_run():
+    """docs/speed.md's "The targets at 96d8699": the table is the 6270672 and 96d8699 runs' rows; the missed
+    targets listed; the SiT's steps, the SiT's and SieT's XLA and graph steps, the MiniGrid CNN's XLA / graph
+    step and the demo's PPO ratio as the run gives them."""
+    section, flat = _speed_section("#### The targets at 96d8699", "\n## Encoders")
+    previous = _report("speed_targets_amx_bf16_projection.json")
+    run = _report("speed_targets_amx_uninitialized.json")
+    assert run["commit"].startswith("96d8699") and "AMX" in run["machine"]
+    _assert_targets_table(section, flat, previous, run)
+    missed = sorted(t["what"] for t in run["targets"] if t["met"] is False)
+    assert f"Missed: {'; '.join(missed)}." in flat
+    models = _report("speed_targets_amx_uninitialized/encoders_64.json")["models"]
+    steps = {m: models[m]["timings"]["train_step"] for m in ("sit", "siet")}
+    graph, xla = ({m: f"{steps[m][k]['median_ms']:.1f}" for m in steps} for k in ("graph", "xla"))
+    bf16 = models["sit"]["precision"]["mixed_bfloat16"]
+    assert (
+        f"The SiT's bfloat16 step is {bf16['median_ms']:.1f} ms against {graph['sit']} ms in float32, "
+        f"{bf16['over_float32']:.2f}x."
+    ) in flat
+    assert (
+        f"XLA steps ({xla['sit']} and {xla['siet']} ms) are now slower than their graph steps "
+        f"({graph['sit']} and {graph['siet']} ms)"
+    ) in flat
+    cnn = _report("speed_targets_amx_uninitialized/encoders_14.json")["models"]
+    cnn_step = cnn["configs/minigrid/lavacrossing_cnn.gin"]["timings"]["train_step"]
+    xla_ms, graph_ms = cnn_step["xla"]["median_ms"], cnn_step["graph"]["median_ms"]
+    assert f"XLA / graph step is {xla_ms / graph_ms:.3f} ({xla_ms:.2f} against {graph_ms:.2f} ms)" in flat
+    demo = _report("speed_targets_amx_uninitialized/demo_ppo.json")["sit_over_cnn"]
+    assert f"the demo's SiT / CNN PPO ratio {demo:.3f} (0.63 at 6270672)" in flat

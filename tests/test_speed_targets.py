@@ -29,6 +29,7 @@ COMMITTED_BFLOAT16_RUNS = [
     "speed_targets_amx_one_pass",
     "speed_targets_amx_bf16_storage",
     "speed_targets_amx_bf16_projection",
+    "speed_targets_amx_uninitialized",
 ]
 
 
