@@ -8700,6 +8700,13 @@ def test_the_bfloat16_projection_section_is_its_runs():
     assert f"(the float32 step {min(graph):.0f}-{max(graph):.0f} ms)" in flat
 
 
+def _minigrid_cnn_steps(run: str) -> tuple[float, float]:
+    """The MiniGrid CNN's XLA and graph train steps (median ms) in a speed-target run's encoders_14.json."""
+    models = _report(f"{run}/encoders_14.json")["models"]
+    step = models["configs/minigrid/lavacrossing_cnn.gin"]["timings"]["train_step"]
+    return step["xla"]["median_ms"], step["graph"]["median_ms"]
+
+
 def test_the_targets_at_6270672_are_the_run():
     """docs/speed.md's "The targets at 6270672": the table is the 50474b7 and 6270672 runs' rows; the SiT's
     bfloat16 step and its rounds, and the MiniGrid CNN's XLA / graph step, are the run's; two missed."""
@@ -8721,9 +8728,7 @@ def test_the_targets_at_6270672_are_the_run():
         f"one took {rounds[-1]:.0f} ms and three {rounds[-4]:.0f}-{rounds[-2]:.0f} ms, "
         f"the others {rounds[0]:.0f}-{rounds[-5]:.0f} ms"
     ) in flat
-    steps = _report("speed_targets_amx_bf16_projection/encoders_14.json")["models"]
-    cnn = steps["configs/minigrid/lavacrossing_cnn.gin"]["timings"]["train_step"]
-    xla_ms, graph_ms = cnn["xla"]["median_ms"], cnn["graph"]["median_ms"]
+    xla_ms, graph_ms = _minigrid_cnn_steps("speed_targets_amx_bf16_projection")
     assert f"step is {xla_ms / graph_ms:.2f} here ({xla_ms:.1f} against {graph_ms:.1f} ms)" in flat
 
 
@@ -8835,9 +8840,7 @@ def test_the_targets_at_96d8699_are_the_run():
         f"XLA steps ({xla['sit']} and {xla['siet']} ms) are now slower than their graph steps "
         f"({graph['sit']} and {graph['siet']} ms)"
     ) in flat
-    cnn = _report("speed_targets_amx_uninitialized/encoders_14.json")["models"]
-    cnn_step = cnn["configs/minigrid/lavacrossing_cnn.gin"]["timings"]["train_step"]
-    xla_ms, graph_ms = cnn_step["xla"]["median_ms"], cnn_step["graph"]["median_ms"]
+    xla_ms, graph_ms = _minigrid_cnn_steps("speed_targets_amx_uninitialized")
     assert f"XLA / graph step is {xla_ms / graph_ms:.3f} ({xla_ms:.2f} against {graph_ms:.2f} ms)" in flat
     demo = _report("speed_targets_amx_uninitialized/demo_ppo.json")["sit_over_cnn"]
     assert f"the demo's SiT / CNN PPO ratio {demo:.3f} (0.63 at 6270672)" in flat
