@@ -43,14 +43,14 @@ constexpr int64_t kGradColumns = 512;
 constexpr int64_t kGradUnits = 16;
 
 // dst[r width + c] = src[r columns + first + c] for the columns first + c < columns, zero for the rest of
-// the width: `rows` rows of a column tile, contiguous and zero-padded.
-template <typename T>
-void CopyColumns(const T* src, int64_t rows, int64_t columns, int64_t first, int64_t width, T* dst) {
+// the width: `rows` rows of a column tile, contiguous and zero-padded. src may hold bfloat16 (S), widened
+// to floats (T) here.
+template <typename S, typename T>
+void CopyColumns(const S* src, int64_t rows, int64_t columns, int64_t first, int64_t width, T* dst) {
   const int64_t valid = std::min(width, columns - first);
   for (int64_t r = 0; r < rows; ++r) {
-    const T* from = src + r * columns + first;
     T* to = dst + r * width;
-    std::copy(from, from + valid, to);
+    ConvertRun(src + r * columns + first, valid, to);
     std::fill(to + valid, to + width, T(0));
   }
 }
@@ -68,15 +68,15 @@ inline void PrefetchColumns(const T* src, int64_t rows, int64_t columns, int64_t
 }
 
 // packed[(t R + r) kOutputRows + i] = kernel[r, t kOutputRows + i], zero past the N columns: each output
-// row tile's kernel values in the order the tile reads them.
-template <typename T>
-std::vector<T> PackKernel(const T* kernel, int64_t rows, int64_t outputs) {
+// row tile's kernel values in the order the tile reads them, as T (floats for a bfloat16 kernel, S).
+template <typename S, typename T = ComputeType<S>>
+std::vector<T> PackKernel(const S* kernel, int64_t rows, int64_t outputs) {
   const int64_t tiles = (outputs + kOutputRows - 1) / kOutputRows;
   std::vector<T> packed(tiles * rows * kOutputRows, T(0));
   for (int64_t t = 0; t < tiles; ++t) {
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t i = 0; i < kOutputRows && t * kOutputRows + i < outputs; ++i) {
-        packed[(t * rows + r) * kOutputRows + i] = kernel[r * outputs + t * kOutputRows + i];
+        packed[(t * rows + r) * kOutputRows + i] = static_cast<T>(kernel[r * outputs + t * kOutputRows + i]);
       }
     }
   }
@@ -142,13 +142,15 @@ void GradColumns(const T* x, const T* dy, int64_t stride, int64_t rows, int64_t 
   for (; r0 < rows; ++r0) GradTile<T, 1, B>(x, dy, stride, r0, n0, width, outputs, sums);
 }
 
-// y (N, L) = kernel (R, N)^T x (R, L).
-template <typename T>
-void ProjectChannelsFirst(const T* kernel_data, const T* x_data, int64_t rows, int64_t columns, int64_t outputs,
-                          T* y_data, const Shards& shards) {
+// y (N, L) = kernel (R, N)^T x (R, L), all three stored as S and computed as T: floats for bfloat16, widened
+// as each column tile is copied and rounded as each output vector is stored, so no float copy of x or y is
+// made in memory.
+template <typename S, typename T = ComputeType<S>>
+void ProjectChannelsFirst(const S* kernel_data, const S* x_data, int64_t rows, int64_t columns, int64_t outputs,
+                          S* y_data, const Shards& shards) {
   if (outputs == 0 || columns == 0) return;
   if (rows == 0) {
-    std::fill(y_data, y_data + outputs * columns, T(0));
+    std::fill(y_data, y_data + outputs * columns, S(0));
     return;
   }
   const std::vector<T> packed = PackKernel(kernel_data, rows, outputs);
@@ -173,12 +175,12 @@ void ProjectChannelsFirst(const T* kernel_data, const T* x_data, int64_t rows, i
           const T* w = packed.data() + t * rows * kOutputRows;
           ProjectTile(w, buffer.data() + tile * width, rows, chunk, sums);
           for (int64_t i = 0; i < kOutputRows && t * kOutputRows + i < outputs; ++i) {
-            T* target = y_data + (t * kOutputRows + i) * columns + left;
+            S* target = y_data + (t * kOutputRows + i) * columns + left;
             if (valid == width) {
               for (int v = 0; v < kColumnVectors; ++v) Store(target + v * kLanes, sums[i][v]);
             } else {  // the last tile: its valid columns only
               for (int v = 0; v < kColumnVectors; ++v) Store(values + v * kLanes, sums[i][v]);
-              std::copy(values, values + valid, target);
+              ConvertRun(values, valid, target);
             }
           }
         }

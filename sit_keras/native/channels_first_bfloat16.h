@@ -9,7 +9,8 @@
 // outputs go to memory as whole cache lines of bfloat16 with non-temporal stores: the SiT's output is 40 MB
 // and its lines, read for ownership by ordinary stores, cost more than the arithmetic. The speed against
 // TensorFlow's bfloat16 MatMul (oneDNN, itself on AMX): docs/speed.md, "The projection in bfloat16 on AMX
-// tiles". Elsewhere the op widens x to floats and runs the float projection (channels_first.h), then rounds.
+// tiles". Elsewhere the op runs the float projection (channels_first.h), which widens x a column tile at a
+// time and rounds each output vector as it stores it.
 
 #ifndef SIT_KERAS_NATIVE_CHANNELS_FIRST_BFLOAT16_H_
 #define SIT_KERAS_NATIVE_CHANNELS_FIRST_BFLOAT16_H_
@@ -29,16 +30,6 @@
 #endif
 
 namespace sit_keras {
-
-// The projection without AMX: kernel (R, N) and x (R, L) widened to floats, y rounded back to bfloat16.
-inline void ProjectChannelsFirstWidened(const bfloat16* kernel, const bfloat16* x, int64_t rows, int64_t columns,
-                                        int64_t outputs, bfloat16* y, const Shards& shards) {
-  std::vector<float> kernel_f(rows * outputs), x_f(rows * columns), y_f(outputs * columns);
-  ConvertRun(kernel, rows * outputs, kernel_f.data());
-  ConvertRun(x, rows * columns, x_f.data());
-  ProjectChannelsFirst(kernel_f.data(), x_f.data(), rows, columns, outputs, y_f.data(), shards);
-  ConvertRun(y_f.data(), outputs * columns, y);
-}
 
 #ifdef SIT_KERAS_AMX
 
@@ -194,7 +185,7 @@ inline void ProjectChannelsFirstBfloat16(const bfloat16* kernel, const bfloat16*
 #ifdef SIT_KERAS_AMX
   if (rows > 0 && AmxGranted()) return ProjectChannelsFirstAmx(kernel, x, rows, columns, outputs, y, shards);
 #endif
-  ProjectChannelsFirstWidened(kernel, x, rows, columns, outputs, y, shards);
+  ProjectChannelsFirst(kernel, x, rows, columns, outputs, y, shards);  // floats, a column tile at a time
 }
 
 }  // namespace sit_keras
