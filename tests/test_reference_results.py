@@ -8821,7 +8821,9 @@ def test_the_targets_at_96d8699_are_the_run():
     """docs/speed.md's "The targets at 96d8699": the table is the 6270672 and 96d8699 runs' rows; the missed
     targets listed; the SiT's steps, the SiT's and SieT's XLA and graph steps, the MiniGrid CNN's XLA / graph
     step and the demo's PPO ratio as the run gives them."""
-    section, flat = _speed_section("#### The targets at 96d8699", "\n## Encoders")
+    section, flat = _speed_section(
+        "#### The targets at 96d8699", "\n### The targets on an Intel host with AVX512"
+    )
     previous = _report("speed_targets_amx_bf16_projection.json")
     run = _report("speed_targets_amx_uninitialized.json")
     assert run["commit"].startswith("96d8699") and "AMX" in run["machine"]
@@ -8844,3 +8846,57 @@ def test_the_targets_at_96d8699_are_the_run():
     assert f"XLA / graph step is {xla_ms / graph_ms:.3f} ({xla_ms:.2f} against {graph_ms:.2f} ms)" in flat
     demo = _report("speed_targets_amx_uninitialized/demo_ppo.json")["sit_over_cnn"]
     assert f"the demo's SiT / CNN PPO ratio {demo:.3f} (0.63 at 6270672)" in flat
+
+
+def test_the_targets_on_the_avx512_bf16_host_are_the_run():
+    """docs/speed.md's "The targets on an Intel host with AVX512_BF16 and no AMX": the table is the AMX host's
+    run at 96d8699 and this host's rows; the missed targets listed; the steps, the matmul's bfloat16 ratio and
+    the PPO rates as the run gives them."""
+    section, flat = _speed_section(
+        "### The targets on an Intel host with AVX512_BF16 and no AMX", "\n## Encoders"
+    )
+    previous = _report("speed_targets_amx_uninitialized.json")
+    run = _report("speed_targets_avx512bf16.json")
+    assert run["commit"].startswith("23e1e35") and "no AMX" in run["machine"]
+    assert "avx512_bf16" in run["cpu_flags"] and "amx_tile" not in run["cpu_flags"]
+    _assert_targets_table(section, flat, previous, run)
+    missed = sorted(t["what"] for t in run["targets"] if t["met"] is False)
+    assert f"Missed: {'; '.join(missed)}." in flat
+    encoders = _report("speed_targets_avx512bf16/encoders_64.json")
+    steps = {m: encoders["models"][m]["timings"]["train_step"] for m in ("sit", "siet", "vit")}
+    graph, xla = ({m: f"{steps[m][k]['median_ms']:.1f}" for m in steps} for k in ("graph", "xla"))
+    ratios = encoders["ratios"]["train_step_over_vit"]
+    assert (
+        f"takes {graph['sit']} ms in graph mode, {ratios['sit']['graph']:.2f}x the ViT's {graph['vit']} ms"
+        in flat
+    )
+    assert f"The SieT's takes {graph['siet']} ms, {ratios['siet']['graph']:.3f}x the ViT's" in flat
+    quiet = _report("speed_encoders_avx512_quiet.json")
+    old = {m: quiet["models"][m]["timings"]["train_step"]["graph"]["median_ms"] for m in ("sit", "vit")}
+    assert quiet["commit"].startswith("6aecd52")
+    assert (
+        f"at 6aecd52 it took {old['sit']:.1f} ms here, "
+        f"{old['sit'] / old['vit']:.2f}x the ViT's {old['vit']:.1f}" in flat
+    )
+    assert f"The SiT's XLA step is {xla['sit']} ms against {graph['sit']} ms" in flat
+    assert f"XLA ({xla['siet']} against {graph['siet']} ms)" in flat
+    bf16 = encoders["models"]["sit"]["precision"]["mixed_bfloat16"]
+    matmul = encoders["matmul"]["by_precision"]["mixed_bfloat16"]["over_float32"]
+    assert f"takes {bf16['median_ms']:.1f} ms, {bf16['over_float32']:.2f}x its float32 step" in flat
+    assert f"the 1024^3 matmul in bfloat16 {matmul:.2f}x its float32 time" in flat and matmul > 1
+    demo = _report("speed_targets_avx512bf16/demo_ppo.json")
+    rates = demo["env_steps_per_second"]
+    assert (
+        f"at {demo['sit_over_cnn']:.2f}x the CNN's env steps/s "
+        f"({rates['sit']:.1f} against {rates['cnn']:.1f})" in flat
+    )
+    lava = _report("speed_targets_avx512bf16/lavacrossing_ppo.json")["table"]
+    sit_small, cnn = (lava[m]["env_steps_per_second"] for m in ("sit_small", "cnn"))
+    assert f"at {sit_small / cnn:.2f}x ({sit_small:.1f} against {cnn:.1f})" in flat
+    procgen = _report("speed_targets_avx512bf16/procgen_ppo.json")
+    over = procgen["ratios"]["impala_cnn_over_sit_env_steps_per_second"]
+    rates = procgen["env_steps_per_second"]
+    assert f"at 1/{over:.2f} of the IMPALA-CNN ({rates['sit']:.1f} against {rates['impala_cnn']:.1f}" in flat
+    workers = _report("speed_targets_avx512bf16/two_workers.json")["median_ratios_two_over_one"]
+    assert f"train step {workers['learner_seconds_per_train_step']:.2f}x as long" in flat
+    assert f"env steps/s {workers['cluster_env_steps_per_second']:.2f}x one worker's" in flat
