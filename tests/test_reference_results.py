@@ -8852,9 +8852,8 @@ def test_the_targets_on_the_avx512_bf16_host_are_the_run():
     """docs/speed.md's "The targets on an Intel host with AVX512_BF16 and no AMX": the table is the AMX host's
     run at 96d8699 and this host's rows; the missed targets listed; the steps, the matmul's bfloat16 ratio and
     the PPO rates as the run gives them."""
-    section, flat = _speed_section(
-        "### The targets on an Intel host with AVX512_BF16 and no AMX", "\n## Encoders"
-    )
+    end = "\n#### The SiT's XLA step before and after the window gradients' zeroing"
+    section, flat = _speed_section("### The targets on an Intel host with AVX512_BF16 and no AMX", end)
     previous = _report("speed_targets_amx_uninitialized.json")
     run = _report("speed_targets_avx512bf16.json")
     assert run["commit"].startswith("23e1e35") and "no AMX" in run["machine"]
@@ -8900,3 +8899,32 @@ def test_the_targets_on_the_avx512_bf16_host_are_the_run():
     workers = _report("speed_targets_avx512bf16/two_workers.json")["median_ratios_two_over_one"]
     assert f"train step {workers['learner_seconds_per_train_step']:.2f}x as long" in flat
     assert f"env steps/s {workers['cluster_env_steps_per_second']:.2f}x one worker's" in flat
+
+
+def test_the_xla_step_before_and_after_the_zeroing_section_is_its_rounds():
+    """docs/speed.md's "The SiT's XLA step before and after the window gradients' zeroing": the ten alternated
+    rounds, each named and a row of the table; the medians quoted, and no claim that the ratio rose."""
+    title = "#### The SiT's XLA step before and after the window gradients' zeroing"
+    section, flat = _speed_section(title, "\n## Encoders")
+    values: dict[str, list[tuple[float, float, float]]] = {}
+    for run in range(1, 6):
+        for when, commit in (("before", "eebe85b"), ("after", "ef5cec9")):
+            name = f"speed_encoders_avx512bf16_xla_{when}_run{run}.json"
+            report = _report(name)
+            assert f"`benchmarks/reference/{name}`" in flat
+            assert report["commit"].startswith(commit) and "no AMX" in report["machine"]
+            assert report["settings"]["models"] == ["sit"] and report["settings"]["precisions"] == ["float32"]
+            step = report["models"]["sit"]["timings"]["train_step"]
+            graph, xla = step["graph"]["median_ms"], step["xla"]["median_ms"]
+            values.setdefault(when, []).append((graph, xla, xla / graph))
+            assert f"| {commit}, round {run} | {graph:.1f} | {xla:.1f} | {xla / graph:.3f} |" in section
+    (graph, xla, ratio), (graph_after, xla_after, ratio_after) = (
+        [statistics.median(v[i] for v in values[w]) for i in range(3)] for w in ("before", "after")
+    )
+    assert (
+        f"graph {graph:.1f} and {graph_after:.1f} ms, XLA {xla:.1f} and {xla_after:.1f} ms, "
+        f"XLA / graph {ratio:.3f} and {ratio_after:.3f}"
+    ) in flat
+    lower = sum(a[2] < b[2] for b, a in zip(values["before"], values["after"], strict=True))
+    assert f"(lower after in {lower} rounds of five)" in flat
+    assert ratio_after <= ratio and "did not make the XLA step slower against the graph step" in flat
