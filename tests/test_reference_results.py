@@ -8883,6 +8883,9 @@ def test_the_targets_on_the_avx512_bf16_host_are_the_run():
     matmul = encoders["matmul"]["by_precision"]["mixed_bfloat16"]["over_float32"]
     assert f"takes {bf16['median_ms']:.1f} ms, {bf16['over_float32']:.2f}x its float32 step" in flat
     assert f"the 1024^3 matmul in bfloat16 {matmul:.2f}x its float32 time" in flat and matmul > 1
+    before = _report("speed_encoders_avx512bf16.json")
+    assert before["commit"].startswith("61121fe")
+    assert f"({before['matmul']['by_precision']['mixed_bfloat16']['over_float32']:.2f}x at 61121fe)" in flat
     auto = _report("auto_precision_avx512bf16_625ff3f.json")
     assert auto["commit"].startswith("625ff3f") and "no AMX" in auto["machine"]
     ratios = [c["precision"]["bfloat16_over_float32"] for c in auto["configs"]]
