@@ -25,6 +25,13 @@ host with bfloat16 instructions (AVX512_BF16 or AMX); elsewhere its row says so
 and counts as neither met nor missed. The table and ``--out`` (JSON) give each
 row's value, limit, whether it is met, and the report and key it comes from.
 
+A target's value is the ratio of the two medians. For the encoders' ratios,
+whose two sides are timed in the same rounds, the table also gives the median
+of the ratios within each round ("per round"; ``per_round_medians`` in
+``--out``): a round in which the host slowed down both sides cancels out there,
+so where the two differ the host's noise is at least that large. The verdict
+stays on the ratio of the medians.
+
 Usage::
 
     python benchmarks/speed_targets.py [--work_dir runs/speed_targets]
@@ -130,27 +137,39 @@ class Target:
     at_most: bool = True  # the ratio must stay at or below the limit (else at or above)
     invert: bool = False  # the report holds the inverse ratio
     needs_bfloat16: bool = False
+    # The two sides' times in the report, one a round (numerator, denominator); None: not timed in rounds.
+    rounds: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+
+
+def _train_step_runs(model: str, mode: str = "graph") -> tuple[str, ...]:
+    """Where ``encoders.py`` keeps a model's train-step times, one a round."""
+    return ("models", model, "timings", "train_step", mode, "runs_ms")
 
 
 def targets() -> list[Target]:
     """The issue's targets, in its order."""
     rows = []
-    for model, name in (("sit", "SiT"), ("siet", "SieT")):
-        for limit in (2.0, 1.5):
-            key = ("ratios", "train_step_over_vit", model, "graph")
-            rows.append(Target(f"{name} / ViT train step, 64x64 (graph)", "encoders_64", key, limit))
-    for model, name in (("sit_small", "SiT-small"), ("siet_rotation_pooled", "SieT readout")):
-        for limit in (2.0, 1.5):
-            key = ("ratios", "train_step_over_vit", MINIGRID.format(model), "graph")
-            rows.append(Target(f"{name} / ViT train step, 14x14 (graph)", "encoders_14", key, limit))
-    for model in ("sit", "siet", "vit", "impala_cnn"):
-        key = ("ratios", "xla_over_graph", model, "train_step")
-        rows.append(Target(f"{model}: XLA / graph train step, 64x64", "encoders_64", key, 1.0))
-    for model in MINIGRID_MODELS:
-        key = ("ratios", "xla_over_graph", MINIGRID.format(model), "train_step")
-        rows.append(Target(f"{model}: XLA / graph train step, 14x14", "encoders_14", key, 1.0))
+    sizes = (  # report, image size, its models' specs in encoders.py and the issue's names for them
+        ("encoders_64", "64x64", {m: m for m in ("sit", "siet", "vit", "impala_cnn")}),
+        ("encoders_14", "14x14", {m: MINIGRID.format(m) for m in MINIGRID_MODELS}),
+    )
+    against_vit = {"encoders_64": (("sit", "SiT"), ("siet", "SieT"))}
+    against_vit["encoders_14"] = (("sit_small", "SiT-small"), ("siet_rotation_pooled", "SieT readout"))
+    for report, size, specs in sizes:
+        for model, name in against_vit[report]:
+            key = ("ratios", "train_step_over_vit", specs[model], "graph")
+            rounds = (_train_step_runs(specs[model]), _train_step_runs(specs["vit"]))
+            what = f"{name} / ViT train step, {size} (graph)"
+            rows += [Target(what, report, key, limit, rounds=rounds) for limit in (2.0, 1.5)]
+    for report, size, specs in sizes:
+        for model, spec in specs.items():
+            key = ("ratios", "xla_over_graph", spec, "train_step")
+            rounds = (_train_step_runs(spec, "xla"), _train_step_runs(spec))
+            rows.append(Target(f"{model}: XLA / graph train step, {size}", report, key, 1.0, rounds=rounds))
     key = ("models", "sit", "precision", "mixed_bfloat16", "over_float32")
-    rows.append(Target("SiT bfloat16 / float32 train step", "encoders_64", key, 0.7, needs_bfloat16=True))
+    rounds = (("models", "sit", "precision", "mixed_bfloat16", "runs_ms"), _train_step_runs("sit"))
+    what = "SiT bfloat16 / float32 train step"
+    rows.append(Target(what, "encoders_64", key, 0.7, needs_bfloat16=True, rounds=rounds))
     rows.append(Target("demo SiT / CNN env steps/s (PPO)", "demo_ppo", ("sit_over_cnn",), 0.6, at_most=False))
     key = ("table", "cnn", "cost_per_env_step")  # SiT-small's env steps/s over the CNN's
     rows.append(Target("LavaCrossing SiT-small / CNN env steps/s (PPO)", "lavacrossing_ppo", key, 0.6, False))
@@ -163,11 +182,20 @@ def targets() -> list[Target]:
     return rows
 
 
-def _read(report: dict[str, Any], key: Sequence[str]) -> float:
+def _lookup(report: dict[str, Any], key: Sequence[str]) -> Any:
     value: Any = report
     for part in key:
         value = value[part]
-    return float(value)
+    return value
+
+
+def _read(report: dict[str, Any], key: Sequence[str]) -> float:
+    return float(_lookup(report, key))
+
+
+def _no_number(target: Target, key: Sequence[str]) -> UsageError:
+    name = BENCHMARK_RUNS[target.report].report
+    return UsageError(f"{name} holds no number at {'/'.join(key)}: is it that benchmark's report?")
 
 
 def summarise(reports: dict[str, dict[str, Any]], flags: Sequence[str]) -> list[dict[str, Any]]:
@@ -184,9 +212,7 @@ def summarise(reports: dict[str, dict[str, Any]], flags: Sequence[str]) -> list[
         try:
             value = _read(report, target.key)
         except (KeyError, TypeError, ValueError):
-            name = BENCHMARK_RUNS[target.report].report
-            where = "/".join(target.key)
-            raise UsageError(f"{name} holds no number at {where}: is it that benchmark's report?") from None
+            raise _no_number(target, target.key) from None
         if target.invert:
             value = 1 / value
         row = {
@@ -208,12 +234,56 @@ def summarise(reports: dict[str, dict[str, Any]], flags: Sequence[str]) -> list[
     return rows
 
 
-def format_table(rows: Sequence[dict[str, Any]]) -> str:
-    lines = [f"{'ratio':56s} {'value':>7s} {'target':>9s}  met"]
+def per_round_medians(reports: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """For each ratio timed in rounds: the median of its per-round ratios beside the ratio of its medians.
+
+    Each round of ``encoders.py`` times every function once, so the two sides of
+    such a ratio are paired by round. A report without the times, or with
+    different numbers of rounds on the two sides, raises ``UsageError``.
+    """
+    medians, seen = [], set()
+    for target in targets():
+        if target.rounds is None or target.what in seen:  # a ratio with two limits is listed once
+            continue
+        seen.add(target.what)
+        report = reports[target.report]
+        sides = []
+        for key in target.rounds:
+            try:
+                sides.append([float(ms) for ms in _lookup(report, key)])
+            except (KeyError, TypeError, ValueError):
+                raise _no_number(target, key) from None
+        numerators, denominators = sides
+        if not numerators or len(numerators) != len(denominators):
+            name = BENCHMARK_RUNS[target.report].report
+            raise UsageError(
+                f"{name} times {target.what!r} in {len(numerators)} and {len(denominators)} rounds; "
+                "a per-round ratio needs the same number of rounds on both sides, at least one."
+            )
+        medians.append(
+            {
+                "what": target.what,
+                "per_round_median": statistics.median(
+                    n / d for n, d in zip(numerators, denominators, strict=True)
+                ),
+                "ratio_of_medians": statistics.median(numerators) / statistics.median(denominators),
+                "rounds": len(numerators),
+                "report": BENCHMARK_RUNS[target.report].report,
+                "keys": ["/".join(key) for key in target.rounds],
+            }
+        )
+    return medians
+
+
+def format_table(rows: Sequence[dict[str, Any]], per_round: Sequence[dict[str, Any]] = ()) -> str:
+    """The targets' table; with ``per_round`` (``per_round_medians``), a column of per-round medians."""
+    by_what = {entry["what"]: entry["per_round_median"] for entry in per_round}
+    lines = [f"{'ratio':56s} {'value':>7s} {'per round':>9s} {'target':>9s}  met"]
     for row in rows:
         limit = "-" if row["limit"] is None else f"{'<=' if row['at_most'] else '>='} {row['limit']:.3g}"
         met = {True: "yes", False: "NO", None: "n/a"}[row["met"]]
-        lines.append(f"{row['what']:56s} {row['value']:7.3f} {limit:>9s}  {met}")
+        paired = f"{by_what[row['what']]:.3f}" if row["what"] in by_what else "-"
+        lines.append(f"{row['what']:56s} {row['value']:7.3f} {paired:>9s} {limit:>9s}  {met}")
     return "\n".join(lines)
 
 
@@ -309,11 +379,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in args.only:
             run_benchmark(name, args.work_dir, args.quick)
     try:
-        rows = summarise(read_reports(args.work_dir), cpu_flags())
+        reports = read_reports(args.work_dir)
+        rows, per_round = summarise(reports, cpu_flags()), per_round_medians(reports)
     except UsageError as error:
         print(error, file=sys.stderr)
         return 1
-    print(format_table(rows))
+    print(format_table(rows, per_round))
     report = {
         "what": "the speed issue's ratios, each measured within one benchmark's run, against its targets",
         "command": command_line("speed_targets.py", argv),
@@ -323,6 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "targets": rows,
         "met": sum(row["met"] is True for row in rows),
         "missed": sum(row["met"] is False for row in rows),
+        "per_round_medians": per_round,
         "wall_seconds": round(time.time() - started, 1),
         "environment": environment(),
     }

@@ -57,6 +57,19 @@ def _reports(module, scale: float = 1.0) -> dict[str, dict]:
     }
 
 
+def _with_rounds(module, reports: dict[str, dict], graph: list, xla: list, bfloat16: list) -> dict[str, dict]:
+    """``reports`` with each encoder's times in the same rounds: ``graph``, ``xla``, the SiT's bfloat16 ms."""
+    precision = reports["encoders_64"]["models"]["sit"]["precision"]
+    specs = {"encoders_64": ["sit", "siet", "vit", "impala_cnn"]}
+    specs["encoders_14"] = [module.MINIGRID.format(m) for m in module.MINIGRID_MODELS]
+    for name, models in specs.items():
+        timings = {"train_step": {"graph": {"runs_ms": graph}, "xla": {"runs_ms": xla}}}
+        reports[name]["models"] = {spec: {"timings": timings} for spec in models}
+    precision["mixed_bfloat16"]["runs_ms"] = bfloat16
+    reports["encoders_64"]["models"]["sit"]["precision"] = precision
+    return reports
+
+
 def _row(rows: list[dict], what: str, limit: float | None = None) -> dict:
     [row] = [r for r in rows if r["what"] == what and (limit is None or r["limit"] == pytest.approx(limit))]
     return row
@@ -110,6 +123,44 @@ def test_a_report_without_a_targets_number_is_named(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_per_round_medians_pair_the_two_sides_of_a_ratio_round_by_round(tmp_path, capsys):
+    """A round in which the host slowed down (the second) moves both sides: the per-round ratios are 0.9, 0.9
+    and 1.2, so their median is 0.9 while the medians' ratio is 132 / 110 = 1.2."""
+    module = load_benchmark("speed_targets")
+    reports = _with_rounds(module, _reports(module, 1.2), [100, 300, 110], [90, 270, 132], [50, 150, 55])
+    medians = {entry["what"]: entry for entry in module.per_round_medians(reports)}
+    assert len(medians) == 13  # 4 against the ViT, 8 XLA / graph, bfloat16; the PPO ratios are not in rounds
+    xla = medians["sit: XLA / graph train step, 64x64"]
+    assert xla["per_round_median"] == pytest.approx(0.9) and xla["ratio_of_medians"] == pytest.approx(1.2)
+    assert xla["rounds"] == 3 and xla["keys"][0] == "models/sit/timings/train_step/xla/runs_ms"
+    assert medians["cnn: XLA / graph train step, 14x14"]["report"] == "encoders_14.json"
+    assert medians["SieT readout / ViT train step, 14x14 (graph)"]["per_round_median"] == pytest.approx(1.0)
+    assert medians["SiT bfloat16 / float32 train step"]["per_round_median"] == pytest.approx(0.5)
+    for name, report in reports.items():
+        (tmp_path / module.BENCHMARK_RUNS[name].report).write_text(json.dumps(report))
+    out = tmp_path / "summary.json"
+    assert module.main(["--reports_only", "--work_dir", str(tmp_path), "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "per round" in lines[0]
+    siet = [line.split()[-5:] for line in lines if line.startswith("siet: XLA")]
+    assert siet == [["1.200", "0.900", "<=", "1", "NO"]]
+    assert [line.split()[-4] for line in lines if line.startswith("demo SiT")] == ["-"]
+    written = json.loads(out.read_text())
+    assert written["per_round_medians"] == list(medians.values())
+    assert _row(written["targets"], "sit: XLA / graph train step, 64x64")["met"] is False  # the verdict: 1.2
+
+
+def test_per_round_medians_name_missing_or_unpaired_rounds():
+    module = load_benchmark("speed_targets")
+    with pytest.raises(
+        module.UsageError, match="encoders_64.json holds no number at models/sit/timings/train"
+    ):
+        module.per_round_medians(_reports(module))
+    reports = _with_rounds(module, _reports(module), [100, 300, 110], [90, 270], [50, 150, 55])
+    with pytest.raises(module.UsageError, match="'sit: XLA / graph train step, 64x64' in 2 and 3 rounds"):
+        module.per_round_medians(reports)
+
+
 @pytest.mark.parametrize(
     "argv",
     [["--only", "nope"], ["--only", ","], ["--reports_only", "--work_dir", "/no/such/folder"], ["--x"]],
@@ -133,6 +184,10 @@ def test_the_committed_run_summarises_to_its_committed_targets(run: str):
     runs = module.BENCHMARK_RUNS
     reports = {name: json.loads((REFERENCE / run / r.report).read_text()) for name, r in runs.items()}
     assert module.summarise(reports, committed["cpu_flags"]) == committed["targets"]
+    # The per-round times are the ones each ratio's medians come from.
+    values = {row["what"]: row["value"] for row in committed["targets"]}
+    for entry in module.per_round_medians(reports):
+        assert entry["ratio_of_medians"] == pytest.approx(values[entry["what"]], rel=1e-12)
     assert committed["met"] == sum(row["met"] is True for row in committed["targets"])
     assert committed["missed"] == sum(row["met"] is False for row in committed["targets"])
     bfloat16 = _row(committed["targets"], "SiT bfloat16 / float32 train step")
