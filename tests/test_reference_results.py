@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import collections
 import functools
-import importlib.util
 import json
 import math
 import shlex
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from run_folders import load_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "benchmarks" / "reference"
@@ -44,14 +44,6 @@ TABLE4 = PAPERS["sit_icml2024"]["table_4"]["columns"]
 def _flat_page(name: str) -> str:
     """A page of docs/ with its whitespace flattened: a quoted sentence may wrap anywhere."""
     return " ".join((DOCS / name).read_text().split())
-
-
-def _benchmark_module(name: str):
-    """benchmarks/<name>.py, imported (the benchmarks are scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _report(name: str) -> dict:
@@ -368,7 +360,7 @@ def test_deterministic_cost_is_the_report():
 
 
 def test_supervised_digits_table_is_computed_from_the_report():
-    bench = _benchmark_module("supervised")
+    bench = load_benchmark("supervised")
     report = _report("supervised_digits.json")
     assert bench.readme_table(report) == report["readme_table"]  # recomputed from the per-seed runs
     for line in report["readme_table"].splitlines():
@@ -968,7 +960,7 @@ def test_lavacrossing_chiral_runs_are_the_report():
 
 
 def test_lavacrossing_curves_png_is_drawn_from_the_reports(tmp_path):
-    plot = _benchmark_module("plot_curves")
+    plot = load_benchmark("plot_curves")
     from PIL import Image, ImageChops
 
     names = (
@@ -1002,7 +994,7 @@ def test_lavacrossing_curves_png_is_drawn_from_the_reports(tmp_path):
 def test_table4_parts_curves_png_is_drawn_from_every_committed_part(folder: str, png: str, title: str):
     """docs/<png>: one line per committed Table 4 part of the folder, redrawn as docs/results.md says."""
 
-    plot = _benchmark_module("plot_curves")
+    plot = load_benchmark("plot_curves")
     from PIL import Image, ImageChops
 
     parts = sorted((REFERENCE / folder).glob("*.json"))
@@ -4967,7 +4959,7 @@ def test_table4_lavacrossing_is_the_merge_of_every_prior_part():
     assert words[:2] == ["python", "benchmarks/minigrid_rotation.py"]
     assert words[words.index("--merge") + 1].split(",") == names
     assert words[words.index("--out") + 1] == "benchmarks/reference/table4_lavacrossing.json"
-    merged = _benchmark_module("minigrid_rotation").merge_reports([str(path) for path in TABLE4_PRIOR_PARTS])
+    merged = load_benchmark("minigrid_rotation").merge_reports([str(path) for path in TABLE4_PRIOR_PARTS])
     for part, name in zip(merged["parts"], names, strict=True):
         part["file"] = name
     assert {key: value for key, value in report.items() if key != "command"} == json.loads(json.dumps(merged))
@@ -5495,7 +5487,7 @@ def test_three_seeds_with_64_units_meet_every_target_and_are_quoted_as_measured(
 
 
 def test_the_suites_collections_and_the_learner_pipelines_are_the_reports():
-    bench = _benchmark_module("suite_resources")
+    bench = load_benchmark("suite_resources")
     flat = _flat_page("testing.md")
     summaries = {}
     for when in ("before", "after"):
@@ -5567,7 +5559,7 @@ def _spread(runs: list[dict], key: str) -> str:
 
 
 def test_the_cpu_allocator_table_is_the_report():
-    bench = _benchmark_module("cpu_allocator")
+    bench = load_benchmark("cpu_allocator")
     report = _report("cpu_allocator_avx2.json")
     assert report["commit"] and report["command"] == (
         "python benchmarks/cpu_allocator.py --out benchmarks/reference/cpu_allocator_avx2.json"
@@ -5710,7 +5702,7 @@ def test_procgen_throughput_with_more_of_the_step_native_is_the_report():
 def _suite_report(name: str):
     """``benchmarks/suite_resources.py``, the summary ``suite_resources_avx2_<name>.json`` and its records,
     after checking that the summary is the one the script makes from the records."""
-    bench = _benchmark_module("suite_resources")
+    bench = load_benchmark("suite_resources")
     summary = _report(f"suite_resources_avx2_{name}.json")
     records = bench.read_report(REFERENCE / f"suite_resources_avx2_{name}.jsonl.gz")
     assert bench.summarise(records, summary["slow_s"], 5) == {
@@ -5747,7 +5739,7 @@ def test_the_suite_after_the_float16_moves_and_the_allocator_is_the_report():
 
 
 def test_the_xla_runtime_table_is_the_two_reports():
-    bench = _benchmark_module("xla_runtime")
+    bench = load_benchmark("xla_runtime")
     first, second = _report("xla_runtime_avx2_before_bias.json"), _report("xla_runtime_avx2.json")
     flat = " ".join(SPEED.split())
     assert f"the first at {first['commit'][:7]}" in flat
@@ -8911,11 +8903,71 @@ def test_the_targets_on_the_avx512_bf16_host_are_the_run():
     assert f"env steps/s {workers['cluster_env_steps_per_second']:.2f}x one worker's" in flat
 
 
+def _speed_target_run(run: str) -> tuple[dict, dict[str, dict], dict[str, float]]:
+    """A committed speed-target run: its summary, its benchmarks' reports, and its per-round medians."""
+    module = load_benchmark("speed_targets")
+    reports = {name: _report(f"{run}/{b.report}") for name, b in module.BENCHMARK_RUNS.items()}
+    per_round = {e["what"]: e["per_round_median"] for e in module.per_round_medians(reports)}
+    return _report(f"{run}.json"), reports, per_round
+
+
+def test_the_targets_at_270799a_and_their_per_round_medians_are_the_runs():
+    """docs/speed.md's "The targets at 270799a, and each ratio round by round": both runs on the AVX512_BF16
+    host, each encoder ratio beside its per-round median, the verdicts that changed with the same code, the
+    demo's process pairs, and the AMX run's SiT XLA step by both measures."""
+    section, flat = _speed_section(
+        "#### The targets at 270799a, and each ratio round by round", "\n## Encoders"
+    )
+    previous, _, previous_rounds = _speed_target_run("speed_targets_avx512bf16")
+    run, reports, rounds = _speed_target_run("speed_targets_avx512bf16_rounds")
+    assert run["commit"].startswith("270799a") and "no AMX" in run["machine"]
+    assert run["per_round_medians"] == load_benchmark("speed_targets").per_round_medians(reports)
+    met = {True: "yes", False: "**no**", None: "n/a"}
+    for old, new in zip(previous["targets"], run["targets"], strict=True):
+        limit = "-" if new["limit"] is None else f"{'<=' if new['at_most'] else '>='} {new['limit']:.3g}"
+        paired = [f"{r[new['what']]:.3f}" if new["what"] in r else "-" for r in (previous_rounds, rounds)]
+        row = (
+            f"| {new['what']} | {old['value']:.3f} | {paired[0]} | {new['value']:.3f} | {paired[1]} "
+            f"| {limit} | {met[new['met']]} | `{new['report']}` |"
+        )
+        assert row in section
+    assert f"in {run['wall_seconds']:.0f} s: **{run['met']} targets met and {run['missed']} missed**" in flat
+    changed = [
+        (o, n) for o, n in zip(previous["targets"], run["targets"], strict=True) if o["met"] != n["met"]
+    ]
+    assert (
+        len({n["what"] for _, n in changed}) == 5 and "**Five verdicts changed with the same code.**" in flat
+    )
+    assert all(f"from {o['value']:.3f} to {n['value']:.3f}" in flat for o, n in changed)
+    xla_missed = [t["what"] for t in previous["targets"] if "XLA" in t["what"] and t["met"] is False]
+    medians = ", ".join(f"{previous_rounds[w]:.3f}" for w in xla_missed[:-1])
+    assert f"per-round medians of {medians} and {previous_rounds[xla_missed[-1]]:.3f}" in flat
+    cnn = "cnn: XLA / graph train step, 14x14"
+    steps = reports["encoders_14"]["models"]["configs/minigrid/lavacrossing_cnn.gin"]["timings"]["train_step"]
+    assert (
+        f"has a per-round median of {rounds[cnn]:.3f} (its step {steps['graph']['median_ms']:.2f} ms" in flat
+    )
+    assert f"and {steps['xla']['median_ms']:.2f} ms with XLA)" in flat
+    amx, _, amx_rounds = _speed_target_run("speed_targets_amx_uninitialized")
+    sit_xla = "sit: XLA / graph train step, 64x64"
+    amx_value = next(t["value"] for t in amx["targets"] if t["what"] == sit_xla)
+    assert amx["commit"].startswith("96d8699") and amx_value > 1 and amx_rounds[sit_xla] > 1
+    assert f"step is {amx_value:.3f} and {amx_rounds[sit_xla]:.3f} round by round" in flat
+    for report in (reports["demo_ppo"], _report("speed_targets_avx512bf16/demo_ppo.json")):
+        sit, cnn_runs = ([r["sps"] for r in report["runs"][m]] for m in ("sit", "cnn"))
+        pairs = [f"{a / b:.2f}" for a, b in zip(sit, cnn_runs, strict=True)]
+        assert f"{', '.join(pairs[:-1])} and {pairs[-1]}" in flat
+    procgen = reports["procgen_ppo"]
+    over = procgen["ratios"]["impala_cnn_over_sit_env_steps_per_second"]
+    rates = procgen["env_steps_per_second"]
+    assert f"1/{over:.2f}; {rates['sit']:.1f} against {rates['impala_cnn']:.1f} env steps/s now" in flat
+
+
 def test_the_xla_step_before_and_after_the_zeroing_section_is_its_rounds():
     """docs/speed.md's "The SiT's XLA step before and after the window gradients' zeroing": the ten alternated
     rounds, each named and a row of the table; the medians quoted, and no claim that the ratio rose."""
     title = "#### The SiT's XLA step before and after the window gradients' zeroing"
-    section, flat = _speed_section(title, "\n## Encoders")
+    section, flat = _speed_section(title, "\n#### The targets at 270799a, and each ratio round by round")
     values: dict[str, list[tuple[float, float, float]]] = {}
     for run in range(1, 6):
         for when, commit in (("before", "eebe85b"), ("after", "ef5cec9")):
