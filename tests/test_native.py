@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import math
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ from invariant_graphs import invariant_graphs
 from traced_ops import op_types
 
 from sit_keras import native, testing
-from sit_keras.agents.training import collection
+from sit_keras.agents.training import collection, evaluation
 from sit_keras.encoder_check import make_train_step
 from sit_keras.layers.graph_symmetric_attention import GraphSymmetricAttention
 from sit_keras.layers.normalization import standardize
@@ -523,6 +524,21 @@ def test_the_trainers_driver_runs_its_policy_inside_forward_passes(monkeypatch) 
     driver = object.__new__(collection.FixedLengthDriver)  # only run() is called
     assert collection.FixedLengthDriver.run(driver, "time step", ()) == ("time step", ())
     assert seen == [True]
+
+
+def test_the_trainers_evaluations_run_their_policy_inside_forward_passes(monkeypatch) -> None:
+    seen = []
+
+    def run_episodes(policy, env, num_episodes):
+        seen.append((policy, env, num_episodes, native.usable(tf.float32)))
+        return []
+
+    monkeypatch.setattr(evaluation.evaluate, "run_episodes", run_episodes)
+    evaluator = object.__new__(evaluation.Evaluator)  # only _episodes() is called, its environments made
+    evaluator._settings, evaluator._env = types.SimpleNamespace(num_eval_episodes=3), "environments"
+    assert evaluator._episodes("policy") == []
+    assert seen == [("policy", "environments", 3, True)]
+    assert not native.usable(tf.float32)  # outside it again
 
 
 def test_without_the_library_a_train_step_keeps_builtin_ops_and_its_values(sit, monkeypatch) -> None:

@@ -16,6 +16,7 @@ import tensorflow as tf
 from tf_agents.metrics import py_metrics
 from tf_agents.policies import py_tf_eager_policy, tf_policy
 
+from sit_keras import native
 from sit_keras.agents import evaluate
 from sit_keras.agents.environments import load
 from sit_keras.agents.training.collection import EpisodeSuccessMetric, NormalizedReturnMetric
@@ -58,7 +59,10 @@ class Evaluator:
                 settings.env_name, num_envs=num_envs, seed=settings.seed + EVAL_SEED_OFFSET,
                 **settings.eval_kwargs,
             )  # fmt: skip
-        return evaluate.run_episodes(policy, self._env, settings.num_eval_episodes)
+        # An in-process policy is traced on its first call here, so it may use the native kernels, as the
+        # collection driver's does; a saved policy keeps the builtin ops it was traced with.
+        with native.forward_passes():
+            return evaluate.run_episodes(policy, self._env, settings.num_eval_episodes)
 
     def summary_of(self, policy) -> dict[str, float]:
         """``evaluate.summarize`` of another py policy (e.g. BC's teacher) on the evaluation environments.
