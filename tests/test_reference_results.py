@@ -8963,6 +8963,39 @@ def test_the_targets_at_270799a_and_their_per_round_medians_are_the_runs():
     assert f"1/{over:.2f}; {rates['sit']:.1f} against {rates['impala_cnn']:.1f} env steps/s now" in flat
 
 
+def test_the_evaluations_with_the_native_kernels_section_is_its_runs():
+    """docs/speed.md's "Evaluations with the native kernels": the policy benchmark's rows, and the whole
+    evaluation's six alternated runs, on the same episodes, with their medians and ratios."""
+    section, flat = _speed_section("## Evaluations with the native kernels", "\n## Other fast paths")
+    policy = _report("eval_policy_speed_avx512bf16.json")
+    assert policy["commit"].startswith("1baf37a") and "no AMX" in policy["machine"]
+    assert policy["native_kernels"] == "loaded"
+    settings = policy["settings"]
+    assert f"alternating rounds ({settings['rounds']}, after {settings['warmup']} warm-up calls each" in flat
+    for model in policy["models"]:
+        median = model["median_ms"]
+        row = (
+            f"| `{model['model']}` | {model['image_size']} | {median['native']:.2f} "
+            f"| {median['builtin']:.2f} | {model['native_over_builtin']:.3f} "
+            f"| {model['native_over_builtin_per_round_median']:.3f} |"
+        )
+        assert row in section and model["same_actions"] == model["batch"] == settings["batch"] == 10
+    evaluation = _report("eval_native_forward_passes.json")
+    assert evaluation["commits"] == {"before": "9cf3160", "after": "1baf37a"} and evaluation["same_episodes"]
+    assert "`benchmarks/reference/eval_native_forward_passes.json`" in flat
+    for side, when in (("before", "before"), ("after", "after")):
+        seconds = [f"{run['seconds']:.2f}" for run in evaluation["runs"][side]]
+        assert f"{seconds[0]}, {seconds[1]} and {seconds[2]} s {when}" in flat
+    lengths = {run["mean_length"] for side in evaluation["runs"].values() for run in side}
+    assert len(lengths) == 1 and f"mean length, {lengths.pop()} steps, in all six runs" in flat
+    medians = evaluation["median_seconds"]
+    assert (
+        f"Medians {medians['before']:.2f} and {medians['after']:.2f} s: "
+        f"{evaluation['after_over_before']:.2f}x (per-round median "
+        f"{evaluation['after_over_before_per_round_median']:.2f})" in flat
+    )
+
+
 def test_the_xla_step_before_and_after_the_zeroing_section_is_its_rounds():
     """docs/speed.md's "The SiT's XLA step before and after the window gradients' zeroing": the ten alternated
     rounds, each named and a row of the table; the medians quoted, and no claim that the ratio rose."""
