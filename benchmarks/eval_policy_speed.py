@@ -102,15 +102,15 @@ def time_model(model: str, size: int, args: Any) -> dict[str, Any]:
     observations = rng.integers(0, 256, size=(args.batch, size, size, 3), dtype=np.uint8)
     time_step = ts.restart(observations, batch_size=args.batch)
     actions = {}
-    for form, policy in policies.items():
+    for form, wrapped in policies.items():
         with FORMS[form]():
             for _ in range(1 + args.warmup):  # the first call traces, inside the form's context
-                actions[form] = policy.action(time_step).action
+                actions[form] = wrapped.action(time_step).action
     runs: dict[str, list[float]] = {form: [] for form in FORMS}
     for _ in range(args.rounds):
-        for form, policy in policies.items():
+        for form, wrapped in policies.items():
             start = time.perf_counter()
-            policy.action(time_step)
+            wrapped.action(time_step)
             runs[form].append((time.perf_counter() - start) * 1000.0)
     medians = {form: statistics.median(ms) for form, ms in runs.items()}
     per_round = [n / b for n, b in zip(runs["native"], runs["builtin"], strict=True)]
