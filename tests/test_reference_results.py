@@ -8983,6 +8983,7 @@ def test_the_evaluations_with_the_native_kernels_section_is_its_runs():
     evaluation = _report("eval_native_forward_passes.json")
     assert evaluation["commits"] == {"before": "9cf3160", "after": "1baf37a"} and evaluation["same_episodes"]
     assert "`benchmarks/reference/eval_native_forward_passes.json`" in flat
+    assert f"{evaluation['wall_seconds']} s for the six processes" in flat and evaluation["budget"]
     for side, when in (("before", "before"), ("after", "after")):
         seconds = [f"{run['seconds']:.2f}" for run in evaluation["runs"][side]]
         assert f"{seconds[0]}, {seconds[1]} and {seconds[2]} s {when}" in flat
