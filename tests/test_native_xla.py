@@ -166,7 +166,7 @@ def _attention_with_gradients(inputs: list[tf.Tensor], attend, upstream: tf.Tens
     heads=st.sampled_from([1, 2]),
     head_dim=st.sampled_from([2, 5]),
     maps=st.integers(1, 2),
-    form=st.sampled_from(["window", "window_with_kernel", "class_token", "class_token_with_kernel"]),
+    form=st.sampled_from(["window", "window_with_kernel", "class_token"]),
     orbits=st.booleans(),
     seed=st.integers(0, 2**16),
 )
@@ -181,23 +181,21 @@ def test_under_xla_the_attention_ops_are_the_kernels_and_equal_the_ops_outside_i
     graphs, turn = invariant_graphs(rng, 3 * dim, 2)
     graphs = graphs.reshape(3 * dim, t, t)
     turn = turn if orbits else None
-    with_kernel = form.endswith("_with_kernel")
-    rows = 3 if with_kernel else 3 * dim
+    rows = 3 if form == "window_with_kernel" else 3 * dim
     x = native.lane_blocks(tf.constant(rng.normal(size=(rows, windows, t))))
     inputs = [x, tf.constant(rng.normal(size=3 * dim)), tf.constant(graphs)]
-    kernel = [tf.constant(rng.normal(size=(rows, 3 * dim)))] if with_kernel else []
-    if form.startswith("class_token"):
+    if form == "class_token":
         coefficients = tf.constant(rng.normal(size=(maps, 2)))
-        inputs += kernel
 
-        def attend(qkv, bias, graphs, kernel=None):
-            return native.class_token_attention(qkv, bias, graphs, coefficients, heads, kernel, orbits=turn)
+        def attend(qkv, bias, graphs):
+            return native.class_token_attention(qkv, bias, graphs, coefficients, heads, orbits=turn)
 
         targets = {"sit_class_token_attention_f64", "sit_class_token_attention_grad_f64"}
         out_tokens = 1
     else:
         inputs.append(pattern.values_of(tf.constant(rng.normal(size=(maps, heads, t * t, t * t)))))
-        inputs += kernel
+        if form == "window_with_kernel":
+            inputs.append(tf.constant(rng.normal(size=(rows, 3 * dim))))
 
         def attend(qkv, bias, graphs, values, kernel=None):
             return native.window_attention(qkv, bias, graphs, values, pattern, heads, kernel, orbits=turn)
@@ -361,12 +359,12 @@ def test_in_a_compiled_function_only_ops_with_an_xla_kernel_are_usable() -> None
         ),
         (
             "sit_class_token_attention",
-            [(25, 1, 10, native.LANES), (0, 25), (25,), (25, 10, 10), (1, 2)],
-            r"SitClassTokenAttention expects qkv \(3 H d, B / \d+, T, \d+\) with H = 2",
+            [(25, 1, 10, native.LANES), (25,), (25, 10, 10), (1, 2)],
+            r"SitWindowAttention expects qkv \(3 H d, B / \d+, T, \d+\) with H = 2",
         ),
         (
             "sit_class_token_attention_grad",
-            [(8, 1, 12), (24, 1, 10, native.LANES), (0, 24), (24,), (24, 10, 10), (1, 2)],
+            [(8, 1, 12), (24, 1, 10, native.LANES), (24,), (24, 10, 10), (1, 2)],
             r"SitClassTokenAttentionGrad expects dout \(\d+, 1, 8\); got \[8,1,12\]",
         ),
         (

@@ -706,9 +706,9 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
 
         ``qkv``: the projections in ``native.lane_blocks`` layout, without
         their ``bias (3 D,)``; returns ``(B, 1, D)`` with ``token_only``, else
-        ``(B, T, D)``, ``B`` the padded number of windows. ``kernel (R, 3 D)``:
-        ``qkv`` holds the ``R`` channels the op projects by it
-        (``native.window_attention``). ``skip (W, T, D)``
+        ``(B, T, D)``, ``B`` the padded number of windows. ``kernel (R, 3 D)``
+        (every row, not ``token_only``): ``qkv`` holds the ``R`` channels the
+        op projects by it (``native.window_attention``). ``skip (W, T, D)``
         (every row): a skip connection the op adds to the first ``W`` windows'
         outputs (``native.window_attention``). The same function
         and, in training, the same graph-symmetric dropout masks drawn in the
@@ -728,7 +728,7 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         if token_only:
             coefficients = tf.constant([[scale, sign * scale] for sign in signs], native.op_dtype(qkv.dtype))
             return native.class_token_attention(
-                qkv, tf.cast(bias, qkv.dtype), graphs, coefficients, heads, kernel, **self._native_orbits()
+                qkv, tf.cast(bias, qkv.dtype), graphs, coefficients, heads, **self._native_orbits()
             )
         graph = self._score_matrix(self.score_graph_weights, 1.0, training) if self.score_graph else None
         sums, count, symmetrised = self._triangle_sums, len(self.triangle_weights), any(signs)

@@ -41,9 +41,7 @@ class LocalGSA(tf_keras.layers.Layer):
     (``_first_block_from_pixels``), so no ``D -> 3 D`` projection of a window
     token is computed. A single block, whose class token's row alone is read,
     does not form the window tokens' queries and keys either: its scores are
-    composed from the pixels (``GraphSymmetricAttention.attend_constant_class_token``),
-    or, where the native kernels run, the class-token op projects the pixels'
-    ``C + 3`` values to each head's queries, keys and values itself.
+    composed from the pixels (``GraphSymmetricAttention.attend_constant_class_token``).
     Same function, same weights as the reference path.
 
     Precision: under a mixed policy the embedding and the one large
@@ -236,15 +234,10 @@ class LocalGSA(tf_keras.layers.Layer):
         rows = pixel_part.shape[0]  # C + 3
         class_part = tf.constant([0.0] * (rows - 2) + [1.0, 1.0], stable)[:, None, None]
         y = tf.concat([tf.tile(class_part, [1, tf.shape(x)[1], 1]), pixel_part], axis=2)  # (C + 3, B N, T)
-        if gsa.native_applies(kernel.dtype, token_only):
+        if not token_only and gsa.native_applies(kernel.dtype, token_only=False):
             blocks = native.lane_blocks(tf.cast(y, kernel.dtype))  # (C + 3, B N / LANES, T, LANES)
-            # The op projects the C + 3 rows itself, a head at a time, so the 3 D projected channels never
-            # pass through memory (the bias is in the rows: the op adds zeros).
+            # The op projects the C + 3 rows itself (the bias is in them: it adds zeros).
             zeros, projection = tf.zeros([3 * self.dim], kernel.dtype), tf.cast(mixing, kernel.dtype)
-            if token_only:
-                update = gsa.mix_and_attend_native(blocks, zeros, training, True, kernel=projection)
-                update = native.first_windows(update, y, axis=1)
-                return block.feed_forward(self._skip(pixels, token_only, update.dtype) + update)
             skip = self._skip(pixels, token_only, kernel.dtype)  # added by the op
             tokens = gsa.mix_and_attend_native(blocks, zeros, training, False, kernel=projection, skip=skip)
             return block.feed_forward(native.first_windows(tokens, y, axis=1))

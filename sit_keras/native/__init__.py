@@ -708,14 +708,13 @@ def class_token_attention(
     graphs: tf.Tensor,
     coefficients: tf.Tensor,
     num_heads: int,
-    kernel: tf.Tensor | None = None,
     orbits: np.ndarray | None = None,
     orbit_gradients: bool = False,
 ) -> tf.Tensor:
     """The class token's row of graph-mixed attention in one op: ``qkv`` -> ``(B, 1, D)``.
 
-    ``qkv``, ``bias``, ``graphs`` and ``kernel`` as in ``window_attention``.
-    The logits of map ``m`` are ``coefficients[m, 0] q_0 . k_j + coefficients[m, 1] q_j . k_0``
+    ``qkv``, ``bias`` and ``graphs`` as in ``window_attention``. The logits of
+    map ``m`` are ``coefficients[m, 0] q_0 . k_j + coefficients[m, 1] q_j . k_0``
     (the row of ``(S + sign S^T) / sqrt(d)``), the attention weights the sum of
     their softmaxes over ``j``. ``orbits`` and ``orbit_gradients`` as in
     ``window_attention``. Call only where ``usable(qkv.dtype)``.
@@ -723,18 +722,14 @@ def class_token_attention(
     ops = _library_or_raise()
     attributes = {"num_heads": num_heads, "orbits": _orbit_list(orbits)}
     grad_attributes = {**attributes, "orbit_gradients": bool(orbit_gradients)}
-    if kernel is None:
-        kernel = tf.zeros([0, qkv.shape[0]], op_dtype(qkv.dtype))
 
     @tf.custom_gradient
-    def attend(qkv: tf.Tensor, kernel: tf.Tensor, bias: tf.Tensor, graphs: tf.Tensor) -> tf.Tensor:
+    def attend(qkv: tf.Tensor, bias: tf.Tensor, graphs: tf.Tensor) -> tf.Tensor:
         def grad(dout: tf.Tensor) -> tuple[tf.Tensor, ...]:
             return tuple(
-                ops.sit_class_token_attention_grad(
-                    dout, qkv, kernel, bias, graphs, coefficients, **grad_attributes
-                )
+                ops.sit_class_token_attention_grad(dout, qkv, bias, graphs, coefficients, **grad_attributes)
             )
 
-        return ops.sit_class_token_attention(qkv, kernel, bias, graphs, coefficients, **attributes), grad
+        return ops.sit_class_token_attention(qkv, bias, graphs, coefficients, **attributes), grad
 
-    return attend(qkv, kernel, bias, graphs)
+    return attend(qkv, bias, graphs)

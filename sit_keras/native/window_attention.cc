@@ -1,12 +1,12 @@
 // Fused window attention for the GSA blocks of sit_keras (SiT paper eq. 3, 6, 8, 11).
 //
 // Inputs: the channels-first projections in blocks of kLanes windows, qkv (3 H d, B / kLanes, T,
-// kLanes), their bias (3 H d) and the transposed graphs G_q, G_k, G_v (3 H d, T, T), and a kernel: (0, 3 H d),
-// or (R, 3 H d) when the first input holds the R channels that kernel projects to q, k and v (the op
-// projects them itself, a head at a time: Source in window_attention.h). SitWindowAttention also takes
-// skip (W, T, H d), W <= B: a block's skip connection, added to the first W windows' outputs (W = 0:
-// none), so that the sum is not a pass of its own over the tokens. For every window b and head h, with x
-// the head's d x T slice of q, k or v plus its bias:
+// kLanes), their bias (3 H d) and the transposed graphs G_q, G_k, G_v (3 H d, T, T). SitWindowAttention
+// also takes a kernel: (0, 3 H d), or (R, 3 H d) when its first input holds the R channels that kernel
+// projects to q, k and v (the op projects them itself: Source below), and skip (W, T, H d), W <= B: a
+// block's skip connection, added to the first W windows' outputs (W = 0: none), so that the sum is not a
+// pass of its own over the tokens. For every window b and head h, with x the head's d x T slice of q, k or v
+// plus its bias:
 //
 //   q[f, j]  = sum_t graphs[f, t, j] x_q[f, t]     (and k, v alike: the graph mixing of eq. 11)
 //   S[i, j]  = sum_f q[f, i] k[f, j]                               (scores)
@@ -95,7 +95,6 @@ REGISTER_OP("SitWindowAttentionGrad")
 
 REGISTER_OP("SitClassTokenAttention")
     .Input("qkv: S")
-    .Input("kernel: T")
     .Input("bias: T")
     .Input("graphs: T")
     .Input("coefficients: T")
@@ -105,10 +104,9 @@ REGISTER_OP("SitClassTokenAttention")
     .Attr("T: {float, double}")
     .Attr("S: {float, double, bfloat16}")
     .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle qkv, kernel;
+      ShapeHandle qkv;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 4, &qkv));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 2, &kernel));
-      auto channels = c->Dim(kernel, 1);
+      auto channels = c->Dim(qkv, 0);
       auto dim = c->UnknownDim();
       if (c->ValueKnown(channels)) dim = c->MakeDim(c->Value(channels) / 3);
       tensorflow::shape_inference::DimensionHandle windows;
@@ -120,12 +118,10 @@ REGISTER_OP("SitClassTokenAttention")
 REGISTER_OP("SitClassTokenAttentionGrad")
     .Input("dout: S")
     .Input("qkv: S")
-    .Input("kernel: T")
     .Input("bias: T")
     .Input("graphs: T")
     .Input("coefficients: T")
     .Output("dqkv: S")
-    .Output("dkernel: T")
     .Output("dbias: T")
     .Output("dgraphs: T")
     .Attr("num_heads: int >= 1")
@@ -134,7 +130,7 @@ REGISTER_OP("SitClassTokenAttentionGrad")
     .Attr("T: {float, double}")
     .Attr("S: {float, double, bfloat16}")
     .SetShapeFn([](InferenceContext* c) {
-      for (int i = 0; i < 4; ++i) c->set_output(i, c->input(i + 1));
+      for (int i = 0; i < 3; ++i) c->set_output(i, c->input(i + 1));
       return Status();
     });
 
@@ -232,20 +228,18 @@ class ClassTokenAttentionOp : public HeadsKernel {
 
   void Compute(OpKernelContext* context) override {
     const Tensor& qkv = context->input(0);
-    const Tensor& kernel = context->input(1);
-    const Tensor& bias = context->input(2);
-    const Tensor& graphs = context->input(3);
-    const Tensor& coefficients = context->input(4);
+    const Tensor& bias = context->input(1);
+    const Tensor& graphs = context->input(2);
+    const Tensor& coefficients = context->input(3);
     AttentionSizes s;
-    OP_REQUIRES_OK(context, ReadClassSizes(num_heads_, qkv.shape(), kernel.shape(), bias.shape(), graphs.shape(),
-                                           coefficients.shape(), &s));
+    OP_REQUIRES_OK(context,
+                   ReadClassSizes(num_heads_, qkv.shape(), bias.shape(), graphs.shape(), coefficients.shape(), &s));
     Orbits orbits;
     OP_REQUIRES_OK(context, ReadOpOrbits(name().c_str(), orbit_list_, s.tokens, &orbits));
     Tensor* out = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({s.windows, 1, s.heads * s.head_dim}), &out));
-    const ClassInputs<T, S> in{qkv.flat<S>().data(), kernel.flat<T>().data(), bias.flat<T>().data(),
-                               graphs.flat<T>().data(), coefficients.flat<T>().data()};
-    ClassTokenAttention(s, std::move(orbits), in, out->flat<S>().data(), ShardsOf(context));
+    ClassTokenAttention(s, std::move(orbits), qkv.flat<S>().data(), bias.flat<T>().data(), graphs.flat<T>().data(),
+                        coefficients.flat<T>().data(), out->flat<S>().data(), ShardsOf(context));
   }
 };
 
@@ -257,26 +251,22 @@ class ClassTokenAttentionGradOp : public HeadsKernel {
   void Compute(OpKernelContext* context) override {
     const Tensor& dout = context->input(0);
     const Tensor& qkv = context->input(1);
-    const Tensor& kernel = context->input(2);
-    const Tensor& bias = context->input(3);
-    const Tensor& graphs = context->input(4);
-    const Tensor& coefficients = context->input(5);
+    const Tensor& bias = context->input(2);
+    const Tensor& graphs = context->input(3);
+    const Tensor& coefficients = context->input(4);
     AttentionSizes s;
-    OP_REQUIRES_OK(context, ReadClassSizes(num_heads_, qkv.shape(), kernel.shape(), bias.shape(), graphs.shape(),
-                                           coefficients.shape(), &s));
+    OP_REQUIRES_OK(context,
+                   ReadClassSizes(num_heads_, qkv.shape(), bias.shape(), graphs.shape(), coefficients.shape(), &s));
     OP_REQUIRES_OK(context, CheckClassGradInputs(s, dout.shape()));
     Orbits orbits;
     OP_REQUIRES_OK(context, ReadOpOrbits(name().c_str(), orbit_list_, s.tokens, &orbits));
-    Tensor *dqkv = nullptr, *dkernel = nullptr, *dbias = nullptr, *dgraphs = nullptr;
+    Tensor *dqkv = nullptr, *dbias = nullptr, *dgraphs = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(0, qkv.shape(), &dqkv));
-    OP_REQUIRES_OK(context, context->allocate_output(1, kernel.shape(), &dkernel));
-    OP_REQUIRES_OK(context, context->allocate_output(2, bias.shape(), &dbias));
-    OP_REQUIRES_OK(context, context->allocate_output(3, graphs.shape(), &dgraphs));
-    const ClassInputs<T, S> in{qkv.flat<S>().data(), kernel.flat<T>().data(), bias.flat<T>().data(),
-                               graphs.flat<T>().data(), coefficients.flat<T>().data()};
-    const ClassGradients<T, S> out{dqkv->flat<S>().data(), dkernel->flat<T>().data(), dbias->flat<T>().data(),
-                                   dgraphs->flat<T>().data()};
-    ClassTokenAttentionGrad(s, std::move(orbits), orbit_gradients_, dout.flat<S>().data(), in, out,
+    OP_REQUIRES_OK(context, context->allocate_output(1, bias.shape(), &dbias));
+    OP_REQUIRES_OK(context, context->allocate_output(2, graphs.shape(), &dgraphs));
+    ClassTokenAttentionGrad(s, std::move(orbits), orbit_gradients_, dout.flat<S>().data(), qkv.flat<S>().data(),
+                            bias.flat<T>().data(), graphs.flat<T>().data(), coefficients.flat<T>().data(),
+                            dqkv->flat<S>().data(), dbias->flat<T>().data(), dgraphs->flat<T>().data(),
                             ThreadsOf(context), ShardsOf(context));
   }
 };

@@ -25,9 +25,9 @@ struct AttentionSizes {
 
 // The checks below return the op's error, naming the shape it expects, or OK. The TensorFlow kernels run
 // them on their inputs, the XLA kernels on the shapes they compile for (and on constant indices).
-inline Status CheckQkv(const char* op, int num_heads, const TensorShape& qkv) {
+inline Status CheckQkv(int num_heads, const TensorShape& qkv) {
   if (qkv.dims() != 4 || qkv.dim_size(0) % (3 * num_heads) != 0 || qkv.dim_size(3) != kLanes) {
-    return InvalidArgument(op, " expects qkv (3 H d, B / ", kLanes, ", T, ", kLanes, ") with H = ",
+    return InvalidArgument("SitWindowAttention expects qkv (3 H d, B / ", kLanes, ", T, ", kLanes, ") with H = ",
                            num_heads, "; got ", qkv.DebugString());
   }
   return Status();
@@ -52,52 +52,44 @@ inline Status CheckMap(const TensorShape& values, const TensorShape& indices, co
 }
 
 // The shapes both ops check: bias (3 H d) and graphs (3 H d, T, T) for `channels` = 3 H d and T tokens.
-inline Status CheckBiasAndGraphs(const char* op, int64_t channels, int64_t tokens, const TensorShape& bias,
+inline Status CheckBiasAndGraphs(int64_t channels, int64_t tokens, const TensorShape& bias,
                                  const TensorShape& graphs) {
   if (bias.dims() != 1 || bias.dim_size(0) != channels) {
-    return InvalidArgument(op, " expects bias (", channels, "); got ", bias.DebugString());
+    return InvalidArgument("SitWindowAttention expects bias (", channels, "); got ", bias.DebugString());
   }
   if (graphs.dims() != 3 || graphs.dim_size(0) != channels || graphs.dim_size(1) != tokens ||
       graphs.dim_size(2) != tokens) {
-    return InvalidArgument(op, " expects graphs (", channels, ", ", tokens, ", ", tokens, "); got ",
+    return InvalidArgument("SitWindowAttention expects graphs (", channels, ", ", tokens, ", ", tokens, "); got ",
                            graphs.DebugString());
   }
   return Status();
 }
 
-// The sizes of what op `op` reads its heads from, after checking it: qkv (3 H d, B / kLanes, T, kLanes) and
-// kernel (0, 3 H d), or the inputs (R, B / kLanes, T, kLanes) of a kernel (R, 3 H d); then bias (3 H d) and
-// graphs (3 H d, T, T). Sets every size but the map's (maps, terms).
-inline Status ReadSource(const char* op, int num_heads, const TensorShape& qkv, const TensorShape& kernel,
-                         const TensorShape& bias, const TensorShape& graphs, AttentionSizes* s) {
+// The window ops' sizes, after checking qkv and kernel: (3 H d, B / kLanes, T, kLanes) and (0, 3 H d), or
+// the inputs (R, B / kLanes, T, kLanes) of a kernel (R, 3 H d); then bias, graphs, values (M, H, T^2, K)
+// and indices (T^2, K), whose values are `index`.
+inline Status ReadSizes(int num_heads, const TensorShape& qkv, const TensorShape& kernel, const TensorShape& bias,
+                        const TensorShape& graphs, const TensorShape& values, const TensorShape& indices,
+                        const int32_t* index, AttentionSizes* s) {
   const bool projected = kernel.dims() == 2 && kernel.dim_size(0) > 0;
-  if (!projected) TF_RETURN_IF_ERROR(CheckQkv(op, num_heads, qkv));
+  if (!projected) TF_RETURN_IF_ERROR(CheckQkv(num_heads, qkv));
   const int64_t channels = projected ? kernel.dim_size(1) : qkv.dim_size(0);
   if (kernel.dims() != 2 || kernel.dim_size(1) != channels || channels % (3 * num_heads) != 0 ||
       (projected && (qkv.dims() != 4 || qkv.dim_size(0) != kernel.dim_size(0) || qkv.dim_size(3) != kLanes))) {
-    return InvalidArgument(op, " expects qkv (3 H d, B / ", kLanes, ", T, ", kLanes,
+    return InvalidArgument("SitWindowAttention expects qkv (3 H d, B / ", kLanes, ", T, ", kLanes,
                            ") and kernel (0, 3 H d), or inputs (R, B / ", kLanes, ", T, ", kLanes,
                            ") and kernel (R, 3 H d), with H = ", num_heads, "; got ", qkv.DebugString(), " and ",
                            kernel.DebugString());
   }
-  TF_RETURN_IF_ERROR(CheckBiasAndGraphs(op, channels, qkv.dim_size(2), bias, graphs));
+  TF_RETURN_IF_ERROR(CheckBiasAndGraphs(channels, qkv.dim_size(2), bias, graphs));
   s->heads = num_heads;
   s->head_dim = channels / (3 * num_heads);
   s->windows = qkv.dim_size(1) * kLanes;
   s->tokens = qkv.dim_size(2);
   s->pairs = s->tokens * s->tokens;
-  s->rows = kernel.dim_size(0);
-  return Status();
-}
-
-// The window ops' sizes, after checking their source (ReadSource), values (M, H, T^2, K) and indices
-// (T^2, K), whose values are `index`.
-inline Status ReadSizes(int num_heads, const TensorShape& qkv, const TensorShape& kernel, const TensorShape& bias,
-                        const TensorShape& graphs, const TensorShape& values, const TensorShape& indices,
-                        const int32_t* index, AttentionSizes* s) {
-  TF_RETURN_IF_ERROR(ReadSource("SitWindowAttention", num_heads, qkv, kernel, bias, graphs, s));
   s->maps = values.dims() == 4 ? values.dim_size(0) : 0;
   s->terms = indices.dims() == 2 ? indices.dim_size(1) : 0;
+  s->rows = kernel.dim_size(0);
   return CheckMap(values, indices, index, *s, "the map's");
 }
 
@@ -129,16 +121,16 @@ inline Status CheckWindowGradInputs(const AttentionSizes& s, const TensorShape& 
   return Status();
 }
 
-// The class-token ops' sizes, after checking their source (ReadSource) and coefficients (M, 2).
-inline Status ReadClassSizes(int num_heads, const TensorShape& qkv, const TensorShape& kernel,
-                             const TensorShape& bias, const TensorShape& graphs, const TensorShape& coefficients,
-                             AttentionSizes* s) {
-  TF_RETURN_IF_ERROR(ReadSource("SitClassTokenAttention", num_heads, qkv, kernel, bias, graphs, s));
+// The class-token ops' sizes, after checking qkv, bias, graphs and coefficients (M, 2).
+inline Status ReadClassSizes(int num_heads, const TensorShape& qkv, const TensorShape& bias,
+                             const TensorShape& graphs, const TensorShape& coefficients, AttentionSizes* s) {
+  TF_RETURN_IF_ERROR(CheckQkv(num_heads, qkv));
+  TF_RETURN_IF_ERROR(CheckBiasAndGraphs(qkv.dim_size(0), qkv.dim_size(2), bias, graphs));
   if (coefficients.dims() != 2 || coefficients.dim_size(1) != 2 || coefficients.dim_size(0) < 1) {
     return InvalidArgument("SitClassTokenAttention expects coefficients (M, 2); got ", coefficients.DebugString());
   }
-  s->maps = coefficients.dim_size(0);
-  s->terms = 0;
+  *s = AttentionSizes{num_heads, qkv.dim_size(0) / (3 * num_heads), qkv.dim_size(1) * kLanes, qkv.dim_size(2),
+             qkv.dim_size(2) * qkv.dim_size(2), coefficients.dim_size(0), 0, 0};
   return Status();
 }
 
@@ -928,39 +920,6 @@ RotationSpectra<T> SpectraOf(const Shards& shards, Orbits orbits, const T* graph
                             gradients);
 }
 
-// The size of the inputs the ops read their heads from: qkv (3 H d, B / kLanes, T, kLanes), or with a kernel
-// its inputs (R, B / kLanes, T, kLanes).
-inline int64_t InputSize(const AttentionSizes& s) {
-  return (s.rows > 0 ? s.rows : 3 * s.heads * s.head_dim) * s.windows * s.tokens;
-}
-
-// With a kernel, room for each head's share of the inputs' gradient (H, R, B / kLanes, T, kLanes), which
-// SumHeadShares adds up at the end; none without. Not zeroed: WriteHead sets each head's share (projection
-// c = 0) before it adds to it.
-template <typename T>
-std::unique_ptr<T[]> HeadShares(const AttentionSizes& s) {
-  return Uninitialized<T>(s.rows > 0 ? s.heads * InputSize(s) : 0);
-}
-
-// The inputs' gradient dx as the sum of the heads' shares (`size` values each), in head order, a vector
-// at a time.
-template <typename T, typename S>
-void SumHeadShares(const Shards& shards, int64_t heads, const T* per_head, int64_t size, S* dx) {
-  shards(size, heads, [&](int64_t start, int64_t limit) {
-    int64_t e = start;
-    for (; e + kLanes <= limit; e += kLanes) {
-      Lanes<T> sum = Load(per_head + e);
-      for (int64_t h = 1; h < heads; ++h) sum += Load(per_head + h * size + e);
-      Store(dx + e, sum);
-    }
-    for (; e < limit; ++e) {
-      T sum = per_head[e];
-      for (int64_t h = 1; h < heads; ++h) sum += per_head[h * size + e];
-      dx[e] = static_cast<S>(sum);
-    }
-  });
-}
-
 // The window ops' inputs: qkv (or the inputs of `kernel`; stored as S), kernel (R, 3 H d), bias, graphs, values,
 // indices.
 template <typename T, typename S = T>
@@ -1022,8 +981,9 @@ void WindowAttentionGrad(const AttentionSizes& s, Orbits orbits, bool orbit_grad
   const T* w = in.values;
   const int32_t* index = in.indices;
   // With a kernel, each head's share of the inputs' gradient, summed over the heads at the end.
-  const int64_t size = InputSize(s);
-  const std::unique_ptr<T[]> per_head = HeadShares<T>(s);
+  const int64_t size = (s.rows > 0 ? s.rows : 3 * s.heads * d) * s.windows * t;  // of qkv
+  // Not zeroed: WriteHead sets each head's share (projection c = 0) before it adds to it.
+  const std::unique_ptr<T[]> per_head = Uninitialized<T>(s.rows > 0 ? s.heads * size : 0);
   const Source<T, S> src{in.qkv, in.kernel, s.rows, out.dqkv, per_head.get()};
   auto work = [&](int64_t start, int64_t limit) {
     Block<T> blk(s, true);
@@ -1090,7 +1050,21 @@ void WindowAttentionGrad(const AttentionSizes& s, Orbits orbits, bool orbit_grad
                        (s.pairs * (14 * d + s.maps * (2 * s.terms + t_terms + 20)) + 6 * d * t * (1 + s.rows)) *
                        kLanes;
   shards(s.heads * chunks, cost, work);
-  if (s.rows > 0) SumHeadShares(shards, s.heads, per_head.get(), size, out.dqkv);
+  if (s.rows > 0) {  // the heads' shares of the inputs' gradient, in head order, a vector at a time
+    shards(size, s.heads, [&](int64_t start, int64_t limit) {
+      int64_t e = start;
+      for (; e + kLanes <= limit; e += kLanes) {
+        Lanes<T> sum = Load(per_head.get() + e);
+        for (int64_t h = 1; h < s.heads; ++h) sum += Load(per_head.get() + h * size + e);
+        Store(out.dqkv + e, sum);
+      }
+      for (; e < limit; ++e) {
+        T sum = per_head[e];
+        for (int64_t h = 1; h < s.heads; ++h) sum += per_head[h * size + e];
+        out.dqkv[e] = static_cast<S>(sum);
+      }
+    });
+  }
   SumPartials(shards, value_partial.get(), s.heads, chunks, value_entries, [&](int64_t h, int64_t e, T sum) {
     const int64_t m = e / (s.pairs * s.terms);
     out.dvalues[(m * s.heads + h) * s.pairs * s.terms + e % (s.pairs * s.terms)] = sum;
@@ -1135,28 +1109,20 @@ void ClassForward(const Source<T, S>& src, const T* bias, const Graphs<T>& graph
   }
 }
 
-// The class-token ops' inputs: qkv (or the inputs of `kernel`; stored as S), kernel (R, 3 H d), bias, graphs
-// and coefficients (M, 2).
-template <typename T, typename S = T>
-struct ClassInputs {
-  const S* qkv;
-  const T *kernel, *bias, *graphs, *coefficients;
-};
-
 // SitClassTokenAttention: out (B, 1, H d) for checked sizes `s` (ReadClassSizes) and orbits.
 template <typename T, typename S>
-void ClassTokenAttention(const AttentionSizes& s, Orbits orbits, const ClassInputs<T, S>& in, S* out,
-                         const Shards& shards) {
+void ClassTokenAttention(const AttentionSizes& s, Orbits orbits, const S* qkv, const T* bias, const T* graphs,
+                         const T* coefficient, S* out, const Shards& shards) {
   const int64_t dim = s.heads * s.head_dim, t = s.tokens;
   const int64_t blocks = (s.windows + kLanes - 1) / kLanes;
-  const Source<T, S> src{in.qkv, in.kernel, s.rows, nullptr, nullptr};
-  const RotationSpectra<T> spectra = SpectraOf(shards, std::move(orbits), in.graphs, s, /*gradients=*/false);
-  const Graphs<T> g{in.graphs, spectra};
+  const Source<T, S> src{qkv, nullptr, 0, nullptr, nullptr};
+  const RotationSpectra<T> spectra = SpectraOf(shards, std::move(orbits), graphs, s, /*gradients=*/false);
+  const Graphs<T> g{graphs, spectra};
   auto work = [&](int64_t start, int64_t limit) {
     Block<T> blk(s, false);
     for (int64_t unit = start; unit < limit; ++unit) {
       const int64_t h = unit % s.heads, b = (unit / s.heads) * kLanes;
-      ClassForward(src, in.bias, g, in.coefficients, s, s.maps, h, b, &blk);
+      ClassForward(src, bias, g, coefficient, s, s.maps, h, b, &blk);
       for (int64_t f = 0; f < s.head_dim; ++f) {
         Lanes<T> acc = {};
         for (int64_t j = 0; j < t; ++j) {
@@ -1167,38 +1133,29 @@ void ClassTokenAttention(const AttentionSizes& s, Orbits orbits, const ClassInpu
       LanesToRows(blk.out.data(), kLanes, s.head_dim, kLanes, out + b * dim + h * s.head_dim, dim);
     }
   };
-  const int64_t cost = (3 * s.head_dim * s.pairs + (4 + 3 * s.rows) * s.head_dim * t + s.maps * 12 * t) * kLanes;
+  const int64_t cost = (3 * s.head_dim * s.pairs + 4 * s.head_dim * t + s.maps * 12 * t) * kLanes;
   shards(blocks * s.heads, cost, work);
 }
 
-// SitClassTokenAttentionGrad's outputs: the gradients of qkv (or of the kernel's inputs), the kernel, the
-// bias and the graphs, each of its input's shape (dqkv's stored as S).
-template <typename T, typename S = T>
-struct ClassGradients {
-  S* dqkv;
-  T *dkernel, *dbias, *dgraphs;
-};
-
-// SitClassTokenAttentionGrad for checked sizes (ReadClassSizes, CheckClassGradInputs): the gradients from
-// dout (B, 1, H d); `threads` the shards' threads; `orbit_gradients` as in WindowAttentionGrad.
+// SitClassTokenAttentionGrad for checked sizes (ReadClassSizes, CheckClassGradInputs): the gradients of
+// qkv, the bias and the graphs from dout (B, 1, H d); `threads` the shards' threads; `orbit_gradients` as
+// in WindowAttentionGrad.
 template <typename T, typename S>
 void ClassTokenAttentionGrad(const AttentionSizes& s, Orbits orbits, bool orbit_gradients, const S* dout_data,
-                             const ClassInputs<T, S>& in, const ClassGradients<T, S>& out, int64_t threads,
-                             const Shards& shards) {
+                             const S* qkv, const T* bias, const T* graphs, const T* coefficient, S* dqkv, T* dbias,
+                             T* dgraphs, int64_t threads, const Shards& shards) {
   const int64_t dim = s.heads * s.head_dim, t = s.tokens, d = s.head_dim;
   const int64_t blocks = (s.windows + kLanes - 1) / kLanes;
   const int64_t chunks = NumChunks(threads, s.heads, blocks);
-  const std::unique_ptr<T[]> per_head = HeadShares<T>(s);
-  const Source<T, S> src{in.qkv, in.kernel, s.rows, out.dqkv, per_head.get()};
-  const RotationSpectra<T> spectra = SpectraOf(shards, std::move(orbits), in.graphs, s, /*gradients=*/true);
-  const Graphs<T> g{in.graphs, spectra, orbit_gradients};
+  const Source<T, S> src{qkv, nullptr, 0, dqkv, nullptr};
+  const RotationSpectra<T> spectra = SpectraOf(shards, std::move(orbits), graphs, s, /*gradients=*/true);
+  const Graphs<T> g{graphs, spectra, orbit_gradients};
   MixingGradients<T> mixing(s, chunks, g.gradient_orbits());
-  const T* coefficient = in.coefficients;
   auto work = [&](int64_t start, int64_t limit) {
     Block<T> blk(s, true);
     for (int64_t unit = start; unit < limit; ++unit) {
       UnitGradients(s, unit, chunks, g, &blk, &mixing, src, [&](int64_t h, int64_t b) {
-        ClassForward(src, in.bias, g, coefficient, s, s.maps, h, b, &blk);
+        ClassForward(src, bias, g, coefficient, s, s.maps, h, b, &blk);
         RowsToLanes(dout_data + b * dim + h * d, dim, d, kLanes, blk.dout.data(), kLanes);  // dO[f]
         T* dq = blk.dmixed_at(0);
         T* dk = blk.dmixed_at(1);
@@ -1248,11 +1205,9 @@ void ClassTokenAttentionGrad(const AttentionSizes& s, Orbits orbits, bool orbit_
       });
     }
   };
-  const int64_t cost =
-      (blocks / chunks + 1) * (9 * d * s.pairs + (12 + 6 * s.rows) * d * t + s.maps * 12 * t) * kLanes;
+  const int64_t cost = (blocks / chunks + 1) * (9 * d * s.pairs + 12 * d * t + s.maps * 12 * t) * kLanes;
   shards(s.heads * chunks, cost, work);
-  if (s.rows > 0) SumHeadShares(shards, s.heads, per_head.get(), InputSize(s), out.dqkv);
-  mixing.Write(shards, out.dgraphs, out.dbias, out.dkernel);
+  mixing.Write(shards, dgraphs, dbias, nullptr);
 }
 
 }  // namespace sit_keras

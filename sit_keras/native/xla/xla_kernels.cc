@@ -419,22 +419,21 @@ void WindowAttentionGradHost(void* out, const void** in, const char* opaque, siz
                       In<int32_t>(in, 8), call.transposed_terms, gradients, HostPool()->NumThreads(), HostShards());
 }
 
-// In: qkv, kernel, bias, graphs, coefficients.
+// In: qkv, bias, graphs, coefficients.
 template <typename T>
 void ClassTokenAttentionHost(void* out, const void** in, const char* opaque, size_t length, XlaCustomCallStatus*) {
   AttentionCall call = ReadAttentionCall(opaque, length);
-  const ClassInputs<T> inputs{In<T>(in, 0), In<T>(in, 1), In<T>(in, 2), In<T>(in, 3), In<T>(in, 4)};
-  ClassTokenAttention(call.s, std::move(call.orbits), inputs, static_cast<T*>(out), HostShards());
+  ClassTokenAttention(call.s, std::move(call.orbits), In<T>(in, 0), In<T>(in, 1), In<T>(in, 2), In<T>(in, 3),
+                      static_cast<T*>(out), HostShards());
 }
 
-// In: dout, qkv, kernel, bias, graphs, coefficients; out: a tuple of four.
+// In: dout, qkv, bias, graphs, coefficients; out: a tuple of three.
 template <typename T>
 void ClassTokenAttentionGradHost(void* out, const void** in, const char* opaque, size_t length,
                                  XlaCustomCallStatus*) {
   AttentionCall call = ReadAttentionCall(opaque, length);
-  const ClassInputs<T> inputs{In<T>(in, 1), In<T>(in, 2), In<T>(in, 3), In<T>(in, 4), In<T>(in, 5)};
-  const ClassGradients<T> gradients{Out<T>(out, 0), Out<T>(out, 1), Out<T>(out, 2), Out<T>(out, 3)};
-  ClassTokenAttentionGrad(call.s, std::move(call.orbits), call.orbit_gradients, In<T>(in, 0), inputs, gradients,
+  ClassTokenAttentionGrad(call.s, std::move(call.orbits), call.orbit_gradients, In<T>(in, 0), In<T>(in, 1),
+                          In<T>(in, 2), In<T>(in, 3), In<T>(in, 4), Out<T>(out, 0), Out<T>(out, 1), Out<T>(out, 2),
                           HostPool()->NumThreads(), HostShards());
 }
 
@@ -539,18 +538,17 @@ class ClassTokenAttentionXla : public AttentionXla {
   using AttentionXla::AttentionXla;
 
   void Compile(XlaOpKernelContext* ctx) override {
-    // qkv, kernel, bias, graphs, coefficients; the gradient takes dout first.
+    // qkv, bias, graphs, coefficients; the gradient takes dout first.
     const bool grad = type_string() == "SitClassTokenAttentionGrad";
     const int first = grad ? 1 : 0;
     std::vector<tensorflow::TensorShape> in;
     std::vector<xla::XlaOp> operands;
-    for (int i = 0; i < first + 5; ++i) {
+    for (int i = 0; i < first + 4; ++i) {
       in.push_back(ctx->InputShape(i));
       operands.push_back(ctx->Input(i));
     }
     AttentionSizes s;
-    OP_REQUIRES_OK(ctx, ReadClassSizes(num_heads_, in[first], in[first + 1], in[first + 2], in[first + 3],
-                                       in[first + 4], &s));
+    OP_REQUIRES_OK(ctx, ReadClassSizes(num_heads_, in[first], in[first + 1], in[first + 2], in[first + 3], &s));
     if (grad) OP_REQUIRES_OK(ctx, CheckClassGradInputs(s, in[0]));
     OP_REQUIRES_OK(ctx, CheckOrbits(s.tokens));
     std::vector<xla::Shape> layouts;
@@ -562,11 +560,11 @@ class ClassTokenAttentionXla : public AttentionXla {
                                    ShapeOf(ctx, out), opaque));
       return;
     }
-    // The gradients of qkv, kernel, bias and graphs.
-    const xla::Shape result = xla::ShapeUtil::MakeTupleShape({layouts[1], layouts[2], layouts[3], layouts[4]});
+    // The gradients of qkv, bias and graphs.
+    const xla::Shape result = xla::ShapeUtil::MakeTupleShape({layouts[1], layouts[2], layouts[3]});
     const xla::XlaOp call =
         CustomCall(ctx, Target("sit_class_token_attention_grad", ctx), operands, layouts, result, opaque);
-    for (int i = 0; i < 4; ++i) ctx->SetOutput(i, xla::GetTupleElement(call, i));
+    for (int i = 0; i < 3; ++i) ctx->SetOutput(i, xla::GetTupleElement(call, i));
   }
 };
 
