@@ -44,6 +44,7 @@ import tensorflow as tf
 import tf_keras
 from hypothesis import given
 from hypothesis import strategies as st
+from traced_ops import op_types
 
 from sit_keras import graphs, native, testing
 from sit_keras.layers import GraphSymmetricAttention, LocalGSA
@@ -322,11 +323,25 @@ def test_local_gsa_from_pixels_equals_the_reference_and_compiles(
     ],
     ids=lambda options: "-".join(f"{k}={v}" for k, v in options.items()),
 )
-def test_a_single_local_block_equals_the_reference_for_every_score_option(options: dict) -> None:
+def test_a_single_local_block_equals_the_reference_for_every_score_option(
+    options: dict, kernels: str
+) -> None:
     """One local block computes only its class token's row from the pixels: its scores are composed
-    from the projection, ``G_q``, ``G_k`` and the constant class token (``attend_constant_class_token``)."""
+    from the projection, ``G_q``, ``G_k`` and the constant class token (``attend_constant_class_token``),
+    and with the native kernels its values are one op (``native.class_token_values``), which a train step
+    runs wherever the scores are linear in the pixels."""
     x = tf.constant(np.random.default_rng(6).uniform(size=(3, 4, 4, 3)))
-    _assert_local_pair_agrees(_local_pair(3, 1, 1, **options), x)
+    layers = _local_pair(3, 1, 1, **options)
+    _assert_local_pair_agrees(layers, x)
+
+    @tf.function
+    def gradient(z: tf.Tensor) -> list[tf.Tensor]:
+        with tf.GradientTape() as tape:
+            out = layers["fast"](z, training=True)
+        return tape.gradient(out, layers["fast"].trainable_variables)
+
+    linear = "query_key_norm" not in options  # else the layer projects every token (it keeps no op)
+    assert ("SitClassTokenValuesGrad" in op_types(gradient, x)) == (kernels == "native" and linear)
 
 
 def test_the_composed_class_token_row_refuses_scores_that_are_not_linear() -> None:

@@ -21,6 +21,7 @@ What this file proves:
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -139,6 +140,21 @@ def test_the_class_token_op_stores_bfloat16_as_it_computes_float32_between_casts
     _assert_as_between_casts(op, inputs, [upstream[:, :1]])
 
 
+def test_the_class_token_values_op_stores_bfloat16_as_it_computes_float32_between_casts() -> None:
+    rng = np.random.default_rng(11)
+    rows, t, heads, dim = 6, 10, 4, 32
+    x = native.lane_blocks(_bfloat16(rng, (rows, 29, t)))
+    scores = _bfloat16(rng, (x.shape[1] * native.LANES, 2, heads, t))
+    kernel, graphs = _bfloat16(rng, (rows, dim)), _bfloat16(rng, (dim, t, t), 0.3)
+    coefficients = tf.constant([[0.35, 0.35], [0.35, -0.35]], tf.float32)
+    upstream = _bfloat16(rng, (scores.shape[0], 1, dim))
+
+    def op(x, scores, kernel, graphs):
+        return native.class_token_values(x, scores, kernel, graphs, coefficients, heads)
+
+    _assert_as_between_casts(op, [x, scores, kernel, graphs], [upstream])
+
+
 def test_a_nan_is_stored_as_the_quiet_nan_a_cast_gives() -> None:
     inputs, upstream, _ = _window_case(16, seed=2)
     qkv = inputs[0].numpy()
@@ -203,7 +219,7 @@ def test_under_xla_an_op_whose_storage_is_not_its_arithmetic_refuses_in_one_sent
         call()
 
 
-def _storage_of(function, *args) -> dict[str, set[tuple[tf.DType, str]]]:
+def _storage_of(function, *args, ops: tuple[str, ...] = STORING_OPS) -> dict[str, set[tuple[tf.DType, str]]]:
     """Each storing op type's storage dtype (attribute S) in ``function`` traced on ``args``, with the type of
     the op that feeds its first input (its large tensor: qkv, the tokens, or their output's gradient)."""
     definition = function.get_concrete_function(*args).graph.as_graph_def()
@@ -211,7 +227,7 @@ def _storage_of(function, *args) -> dict[str, set[tuple[tf.DType, str]]]:
     for nodes in [definition.node, *(f.node_def for f in definition.library.function)]:
         producers = {node.name: node.op for node in nodes}
         for node in nodes:
-            if node.op in STORING_OPS:
+            if node.op in ops:
                 first = node.input[0].split(":")[0]
                 found.setdefault(node.op, set()).add((tf.as_dtype(node.attr["S"].type), producers.get(first)))
     return found
@@ -224,12 +240,12 @@ def _dtypes_of(function, args, ops: tuple[str, ...]) -> set[tf.DType]:
     return {tf.as_dtype(node.attr["T"].type) for node in nodes if node.op in ops}
 
 
-def _mixed_bfloat16_sit() -> tuple[tf_keras.Model, tf.Tensor]:
+def _mixed_bfloat16_sit(**overrides: Any) -> tuple[tf_keras.Model, tf.Tensor]:
     """A SiT built under mixed_bfloat16 (the policy reset after), and images for it."""
     images = tf.constant(np.random.default_rng(0).integers(0, 256, size=(2, 16, 16, 3)), tf.uint8)
     tf_keras.mixed_precision.set_global_policy("mixed_bfloat16")
     try:
-        sit = build_encoder("sit", (16, 16, 3), seed=0)
+        sit = build_encoder("sit", (16, 16, 3), seed=0, **overrides)
         sit(images)
     finally:
         tf_keras.mixed_precision.set_global_policy(None)
@@ -245,6 +261,16 @@ def test_a_mixed_bfloat16_sits_train_step_runs_the_ops_storing_bfloat16() -> Non
         assert "Cast" not in {producer for _, producer in kinds}
     pooling = _dtypes_of(make_train_step(sit, jit_compile=False), images, ("SitMaxPool", "SitMaxPoolGrad"))
     assert pooling == {tf.bfloat16}
+
+
+def test_a_mixed_bfloat16_sit_with_one_local_block_stores_its_class_token_values_in_bfloat16() -> None:
+    """The demo's and the LavaCrossing SiT-small's shape: the single local block's values op."""
+    sit, images = _mixed_bfloat16_sit(local_layers=1, global_layers=1)
+    values_ops = ("SitClassTokenValues", "SitClassTokenValuesGrad")
+    storage = _storage_of(make_train_step(sit, jit_compile=False), images, ops=values_ops)
+    for op in values_ops:
+        assert {dtype for dtype, _ in storage[op]} == {tf.bfloat16}
+        assert "Cast" not in {producer for _, producer in storage[op]}
 
 
 def _graphs_inputs_of(function, *args) -> set[tuple[tf.DType, str]]:

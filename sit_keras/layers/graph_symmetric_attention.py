@@ -24,6 +24,8 @@ GRAPH_FORMS = ("auto", "dense", "conv")
 IMPLEMENTATIONS = ("fast", "reference")
 # Keeps query_key_norm finite for an all-zero query or key (e.g. a zero class token).
 _QUERY_KEY_NORM_EPSILON = 1e-6
+# The op of ``attend_constant_class_token``'s values, and its gradient.
+CLASS_TOKEN_VALUES_OPS = frozenset({"SitClassTokenValues", "SitClassTokenValuesGrad"})
 
 
 def _as_grid(grid_shape: int | Sequence[int]) -> tuple[int, int]:
@@ -459,7 +461,10 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         ``(G_q Q)_j . k_0``. So only the values are projected and mixed per
         token; the queries and keys never are, which saves two thirds of the
         layer's largest tensors. Same function as ``mix_and_attend(...,
-        token_only=True)`` on ``projection^T y``, same weights.
+        token_only=True)`` on ``projection^T y``, same weights. Where the
+        native kernels run (``native.usable``), the values, their mixing and
+        their attention-weighted sum are one op, ``native.class_token_values``,
+        which never writes the ``(D, B, T)`` values to memory.
 
         Args:
           inputs: ``(R, B, T)`` channels-first; the class token's column must
@@ -496,8 +501,20 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         # Row q_0 . k_j and column q_j . k_0 of every head, from one matmul of the (c, t) inputs.
         kernels = tf.stack([kernel(u_q, m_k, g_k), kernel(u_k, m_q, g_q)], axis=2)  # (R, T, 2, H, T)
         compute = self.compute_dtype
+        kernels = tf.cast(tf.reshape(kernels, [rows * t, 2 * heads * t]), compute)
+        if native.usable(compute, CLASS_TOKEN_VALUES_OPS):
+            # The values in one op, on the inputs in lane blocks; the padded windows' scores come from their
+            # zero inputs, and their outputs are cut off.
+            blocks = native.lane_blocks(tf.cast(inputs, compute))  # (R, B / LANES, T, LANES)
+            flat = tf.reshape(tf.transpose(blocks, [1, 3, 0, 2]), [-1, rows * t])  # (B', R T)
+            scores = tf.reshape(tf.cast(tf.matmul(flat, kernels), stable), [-1, 2, heads, t])
+            coefficients = self._class_token_coefficients(stable)
+            out = native.class_token_values(
+                blocks, scores, tf.cast(m_v, stable), tf.cast(g_v, stable), coefficients, heads
+            )
+            return native.first_windows(out, inputs, axis=1)
         flat = tf.cast(tf.reshape(tf.transpose(inputs, [1, 0, 2]), [-1, rows * t]), compute)  # (B, R T)
-        scores = tf.matmul(flat, tf.cast(tf.reshape(kernels, [rows * t, 2 * heads * t]), compute))
+        scores = tf.matmul(flat, kernels)
         scores = tf.transpose(tf.reshape(tf.cast(scores, stable), [-1, 2, heads, t]), [1, 2, 0, 3])
         row, column = tf.unstack(scores)  # (H, B, T) each, as `_attend_token_channels_first`'s
         scale = tf.constant(1.0 / math.sqrt(head_dim), stable)
@@ -723,10 +740,9 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
         """
         heads = self.num_heads
         graphs = self.token_graphs_transposed(training, native.op_dtype(qkv.dtype))
-        scale = 1.0 / math.sqrt(self.head_dim)
-        signs = [1.0 if self.symmetrize else 0.0] + ([-1.0] if self.antisymmetric else [])
+        scale, signs = 1.0 / math.sqrt(self.head_dim), self._score_signs()
         if token_only:
-            coefficients = tf.constant([[scale, sign * scale] for sign in signs], native.op_dtype(qkv.dtype))
+            coefficients = self._class_token_coefficients(native.op_dtype(qkv.dtype))
             return native.class_token_attention(
                 qkv, tf.cast(bias, qkv.dtype), graphs, coefficients, heads, **self._native_orbits()
             )
@@ -750,6 +766,17 @@ class GraphSymmetricAttention(tf_keras.layers.Layer):
             values = values * tf.cast(columns, values.dtype)
         bias, orbits = tf.cast(bias, qkv.dtype), self._native_orbits()
         return native.window_attention(qkv, bias, graphs, values, pattern, heads, kernel, **orbits, skip=skip)
+
+    def _score_signs(self) -> list[float]:
+        """The sign of each linear score map: ``+1`` for eq. 3's ``S + S^T`` (``0``, only ``S``, without
+        symmetrisation), then ``-1`` for eq. 6's anti-symmetrised scores."""
+        return [1.0 if self.symmetrize else 0.0] + ([-1.0] if self.antisymmetric else [])
+
+    def _class_token_coefficients(self, dtype: tf.DType) -> tf.Tensor:
+        """The class-token ops' ``coefficients (M, 2)``: map ``m``'s logits are ``(q_0 . k_j + sign_m
+        q_j . k_0) / sqrt(d)``, the class token's row of ``(S + sign_m S^T) / sqrt(d)``."""
+        scale = 1.0 / math.sqrt(self.head_dim)
+        return tf.constant([[scale, sign * scale] for sign in self._score_signs()], dtype)
 
     def _native_orbits(self) -> dict[str, Any]:
         """The ops' quarter-turn orbits, given only where this layer's graph classes keep the turn

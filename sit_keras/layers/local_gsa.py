@@ -41,7 +41,8 @@ class LocalGSA(tf_keras.layers.Layer):
     (``_first_block_from_pixels``), so no ``D -> 3 D`` projection of a window
     token is computed. A single block, whose class token's row alone is read,
     does not form the window tokens' queries and keys either: its scores are
-    composed from the pixels (``GraphSymmetricAttention.attend_constant_class_token``).
+    composed from the pixels (``GraphSymmetricAttention.attend_constant_class_token``;
+    its values in one native op where the kernels run).
     Same function, same weights as the reference path.
 
     Precision: under a mixed policy the embedding and the one large

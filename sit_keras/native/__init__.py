@@ -83,7 +83,7 @@ STRIDED_POOL_OPS = frozenset({"SitStridedMaxPoolGrad"})
 MAX_STRIDED_POOL_POSITIONS = 64
 ATTENTION_OPS = frozenset(
     {"SitWindowAttention", "SitWindowAttentionGrad", "SitClassTokenAttention", "SitClassTokenAttentionGrad",
-     "SitStandardizedLanes", "SitStandardizedLanesGrad"}
+     "SitClassTokenValues", "SitClassTokenValuesGrad", "SitStandardizedLanes", "SitStandardizedLanesGrad"}
 )  # fmt: skip
 XLA_OPS = POOL_OPS | STRIDED_POOL_OPS | PROJECTION_OPS | STEM_OPS | CONV_OPS | ATTENTION_OPS
 _DTYPES = (tf.float32, tf.float64)
@@ -733,3 +733,41 @@ def class_token_attention(
         return ops.sit_class_token_attention(qkv, bias, graphs, coefficients, **attributes), grad
 
     return attend(qkv, bias, graphs)
+
+
+@_storing_bfloat16("x")
+def class_token_values(
+    x: tf.Tensor,
+    scores: tf.Tensor,
+    kernel: tf.Tensor,
+    graphs: tf.Tensor,
+    coefficients: tf.Tensor,
+    num_heads: int,
+) -> tf.Tensor:
+    """The class token's row of a block whose scores are given, in one op: ``x`` -> ``(B, 1, D)``.
+
+    ``x (R, B / LANES, T, LANES)``: each window token's ``R`` inputs in
+    ``lane_blocks`` layout; ``scores (B, 2, H, T)``: per head the class
+    token's row ``q_0 . k_j`` and column ``q_j . k_0``, whose map ``m`` gives
+    the logits ``coefficients[m, 0] row + coefficients[m, 1] column`` as in
+    ``class_token_attention``. The values are ``kernel (R, D)``'s projection of
+    ``x``, mixed by ``graphs (D, T, T)`` (``G_v`` transposed, eq. 11), weighted
+    by the sum of the maps' softmaxes: the values half of
+    ``GraphSymmetricAttention.attend_constant_class_token``, whose scores are a
+    matmul of the inputs (``class_token_values.cc``). Call only where
+    ``usable(x.dtype)``.
+    """
+    ops = _library_or_raise()
+
+    @tf.custom_gradient
+    def attend(x: tf.Tensor, scores: tf.Tensor, kernel: tf.Tensor, graphs: tf.Tensor) -> tf.Tensor:
+        def grad(dout: tf.Tensor) -> tuple[tf.Tensor, ...]:
+            return tuple(
+                ops.sit_class_token_values_grad(
+                    dout, x, scores, kernel, graphs, coefficients, num_heads=num_heads
+                )
+            )
+
+        return ops.sit_class_token_values(x, scores, kernel, graphs, coefficients, num_heads=num_heads), grad
+
+    return attend(x, scores, kernel, graphs)

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "../channels_first.h"
+#include "../class_token_values.h"
 #include "../conv2d.h"
 #include "../conv_kernel_grad.h"
 #include "../depthwise_stem.h"
@@ -568,6 +569,73 @@ class ClassTokenAttentionXla : public AttentionXla {
   }
 };
 
+// --- SitClassTokenValues, SitClassTokenValuesGrad -------------------------------------------------
+
+// The opaque string: R, B, T, H, d, M.
+ValuesSizes ReadValuesCall(const char* opaque, size_t length) {
+  const std::vector<int64_t> v = OpaqueSizes(opaque, length);
+  return ValuesSizes{v[0], v[1], v[2], v[3], v[4], v[5]};
+}
+
+// In: x, scores, kernel, graphs, coefficients.
+template <typename T>
+void ClassTokenValuesHost(void* out, const void** in, const char* opaque, size_t length, XlaCustomCallStatus*) {
+  const ValuesInputs<T> inputs{In<T>(in, 0), In<T>(in, 1), In<T>(in, 2), In<T>(in, 3), In<T>(in, 4)};
+  ClassTokenValues(ReadValuesCall(opaque, length), inputs, static_cast<T*>(out), HostShards());
+}
+
+// In: dout, x, scores, kernel, graphs, coefficients; out: a tuple of four.
+template <typename T>
+void ClassTokenValuesGradHost(void* out, const void** in, const char* opaque, size_t length, XlaCustomCallStatus*) {
+  const ValuesInputs<T> inputs{In<T>(in, 1), In<T>(in, 2), In<T>(in, 3), In<T>(in, 4), In<T>(in, 5)};
+  const ValuesGradients<T> gradients{Out<T>(out, 0), Out<T>(out, 1), Out<T>(out, 2), Out<T>(out, 3)};
+  ClassTokenValuesGrad(ReadValuesCall(opaque, length), In<T>(in, 0), inputs, gradients, HostPool()->NumThreads(),
+                       HostShards());
+}
+
+// Checks what the TensorFlow kernels check (class_token_values.h) when it compiles.
+class ClassTokenValuesXla : public XlaOpKernel {
+ public:
+  explicit ClassTokenValuesXla(OpKernelConstruction* context) : XlaOpKernel(context) {
+    OP_REQUIRES_OK(context, CheckStorageIsComputeType(context));
+    OP_REQUIRES_OK(context, context->GetAttr("num_heads", &num_heads_));
+    grad_ = type_string() == "SitClassTokenValuesGrad";
+  }
+
+  void Compile(XlaOpKernelContext* ctx) override {
+    // x, scores, kernel, graphs, coefficients; the gradient takes dout first.
+    const int first = grad_ ? 1 : 0;
+    std::vector<tensorflow::TensorShape> in;
+    std::vector<xla::XlaOp> operands;
+    std::vector<xla::Shape> layouts;
+    for (int i = 0; i < first + 5; ++i) {
+      in.push_back(ctx->InputShape(i));
+      operands.push_back(ctx->Input(i));
+      layouts.push_back(ShapeOf(ctx, in.back()));
+    }
+    ValuesSizes s;
+    OP_REQUIRES_OK(ctx, ReadValuesSizes(num_heads_, in[first], in[first + 1], in[first + 2], in[first + 3],
+                                        in[first + 4], &s));
+    if (grad_) OP_REQUIRES_OK(ctx, CheckValuesGradInputs(s, in[0]));
+    const std::vector<int64_t> opaque = {s.rows, s.windows, s.tokens, s.heads, s.head_dim, s.maps};
+    if (!grad_) {
+      const tensorflow::TensorShape out({s.windows, 1, s.heads * s.head_dim});
+      ctx->SetOutput(0, CustomCall(ctx, Target("sit_class_token_values", ctx->input_type(0)), operands, layouts,
+                                   ShapeOf(ctx, out), opaque));
+      return;
+    }
+    // The gradients of x, the scores, the kernel and the graphs.
+    const xla::Shape result = xla::ShapeUtil::MakeTupleShape({layouts[1], layouts[2], layouts[3], layouts[4]});
+    const xla::XlaOp call = CustomCall(ctx, Target("sit_class_token_values_grad", ctx->input_type(0)), operands,
+                                       layouts, result, opaque);
+    for (int i = 0; i < 4; ++i) ctx->SetOutput(i, xla::GetTupleElement(call, i));
+  }
+
+ private:
+  int num_heads_;
+  bool grad_;
+};
+
 // --- SitStandardizedLanes, SitStandardizedLanesGrad -------------------------------------------------
 
 // In: x (B, T, D), epsilon; the opaque string: B, T, D.
@@ -633,6 +701,8 @@ REGISTER_HOST("sit_window_attention", WindowAttentionHost);
 REGISTER_HOST("sit_window_attention_grad", WindowAttentionGradHost);
 REGISTER_HOST("sit_class_token_attention", ClassTokenAttentionHost);
 REGISTER_HOST("sit_class_token_attention_grad", ClassTokenAttentionGradHost);
+REGISTER_HOST("sit_class_token_values", ClassTokenValuesHost);
+REGISTER_HOST("sit_class_token_values_grad", ClassTokenValuesGradHost);
 REGISTER_HOST("sit_standardized_lanes", StandardizedLanesHost);
 REGISTER_HOST("sit_standardized_lanes_grad", StandardizedLanesGradHost);
 #undef REGISTER_HOST
@@ -657,6 +727,8 @@ REGISTER("SitDepthwiseConv", DepthwiseConvXla);
 REGISTER("SitDepthwiseConvKernelGrad", DepthwiseConvXla);
 REGISTER("SitClassTokenAttention", ClassTokenAttentionXla);
 REGISTER("SitClassTokenAttentionGrad", ClassTokenAttentionXla);
+REGISTER("SitClassTokenValues", ClassTokenValuesXla);
+REGISTER("SitClassTokenValuesGrad", ClassTokenValuesXla);
 REGISTER("SitStandardizedLanes", StandardizedLanesXla);
 REGISTER("SitStandardizedLanesGrad", StandardizedLanesXla);
 #undef REGISTER
@@ -709,6 +781,8 @@ extern "C" void SitRegisterXlaKernelsLate() {
         {"SitWindowAttentionGrad", Create<sit_keras::WindowAttentionGradXla>, {"indices", "transposed_indices"}},
         {"SitClassTokenAttention", Create<sit_keras::ClassTokenAttentionXla>, {}},
         {"SitClassTokenAttentionGrad", Create<sit_keras::ClassTokenAttentionXla>, {}},
+        {"SitClassTokenValues", Create<sit_keras::ClassTokenValuesXla>, {}},
+        {"SitClassTokenValuesGrad", Create<sit_keras::ClassTokenValuesXla>, {}},
         {"SitStandardizedLanes", Create<sit_keras::StandardizedLanesXla>, {}},
         {"SitStandardizedLanesGrad", Create<sit_keras::StandardizedLanesXla>, {}},
     };
