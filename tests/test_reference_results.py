@@ -9024,3 +9024,58 @@ def test_the_xla_step_before_and_after_the_zeroing_section_is_its_rounds():
     lower = sum(a[2] < b[2] for b, a in zip(values["before"], values["after"], strict=True))
     assert f"(lower after in {lower} rounds of five)" in flat
     assert ratio_after <= ratio and "did not make the XLA step slower against the graph step" in flat
+
+
+def test_the_single_local_blocks_values_op_section_is_its_runs():
+    """docs/speed.md's "A single local block's values in one op": the op profiles before and after, the
+    encoder's alternated rounds and the demo's PPO runs, each number from the A/B's report."""
+    section, flat = _speed_section("## A single local block's values in one op", "\n## Other fast paths")
+    ab = _report("class_token_values_ab.json")
+    assert ab["commits"] == {"before": "b5c453c", "after": "08cc11c"} and "no AMX" in ab["machine"]
+    assert "`benchmarks/reference/class_token_values_ab.json`" in flat
+    before, after = (ab["op_profile"][side] for side in ("before", "after"))
+    for side in ("before", "after"):
+        report = _report(ab["op_profile"][side]["report"])
+        assert report["wall_ms_median"] == ab["op_profile"][side]["wall_ms_median"]
+        assert report["settings"]["one_op_at_a_time"] and report["settings"]["batch"] == 256
+    assert (
+        f"wall {before['wall_ms_median']:.1f} ms a call before and {after['wall_ms_median']:.1f} ms after "
+        f"({after['wall_ms_median'] / before['wall_ms_median']:.2f}x)" in flat
+    )
+    assert (
+        f"summed op time {before['summed_op_ms_per_call']:.1f} and {after['summed_op_ms_per_call']:.1f} ms"
+        in flat
+    )
+    for side, profile in (("before", before), ("after", after)):
+        for op, ms in list(profile["top_op_types_ms"].items())[:4]:
+            assert f"`{op}` {ms:.2f}" in flat, (side, op)
+    encoders = ab["encoders14"]
+    for key, label in (("train_step_graph_ms", "in graph mode"), ("train_step_xla_ms", "with XLA")):
+        runs = {
+            side: ", ".join(f"{r[key]:.2f}" for r in encoders["runs"][side]) for side in ("before", "after")
+        }
+        medians = encoders["medians_ms"]
+        assert (
+            f"{runs['before']} ms before and {runs['after']} ms after {label} (medians "
+            f"{medians['before'][key]:.2f} and {medians['after'][key]:.2f}: "
+            f"{encoders['after_over_before'][key]:.2f}x)" in flat
+        )
+    demo = ab["demo_ppo"]
+    for side in ("before", "after"):
+        sit = ", ".join(f"{v:.0f}" for run in demo["runs"][side] for v in run["sit"])
+        assert f"SiT {side}: {sit} env steps/s" in flat
+    medians = demo["median_env_steps_per_second"]
+    assert (
+        f"medians {medians['before']['sit']:.1f} and {medians['after']['sit']:.1f} "
+        f"({demo['sit_after_over_before']:.2f}x)" in flat
+    )
+    assert (
+        f"the CNN's {medians['before']['cnn']:.1f} and {medians['after']['cnn']:.1f} "
+        f"({demo['cnn_after_over_before']:.2f}x)" in flat
+    )
+    ratio = demo["sit_over_cnn"]
+    assert (
+        f"The medians' ratio, SiT / CNN, is {ratio['before']:.2f} before and {ratio['after']:.2f} after"
+        in flat
+    )
+    assert f"{ab['demo_wall_seconds']:.0f} s for the four demo runs" in flat

@@ -34,6 +34,8 @@ fewer multiply-adds (``rotation_spectra.h``; ``dense_mixing()`` turns it off).
 The ops (``window_attention``, ``class_token_attention``) run the window attention
 of a local GSA block in vector lanes of ``LANES`` windows: the scores, score
 maps and softmaxes never leave the cache (docs/speed.md, "Native kernels");
+``class_token_values`` the values of a single local block's class-token row, whose
+scores are a matmul of the pixels (``class_token_values.cc``);
 ``standardized_lane_blocks`` writes a block's standardised tokens in their layout;
 ``depthwise_conv`` is the SiT stem's depth-wise convolution (``depthwise_stem.cc``);
 ``max_pool`` the pooling after it (``max_pool.cc``); ``project_channels_first`` the GSA layers'
