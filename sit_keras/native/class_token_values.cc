@@ -61,24 +61,24 @@ REGISTER_OP("SitClassTokenValuesGrad")
       return Status();
     });
 
+// The ops' shared part: their attribute num_heads, and their inputs x, scores, kernel, graphs and
+// coefficients from input `first` on (the gradient op's dout comes before them).
 template <typename T, typename S>
-class ClassTokenValuesOp : public OpKernel {
+class ValuesKernel : public OpKernel {
  public:
-  explicit ClassTokenValuesOp(OpKernelConstruction* context) : OpKernel(context) {
+  explicit ValuesKernel(OpKernelConstruction* context) : OpKernel(context) {
     OP_REQUIRES_OK(context, context->GetAttr("num_heads", &num_heads_));
   }
 
-  void Compute(OpKernelContext* context) override {
-    ValuesSizes s;
-    OP_REQUIRES_OK(context, ReadValuesSizes(num_heads_, context->input(0).shape(), context->input(1).shape(),
-                                            context->input(2).shape(), context->input(3).shape(),
-                                            context->input(4).shape(), &s));
-    Tensor* out = nullptr;
-    OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({s.windows, 1, s.heads * s.head_dim}), &out));
-    const ValuesInputs<T, S> in{context->input(0).flat<S>().data(), context->input(1).flat<T>().data(),
-                                context->input(2).flat<T>().data(), context->input(3).flat<T>().data(),
-                                context->input(4).flat<T>().data()};
-    ClassTokenValues(s, in, out->flat<S>().data(), ShardsOf(context));
+ protected:
+  Status ReadInputs(OpKernelContext* context, int first, ValuesSizes* s, ValuesInputs<T, S>* in) const {
+    TF_RETURN_IF_ERROR(ReadValuesSizes(num_heads_, context->input(first).shape(),
+                                       context->input(first + 1).shape(), context->input(first + 2).shape(),
+                                       context->input(first + 3).shape(), context->input(first + 4).shape(), s));
+    *in = ValuesInputs<T, S>{context->input(first).flat<S>().data(), context->input(first + 1).flat<T>().data(),
+                             context->input(first + 2).flat<T>().data(), context->input(first + 3).flat<T>().data(),
+                             context->input(first + 4).flat<T>().data()};
+    return Status();
   }
 
  private:
@@ -86,32 +86,38 @@ class ClassTokenValuesOp : public OpKernel {
 };
 
 template <typename T, typename S>
-class ClassTokenValuesGradOp : public OpKernel {
+class ClassTokenValuesOp : public ValuesKernel<T, S> {
  public:
-  explicit ClassTokenValuesGradOp(OpKernelConstruction* context) : OpKernel(context) {
-    OP_REQUIRES_OK(context, context->GetAttr("num_heads", &num_heads_));
-  }
+  using ValuesKernel<T, S>::ValuesKernel;
 
   void Compute(OpKernelContext* context) override {
     ValuesSizes s;
-    OP_REQUIRES_OK(context, ReadValuesSizes(num_heads_, context->input(1).shape(), context->input(2).shape(),
-                                            context->input(3).shape(), context->input(4).shape(),
-                                            context->input(5).shape(), &s));
+    ValuesInputs<T, S> in;
+    OP_REQUIRES_OK(context, this->ReadInputs(context, 0, &s, &in));
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({s.windows, 1, s.heads * s.head_dim}), &out));
+    ClassTokenValues(s, in, out->flat<S>().data(), ShardsOf(context));
+  }
+};
+
+template <typename T, typename S>
+class ClassTokenValuesGradOp : public ValuesKernel<T, S> {
+ public:
+  using ValuesKernel<T, S>::ValuesKernel;
+
+  void Compute(OpKernelContext* context) override {
+    ValuesSizes s;
+    ValuesInputs<T, S> in;
+    OP_REQUIRES_OK(context, this->ReadInputs(context, 1, &s, &in));
     OP_REQUIRES_OK(context, CheckValuesGradInputs(s, context->input(0).shape()));
     Tensor* outputs[4] = {};
     for (int i = 0; i < 4; ++i) {
       OP_REQUIRES_OK(context, context->allocate_output(i, context->input(i + 1).shape(), &outputs[i]));
     }
-    const ValuesInputs<T, S> in{context->input(1).flat<S>().data(), context->input(2).flat<T>().data(),
-                                context->input(3).flat<T>().data(), context->input(4).flat<T>().data(),
-                                context->input(5).flat<T>().data()};
     const ValuesGradients<T, S> out{outputs[0]->flat<S>().data(), outputs[1]->flat<T>().data(),
                                     outputs[2]->flat<T>().data(), outputs[3]->flat<T>().data()};
     ClassTokenValuesGrad(s, context->input(0).flat<S>().data(), in, out, ThreadsOf(context), ShardsOf(context));
   }
-
- private:
-  int num_heads_;
 };
 
 #define REGISTER(T, S)                                                                                      \

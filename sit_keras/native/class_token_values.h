@@ -50,12 +50,7 @@ inline Status ReadValuesSizes(int num_heads, const TensorShape& x, const TensorS
 
 // SitClassTokenValuesGrad's dout (B, 1, H d).
 inline Status CheckValuesGradInputs(const ValuesSizes& s, const TensorShape& dout) {
-  const int64_t dim = s.heads * s.head_dim;
-  if (dout != TensorShape({s.windows, 1, dim})) {
-    return InvalidArgument("SitClassTokenValuesGrad expects dout (", s.windows, ", 1, ", dim, "); got ",
-                           dout.DebugString());
-  }
-  return Status();
+  return CheckClassRowGradient("SitClassTokenValuesGrad", s.windows, s.heads * s.head_dim, dout);
 }
 
 // The ops' inputs (x stored as S).

@@ -134,14 +134,17 @@ inline Status ReadClassSizes(int num_heads, const TensorShape& qkv, const Tensor
   return Status();
 }
 
-// SitClassTokenAttentionGrad's dout (B, 1, H d), for sizes `s`.
-inline Status CheckClassGradInputs(const AttentionSizes& s, const TensorShape& dout) {
-  const int64_t dim = s.heads * s.head_dim;
-  if (dout != TensorShape({s.windows, 1, dim})) {
-    return InvalidArgument("SitClassTokenAttentionGrad expects dout (", s.windows, ", 1, ", dim, "); got ",
-                           dout.DebugString());
+// A class-token row's gradient dout (B, 1, D), which gradient op `op` takes.
+inline Status CheckClassRowGradient(const char* op, int64_t windows, int64_t dim, const TensorShape& dout) {
+  if (dout != TensorShape({windows, 1, dim})) {
+    return InvalidArgument(op, " expects dout (", windows, ", 1, ", dim, "); got ", dout.DebugString());
   }
   return Status();
+}
+
+// SitClassTokenAttentionGrad's dout (B, 1, H d), for sizes `s`.
+inline Status CheckClassGradInputs(const AttentionSizes& s, const TensorShape& dout) {
+  return CheckClassRowGradient("SitClassTokenAttentionGrad", s.windows, s.heads * s.head_dim, dout);
 }
 
 // The quarter turn's orbits (the ops' attribute `orbits`, flattened) for T tokens.
