@@ -8911,26 +8911,33 @@ def _speed_target_run(run: str) -> tuple[dict, dict[str, dict], dict[str, float]
     return _report(f"{run}.json"), reports, per_round
 
 
+def _target_rows(before: dict, after: dict, before_rounds: dict, after_rounds: dict) -> list[str]:
+    """Two speed-target runs' table rows: each ratio and its per-round median, the target, the verdict."""
+    met = {True: "yes", False: "**no**", None: "n/a"}
+    rows = []
+    for old, new in zip(before["targets"], after["targets"], strict=True):
+        limit = "-" if new["limit"] is None else f"{'<=' if new['at_most'] else '>='} {new['limit']:.3g}"
+        paired = [f"{r[new['what']]:.3f}" if new["what"] in r else "-" for r in (before_rounds, after_rounds)]
+        rows.append(
+            f"| {new['what']} | {old['value']:.3f} | {paired[0]} | {new['value']:.3f} | {paired[1]} "
+            f"| {limit} | {met[new['met']]} | `{new['report']}` |"
+        )
+    return rows
+
+
 def test_the_targets_at_270799a_and_their_per_round_medians_are_the_runs():
     """docs/speed.md's "The targets at 270799a, and each ratio round by round": both runs on the AVX512_BF16
     host, each encoder ratio beside its per-round median, the verdicts that changed with the same code, the
     demo's process pairs, and the AMX run's SiT XLA step by both measures."""
     section, flat = _speed_section(
-        "#### The targets at 270799a, and each ratio round by round", "\n## Encoders"
+        "#### The targets at 270799a, and each ratio round by round",
+        "\n#### The targets at f2653c2, after the values op",
     )
     previous, _, previous_rounds = _speed_target_run("speed_targets_avx512bf16")
     run, reports, rounds = _speed_target_run("speed_targets_avx512bf16_rounds")
     assert run["commit"].startswith("270799a") and "no AMX" in run["machine"]
     assert run["per_round_medians"] == load_benchmark("speed_targets").per_round_medians(reports)
-    met = {True: "yes", False: "**no**", None: "n/a"}
-    for old, new in zip(previous["targets"], run["targets"], strict=True):
-        limit = "-" if new["limit"] is None else f"{'<=' if new['at_most'] else '>='} {new['limit']:.3g}"
-        paired = [f"{r[new['what']]:.3f}" if new["what"] in r else "-" for r in (previous_rounds, rounds)]
-        row = (
-            f"| {new['what']} | {old['value']:.3f} | {paired[0]} | {new['value']:.3f} | {paired[1]} "
-            f"| {limit} | {met[new['met']]} | `{new['report']}` |"
-        )
-        assert row in section
+    assert all(row in section for row in _target_rows(previous, run, previous_rounds, rounds))
     assert f"in {run['wall_seconds']:.0f} s: **{run['met']} targets met and {run['missed']} missed**" in flat
     changed = [
         (o, n) for o, n in zip(previous["targets"], run["targets"], strict=True) if o["met"] != n["met"]
@@ -8961,6 +8968,76 @@ def test_the_targets_at_270799a_and_their_per_round_medians_are_the_runs():
     over = procgen["ratios"]["impala_cnn_over_sit_env_steps_per_second"]
     rates = procgen["env_steps_per_second"]
     assert f"1/{over:.2f}; {rates['sit']:.1f} against {rates['impala_cnn']:.1f} env steps/s now" in flat
+
+
+def test_the_targets_at_f2653c2_section_is_its_run():
+    """docs/speed.md's "The targets at f2653c2, after the values op": the run beside 270799a's, the verdicts
+    that changed, and each time and rate its bullets quote, read from the reports."""
+    section, flat = _speed_section("#### The targets at f2653c2, after the values op", "\n## Encoders")
+    previous, old, previous_rounds = _speed_target_run("speed_targets_avx512bf16_rounds")
+    run, new, rounds = _speed_target_run("speed_targets_avx512bf16_values_op")
+    assert run["commit"].startswith("f2653c2") and "no AMX" in run["machine"]
+    assert all(row in section for row in _target_rows(previous, run, previous_rounds, rounds))
+    assert f"in {run['wall_seconds']:.0f} s: **{run['met']} targets met and {run['missed']} missed**" in flat
+    changed = [
+        (o, n) for o, n in zip(previous["targets"], run["targets"], strict=True) if o["met"] != n["met"]
+    ]
+    assert len({n["what"] for _, n in changed}) == 4 and "**Four verdicts changed.**" in flat
+    assert all(f"from {o['value']:.3f} to {n['value']:.3f}" in flat for o, n in changed)
+
+    def step(reports: dict, name: str, model: str, mode: str = "graph") -> str:
+        return f"{reports[name]['models'][model]['timings']['train_step'][mode]['median_ms']:.2f}"
+
+    small, vit = (f"configs/minigrid/lavacrossing_{m}.gin" for m in ("sit_small", "vit"))
+    assert (
+        f"takes {step(new, 'encoders_14', small)} ms in graph mode against {step(old, 'encoders_14', small)}"
+        in flat
+    )
+    assert f"ViT's took {step(new, 'encoders_14', vit)} against {step(old, 'encoders_14', vit)} ms" in flat
+    demo = {w: r["demo_ppo"]["env_steps_per_second"] for w, r in (("old", old), ("new", new))}
+    assert f"SiT trained at {demo['new']['sit']:.1f} env steps/s against {demo['old']['sit']:.1f}" in flat
+    assert f"its CNN at {demo['new']['cnn']:.1f} against {demo['old']['cnn']:.1f}" in flat
+    pairs = [
+        f"{a['sps'] / b['sps']:.2f}"
+        for a, b in zip(*(new["demo_ppo"]["runs"][m] for m in ("sit", "cnn")), strict=True)
+    ]
+    assert f"process pairs give {', '.join(pairs[:-1])} and {pairs[-1]}" in flat
+    procgen = {w: r["procgen_ppo"] for w, r in (("old", old), ("new", new))}
+    rates = {w: p["env_steps_per_second"] for w, p in procgen.items()}
+    over = procgen["new"]["ratios"]["impala_cnn_over_sit_env_steps_per_second"]
+    assert (
+        f"SiT trained at {rates['new']['sit']:.1f} env steps/s against {rates['old']['sit']:.1f} at 270799a "
+        f"and the IMPALA-CNN at {rates['new']['impala_cnn']:.1f} against {rates['old']['impala_cnn']:.1f}: "
+        f"1/{over:.2f}" in flat
+    )
+    procgen_values = [
+        next(t["value"] for t in r["targets"] if t["what"].startswith("Procgen"))
+        for r in (_report("speed_targets_avx512bf16.json"), previous, run)
+    ]
+    assert f"the margin ({procgen_values[2] - 0.25:.3f})" in flat
+    assert f"smaller than the {procgen_values[0] - procgen_values[1]:.3f} the ratio moved" in flat
+    times = {
+        (m, mode): f"{new['encoders_64']['models'][m]['timings']['train_step'][mode]['median_ms']:.1f}"
+        for m in ("sit", "siet")
+        for mode in ("xla", "graph")
+    }
+    assert (
+        f"The SiT's XLA step is {times['sit', 'xla']} ms against {times['sit', 'graph']} ms in graph mode, "
+        f"the SieT's {times['siet', 'xla']} against {times['siet', 'graph']} ms" in flat
+    )
+    xla = [f"{m}: XLA / graph train step, 64x64" for m in ("sit", "siet")]
+    assert f"round by round {rounds[xla[0]]:.3f} and {rounds[xla[1]]:.3f}" in flat
+    earlier = [
+        {t["what"]: t["value"] for t in r["targets"]}
+        for r in (_report("speed_targets_avx512bf16.json"), previous)
+    ]
+    assert f"({earlier[0][xla[0]]:.3f} and {earlier[1][xla[0]]:.3f})" in flat
+    assert f"({earlier[0][xla[1]]:.3f} and {earlier[1][xla[1]]:.3f})" in flat
+    bfloat16 = new["encoders_64"]["models"]["sit"]["precision"]["mixed_bfloat16"]
+    assert (
+        f"step takes {bfloat16['median_ms']:.1f} ms, {bfloat16['over_float32']:.3f}x its float32 step" in flat
+    )
+    assert f"({earlier[1]['SiT bfloat16 / float32 train step']:.3f} at 270799a)" in flat
 
 
 def test_the_evaluations_with_the_native_kernels_section_is_its_runs():

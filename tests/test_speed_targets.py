@@ -33,7 +33,11 @@ COMMITTED_BFLOAT16_RUNS = [
 ]
 # An Intel host with AVX512_BF16 but no AMX (docs/speed.md, "The targets on an Intel host with AVX512_BF16 and
 # no AMX"): bfloat16 counts there too.
-COMMITTED_AVX512_BF16_RUNS = ["speed_targets_avx512bf16", "speed_targets_avx512bf16_rounds"]
+COMMITTED_AVX512_BF16_RUNS = [
+    "speed_targets_avx512bf16",
+    "speed_targets_avx512bf16_rounds",
+    "speed_targets_avx512bf16_values_op",
+]
 
 
 def _reports(module, scale: float = 1.0) -> dict[str, dict]:
