@@ -114,19 +114,7 @@ void Attention(const T* scores, const T* coefficients, const ValuesSizes& s, int
   T* column = row + t * kLanes;
   RowsToLanes(scores + b * stride + h * t, stride, t, kLanes, row, kLanes);
   RowsToLanes(scores + b * stride + (s.heads + h) * t, stride, t, kLanes, column, kLanes);
-  std::fill(blk->attention.begin(), blk->attention.end(), T(0));
-  for (int64_t m = 0; m < s.maps; ++m) {
-    T* p = blk->per_map.data() + m * t * kLanes;
-    for (int64_t j = 0; j < t; ++j) {
-      Store(p + j * kLanes,
-            coefficients[2 * m] * Load(row + j * kLanes) + coefficients[2 * m + 1] * Load(column + j * kLanes));
-    }
-    Softmax(1, t, p);
-    for (int64_t j = 0; j < t; ++j) {
-      T* a = blk->attention.data() + j * kLanes;
-      Store(a, Load(a) + Load(p + j * kLanes));
-    }
-  }
+  ClassAttention(row, column, coefficients, s.maps, t, blk->per_map.data(), blk->attention.data());
 }
 
 // Feature c's value v[i] = sum_r kernel[r, c] x[r, i] and its weight w[i] = sum_j g[i, j] a[j], g = graphs[c]

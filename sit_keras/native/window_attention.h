@@ -1080,6 +1080,26 @@ void WindowAttentionGrad(const AttentionSizes& s, Orbits orbits, bool orbit_grad
 // for map m are coefficients[m, 0] q_0 . k_j + coefficients[m, 1] q_j . k_0 (scale and sign
 // included), the attention is the sum of their softmaxes over j, out[b, 0, h d + f] = sum_j a_j v[f, j].
 
+// The class token's attention over its T tokens from its scores row[j] (its query, token j's key) and
+// column[j] (token j's query, its key), T lanes each: a[j] = sum_m softmax_j(c[m, 0] row[j] + c[m, 1]
+// column[j]) over the M maps, each map's softmax kept in per_map (M x T lanes) for the gradient.
+template <typename T>
+void ClassAttention(const T* row, const T* column, const T* coefficients, int64_t maps, int64_t t, T* per_map,
+                    T* attention) {
+  std::fill(attention, attention + t * kLanes, T(0));
+  for (int64_t m = 0; m < maps; ++m) {
+    T* probabilities = per_map + m * t * kLanes;
+    for (int64_t j = 0; j < t; ++j) {
+      Store(probabilities + j * kLanes,
+            coefficients[2 * m] * Load(row + j * kLanes) + coefficients[2 * m + 1] * Load(column + j * kLanes));
+    }
+    Softmax(1, t, probabilities);
+    for (int64_t j = 0; j < t; ++j) {
+      Store(attention + j * kLanes, Load(attention + j * kLanes) + Load(probabilities + j * kLanes));
+    }
+  }
+}
+
 // row[j] = q_0 . k_j and column[j] = q_j . k_0 of the mixed q, k; logits and softmaxes per map.
 template <typename T, typename S>
 void ClassForward(const Source<T, S>& src, const T* bias, const Graphs<T>& graphs, const T* coefficients,
@@ -1097,19 +1117,7 @@ void ClassForward(const Source<T, S>& src, const T* bias, const Graphs<T>& graph
     Store(row + j * kLanes, r);
     Store(column + j * kLanes, c);
   }
-  std::fill(blk->attention.begin(), blk->attention.begin() + t * kLanes, T(0));
-  for (int64_t m = 0; m < maps; ++m) {
-    T* probabilities = blk->per_map.data() + m * t * kLanes;
-    for (int64_t j = 0; j < t; ++j) {
-      Store(probabilities + j * kLanes,
-            coefficients[2 * m] * Load(row + j * kLanes) + coefficients[2 * m + 1] * Load(column + j * kLanes));
-    }
-    Softmax(1, t, probabilities);
-    for (int64_t j = 0; j < t; ++j) {
-      T* a = blk->attention.data() + j * kLanes;
-      Store(a, Load(a) + Load(probabilities + j * kLanes));
-    }
-  }
+  ClassAttention(row, column, coefficients, maps, t, blk->per_map.data(), blk->attention.data());
 }
 
 // SitClassTokenAttention: out (B, 1, H d) for checked sizes `s` (ReadClassSizes) and orbits.
