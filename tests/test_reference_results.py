@@ -9106,7 +9106,9 @@ def test_the_xla_step_before_and_after_the_zeroing_section_is_its_rounds():
 def test_the_single_local_blocks_values_op_section_is_its_runs():
     """docs/speed.md's "A single local block's values in one op": the op profiles before and after, the
     encoder's alternated rounds and the demo's PPO runs, each number from the A/B's report."""
-    section, flat = _speed_section("## A single local block's values in one op", "\n## Other fast paths")
+    section, flat = _speed_section(
+        "## A single local block's values in one op", "\n### The values gradient's sums in registers"
+    )
     ab = _report("class_token_values_ab.json")
     assert ab["commits"] == {"before": "b5c453c", "after": "08cc11c"} and "no AMX" in ab["machine"]
     assert "`benchmarks/reference/class_token_values_ab.json`" in flat
@@ -9156,3 +9158,81 @@ def test_the_single_local_blocks_values_op_section_is_its_runs():
         in flat
     )
     assert f"{ab['demo_wall_seconds']:.0f} s for the four demo runs" in flat
+
+
+def _listed(values: list[float], digits: int = 2) -> str:
+    """``values`` as the docs list them: "a, b and c"."""
+    text = [f"{v:.{digits}f}" for v in values]
+    return f"{', '.join(text[:-1])} and {text[-1]}"
+
+
+def test_the_values_gradients_sums_in_registers_section_is_its_runs():
+    """docs/speed.md's "The values gradient's sums in registers": the op's six op-profile rounds, raw and
+    over the rest of the step, with the pairs' order the section explains; the encoder's rounds, the demo."""
+    title = "### The values gradient's sums in registers"
+    section, flat = _speed_section(title, "\n## Other fast paths")
+    ab = _report("class_token_values_grad_ab.json")
+    assert ab["commits"] == {"before": "f2653c2", "after": "1b98eb0"} and "no AMX" in ab["machine"]
+    assert "`benchmarks/reference/class_token_values_grad_ab.json`" in flat
+    runs = ab["op_profile"]["runs"]
+    for side in ("before", "after"):
+        report = _report(f"op_profile_values_grad_{side}.json")
+        ops = {e["op"]: e["ms_per_call"] for e in report["op_types"]}
+        assert ops["SitClassTokenValuesGrad"] == runs[side][0]["values_grad_ms"]
+        assert report["settings"]["one_op_at_a_time"] and report["settings"]["batch"] == 256
+        assert f"`op_profile_values_grad_{side}.json`" in flat
+    grads = {side: _listed([r["values_grad_ms"] for r in runs[side]]) for side in runs}
+    assert f"took {grads['before']} ms before and {grads['after']} ms after" in flat
+    # The second process of each pair ran the unchanged class-token attention gradient slower.
+    for before, after in zip(runs["before"], runs["after"], strict=True):
+        first, second = (before, after) if before["first"] else (after, before)
+        assert second["class_token_attention_grad_ms"] > first["class_token_attention_grad_ms"]
+    assert [r["first"] for r in runs["after"]] == [False] * 4 + [True] * 2
+    assert "In rounds 1-4 the after process ran second, in rounds 5-6 first" in flat
+    for run in runs["before"] + runs["after"]:
+        rest = run["summed_op_ms_per_call"] - run["values_grad_ms"] - run["values_ms"]
+        assert run["values_grad_over_rest"] == pytest.approx(run["values_grad_ms"] / rest)
+    over_rest = ab["op_profile"]["over_rest_of_step"]
+    grad, forward = over_rest["values_grad_over_rest"], over_rest["values_over_rest"]
+    assert (
+        f"from a median of {grad['before_median']:.3f} to {grad['after_median']:.3f}: "
+        f"{_listed(grad['after_over_before_per_round'])} after / before round by round, "
+        f"median **{grad['after_over_before_per_round_median']:.2f}x**" in flat
+    )
+    assert (
+        f"from {forward['before_median']:.3f} to {forward['after_median']:.3f} (median of the rounds' ratios "
+        f"{forward['after_over_before_per_round_median']:.2f}): unchanged" in flat
+    )
+    encoders = ab["encoders14"]
+    steps = {side: [r["train_step_graph_ms"] for r in encoders["runs"][side]] for side in ("before", "after")}
+    medians, ratios = encoders["medians_ms"], encoders["after_over_before"]
+    rounds = encoders["after_over_before_per_round_median"]
+    assert (
+        f"{_listed(steps['before'])} ms before and {_listed(steps['after'])} ms after (medians "
+        f"{medians['before']['train_step_graph_ms']:.2f} and {medians['after']['train_step_graph_ms']:.2f}: "
+        f"{ratios['train_step_graph_ms']:.2f}x; median of the rounds' ratios "
+        f"{rounds['train_step_graph_ms']:.2f})" in flat
+    )
+    assert (
+        f"with XLA medians {medians['before']['train_step_xla_ms']:.2f} and "
+        f"{medians['after']['train_step_xla_ms']:.2f} ({ratios['train_step_xla_ms']:.2f}x; "
+        f"{rounds['train_step_xla_ms']:.2f} round by round)" in flat
+    )
+    spread = {side: max(v) / min(v) for side, v in steps.items()}
+    assert f"up to {spread['before']:.2f}x between processes before and {spread['after']:.2f}x after" in flat
+    demo = ab["demo_ppo"]
+    rates = demo["median_env_steps_per_second"]
+    assert f"{ab['demo_wall_seconds']:.0f} s for the four" in flat
+    assert (
+        f"the SiT's medians {rates['before']['sit']:.1f} and {rates['after']['sit']:.1f} env steps/s "
+        f"({demo['sit_after_over_before']:.2f}x), the CNN's {rates['before']['cnn']:.1f} and "
+        f"{rates['after']['cnn']:.1f} ({demo['cnn_after_over_before']:.2f}x" in flat
+    )
+    ratio = demo["sit_over_cnn"]
+    assert f"SiT / CNN {ratio['before']:.2f} before and {ratio['after']:.2f} after" in flat
+    earlier = _report("op_profile_class_token_values_after.json")["op_types"]
+    previous = {e["op"]: e["ms_per_call"] for e in earlier}
+    assert (
+        f"({previous['SitClassTokenValuesGrad']:.2f} against {previous['SitClassTokenValues']:.2f} ms in "
+        "the op profile at 08cc11c" in flat
+    )
