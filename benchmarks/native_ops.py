@@ -15,6 +15,11 @@ pooling and the projection:
 - ``class_token``: ``class_token_attention`` (the second local block);
 - ``global_grid``: ``window_attention`` on the 8 x 8 grid's 65 tokens (its first block);
 - ``layer_norm``: ``standardized_lane_blocks`` of the windows' tokens;
+- ``class_token_values``: ``class_token_values``, the values half of a single
+  local block's class-token row (the demo's SiT and SiT-small on LavaCrossing
+  have one local block), here at the first block's shapes: the ``C + 3 = 6``
+  values a pixel, the class token's given scores, the projection's kernel and
+  ``G_v``;
 - ``first_block_dense``, ``class_token_dense``, ``global_grid_dense``: the
   same three with every graph mixed densely (no orbits given), so that the
   ``spectral_speedup`` (dense / spectral time) is measured in one run;
@@ -105,11 +110,12 @@ PROJECTION_CASES = ("projection", "projection_builtin")
 BFLOAT16_PROJECTION_CASES = ("projection_bfloat16", "projection_bfloat16_builtin")
 POOL_CASES = ("pool", "pool_builtin")
 # The cases compiled by XLA too (as f"{case}_xla"), where the ops' XLA kernels load.
-ATTENTION_CASES = (*SPECTRAL_CASES, "layer_norm")
+ATTENTION_CASES = (*SPECTRAL_CASES, "layer_norm", "class_token_values")
 XLA_CASES = (*STEM_CASES, *PROJECTION_CASES, *POOL_CASES, *ATTENTION_CASES)
 CASES = (
     *SPECTRAL_CASES,
     "layer_norm",
+    "class_token_values",
     *(f"{case}_bfloat16" for case in ATTENTION_CASES),
     *(f"{case}_dense" for case in SPECTRAL_CASES),
     *STEM_CASES,
@@ -181,6 +187,9 @@ def _inputs(batch: int, seed: int = 0) -> dict[str, tuple[Callable[..., tf.Tenso
     def layer_norm(tokens):
         return native.standardized_lane_blocks(tokens, 1e-6)[0]
 
+    def class_token_values(x, scores, kernel, graphs):
+        return native.class_token_values(x, scores, kernel, graphs, tf.constant([[0.25, 0.25]]), HEADS)
+
     def stem_builtin(images, kernel):
         return tf.nn.depthwise_conv2d(images, kernel[..., None], [1, 1, 1, 1], "SAME")
 
@@ -218,6 +227,15 @@ def _inputs(batch: int, seed: int = 0) -> dict[str, tuple[Callable[..., tf.Tenso
             ],
         ),
         "layer_norm": (layer_norm, [normal(windows, t_local, DIM)]),
+        "class_token_values": (
+            class_token_values,
+            [
+                native.lane_blocks(normal(PIXEL_VALUES, windows, t_local)),
+                normal(windows, 2, HEADS, t_local),
+                normal(PIXEL_VALUES, DIM, scale=0.3),
+                graphs[t_local][2 * DIM :],  # G_v
+            ],
+        ),
     }
     images = tf.constant(rng.uniform(size=(batch, IMAGE_SIDE, IMAGE_SIDE, IMAGE_CHANNELS)), tf.float32)
     stem_kernel = normal(STEM_KERNEL, STEM_KERNEL, IMAGE_CHANNELS, scale=0.3)

@@ -531,7 +531,8 @@ def test_native_ops_times_each_kernel_forward_and_backward(tmp_path, capsys):
     results = report["results"]
     printed = capsys.readouterr().out
     assert f"one 1024^3 matmul: {results['matmul_ms']:.2f} ms" in printed
-    cases = ("first_block", "class_token", "global_grid", "layer_norm", "stem", "stem_builtin")
+    attention = ("first_block", "class_token", "global_grid", "layer_norm", "class_token_values")
+    cases = (*attention, "stem", "stem_builtin")
     projections = ("projection", "projection_builtin", "projection_bfloat16", "projection_bfloat16_builtin")
     for case in (*cases, *projections, "pool", "pool_builtin"):
         forward, backward = results[case]["forward"], results[case]["backward"]
@@ -548,7 +549,7 @@ def test_native_ops_times_each_kernel_forward_and_backward(tmp_path, capsys):
         "on AMX tiles" if native.projects_bfloat16_on_amx() else "through TensorFlow's matmuls (no AMX here)"
     )
     assert f"The channels-first projection in bfloat16, {kind}, speed-up" in printed
-    for case in cases[:4]:  # the attention ops again, storing bfloat16
+    for case in attention:  # the attention ops again, storing bfloat16
         ratio = results["bfloat16_over_float32"][case]
         for stage in ("forward", "backward"):
             stored = results[f"{case}_bfloat16"][stage]["median_ms"]
@@ -565,7 +566,7 @@ def test_native_ops_times_each_kernel_forward_and_backward(tmp_path, capsys):
                 )
                 assert results["xla_speedup"][case][stage] == pytest.approx(builtin_ms / native_ms, rel=1e-6)
             assert f"Under XLA, the native {case} through its XLA kernels" in printed
-        for case in ("first_block", "class_token", "global_grid", "layer_norm"):
+        for case in attention:
             for stage in ("forward", "backward"):
                 xla_ms, graph_ms = (results[name][stage]["median_ms"] for name in (f"{case}_xla", case))
                 assert results["xla_over_graph"][case][stage] == pytest.approx(xla_ms / graph_ms, rel=1e-6)
