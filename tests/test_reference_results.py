@@ -9230,6 +9230,39 @@ def test_the_values_gradients_sums_in_registers_section_is_its_runs():
     )
     ratio = demo["sit_over_cnn"]
     assert f"SiT / CNN {ratio['before']:.2f} before and {ratio['after']:.2f} after" in flat
+    native_runs = {
+        side: [_report(f"native_ops_values_grad_{side}_run{r}.json") for r in range(1, 5)]
+        for side in ("before", "after")
+    }
+    for side, reports in native_runs.items():
+        assert all(f"`native_ops_values_grad_{side}_run{r}.json`" in flat for r in range(1, 5))
+        commit = "f2653c2" if side == "before" else "4c02d86"
+        assert all(r["commit"].startswith(commit) and "no AMX" in r["machine"] for r in reports)
+
+    def matmul_times(case: str, stage: str = "backward") -> dict[str, list[float]]:
+        return {
+            side: [r["results"][case][stage]["matmul_times"] for r in reports]
+            for side, reports in native_runs.items()
+        }
+
+    both = matmul_times("class_token_values")
+    middle = {side: statistics.median(v) for side, v in both.items()}
+    assert (
+        f"forward + backward {_listed(both['before'])} matmul-times before and {_listed(both['after'])} "
+        f"after, medians {middle['before']:.2f} and {middle['after']:.2f} "
+        f"(**{middle['after'] / middle['before']:.2f}x**)" in flat
+    )
+    forward = {s: statistics.median(v) for s, v in matmul_times("class_token_values", "forward").items()}
+    assert f"the forward pass {forward['before']:.2f} and {forward['after']:.2f}" in flat
+    for case, label in (
+        ("class_token_values_bfloat16", "forward + backward"),
+        ("class_token_values_xla", "XLA"),
+    ):
+        m = {s: statistics.median(v) for s, v in matmul_times(case).items()}
+        assert f"{label} {m['before']:.2f} and {m['after']:.2f} ({m['after'] / m['before']:.2f}x)" in flat
+    matmuls = [r["results"]["matmul_ms"] for side in ("before", "after") for r in native_runs[side]]
+    third = matmuls.pop(6)
+    assert f"the matmul itself took {third:.2f} ms ({min(matmuls):.2f}-{max(matmuls):.2f} ms in" in flat
     earlier = _report("op_profile_class_token_values_after.json")["op_types"]
     previous = {e["op"]: e["ms_per_call"] for e in earlier}
     assert (
