@@ -304,20 +304,10 @@ void ClassTokenValuesGrad(const ValuesSizes& s, const S* dout, const ValuesInput
           // the head's features in registers.
           AttentionGradient(in.graphs, group_dw, s, h, blk.dattention.data());
           AddInputGradient(in.kernel, blk.dvalues.data(), s, h, dx_block);
-          // Per map, the softmax backward into the gradients of row (c[m, 0]) and column (c[m, 1]).
+          // Through the maps' softmaxes into the gradients of the scores' row and column.
           T* drow = blk.dscores.data();
           T* dcolumn = drow + t * kLanes;
-          std::fill(blk.dscores.begin(), blk.dscores.end(), T(0));
-          for (int64_t m = 0; m < s.maps; ++m) {
-            const T* p = blk.per_map.data() + m * t * kLanes;
-            Lanes<T> dot = {};
-            for (int64_t j = 0; j < t; ++j) dot += Load(p + j * kLanes) * Load(blk.dattention.data() + j * kLanes);
-            for (int64_t j = 0; j < t; ++j) {
-              const Lanes<T> dl = Load(p + j * kLanes) * (Load(blk.dattention.data() + j * kLanes) - dot);
-              Store(drow + j * kLanes, Load(drow + j * kLanes) + in.coefficients[2 * m] * dl);
-              Store(dcolumn + j * kLanes, Load(dcolumn + j * kLanes) + in.coefficients[2 * m + 1] * dl);
-            }
-          }
+          ClassAttentionGradient(blk.per_map.data(), blk.dattention.data(), in.coefficients, s.maps, t, drow, dcolumn);
           LanesToRows(drow, kLanes, t, kLanes, out.dscores + b * stride + h * t, stride);
           LanesToRows(dcolumn, kLanes, t, kLanes, out.dscores + b * stride + (s.heads + h) * t, stride);
           std::copy(blk.attention.data(), blk.attention.data() + t * kLanes, group_a);

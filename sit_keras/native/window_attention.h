@@ -1100,6 +1100,25 @@ void ClassAttention(const T* row, const T* column, const T* coefficients, int64_
   }
 }
 
+// ClassAttention's gradient: from the attention's gradient da (T lanes), through each map's softmax
+// (per_map), the gradients of the scores row and column (T lanes each).
+template <typename T>
+void ClassAttentionGradient(const T* per_map, const T* da, const T* coefficients, int64_t maps, int64_t t, T* drow,
+                            T* dcolumn) {
+  std::fill(drow, drow + t * kLanes, T(0));
+  std::fill(dcolumn, dcolumn + t * kLanes, T(0));
+  for (int64_t m = 0; m < maps; ++m) {
+    const T* p = per_map + m * t * kLanes;
+    Lanes<T> dot = {};
+    for (int64_t j = 0; j < t; ++j) dot += Load(p + j * kLanes) * Load(da + j * kLanes);
+    for (int64_t j = 0; j < t; ++j) {
+      const Lanes<T> dl = Load(p + j * kLanes) * (Load(da + j * kLanes) - dot);
+      Store(drow + j * kLanes, Load(drow + j * kLanes) + coefficients[2 * m] * dl);
+      Store(dcolumn + j * kLanes, Load(dcolumn + j * kLanes) + coefficients[2 * m + 1] * dl);
+    }
+  }
+}
+
 // row[j] = q_0 . k_j and column[j] = q_j . k_0 of the mixed q, k; logits and softmaxes per map.
 template <typename T, typename S>
 void ClassForward(const Source<T, S>& src, const T* bias, const Graphs<T>& graphs, const T* coefficients,
@@ -1186,17 +1205,7 @@ void ClassTokenAttentionGrad(const AttentionSizes& s, Orbits orbits, bool orbit_
         // Per map, the softmax backward; drow / dcolumn: the gradients of q_0 . k_j and q_j . k_0.
         T* drow = blk.dscores.data();
         T* dcolumn = drow + t * kLanes;
-        std::fill(drow, drow + 2 * t * kLanes, T(0));
-        for (int64_t m = 0; m < s.maps; ++m) {
-          const T* p = blk.per_map.data() + m * t * kLanes;
-          Lanes<T> dot = {};
-          for (int64_t j = 0; j < t; ++j) dot += Load(p + j * kLanes) * Load(da + j * kLanes);
-          for (int64_t j = 0; j < t; ++j) {
-            const Lanes<T> dl = Load(p + j * kLanes) * (Load(da + j * kLanes) - dot);
-            Store(drow + j * kLanes, Load(drow + j * kLanes) + coefficient[2 * m] * dl);
-            Store(dcolumn + j * kLanes, Load(dcolumn + j * kLanes) + coefficient[2 * m + 1] * dl);
-          }
-        }
+        ClassAttentionGradient(blk.per_map.data(), da, coefficient, s.maps, t, drow, dcolumn);
         // row_j = q_0 . k_j:  dq_0 += sum_j drow_j k_j, dk_j += drow_j q_0;
         // column_j = q_j . k_0:  dq_j += dcolumn_j k_0, dk_0 += sum_j dcolumn_j q_j.
         for (int64_t f = 0; f < d; ++f) {
