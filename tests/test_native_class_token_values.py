@@ -86,6 +86,23 @@ def test_the_op_and_its_gradients_are_its_formula(
         np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-11, atol=1e-11)
 
 
+def test_gradients_finished_in_full_and_part_full_groups_are_the_formula() -> None:
+    """Enough windows that a chunk of blocks (two chunks a thread on a 2-core host) spans a whole group of
+    kValuesGroup = 16 blocks and a part-full one, each of which the gradient finishes together
+    (class_token_values.h)."""
+    inputs, coefficients, upstream = _case(np.random.default_rng(5), 2000, 3, 6, 2, 3, 2)
+
+    def op(*args: tf.Tensor) -> tf.Tensor:
+        return native.class_token_values(*args, coefficients, 2)
+
+    def builtin(*args: tf.Tensor) -> tf.Tensor:
+        return _builtin(*args, coefficients, 2)
+
+    results = [_with_gradients(f, inputs, upstream) for f in (op, builtin)]
+    for got, expected in zip(*results, strict=True):
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-11, atol=1e-11)
+
+
 def test_the_gradients_are_the_same_bits_on_every_run() -> None:
     """The kernel's and the graphs' gradients are summed per chunk of windows and then in a fixed order."""
     inputs, coefficients, upstream = _case(np.random.default_rng(3), 300, 6, 10, 4, 8, 1)

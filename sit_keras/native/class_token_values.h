@@ -87,15 +87,15 @@ class LineAligned {
 };
 
 // One block of kLanes windows: its inputs as T, a head's attention weights (the sum of the maps' softmaxes,
-// each kept for the gradient), its outputs, and for the gradient dout, the values' gradients (d x T lanes),
-// the attention's and the scores'.
+// each kept for the gradient), a feature's weights (Weights), its outputs, and for the gradient dout, the
+// values' gradients (d x T lanes) and the scores'.
 template <typename T>
 struct ValuesBlock {
   explicit ValuesBlock(const ValuesSizes& s)
       : x(s.rows * s.tokens * kLanes), scores(2 * s.tokens * kLanes), per_map(s.maps * s.tokens * kLanes),
-        attention(s.tokens * kLanes), out(s.head_dim * kLanes), dout(s.head_dim * kLanes),
-        dvalues(s.head_dim * s.tokens * kLanes), dattention(s.tokens * kLanes), dscores(2 * s.tokens * kLanes) {}
-  LineAligned<T> x, scores, per_map, attention, out, dout, dvalues, dattention, dscores;
+        attention(s.tokens * kLanes), weights(s.tokens * kLanes), out(s.head_dim * kLanes), dout(s.head_dim * kLanes),
+        dvalues(s.head_dim * s.tokens * kLanes), dscores(2 * s.tokens * kLanes) {}
+  LineAligned<T> x, scores, per_map, attention, weights, out, dout, dvalues, dscores;
 };
 
 // The block's inputs x[(r T + t) kLanes + l], widened to T.
@@ -117,19 +117,24 @@ void Attention(const T* scores, const T* coefficients, const ValuesSizes& s, int
   ClassAttention(row, column, coefficients, s.maps, t, blk->per_map.data(), blk->attention.data());
 }
 
-// Feature c's value v[i] = sum_r kernel[r, c] x[r, i] and its weight w[i] = sum_j g[i, j] a[j], g = graphs[c]
-// (G_v applied to the attention instead of the values: sum_j a_j (G_v v)_j = sum_t v_t (G_v^T a)_t).
-template <typename T>
-inline void ValueAndWeight(const T* kernel, const T* g, const ValuesSizes& s, int64_t c, int64_t i,
-                           const ValuesBlock<T>& blk, Lanes<T>* v, Lanes<T>* w) {
+// Feature c's values v[i] = sum_r kernel[r, c] x[r, i], put(i, v[i]) in token order, kChains tokens summed
+// side by side (Sums): each kernel value is loaded once for them.
+template <typename T, typename Put>
+inline void Values(const T* kernel, const ValuesSizes& s, int64_t c, const ValuesBlock<T>& blk, Put put) {
   const int64_t t = s.tokens, dim = s.heads * s.head_dim;
   const T* x = blk.x.data();
+  Sums<T>(
+      t, s.rows, [&](int64_t i, int64_t r) { return kernel[r * dim + c] * Load(x + (r * t + i) * kLanes); }, put);
+}
+
+// A feature's weights w[i] = sum_j g[i, j] a[j], g its graph (G_v applied to the attention instead of the
+// values: sum_j a_j (G_v v)_j = sum_t v_t (G_v^T a)_t), put(i, w[i]) in token order, kChains tokens summed
+// side by side: each a[j] is loaded once for them (one token at a time loaded it once per multiply-add).
+template <typename T, typename Put>
+inline void Weights(const T* g, const ValuesSizes& s, const ValuesBlock<T>& blk, Put put) {
+  const int64_t t = s.tokens;
   const T* a = blk.attention.data();
-  Lanes<T> value = {}, weight = {};
-  for (int64_t r = 0; r < s.rows; ++r) value += kernel[r * dim + c] * Load(x + (r * t + i) * kLanes);
-  for (int64_t j = 0; j < t; ++j) weight += g[i * t + j] * Load(a + j * kLanes);
-  *v = value;
-  *w = weight;
+  Sums<T>(t, t, [&](int64_t i, int64_t j) { return g[i * t + j] * Load(a + j * kLanes); }, put);
 }
 
 // SitClassTokenValues: out (B, 1, H d) for checked sizes `s`, a block of kLanes windows (every head) a unit.
@@ -145,12 +150,10 @@ void ClassTokenValues(const ValuesSizes& s, const ValuesInputs<T, S>& in, S* out
         Attention(in.scores, in.coefficients, s, h, b, &blk);
         for (int64_t f = 0; f < s.head_dim; ++f) {
           const int64_t c = h * s.head_dim + f;
+          T* w = blk.weights.data();
+          Weights(in.graphs + c * t * t, s, blk, [&](int64_t i, Lanes<T> weight) { Store(w + i * kLanes, weight); });
           Lanes<T> sum = {};
-          for (int64_t i = 0; i < t; ++i) {
-            Lanes<T> v, w;
-            ValueAndWeight(in.kernel, in.graphs + c * t * t, s, c, i, blk, &v, &w);
-            sum += v * w;
-          }
+          Values(in.kernel, s, c, blk, [&](int64_t i, Lanes<T> v) { sum += v * Load(w + i * kLanes); });
           Store(blk.out.data() + f * kLanes, sum);
         }
         LanesToRows(blk.out.data(), kLanes, s.head_dim, kLanes, out + b * dim + h * s.head_dim, dim);
@@ -168,33 +171,43 @@ struct ValuesGradients {
   T *dscores, *dkernel, *dgraphs;
 };
 
-// Blocks whose graph gradients ClassTokenValuesGrad adds up together: the d T^2 lane-wide sums of a head
-// overflow the core's L1 cache, and each is then read and written once for kValuesGroup blocks.
-constexpr int kValuesGroup = 8;
+// Blocks whose gradients ClassTokenValuesGrad finishes together (FinishGroup): the d T^2 lane-wide sums of a
+// head's graph gradients overflow the core's L1 cache, and each is then read and written once for
+// kValuesGroup blocks; each graph value is loaded once for kTile of them. In perf profiles of the op at the
+// first local block's shapes (one each), the two took about a quarter fewer samples with 16 than with 8.
+constexpr int kValuesGroup = 16;
+
+// Up to kValuesGroup blocks of one head whose gradients are finished together: each block's a (T lanes)
+// then dw (d x T lanes) at block(k), its maps' softmaxes (M x T lanes) and its attention's gradient (T
+// lanes), and where its windows start.
+template <typename T>
+struct ValuesGroup {
+  explicit ValuesGroup(const ValuesSizes& s)
+      : size((1 + s.head_dim) * s.tokens * kLanes), blocks(kValuesGroup * size),
+        per_map(kValuesGroup * s.maps * s.tokens * kLanes), dattention(kValuesGroup * s.tokens * kLanes) {}
+  T* block(int k) { return blocks.data() + k * size; }
+  int64_t size;
+  LineAligned<T> blocks, per_map, dattention;
+  int64_t starts[kValuesGroup];
+  int slots = 0;
+};
 
 // Head h's graph gradients dg[c, i, j] += sum_k dw_k[f, i] a_k[j] over the `slots` blocks k of `group`
-// (each a_k (T lanes), then dw_k (d x T lanes)), j in tiles of kTileJ sums kept in registers.
+// (each a_k (T lanes), then dw_k (d x T lanes)): per feature, in Products' tiles of kTile x kTile sums in
+// registers, each dw_k[f, i] and a_k[j] loaded once a tile (2 kTile loads for kTile^2 multiply-adds; a row of
+// sums over j loaded a_k[j] once per multiply-add, and the op waited on its loads).
 template <typename T>
 void AddGraphGradients(const T* group, int slots, const ValuesSizes& s, int64_t h, T* dgraphs) {
-  constexpr int kTileJ = 8;
   const int64_t t = s.tokens, size = (1 + s.head_dim) * t * kLanes;
   for (int64_t f = 0; f < s.head_dim; ++f) {
     T* dg = dgraphs + (h * s.head_dim + f) * t * t * kLanes;
-    for (int64_t i = 0; i < t; ++i) {
-      for (int64_t j0 = 0; j0 < t; j0 += kTileJ) {
-        const int tile = static_cast<int>(std::min<int64_t>(kTileJ, t - j0));
-        Lanes<T> sums[kTileJ] = {};
-        for (int k = 0; k < slots; ++k) {
-          const T* a = group + k * size;
-          const Lanes<T> dw = Load(a + (t + f * t + i) * kLanes);
-          for (int j = 0; j < tile; ++j) sums[j] += dw * Load(a + (j0 + j) * kLanes);
-        }
-        for (int j = 0; j < tile; ++j) {
-          T* at = dg + (i * t + j0 + j) * kLanes;
-          Store(at, Load(at) + sums[j]);
-        }
-      }
-    }
+    Products<T>(
+        t, t, slots, [&](int64_t i, int64_t k) { return Load(group + k * size + (t + f * t + i) * kLanes); },
+        [&](int64_t j, int64_t k) { return Load(group + k * size + j * kLanes); },
+        [&](int64_t i, int64_t j, Lanes<T> sum) {
+          T* at = dg + (i * t + j) * kLanes;
+          Store(at, Load(at) + sum);
+        });
   }
 }
 
@@ -214,23 +227,18 @@ void AddKernelGradient(const T* x, const T* dv, const ValuesSizes& s, int64_t c,
   }
 }
 
-// Head h's attention gradient da[j] = sum_f sum_i graphs[h d + f, i, j] dw[f, i] (from w = G_v a), dw (d x T
-// lanes), j in tiles of kGradTile sums.
+// The attention's gradients da_k[j] = sum_f sum_i graphs[h d + f, i, j] dw_k[f, i] (from w = G_v a) of the
+// `slots` blocks k of `group` (as AddGraphGradients'), slot k's T lanes at da + k T kLanes: Products' tiles
+// over tokens j and blocks k, each graph value loaded once for kTile blocks (a block at a time loaded one
+// for every multiply-add).
 template <typename T>
-void AttentionGradient(const T* graphs, const T* dw, const ValuesSizes& s, int64_t h, T* da) {
-  const int64_t t = s.tokens;
-  for (int64_t j0 = 0; j0 < t; j0 += kGradTile) {
-    const int tile = static_cast<int>(std::min<int64_t>(kGradTile, t - j0));
-    Lanes<T> sums[kGradTile] = {};
-    for (int64_t f = 0; f < s.head_dim; ++f) {
-      const T* g = graphs + (h * s.head_dim + f) * t * t + j0;
-      for (int64_t i = 0; i < t; ++i) {
-        const Lanes<T> w = Load(dw + (f * t + i) * kLanes);
-        for (int j = 0; j < tile; ++j) sums[j] += g[i * t + j] * w;
-      }
-    }
-    for (int j = 0; j < tile; ++j) Store(da + (j0 + j) * kLanes, sums[j]);
-  }
+void AttentionGradients(const T* graphs, const T* group, int slots, const ValuesSizes& s, int64_t h, T* da) {
+  const int64_t t = s.tokens, size = (1 + s.head_dim) * t * kLanes;
+  const T* g = graphs + h * s.head_dim * t * t;  // g[(f T + i) T + j]: the sums run over f T + i in order
+  Products<T>(
+      t, slots, s.head_dim * t, [&](int64_t j, int64_t fi) { return g[fi * t + j]; },
+      [&](int64_t k, int64_t fi) { return Load(group + k * size + (t + fi) * kLanes); },
+      [&](int64_t j, int64_t k, Lanes<T> sum) { Store(da + (k * t + j) * kLanes, sum); });
 }
 
 // Head h's part of x's gradient dx[r, i] += sum_f kernel[r, h d + f] dv[f, i], dv (d x T lanes), i in tiles
@@ -253,6 +261,27 @@ void AddInputGradient(const T* kernel, const T* dv, const ValuesSizes& s, int64_
   }
 }
 
+// Finishes the group's blocks of head h: their attention's gradients (AttentionGradients), through each
+// block's softmaxes into the gradients of its scores' row and column (dscores (B, 2, H, T)), and the
+// graphs' gradients (AddGraphGradients). Empties the group.
+template <typename T>
+void FinishGroup(const ValuesSizes& s, const T* graphs, const T* coefficients, int64_t h, ValuesGroup<T>* group,
+                 ValuesBlock<T>* blk, T* dscores, T* dgraphs) {
+  const int64_t t = s.tokens, stride = 2 * s.heads * t;
+  AttentionGradients(graphs, group->blocks.data(), group->slots, s, h, group->dattention.data());
+  T* drow = blk->dscores.data();
+  T* dcolumn = drow + t * kLanes;
+  for (int k = 0; k < group->slots; ++k) {
+    const int64_t b = group->starts[k];
+    ClassAttentionGradient(group->per_map.data() + k * s.maps * t * kLanes, group->dattention.data() + k * t * kLanes,
+                           coefficients, s.maps, t, drow, dcolumn);
+    LanesToRows(drow, kLanes, t, kLanes, dscores + b * stride + h * t, stride);
+    LanesToRows(dcolumn, kLanes, t, kLanes, dscores + b * stride + (s.heads + h) * t, stride);
+  }
+  AddGraphGradients(group->blocks.data(), group->slots, s, h, dgraphs);
+  group->slots = 0;
+}
+
 // SitClassTokenValuesGrad for checked sizes (ReadValuesSizes, CheckValuesGradInputs): a chunk of blocks a
 // unit, each with lane-wide sums of the kernel's and the graphs' gradients, added in a fixed order at the
 // end (the same result on every run). x's and the scores' gradients are each block's own.
@@ -263,13 +292,11 @@ void ClassTokenValuesGrad(const ValuesSizes& s, const S* dout, const ValuesInput
   const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(blocks, 2 * threads));
   const int64_t graph_entries = dim * t * t, entries = graph_entries + s.rows * dim;  // per chunk, lane-wide
   LineAligned<T> partial(chunks * entries * kLanes);
-  const int64_t row = s.windows * t, n = t * kLanes, stride = 2 * s.heads * t;
+  const int64_t row = s.windows * t, n = t * kLanes;
   auto work = [&](int64_t start, int64_t limit) {
     ValuesBlock<T> blk(s);
+    ValuesGroup<T> group(s);
     LineAligned<T> dx;
-    const int64_t group_size = (1 + s.head_dim) * t * kLanes;
-    LineAligned<T> group(kValuesGroup * group_size);
-    int slot = 0;
     for (int64_t chunk = start; chunk < limit; ++chunk) {
       T* dgraphs = partial.data() + chunk * entries * kLanes;
       T* dkernel = dgraphs + graph_entries * kLanes;
@@ -281,9 +308,9 @@ void ClassTokenValuesGrad(const ValuesSizes& s, const S* dout, const ValuesInput
       for (int64_t h = 0; h < s.heads; ++h) {
         for (int64_t block = first; block < last; ++block) {
           const int64_t b = block * kLanes;
-          T* dx_block = dx.data() + (block - first) * s.rows * n;
-          T* group_a = group.data() + slot * group_size;  // this block's a and dw, for AddGraphGradients
-          T* group_dw = group_a + t * kLanes;
+          const int k = group.slots++;
+          T* group_dw = group.block(k) + t * kLanes;
+          group.starts[k] = b;
           LoadInputs(in.x, s, b, &blk);
           Attention(in.scores, in.coefficients, s, h, b, &blk);
           RowsToLanes(dout + b * dim + h * s.head_dim, dim, s.head_dim, kLanes, blk.dout.data(), kLanes);
@@ -292,28 +319,19 @@ void ClassTokenValuesGrad(const ValuesSizes& s, const S* dout, const ValuesInput
             // out = sum_i v[i] w[i]:  dv[i] = dO w[i], dw[i] = dO v[i]
             const Lanes<T> o = Load(blk.dout.data() + f * kLanes);
             T* dv = blk.dvalues.data() + f * t * kLanes;
-            for (int64_t i = 0; i < t; ++i) {
-              Lanes<T> v, w;
-              ValueAndWeight(in.kernel, in.graphs + c * t * t, s, c, i, blk, &v, &w);
-              Store(dv + i * kLanes, o * w);
-              Store(group_dw + (f * t + i) * kLanes, o * v);
-            }
+            Weights(in.graphs + c * t * t, s, blk, [&](int64_t i, Lanes<T> w) { Store(dv + i * kLanes, o * w); });
+            T* dw = group_dw + f * t * kLanes;
+            Values(in.kernel, s, c, blk, [&](int64_t i, Lanes<T> v) { Store(dw + i * kLanes, o * v); });
             AddKernelGradient(blk.x.data(), dv, s, c, dkernel);
           }
-          // w = G_v a per feature (dg[i, j] += dw[i] a[j] at the flush), and x's gradient, each summed over
-          // the head's features in registers.
-          AttentionGradient(in.graphs, group_dw, s, h, blk.dattention.data());
-          AddInputGradient(in.kernel, blk.dvalues.data(), s, h, dx_block);
-          // Through the maps' softmaxes into the gradients of the scores' row and column.
-          T* drow = blk.dscores.data();
-          T* dcolumn = drow + t * kLanes;
-          ClassAttentionGradient(blk.per_map.data(), blk.dattention.data(), in.coefficients, s.maps, t, drow, dcolumn);
-          LanesToRows(drow, kLanes, t, kLanes, out.dscores + b * stride + h * t, stride);
-          LanesToRows(dcolumn, kLanes, t, kLanes, out.dscores + b * stride + (s.heads + h) * t, stride);
-          std::copy(blk.attention.data(), blk.attention.data() + t * kLanes, group_a);
-          if (++slot == kValuesGroup || block + 1 == last) {
-            AddGraphGradients(group.data(), slot, s, h, dgraphs);
-            slot = 0;
+          // x's gradient, summed over the head's features in registers; the attention's and the graphs' (w =
+          // G_v a per feature) when the group is full.
+          AddInputGradient(in.kernel, blk.dvalues.data(), s, h, dx.data() + (block - first) * s.rows * n);
+          std::copy(blk.attention.data(), blk.attention.data() + t * kLanes, group.block(k));
+          std::copy(blk.per_map.data(), blk.per_map.data() + s.maps * t * kLanes,
+                    group.per_map.data() + k * s.maps * t * kLanes);
+          if (group.slots == kValuesGroup || block + 1 == last) {
+            FinishGroup(s, in.graphs, in.coefficients, h, &group, &blk, out.dscores, dgraphs);
           }
         }
       }
