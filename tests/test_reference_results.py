@@ -8973,7 +8973,10 @@ def test_the_targets_at_270799a_and_their_per_round_medians_are_the_runs():
 def test_the_targets_at_f2653c2_section_is_its_run():
     """docs/speed.md's "The targets at f2653c2, after the values op": the run beside 270799a's, the verdicts
     that changed, and each time and rate its bullets quote, read from the reports."""
-    section, flat = _speed_section("#### The targets at f2653c2, after the values op", "\n## Encoders")
+    section, flat = _speed_section(
+        "#### The targets at f2653c2, after the values op",
+        "\n#### The targets at f5779a5, the same arithmetic on the 64x64 models",
+    )
     previous, old, previous_rounds = _speed_target_run("speed_targets_avx512bf16_rounds")
     run, new, rounds = _speed_target_run("speed_targets_avx512bf16_values_op")
     assert run["commit"].startswith("f2653c2") and "no AMX" in run["machine"]
@@ -9038,6 +9041,88 @@ def test_the_targets_at_f2653c2_section_is_its_run():
         f"step takes {bfloat16['median_ms']:.1f} ms, {bfloat16['over_float32']:.3f}x its float32 step" in flat
     )
     assert f"({earlier[1]['SiT bfloat16 / float32 train step']:.3f} at 270799a)" in flat
+
+
+def test_the_targets_at_f5779a5_section_is_its_run():
+    """docs/speed.md's "The targets at f5779a5, the same arithmetic on the 64x64 models": the run beside
+    f2653c2's, the verdicts that changed, Procgen's ratio in the four runs on this host kind, and each time
+    and rate its bullets quote, read from the reports."""
+    section, flat = _speed_section(
+        "#### The targets at f5779a5, the same arithmetic on the 64x64 models", "\n## Encoders"
+    )
+    previous, old, previous_rounds = _speed_target_run("speed_targets_avx512bf16_values_op")
+    run, new, rounds = _speed_target_run("speed_targets_avx512bf16_repeat_f5779a5")
+    assert run["commit"].startswith("f5779a5") and "no AMX" in run["machine"]
+    assert run["per_round_medians"] == load_benchmark("speed_targets").per_round_medians(new)
+    assert all(row in section for row in _target_rows(previous, run, previous_rounds, rounds))
+    assert f"in {run['wall_seconds']:.0f} s: **{run['met']} targets met and {run['missed']} missed**" in flat
+    changed = [
+        (o, n) for o, n in zip(previous["targets"], run["targets"], strict=True) if o["met"] != n["met"]
+    ]
+    assert len({n["what"] for _, n in changed}) == 3 and "**Three verdicts changed.**" in flat
+    assert all(f"from {o['value']:.3f} to {n['value']:.3f}" in flat for o, n in changed)
+    procgen = {w: r["procgen_ppo"] for w, r in (("old", old), ("new", new))}
+    rates = {w: p["env_steps_per_second"] for w, p in procgen.items()}
+    over = [procgen[w]["ratios"]["impala_cnn_over_sit_env_steps_per_second"] for w in ("new", "old")]
+    assert (
+        f"SiT trained at {rates['new']['sit']:.1f} env steps/s against {rates['old']['sit']:.1f} at f2653c2 "
+        f"and the IMPALA-CNN at {rates['new']['impala_cnn']:.1f} against {rates['old']['impala_cnn']:.1f}: "
+        f"1/{over[0]:.2f} against 1/{over[1]:.2f}" in flat
+    )
+    names = ["", "_rounds", "_values_op", "_repeat_f5779a5"]
+    summaries = [_report(f"speed_targets_avx512bf16{name}.json") for name in names]
+    procgen_values = [
+        next(t["value"] for t in r["targets"] if t["what"].startswith("Procgen")) for r in summaries
+    ]
+    quoted = ", ".join(f"{v:.3f}" for v in procgen_values[:-1]) + f" and {procgen_values[-1]:.3f}"
+    commits = ", ".join(r["commit"][:7] for r in summaries)
+    assert f"host kind give {quoted} ({commits})" in flat
+    held = [sum(v >= limit for v in procgen_values) for limit in (1 / 6, 0.25)]
+    assert held == [4, 1] and "1/6 in all four, 1/4 in one" in flat
+
+    def step(reports: dict, name: str, model: str, mode: str = "graph") -> str:
+        return f"{reports[name]['models'][model]['timings']['train_step'][mode]['median_ms']:.2f}"
+
+    times = {
+        (m, mode): f"{new['encoders_64']['models'][m]['timings']['train_step'][mode]['median_ms']:.1f}"
+        for m in ("sit", "siet")
+        for mode in ("xla", "graph")
+    }
+    assert (
+        f"The SiT's XLA step took {times['sit', 'xla']} ms against {times['sit', 'graph']} ms in graph mode, "
+        f"the SieT's {times['siet', 'xla']} against {times['siet', 'graph']} ms" in flat
+    )
+    xla = [f"{m}: XLA / graph train step, 64x64" for m in ("sit", "siet")]
+    assert f"round by round {rounds[xla[0]]:.3f} and {rounds[xla[1]]:.3f}" in flat
+    assert f"With f2653c2's {previous_rounds[xla[0]]:.3f} and {previous_rounds[xla[1]]:.3f}" in flat
+    small, vit = (f"configs/minigrid/lavacrossing_{m}.gin" for m in ("sit_small", "vit"))
+    assert (
+        f"took {step(new, 'encoders_14', small)} ms in graph mode against {step(old, 'encoders_14', small)}"
+        in flat
+    )
+    assert f"ViT's {step(new, 'encoders_14', vit)} against {step(old, 'encoders_14', vit)} ms" in flat
+    demo = {w: r["demo_ppo"]["env_steps_per_second"] for w, r in (("old", old), ("new", new))}
+    assert f"SiT trained at {demo['new']['sit']:.1f} env steps/s against {demo['old']['sit']:.1f}" in flat
+    assert f"its CNN at {demo['new']['cnn']:.1f} against {demo['old']['cnn']:.1f}" in flat
+    pairs = [
+        f"{a['sps'] / b['sps']:.2f}"
+        for a, b in zip(*(new["demo_ppo"]["runs"][m] for m in ("sit", "cnn")), strict=True)
+    ]
+    assert f"(process pairs {', '.join(pairs[:-1])} and {pairs[-1]})" in flat
+    lava = {
+        (w, m): f"{r['lavacrossing_ppo']['table'][m]['env_steps_per_second']:.1f}"
+        for w, r in (("old", old), ("new", new))
+        for m in ("sit_small", "cnn")
+    }
+    assert (
+        f"SiT-small trained at {lava['new', 'sit_small']} env steps/s against {lava['old', 'sit_small']} "
+        f"and the CNN at {lava['new', 'cnn']} against {lava['old', 'cnn']}" in flat
+    )
+    bfloat16 = [r["encoders_64"]["models"]["sit"]["precision"]["mixed_bfloat16"] for r in (new, old)]
+    assert (
+        f"step took {bfloat16[0]['over_float32']:.3f}x its float32 step "
+        f"({bfloat16[1]['over_float32']:.3f} at f2653c2)" in flat
+    )
 
 
 def test_the_evaluations_with_the_native_kernels_section_is_its_runs():
@@ -9170,7 +9255,7 @@ def test_the_values_gradients_sums_in_registers_section_is_its_runs():
     """docs/speed.md's "The values gradient's sums in registers": the op's six op-profile rounds, raw and
     over the rest of the step, with the pairs' order the section explains; the encoder's rounds, the demo."""
     title = "### The values gradient's sums in registers"
-    section, flat = _speed_section(title, "\n## Other fast paths")
+    section, flat = _speed_section(title, "\n### The values gradient's blocks in groups")
     ab = _report("class_token_values_grad_ab.json")
     assert ab["commits"] == {"before": "f2653c2", "after": "1b98eb0"} and "no AMX" in ab["machine"]
     assert "`benchmarks/reference/class_token_values_grad_ab.json`" in flat
@@ -9268,4 +9353,73 @@ def test_the_values_gradients_sums_in_registers_section_is_its_runs():
     assert (
         f"({previous['SitClassTokenValuesGrad']:.2f} against {previous['SitClassTokenValues']:.2f} ms in "
         "the op profile at 08cc11c" in flat
+    )
+
+
+def test_the_values_gradients_blocks_in_groups_section_is_its_runs():
+    """docs/speed.md's "The values gradient's blocks in groups": the op alone in four native_ops runs a side,
+    its share of the train step round by round, and the encoder's step, each number from the A/B's reports."""
+    section, flat = _speed_section("### The values gradient's blocks in groups", "\n## Other fast paths")
+    ab = _report("class_token_values_group_ab.json")
+    assert ab["commits"] == {"before": "f5779a5", "after": "1b33df1"} and "no AMX" in ab["machine"]
+    assert "`benchmarks/reference/class_token_values_group_ab.json`" in flat
+    native_ops = ab["native_ops"]
+    for side in ("before", "after"):
+        reports = [_report(f"native_ops_values_group_{side}_run{r}.json") for r in range(1, 5)]
+        assert all(f"`native_ops_values_group_{side}_run{r}.json`" in flat for r in range(1, 5))
+        assert all(r["commit"].startswith(ab["commits"][side]) and "no AMX" in r["machine"] for r in reports)
+        times = [r["results"]["class_token_values"]["backward"]["matmul_times"] for r in reports]
+        assert times == [run["class_token_values_matmul_times"] for run in native_ops["runs"][side]]
+        assert f"{_listed(times)} {'matmul-times before' if side == 'before' else 'after'}" in flat
+    medians, ratios = native_ops["medians"], native_ops["after_over_before"]
+
+    def change(key: str, ratio: bool = True) -> str:
+        text = f"{medians['before'][key]:.2f} -> {medians['after'][key]:.2f}"
+        return f"{text} ({ratios[key]:.2f}x)" if ratio else text
+
+    assert f"medians **{change('class_token_values_matmul_times')}**" in flat
+    assert f"The forward alone {change('class_token_values_forward_matmul_times', False)};" in flat
+    assert f"bfloat16 storage {change('class_token_values_bfloat16_matmul_times')}" in flat
+    assert f"under XLA {change('class_token_values_xla_matmul_times')}" in flat
+    assert f"unchanged, {change('class_token_matmul_times', False)}: the control" in flat
+    assert abs(ratios["class_token_matmul_times"] - 1) < 0.05
+    profile = ab["op_profile"]
+    for side in ("before", "after"):
+        report = _report(f"op_profile_values_group_{side}.json")
+        ops = {e["op"]: e["ms_per_call"] for e in report["op_types"]}
+        assert ops["SitClassTokenValuesGrad"] == profile["runs"][side][0]["values_grad_ms"]
+        assert report["settings"]["one_op_at_a_time"] and report["settings"]["batch"] == 256
+    grads = {
+        side: _listed([r["values_grad_ms"] for r in profile["runs"][side]]) for side in ("before", "after")
+    }
+    assert f"took {grads['before']} ms before and {grads['after']} ms after" in flat
+    for run in profile["runs"]["before"] + profile["runs"]["after"]:
+        rest = run["summed_op_ms_per_call"] - run["values_grad_ms"] - run["values_ms"]
+        assert run["values_grad_over_rest"] == pytest.approx(run["values_grad_ms"] / rest)
+    grad, forward = (profile["over_rest_of_step"][k] for k in ("values_grad_over_rest", "values_over_rest"))
+    assert (
+        f"from a median of {grad['before_median']:.3f} to {grad['after_median']:.3f}: "
+        f"{_listed(grad['after_over_before_per_round'])} after / before round by round, median "
+        f"**{grad['after_over_before_per_round_median']:.2f}x**" in flat
+    )
+    assert (
+        f"forward op from {forward['before_median']:.3f} to {forward['after_median']:.3f} "
+        f"({forward['after_over_before_per_round_median']:.2f}x)" in flat
+    )
+    assert [r["first"] for r in profile["runs"]["before"]] == [True, False, True, False]
+    encoders = ab["encoders14"]
+    medians, ratios, rounds = (
+        encoders[k] for k in ("medians_ms", "after_over_before", "after_over_before_per_round_median")
+    )
+    assert (
+        f"graph medians {medians['before']['train_step_graph_ms']:.2f} -> "
+        f"{medians['after']['train_step_graph_ms']:.2f} ms ({ratios['train_step_graph_ms']:.2f}x; "
+        f"{rounds['train_step_graph_ms']:.2f} round by round), "
+        f"XLA {medians['before']['train_step_xla_ms']:.2f} -> {medians['after']['train_step_xla_ms']:.2f} "
+        f"ms ({ratios['train_step_xla_ms']:.2f}x; {rounds['train_step_xla_ms']:.2f})" in flat
+    )
+    graph = {side: [r["train_step_graph_ms"] for r in encoders["runs"][side]] for side in ("before", "after")}
+    assert (
+        f"({min(graph['before']):.2f}-{max(graph['before']):.2f} ms before, "
+        f"{min(graph['after']):.2f}-{max(graph['after']):.2f} after)" in flat
     )

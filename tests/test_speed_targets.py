@@ -37,6 +37,7 @@ COMMITTED_AVX512_BF16_RUNS = [
     "speed_targets_avx512bf16",
     "speed_targets_avx512bf16_rounds",
     "speed_targets_avx512bf16_values_op",
+    "speed_targets_avx512bf16_repeat_f5779a5",
 ]
 
 
