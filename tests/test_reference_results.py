@@ -8925,6 +8925,58 @@ def _target_rows(before: dict, after: dict, before_rounds: dict, after_rounds: d
     return rows
 
 
+def _assert_beside(
+    previous: dict, run: dict, rounds: tuple[dict, dict], section: str, changed: int, sentence: str
+) -> None:
+    """What every speed-target run's section says beside the run before it: the table of both runs' ratios
+    and per-round medians, the wall time with the targets met and missed, and the `changed` verdicts that
+    `sentence` announces, each from its old value to its new."""
+    flat = " ".join(section.split())
+    assert all(row in section for row in _target_rows(previous, run, *rounds))
+    assert f"in {run['wall_seconds']:.0f} s: **{run['met']} targets met and {run['missed']} missed**" in flat
+    pairs = [(o, n) for o, n in zip(previous["targets"], run["targets"], strict=True) if o["met"] != n["met"]]
+    assert len({n["what"] for _, n in pairs}) == changed and f"**{sentence}**" in flat
+    assert all(f"from {o['value']:.3f} to {n['value']:.3f}" in flat for o, n in pairs)
+
+
+XLA_64_TARGETS = [f"{m}: XLA / graph train step, 64x64" for m in ("sit", "siet")]
+
+
+def _xla_quotes(reports: dict, rounds: dict, verb: str) -> list[str]:
+    """A speed-target run's SiT and SieT steps at 64x64 with XLA and in graph mode as its section quotes
+    them ("The SiT's XLA step <verb> ..."), and their XLA / graph ratios' per-round medians."""
+    times = {
+        (m, mode): f"{reports['encoders_64']['models'][m]['timings']['train_step'][mode]['median_ms']:.1f}"
+        for m in ("sit", "siet")
+        for mode in ("xla", "graph")
+    }
+    return [
+        f"The SiT's XLA step {verb} {times['sit', 'xla']} ms against {times['sit', 'graph']} ms in graph "
+        f"mode, the SieT's {times['siet', 'xla']} against {times['siet', 'graph']} ms",
+        f"round by round {rounds[XLA_64_TARGETS[0]]:.3f} and {rounds[XLA_64_TARGETS[1]]:.3f}",
+    ]
+
+
+def _minigrid_and_demo_quotes(old: dict, new: dict, small: str, vit: str, pairs: str) -> list[str]:
+    """What two speed-target runs' section quotes of SiT-small's and the ViT's graph-mode train steps at
+    14x14 (templates `small` and `vit`, each filled with the new run's ms then the old's) and of the demo's
+    PPO: the SiT's and the CNN's rates, new against old, and the new run's process pairs (`pairs`)."""
+
+    def step(run: dict, model: str) -> str:
+        timings = run["encoders_14"]["models"][f"configs/minigrid/lavacrossing_{model}.gin"]["timings"]
+        return f"{timings['train_step']['graph']['median_ms']:.2f}"
+
+    demo = {w: r["demo_ppo"]["env_steps_per_second"] for w, r in (("old", old), ("new", new))}
+    runs = (new["demo_ppo"]["runs"][m] for m in ("sit", "cnn"))
+    return [
+        small.format(step(new, "sit_small"), step(old, "sit_small")),
+        vit.format(step(new, "vit"), step(old, "vit")),
+        f"SiT trained at {demo['new']['sit']:.1f} env steps/s against {demo['old']['sit']:.1f}",
+        f"its CNN at {demo['new']['cnn']:.1f} against {demo['old']['cnn']:.1f}",
+        pairs.format(_listed([a["sps"] / b["sps"] for a, b in zip(*runs, strict=True)])),
+    ]
+
+
 def test_the_targets_at_270799a_and_their_per_round_medians_are_the_runs():
     """docs/speed.md's "The targets at 270799a, and each ratio round by round": both runs on the AVX512_BF16
     host, each encoder ratio beside its per-round median, the verdicts that changed with the same code, the
@@ -8937,15 +8989,9 @@ def test_the_targets_at_270799a_and_their_per_round_medians_are_the_runs():
     run, reports, rounds = _speed_target_run("speed_targets_avx512bf16_rounds")
     assert run["commit"].startswith("270799a") and "no AMX" in run["machine"]
     assert run["per_round_medians"] == load_benchmark("speed_targets").per_round_medians(reports)
-    assert all(row in section for row in _target_rows(previous, run, previous_rounds, rounds))
-    assert f"in {run['wall_seconds']:.0f} s: **{run['met']} targets met and {run['missed']} missed**" in flat
-    changed = [
-        (o, n) for o, n in zip(previous["targets"], run["targets"], strict=True) if o["met"] != n["met"]
-    ]
-    assert (
-        len({n["what"] for _, n in changed}) == 5 and "**Five verdicts changed with the same code.**" in flat
+    _assert_beside(
+        previous, run, (previous_rounds, rounds), section, 5, "Five verdicts changed with the same code."
     )
-    assert all(f"from {o['value']:.3f} to {n['value']:.3f}" in flat for o, n in changed)
     xla_missed = [t["what"] for t in previous["targets"] if "XLA" in t["what"] and t["met"] is False]
     medians = ", ".join(f"{previous_rounds[w]:.3f}" for w in xla_missed[:-1])
     assert f"per-round medians of {medians} and {previous_rounds[xla_missed[-1]]:.3f}" in flat
@@ -8980,31 +9026,14 @@ def test_the_targets_at_f2653c2_section_is_its_run():
     previous, old, previous_rounds = _speed_target_run("speed_targets_avx512bf16_rounds")
     run, new, rounds = _speed_target_run("speed_targets_avx512bf16_values_op")
     assert run["commit"].startswith("f2653c2") and "no AMX" in run["machine"]
-    assert all(row in section for row in _target_rows(previous, run, previous_rounds, rounds))
-    assert f"in {run['wall_seconds']:.0f} s: **{run['met']} targets met and {run['missed']} missed**" in flat
-    changed = [
-        (o, n) for o, n in zip(previous["targets"], run["targets"], strict=True) if o["met"] != n["met"]
-    ]
-    assert len({n["what"] for _, n in changed}) == 4 and "**Four verdicts changed.**" in flat
-    assert all(f"from {o['value']:.3f} to {n['value']:.3f}" in flat for o, n in changed)
+    _assert_beside(previous, run, (previous_rounds, rounds), section, 4, "Four verdicts changed.")
 
-    def step(reports: dict, name: str, model: str, mode: str = "graph") -> str:
-        return f"{reports[name]['models'][model]['timings']['train_step'][mode]['median_ms']:.2f}"
-
-    small, vit = (f"configs/minigrid/lavacrossing_{m}.gin" for m in ("sit_small", "vit"))
-    assert (
-        f"takes {step(new, 'encoders_14', small)} ms in graph mode against {step(old, 'encoders_14', small)}"
-        in flat
+    templates = (
+        "takes {} ms in graph mode against {}",
+        "ViT's took {} against {} ms",
+        "process pairs give {}",
     )
-    assert f"ViT's took {step(new, 'encoders_14', vit)} against {step(old, 'encoders_14', vit)} ms" in flat
-    demo = {w: r["demo_ppo"]["env_steps_per_second"] for w, r in (("old", old), ("new", new))}
-    assert f"SiT trained at {demo['new']['sit']:.1f} env steps/s against {demo['old']['sit']:.1f}" in flat
-    assert f"its CNN at {demo['new']['cnn']:.1f} against {demo['old']['cnn']:.1f}" in flat
-    pairs = [
-        f"{a['sps'] / b['sps']:.2f}"
-        for a, b in zip(*(new["demo_ppo"]["runs"][m] for m in ("sit", "cnn")), strict=True)
-    ]
-    assert f"process pairs give {', '.join(pairs[:-1])} and {pairs[-1]}" in flat
+    assert all(quote in flat for quote in _minigrid_and_demo_quotes(old, new, *templates))
     procgen = {w: r["procgen_ppo"] for w, r in (("old", old), ("new", new))}
     rates = {w: p["env_steps_per_second"] for w, p in procgen.items()}
     over = procgen["new"]["ratios"]["impala_cnn_over_sit_env_steps_per_second"]
@@ -9019,17 +9048,8 @@ def test_the_targets_at_f2653c2_section_is_its_run():
     ]
     assert f"the margin ({procgen_values[2] - 0.25:.3f})" in flat
     assert f"smaller than the {procgen_values[0] - procgen_values[1]:.3f} the ratio moved" in flat
-    times = {
-        (m, mode): f"{new['encoders_64']['models'][m]['timings']['train_step'][mode]['median_ms']:.1f}"
-        for m in ("sit", "siet")
-        for mode in ("xla", "graph")
-    }
-    assert (
-        f"The SiT's XLA step is {times['sit', 'xla']} ms against {times['sit', 'graph']} ms in graph mode, "
-        f"the SieT's {times['siet', 'xla']} against {times['siet', 'graph']} ms" in flat
-    )
-    xla = [f"{m}: XLA / graph train step, 64x64" for m in ("sit", "siet")]
-    assert f"round by round {rounds[xla[0]]:.3f} and {rounds[xla[1]]:.3f}" in flat
+    assert all(quote in flat for quote in _xla_quotes(new, rounds, "is"))
+    xla = XLA_64_TARGETS
     earlier = [
         {t["what"]: t["value"] for t in r["targets"]}
         for r in (_report("speed_targets_avx512bf16.json"), previous)
@@ -9054,13 +9074,7 @@ def test_the_targets_at_f5779a5_section_is_its_run():
     run, new, rounds = _speed_target_run("speed_targets_avx512bf16_repeat_f5779a5")
     assert run["commit"].startswith("f5779a5") and "no AMX" in run["machine"]
     assert run["per_round_medians"] == load_benchmark("speed_targets").per_round_medians(new)
-    assert all(row in section for row in _target_rows(previous, run, previous_rounds, rounds))
-    assert f"in {run['wall_seconds']:.0f} s: **{run['met']} targets met and {run['missed']} missed**" in flat
-    changed = [
-        (o, n) for o, n in zip(previous["targets"], run["targets"], strict=True) if o["met"] != n["met"]
-    ]
-    assert len({n["what"] for _, n in changed}) == 3 and "**Three verdicts changed.**" in flat
-    assert all(f"from {o['value']:.3f} to {n['value']:.3f}" in flat for o, n in changed)
+    _assert_beside(previous, run, (previous_rounds, rounds), section, 3, "Three verdicts changed.")
     procgen = {w: r["procgen_ppo"] for w, r in (("old", old), ("new", new))}
     rates = {w: p["env_steps_per_second"] for w, p in procgen.items()}
     over = [procgen[w]["ratios"]["impala_cnn_over_sit_env_steps_per_second"] for w in ("new", "old")]
@@ -9080,35 +9094,11 @@ def test_the_targets_at_f5779a5_section_is_its_run():
     held = [sum(v >= limit for v in procgen_values) for limit in (1 / 6, 0.25)]
     assert held == [4, 1] and "1/6 in all four, 1/4 in one" in flat
 
-    def step(reports: dict, name: str, model: str, mode: str = "graph") -> str:
-        return f"{reports[name]['models'][model]['timings']['train_step'][mode]['median_ms']:.2f}"
-
-    times = {
-        (m, mode): f"{new['encoders_64']['models'][m]['timings']['train_step'][mode]['median_ms']:.1f}"
-        for m in ("sit", "siet")
-        for mode in ("xla", "graph")
-    }
-    assert (
-        f"The SiT's XLA step took {times['sit', 'xla']} ms against {times['sit', 'graph']} ms in graph mode, "
-        f"the SieT's {times['siet', 'xla']} against {times['siet', 'graph']} ms" in flat
-    )
-    xla = [f"{m}: XLA / graph train step, 64x64" for m in ("sit", "siet")]
-    assert f"round by round {rounds[xla[0]]:.3f} and {rounds[xla[1]]:.3f}" in flat
+    assert all(quote in flat for quote in _xla_quotes(new, rounds, "took"))
+    xla = XLA_64_TARGETS
     assert f"With f2653c2's {previous_rounds[xla[0]]:.3f} and {previous_rounds[xla[1]]:.3f}" in flat
-    small, vit = (f"configs/minigrid/lavacrossing_{m}.gin" for m in ("sit_small", "vit"))
-    assert (
-        f"took {step(new, 'encoders_14', small)} ms in graph mode against {step(old, 'encoders_14', small)}"
-        in flat
-    )
-    assert f"ViT's {step(new, 'encoders_14', vit)} against {step(old, 'encoders_14', vit)} ms" in flat
-    demo = {w: r["demo_ppo"]["env_steps_per_second"] for w, r in (("old", old), ("new", new))}
-    assert f"SiT trained at {demo['new']['sit']:.1f} env steps/s against {demo['old']['sit']:.1f}" in flat
-    assert f"its CNN at {demo['new']['cnn']:.1f} against {demo['old']['cnn']:.1f}" in flat
-    pairs = [
-        f"{a['sps'] / b['sps']:.2f}"
-        for a, b in zip(*(new["demo_ppo"]["runs"][m] for m in ("sit", "cnn")), strict=True)
-    ]
-    assert f"(process pairs {', '.join(pairs[:-1])} and {pairs[-1]})" in flat
+    templates = ("took {} ms in graph mode against {}", "ViT's {} against {} ms", "(process pairs {})")
+    assert all(quote in flat for quote in _minigrid_and_demo_quotes(old, new, *templates))
     lava = {
         (w, m): f"{r['lavacrossing_ppo']['table'][m]['env_steps_per_second']:.1f}"
         for w, r in (("old", old), ("new", new))
