@@ -9120,6 +9120,99 @@ def test_the_targets_at_f5779a5_section_is_its_run():
     )
 
 
+ATTENTION_OPS = (
+    "SitWindowAttention",
+    "SitWindowAttentionGrad",
+    "SitClassTokenAttention",
+    "SitClassTokenAttentionGrad",
+)
+# The projections and their kernels' gradients: native ops in float32; under mixed_bfloat16 the AMX op and
+# oneDNN's bfloat16 batched matmuls (the kernels' gradients).
+PROJECTION_OPS = (
+    "SitChannelsFirstProjection",
+    "SitChannelsFirstProjectionKernelGrad",
+    "SitChannelsFirstProjectionBfloat16",
+    "_MklBatchMatMulV2",
+)
+
+
+def test_the_targets_on_the_amx_model_207_host_section_is_its_run():
+    """docs/speed.md's "The targets on an Intel host with AMX, model 207": the run beside f5779a5's on the
+    same model without AMX, the verdicts that changed and their per-round medians, the times and rates its
+    bullets quote, and the bfloat16 step's op profile by group, read from the reports."""
+    section, flat = _speed_section("### The targets on an Intel host with AMX, model 207", "\n## Encoders")
+    previous, old, previous_rounds = _speed_target_run("speed_targets_avx512bf16_repeat_f5779a5")
+    run, new, rounds = _speed_target_run("speed_targets_amx_model207")
+    assert run["commit"].startswith("222c4dc") and "model 207" in run["machine"]
+    assert {"amx_bf16", "amx_tile"} <= set(run["cpu_flags"]) and "no AMX" in previous["machine"]
+    assert run["per_round_medians"] == load_benchmark("speed_targets").per_round_medians(new)
+    _assert_beside(previous, run, (previous_rounds, rounds), section, 3, "Three verdicts changed.")
+    changed = [
+        n["what"] for o, n in zip(previous["targets"], run["targets"], strict=True) if o["met"] != n["met"]
+    ]
+    per_round = [f"{rounds[what]:.3f}" for what in changed]
+    assert f"Round by round they are {per_round[0]}, {per_round[1]} and {per_round[2]}" in flat
+
+    def step(reports: dict, model: str) -> str:
+        return f"{reports['encoders_64']['models'][model]['timings']['train_step']['graph']['median_ms']:.1f}"
+
+    matmuls = [r["encoders_64"]["matmul"] for r in (new, old)]
+    assert f"matmul took {matmuls[0]['median_ms']:.2f} ms against {matmuls[1]['median_ms']:.2f} ms" in flat
+    assert (
+        f"graph step {step(new, 'sit')} against {step(old, 'sit')} ms and the ViT's "
+        f"{step(new, 'vit')} against {step(old, 'vit')} ms" in flat
+    )
+    assert all(quote in flat for quote in _xla_quotes(new, rounds, "took"))
+
+    bfloat16 = [r["encoders_64"]["models"]["sit"]["precision"]["mixed_bfloat16"] for r in (new, old)]
+    matmul_bfloat16 = [m["by_precision"]["mixed_bfloat16"]["over_float32"] for m in matmuls]
+    assert (
+        f"step took {bfloat16[0]['median_ms']:.1f} ms, {bfloat16[0]['over_float32']:.3f}x its float32 step "
+        f"({bfloat16[1]['over_float32']:.3f} at f5779a5" in flat
+    )
+    assert (
+        f"matmul took {matmul_bfloat16[0]:.3f}x its float32 time ({matmul_bfloat16[1]:.3f}x without" in flat
+    )
+    profiles = [_report(f"op_profile_train_amx_model207_{p}.json") for p in ("float32", "mixed_bfloat16")]
+    assert all(p["commit"].startswith("222c4dc") and p["settings"]["one_op_at_a_time"] for p in profiles)
+
+    def group(profile: dict, ops: tuple[str, ...]) -> float:
+        return sum(o["ms_per_call"] for o in profile["op_types"] if o["op"] in ops)
+
+    total = [p["summed_op_ms_per_call"] for p in profiles]
+    attention = [group(p, ATTENTION_OPS) for p in profiles]
+    projection = [group(p, PROJECTION_OPS) for p in profiles]
+    rest = [t - a - b for t, a, b in zip(total, attention, projection, strict=True)]
+    assert f"add up to {total[0]:.1f} ms in float32 and {total[1]:.1f} ms in bfloat16" in flat
+    for name, (a, b) in (("gradients)", attention), ("their gradients", projection)):
+        assert f"{name} {a:.1f} against {b:.1f} ms ({b / a:.2f}x" in flat
+    assert f"all other ops {rest[0]:.1f} against {rest[1]:.1f} ms" in flat
+    assert (
+        f"add up to {0.7 * total[0]:.1f} ms (0.7 x {total[0]:.1f}), {total[1] - 0.7 * total[0]:.1f} ms less"
+        in flat
+    )
+
+    procgen = [r["procgen_ppo"] for r in (new, old)]
+    rates = procgen[0]["env_steps_per_second"]
+    over = [p["ratios"]["impala_cnn_over_sit_env_steps_per_second"] for p in procgen]
+    assert (
+        f"SiT trained at {rates['sit']:.1f} env steps/s and the IMPALA-CNN at {rates['impala_cnn']:.1f}: "
+        f"1/{over[0]:.2f} against 1/{over[1]:.2f}" in flat
+    )
+    templates = ("took {} ms in graph mode against {}", "ViT's {} against {} ms", "(process pairs {})")
+    assert all(quote in flat for quote in _minigrid_and_demo_quotes(old, new, *templates))
+    lava = [
+        f"{r['lavacrossing_ppo']['table'][m]['env_steps_per_second']:.1f}"
+        for m in ("sit_small", "cnn")
+        for r in (new, old)
+    ]
+    assert f"SiT-small at {lava[0]} against {lava[1]} and the CNN at {lava[2]} against {lava[3]}" in flat
+    workers = [
+        r["two_workers"]["median_ratios_two_over_one"]["learner_seconds_per_train_step"] for r in (new, old)
+    ]
+    assert f"train step {workers[0]:.2f}x as long ({workers[1]:.2f}x without AMX)" in flat
+
+
 def test_the_evaluations_with_the_native_kernels_section_is_its_runs():
     """docs/speed.md's "Evaluations with the native kernels": the policy benchmark's rows, and the whole
     evaluation's six alternated runs, on the same episodes, with their medians and ratios."""

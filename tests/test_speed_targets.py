@@ -18,7 +18,8 @@ COMMITTED_RUNS = [
     "speed_targets_avx2_prefetch",
 ]
 # The AMX host's runs, before and after the CNNs' native gradients, pooling and convolutions (docs/speed.md,
-# "The targets on an Intel host with AMX" and below): bfloat16 counts there.
+# "The targets on an Intel host with AMX" and below), and one on a second AMX host kind ("..., model 207"):
+# bfloat16 counts there.
 COMMITTED_BFLOAT16_RUNS = [
     "speed_targets_amx",
     "speed_targets_amx_native",
@@ -30,6 +31,7 @@ COMMITTED_BFLOAT16_RUNS = [
     "speed_targets_amx_bf16_storage",
     "speed_targets_amx_bf16_projection",
     "speed_targets_amx_uninitialized",
+    "speed_targets_amx_model207",
 ]
 # An Intel host with AVX512_BF16 but no AMX (docs/speed.md, "The targets on an Intel host with AVX512_BF16 and
 # no AMX"): bfloat16 counts there too.
