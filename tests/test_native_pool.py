@@ -5,7 +5,8 @@ What this file proves:
 - the op and its gradient equal ``tf.nn.max_pool2d(x, k, k, "VALID")`` and TensorFlow's gradient exactly,
   on shapes that are multiples of nothing (sides not divisible by ``k``, sides below ``k``), with ties
   (small integers): the gradient goes to the same, first, maximum of each window (and with no window at
-  all, a side below ``k``, it is zero, where TensorFlow's returns memory it never wrote);
+  all, a side below ``k``, it is zero, where TensorFlow's returns memory it never wrote), whichever way
+  the op finds it (2 x 2 windows unrolled, up to 64 positions by a bit mask, more by a search);
 - malformed inputs raise ``InvalidArgumentError`` naming the expected shapes;
 - a SiT traced under a gradient tape pools with the op, traced without one (an export) with
   TensorFlow's, nor under ``builtin_only()``; under mixed_bfloat16 the op runs in bfloat16 (a maximum
@@ -65,6 +66,19 @@ def test_the_op_and_its_gradient_are_tensorflows_max_pooling(shape: tuple, ties:
     got = _pooled_with_gradient(native.max_pool, x, size, dy)
     for a, b in zip(got, expected, strict=True):
         assert a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("size", [2, 8, 9], ids=["unrolled", "largest_mask", "searched"])
+def test_the_gradient_finds_the_first_maximum_in_windows_of_any_size(size: int) -> None:
+    """The gradient's three ways to a window's first maximum: the SiT's 2 x 2 unrolled, windows of up to 64
+    positions by a bit mask, larger ones by a search; ties everywhere (values 0 and 1)."""
+    rng = np.random.default_rng(size)
+    x = tf.constant(rng.integers(0, 2, size=(2, 2 * size + 1, 4 * size - 1, 3)), tf.float64)
+    dy = tf.constant(rng.normal(size=(2, 2, 3, 3)))
+    expected = _pooled_with_gradient(_builtin, x, size, dy)
+    got = _pooled_with_gradient(native.max_pool, x, size, dy)
+    for a, b in zip(got, expected, strict=True):
         np.testing.assert_array_equal(a, b)
 
 

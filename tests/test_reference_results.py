@@ -9213,6 +9213,66 @@ def test_the_targets_on_the_amx_model_207_host_section_is_its_run():
     assert f"train step {workers[0]:.2f}x as long ({workers[1]:.2f}x without AMX)" in flat
 
 
+POOL_AB_READS = {  # stem_pool_gradient_ab.json's round entries: (report kind, path in the report)
+    "native_pool_forward_backward_ms": ("native_ops", ("results", "pool", "backward", "median_ms")),
+    "native_pool_xla_forward_backward_ms": ("native_ops", ("results", "pool_xla", "backward", "median_ms")),
+    "builtin_pool_forward_backward_ms": ("native_ops", ("results", "pool_builtin", "backward", "median_ms")),
+    "step_summed_op_ms": ("op_profile", ("summed_op_ms_per_call",)),
+}
+
+
+def test_the_stem_pooling_gradient_section_is_its_alternated_runs():
+    """docs/speed.md's "The stem pooling's gradient by a bit mask": each round of the A/B read from the
+    reports the summary names (all named in the section), the medians and ratios in its table, the gain."""
+    section, flat = _speed_section("### The stem pooling's gradient by a bit mask", "\n## Other fast paths")
+    ab = _report("stem_pool_gradient_ab.json")
+    assert "`benchmarks/reference/stem_pool_gradient_ab.json`" in flat and "model 207" in ab["machine"]
+    for names in ab["reports"].values():
+        assert all(f"`{name}`" in flat for name in names)
+        for name in names:
+            report = _report(name)
+            assert report["commit"].startswith("222c4dc") and report["machine"] == ab["machine"]
+            assert ("commit_note" in report) == ("_after_" in name)
+
+    def read(kind: str, side: str, number: int, path: tuple[str, ...]):
+        value = _report(next(n for n in ab["reports"][kind] if n.endswith(f"_{side}_run{number}.json")))
+        for key in path:
+            value = value[key]
+        return value
+
+    for entry in ab["op_rounds"]:
+        for side in ("before", "after"):
+            got = entry[side]
+            for key, (kind, path) in POOL_AB_READS.items():
+                assert got[key] == read(kind, side, entry["round"], path)
+            ops = read("op_profile", side, entry["round"], ("op_types",))
+            assert got["step_max_pool_grad_ms"] == next(
+                o["ms_per_call"] for o in ops if o["op"] == "SitMaxPoolGrad"
+            )
+    for entry in ab["step_rounds"]:
+        for side in ("before", "after"):
+            sit = read("encoders", side, entry["round"], ("models", "sit"))
+            assert entry[side]["float32_ms"] == sit["timings"]["train_step"]["graph"]["median_ms"]
+            assert entry[side]["mixed_bfloat16_ms"] == sit["precision"]["mixed_bfloat16"]["median_ms"]
+    rows = [(ab["op_rounds"], ab["medians"]), (ab["step_rounds"], ab["step_medians"])]
+    for rounds, medians in rows:
+        for key, value in medians.items():
+            for side in ("before", "after"):
+                assert value[side] == statistics.median(r[side][key] for r in rounds)
+            assert value["after_over_before"] == value["after"] / value["before"]
+            digits = 1 if key in ("step_summed_op_ms", "float32_ms", "mixed_bfloat16_ms") else 2
+            cells = [f"{value[side]:.{digits}f}" for side in ("before", "after")]
+            assert f"| {cells[0]} | {cells[1]} | {value['after_over_before']:.2f} |" in section
+    gain = ab["medians"]["step_max_pool_grad_ms"]
+    assert f"{gain['before'] - gain['after']:.2f} ms of a step" in flat
+    assert (
+        ab["medians"]["native_pool_forward_backward_ms"]["after"]
+        < ab["medians"]["builtin_pool_forward_backward_ms"]["after"]
+    )
+    float32 = [r[side]["float32_ms"] for r in ab["step_rounds"] for side in ("before", "after")]
+    assert f"({min(float32):.1f}-{max(float32):.1f} ms in float32" in flat
+
+
 def test_the_evaluations_with_the_native_kernels_section_is_its_runs():
     """docs/speed.md's "Evaluations with the native kernels": the policy benchmark's rows, and the whole
     evaluation's six alternated runs, on the same episodes, with their medians and ratios."""
@@ -9453,7 +9513,9 @@ def test_the_values_gradients_sums_in_registers_section_is_its_runs():
 def test_the_values_gradients_blocks_in_groups_section_is_its_runs():
     """docs/speed.md's "The values gradient's blocks in groups": the op alone in four native_ops runs a side,
     its share of the train step round by round, and the encoder's step, each number from the A/B's reports."""
-    section, flat = _speed_section("### The values gradient's blocks in groups", "\n## Other fast paths")
+    section, flat = _speed_section(
+        "### The values gradient's blocks in groups", "\n### The stem pooling's gradient by a bit mask"
+    )
     ab = _report("class_token_values_group_ab.json")
     assert ab["commits"] == {"before": "f5779a5", "after": "1b33df1"} and "no AMX" in ab["machine"]
     assert "`benchmarks/reference/class_token_values_group_ab.json`" in flat

@@ -5,7 +5,9 @@
 // for the whole row at once (a loop the compiler vectorises), then over each window's k columns. The
 // gradient is given y too and puts dy[b, i, j, c] on the window's first value equal to it in row-major
 // order: the first maximum, where TensorFlow's MaxPoolGrad puts it, found without the index per output
-// that TensorFlow's general pooling kernel (any stride and padding) writes and reads back.
+// that TensorFlow's general pooling kernel (any stride and padding) writes and reads back, and without a
+// branch per position (FirstEqual's bit mask: in the SiT's train step a search took 3.9x its time,
+// docs/speed.md).
 
 #ifndef SIT_KERAS_NATIVE_MAX_POOL_H_
 #define SIT_KERAS_NATIVE_MAX_POOL_H_
@@ -70,6 +72,50 @@ void MaxPool(const S* x_data, const PoolSizes& n, S* y_data, const Shards& shard
   });
 }
 
+// Window positions a 64-bit mask holds, a bit each: a strided pooling's gradient takes at most this many; the
+// unstrided one searches larger windows value by value.
+constexpr int64_t kMaxStridedPoolPositions = 64;
+
+// The first of a window's rows x columns positions (row-major, at x + (r W + q) C) whose value equals
+// `maximum`, without branches on the values (the maxima's positions are random, so a search's branches were
+// mispredicted): a bit per position, set where x equals it, and the lowest set bit; 0 where none is (a NaN).
+template <typename T>
+inline int64_t FirstEqual(const T* x, int64_t rows, int64_t columns, int64_t row_stride, int64_t channels,
+                          T maximum) {
+  uint64_t equal = 0;
+  int e = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t q = 0; q < columns; ++q, ++e) {
+      equal |= uint64_t{x[r * row_stride + q * channels] == maximum} << e;
+    }
+  }
+  return equal == 0 ? 0 : __builtin_ctzll(equal);
+}
+
+// FirstEqual of a k x k window with any number of positions: a search that stops at the first equal value.
+template <typename T>
+inline int64_t FirstEqualBySearch(const T* x, int64_t k, int64_t row_stride, int64_t channels, T maximum) {
+  for (int64_t e = 0; e < k * k; ++e) {
+    if (x[(e / k) * row_stride + (e % k) * channels] == maximum) return e;
+  }
+  return 0;
+}
+
+// One output row's gradients (dx zeroed before): dy at each window's first value equal to y (the window's first
+// value where none is, a NaN). K is the window's side where known when compiled (the SiT's 2: unrolled, no
+// division), 0 where it is n.size.
+template <int K, typename T>
+inline void PlaceRow(const T* rows, const T* y, const T* dy, const PoolSizes& n, T* dx) {
+  const int64_t k = K > 0 ? K : n.size;
+  const bool by_mask = k * k <= kMaxStridedPoolPositions;
+  for (int64_t t = 0; t < n.out_row; ++t) {
+    const int64_t corner = t / n.channels * k * n.channels + t % n.channels;  // (u, v) = (0, 0)
+    const int64_t e = by_mask ? FirstEqual(rows + corner, k, k, n.row, n.channels, y[t])
+                              : FirstEqualBySearch(rows + corner, k, n.row, n.channels, y[t]);
+    dx[corner + (e / k) * n.row + (e % k) * n.channels] = dy[t];
+  }
+}
+
 // dx (B, H, W, C) from x, y and dy (B, H / k, W / k, C).
 template <typename T>
 void MaxPoolGrad(const T* x_data, const T* y_data, const T* dy_data, const PoolSizes& n, T* dx_data,
@@ -88,19 +134,12 @@ void MaxPoolGrad(const T* x_data, const T* y_data, const T* dy_data, const PoolS
       const int64_t last_row = i + 1 == n.out_height ? (b + 1) * n.height : first_row + n.size;
       std::fill(dx_data + first_row * n.row, dx_data + last_row * n.row, T(0));
       const T* rows = x_data + first_row * n.row;
-      T* target = dx_data + first_row * n.row;
-      for (int64_t t = 0; t < n.out_row; ++t) {
-        const T maximum = y_data[unit * n.out_row + t];
-        const int64_t corner = t / n.channels * n.size * n.channels + t % n.channels;  // (u, v) = (0, 0)
-        int64_t place = corner;  // where no value equals y (a NaN): the window's first value
-        for (int64_t e = 0; e < n.size * n.size; ++e) {
-          const int64_t at = corner + (e / n.size) * n.row + (e % n.size) * n.channels;
-          if (rows[at] == maximum) {
-            place = at;
-            break;
-          }
-        }
-        target[place] = dy_data[unit * n.out_row + t];
+      const T *y = y_data + unit * n.out_row, *dy = dy_data + unit * n.out_row;
+      T* dx = dx_data + first_row * n.row;
+      if (n.size == 2) {
+        PlaceRow<2>(rows, y, dy, n, dx);
+      } else {
+        PlaceRow<0>(rows, y, dy, n, dx);
       }
     }
   });
@@ -118,9 +157,6 @@ struct StridedPoolSizes {
   const int64_t images, height, width, channels, size, stride, out_height, out_width, pad_top, pad_left;
 };
 
-// Window positions a strided pooling's gradient takes at most: a bit each in a 64-bit mask.
-constexpr int64_t kMaxStridedPoolPositions = 64;
-
 // The op's checks, shared by its TensorFlow and XLA kernels: windows of at most kMaxStridedPoolPositions
 // positions; y and dy of the pooling's output shape.
 inline Status CheckStridedPoolSize(int64_t size) {
@@ -136,22 +172,6 @@ inline Status CheckStridedPoolGradInputs(const StridedPoolSizes& n, const Tensor
   return InvalidArgument("SitStridedMaxPoolGrad expects y and dy ", out.DebugString(), " for x ", x.DebugString(),
                          ", size ", n.size, " and stride ", n.stride, "; got ", y.DebugString(), " and ",
                          dy.DebugString());
-}
-
-// The first of a window's rows x columns positions (row-major, at x + (r W + q) C) whose value equals
-// `maximum`, without branches on the values (the maxima's positions are random, so a search's branches were
-// mispredicted): a bit per position, set where x equals it, and the lowest set bit; 0 where none is (a NaN).
-template <typename T>
-inline int64_t FirstEqual(const T* x, int64_t rows, int64_t columns, int64_t row_stride, int64_t channels,
-                          T maximum) {
-  uint64_t equal = 0;
-  int e = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t q = 0; q < columns; ++q, ++e) {
-      equal |= uint64_t{x[r * row_stride + q * channels] == maximum} << e;
-    }
-  }
-  return equal == 0 ? 0 : __builtin_ctzll(equal);
 }
 
 // W channels of a window of 3 x 3 positions inside the image (x and dx at its corner, y and dy at its output)
