@@ -11,7 +11,7 @@ from types import ModuleType
 
 import pytest
 import tf_keras
-from traced_ops import needs_xla_kernels
+from traced_ops import needs_xla_kernels, op_types
 
 from sit_keras import encoder_check, native
 
@@ -278,6 +278,47 @@ def test_channels_first_grad_refuses_bad_arguments_in_one_sentence(argv, message
     assert _load_benchmark("channels_first_grad").main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(not native.available(), reason="needs the native kernels: `make install` builds them")
+def test_projection_gradients_times_both_ways_of_each_model(tmp_path, capsys):
+    """benchmarks/projection_gradients.py: each model's step traced with each way's gradients (the kernel
+    gradient op in one only), both timed, their ratio printed, and this host's default named."""
+    module = _load_benchmark("projection_gradients")
+    steps, images = module.train_steps("sit", 16, 2)
+    for way, step in steps.items():  # the traces made each way
+        assert ("SitChannelsFirstProjectionKernelGrad" in op_types(step, images)) == (way == "ops")
+    out = tmp_path / "pg.json"
+    assert module.main(["--quick", "--models", "sit", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["command"] == f"python benchmarks/projection_gradients.py --quick --models sit --out {out}"
+    assert report["settings"] == {
+        "models": ["sit"],
+        "image_size": 16,
+        "batch": 2,
+        "repeats": 3,
+        "quick": True,
+    }
+    r = report["results"]["sit"]
+    assert r["ops_ms"] > 0 and r["matmuls_over_ops"] == pytest.approx(r["matmuls_ms"] / r["ops_ms"])
+    printed = capsys.readouterr().out
+    assert f"matmuls / ops {r['matmuls_over_ops']:.3f}" in printed
+    default = "matmuls" if native.projection_gradients_by_matmul() else "ops"
+    assert report["default_here"] == default and f"This host's default: the {default}" in printed
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--models", "vitt"], "--models: unknown encoder 'vitt'"),
+        (["--batch", "0"], "--batch must be at least 1"),
+        (["--out", "."], "--out must be a file path"),
+    ],
+)
+def test_projection_gradients_refuses_bad_arguments_in_one_sentence(argv, message, capsys):
+    assert _load_benchmark("projection_gradients").main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
 def test_interleaved_medians_warm_up_then_call_every_function_once_a_round():

@@ -12,10 +12,16 @@ What this file proves:
 - ``sit_keras.layers.channels_first.project_channels_first`` runs the op where the native kernels are
   usable (a gradient tape, float32 or float64; compiled by XLA where the ops' XLA kernels load) and
   TensorFlow's matmul elsewhere: traced without a tape (an export), under ``builtin_only()``, compiled
-  by XLA without the XLA kernels, and in bfloat16 (tests/test_native_projection_bfloat16.py).
+  by XLA without the XLA kernels, and in bfloat16 (tests/test_native_projection_bfloat16.py); where
+  TensorFlow runs oneDNN (``native.projection_gradients_by_matmul``, off with ``TF_ENABLE_ONEDNN_OPTS=0``)
+  a graph's gradients of the op are TensorFlow's matmuls, the same values to 1e-12 in float64.
 """
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -135,17 +141,59 @@ def _train_step(jit_compile: bool = False) -> tf.types.experimental.GenericFunct
 OPS = {"SitChannelsFirstProjection", "SitChannelsFirstProjectionKernelGrad"}
 
 
+def _gradients_by(matmul: bool):
+    return native.projection_gradients_by_matmuls() if matmul else native.projection_gradients_by_the_ops()
+
+
+@pytest.mark.parametrize("by_matmul", [False, True], ids=["native_gradients", "onednn_matmul_gradients"])
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
-def test_the_layers_projection_runs_the_ops_under_a_tape_and_matmul_elsewhere(dtype: tf.DType) -> None:
+def test_the_layers_projection_runs_the_ops_under_a_tape_and_matmul_elsewhere(
+    dtype: tf.DType, by_matmul: bool
+) -> None:
+    """Where TensorFlow runs oneDNN (``projection_gradients_by_matmul``) a graph's gradients are its
+    matmuls and the forward the op; XLA keeps both ops either way."""
     kernel, x, _ = _random(6, 8, 50, seed=2, dtype=dtype)
-    assert OPS <= op_types(_train_step(), kernel, x)
+    with _gradients_by(by_matmul):
+        graph = op_types(_train_step(), kernel, x)
+        in_xla = op_types(_train_step(jit_compile=True), kernel, x)
+    assert OPS & graph == ({"SitChannelsFirstProjection"} if by_matmul else OPS)
+    assert ("BatchMatMulV2" in graph) == by_matmul  # the kernel's gradient as a batch of one
     assert not OPS & op_types(tf.function(project_channels_first), kernel, x)
-    in_xla = OPS if native.xla_load_problem() is None else set()  # tests/test_native_xla.py
-    assert OPS & op_types(_train_step(jit_compile=True), kernel, x) == in_xla
+    assert OPS & in_xla == (OPS if native.xla_load_problem() is None else set())  # test_native_xla.py
     with native.builtin_only():
         assert not OPS & op_types(_train_step(), kernel, x)
     with native.forward_passes():
         assert "SitChannelsFirstProjection" in op_types(tf.function(project_channels_first), kernel, x)
+
+
+@pytest.mark.parametrize("by_matmul", [False, True], ids=["native_gradients", "onednn_matmul_gradients"])
+def test_the_layers_projection_and_its_gradients_are_the_matmuls_either_way(by_matmul: bool) -> None:
+    """float64, shapes multiples of nothing: the native forward with either set of gradients is the matmul
+    and TensorFlow's gradients to 1e-12."""
+    kernel, x, dy = _random(13, 7, 1037, seed=5)
+    step = tf.function(lambda *args: _with_gradients(project_channels_first, *args))
+    with _gradients_by(by_matmul):
+        step.get_concrete_function(kernel, x, dy)  # traced here
+    assert ("SitChannelsFirstProjectionKernelGrad" in op_types(step, kernel, x, dy)) != by_matmul
+    expected = _with_gradients(_builtin, kernel, x, dy)
+    for got, want in zip(step(kernel, x, dy), expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_the_gradients_are_matmuls_where_tensorflow_runs_onednn() -> None:
+    """``projection_gradients_by_matmul`` is TensorFlow's own answer (``IsMklEnabled``), which
+    ``TF_ENABLE_ONEDNN_OPTS=0`` turns off in a new process."""
+    from tensorflow.python.util import _pywrap_util_port
+
+    assert native.projection_gradients_by_matmul() == _pywrap_util_port.IsMklEnabled()
+    with native.projection_gradients_by_the_ops():
+        assert not native.projection_gradients_by_matmul()
+        with native.projection_gradients_by_matmuls():
+            assert native.projection_gradients_by_matmul()
+    code = "from sit_keras import native; print(native.projection_gradients_by_matmul())"
+    env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": "0"}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert result.stdout.strip().splitlines()[-1] == "False"
 
 
 def test_in_bfloat16_the_layers_projection_runs_neither_float_op() -> None:

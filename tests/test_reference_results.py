@@ -9224,7 +9224,10 @@ POOL_AB_READS = {  # stem_pool_gradient_ab.json's round entries: (report kind, p
 def test_the_stem_pooling_gradient_section_is_its_alternated_runs():
     """docs/speed.md's "The stem pooling's gradient by a bit mask": each round of the A/B read from the
     reports the summary names (all named in the section), the medians and ratios in its table, the gain."""
-    section, flat = _speed_section("### The stem pooling's gradient by a bit mask", "\n## Other fast paths")
+    section, flat = _speed_section(
+        "### The stem pooling's gradient by a bit mask",
+        "\n### The projection's gradients by oneDNN's matmuls",
+    )
     ab = _report("stem_pool_gradient_ab.json")
     assert "`benchmarks/reference/stem_pool_gradient_ab.json`" in flat and "model 207" in ab["machine"]
     for names in ab["reports"].values():
@@ -9271,6 +9274,54 @@ def test_the_stem_pooling_gradient_section_is_its_alternated_runs():
     )
     float32 = [r[side]["float32_ms"] for r in ab["step_rounds"] for side in ("before", "after")]
     assert f"({min(float32):.1f}-{max(float32):.1f} ms in float32" in flat
+
+
+PROJECTION_SPEEDUP_RUNS = {  # docs/speed.md's ranges of native_ops' projection_speedup, backward: their files
+    "1.21-1.35x": [
+        f"native_ops_avx2_{kind}_{side}_run{r}.json"
+        for kind in ("orbit_gradients", "transposes", "prefetch")
+        for side in ("before", "after")
+        for r in (1, 2)
+    ],
+    "0.85-1.04x": [
+        f"native_ops_values_{kind}_{side}_run{r}.json"
+        for kind in ("grad", "group")
+        for side in ("before", "after")
+        for r in (1, 2, 3, 4)
+    ],
+    "0.81-0.99x": [
+        f"native_ops_pool_grad_{side}_run{r}.json" for side in ("before", "after") for r in (1, 2, 3)
+    ],
+}
+
+
+def test_the_projection_gradients_by_matmuls_section_is_its_runs():
+    """docs/speed.md's "The projection's gradients by oneDNN's matmuls": the native_ops ranges per host kind
+    from the runs it names, and the train steps both ways from projection_gradients.py's reports."""
+    section, flat = _speed_section(
+        "### The projection's gradients by oneDNN's matmuls", "\n## Other fast paths"
+    )
+    for quoted, files in PROJECTION_SPEEDUP_RUNS.items():
+        speedups = [_report(f)["results"]["projection_speedup"]["backward"] for f in files]
+        assert f"{min(speedups):.2f}-{max(speedups):.2f}x" == quoted and quoted in flat
+        machines = {_report(f)["machine"].split(";")[0] for f in files}
+        assert len(machines) == 1
+    for size, repeats in (("64", 15), ("14", 21)):
+        name = f"projection_gradients_amx_model207_{size}.json"
+        report = _report(name)
+        assert f"`benchmarks/reference/{name}`" in flat and "AMX (" in report["machine"]
+        assert report["settings"]["repeats"] == repeats and report["settings"]["batch"] == 96
+        assert report["commit"].startswith("81ef0d8") and report["default_here"] == "matmuls"
+        for model, r in report["results"].items():
+            assert (
+                f"| `{model}`, {size}x{size} | {r['ops_ms']:.1f} | {r['matmuls_ms']:.1f} "
+                f"| {r['matmuls_over_ops']:.3f} |" in section
+            )
+    at_64 = _report("projection_gradients_amx_model207_64.json")["results"]
+    assert (
+        f"{at_64['sit']['matmuls_over_ops']:.3f}x and {at_64['siet']['matmuls_over_ops']:.3f}x as long"
+        in flat
+    )
 
 
 def test_the_evaluations_with_the_native_kernels_section_is_its_runs():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from sit_keras import native
+from sit_keras.layers.xla_context import in_compiled_function
 
 
 def project_channels_first(kernel: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
@@ -27,6 +28,11 @@ def project_channels_first(kernel: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
     forward and 1.30x forward and backward than TensorFlow's matmuls on an
     AVX2 host (docs/speed.md, "The projection in a native op"); under XLA too
     where their XLA kernels are built (``sit_keras.native.XLA_LIBRARY``).
+    Where TensorFlow runs oneDNN's kernels (the Intel hosts;
+    ``native.projection_gradients_by_matmul``) the gradients of the native
+    projection are TensorFlow's matmuls outside XLA (``matmul_gradients``),
+    which were faster there (docs/speed.md, "The projection's gradients by
+    oneDNN's matmuls").
     bfloat16 tokens and kernel on a CPU with AMX (mixed_bfloat16) run the
     projection and the input's gradient as ``native.project_bfloat16``, outside
     XLA; the kernel's gradient stays TensorFlow's batched matmul (docs/speed.md,
@@ -37,7 +43,8 @@ def project_channels_first(kernel: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
     kernel, x = tf.convert_to_tensor(kernel), tf.convert_to_tensor(x)
     same_float = x.dtype in (tf.float32, tf.float64) and kernel.dtype == x.dtype
     if same_float and native.usable(x.dtype, native.PROJECTION_OPS):
-        return native.project_channels_first(kernel, x)
+        by_matmul = native.projection_gradients_by_matmul() and not in_compiled_function()
+        return native.project_channels_first(kernel, x, matmul_gradients if by_matmul else None)
     on_amx = (
         x.dtype == kernel.dtype == tf.bfloat16
         and native.projects_bfloat16_on_amx()
@@ -47,14 +54,24 @@ def project_channels_first(kernel: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
     @tf.custom_gradient
     def projection(kernel: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
         def grad(upstream: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            # A batch of one: TensorFlow's CPU batched matmul runs this long product faster than its 2-D one.
-            kernel_grad = tf.transpose(tf.matmul(upstream[None], x[None], transpose_b=True)[0])  # (R, N)
             if on_amx:
-                return kernel_grad, native.project_bfloat16(tf.transpose(kernel), upstream)
-            return kernel_grad, tf.matmul(kernel, upstream)
+                transposed = tf.transpose(kernel)
+                return kernel_gradient_by_matmul(x, upstream), native.project_bfloat16(transposed, upstream)
+            return matmul_gradients(kernel, x, upstream)
 
         if on_amx:
             return native.project_bfloat16(kernel, x), grad
         return tf.matmul(kernel, x, transpose_a=True), grad
 
     return projection(kernel, x)
+
+
+def matmul_gradients(kernel: tf.Tensor, x: tf.Tensor, upstream: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """The projection's gradients as TensorFlow's matmuls: the kernel's and the input's, ``W dy``."""
+    return kernel_gradient_by_matmul(x, upstream), tf.matmul(kernel, upstream)
+
+
+def kernel_gradient_by_matmul(x: tf.Tensor, upstream: tf.Tensor) -> tf.Tensor:
+    """The kernel's gradient ``(dy x^T)^T``, ``(R, N)``, as a batch of one: TensorFlow's CPU batched matmul
+    runs this long product faster than its 2-D one."""
+    return tf.transpose(tf.matmul(upstream[None], x[None], transpose_b=True)[0])

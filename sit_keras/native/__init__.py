@@ -57,7 +57,7 @@ import inspect
 import json
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
@@ -95,6 +95,8 @@ _DTYPES = (tf.float32, tf.float64)
 # which the ops that read and write bfloat16 themselves (_storing_bfloat16) save.
 _IN_FLOAT32 = (tf.bfloat16,)
 _Function = TypeVar("_Function")
+# A projection's gradients from its kernel, inputs and output gradient: (the kernel's, the inputs').
+_Gradients = Callable[[tf.Tensor, tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]
 # The ops keep a window's T x T scores, maps and softmaxes in each thread's cache: token sets up to
 # this many pairs (a 4x4 window and its class token: 289; the Procgen SiT's 8x8 global grid and its
 # class token: 4225). Larger grids (the MiniGrid SiT's 14x14) keep the builtin ops.
@@ -225,6 +227,18 @@ def forward_passes() -> contextlib.AbstractContextManager[None]:
     policy; what is saved (a SavedModel's signatures) is traced outside it.
     """
     return _thread_flag("forward")
+
+
+def projection_gradients_by_the_ops() -> contextlib.AbstractContextManager[None]:
+    """Functions traced inside take the native projection's gradients from its ops, whatever the host
+    (``projection_gradients_by_matmul``; this thread): benchmarks compare both in one run."""
+    return _thread_flag("projection_gradients_by_ops")
+
+
+def projection_gradients_by_matmuls() -> contextlib.AbstractContextManager[None]:
+    """Functions traced inside take the native projection's gradients from TensorFlow's matmuls, whatever
+    the host (``projection_gradients_by_matmul``; this thread)."""
+    return _thread_flag("projection_gradients_by_matmuls")
 
 
 def usable(dtype: tf.DType, ops: frozenset[str] | set[str] = frozenset()) -> bool:
@@ -559,7 +573,9 @@ def strided_max_pool(inputs: tf.Tensor, size: int, stride: int) -> tf.Tensor:
     return pool(inputs)
 
 
-def project_channels_first(kernel: tf.Tensor, inputs: tf.Tensor) -> tf.Tensor:
+def project_channels_first(
+    kernel: tf.Tensor, inputs: tf.Tensor, gradients: _Gradients | None = None
+) -> tf.Tensor:
     """``tf.matmul(kernel, inputs, transpose_a=True)`` in one op: ``(R, N)``, ``(R, L)`` -> ``(N, L)``.
 
     The GSA layers' channels-first projection (``sit_keras.layers.channels_first``)
@@ -567,22 +583,54 @@ def project_channels_first(kernel: tf.Tensor, inputs: tf.Tensor) -> tf.Tensor:
     this layout (``channels_first.cc``). The kernel's gradient comes from
     ``SitChannelsFirstProjectionKernelGrad``, the same bits on every run; the
     input's, ``W dy``, is the projection by the transposed kernel: as fast as
-    TensorFlow's matmul in a graph, faster than XLA's dot (docs/speed.md, "The
-    projection's input gradient under XLA"), and the same bits in both. float32
-    and float64 only: under ``mixed_bfloat16`` the builtin matmul computes in
-    bfloat16. Call only where ``usable(inputs.dtype, PROJECTION_OPS)``.
+    TensorFlow's matmul in a graph on the AVX2 and AMD hosts, faster than XLA's
+    dot (docs/speed.md, "The projection's input gradient under XLA"), and the
+    same bits in both. ``gradients(kernel, inputs, dy)``, if given, returns the
+    kernel's and the input's gradients instead (``projection_gradients_by_matmul``).
+    float32 and float64 only: under ``mixed_bfloat16`` the builtin matmul
+    computes in bfloat16. Call only where ``usable(inputs.dtype, PROJECTION_OPS)``.
     """
     ops = _library_or_raise()
 
     @tf.custom_gradient
     def projection(w: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
         def grad(dy: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+            if gradients is not None:
+                return gradients(w, x, dy)
             dx = ops.sit_channels_first_projection(tf.transpose(w), dy)
             return ops.sit_channels_first_projection_kernel_grad(dy, x), dx
 
         return ops.sit_channels_first_projection(w, x), grad
 
     return projection(kernel, inputs)
+
+
+def projection_gradients_by_matmul() -> bool:
+    """Whether the projection's gradients are TensorFlow's matmuls rather than the native ops, in a graph.
+
+    Where TensorFlow runs oneDNN's kernels (``IsMklEnabled``: its x86 build turns
+    them on for the CPUs it names, ``TF_ENABLE_ONEDNN_OPTS`` overrides), its
+    matmuls formed the SiT's projection gradients faster than the native ops:
+    the SiT's train step took 0.95x its time with them on an Intel host with AMX
+    (docs/speed.md, "The projection's gradients by oneDNN's matmuls"); without
+    oneDNN (the AMD and AVX2 hosts) the native ops were faster. The forward
+    projection stays native, and XLA keeps the ops for all three.
+    ``projection_gradients_by_the_ops()`` and ``projection_gradients_by_matmuls()``
+    decide it for what is traced inside them.
+    """
+    if getattr(_state, "projection_gradients_by_matmuls", False):
+        return True
+    if getattr(_state, "projection_gradients_by_ops", False):
+        return False
+    return _tensorflow_runs_onednn()
+
+
+def _tensorflow_runs_onednn() -> bool:
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+    except ImportError:  # a TensorFlow without the module: no oneDNN to ask about
+        return False
+    return bool(_pywrap_util_port.IsMklEnabled())
 
 
 def projects_bfloat16_on_amx() -> bool:

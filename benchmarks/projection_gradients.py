@@ -1,0 +1,147 @@
+"""The SiT family's train steps with the projection's gradients by the native ops and by TensorFlow's matmuls.
+
+The GSA layers' channels-first projection (``sit_keras.layers.channels_first``)
+runs forward as a native op; its gradients are the native ops
+(``SitChannelsFirstProjectionKernelGrad`` and the projection by the transposed
+kernel) or, where TensorFlow runs oneDNN's kernels, TensorFlow's matmuls
+(``native.projection_gradients_by_matmul``). This script builds each model's
+float32 train step (graph mode, forward + backward + Adam) both ways and times
+them in interleaved rounds, each round calling every step once (medians), so
+both ways see the same load; it prints matmuls / ops per model and which way
+this host's default takes.
+
+    python benchmarks/projection_gradients.py [--models sit,siet] [--repeats 15] [--out runs/pg.json]
+    python benchmarks/projection_gradients.py --quick      # a smoke run, seconds
+"""
+
+from __future__ import annotations
+
+import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up chatter)
+
+# isort: split
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from sit_keras import native
+from sit_keras.benchmarking import (
+    SentenceParser,
+    UsageError,
+    check_out_file,
+    command_line,
+    current_commit,
+    environment,
+    interleaved_medians,
+    parse_or_say_why,
+    write_report,
+)
+from sit_keras.encoder_check import make_train_step
+from sit_keras.models import build_encoder
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from encoders import parse_model  # noqa: E402
+
+WAYS = {"ops": native.projection_gradients_by_the_ops, "matmuls": native.projection_gradients_by_matmuls}
+QUICK = {"image_size": 16, "batch": 2, "repeats": 3}
+
+
+def train_steps(model: str, image_size: int, batch: int) -> tuple[dict[str, Callable], tf.Tensor]:
+    """``model``'s train step traced each way (``WAYS``: the ``tf.function`` of each), and its batch."""
+    images = tf.constant(
+        np.random.default_rng(0).integers(0, 256, size=(batch, image_size, image_size, 3), dtype=np.uint8)
+    )
+    name, overrides = parse_model(model)
+    steps = {}
+    for way, context in WAYS.items():
+        tf_keras.utils.set_random_seed(0)
+        step = make_train_step(
+            build_encoder(name, (image_size, image_size, 3), **overrides), jit_compile=False
+        )
+        with context():
+            step.get_concrete_function(images)  # traced with this way's gradients
+        steps[way] = step
+    return steps, images
+
+
+def measure(models: list[str], image_size: int, batch: int, repeats: int) -> dict[str, dict[str, float]]:
+    """Per model, the median train-step time (ms) each way and matmuls / ops."""
+    functions: dict[tuple[str, str], Callable[[], Any]] = {}
+    for model in models:
+        steps, images = train_steps(model, image_size, batch)
+        for way, step in steps.items():
+            functions[model, way] = lambda step=step, images=images: step(images)
+    medians = interleaved_medians(functions, repeats)
+    results = {}
+    for model in models:
+        ops_ms, matmuls_ms = (1000 * medians[model, way] for way in WAYS)
+        results[model] = {"ops_ms": ops_ms, "matmuls_ms": matmuls_ms, "matmuls_over_ops": matmuls_ms / ops_ms}
+    return results
+
+
+def parse_args(argv: Sequence[str] | None):
+    parser = SentenceParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="sit,siet", help="SiT-family encoder names, comma-separated")
+    parser.add_argument("--image_size", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=96)
+    parser.add_argument("--repeats", type=int, default=15, help="timed rounds (medians are reported)")
+    parser.add_argument("--quick", action="store_true", help="16x16 images, batch 2, 3 rounds: a smoke run")
+    parser.add_argument("--out", default=None, help="write the report as JSON here")
+    args = parser.parse_args(argv)
+    args.models = [m.strip() for m in args.models.split(",") if m.strip()]
+    for model in args.models:
+        try:
+            parse_model(model)
+        except ValueError as error:
+            raise UsageError(f"--models: {error}.") from None
+    for flag in ("image_size", "batch", "repeats"):
+        if getattr(args, flag) < 1:
+            raise UsageError(f"--{flag} must be at least 1; received {getattr(args, flag)}.")
+    if not native.available():
+        raise UsageError(
+            f"the native kernels do not load here ({native.load_problem()}): nothing to compare."
+        )
+    check_out_file(args.out)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_or_say_why(parse_args, argv)
+    if args is None:
+        return 2
+    settings = {"image_size": args.image_size, "batch": args.batch, "repeats": args.repeats}
+    if args.quick:
+        settings = {key: min(settings[key], value) for key, value in QUICK.items()}
+    start = time.perf_counter()
+    results = measure(args.models, settings["image_size"], settings["batch"], settings["repeats"])
+    default = "matmuls" if native.projection_gradients_by_matmul() else "ops"
+    for model, r in results.items():
+        print(
+            f"{model:<8} train step: gradients by the ops {r['ops_ms']:7.1f} ms, by TensorFlow's matmuls "
+            f"{r['matmuls_ms']:7.1f} ms, matmuls / ops {r['matmuls_over_ops']:.3f}"
+        )
+    print(f"This host's default: the {default} (TensorFlow runs oneDNN: {default == 'matmuls'}).")
+    report = {
+        "what": "SiT-family train steps (float32, graph) with the projection's gradients by the native ops "
+        "and by TensorFlow's matmuls, interleaved rounds, medians",
+        "command": command_line("projection_gradients.py", argv),
+        "commit": current_commit(),
+        "settings": {"models": args.models, **settings, "quick": args.quick},
+        "default_here": default,
+        "environment": environment(),
+        "results": results,
+        "wall_time_s": time.perf_counter() - start,
+    }
+    if args.out:
+        write_report(report, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
