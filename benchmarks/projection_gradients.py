@@ -4,13 +4,15 @@ The GSA layers' channels-first projection (``sit_keras.layers.channels_first``)
 runs forward as a native op; its gradients are the native ops
 (``SitChannelsFirstProjectionKernelGrad`` and the projection by the transposed
 kernel) or, where TensorFlow runs oneDNN's kernels, TensorFlow's matmuls
-(``native.projection_gradients_by_matmul``). This script builds each model's
-float32 train step (graph mode, forward + backward + Adam) both ways and times
-them in interleaved rounds, each round calling every step once (medians), so
-both ways see the same load; it prints matmuls / ops per model and which way
-this host's default takes.
+(``native.projection_gradients_by_matmul``; XLA's dots under XLA). This script
+builds each model's float32 train step (graph mode, or compiled by XLA with
+``--jit_compile``; forward + backward + Adam) both ways and times them in
+interleaved rounds, each round calling every step once (medians), so both ways
+see the same load; it prints matmuls / ops per model and which way this host's
+default takes.
 
-    python benchmarks/projection_gradients.py [--models sit,siet] [--repeats 15] [--out runs/pg.json]
+    python benchmarks/projection_gradients.py [--models sit,siet] [--jit_compile] [--repeats 15]
+        [--out runs/pg.json]
     python benchmarks/projection_gradients.py --quick      # a smoke run, seconds
 """
 
@@ -52,7 +54,9 @@ WAYS = {"ops": native.projection_gradients_by_the_ops, "matmuls": native.project
 QUICK = {"image_size": 16, "batch": 2, "repeats": 3}
 
 
-def train_steps(model: str, image_size: int, batch: int) -> tuple[dict[str, Callable], tf.Tensor]:
+def train_steps(
+    model: str, image_size: int, batch: int, jit_compile: bool = False
+) -> tuple[dict[str, Callable], tf.Tensor]:
     """``model``'s train step traced each way (``WAYS``: the ``tf.function`` of each), and its batch."""
     images = tf.constant(
         np.random.default_rng(0).integers(0, 256, size=(batch, image_size, image_size, 3), dtype=np.uint8)
@@ -70,11 +74,13 @@ def train_steps(model: str, image_size: int, batch: int) -> tuple[dict[str, Call
     return steps, images
 
 
-def measure(models: list[str], image_size: int, batch: int, repeats: int) -> dict[str, dict[str, float]]:
+def measure(
+    models: list[str], image_size: int, batch: int, repeats: int, jit_compile: bool = False
+) -> dict[str, dict[str, float]]:
     """Per model, the median train-step time (ms) each way and matmuls / ops."""
     functions: dict[tuple[str, str], Callable[[], Any]] = {}
     for model in models:
-        steps, images = train_steps(model, image_size, batch)
+        steps, images = train_steps(model, image_size, batch, jit_compile)
         for way, step in steps.items():
             functions[model, way] = lambda step=step, images=images: step(images)
     medians = interleaved_medians(functions, repeats)
@@ -90,6 +96,7 @@ def parse_args(argv: Sequence[str] | None):
     parser.add_argument("--models", default="sit,siet", help="SiT-family encoder names, comma-separated")
     parser.add_argument("--image_size", type=int, default=64)
     parser.add_argument("--batch", type=int, default=96)
+    parser.add_argument("--jit_compile", action="store_true", help="the train steps compiled by XLA")
     parser.add_argument("--repeats", type=int, default=15, help="timed rounds (medians are reported)")
     parser.add_argument("--quick", action="store_true", help="16x16 images, batch 2, 3 rounds: a smoke run")
     parser.add_argument("--out", default=None, help="write the report as JSON here")
@@ -119,20 +126,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         settings = {key: min(settings[key], value) for key, value in QUICK.items()}
     start = time.perf_counter()
-    results = measure(args.models, settings["image_size"], settings["batch"], settings["repeats"])
+    results = measure(
+        args.models, settings["image_size"], settings["batch"], settings["repeats"], args.jit_compile
+    )
     default = "matmuls" if native.projection_gradients_by_matmul() else "ops"
+    mode = "XLA" if args.jit_compile else "graph"
     for model, r in results.items():
         print(
-            f"{model:<8} train step: gradients by the ops {r['ops_ms']:7.1f} ms, by TensorFlow's matmuls "
+            f"{model} {mode} train step: gradients by the ops {r['ops_ms']:7.1f} ms, by TensorFlow's matmuls "
             f"{r['matmuls_ms']:7.1f} ms, matmuls / ops {r['matmuls_over_ops']:.3f}"
         )
     print(f"This host's default: the {default} (TensorFlow runs oneDNN: {default == 'matmuls'}).")
     report = {
-        "what": "SiT-family train steps (float32, graph) with the projection's gradients by the native ops "
+        "what": f"SiT-family train steps (float32, {mode}) with the projection's gradients by the native ops "
         "and by TensorFlow's matmuls, interleaved rounds, medians",
         "command": command_line("projection_gradients.py", argv),
         "commit": current_commit(),
-        "settings": {"models": args.models, **settings, "quick": args.quick},
+        "settings": {"models": args.models, **settings, "jit_compile": args.jit_compile, "quick": args.quick},
         "default_here": default,
         "environment": environment(),
         "results": results,

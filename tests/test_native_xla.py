@@ -139,15 +139,15 @@ def test_under_xla_the_projection_is_the_kernels_and_equals_a_matmul(
     compiled = tf.function(
         lambda *args: _projection_with_gradients(*args, project_channels_first), jit_compile=True
     )
-    calls = custom_calls(compiled, kernel, x, dy)
+    with native.projection_gradients_by_the_ops():  # the gradients' kernels too, on a oneDNN host as well
+        calls = custom_calls(compiled, kernel, x, dy)
+        results = compiled(kernel, x, dy)
     assert {"sit_channels_first_projection_f64", "sit_channels_first_projection_kernel_grad_f64"} <= calls
 
     def matmul(w: tf.Tensor, inputs: tf.Tensor) -> tf.Tensor:
         return tf.matmul(w, inputs, transpose_a=True)
 
-    for got, want in zip(
-        compiled(kernel, x, dy), _projection_with_gradients(kernel, x, dy, matmul), strict=True
-    ):
+    for got, want in zip(results, _projection_with_gradients(kernel, x, dy, matmul), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
@@ -281,11 +281,13 @@ def _loss_and_gradients(encoder: tf.keras.Model, images: tf.Tensor, jit_compile:
 @needs_xla_kernels
 @pytest.mark.parametrize("variant", ["sit", "siet"])
 def test_an_xla_train_step_runs_every_native_op_and_matches_the_graph_step(variant: str) -> None:
+    """With the projection's gradients by its ops, which a oneDNN host takes from matmuls instead."""
     encoder = build_encoder(variant, (16, 16, 3), dim=16, num_heads=2)
     images = tf.random.uniform((21, 16, 16, 3), seed=4)
-    calls = custom_calls(make_train_step(encoder, jit_compile=True), images)
+    with native.projection_gradients_by_the_ops():
+        calls = custom_calls(make_train_step(encoder, jit_compile=True), images)
+        graph, compiled = (_loss_and_gradients(encoder, images, jit) for jit in (False, True))
     assert {f"{name}_f32" for name in XLA_TARGETS} <= calls
-    graph, compiled = (_loss_and_gradients(encoder, images, jit) for jit in (False, True))
     for a, b in zip(graph, compiled, strict=True):  # the same ops; XLA's own fusions round differently
         np.testing.assert_allclose(b, a, rtol=2e-5, atol=2e-5 * float(np.max(np.abs(a))))
 
@@ -294,6 +296,7 @@ def test_an_xla_train_step_runs_every_native_op_and_matches_the_graph_step(varia
 def test_a_sits_xla_train_step_runs_the_kernels_and_without_the_library_tensorflows_ops(monkeypatch) -> None:
     sit = build_encoder("sit", (16, 16, 3), dim=16, num_heads=2)
     images = tf.random.uniform((3, 16, 16, 3))
+    monkeypatch.setattr(native, "projection_gradients_by_matmul", lambda: False)  # every kernel, any host
     calls = custom_calls(make_train_step(sit, jit_compile=True), images)
     assert {f"{name}_f32" for name in XLA_TARGETS} <= calls
     with native.without_xla_kernels():  # what benchmarks/encoders.py compares them with

@@ -9306,22 +9306,32 @@ def test_the_projection_gradients_by_matmuls_section_is_its_runs():
         assert f"{min(speedups):.2f}-{max(speedups):.2f}x" == quoted and quoted in flat
         machines = {_report(f)["machine"].split(";")[0] for f in files}
         assert len(machines) == 1
-    for size, repeats in (("64", 15), ("14", 21)):
-        name = f"projection_gradients_amx_model207_{size}.json"
+    runs = {  # report: (commit, image size, XLA, rounds)
+        "projection_gradients_amx_model207_64.json": ("81ef0d8", 64, False, 15),
+        "projection_gradients_amx_model207_64_run2.json": ("d96a001", 64, False, 15),
+        "projection_gradients_amx_model207_64_xla.json": ("d96a001", 64, True, 15),
+        "projection_gradients_amx_model207_14.json": ("81ef0d8", 14, False, 21),
+    }
+    ratios = []
+    for name, (commit, size, jit_compile, repeats) in runs.items():
         report = _report(name)
         assert f"`benchmarks/reference/{name}`" in flat and "AMX (" in report["machine"]
-        assert report["settings"]["repeats"] == repeats and report["settings"]["batch"] == 96
-        assert report["commit"].startswith("81ef0d8") and report["default_here"] == "matmuls"
+        settings = report["settings"]
+        assert (settings["image_size"], settings.get("jit_compile", False)) == (size, jit_compile)
+        assert settings["repeats"] == repeats and settings["batch"] == 96 and not settings["quick"]
+        assert report["commit"].startswith(commit) and report["default_here"] == "matmuls"
+        mode = "XLA" if jit_compile else "graph"
         for model, r in report["results"].items():
             assert (
-                f"| `{model}`, {size}x{size} | {r['ops_ms']:.1f} | {r['matmuls_ms']:.1f} "
+                f"| `{model}`, {size}x{size}, {mode} | {commit} | {r['ops_ms']:.1f} | {r['matmuls_ms']:.1f} "
                 f"| {r['matmuls_over_ops']:.3f} |" in section
             )
-    at_64 = _report("projection_gradients_amx_model207_64.json")["results"]
-    assert (
-        f"{at_64['sit']['matmuls_over_ops']:.3f}x and {at_64['siet']['matmuls_over_ops']:.3f}x as long"
-        in flat
-    )
+        ratios.append([f"{r['matmuls_over_ops']:.3f}" for r in report["results"].values()])
+    (first, second), (run2_sit, run2_siet), (xla_sit, xla_siet), (small, medium) = ratios
+    assert f"{first}x and {second}x as long with the matmuls' gradients in the first run" in flat
+    assert f"{run2_sit}x and {run2_siet}x in the second" in flat
+    assert f"XLA steps {xla_sit}x and {xla_siet}x with XLA's dots" in flat
+    assert f"at parity ({small} and {medium})" in flat
 
 
 def test_the_evaluations_with_the_native_kernels_section_is_its_runs():

@@ -5,7 +5,6 @@ from __future__ import annotations
 import tensorflow as tf
 
 from sit_keras import native
-from sit_keras.layers.xla_context import in_compiled_function
 
 
 def project_channels_first(kernel: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
@@ -30,9 +29,9 @@ def project_channels_first(kernel: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
     where their XLA kernels are built (``sit_keras.native.XLA_LIBRARY``).
     Where TensorFlow runs oneDNN's kernels (the Intel hosts;
     ``native.projection_gradients_by_matmul``) the gradients of the native
-    projection are TensorFlow's matmuls outside XLA (``matmul_gradients``),
-    which were faster there (docs/speed.md, "The projection's gradients by
-    oneDNN's matmuls").
+    projection are TensorFlow's matmuls (``matmul_gradients``; XLA's dots under
+    XLA), which were faster there (docs/speed.md, "The projection's gradients
+    by oneDNN's matmuls").
     bfloat16 tokens and kernel on a CPU with AMX (mixed_bfloat16) run the
     projection and the input's gradient as ``native.project_bfloat16``, outside
     XLA; the kernel's gradient stays TensorFlow's batched matmul (docs/speed.md,
@@ -43,7 +42,7 @@ def project_channels_first(kernel: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
     kernel, x = tf.convert_to_tensor(kernel), tf.convert_to_tensor(x)
     same_float = x.dtype in (tf.float32, tf.float64) and kernel.dtype == x.dtype
     if same_float and native.usable(x.dtype, native.PROJECTION_OPS):
-        by_matmul = native.projection_gradients_by_matmul() and not in_compiled_function()
+        by_matmul = native.projection_gradients_by_matmul()
         return native.project_channels_first(kernel, x, matmul_gradients if by_matmul else None)
     on_amx = (
         x.dtype == kernel.dtype == tf.bfloat16

@@ -606,15 +606,15 @@ def project_channels_first(
 
 
 def projection_gradients_by_matmul() -> bool:
-    """Whether the projection's gradients are TensorFlow's matmuls rather than the native ops, in a graph.
+    """Whether the native projection's gradients are TensorFlow's matmuls (XLA's dots under XLA), not its ops.
 
     Where TensorFlow runs oneDNN's kernels (``IsMklEnabled``: its x86 build turns
     them on for the CPUs it names, ``TF_ENABLE_ONEDNN_OPTS`` overrides), its
     matmuls formed the SiT's projection gradients faster than the native ops:
-    the SiT's train step took 0.95x its time with them on an Intel host with AMX
-    (docs/speed.md, "The projection's gradients by oneDNN's matmuls"); without
-    oneDNN (the AMD and AVX2 hosts) the native ops were faster. The forward
-    projection stays native, and XLA keeps the ops for all three.
+    the SiT's train step took 0.93-0.96x its time with them on an Intel host with
+    AMX, and its XLA step 0.92x with XLA's dots (docs/speed.md, "The projection's
+    gradients by oneDNN's matmuls"); without oneDNN (the AMD and AVX2 hosts) the
+    native ops were faster. The forward projection stays native.
     ``projection_gradients_by_the_ops()`` and ``projection_gradients_by_matmuls()``
     decide it for what is traced inside them.
     """
