@@ -9120,6 +9120,58 @@ def test_the_targets_at_f5779a5_section_is_its_run():
     )
 
 
+def test_the_targets_at_1034fa9_on_the_amx_model_207_host_section_is_its_run():
+    """docs/speed.md's "The targets at 1034fa9, the pooling's and the projection's gradients": the run beside
+    222c4dc's on the same host, the verdicts that changed, and each time and rate its bullets quote."""
+    section, flat = _speed_section(
+        "#### The targets at 1034fa9, the pooling's and the projection's gradients", "\n## Encoders"
+    )
+    previous, old, previous_rounds = _speed_target_run("speed_targets_amx_model207")
+    run, new, rounds = _speed_target_run("speed_targets_amx_model207_1034fa9")
+    assert run["commit"].startswith("1034fa9") and run["machine"] == previous["machine"]
+    assert run["per_round_medians"] == load_benchmark("speed_targets").per_round_medians(new)
+    _assert_beside(previous, run, (previous_rounds, rounds), section, 4, "Four verdicts changed.")
+    xla = [
+        "siet: XLA / graph train step, 64x64",
+        *(f"{m}: XLA / graph train step, 14x14" for m in ("sit_small", "cnn")),
+    ]
+    assert f"Round by round those three are {_listed([rounds[w] for w in xla], 3)}" in flat
+
+    def ms(reports: dict, model: str, mode: str) -> float:
+        return reports["encoders_64"]["models"][model]["timings"]["train_step"][mode]["median_ms"]
+
+    for model, quote in (("sit", "The SiT's graph step took {} ms against {} ms at 222c4dc ({}x)"),
+                         ("siet", "the SieT's {} against {} ms ({}x)")):  # fmt: skip
+        now, before = ms(new, model, "graph"), ms(old, model, "graph")
+        assert quote.format(f"{now:.1f}", f"{before:.1f}", f"{now / before:.3f}") in flat
+    assert all(quote in flat for quote in _xla_quotes(new, rounds, "took"))
+    gains = {
+        mode: [ms(new, m, mode) / ms(old, m, mode) for m in ("sit", "siet")] for mode in ("xla", "graph")
+    }
+    assert f"XLA steps took {gains['xla'][0]:.3f}x and {gains['xla'][1]:.3f}x their time at 222c4dc" in flat
+    assert f"their graph steps {gains['graph'][0]:.3f}x and {gains['graph'][1]:.3f}x" in flat
+    assert min(gains["xla"]) > max(gains["graph"])  # "in this run the graph steps gained more"
+
+    rates = [r["procgen_ppo"]["env_steps_per_second"] for r in (new, old)]
+    over = [r["procgen_ppo"]["ratios"]["impala_cnn_over_sit_env_steps_per_second"] for r in (new, old)]
+    assert (
+        f"SiT trained at {rates[0]['sit']:.1f} env steps/s against {rates[1]['sit']:.1f} at 222c4dc and the "
+        f"IMPALA-CNN at {rates[0]['impala_cnn']:.1f} against {rates[1]['impala_cnn']:.1f}: "
+        f"1/{over[0]:.2f} against 1/{over[1]:.2f}" in flat
+    )
+    sit, cnn = (rates[0][m] / rates[1][m] for m in ("sit", "impala_cnn"))
+    assert (
+        f"SiT trained {sit - 1:.1%} faster and the IMPALA-CNN, whose code did not change, "
+        f"{1 - cnn:.1%} slower" in flat
+    )
+    assert 1 - cnn > sit - 1  # "most of the ratio's change is the CNN's run"
+    bfloat16 = [r["encoders_64"]["models"]["sit"]["precision"]["mixed_bfloat16"] for r in (new, old)]
+    assert (
+        f"step took {bfloat16[0]['median_ms']:.1f} ms, {bfloat16[0]['over_float32']:.3f}x its float32 step "
+        f"({bfloat16[1]['over_float32']:.3f} at 222c4dc)" in flat
+    )
+
+
 ATTENTION_OPS = (
     "SitWindowAttention",
     "SitWindowAttentionGrad",
@@ -9140,7 +9192,10 @@ def test_the_targets_on_the_amx_model_207_host_section_is_its_run():
     """docs/speed.md's "The targets on an Intel host with AMX, model 207": the run beside f5779a5's on the
     same model without AMX, the verdicts that changed and their per-round medians, the times and rates its
     bullets quote, and the bfloat16 step's op profile by group, read from the reports."""
-    section, flat = _speed_section("### The targets on an Intel host with AMX, model 207", "\n## Encoders")
+    section, flat = _speed_section(
+        "### The targets on an Intel host with AMX, model 207",
+        "\n#### The targets at 1034fa9, the pooling's and the projection's gradients",
+    )
     previous, old, previous_rounds = _speed_target_run("speed_targets_avx512bf16_repeat_f5779a5")
     run, new, rounds = _speed_target_run("speed_targets_amx_model207")
     assert run["commit"].startswith("222c4dc") and "model 207" in run["machine"]

@@ -32,6 +32,7 @@ COMMITTED_BFLOAT16_RUNS = [
     "speed_targets_amx_bf16_projection",
     "speed_targets_amx_uninitialized",
     "speed_targets_amx_model207",
+    "speed_targets_amx_model207_1034fa9",
 ]
 # An Intel host with AVX512_BF16 but no AMX (docs/speed.md, "The targets on an Intel host with AVX512_BF16 and
 # no AMX"): bfloat16 counts there too.
