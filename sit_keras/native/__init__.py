@@ -583,8 +583,8 @@ def project_channels_first(
     this layout (``channels_first.cc``). The kernel's gradient comes from
     ``SitChannelsFirstProjectionKernelGrad``, the same bits on every run; the
     input's, ``W dy``, is the projection by the transposed kernel: as fast as
-    TensorFlow's matmul in a graph on the AVX2 and AMD hosts, faster than XLA's
-    dot (docs/speed.md, "The projection's input gradient under XLA"), and the
+    TensorFlow's matmul in a graph on the AVX2 host, faster than XLA's dot
+    there (docs/speed.md, "The projection's input gradient under XLA"), and the
     same bits in both. ``gradients(kernel, inputs, dy)``, if given, returns the
     kernel's and the input's gradients instead (``projection_gradients_by_matmul``).
     float32 and float64 only: under ``mixed_bfloat16`` the builtin matmul
