@@ -9124,7 +9124,8 @@ def test_the_targets_at_1034fa9_on_the_amx_model_207_host_section_is_its_run():
     """docs/speed.md's "The targets at 1034fa9, the pooling's and the projection's gradients": the run beside
     222c4dc's on the same host, the verdicts that changed, and each time and rate its bullets quote."""
     section, flat = _speed_section(
-        "#### The targets at 1034fa9, the pooling's and the projection's gradients", "\n## Encoders"
+        "#### The targets at 1034fa9, the pooling's and the projection's gradients",
+        "\n#### Procgen before and after, alternated",
     )
     previous, old, previous_rounds = _speed_target_run("speed_targets_amx_model207")
     run, new, rounds = _speed_target_run("speed_targets_amx_model207_1034fa9")
@@ -9170,6 +9171,49 @@ def test_the_targets_at_1034fa9_on_the_amx_model_207_host_section_is_its_run():
         f"step took {bfloat16[0]['median_ms']:.1f} ms, {bfloat16[0]['over_float32']:.3f}x its float32 step "
         f"({bfloat16[1]['over_float32']:.3f} at 222c4dc)" in flat
     )
+
+
+def test_the_procgen_before_and_after_section_is_its_alternated_runs():
+    """docs/speed.md's "Procgen before and after, alternated": each round read from the reports the summary
+    names (all named in the section), its medians and ratios, and the rounds that met 1/4."""
+    section, flat = _speed_section("#### Procgen before and after, alternated", "\n## Encoders")
+    ab = _report("procgen_ppo_projection_gradients_ab.json")
+    assert "`benchmarks/reference/procgen_ppo_projection_gradients_ab.json`" in flat
+    assert all(f"`{name}`" in flat for name in ab["reports"])
+    commits = {"before": "222c4dc", "after": "30e361c"}
+    keys = ("sit", "impala_cnn", "sit_over_impala_cnn")
+    for entry in ab["rounds"]:
+        for side in ("before", "after"):
+            report = _report(f"procgen_ppo_projection_gradients_{side}_run{entry['round']}.json")
+            assert report["commit"].startswith(commits[side]) and report["machine"] == ab["machine"]
+            rates, got = report["env_steps_per_second"], entry[side]
+            over = 1 / report["ratios"]["impala_cnn_over_sit_env_steps_per_second"]
+            assert (got["sit"], got["impala_cnn"], got["sit_over_impala_cnn"]) == (
+                rates["sit"],
+                rates["impala_cnn"],
+                over,
+            )
+            assert (
+                f"| {entry['round']} | {side} ({commits[side]}) | {got['sit']:.1f} | {got['impala_cnn']:.1f} "
+                f"| {got['sit_over_impala_cnn']:.3f} |" in section
+            )
+        assert entry["first"] == ("before" if entry["round"] % 2 else "after")
+    medians, ratios = ab["medians"], ab["after_over_before"]
+    for key in keys:
+        for side in ("before", "after"):
+            assert medians[side][key] == statistics.median(r[side][key] for r in ab["rounds"])
+        assert ratios[key] == medians["after"][key] / medians["before"][key]
+    assert (
+        f"the SiT trained at {medians['before']['sit']:.1f} and {medians['after']['sit']:.1f} env steps/s "
+        f"({ratios['sit']:.3f}x), the IMPALA-CNN, whose code did not change, at "
+        f"{medians['before']['impala_cnn']:.1f} and {medians['after']['impala_cnn']:.1f} "
+        f"({ratios['impala_cnn']:.3f}x)" in flat
+    )
+    quarter = [
+        sum(r[side]["sit_over_impala_cnn"] >= 0.25 for r in ab["rounds"]) for side in ("before", "after")
+    ]
+    assert quarter == [ab["rounds_meeting_a_quarter"][side] for side in ("before", "after")] == [1, 3]
+    assert "1/4 held in one round of three before and in all three after" in flat
 
 
 ATTENTION_OPS = (
