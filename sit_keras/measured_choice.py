@@ -12,7 +12,7 @@ measured again, not read from an older code's timings.
 
 A host is its processor (model name and the instruction sets that decide the
 kernels: AVX2, AVX512F, AVX512_BF16, AMX), its number of CPUs and GPUs, the
-TensorFlow version, TensorFlow's CPU allocator
+TensorFlow version and whether it runs oneDNN, TensorFlow's CPU allocator
 (``TF_CPU_ALLOCATOR_USE_BFC``) and XLA's flags (``XLA_FLAGS``: they choose
 XLA's CPU runtime, which changes the XLA steps' times by model). Each
 candidate is timed ``ROUNDS`` times, in a new order each round after a
@@ -127,6 +127,9 @@ def host() -> dict[str, Any]:
         "native_kernels": native.available(),
         # And their XLA kernels: with them an XLA step runs the same ops.
         "native_xla_kernels": native.xla_load_problem() is None,
+        # Whether TensorFlow runs oneDNN (TF_ENABLE_ONEDNN_OPTS): its kernels, and whether the native
+        # projection's gradients are its matmuls (native.projection_gradients_by_matmul).
+        "tensorflow_onednn": native.tensorflow_runs_onednn(),
     }
 
 

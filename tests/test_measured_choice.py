@@ -261,6 +261,15 @@ def test_whether_the_native_kernels_load_is_part_of_the_host(monkeypatch):
     assert measured_choice._entry_key("precision", {"model": "x"}) != with_kernels
 
 
+def test_whether_tensorflow_runs_onednn_is_part_of_the_host(monkeypatch):
+    """oneDNN (TF_ENABLE_ONEDNN_OPTS) changes TensorFlow's kernels and the projection's gradients."""
+    monkeypatch.setattr(native, "tensorflow_runs_onednn", lambda: True)
+    with_onednn = measured_choice._entry_key("precision", {"model": "x"})
+    assert measured_choice.host()["tensorflow_onednn"] is True
+    monkeypatch.setattr(native, "tensorflow_runs_onednn", lambda: False)
+    assert measured_choice._entry_key("precision", {"model": "x"}) != with_onednn
+
+
 def test_a_host_without_cpuinfo_is_known_by_its_counts(monkeypatch):
     monkeypatch.setattr(measured_choice, "_cpuinfo", lambda: "")
     described = measured_choice.host()

@@ -622,10 +622,11 @@ def projection_gradients_by_matmul() -> bool:
         return True
     if getattr(_state, "projection_gradients_by_ops", False):
         return False
-    return _tensorflow_runs_onednn()
+    return tensorflow_runs_onednn()
 
 
-def _tensorflow_runs_onednn() -> bool:
+def tensorflow_runs_onednn() -> bool:
+    """Whether TensorFlow runs oneDNN's kernels in this process (``IsMklEnabled``; false if it cannot say)."""
     try:
         from tensorflow.python.util import _pywrap_util_port
     except ImportError:  # a TensorFlow without the module: no oneDNN to ask about
