@@ -66,7 +66,7 @@ def train_steps(
     for way, context in WAYS.items():
         tf_keras.utils.set_random_seed(0)
         step = make_train_step(
-            build_encoder(name, (image_size, image_size, 3), **overrides), jit_compile=False
+            build_encoder(name, (image_size, image_size, 3), **overrides), jit_compile=jit_compile
         )
         with context():
             step.get_concrete_function(images)  # traced with this way's gradients
@@ -102,14 +102,19 @@ def parse_args(argv: Sequence[str] | None):
     parser.add_argument("--out", default=None, help="write the report as JSON here")
     args = parser.parse_args(argv)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
-    for model in args.models:
-        try:
-            parse_model(model)
-        except ValueError as error:
-            raise UsageError(f"--models: {error}.") from None
     for flag in ("image_size", "batch", "repeats"):
         if getattr(args, flag) < 1:
             raise UsageError(f"--{flag} must be at least 1; received {getattr(args, flag)}.")
+    image_size = min(args.image_size, QUICK["image_size"]) if args.quick else args.image_size
+    for model in args.models:
+        try:
+            name, overrides = parse_model(model)
+        except ValueError as error:
+            raise UsageError(f"--models: {error}.") from None
+        try:  # the model's own sentence on sizes it cannot take, before anything is timed
+            build_encoder(name, (image_size, image_size, 3), **overrides)
+        except ValueError as error:
+            raise UsageError(f"--models {model} at --image_size {image_size}: {error}") from None
     if not native.available():
         raise UsageError(
             f"the native kernels do not load here ({native.load_problem()}): nothing to compare."

@@ -292,6 +292,11 @@ def test_projection_gradients_times_both_ways_of_each_model(tmp_path, capsys):
             assert ("SitChannelsFirstProjectionKernelGrad" in op_types(step, images)) == (
                 way == "ops" and kernels
             )
+            if jit_compile:  # compiled by XLA (stop 110's script built both modes' steps without it)
+                assert "HloModule" in step.experimental_get_compiler_ir(images)(stage="hlo")
+            else:
+                with pytest.raises(ValueError, match="jit_compile=True"):
+                    step.experimental_get_compiler_ir(images)
     out = tmp_path / "pg.json"
     assert module.main(["--quick", "--models", "sit", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
@@ -312,6 +317,7 @@ def test_projection_gradients_times_both_ways_of_each_model(tmp_path, capsys):
         (["--models", "vitt"], "--models: unknown encoder 'vitt'"),
         (["--batch", "0"], "--batch must be at least 1"),
         (["--out", "."], "--out must be a file path"),
+        (["--image_size", "14"], "--models sit at --image_size 14: sit with pool_size=2"),
     ],
 )
 def test_projection_gradients_refuses_bad_arguments_in_one_sentence(argv, message, capsys):
