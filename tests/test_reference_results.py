@@ -7956,6 +7956,10 @@ def _op_type_rows(before: dict, after: dict, count: int) -> list[str]:
     return [f"| `{op}` | {cell(times[0], op)} | {cell(times[1], op)} |" for op in ops]
 
 
+# Where the sections on the earlier speed-target runs end: the AMD host's run follows them.
+AMD_TARGETS = "\n### The targets on an AMD host with AVX512_BF16"
+
+
 def _speed_section(title: str, end: str) -> tuple[str, str]:
     """docs/speed.md from ``title`` to ``end``, and flattened."""
     start = SPEED.index(title)
@@ -8077,7 +8081,7 @@ def test_the_targets_at_f3f8215_are_the_run():
 def test_the_sits_xla_step_section_is_its_profile():
     """docs/speed.md's "The SiT's XLA step by instruction": the profile's ten longest ops, its times and the
     native kernels' share."""
-    section, flat = _speed_section("#### The SiT's XLA step by instruction", "\n## Encoders")
+    section, flat = _speed_section("#### The SiT's XLA step by instruction", AMD_TARGETS)
     report = _report("op_profile_xla_sit_train_amx.json")
     assert report["commit"].startswith("146f498") and "AMX" in report["machine"]
     assert report["settings"]["jit_compile"] and report["settings"]["model"] == "sit"
@@ -9072,7 +9076,7 @@ def test_the_targets_at_f5779a5_section_is_its_run():
     f2653c2's, the verdicts that changed, Procgen's ratio in the four runs on this host kind, and each time
     and rate its bullets quote, read from the reports."""
     section, flat = _speed_section(
-        "#### The targets at f5779a5, the same arithmetic on the 64x64 models", "\n## Encoders"
+        "#### The targets at f5779a5, the same arithmetic on the 64x64 models", AMD_TARGETS
     )
     previous, old, previous_rounds = _speed_target_run("speed_targets_avx512bf16_values_op")
     run, new, rounds = _speed_target_run("speed_targets_avx512bf16_repeat_f5779a5")
@@ -9178,7 +9182,7 @@ def test_the_targets_at_1034fa9_on_the_amx_model_207_host_section_is_its_run():
 def test_the_procgen_before_and_after_section_is_its_alternated_runs():
     """docs/speed.md's "Procgen before and after, alternated": each round read from the reports the summary
     names (all named in the section), its medians and ratios, and the rounds that met 1/4."""
-    section, flat = _speed_section("#### Procgen before and after, alternated", "\n## Encoders")
+    section, flat = _speed_section("#### Procgen before and after, alternated", AMD_TARGETS)
     ab = _report("procgen_ppo_projection_gradients_ab.json")
     assert "`benchmarks/reference/procgen_ppo_projection_gradients_ab.json`" in flat
     assert all(f"`{name}`" in flat for name in ab["reports"])
@@ -9392,6 +9396,61 @@ PROJECTION_SPEEDUP_RUNS = {  # docs/speed.md's ranges of native_ops' projection_
 }
 
 
+def test_the_targets_on_the_amd_host_section_is_its_run():
+    """docs/speed.md's "The targets on an AMD host with AVX512_BF16": the first run there, beside 1034fa9's on
+    the AMX host of model 207, the verdicts that changed, and the times and rates its bullets quote."""
+    section, flat = _speed_section(AMD_TARGETS.strip(), "\n## Encoders")
+    previous, old, previous_rounds = _speed_target_run("speed_targets_amx_model207_1034fa9")
+    run, new, rounds = _speed_target_run("speed_targets_amd_bf16")
+    assert run["commit"].startswith("49f0306") and "AMD EPYC" in run["machine"] and "no AMX" in run["machine"]
+    assert "avx512_bf16" in run["cpu_flags"] and "amx_bf16" not in run["cpu_flags"]
+    _assert_beside(previous, run, (previous_rounds, rounds), section, 4, "Four verdicts changed.")
+
+    def step(reports: dict, model: str, mode: str = "graph") -> str:
+        return f"{reports['encoders_64']['models'][model]['timings']['train_step'][mode]['median_ms']:.1f}"
+
+    matmuls = [r["encoders_64"]["matmul"] for r in (new, old)]
+    assert f"matmul took {matmuls[0]['median_ms']:.2f} ms against {matmuls[1]['median_ms']:.2f} ms" in flat
+    assert (
+        f"graph step took {step(new, 'sit')} against {step(old, 'sit')} ms, the SieT's "
+        f"{step(new, 'siet')} against {step(old, 'siet')} ms and the ViT's {step(new, 'vit')} against "
+        f"{step(old, 'vit')} ms" in flat
+    )
+    rises = [run["targets"][i]["value"] / previous["targets"][i]["value"] - 1 for i in (0, 2)]  # SiT, SieT
+    assert f"rise by {100 * min(rises):.0f}-{100 * max(rises):.0f}%" in flat
+    assert all(quote in flat for quote in _xla_quotes(new, rounds, "took"))
+    bfloat16 = [r["encoders_64"]["models"]["sit"]["precision"]["mixed_bfloat16"] for r in (new, old)]
+    matmul_bfloat16 = [m["by_precision"]["mixed_bfloat16"]["over_float32"] for m in matmuls]
+    assert (
+        f"step took {bfloat16[0]['median_ms']:.1f} ms, {bfloat16[0]['over_float32']:.3f}x its float32 step "
+        f"({bfloat16[1]['over_float32']:.3f}x on the AMX host)" in flat
+    )
+    assert f"took {matmul_bfloat16[0]:.3f}x its float32 time ({matmul_bfloat16[1]:.3f}x with AMX)" in flat
+    rates = [r["procgen_ppo"]["env_steps_per_second"] for r in (new, old)]
+    over = [r["procgen_ppo"]["ratios"]["impala_cnn_over_sit_env_steps_per_second"] for r in (new, old)]
+    assert (
+        f"SiT trained at {rates[0]['sit']:.1f} env steps/s and the IMPALA-CNN at "
+        f"{rates[0]['impala_cnn']:.1f}: 1/{over[0]:.2f}, against 1/{over[1]:.2f}" in flat
+    )
+    assert (
+        f"IMPALA-CNN runs at {rates[0]['impala_cnn'] / rates[1]['impala_cnn']:.2f}x its rate on the AMX "
+        f"host, the SiT at {rates[0]['sit'] / rates[1]['sit']:.2f}x" in flat
+    )
+    demo = new["demo_ppo"]
+    lava = new["lavacrossing_ppo"]["table"]
+    assert (
+        f"demo's SiT trained at {demo['env_steps_per_second']['sit']:.1f} env steps/s and its CNN at "
+        f"{demo['env_steps_per_second']['cnn']:.1f} ({demo['sit_over_cnn']:.3f})" in flat
+    )
+    assert (
+        f"SiT-small at {lava['sit_small']['env_steps_per_second']:.1f} and the CNN at "
+        f"{lava['cnn']['env_steps_per_second']:.1f} (cost {lava['cnn']['cost_per_env_step']:.3f})" in flat
+    )
+    workers = [r["two_workers"]["median_ratios_two_over_one"] for r in (new, old)]
+    workers = [w["learner_seconds_per_train_step"] for w in workers]
+    assert f"train step {workers[0]:.2f}x as long ({workers[1]:.2f}x on the AMX host)" in flat
+
+
 def test_the_projection_gradients_by_matmuls_section_is_its_runs():
     """docs/speed.md's "The projection's gradients by oneDNN's matmuls": the native_ops ranges per host kind
     from the runs it names, and the train steps both ways from projection_gradients.py's reports."""
@@ -9403,32 +9462,50 @@ def test_the_projection_gradients_by_matmuls_section_is_its_runs():
         assert f"{min(speedups):.2f}-{max(speedups):.2f}x" == quoted and quoted in flat
         machines = {_report(f)["machine"].split(";")[0] for f in files}
         assert len(machines) == 1
-    runs = {  # report: (commit, image size, XLA, rounds)
+    amx = {  # report: (commit, image size, XLA, rounds)
         "projection_gradients_amx_model207_64.json": ("81ef0d8", 64, False, 15),
         "projection_gradients_amx_model207_64_run2.json": ("d96a001", 64, False, 15),
         "projection_gradients_amx_model207_64_xla.json": ("d96a001", 64, True, 15),
         "projection_gradients_amx_model207_14.json": ("81ef0d8", 14, False, 21),
     }
-    ratios = []
-    for name, (commit, size, jit_compile, repeats) in runs.items():
+    amd = {
+        "projection_gradients_amd_bf16_64.json": ("49f0306", 64, False, 15),
+        "projection_gradients_amd_bf16_64_run2.json": ("49f0306", 64, False, 15),
+        "projection_gradients_amd_bf16_64_xla.json": ("d484e0e", 64, True, 15),
+        "projection_gradients_amd_bf16_64_xla_run2.json": ("d484e0e", 64, True, 15),
+        "projection_gradients_amd_bf16_14.json": ("49f0306", 14, False, 21),
+    }
+    ratios = {}
+    for name, (commit, size, jit_compile, repeats) in {**amx, **amd}.items():
         report = _report(name)
-        assert f"`benchmarks/reference/{name}`" in flat and "AMX (" in report["machine"]
+        assert f"`benchmarks/reference/{name}`" in flat
+        assert ("AMX (" if name in amx else "AMD EPYC") in report["machine"]
         settings = report["settings"]
         assert (settings["image_size"], settings.get("jit_compile", False)) == (size, jit_compile)
         assert settings["repeats"] == repeats and settings["batch"] == 96 and not settings["quick"]
         assert report["commit"].startswith(commit) and report["default_here"] == "matmuls"
-        mode = "XLA" if jit_compile else "graph"
+        # Before d484e0e the script built every step without XLA: that run's report says so.
+        compiled = jit_compile and not report["commit"].startswith(("d96a001", "1034fa9"))
+        assert ("correction" in report) == (jit_compile and not compiled)
+        mode = "XLA" if compiled else "graph (`--jit_compile` ignored)" if jit_compile else "graph"
         for model, r in report["results"].items():
             assert (
                 f"| `{model}`, {size}x{size}, {mode} | {commit} | {r['ops_ms']:.1f} | {r['matmuls_ms']:.1f} "
                 f"| {r['matmuls_over_ops']:.3f} |" in section
             )
-        ratios.append([f"{r['matmuls_over_ops']:.3f}" for r in report["results"].values()])
-    (first, second), (run2_sit, run2_siet), (xla_sit, xla_siet), (small, medium) = ratios
+        ratios[name] = [f"{r['matmuls_over_ops']:.3f}" for r in report["results"].values()]
+    (first, second), (run2_sit, run2_siet), (run3_sit, run3_siet), (small, medium) = (ratios[n] for n in amx)
     assert f"{first}x and {second}x as long with the matmuls' gradients in the first run" in flat
-    assert f"{run2_sit}x and {run2_siet}x in the second" in flat
-    assert f"XLA steps {xla_sit}x and {xla_siet}x with XLA's dots" in flat
+    assert f"{run2_sit}x and {run2_siet}x in the second, and {run3_sit}x and {run3_siet}x in the third" in (
+        flat
+    )
     assert f"at parity ({small} and {medium})" in flat
+    graph, graph2, xla, xla2, (small, medium) = (ratios[n] for n in amd)
+    assert (
+        f"graph steps take {graph[0]}x and {graph[1]}x as long with them in the first run and {graph2[0]}x "
+        f"and {graph2[1]}x in the second, their XLA steps {xla[0]}x and {xla[1]}x with XLA's dots in the "
+        f"first and {xla2[0]}x and {xla2[1]}x in the second; at 14x14 {small} and {medium}," in flat
+    )
 
 
 def test_the_evaluations_with_the_native_kernels_section_is_its_runs():

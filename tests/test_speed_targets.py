@@ -34,13 +34,15 @@ COMMITTED_BFLOAT16_RUNS = [
     "speed_targets_amx_model207",
     "speed_targets_amx_model207_1034fa9",
 ]
-# An Intel host with AVX512_BF16 but no AMX (docs/speed.md, "The targets on an Intel host with AVX512_BF16 and
-# no AMX"): bfloat16 counts there too.
+# Hosts with AVX512_BF16 but no AMX, an Intel one (docs/speed.md, "The targets on an Intel host with
+# AVX512_BF16 and no AMX") and an AMD one ("The targets on an AMD host with AVX512_BF16"): bfloat16 counts
+# there.
 COMMITTED_AVX512_BF16_RUNS = [
     "speed_targets_avx512bf16",
     "speed_targets_avx512bf16_rounds",
     "speed_targets_avx512bf16_values_op",
     "speed_targets_avx512bf16_repeat_f5779a5",
+    "speed_targets_amd_bf16",
 ]
 
 

@@ -27,8 +27,8 @@ def project_channels_first(kernel: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
     forward and 1.30x forward and backward than TensorFlow's matmuls on an
     AVX2 host (docs/speed.md, "The projection in a native op"); under XLA too
     where their XLA kernels are built (``sit_keras.native.XLA_LIBRARY``).
-    Where TensorFlow runs oneDNN's kernels (the Intel hosts;
-    ``native.projection_gradients_by_matmul``) the gradients of the native
+    Where TensorFlow runs oneDNN's kernels (the Intel hosts and the AMD one
+    with AVX512_BF16; ``native.projection_gradients_by_matmul``) the gradients of the native
     projection are TensorFlow's matmuls (``matmul_gradients``; XLA's dots under
     XLA), which were faster there (docs/speed.md, "The projection's gradients
     by oneDNN's matmuls").

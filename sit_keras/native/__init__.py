@@ -612,9 +612,10 @@ def projection_gradients_by_matmul() -> bool:
     them on for the CPUs it names, ``TF_ENABLE_ONEDNN_OPTS`` overrides), its
     matmuls formed the SiT's projection gradients faster than the native ops:
     the SiT's train step took 0.93-0.96x its time with them on an Intel host with
-    AMX, and its XLA step 0.92x with XLA's dots (docs/speed.md, "The projection's
-    gradients by oneDNN's matmuls"); without oneDNN (the AMD and AVX2 hosts) the
-    native ops were faster. The forward projection stays native.
+    AMX and 0.88-0.93x on an AMD host with AVX512_BF16, its XLA step there
+    0.95-0.96x with XLA's dots (docs/speed.md, "The projection's gradients by
+    oneDNN's matmuls"); without oneDNN (the AVX2 hosts) the native ops were
+    faster. The forward projection stays native.
     ``projection_gradients_by_the_ops()`` and ``projection_gradients_by_matmuls()``
     decide it for what is traced inside them.
     """
