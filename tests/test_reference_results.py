@@ -9426,6 +9426,21 @@ def test_the_targets_on_the_amd_host_section_is_its_run():
         f"({bfloat16[1]['over_float32']:.3f}x on the AMX host)" in flat
     )
     assert f"took {matmul_bfloat16[0]:.3f}x its float32 time ({matmul_bfloat16[1]:.3f}x with AMX)" in flat
+    profiles = [_report(f"op_profile_train_amd_bf16_f0777d5_{p}.json") for p in ("float32", "mixed_bfloat16")]
+    assert all(p["commit"].startswith("f0777d5") and p["settings"]["one_op_at_a_time"] for p in profiles)
+    assert [p["settings"]["precision"] for p in profiles] == ["float32", "mixed_bfloat16"]
+    total = [p["summed_op_ms_per_call"] for p in profiles]
+    attention = [sum(o["ms_per_call"] for o in p["op_types"] if o["op"] in ATTENTION_OPS) for p in profiles]
+    assert f"add up to {total[0]:.1f} ms in float32 and {total[1]:.1f} ms in bfloat16" in flat
+    assert (
+        f"attention ops {attention[0]:.1f} against {attention[1]:.1f} ms ({attention[1] / attention[0]:.2f}x"
+        in flat
+    )
+    assert f"all other ops {total[0] - attention[0]:.1f} against {total[1] - attention[1]:.1f} ms" in flat
+    assert (
+        f"add up to {0.7 * total[0]:.1f} ms (0.7 x {total[0]:.1f}), {total[1] - 0.7 * total[0]:.1f} ms less"
+        in flat
+    )
     rates = [r["procgen_ppo"]["env_steps_per_second"] for r in (new, old)]
     over = [r["procgen_ppo"]["ratios"]["impala_cnn_over_sit_env_steps_per_second"] for r in (new, old)]
     assert (
