@@ -9419,6 +9419,13 @@ def test_the_targets_on_the_amd_host_section_is_its_run():
     rises = [run["targets"][i]["value"] / previous["targets"][i]["value"] - 1 for i in (0, 2)]  # SiT, SieT
     assert f"rise by {100 * min(rises):.0f}-{100 * max(rises):.0f}%" in flat
     assert all(quote in flat for quote in _xla_quotes(new, rounds, "took"))
+    # The SiT's steps both ways in projection_gradients.py's runs on this host, XLA's and the graph's.
+    spans = []
+    for names in (("64_xla", "64_xla_run2"), ("64", "64_run2")):
+        sit = [_report(f"projection_gradients_amd_bf16_{n}.json")["results"]["sit"] for n in names]
+        times = [r[way] for r in sit for way in ("ops_ms", "matmuls_ms")]
+        spans.append(f"{min(times):.1f}-{max(times):.1f} ms")
+    assert f"the SiT's XLA steps took {spans[0]} and its graph steps {spans[1]}" in flat
     bfloat16 = [r["encoders_64"]["models"]["sit"]["precision"]["mixed_bfloat16"] for r in (new, old)]
     matmul_bfloat16 = [m["by_precision"]["mixed_bfloat16"]["over_float32"] for m in matmuls]
     assert (
