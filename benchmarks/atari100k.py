@@ -36,7 +36,16 @@ from typing import Any
 import gin
 
 from sit_keras.agents import train
-from sit_keras.benchmarking import environment, name_list, write_report
+from sit_keras.benchmarking import (
+    SentenceParser,
+    UsageError,
+    check_out_file,
+    environment,
+    name_list,
+    parse_or_say_why,
+    seed_list,
+    write_report,
+)
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "atari100k.json"
 CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "atari"
@@ -144,8 +153,8 @@ def format_table(runs: Sequence[dict[str, Any]], agent_steps: int) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = SentenceParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--games", type=name_list(tuple(GAMES), "game"), default=["pong", "breakout", "spaceinvaders"]
     )
@@ -177,8 +186,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             2,
         )
     if args.agent_steps < 10:
-        parser.error(f"--agent_steps must be >= 10 (ten evaluations). Received: {args.agent_steps}")
-    seeds = [int(s) for s in args.seeds.split(",")]
+        raise UsageError(f"--agent_steps must be >= 10 (ten evaluations); received {args.agent_steps}.")
+    for flag in ("eval_episodes", "log_interval"):
+        if getattr(args, flag) < 1:
+            raise UsageError(f"--{flag} must be at least 1; received {getattr(args, flag)}.")
+    seed_list(args.seeds)
+    if Path(args.root).exists() and not Path(args.root).is_dir():
+        raise UsageError(f"--root must be a folder; received {args.root!r}, a file.")
+    for game in args.games:  # the configs and --gin_bindings, before anything trains
+        for model in args.models:
+            try:
+                _parse(game, model, args.gin_bindings)
+            except ValueError as error:
+                why = " ".join(str(error.__cause__ or error).split())
+                raise UsageError(f"--gin_bindings do not apply to {game}_{model}.gin ({why}).") from None
+            finally:
+                gin.clear_config()
+    check_out_file(args.out)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_or_say_why(parse_args, argv)
+    if args is None:
+        return 2
+    seeds = seed_list(args.seeds)
     machine = environment()  # its load average is the one at the start
 
     runs = []

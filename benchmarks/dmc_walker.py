@@ -46,7 +46,16 @@ from typing import Any
 import gin
 
 from sit_keras.agents import train
-from sit_keras.benchmarking import environment, name_list, write_report
+from sit_keras.benchmarking import (
+    SentenceParser,
+    UsageError,
+    check_out_file,
+    environment,
+    name_list,
+    parse_or_say_why,
+    seed_list,
+    write_report,
+)
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "dmc_walker.json"
 CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "dmc"
@@ -220,8 +229,8 @@ def _names(text: str) -> list[str]:
     return name_list(ENCODERS, "encoder")(text) if text else []
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = SentenceParser(description=__doc__.split("\n")[0])
     parser.add_argument("--encoders", type=_names, default=["cnn"], help="trained; '' for none")
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--env_steps", type=int, default=3000, help="training budget (agent steps)")
@@ -249,7 +258,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         args.encoders, args.speed_encoders, args.seeds = ["cnn"], ["cnn"], "0"
         args.env_steps, args.num_eval_episodes, args.speed_steps, args.speed_iterations = 300, 1, 64, 4
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seed_list(args.seeds)
+    if args.env_steps < 2:
+        raise UsageError(
+            f"--env_steps must be at least 2 (two steps in the replay); received {args.env_steps}."
+        )
+    for flag in ("num_eval_episodes", "speed_iterations"):
+        if getattr(args, flag) < 1:
+            raise UsageError(f"--{flag} must be at least 1; received {getattr(args, flag)}.")
+    if args.speed_steps < 0:
+        raise UsageError(f"--speed_steps must be at least 0; received {args.speed_steps}.")
+    if args.speed_blocks < 2:
+        raise UsageError(
+            f"--speed_blocks must be at least 2 (the first includes tracing); received {args.speed_blocks}."
+        )
+    if Path(args.root).exists() and not Path(args.root).is_dir():
+        raise UsageError(f"--root must be a folder; received {args.root!r}, a file.")
+    for encoder in args.encoders:  # the configs and --gin_bindings, before anything trains
+        try:
+            _parse(encoder, args.gin_bindings)
+        except ValueError as error:
+            why = " ".join(str(error.__cause__ or error).split())
+            raise UsageError(f"--gin_bindings do not apply to walker_walk_{encoder}.gin ({why}).") from None
+        finally:
+            gin.clear_config()
+    check_out_file(args.out)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_or_say_why(parse_args, argv)
+    if args is None:
+        return 2
+    seeds = seed_list(args.seeds)
     root = Path(args.root)
 
     start = time.perf_counter()

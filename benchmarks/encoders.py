@@ -78,7 +78,17 @@ import tensorflow as tf
 import tf_keras
 
 from sit_keras import native
-from sit_keras.benchmarking import command_line, current_commit, environment, name_list, write_report
+from sit_keras.benchmarking import (
+    SentenceParser,
+    UsageError,
+    check_out_file,
+    command_line,
+    current_commit,
+    environment,
+    name_list,
+    parse_or_say_why,
+    write_report,
+)
 from sit_keras.encoder_check import make_forward, make_train_step
 from sit_keras.layers.graph_symmetric_attention import IMPLEMENTATIONS
 from sit_keras.models import ENCODER_NAMES, build_encoder
@@ -558,7 +568,7 @@ def format_report(report: dict[str, Any]) -> str:
 
 # -- main -------------------------------------------------------------------------
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = SentenceParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--models",
         type=_model_list,
@@ -604,19 +614,25 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.repeats is None:
         args.repeats = 3 if args.quick else 7
-    if args.repeats < 1 or args.warmup < 0 or args.image_size < 1:
-        parser.error("--repeats and --image_size must be positive and --warmup non-negative")
+    for flag in ("repeats", "image_size"):
+        if getattr(args, flag) < 1:
+            raise UsageError(f"--{flag} must be at least 1; received {getattr(args, flag)}.")
+    if args.warmup < 0:
+        raise UsageError(f"--warmup must be at least 0; received {args.warmup}.")
     for spec in args.models:  # a size a model cannot take is said before anything is timed
         name, overrides = parse_model(spec)
         try:
             build_encoder(name, (args.image_size, args.image_size, 3), **overrides)
         except ValueError as error:
-            parser.error(f"{spec} at --image_size {args.image_size}: {error}")
+            raise UsageError(f"--models {spec} at --image_size {args.image_size}: {error}") from None
+    check_out_file(args.out)
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+    args = parse_or_say_why(parse_args, argv)
+    if args is None:
+        return 2
     commit = current_commit()  # when the run starts: the code it measures
     start = time.perf_counter()
     env = environment()

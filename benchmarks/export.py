@@ -42,13 +42,22 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import tensorflow as tf
 
 import sit_keras  # noqa: F401  (sets up Keras 2 before TensorFlow)
-from sit_keras.benchmarking import environment, name_list, write_report  # noqa: E402
+from sit_keras.benchmarking import (  # noqa: E402
+    SentenceParser,
+    UsageError,
+    check_out_file,
+    environment,
+    folder_list,
+    name_list,
+    parse_or_say_why,
+    write_report,
+)
 from sit_keras.export.exporter import NUM_EXAMPLES, export_policy  # noqa: E402
 from sit_keras.export.op_profile import profile_ops  # noqa: E402
 from sit_keras.export.policy_model import load_trained_policy  # noqa: E402
@@ -220,8 +229,8 @@ def format_table(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = SentenceParser(description=__doc__.split("\n")[0])
     parser.add_argument("--root_dirs", default="", help="trained folders, comma-separated")
     parser.add_argument(
         "--models", type=name_list(tuple(EXAMPLE_POLICIES), "model"), default=list(DEFAULT_MODELS)
@@ -235,14 +244,29 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", default="benchmarks/results/export.json")
     args = parser.parse_args(argv)
+    for root_dir in filter(None, args.root_dirs.split(",")):
+        if not os.path.exists(root_dir):
+            raise UsageError(
+                f"--root_dirs: {root_dir!r} does not exist "
+                "(train it first, e.g. `make demo` for runs/demo/sit)."
+            )
+    if any(args.root_dirs.split(",")):
+        folder_list(args.root_dirs, "root_dirs", "policy_network.json", "trained policy")
+    for flag in ("rounds", "calls"):
+        if getattr(args, flag) < 1:
+            raise UsageError(f"--{flag} must be at least 1; received {getattr(args, flag)}.")
+    check_out_file(args.out)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_or_say_why(parse_args, argv)
+    if args is None:
+        return 2
 
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as work:
         for root_dir in filter(None, args.root_dirs.split(",")):
-            if not os.path.exists(root_dir):
-                parser.error(
-                    f"{root_dir!r} does not exist (train it first, e.g. `make demo` for runs/demo/sit)"
-                )
             name = "trained_" + os.path.basename(os.path.normpath(root_dir))
             print(f"== {name} ({root_dir})", flush=True)
             results[name] = benchmark_policy(name, root_dir, args.rounds, args.calls, work, args.profile_ops)

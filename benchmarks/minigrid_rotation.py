@@ -59,7 +59,16 @@ import gin
 
 from sit_keras.agents import evaluate, train
 from sit_keras.agents.training import run_record, stops
-from sit_keras.benchmarking import command_line, environment, write_report
+from sit_keras.benchmarking import (
+    SentenceParser,
+    UsageError,
+    check_out_file,
+    command_line,
+    environment,
+    parse_or_say_why,
+    seed_list,
+    write_report,
+)
 from sit_keras.command_line import INTERRUPTED
 from sit_keras.export.exporter import export_policy
 from sit_keras.export.tflite_py_policy import TFLitePyPolicy
@@ -352,8 +361,8 @@ def _print_tables(tables: dict[str, str], seeds: str, env_steps: int, family: st
               f"steps, {family}:\n\n{table}")  # fmt: skip
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = SentenceParser(description=__doc__.split("\n")[0])
     parser.add_argument("--family", choices=list(FAMILIES), default="lavacrossing")
     parser.add_argument("--models", default="sit_small,cnn", help="the family's config names")
     parser.add_argument("--seeds", default="0,1")
@@ -367,13 +376,58 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--merge", default="", help="comma-separated reports of parts of one protocol: merge them into --out"
     )
-    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    check_out_file(args.out)
+    if args.merge:
+        if not any(args.merge.split(",")):
+            raise UsageError(f"--merge names no report; received {args.merge!r}.")
+        for path in args.merge.split(","):
+            if path and not os.path.isfile(path):
+                raise UsageError(f"--merge: the report {path!r} does not exist.")
+        return args
+    if args.quick:
+        args.models, args.seeds, args.env_steps, args.num_episodes = "cnn", "0", 2048, 4
+    seed_list(args.seeds)
+    for flag in ("env_steps", "num_episodes"):
+        if getattr(args, flag) < 1:
+            raise UsageError(f"--{flag} must be at least 1; received {getattr(args, flag)}.")
+    config = FAMILIES[args.family][0]
+    for model in args.models.split(","):
+        if not (CONFIG_ROOT / config.format(model=model)).exists():
+            raise UsageError(
+                f"--models: no config {config.format(model=model)!r} under configs/ for {model!r}."
+            )
+    if Path(args.root).exists() and not Path(args.root).is_dir():
+        raise UsageError(f"--root must be a folder; received {args.root!r}, a file.")
+    for model in args.models.split(","):  # --gin_bindings, before anything trains
+        path = str(CONFIG_ROOT / config.format(model=model))
+        try:
+            family_bindings = model_bindings(args.family, path, args.gin_bindings)
+            train.parse_gin([path], [*family_bindings, *args.gin_bindings])
+        except ValueError as error:
+            why = " ".join(str(error.__cause__ or error).split())
+            raise UsageError(
+                f"--gin_bindings do not apply to {config.format(model=model)} ({why})."
+            ) from None
+        finally:
+            gin.clear_config()
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_or_say_why(parse_args, argv)
+    if args is None:
+        return 2
     if args.merge:
         try:
             report = merge_reports([p for p in args.merge.split(",") if p])
         except ValueError as error:
-            parser.error(str(error))
+            print(error, file=sys.stderr)
+            return 2
+        except (KeyError, TypeError, IndexError) as error:
+            print(f"--merge: not every report is a minigrid_rotation.py report ({error!r}).", file=sys.stderr)
+            return 2
         seeds_of: dict[str, list[int]] = {}
         for run in report["runs"]:
             seeds_of.setdefault(run["model"], []).append(run["seed"])
@@ -386,19 +440,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         report["command"] = command_line("minigrid_rotation.py", argv)  # how to merge the same parts again
         write_report(report, args.out)
         return 0
-    if args.quick:
-        args.models, args.seeds, args.env_steps, args.num_episodes = "cnn", "0", 2048, 4
-    try:
-        seeds = [int(s) for s in args.seeds.split(",")]
-    except ValueError:
-        parser.error(f"--seeds must be integers separated by commas. Received: {args.seeds!r}")
-    if args.env_steps < 1 or args.num_episodes < 1:
-        parser.error("--env_steps and --num_episodes must be >= 1.")
-    config, _, rows = FAMILIES[args.family]
+    seeds = seed_list(args.seeds)
+    _, _, rows = FAMILIES[args.family]
     models = args.models.split(",")
-    for model in models:
-        if not (CONFIG_ROOT / config.format(model=model)).exists():
-            parser.error(f"No config {config.format(model=model)!r} under configs/ for --models {model!r}.")
 
     # The command and the commit the runs start from (HEAD may move while they run).
     command = command_line("minigrid_rotation.py", argv)

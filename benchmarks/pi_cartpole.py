@@ -54,7 +54,14 @@ from tf_agents.trajectories.time_step import StepType
 from sit_keras.agents import train
 from sit_keras.agents.environments import load, sensor_permutation
 from sit_keras.agents.networks import policy_network
-from sit_keras.benchmarking import environment, write_report
+from sit_keras.benchmarking import (
+    SentenceParser,
+    UsageError,
+    check_out_file,
+    environment,
+    parse_or_say_why,
+    write_report,
+)
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "pi_cartpole.json"
 CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "dmc"
@@ -231,8 +238,8 @@ def _previous_training(out: str) -> dict[str, Any]:
         return json.load(f).get("training", {})
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = SentenceParser(description=__doc__.split("\n")[0])
     parser.add_argument("--env_steps", type=int, default=1_000_000, help="PPO steps per policy")
     parser.add_argument("--num_episodes", type=int, default=100, help="test episodes per cell")
     parser.add_argument("--num_envs", type=int, default=16, help="test episodes run at a time")
@@ -249,14 +256,69 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default=str(DEFAULT_OUT))
     parser.add_argument("--quick", action="store_true", help="smoke run: 8000 steps, 4 episodes, t = 100")
     args = parser.parse_args(argv)
-    bindings = list(args.gin_bindings)
     if args.quick:
         args.env_steps, args.num_episodes, args.num_envs, args.reshuffle_every = 8000, 4, 4, "100"
-        bindings = ["train_eval.num_envs = 4", "ppo.num_minibatches = 2", *bindings]
     names = [n for n in args.policies.split(",") if n]
     unknown = sorted(set(names) - set(POLICIES))
-    if unknown:
-        parser.error(f"unknown policies {unknown}; expected some of {sorted(POLICIES)}")
+    if unknown or not names:
+        raise UsageError(
+            f"--policies: unknown policies {unknown or args.policies!r}; expected some of {sorted(POLICIES)}."
+        )
+    for flag in ("env_steps", "num_episodes", "num_envs"):
+        if getattr(args, flag) < 1:
+            raise UsageError(f"--{flag} must be at least 1; received {getattr(args, flag)}.")
+    if args.seed < 0:
+        raise UsageError(f"--seed must be at least 0; received {args.seed}.")
+    try:
+        periods = [int(t) for t in args.reshuffle_every.split(",") if t]
+    except ValueError:
+        periods = [0]
+    if any(t < 1 for t in periods):
+        raise UsageError(
+            f"--reshuffle_every must be comma-separated positive integers; received {args.reshuffle_every!r}."
+        )
+    if Path(args.root).exists() and not Path(args.root).is_dir():
+        raise UsageError(f"--root must be a folder; received {args.root!r}, a file.")
+    check_out_file(args.out)
+    if args.skip_training:
+        for name in names:
+            root_dir = Path(args.root) / f"{name}_seed{args.seed}"
+            if not (root_dir / "policy_network.json").is_file():
+                raise UsageError(
+                    f"--skip_training: {str(root_dir)!r} holds no trained policy (policy_network.json)."
+                )
+        if os.path.exists(args.out):
+            try:
+                _previous_training(args.out)
+            except (OSError, ValueError, AttributeError) as error:
+                raise UsageError(
+                    f"--skip_training: cannot read the earlier report {args.out!r} ({error})."
+                ) from None
+    else:
+        for name in names:  # the configs and --gin_bindings, before anything trains
+            gin.clear_config()
+            try:
+                train.parse_gin([str(CONFIGS / POLICIES[name])], _bindings(args))
+            except ValueError as error:
+                why = " ".join(str(error.__cause__ or error).split())
+                raise UsageError(f"--gin_bindings do not apply to {POLICIES[name]} ({why}).") from None
+            finally:
+                gin.clear_config()
+    return args
+
+
+def _bindings(args: argparse.Namespace) -> list[str]:
+    """``--gin_bindings``, after those of ``--quick``."""
+    quick = ["train_eval.num_envs = 4", "ppo.num_minibatches = 2"] if args.quick else []
+    return [*quick, *args.gin_bindings]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_or_say_why(parse_args, argv)
+    if args is None:
+        return 2
+    bindings = _bindings(args)
+    names = [n for n in args.policies.split(",") if n]
     periods = [int(t) for t in args.reshuffle_every.split(",") if t]
 
     report: dict[str, Any] = {"environment": environment(), "settings": {**vars(args), "bindings": bindings}}

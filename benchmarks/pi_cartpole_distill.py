@@ -51,6 +51,7 @@ from sit_keras.agents.algorithms import bc
 from sit_keras.agents.environments import cartpole_swingup
 from sit_keras.agents.networks import policy_network
 from sit_keras.agents.training import evaluation, harness, run_record
+from sit_keras.benchmarking import SentenceParser, UsageError, check_out_file, parse_or_say_why
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pi_cartpole  # noqa: E402  (the Table 2 / 6 tests, beside this script)
@@ -165,8 +166,20 @@ def pi_dir_record(root_dir: str) -> dict[str, Any]:
     return record
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _check_training_folder(flag: str, folder: str) -> None:
+    """Raises ``UsageError`` naming ``--<flag>`` unless ``folder`` has a readable ``policy_network.json``."""
+    try:
+        policy_network.read_description(folder)
+    except FileNotFoundError as error:
+        raise UsageError(f"--{flag}: {error}") from None
+    except (ValueError, KeyError, TypeError) as error:
+        raise UsageError(
+            f"--{flag}: {folder!r} holds a damaged {policy_network.DESCRIPTION_FILE} ({error!r})."
+        ) from None
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = SentenceParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--teacher_dir", required=True, help="a trained cartpole-swingup folder (5 state inputs)"
     )
@@ -241,38 +254,73 @@ def main(argv: Sequence[str] | None = None) -> int:
         "num_eval_envs",
     ):
         if getattr(args, name) < 1:
-            parser.error(f"--{name} must be >= 1. Received: {getattr(args, name)}")
-    for name in ("noise_sensors", "streams_per_epoch", "record_time_limit"):
+            raise UsageError(f"--{name} must be >= 1. Received: {getattr(args, name)}.")
+    for name in (
+        "noise_sensors",
+        "streams_per_epoch",
+        "record_time_limit",
+        "dagger_rounds",
+        "seed",
+        "eval_seed",
+    ):
         if getattr(args, name) < 0:
-            parser.error(f"--{name} must be >= 0. Received: {getattr(args, name)}")
+            raise UsageError(f"--{name} must be >= 0. Received: {getattr(args, name)}.")
     if not (args.learning_rate > 0 and np.isfinite(args.learning_rate)):
-        parser.error(f"--learning_rate must be a positive number. Received: {args.learning_rate}")
+        raise UsageError(f"--learning_rate must be a positive number. Received: {args.learning_rate}.")
     if not (args.previous_action_noise >= 0 and np.isfinite(args.previous_action_noise)):
-        parser.error(
-            f"--previous_action_noise must be a finite number >= 0. Received: {args.previous_action_noise}"
+        raise UsageError(
+            f"--previous_action_noise must be a finite number >= 0. Received: {args.previous_action_noise}."
         )
-    try:
-        reshuffles = [int(t) for t in args.reshuffles.split(",") if t]
-        policy_network.read_description(args.teacher_dir)
-    except (ValueError, FileNotFoundError) as error:
-        parser.error(f"{error}")
+    if not 0 <= args.dagger_teacher_probability <= 1:
+        raise UsageError(
+            "--dagger_teacher_probability must be between 0 and 1. "
+            f"Received: {args.dagger_teacher_probability}."
+        )
+    for flag, text in (("reshuffles", args.reshuffles), ("pi_fc_layer_params", args.pi_fc_layer_params)):
+        try:
+            numbers = [int(t) for t in text.split(",") if t]
+        except ValueError:
+            numbers = [0]
+        if any(n < 1 for n in numbers):
+            raise UsageError(f"--{flag} must be comma-separated positive integers. Received: {text!r}.")
+    _check_training_folder("teacher_dir", args.teacher_dir)
+    names = [n for n in args.students.split(",") if n]
+    if not names or set(names) - set(STUDENT_CONFIGS):
+        raise UsageError(
+            f"--students must name some of {', '.join(STUDENT_CONFIGS)}. Received: {args.students!r}."
+        )
     if args.pi_dir is not None:
         if not args.skip_training or "pi" not in args.students.split(","):
-            parser.error(
+            raise UsageError(
                 "--pi_dir replaces the PI student's folder in the tests only: "
                 "add --skip_training and pi to --students."
             )
-        try:
-            policy_network.read_description(args.pi_dir)
-        except FileNotFoundError as error:
-            parser.error(f"--pi_dir: {error}")
+        _check_training_folder("pi_dir", args.pi_dir)
+    if os.path.exists(args.root) and not os.path.isdir(args.root):
+        raise UsageError(f"--root must be a folder. Received: {args.root!r}, a file.")
+    if args.skip_training:
+        for name in names:
+            folder = os.path.join(args.root, name)
+            if not (name == "pi" and args.pi_dir is not None) and not os.path.isfile(
+                os.path.join(folder, policy_network.DESCRIPTION_FILE)
+            ):
+                raise UsageError(
+                    f"--skip_training: {folder!r} holds no distilled student (policy_network.json)."
+                )
+    check_out_file(args.out)
+    if args.out and not os.path.isdir(os.path.dirname(args.out) or "."):
+        raise UsageError(f"--out: the folder of {args.out!r} does not exist.")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_or_say_why(parse_args, argv)
+    if args is None:
+        return 2
+    reshuffles = [int(t) for t in args.reshuffles.split(",") if t]
     tests = (*pi_cartpole.TABLE2, *pi_cartpole.table6(reshuffles))
     env_name = policy_network.read_description(args.teacher_dir).env_name
     names = [n for n in args.students.split(",") if n]
-    if not names or set(names) - set(STUDENT_CONFIGS):
-        parser.error(
-            f"--students must name some of {', '.join(STUDENT_CONFIGS)}. Received: {args.students!r}"
-        )
 
     # The commit the run starts from (HEAD may move while it runs).
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()

@@ -36,7 +36,6 @@ import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up 
 
 # isort: split
 
-import argparse
 import dataclasses
 import statistics
 import tempfile
@@ -49,7 +48,17 @@ import gin
 
 from sit_keras.agents import train
 from sit_keras.agents.algorithms import ppo
-from sit_keras.benchmarking import command_line, current_commit, environment, write_report
+from sit_keras.agents.environments.procgen_env import PROCGEN_GAMES
+from sit_keras.benchmarking import (
+    SentenceParser,
+    UsageError,
+    check_out_file,
+    command_line,
+    current_commit,
+    environment,
+    parse_or_say_why,
+    write_report,
+)
 from sit_keras.mixed_precision import PRECISIONS
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "ppo_throughput.json"
@@ -153,8 +162,8 @@ def format_table(runs: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(argv: Sequence[str] | None):
+    parser = SentenceParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default="sit,impala_cnn", help="configs/procgen/models/<name>.gin")
     parser.add_argument("--game", default="caveflyer")
     parser.add_argument("--num_envs", type=int, default=64)
@@ -168,10 +177,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.num_envs, args.steps_per_env, args.iterations = 4, 4, 2
+    models = sorted(path.stem for path in CONFIGS.glob("*.gin"))
+    for model in args.models.split(","):
+        if model not in models:
+            raise UsageError(f"--models: unknown model {model!r}; expected some of: {', '.join(models)}.")
+    if args.game not in PROCGEN_GAMES:
+        raise UsageError(f"--game: unknown game {args.game!r}; expected one of: {', '.join(PROCGEN_GAMES)}.")
+    for flag in ("num_envs", "steps_per_env", "iterations"):
+        if getattr(args, flag) < 1:
+            raise UsageError(f"--{flag} must be at least 1; received {getattr(args, flag)}.")
     precisions = [p for p in args.precisions.split(",") if p]
+    if not precisions:
+        raise UsageError(f"--precisions names no precision; expected some of: {', '.join(PRECISIONS)}.")
     for precision in precisions:
         if precision not in PRECISIONS:
-            parser.error(f"--precisions: unknown {precision!r}. Expected some of: {', '.join(PRECISIONS)}.")
+            raise UsageError(
+                f"--precisions: unknown {precision!r}. Expected some of: {', '.join(PRECISIONS)}."
+            )
+    check_out_file(args.out)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_or_say_why(parse_args, argv)
+    if args is None:
+        return 2
+    precisions = [p for p in args.precisions.split(",") if p]
 
     started, commit = time.time(), current_commit()
     runs = []

@@ -49,6 +49,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -57,7 +58,14 @@ from ai_edge_litert.interpreter import Interpreter, OpResolverType
 from sit_keras import quiet
 from sit_keras.agents import evaluate
 from sit_keras.agents.environments.transforms import parse_transform
-from sit_keras.benchmarking import environment, write_report
+from sit_keras.benchmarking import (
+    SentenceParser,
+    UsageError,
+    check_out_file,
+    environment,
+    parse_or_say_why,
+    write_report,
+)
 from sit_keras.export.exporter import NUM_EXAMPLES, export_policy
 from sit_keras.export.policy_model import TrainedPolicy, load_trained_policy
 from sit_keras.export.rollouts import Example, collect_examples, split_steps
@@ -285,8 +293,8 @@ def _policies(text: str) -> dict[str, str]:
     return dict(pairs)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = SentenceParser(description=__doc__.split("\n")[0])
     parser.add_argument("--policies", type=_policies, required=True, help="name=root_dir,... (trained)")
     parser.add_argument("--num_episodes", type=int, default=200, help="episodes per model and view")
     parser.add_argument("--rounds", type=int, default=7)
@@ -295,10 +303,24 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for name, root_dir in args.policies.items():
         if not os.path.isdir(root_dir):
-            parser.error(f"{root_dir!r} ({name}) is not a folder; train it first (e.g. `make demo`).")
+            raise UsageError(
+                f"--policies: {root_dir!r} ({name}) is not a folder; train it first (e.g. `make demo`)."
+            )
+        if not os.path.isfile(os.path.join(root_dir, "policy_network.json")):
+            raise UsageError(
+                f"--policies: {root_dir!r} ({name}) holds no trained policy (policy_network.json)."
+            )
     for value, flag in ((args.num_episodes, "num_episodes"), (args.rounds, "rounds"), (args.calls, "calls")):
         if value < 1:
-            parser.error(f"--{flag} must be at least 1; received {value}.")
+            raise UsageError(f"--{flag} must be at least 1; received {value}.")
+    check_out_file(args.out)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_or_say_why(parse_args, argv)
+    if args is None:
+        return 2
 
     start = time.perf_counter()
     results = {}

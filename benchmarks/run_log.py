@@ -17,13 +17,21 @@ time there) and ``train_wall_s``: ``process_<i>_to_<step>`` -> seconds, and ``to
 
 from __future__ import annotations
 
+import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up chatter)
+
+# isort: split
+
 import argparse
 import datetime
 import json
+import math
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from sit_keras.benchmarking import SentenceParser, UsageError, parse_or_say_why
 
 _START = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ) start at (\w+)")
 # One tqdm refresh: "  18%|###   | 550912/3000000 [32:13<2:40:36, 254.14step/s, ret=0.73]"; a process's first
@@ -142,15 +150,22 @@ def train_walls(processes: list[Process], final_wall_s: float | None = None) -> 
     return {"processes": rows, "train_wall_s": walls}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = SentenceParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--log", required=True, help="the run's log (its sessions' output appended)")
     parser.add_argument(
         "--final_wall_s", type=float, help="the finished run's train_wall_s, for its last process"
     )
     args = parser.parse_args(argv)
+    if args.final_wall_s is not None and not (args.final_wall_s >= 0 and math.isfinite(args.final_wall_s)):
+        raise UsageError(f"--final_wall_s must be a finite number >= 0; received {args.final_wall_s}.")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_or_say_why(parse_args, argv)
+    if args is None:
+        return 2
     try:
         with open(args.log, errors="replace") as f:
             text = f.read()

@@ -60,7 +60,16 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from sit_keras.benchmarking import current_commit, environment, name_list, write_report
+from sit_keras.benchmarking import (
+    SentenceParser,
+    UsageError,
+    check_out_file,
+    current_commit,
+    environment,
+    name_list,
+    parse_or_say_why,
+    write_report,
+)
 from sit_keras.encoder_check import time_calls
 from sit_keras.groups import GROUP_NAMES, get_group
 from sit_keras.layers.group_self_attention import GroupSelfAttention, LiftingSelfAttention
@@ -390,7 +399,7 @@ def _ints(text: str) -> list[int]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = SentenceParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", type=_models, default=None, help="comma-separated classifier names")
     parser.add_argument("--seeds", type=_ints, default=None, help="comma-separated seeds (default 0,1,2)")
     parser.add_argument("--epochs", type=int, default=None, help="epochs per run (default 5, quick 1)")
@@ -431,15 +440,24 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    if not args.seeds or min(args.epochs, args.batch_size, args.layer_batch, args.repeats) < 1:
-        parser.error("--seeds must be non-empty; --epochs, --batch_size, --layer_batch, --repeats positive")
-    if args.train_examples < 0 or args.warmup < 0:
-        parser.error("--train-examples and --warmup must be non-negative")
+    if not args.seeds or min(args.seeds) < 0 or len(set(args.seeds)) != len(args.seeds):
+        raise UsageError(f"--seeds must be distinct non-negative integers; received {args.seeds}.")
+    for flag in ("epochs", "batch_size", "layer_batch", "repeats"):
+        if getattr(args, flag) < 1:
+            raise UsageError(f"--{flag} must be at least 1; received {getattr(args, flag)}.")
+    for flag, value in (("train-examples", args.train_examples), ("warmup", args.warmup)):
+        if value < 0:
+            raise UsageError(f"--{flag} must be at least 0; received {value}.")
+    if not (args.learning_rate > 0 and np.isfinite(args.learning_rate)):
+        raise UsageError(f"--learning_rate must be a positive number; received {args.learning_rate}.")
+    check_out_file(args.out)
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+    args = parse_or_say_why(parse_args, argv)
+    if args is None:
+        return 2
     start = time.perf_counter()
     commit = current_commit()  # the code that runs: the commit checked out when the run starts
     env = environment()

@@ -34,6 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import run_log  # noqa: E402  (a sibling script)
 import training_curve  # noqa: E402
 
+from sit_keras.benchmarking import SentenceParser, UsageError, check_out_file, parse_or_say_why  # noqa: E402
+
 THRESHOLDS = (0.5, 0.8, 0.9)
 
 
@@ -79,8 +81,8 @@ def part_of(report: dict[str, Any], log_text: str, log: str, every: int) -> dict
     }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = SentenceParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--report", required=True, help="the run's minigrid_rotation.py --out (one model, one seed)"
     )
@@ -89,7 +91,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="the part (JSON) to write")
     args = parser.parse_args(argv)
     if args.every < 1000:
-        parser.error(f"--every must be at least 1000 steps. Received: {args.every}.")
+        raise UsageError(f"--every must be at least 1000 steps. Received: {args.every}.")
+    check_out_file(args.out)
+    if not Path(args.out).resolve().parent.is_dir():
+        raise UsageError(f"--out: the folder of {args.out!r} does not exist.")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_or_say_why(parse_args, argv)
+    if args is None:
+        return 2
     try:
         report = json.loads(Path(args.report).read_text())
         log_text = Path(args.log).read_text(errors="replace")

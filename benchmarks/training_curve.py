@@ -29,13 +29,17 @@ import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up 
 import argparse
 import glob
 import json
+import math
 import os
 import re
 import statistics
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 import tensorflow as tf
+
+from sit_keras.benchmarking import SentenceParser, UsageError, check_out_file, parse_or_say_why
 
 TAGS = {"Metrics/SuccessRate": "success", "Metrics/AverageReturn": "return", "charts/SPS": "sps"}
 DIAGNOSTICS = {
@@ -157,8 +161,8 @@ def summarize(logs: Sequence[dict[str, float]], every: int, thresholds: Sequence
     }
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = SentenceParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root_dir", required=True)
     parser.add_argument("--every", type=int, default=100_000, help="curve points every this many steps")
     parser.add_argument(
@@ -169,9 +173,37 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--out", default=None, help="JSON file (default: print only)")
     args = parser.parse_args(argv)
-    if args.every < 1 or args.diagnostics_every < 0:
-        parser.error(f"--every must be >= 1 and --diagnostics_every >= 0. Received: {args.every}, "
-                     f"{args.diagnostics_every}")  # fmt: skip
+    if args.every < 1:
+        raise UsageError(f"--every must be at least 1; received {args.every}.")
+    if args.diagnostics_every < 0:
+        raise UsageError(f"--diagnostics_every must be at least 0; received {args.diagnostics_every}.")
+    try:
+        thresholds = [float(t) for t in args.thresholds.split(",") if t]
+    except ValueError:
+        thresholds = [float("nan")]
+    if not all(math.isfinite(t) for t in thresholds):
+        raise UsageError(f"--thresholds must be comma-separated numbers; received {args.thresholds!r}.")
+    if not os.path.isdir(args.root_dir):
+        raise UsageError(f"--root_dir: {args.root_dir!r} is not a folder.")
+    folders = ("collect", "train") if args.diagnostics_every else ("collect",)
+    for folder in folders:
+        if not glob.glob(os.path.join(args.root_dir, folder, "events.out.tfevents.*")):
+            raise UsageError(f"--root_dir: no TensorBoard logs in {os.path.join(args.root_dir, folder)!r}.")
+    if args.diagnostics_every:
+        try:
+            env_steps_per_train_step(args.root_dir)
+        except (ValueError, FileNotFoundError) as error:
+            raise UsageError(f"--diagnostics_every: {error}") from None
+    check_out_file(args.out)
+    if args.out and not os.path.isdir(os.path.dirname(args.out) or "."):
+        raise UsageError(f"--out: the folder of {args.out!r} does not exist.")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_or_say_why(parse_args, argv)
+    if args is None:
+        return 2
     try:
         thresholds = [float(t) for t in args.thresholds.split(",") if t]
         report = summarize(read_logs(args.root_dir), args.every, thresholds)
@@ -180,13 +212,15 @@ def main(argv: Sequence[str] | None = None) -> None:
             per_train_step = env_steps_per_train_step(args.root_dir)
             report["learner_diagnostics"] = diagnostics(train_logs, per_train_step, args.diagnostics_every)
     except (ValueError, FileNotFoundError) as error:
-        parser.error(str(error))
+        print(f"training_curve.py: {error}", file=sys.stderr)
+        return 2
     text = json.dumps({"root_dir": args.root_dir, **report}, indent=2)
     print(text)
     if args.out:
         with open(args.out, "w") as f:
             f.write(text + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

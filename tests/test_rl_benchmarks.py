@@ -288,8 +288,7 @@ def test_minigrid_rotation_refuses_to_merge_different_protocols(tmp_path, capsys
     first = _table4_part(tmp_path / "a.json", [("sit_small", 0, 1.0)], first_step_rule="float32: as logged")
     second_runs = second.pop("runs")
     other = _table4_part(tmp_path / "b.json", second_runs, **second)
-    with pytest.raises(SystemExit):
-        module.main(["--merge", f"{first},{other}", "--out", str(tmp_path / "out.json")])
+    assert module.main(["--merge", f"{first},{other}", "--out", str(tmp_path / "out.json")]) == 2
     assert re.search(message, capsys.readouterr().err)
     assert not (tmp_path / "out.json").exists()
 
@@ -354,9 +353,7 @@ def test_dmc_walker_tiny_run(tmp_path):
 def test_pi_cartpole_distill_refuses_a_bad_learning_rate_before_training(rate, tmp_path, capsys):
     distill = _load("pi_cartpole_distill")
     root = tmp_path / "students"
-    with pytest.raises(SystemExit) as exit_info:
-        distill.main(["--teacher_dir", str(tmp_path), "--root", str(root), f"--learning_rate={rate}"])
-    assert exit_info.value.code == 2
+    assert distill.main(["--teacher_dir", str(tmp_path), "--root", str(root), f"--learning_rate={rate}"]) == 2
     assert "--learning_rate must be a positive number" in capsys.readouterr().err
     assert not root.exists()
 
@@ -365,11 +362,8 @@ def test_pi_cartpole_distill_refuses_a_bad_learning_rate_before_training(rate, t
 def test_pi_cartpole_distill_refuses_a_bad_previous_action_noise_before_training(noise, tmp_path, capsys):
     distill = _load("pi_cartpole_distill")
     root = tmp_path / "students"
-    with pytest.raises(SystemExit) as exit_info:
-        distill.main(
-            ["--teacher_dir", str(tmp_path), "--root", str(root), f"--previous_action_noise={noise}"]
-        )
-    assert exit_info.value.code == 2
+    argv = ["--teacher_dir", str(tmp_path), "--root", str(root), f"--previous_action_noise={noise}"]
+    assert distill.main(argv) == 2
     assert "--previous_action_noise must be a finite number >= 0" in capsys.readouterr().err
     assert not root.exists()
 
@@ -378,9 +372,7 @@ def test_pi_cartpole_distill_refuses_a_bad_previous_action_noise_before_training
 def test_pi_cartpole_distill_refuses_a_negative_count_before_training(flag, tmp_path, capsys):
     distill = _load("pi_cartpole_distill")
     root = tmp_path / "students"
-    with pytest.raises(SystemExit) as exit_info:
-        distill.main(["--teacher_dir", str(tmp_path), "--root", str(root), f"--{flag}=-1"])
-    assert exit_info.value.code == 2
+    assert distill.main(["--teacher_dir", str(tmp_path), "--root", str(root), f"--{flag}=-1"]) == 2
     assert f"--{flag} must be >= 0. Received: -1" in capsys.readouterr().err
     assert not root.exists()
 

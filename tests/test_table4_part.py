@@ -125,10 +125,12 @@ def test_an_unfinished_run_or_a_missing_file_is_refused_in_one_sentence(tmp_path
 
 
 @pytest.mark.parametrize("every", ["0", "999"])
-def test_a_curve_step_below_1000_is_refused(tmp_path, every):
+def test_a_curve_step_below_1000_is_refused(tmp_path, every, capsys):
     report, log = _run(tmp_path)
-    with pytest.raises(SystemExit):
-        _load().main(["--report", str(report), "--log", str(log), "--every", every, "--out", "x.json"])
+    out = tmp_path / "x.json"
+    argv = ["--report", str(report), "--log", str(log), "--every", every, "--out", str(out)]
+    assert _load().main(argv) == 2
+    assert "--every" in capsys.readouterr().err and not out.exists()
 
 
 def test_a_logged_float32_success_rate_of_090_counts_as_reaching_09(tmp_path):

@@ -1,0 +1,97 @@
+"""Every benchmark script refuses a bad argument before it computes or writes anything: one sentence on
+stderr (no traceback, no usage block) and exit status 2 (``sit_keras.benchmarking.SentenceParser``).
+
+In the argument lists, ``{tmp}`` stands for an empty temporary folder and ``{file}`` for a file in it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from run_folders import load_benchmark
+
+
+@functools.cache
+def _module(name: str):
+    return load_benchmark(name)
+
+
+CASES = [
+    ("ppo_throughput", ["--models", "sitx"], "--models: unknown model 'sitx'; expected some of: impala_cnn,"),
+    ("ppo_throughput", ["--game", "pong"], "--game: unknown game 'pong'; expected one of: bigfish,"),
+    ("ppo_throughput", ["--iterations", "0"], "--iterations must be at least 1; received 0."),
+    ("ppo_throughput", ["--out", "{tmp}"], "--out must be a file path, not a folder"),
+    ("atari100k", ["--games", "tetris"], "Argument --games: unknown game(s) tetris; expected some of:"),
+    ("atari100k", ["--seeds", "0,0"], "--seeds must be distinct non-negative integers; received '0,0'."),
+    ("atari100k", ["--eval_episodes", "0"], "--eval_episodes must be at least 1; received 0."),
+    ("atari100k", ["--gin_bindings", "foo.bar = 1"], "--gin_bindings do not apply to pong_cnn.gin"),
+    ("dmc_walker", ["--speed_blocks", "1"], "--speed_blocks must be at least 2"),
+    ("dmc_walker", ["--encoders", "resnet"], "Argument --encoders: unknown encoder(s) resnet"),
+    ("dmc_walker", ["--root", "{file}"], "--root must be a folder; received"),
+    ("encoders", ["--repeats", "0"], "--repeats must be at least 1; received 0."),
+    ("encoders", ["--models", "resnet"], "Argument --models: unknown encoder 'resnet'; expected one of:"),
+    ("encoders", ["--out", "{tmp}"], "--out must be a file path, not a folder"),
+    ("export", ["--root_dirs", "{tmp}/none"], "/none' does not exist (train it first"),
+    ("export", ["--root_dirs", "{tmp}"], "holds no trained policy (policy_network.json)."),
+    ("export", ["--calls", "0"], "--calls must be at least 1; received 0."),
+    ("minigrid_rotation", ["--models", "nosuch"], "--models: no config 'minigrid/lavacrossing_nosuch.gin'"),
+    ("minigrid_rotation", ["--merge", "{tmp}/none.json"], "/none.json' does not exist."),
+    ("minigrid_rotation", ["--env_steps", "0"], "--env_steps must be at least 1; received 0."),
+    ("pi_cartpole", ["--policies", "cnn"], "--policies: unknown policies ['cnn']; expected some of"),
+    (
+        "pi_cartpole",
+        ["--reshuffle_every", "0"],
+        "--reshuffle_every must be comma-separated positive integers",
+    ),
+    ("pi_cartpole", ["--skip_training", "--root", "{tmp}"], "pi_seed0' holds no trained policy"),
+    ("pi_cartpole_distill", [], "The following arguments are required: --teacher_dir."),
+    ("pi_cartpole_distill", ["--teacher_dir", "{tmp}"], "--teacher_dir: "),
+    (
+        "pi_cartpole_distill",
+        ["--teacher_dir", "{tmp}", "--dagger_teacher_probability", "2"],
+        "--dagger_teacher_probability must be between 0 and 1. Received: 2.0.",
+    ),
+    ("quantisation", [], "The following arguments are required: --policies."),
+    ("quantisation", ["--policies", "sit={tmp}/none"], "(sit) is not a folder; train it first"),
+    ("quantisation", ["--policies", "sit"], "Argument --policies: expected name=root_dir"),
+    ("run_log", [], "The following arguments are required: --log."),
+    ("run_log", ["--log", "{file}", "--final_wall_s", "-1"], "--final_wall_s must be a finite number >= 0"),
+    ("supervised", ["--epochs", "0"], "--epochs must be at least 1; received 0."),
+    ("supervised", ["--learning_rate", "0"], "--learning_rate must be a positive number; received 0.0."),
+    ("supervised", ["--models", "resnet"], "Argument --models: unknown model(s) resnet"),
+    (
+        "table4_part",
+        ["--report", "{file}", "--log", "{file}"],
+        "The following arguments are required: --out.",
+    ),
+    (
+        "table4_part",
+        ["--report", "{file}", "--log", "{file}", "--every", "999", "--out", "{tmp}/part.json"],
+        "--every must be at least 1000 steps. Received: 999.",
+    ),
+    ("table4_part", ["--report", "{file}", "--log", "{file}", "--out", "{tmp}"], "--out must be a file path"),
+    ("training_curve", ["--root_dir", "{tmp}/none"], "--root_dir: '"),
+    ("training_curve", ["--root_dir", "{tmp}"], "--root_dir: no TensorBoard logs in"),
+    ("training_curve", ["--root_dir", "{tmp}", "--every", "0"], "--every must be at least 1; received 0."),
+]
+
+
+@pytest.mark.parametrize(
+    ("script", "argv", "message"), CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)]
+)
+def test_a_bad_argument_is_one_sentence_and_status_2(script, argv, message, tmp_path, capsys):
+    module = _module(script)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "file.txt").write_text("not a report\n")
+    argv = [a.format(tmp=folder, file=folder / "file.txt") for a in argv]
+    capsys.readouterr()  # what importing the script printed
+    assert module.main(argv) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].strip(), captured.err
+    assert message in lines[0]
+    assert "Traceback" not in captured.err and "usage:" not in captured.err
+    assert captured.out == ""
+    assert sorted(p.name for p in folder.iterdir()) == ["file.txt"]  # nothing written
