@@ -39,6 +39,7 @@ from sit_keras.agents import train
 from sit_keras.benchmarking import (
     SentenceParser,
     UsageError,
+    check_gin_bindings,
     check_out_file,
     environment,
     name_list,
@@ -195,13 +196,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         raise UsageError(f"--root must be a folder; received {args.root!r}, a file.")
     for game in args.games:  # the configs and --gin_bindings, before anything trains
         for model in args.models:
-            try:
-                _parse(game, model, args.gin_bindings)
-            except ValueError as error:
-                why = " ".join(str(error.__cause__ or error).split())
-                raise UsageError(f"--gin_bindings do not apply to {game}_{model}.gin ({why}).") from None
-            finally:
-                gin.clear_config()
+            check_gin_bindings(lambda g=game, m=model: _parse(g, m, args.gin_bindings), f"{game}_{model}.gin")
     check_out_file(args.out)
     return args
 

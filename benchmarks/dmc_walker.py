@@ -49,6 +49,7 @@ from sit_keras.agents import train
 from sit_keras.benchmarking import (
     SentenceParser,
     UsageError,
+    check_gin_bindings,
     check_out_file,
     environment,
     name_list,
@@ -275,13 +276,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if Path(args.root).exists() and not Path(args.root).is_dir():
         raise UsageError(f"--root must be a folder; received {args.root!r}, a file.")
     for encoder in args.encoders:  # the configs and --gin_bindings, before anything trains
-        try:
-            _parse(encoder, args.gin_bindings)
-        except ValueError as error:
-            why = " ".join(str(error.__cause__ or error).split())
-            raise UsageError(f"--gin_bindings do not apply to walker_walk_{encoder}.gin ({why}).") from None
-        finally:
-            gin.clear_config()
+        check_gin_bindings(lambda e=encoder: _parse(e, args.gin_bindings), f"walker_walk_{encoder}.gin")
     check_out_file(args.out)
     return args
 

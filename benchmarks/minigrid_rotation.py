@@ -62,6 +62,7 @@ from sit_keras.agents.training import run_record, stops
 from sit_keras.benchmarking import (
     SentenceParser,
     UsageError,
+    check_gin_bindings,
     check_out_file,
     command_line,
     environment,
@@ -401,16 +402,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         raise UsageError(f"--root must be a folder; received {args.root!r}, a file.")
     for model in args.models.split(","):  # --gin_bindings, before anything trains
         path = str(CONFIG_ROOT / config.format(model=model))
-        try:
+
+        def parse(path: str = path) -> None:
             family_bindings = model_bindings(args.family, path, args.gin_bindings)
             train.parse_gin([path], [*family_bindings, *args.gin_bindings])
-        except ValueError as error:
-            why = " ".join(str(error.__cause__ or error).split())
-            raise UsageError(
-                f"--gin_bindings do not apply to {config.format(model=model)} ({why})."
-            ) from None
-        finally:
-            gin.clear_config()
+
+        check_gin_bindings(parse, config.format(model=model))
     return args
 
 

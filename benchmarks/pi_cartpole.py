@@ -57,6 +57,7 @@ from sit_keras.agents.networks import policy_network
 from sit_keras.benchmarking import (
     SentenceParser,
     UsageError,
+    check_gin_bindings,
     check_out_file,
     environment,
     parse_or_say_why,
@@ -297,13 +298,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     else:
         for name in names:  # the configs and --gin_bindings, before anything trains
             gin.clear_config()
-            try:
-                train.parse_gin([str(CONFIGS / POLICIES[name])], _bindings(args))
-            except ValueError as error:
-                why = " ".join(str(error.__cause__ or error).split())
-                raise UsageError(f"--gin_bindings do not apply to {POLICIES[name]} ({why}).") from None
-            finally:
-                gin.clear_config()
+            config = str(CONFIGS / POLICIES[name])
+            check_gin_bindings(
+                lambda config=config: train.parse_gin([config], _bindings(args)), POLICIES[name]
+            )
     return args
 
 

@@ -307,9 +307,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                 raise UsageError(
                     f"--skip_training: {folder!r} holds no distilled student (policy_network.json)."
                 )
-    check_out_file(args.out)
-    if args.out and not os.path.isdir(os.path.dirname(args.out) or "."):
-        raise UsageError(f"--out: the folder of {args.out!r} does not exist.")
+    check_out_file(args.out, folder_must_exist=True)
     return args
 
 

@@ -92,9 +92,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.every < 1000:
         raise UsageError(f"--every must be at least 1000 steps. Received: {args.every}.")
-    check_out_file(args.out)
-    if not Path(args.out).resolve().parent.is_dir():
-        raise UsageError(f"--out: the folder of {args.out!r} does not exist.")
+    check_out_file(args.out, folder_must_exist=True)
     return args
 
 

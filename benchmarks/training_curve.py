@@ -194,9 +194,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             env_steps_per_train_step(args.root_dir)
         except (ValueError, FileNotFoundError) as error:
             raise UsageError(f"--diagnostics_every: {error}") from None
-    check_out_file(args.out)
-    if args.out and not os.path.isdir(os.path.dirname(args.out) or "."):
-        raise UsageError(f"--out: the folder of {args.out!r} does not exist.")
+    check_out_file(args.out, folder_must_exist=True)
     return args
 
 

@@ -152,14 +152,35 @@ def folder_list(text: str, flag: str, required_file: str, what: str) -> list[str
     return folders
 
 
-def check_out_file(out: str | None) -> None:
-    """``--out`` of a benchmark: a file to write the report to (or None), never an existing folder.
+def check_out_file(out: str | None, folder_must_exist: bool = False) -> None:
+    """``--out`` of a benchmark: a file to write the report to (or None), never an existing folder; with
+    ``folder_must_exist``, in a folder that exists (for the scripts that do not create it).
 
     Raises:
       UsageError: naming the flag and what was received.
     """
     if out is not None and Path(out).is_dir():
         raise UsageError(f"--out must be a file path, not a folder; received {out!r}.")
+    if folder_must_exist and out and not Path(out).resolve().parent.is_dir():
+        raise UsageError(f"--out: the folder of {out!r} does not exist.")
+
+
+def check_gin_bindings(parse: Callable[[], Any], config: str) -> None:
+    """Calls ``parse`` (``config`` and ``--gin_bindings`` through sit-train's parser), then clears gin's
+    config: a binding that does not apply is said before anything trains.
+
+    Raises:
+      UsageError: naming ``config`` and why the bindings do not apply to it.
+    """
+    import gin
+
+    try:
+        parse()
+    except ValueError as error:
+        why = " ".join(str(error.__cause__ or error).split())
+        raise UsageError(f"--gin_bindings do not apply to {config} ({why}).") from None
+    finally:
+        gin.clear_config()
 
 
 def interleaved_medians(functions: Mapping[Any, Callable[[], Any]], repeats: int) -> dict[Any, float]:

@@ -95,3 +95,33 @@ def test_a_bad_argument_is_one_sentence_and_status_2(script, argv, message, tmp_
     assert "Traceback" not in captured.err and "usage:" not in captured.err
     assert captured.out == ""
     assert sorted(p.name for p in folder.iterdir()) == ["file.txt"]  # nothing written
+
+
+def test_check_gin_bindings_names_the_config_and_leaves_gin_clear():
+    import gin
+
+    from sit_keras.benchmarking import UsageError, check_gin_bindings
+
+    @gin.configurable("benchmark_arguments_probe")
+    def probe(x: int = 1) -> int:
+        return x
+
+    def parse() -> None:
+        gin.bind_parameter("benchmark_arguments_probe.x", 2)  # the config's part, then a bad binding
+        raise ValueError("No configurable matching 'foo.bar'.")
+
+    with pytest.raises(UsageError, match=r"--gin_bindings do not apply to a\.gin \(No configurable matching"):
+        check_gin_bindings(parse, "a.gin")
+    assert probe() == 1  # cleared: the binding is gone
+    check_gin_bindings(lambda: None, "b.gin")  # bindings that apply: nothing said
+
+
+def test_check_out_file_can_ask_for_an_existing_folder(tmp_path):
+    from sit_keras.benchmarking import UsageError, check_out_file
+
+    check_out_file(str(tmp_path / "missing" / "out.json"))  # the scripts that create the folder
+    with pytest.raises(UsageError, match="--out: the folder of .* does not exist."):
+        check_out_file(str(tmp_path / "missing" / "out.json"), folder_must_exist=True)
+    check_out_file(str(tmp_path / "out.json"), folder_must_exist=True)
+    with pytest.raises(UsageError, match="--out must be a file path, not a folder"):
+        check_out_file(str(tmp_path), folder_must_exist=True)
