@@ -619,14 +619,23 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             raise UsageError(f"--{flag} must be at least 1; received {getattr(args, flag)}.")
     if args.warmup < 0:
         raise UsageError(f"--warmup must be at least 0; received {args.warmup}.")
-    for spec in args.models:  # a size a model cannot take is said before anything is timed
-        name, overrides = parse_model(spec)
-        try:
-            build_encoder(name, (args.image_size, args.image_size, 3), **overrides)
-        except ValueError as error:
-            raise UsageError(f"--models {spec} at --image_size {args.image_size}: {error}") from None
+    for spec in args.models:
+        check_image_size(spec, args.image_size)
     check_out_file(args.out)
     return args
+
+
+def check_image_size(spec: str, image_size: int) -> None:
+    """Builds ``spec``'s encoder at ``image_size``: a size it cannot take is said before anything is timed.
+
+    Raises:
+      UsageError: with the model's own sentence on the sizes it takes.
+    """
+    name, overrides = parse_model(spec)
+    try:
+        build_encoder(name, (image_size, image_size, 3), **overrides)
+    except ValueError as error:
+        raise UsageError(f"--models {spec} at --image_size {image_size}: {error}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

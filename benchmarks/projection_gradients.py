@@ -48,7 +48,7 @@ from sit_keras.encoder_check import make_train_step
 from sit_keras.models import build_encoder
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from encoders import parse_model  # noqa: E402
+from encoders import check_image_size, parse_model  # noqa: E402
 
 WAYS = {"ops": native.projection_gradients_by_the_ops, "matmuls": native.projection_gradients_by_matmuls}
 QUICK = {"image_size": 16, "batch": 2, "repeats": 3}
@@ -108,13 +108,10 @@ def parse_args(argv: Sequence[str] | None):
     image_size = min(args.image_size, QUICK["image_size"]) if args.quick else args.image_size
     for model in args.models:
         try:
-            name, overrides = parse_model(model)
+            parse_model(model)
         except ValueError as error:
             raise UsageError(f"--models: {error}.") from None
-        try:  # the model's own sentence on sizes it cannot take, before anything is timed
-            build_encoder(name, (image_size, image_size, 3), **overrides)
-        except ValueError as error:
-            raise UsageError(f"--models {model} at --image_size {image_size}: {error}") from None
+        check_image_size(model, image_size)
     if not native.available():
         raise UsageError(
             f"the native kernels do not load here ({native.load_problem()}): nothing to compare."
