@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 import tf_keras
+from tensorflow.python.eager import context
 
 import sit_keras
 
@@ -187,14 +188,17 @@ def interleaved_medians(functions: Mapping[Any, Callable[[], Any]], repeats: int
     """Median seconds of each function of no argument over ``repeats`` rounds; each round calls every
     function once, in turn, so that a change of the machine's load falls on all of them alike.
 
-    Each function is called once first (tracing, warm-up); a call's time includes waiting for every
-    tensor it returns.
+    Each function is called once first (tracing, warm-up); a call's time includes computing every
+    tensor it returns, not copying it out: ``.numpy()`` copies (an 80 MB output took 14 ms more so on
+    an AMD host, a third of the op that made it; docs/speed.md, "The projection's tile").
     """
 
     def call(fn: Callable[[], Any]) -> float:
         start = time.perf_counter()
-        for tensor in tf.nest.flatten(fn()):
-            tensor.numpy()  # wait for the result
+        fn()
+        # A call returns once its tensors are computed, unless TensorFlow runs eagerly asynchronously
+        # (tf.config.experimental.set_synchronous_execution(False)): then this waits for them.
+        context.async_wait()
         return time.perf_counter() - start
 
     for fn in functions.values():

@@ -326,6 +326,48 @@ def test_projection_gradients_refuses_bad_arguments_in_one_sentence(argv, messag
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+@pytest.mark.skipif(not native.available(), reason="needs the native kernels: `make install` builds them")
+def test_native_ab_refuses_a_base_that_is_no_commit(capsys):
+    assert _load_benchmark("native_ab").main(["--base", "no-such-revision"]) == 2
+    err = capsys.readouterr().err
+    assert "--base no-such-revision is not a commit of the repository at" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_native_ab_swaps_in_the_base_ops_only_while_tracing(monkeypatch):
+    """base_ops replaces each op of this tree's library the base library also has, then puts it back."""
+    import types
+
+    module = _load_benchmark("native_ab")
+    ours = types.SimpleNamespace(sit_window_attention="ours", sit_max_pool="ours pool")
+    base = types.SimpleNamespace(sit_base_window_attention="base", sit_base_only_in_base="base only")
+    monkeypatch.setattr(module.native, "library", lambda: ours)
+    assert module._python_name("SitBaseWindowAttentionGrad") == "sit_base_window_attention_grad"
+    with module.base_ops(base) as swapped:
+        assert swapped == 1
+        assert (ours.sit_window_attention, ours.sit_max_pool) == ("base", "ours pool")
+        assert not hasattr(ours, "sit_only_in_base")
+    assert ours.sit_window_attention == "ours"
+
+
+@pytest.mark.large
+@pytest.mark.skipif(not native.available(), reason="needs the native kernels: `make install` builds them")
+def test_native_ab_times_both_builds_of_each_model(tmp_path, capsys):
+    """benchmarks/native_ab.py --base HEAD: the committed kernels built renamed, run in the base's step."""
+    out = tmp_path / "ab.json"
+    argv = ["--base", "HEAD", "--quick", "--models", "sit", "--out", str(out)]
+    module = _load_benchmark("native_ab")
+    assert module.main(argv) == 0
+    report = json.loads(out.read_text())
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=module.REPOSITORY, capture_output=True, text=True)
+    head = head.stdout.strip()
+    assert report["base_commit"] == head and report["settings"]["repeats"] == 3
+    r = report["results"]["sit"]
+    assert r["base_op_types_in_step"] >= 3  # the attention ops, the projection, the layer norm, ...
+    assert r["this_over_base"] == pytest.approx(r["this_ms"] / r["base_ms"])
+    assert "sit train step: the base's kernels" in capsys.readouterr().out
+
+
 def test_interleaved_medians_warm_up_then_call_every_function_once_a_round():
     import tensorflow as tf
 
@@ -343,6 +385,45 @@ def test_interleaved_medians_warm_up_then_call_every_function_once_a_round():
     medians = interleaved_medians({("a", 0): function("a"), "b": function("b")}, repeats=3)
     assert calls == ["a", "b"] * 4  # one warm-up call each, then 3 rounds in turn
     assert set(medians) == {("a", 0), "b"} and all(seconds >= 0 for seconds in medians.values())
+
+
+def test_interleaved_medians_times_the_results_without_copying_them_out():
+    from sit_keras.benchmarking import interleaved_medians
+
+    class Result:  # what .numpy() on a large tensor would cost: a copy, not the computation
+        def numpy(self):
+            raise AssertionError("interleaved_medians copied a result out")
+
+    assert set(interleaved_medians({"a": Result}, repeats=2)) == {"a"}
+
+
+_ASYNCHRONOUS_CALLS = """
+import sit_keras.quiet_start
+import time
+import tensorflow as tf
+from sit_keras.benchmarking import interleaved_medians
+tf.config.experimental.set_synchronous_execution(False)
+x = tf.random.normal([400, 400])
+@tf.function
+def chain():
+    y = x
+    for _ in range(60):
+        y = tf.matmul(y, x) / 400.0
+    return y
+chain().numpy()
+start = time.perf_counter()
+chain().numpy()
+computed = time.perf_counter() - start
+print(interleaved_medians({"chain": chain}, repeats=5)["chain"] / computed)
+"""
+
+
+def test_interleaved_medians_waits_for_asynchronous_calls():
+    """Under asynchronous eager execution a call returns before its tensors exist: the time must wait."""
+    result = subprocess.run(
+        [sys.executable, "-c", _ASYNCHRONOUS_CALLS], capture_output=True, text=True, check=True, timeout=300
+    )
+    assert float(result.stdout.strip().splitlines()[-1]) > 0.5
 
 
 def test_vit_attention_times_keras_layer_and_the_vits_at_each_size(tmp_path, capsys):

@@ -28,10 +28,12 @@
 namespace sit_keras {
 
 // Register tiles: a tile's sums fill the vector registers but for the vectors loaded beside them.
-// Projection: kOutputRows rows of y side by side over kColumnVectors vectors of columns.
-constexpr int kOutputRows = kVectorRegisters >= 32 ? 4 : 6;
-constexpr int kColumnVectors = kVectorRegisters >= 32 ? 6 : 2;
-// Column tiles a thread copies at a time (about 512 columns): a row tile's stores then run along 2 KiB of
+// Projection: kOutputRows rows of y side by side over kColumnVectors vectors of columns. With AVX-512,
+// 6 x 4 took 0.78x the time of 4 x 6 (the same 24 sums, 10 loads a row of x either way) for the SiT's
+// 64 -> 192 projection of 104,448 columns, on an AMD host (docs/speed.md, "The projection's tile").
+constexpr int kOutputRows = 6;
+constexpr int kColumnVectors = kVectorRegisters >= 32 ? 4 : 2;
+// Column tiles a thread copies at a time (512 columns): a row tile's stores then run along 2 KiB of
 // each output row rather than jumping between rows every few vectors.
 constexpr int64_t kProjectionTiles = 512 / (kColumnVectors * kLanes);
 // Kernel gradient: kGradRows rows of x against kGradOutputs rows of dy.

@@ -1,0 +1,248 @@
+"""The SiT family's train steps on this tree's native kernels and on another revision's, in one run.
+
+A change to a native kernel often moves the train step by a few percent: less than a noisy host moves
+the same step between processes (docs/speed.md, "The projection's tile": four runs of
+``benchmarks/encoders.py``, two per build, put the SiT / ViT ratio at 1.40-1.43 whichever build ran).
+Here both builds run in one process, in interleaved rounds. The script compiles the kernels of
+``--base`` (a git revision of this repository) with their ops renamed (``SitWindowAttention`` ->
+``SitBaseWindowAttention``), loads them beside this tree's, and traces each model's float32 train step
+(graph mode, forward + backward + Adam) twice: with this tree's ops and with the base's behind this
+tree's Python wrappers, which must therefore call the base's ops with the same inputs and attributes.
+It prints each step's median and this tree's over the base's (< 1: this tree is faster). Graph mode
+only: the XLA kernels are this tree's alone.
+
+    python benchmarks/native_ab.py --base 2ff1649 [--models sit,siet] [--repeats 21] [--out runs/ab.json]
+    python benchmarks/native_ab.py --base HEAD --quick       # a smoke run: the build, then seconds
+"""
+
+from __future__ import annotations
+
+import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up chatter)
+
+# isort: split
+
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from sit_keras import native
+from sit_keras.benchmarking import (
+    SentenceParser,
+    UsageError,
+    check_out_file,
+    command_line,
+    current_commit,
+    environment,
+    interleaved_medians,
+    parse_or_say_why,
+    write_report,
+)
+from sit_keras.encoder_check import make_train_step
+from sit_keras.models import build_encoder
+from sit_keras.native.build import compile_command
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from encoders import check_image_size, parse_model  # noqa: E402
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+NATIVE = "sit_keras/native"
+BASE_PREFIX = "SitBase"  # the base's op names: Sit... -> SitBase...
+BUILDS = ("base", "this")
+QUICK = {"image_size": 16, "batch": 2, "repeats": 3}
+
+
+def _git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=REPOSITORY, capture_output=True, text=True, check=False)
+
+
+def resolve(revision: str) -> str:
+    """``revision``'s commit hash; a ``UsageError`` where this tree's repository has no such commit."""
+    result = _git("rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
+    if result.returncode != 0:
+        raise UsageError(f"--base {revision} is not a commit of the repository at {REPOSITORY}.")
+    return result.stdout.strip()
+
+
+def build_base(commit: str, folder: Path) -> ModuleType:
+    """The native library of ``commit`` (its ``sit_keras/native/*.cc`` and ``*.h``, not its XLA kernels),
+    with every op renamed ``Sit...`` -> ``SitBase...``, compiled into ``folder`` and loaded."""
+    names = _git("ls-tree", "--name-only", f"{commit}:{NATIVE}").stdout.split()
+    sources = []
+    for name in names:
+        if not name.endswith((".cc", ".h")):
+            continue
+        text = _git("show", f"{commit}:{NATIVE}/{name}").stdout
+        if name.endswith(".cc"):  # REGISTER_OP("Sit...") and Name("Sit...")
+            text = text.replace('("Sit', f'("{BASE_PREFIX}')
+            sources.append(folder / name)
+        (folder / name).write_text(text)
+    if not sources:
+        raise UsageError(f"--base {commit[:12]} has no native kernels ({NATIVE}/*.cc).")
+    output = folder / "_base_kernels.so"
+    result = subprocess.run(
+        compile_command(output, tuple(sources)), capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"g++ failed on the kernels of {commit[:12]}:\n{result.stderr.strip()}")
+    return tf.load_op_library(str(output))
+
+
+def _python_name(op: str) -> str:
+    """TensorFlow's Python name of an op: ``SitBaseWindowAttention`` -> ``sit_base_window_attention``."""
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in op).lstrip("_")
+
+
+@contextmanager
+def base_ops(base: ModuleType) -> Iterator[int]:
+    """This tree's library module with each op the base also has replaced by the base's, for what is traced
+    inside; yields how many were replaced."""
+    ops = native.library()
+    prefix = _python_name(BASE_PREFIX) + "_"
+    swapped = {}
+    for name in dir(base):
+        if name.startswith(prefix) and hasattr(ops, "sit_" + name[len(prefix) :]):
+            ours = "sit_" + name[len(prefix) :]
+            swapped[ours] = getattr(ops, ours)
+            setattr(ops, ours, getattr(base, name))
+    try:
+        yield len(swapped)
+    finally:
+        for name, op in swapped.items():
+            setattr(ops, name, op)
+
+
+def traced_op_types(concrete: Any) -> set[str]:
+    """The op types of a concrete function's graph and of every function it calls."""
+    graph = concrete.graph.as_graph_def()
+    return {node.op for node in graph.node} | {
+        node.op for function in graph.library.function for node in function.node_def
+    }
+
+
+def train_steps(
+    model: str, image_size: int, batch: int, base: ModuleType
+) -> tuple[dict[str, Any], tf.Tensor, int]:
+    """``model``'s train step traced on each build's ops (``BUILDS``), its batch, and how many of the base's
+    ops the base's step runs."""
+    images = tf.constant(
+        np.random.default_rng(0).integers(0, 256, size=(batch, image_size, image_size, 3), dtype=np.uint8)
+    )
+    name, overrides = parse_model(model)
+    steps, base_op_count = {}, 0
+    for build in BUILDS:
+        tf_keras.utils.set_random_seed(0)
+        step = make_train_step(
+            build_encoder(name, (image_size, image_size, 3), **overrides), jit_compile=False
+        )
+        if build == "base":
+            with base_ops(base):
+                concrete = step.get_concrete_function(images)
+            base_op_count = sum(op.startswith(BASE_PREFIX) for op in traced_op_types(concrete))
+        else:
+            step.get_concrete_function(images)
+        steps[build] = step
+    return steps, images, base_op_count
+
+
+def measure(
+    models: list[str], image_size: int, batch: int, repeats: int, base: ModuleType
+) -> dict[str, dict[str, float]]:
+    """Per model, each build's median train-step time (ms), this tree's over the base's, and the base's op
+    types in its step."""
+    functions: dict[tuple[str, str], Callable[[], Any]] = {}
+    base_op_types = {}
+    for model in models:
+        steps, images, base_op_types[model] = train_steps(model, image_size, batch, base)
+        for build, step in steps.items():
+            functions[model, build] = lambda step=step, images=images: step(images)
+    medians = interleaved_medians(functions, repeats)
+    results = {}
+    for model in models:
+        base_ms, this_ms = (1000 * medians[model, build] for build in BUILDS)
+        results[model] = {
+            "base_ms": base_ms,
+            "this_ms": this_ms,
+            "this_over_base": this_ms / base_ms,
+            "base_op_types_in_step": base_op_types[model],
+        }
+    return results
+
+
+def parse_args(argv: Sequence[str] | None):
+    parser = SentenceParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--base", required=True, help="the git revision whose kernels this tree's are timed against"
+    )
+    parser.add_argument("--models", default="sit,siet", help="SiT-family encoder names, comma-separated")
+    parser.add_argument("--image_size", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=96)
+    parser.add_argument("--repeats", type=int, default=21, help="timed rounds (medians are reported)")
+    parser.add_argument("--quick", action="store_true", help="16x16 images, batch 2, 3 rounds: a smoke run")
+    parser.add_argument("--out", default=None, help="write the report as JSON here")
+    args = parser.parse_args(argv)
+    args.models = [m.strip() for m in args.models.split(",") if m.strip()]
+    for flag in ("image_size", "batch", "repeats"):
+        if getattr(args, flag) < 1:
+            raise UsageError(f"--{flag} must be at least 1; received {getattr(args, flag)}.")
+    image_size = min(args.image_size, QUICK["image_size"]) if args.quick else args.image_size
+    for model in args.models:
+        try:
+            parse_model(model)
+        except ValueError as error:
+            raise UsageError(f"--models: {error}.") from None
+        check_image_size(model, image_size)
+    if not native.available():
+        raise UsageError(
+            f"the native kernels do not load here ({native.load_problem()}): nothing to compare."
+        )
+    args.base_commit = resolve(args.base)
+    check_out_file(args.out)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_or_say_why(parse_args, argv)
+    if args is None:
+        return 2
+    settings = {"image_size": args.image_size, "batch": args.batch, "repeats": args.repeats}
+    if args.quick:
+        settings = {key: min(settings[key], value) for key, value in QUICK.items()}
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as folder:
+        print(f"Building the kernels of {args.base_commit[:12]} (a few minutes)...", flush=True)
+        base = build_base(args.base_commit, Path(folder))
+        results = measure(args.models, settings["image_size"], settings["batch"], settings["repeats"], base)
+    for model, r in results.items():
+        print(
+            f"{model} train step: the base's kernels {r['base_ms']:7.1f} ms, this tree's "
+            f"{r['this_ms']:7.1f} ms, this / base {r['this_over_base']:.3f} "
+            f"({r['base_op_types_in_step']} of the base's op types ran)"
+        )
+    report = {
+        "what": "SiT-family float32 train steps (graph) on this tree's native kernels and on the base "
+        "revision's, the same Python, interleaved rounds, medians",
+        "command": command_line("native_ab.py", argv),
+        "commit": current_commit(),
+        "base_commit": args.base_commit,
+        "settings": {"models": args.models, **settings, "quick": args.quick},
+        "environment": environment(),
+        "results": results,
+        "wall_time_s": time.perf_counter() - start,
+    }
+    if args.out:
+        write_report(report, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
