@@ -189,8 +189,7 @@ def interleaved_medians(functions: Mapping[Any, Callable[[], Any]], repeats: int
     function once, in turn, so that a change of the machine's load falls on all of them alike.
 
     Each function is called once first (tracing, warm-up); a call's time includes computing every
-    tensor it returns, not copying it out: ``.numpy()`` copies (an 80 MB output took 14 ms more so on
-    an AMD host, a third of the op that made it; docs/speed.md, "The projection's tile").
+    tensor it returns, not copying it out, as ``.numpy()`` would (docs/speed.md, "The projection's tile").
     """
 
     def call(fn: Callable[[], Any]) -> float:

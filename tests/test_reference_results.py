@@ -9477,7 +9477,7 @@ def test_the_projection_gradients_by_matmuls_section_is_its_runs():
     """docs/speed.md's "The projection's gradients by oneDNN's matmuls": the native_ops ranges per host kind
     from the runs it names, and the train steps both ways from projection_gradients.py's reports."""
     section, flat = _speed_section(
-        "### The projection's gradients by oneDNN's matmuls", "\n## Other fast paths"
+        "### The projection's gradients by oneDNN's matmuls", "\n### The projection's tile"
     )
     for quoted, files in PROJECTION_SPEEDUP_RUNS.items():
         speedups = [_report(f)["results"]["projection_speedup"]["backward"] for f in files]
@@ -9527,6 +9527,39 @@ def test_the_projection_gradients_by_matmuls_section_is_its_runs():
         f"graph steps take {graph[0]}x and {graph[1]}x as long with them in the first run and {graph2[0]}x "
         f"and {graph2[1]}x in the second, their XLA steps {xla[0]}x and {xla[1]}x with XLA's dots in the "
         f"first and {xla2[0]}x and {xla2[1]}x in the second; at 14x14 {small} and {medium}," in flat
+    )
+
+
+def test_the_projections_tile_section_is_its_native_ab_runs():
+    """docs/speed.md's "The projection's tile": native_ab.py's two runs against the old tile and its A/A run,
+    every row and the ratios quoted from them."""
+    section, flat = _speed_section("### The projection's tile", "\n## Other fast paths")
+    runs = {
+        "native_ab_projection_tile_run1": "2ff1649",
+        "native_ab_projection_tile_run2": "2ff1649",
+        "native_ab_same_kernels": "3b7b5c2",
+    }
+    ratios = {}
+    for name, base in runs.items():
+        report = _report(f"{name}.json")
+        assert f"`benchmarks/reference/{name}.json`" in flat
+        assert report["commit"].startswith("3b7b5c2") and report["base_commit"].startswith(base)
+        assert "AMD EPYC" in report["machine"]
+        settings = report["settings"]
+        assert (settings["image_size"], settings["batch"], settings["repeats"]) == (64, 96, 21)
+        assert not settings["quick"] and settings["models"] == ["sit", "siet"]
+        for model, r in report["results"].items():
+            assert r["base_op_types_in_step"] > 0
+            assert (
+                f"| `{name}` | {base} | `{model}` | {r['base_ms']:.1f} | {r['this_ms']:.1f} "
+                f"| {r['this_over_base']:.3f} |" in section
+            )
+        ratios[name] = {model: f"{r['this_over_base']:.3f}" for model, r in report["results"].items()}
+    first, second, same = (ratios[name] for name in runs)
+    assert (
+        f"The SiT's step took {first['sit']}x and {second['sit']}x as long as on the old tile, the SieT's "
+        f"{first['siet']}x and {second['siet']}x; the same kernels on both sides gave {same['sit']} and "
+        f"{same['siet']}." in flat
     )
 
 
