@@ -7958,6 +7958,7 @@ def _op_type_rows(before: dict, after: dict, count: int) -> list[str]:
 
 # Where the sections on the earlier speed-target runs end: the AMD host's run follows them.
 AMD_TARGETS = "\n### The targets on an AMD host with AVX512_BF16"
+AMD_3B7B5C2 = "\n#### The targets at 3b7b5c2, the projection's tile"
 
 
 def _speed_section(title: str, end: str) -> tuple[str, str]:
@@ -9399,7 +9400,7 @@ PROJECTION_SPEEDUP_RUNS = {  # docs/speed.md's ranges of native_ops' projection_
 def test_the_targets_on_the_amd_host_section_is_its_run():
     """docs/speed.md's "The targets on an AMD host with AVX512_BF16": the first run there, beside 1034fa9's on
     the AMX host of model 207, the verdicts that changed, and the times and rates its bullets quote."""
-    section, flat = _speed_section(AMD_TARGETS.strip(), "\n## Encoders")
+    section, flat = _speed_section(AMD_TARGETS.strip(), AMD_3B7B5C2)
     previous, old, previous_rounds = _speed_target_run("speed_targets_amx_model207_1034fa9")
     run, new, rounds = _speed_target_run("speed_targets_amd_bf16")
     assert run["commit"].startswith("49f0306") and "AMD EPYC" in run["machine"] and "no AMX" in run["machine"]
@@ -9471,6 +9472,69 @@ def test_the_targets_on_the_amd_host_section_is_its_run():
     workers = [r["two_workers"]["median_ratios_two_over_one"] for r in (new, old)]
     workers = [w["learner_seconds_per_train_step"] for w in workers]
     assert f"train step {workers[0]:.2f}x as long ({workers[1]:.2f}x on the AMX host)" in flat
+
+
+def test_the_targets_at_3b7b5c2_on_the_amd_host_are_its_run():
+    """docs/speed.md's "The targets at 3b7b5c2": the run beside 49f0306's on the same AMD host kind, the
+    encoder reports it discarded and why, and the times, ratios and rates its bullets quote."""
+    section, flat = _speed_section(AMD_3B7B5C2.strip(), "\n## Encoders")
+    previous, old, previous_rounds = _speed_target_run("speed_targets_amd_bf16")
+    run, new, rounds = _speed_target_run("speed_targets_amd_bf16_3b7b5c2")
+    assert run["commit"].startswith("3b7b5c2") and "AMD EPYC" in run["machine"] and "no AMX" in run["machine"]
+    assert "`benchmarks/reference/speed_targets_amd_bf16_3b7b5c2.json`" in flat and "--only" in run["note"]
+    changed = _assert_beside(
+        previous, run, (previous_rounds, rounds), section, 2, "Two verdicts changed, both XLA at 64x64."
+    )
+    assert changed == [f"{m}: XLA / graph train step, 64x64" for m in ("siet", "impala_cnn")]
+    folder = "speed_targets_amd_bf16_3b7b5c2"
+    discarded = {}
+    for name, slow_rounds, above_ms in (("encoders_64", 13, 20.0), ("encoders_14", 2, 15.0)):
+        discarded[name] = _report(f"{folder}/{name}_discarded.json")
+        rounds_ms = [
+            b["median_ms"] for b in discarded[name]["matmul"]["blocks"] if b["before"].startswith("round")
+        ]
+        slow = [ms for ms in rounds_ms if ms > above_ms]
+        assert len(slow) == slow_rounds and f"`{name}_discarded.json`" in flat
+        assert f"{min(slow):.1f}-{max(slow):.1f} ms in {slow_rounds}" in flat
+        assert round(new[name]["matmul"]["median_ms"]) == 11  # alone
+    assert "ms in 13 of the 15 rounds of `encoders_64`" in flat and "against 11 ms alone" in flat
+    values = [{t["what"]: t["value"] for t in r["targets"]} for r in (previous, run)]
+    at_14 = [what for what in values[1] if "XLA" in what and "14x14" in what]
+    assert f"moved by up to {max(abs(values[1][w] - values[0][w]) for w in at_14):.2f} either way" in flat
+    xla_14 = discarded["encoders_14"]["ratios"]["xla_over_graph"]
+    readout, vit = (
+        xla_14[f"configs/minigrid/lavacrossing_{m}.gin"]["train_step"]
+        for m in ("siet_rotation_pooled", "vit")
+    )
+    assert f"put the SieT readout's at {readout:.3f} and the ViT's at {vit:.3f}, both under 1" in flat
+    assert readout < 1 and vit < 1
+
+    def step(reports: dict, model: str) -> str:
+        return f"{reports['encoders_64']['models'][model]['timings']['train_step']['graph']['median_ms']:.1f}"
+
+    sit_ms, siet_ms, vit_ms = (step(new, m) for m in ("sit", "siet", "vit"))
+    matmul_ms = [f"{r['encoders_64']['matmul']['median_ms']:.2f}" for r in (new, old)]
+    assert (
+        f"graph steps took {sit_ms} ms (SiT), {siet_ms} ms (SieT) and {vit_ms} ms (ViT) against "
+        f"{step(old, 'sit')}, {step(old, 'siet')} and {step(old, 'vit')} ms at 49f0306, with the 1024^3 "
+        f"matmul at {matmul_ms[0]} against {matmul_ms[1]} ms" in flat
+    )
+    sit, siet = "SiT / ViT train step, 64x64 (graph)", "SieT / ViT train step, 64x64 (graph)"
+    assert (
+        f"SieT / ViT ratio went from {values[0][siet]:.3f} to {values[1][siet]:.3f} and the SiT's from "
+        f"{values[0][sit]:.3f} to {values[1][sit]:.3f}" in flat
+    )
+    bfloat16 = [r["encoders_64"]["models"]["sit"]["precision"]["mixed_bfloat16"] for r in (new, old)]
+    assert (
+        f"step took {bfloat16[0]['median_ms']:.1f} ms, {bfloat16[0]['over_float32']:.3f}x its float32 step "
+        f"({bfloat16[1]['over_float32']:.3f}x at 49f0306)" in flat
+    )
+    rates = new["procgen_ppo"]["env_steps_per_second"]
+    over = [r["procgen_ppo"]["ratios"]["impala_cnn_over_sit_env_steps_per_second"] for r in (new, old)]
+    assert (
+        f"SiT trained at {rates['sit']:.1f} env steps/s and the IMPALA-CNN at {rates['impala_cnn']:.1f}: "
+        f"1/{over[0]:.2f}, against 1/{over[1]:.2f}" in flat
+    )
 
 
 def test_the_projection_gradients_by_matmuls_section_is_its_runs():
