@@ -21,6 +21,7 @@ import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up 
 
 # isort: split
 
+import contextlib
 import subprocess
 import sys
 import tempfile
@@ -31,9 +32,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import numpy as np
 import tensorflow as tf
-import tf_keras
 
 from sit_keras import native
 from sit_keras.benchmarking import (
@@ -47,18 +46,16 @@ from sit_keras.benchmarking import (
     parse_or_say_why,
     write_report,
 )
-from sit_keras.encoder_check import make_train_step
-from sit_keras.models import build_encoder
 from sit_keras.native.build import compile_command
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from encoders import check_image_size, parse_model  # noqa: E402
+import projection_gradients  # noqa: E402
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 NATIVE = "sit_keras/native"
 BASE_PREFIX = "SitBase"  # the base's op names: Sit... -> SitBase...
 BUILDS = ("base", "this")
-QUICK = {"image_size": 16, "batch": 2, "repeats": 3}
+QUICK = projection_gradients.QUICK
 
 
 def _git(*args: str) -> subprocess.CompletedProcess:
@@ -133,24 +130,12 @@ def train_steps(
     model: str, image_size: int, batch: int, base: ModuleType
 ) -> tuple[dict[str, Any], tf.Tensor, int]:
     """``model``'s train step traced on each build's ops (``BUILDS``), its batch, and how many of the base's
-    ops the base's step runs."""
-    images = tf.constant(
-        np.random.default_rng(0).integers(0, 256, size=(batch, image_size, image_size, 3), dtype=np.uint8)
+    op types the base's step runs."""
+    ways = {"base": lambda: base_ops(base), "this": contextlib.nullcontext}
+    steps, images = projection_gradients.train_steps(model, image_size, batch, ways=ways)
+    base_op_count = sum(
+        op.startswith(BASE_PREFIX) for op in traced_op_types(steps["base"].get_concrete_function(images))
     )
-    name, overrides = parse_model(model)
-    steps, base_op_count = {}, 0
-    for build in BUILDS:
-        tf_keras.utils.set_random_seed(0)
-        step = make_train_step(
-            build_encoder(name, (image_size, image_size, 3), **overrides), jit_compile=False
-        )
-        if build == "base":
-            with base_ops(base):
-                concrete = step.get_concrete_function(images)
-            base_op_count = sum(op.startswith(BASE_PREFIX) for op in traced_op_types(concrete))
-        else:
-            step.get_concrete_function(images)
-        steps[build] = step
     return steps, images, base_op_count
 
 
@@ -183,28 +168,9 @@ def parse_args(argv: Sequence[str] | None):
     parser.add_argument(
         "--base", required=True, help="the git revision whose kernels this tree's are timed against"
     )
-    parser.add_argument("--models", default="sit,siet", help="SiT-family encoder names, comma-separated")
-    parser.add_argument("--image_size", type=int, default=64)
-    parser.add_argument("--batch", type=int, default=96)
-    parser.add_argument("--repeats", type=int, default=21, help="timed rounds (medians are reported)")
-    parser.add_argument("--quick", action="store_true", help="16x16 images, batch 2, 3 rounds: a smoke run")
-    parser.add_argument("--out", default=None, help="write the report as JSON here")
+    projection_gradients.add_step_arguments(parser, repeats=21)
     args = parser.parse_args(argv)
-    args.models = [m.strip() for m in args.models.split(",") if m.strip()]
-    for flag in ("image_size", "batch", "repeats"):
-        if getattr(args, flag) < 1:
-            raise UsageError(f"--{flag} must be at least 1; received {getattr(args, flag)}.")
-    image_size = min(args.image_size, QUICK["image_size"]) if args.quick else args.image_size
-    for model in args.models:
-        try:
-            parse_model(model)
-        except ValueError as error:
-            raise UsageError(f"--models: {error}.") from None
-        check_image_size(model, image_size)
-    if not native.available():
-        raise UsageError(
-            f"the native kernels do not load here ({native.load_problem()}): nothing to compare."
-        )
+    projection_gradients.check_step_arguments(args)
     args.base_commit = resolve(args.base)
     check_out_file(args.out)
     return args

@@ -24,7 +24,8 @@ import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up 
 
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -55,15 +56,19 @@ QUICK = {"image_size": 16, "batch": 2, "repeats": 3}
 
 
 def train_steps(
-    model: str, image_size: int, batch: int, jit_compile: bool = False
+    model: str,
+    image_size: int,
+    batch: int,
+    jit_compile: bool = False,
+    ways: Mapping[str, Callable[[], AbstractContextManager]] = WAYS,
 ) -> tuple[dict[str, Callable], tf.Tensor]:
-    """``model``'s train step traced each way (``WAYS``: the ``tf.function`` of each), and its batch."""
+    """``model``'s train step traced inside each way's context (``WAYS`` unless given), and its batch."""
     images = tf.constant(
         np.random.default_rng(0).integers(0, 256, size=(batch, image_size, image_size, 3), dtype=np.uint8)
     )
     name, overrides = parse_model(model)
     steps = {}
-    for way, context in WAYS.items():
+    for way, context in ways.items():
         tf_keras.utils.set_random_seed(0)
         step = make_train_step(
             build_encoder(name, (image_size, image_size, 3), **overrides), jit_compile=jit_compile
@@ -91,16 +96,19 @@ def measure(
     return results
 
 
-def parse_args(argv: Sequence[str] | None):
-    parser = SentenceParser(description=__doc__.split("\n\n")[0])
+def add_step_arguments(parser: SentenceParser, repeats: int) -> None:
+    """The arguments of the steps this script and ``native_ab.py`` time (``check_step_arguments``)."""
     parser.add_argument("--models", default="sit,siet", help="SiT-family encoder names, comma-separated")
     parser.add_argument("--image_size", type=int, default=64)
     parser.add_argument("--batch", type=int, default=96)
-    parser.add_argument("--jit_compile", action="store_true", help="the train steps compiled by XLA")
-    parser.add_argument("--repeats", type=int, default=15, help="timed rounds (medians are reported)")
+    parser.add_argument("--repeats", type=int, default=repeats, help="timed rounds (medians are reported)")
     parser.add_argument("--quick", action="store_true", help="16x16 images, batch 2, 3 rounds: a smoke run")
     parser.add_argument("--out", default=None, help="write the report as JSON here")
-    args = parser.parse_args(argv)
+
+
+def check_step_arguments(args: Any) -> None:
+    """The checks of ``--models``, ``--image_size``, ``--batch``, ``--repeats`` and ``--quick`` that this
+    script and ``native_ab.py`` share, and that the native kernels load (else a ``UsageError`` says why)."""
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     for flag in ("image_size", "batch", "repeats"):
         if getattr(args, flag) < 1:
@@ -116,6 +124,14 @@ def parse_args(argv: Sequence[str] | None):
         raise UsageError(
             f"the native kernels do not load here ({native.load_problem()}): nothing to compare."
         )
+
+
+def parse_args(argv: Sequence[str] | None):
+    parser = SentenceParser(description=__doc__.split("\n\n")[0])
+    add_step_arguments(parser, repeats=15)
+    parser.add_argument("--jit_compile", action="store_true", help="the train steps compiled by XLA")
+    args = parser.parse_args(argv)
+    check_step_arguments(args)
     check_out_file(args.out)
     return args
 
