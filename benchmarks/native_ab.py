@@ -1,8 +1,7 @@
 """The SiT family's train steps on this tree's native kernels and on another revision's, in one run.
 
 A change to a native kernel often moves the train step by a few percent: less than a noisy host moves
-the same step between processes (docs/speed.md, "The projection's tile": four runs of
-``benchmarks/encoders.py``, two per build, put the SiT / ViT ratio at 1.40-1.43 whichever build ran).
+the same step between processes (docs/speed.md, "The projection's tile" and "The targets at 3b7b5c2").
 Here both builds run in one process, in interleaved rounds. The script compiles the kernels of
 ``--base`` (a git revision of this repository) with their ops renamed (``SitWindowAttention`` ->
 ``SitBaseWindowAttention``), loads them beside this tree's, and traces each model's float32 train step

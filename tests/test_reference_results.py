@@ -9598,6 +9598,11 @@ def test_the_projections_tile_section_is_its_native_ab_runs():
     """docs/speed.md's "The projection's tile": native_ab.py's two runs against the old tile and its A/A run,
     every row and the ratios quoted from them."""
     section, flat = _speed_section("### The projection's tile", "\n## Other fast paths")
+    profile = _report("op_profile_train_amd_bf16_f0777d5_float32.json")
+    projection = next(r for r in profile["nodes"] if r["op"] == "SitChannelsFirstProjection")
+    forward = [r for r in profile["nodes"] if r["op"] in ("SitWindowAttention", "SitClassTokenAttention")]
+    assert all(projection["ms_per_call"] > r["ms_per_call"] for r in forward)
+    assert f"{projection['ms_per_call']:.2f} ms in its profile one op at a time" in flat
     runs = {
         "native_ab_projection_tile_run1": "2ff1649",
         "native_ab_projection_tile_run2": "2ff1649",

@@ -29,8 +29,9 @@ namespace sit_keras {
 
 // Register tiles: a tile's sums fill the vector registers but for the vectors loaded beside them.
 // Projection: kOutputRows rows of y side by side over kColumnVectors vectors of columns. With AVX-512,
-// 6 x 4 took 0.78x the time of 4 x 6 (the same 24 sums, 10 loads a row of x either way) for the SiT's
-// 64 -> 192 projection of 104,448 columns, on an AMD host (docs/speed.md, "The projection's tile").
+// 6 x 4 rather than 4 x 6 (the same 24 sums, 10 loads a row of x either way; the column tile read 32 times
+// for 192 outputs, not 48): the SiT's and SieT's train steps took 0.93-0.98x as long on an AMD host
+// (docs/speed.md, "The projection's tile").
 constexpr int kOutputRows = 6;
 constexpr int kColumnVectors = kVectorRegisters >= 32 ? 4 : 2;
 // Column tiles a thread copies at a time (512 columns): a row tile's stores then run along 2 KiB of
