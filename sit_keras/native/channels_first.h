@@ -3,19 +3,20 @@
 //
 // Both walk the long axis in column tiles of x copied to a contiguous buffer first. The rows of x lie L
 // values apart, and for the SiT's L (a multiple of 1024) that is a multiple of 4 KiB: read in place, the
-// rows of a tile fall into the same few sets of the L1 cache and evict each other (the kernel gradient
-// reads a few rows of dy at a time, fewer than the cache's ways, in place). The copies pad the last tile
-// with zeros, so the arithmetic runs on whole vectors only. On an AVX2 host the two ops took 0.58x and,
+// rows of a tile fall into the same few sets of the L1 cache and evict each other. The copies pad the last
+// tile with zeros, so the arithmetic runs on whole vectors only. On an AVX2 host the two ops took 0.58x and,
 // with TensorFlow's matmul for the input's gradient, 0.77x the time of TensorFlow's matmuls
 // (benchmarks/native_ops.py, docs/speed.md "The projection in a native op").
-// While a thread works on one column tile it prefetches the next into the L2 cache, a slice of its lines
-// before each register tile: the copies of x (and the kernel gradient's reads of dy) then wait for
-// memory less: on the AVX2 host, alone, the SiT's 64 -> 192 projection's input gradient took 0.91x its
-// time without; beside the other gradient op, in a graph, the gain was below the noise (docs/speed.md,
-// "Prefetching in the kernels").
-// The kernel gradient's sums are kept per unit of a fixed partition of the columns and the units' sums
-// added in a fixed order: the same bits on every run, whatever the threads. Within a unit they are kept
-// as vectors, whose lanes are added once, when the unit ends, not once a column tile.
+// While a thread projects one column tile it prefetches the next into the L2 cache, a slice of its lines
+// before each register tile: its copies of x then wait for memory less: on the AVX2 host, alone, the SiT's
+// 64 -> 192 projection's input gradient took 0.91x its time without; beside the other gradient op, in a
+// graph, the gain was below the noise (docs/speed.md, "Prefetching in the kernels").
+// The kernel gradient is packed (docs/speed.md, "The kernel gradient packed"): for each column tile, dy's
+// rows are turned into blocks of kLanes outputs, one vector a column (RowsToLanes), and x's rows copied;
+// a register tile then keeps the sums of a few rows of x against a few blocks of outputs in their final
+// orientation, each of x's values broadcast against the blocks' vectors, so no lanes are added at the end.
+// Its sums are kept per unit of a fixed partition of the columns and the units' sums added in a fixed
+// order: the same bits on every run, whatever the threads.
 
 #ifndef SIT_KERAS_NATIVE_CHANNELS_FIRST_H_
 #define SIT_KERAS_NATIVE_CHANNELS_FIRST_H_
@@ -37,11 +38,12 @@ constexpr int kColumnVectors = kVectorRegisters >= 32 ? 4 : 2;
 // Column tiles a thread copies at a time (512 columns): a row tile's stores then run along 2 KiB of
 // each output row rather than jumping between rows every few vectors.
 constexpr int64_t kProjectionTiles = 512 / (kColumnVectors * kLanes);
-// Kernel gradient: kGradRows rows of x against kGradOutputs rows of dy.
-constexpr int kGradRows = kVectorRegisters >= 32 ? 4 : 2;
-constexpr int kGradOutputs = 6;
-// Columns of x the kernel gradient copies at a time (they stay in the L2 cache; dy is read in place), and
-// the units of its fixed partition of the columns (fewer for fewer columns): the threads' work.
+// Kernel gradient: kGradRows rows of x against kGradBlocks blocks of kLanes outputs (8 x 3 and 6 x 2 were the
+// fastest of the tiles tried for the SiT's 64 x 192 kernel, with AVX-512 and with AVX2 on an AMD host).
+constexpr int kGradRows = kVectorRegisters >= 32 ? 8 : 6;
+constexpr int kGradBlocks = kVectorRegisters >= 32 ? 3 : 2;
+// Columns the kernel gradient packs at a time (dy's and x's, in the L2 cache), and the units of its fixed
+// partition of the columns (fewer for fewer columns): the threads' work.
 constexpr int64_t kGradColumns = 512;
 constexpr int64_t kGradUnits = 16;
 
@@ -103,48 +105,6 @@ inline void ProjectTile(const T* w, const T* x, int64_t rows, int64_t width,
   }
 }
 
-// The lanes of v added in lane order.
-template <typename T>
-inline T LaneSum(Lanes<T> v) {
-  T sum = v[0];
-  for (int l = 1; l < kLanes; ++l) sum += v[l];
-  return sum;
-}
-
-// sums[r outputs + n] += sum_c x[r width + c] dy[n stride + c], lane by lane, for A rows r of x from r0
-// and B rows n of dy from n0, over `width` columns (a multiple of kLanes).
-template <typename T, int A, int B>
-inline void GradTile(const T* x, const T* dy, int64_t stride, int64_t r0, int64_t n0, int64_t width,
-                     int64_t outputs, Lanes<T>* sums) {
-  Lanes<T> acc[A][B] = {};
-  for (int64_t c = 0; c < width; c += kLanes) {
-    Lanes<T> xs[A];
-    for (int a = 0; a < A; ++a) xs[a] = Load(x + (r0 + a) * width + c);
-    for (int b = 0; b < B; ++b) {
-      const Lanes<T> g = Load(dy + (n0 + b) * stride + c);
-      for (int a = 0; a < A; ++a) acc[a][b] += xs[a] * g;
-    }
-  }
-  for (int a = 0; a < A; ++a) {
-    for (int b = 0; b < B; ++b) sums[(r0 + a) * outputs + n0 + b] += acc[a][b];
-  }
-}
-
-// GradTile over every row of x (A at a time, the last ones one at a time) against B rows of dy from n0,
-// whose values then stay in the L1 cache while x's pass. B rows, fewer than the cache's ways, can be read
-// in place whatever their stride.
-// prefetch(i) runs before the i-th register tile of kGradRows rows.
-template <typename T, int B, typename Prefetch>
-void GradColumns(const T* x, const T* dy, int64_t stride, int64_t rows, int64_t n0, int64_t width,
-                 int64_t outputs, Lanes<T>* sums, Prefetch prefetch) {
-  int64_t r0 = 0;
-  for (; r0 + kGradRows <= rows; r0 += kGradRows) {
-    prefetch(r0 / kGradRows);
-    GradTile<T, kGradRows, B>(x, dy, stride, r0, n0, width, outputs, sums);
-  }
-  for (; r0 < rows; ++r0) GradTile<T, 1, B>(x, dy, stride, r0, n0, width, outputs, sums);
-}
-
 // y (N, L) = kernel (R, N)^T x (R, L), all three stored as S and computed as T: floats for bfloat16, widened
 // as each column tile is copied and rounded as each output vector is stored, so no float copy of x or y is
 // made in memory.
@@ -192,6 +152,38 @@ void ProjectChannelsFirst(const S* kernel_data, const S* x_data, int64_t rows, i
   });
 }
 
+// sums[r, b kLanes + j] += sum_e x[r, e] dy_packed[b, e, j] over `width` columns, for the A rows r of x from
+// r0 and the B blocks b of outputs from b0: x's rows `columns` apart (kGradColumns), dy's blocks `columns`
+// vectors apart, the sums' rows `padded` apart.
+template <typename T, int A, int B>
+inline void PackedGradTile(const T* x, const T* dy, int64_t width, int64_t r0, int64_t b0, int64_t padded,
+                           T* sums) {
+  Lanes<T> acc[A][B];
+  for (int a = 0; a < A; ++a) {
+    for (int b = 0; b < B; ++b) acc[a][b] = Load(sums + (r0 + a) * padded + (b0 + b) * kLanes);
+  }
+  for (int64_t e = 0; e < width; ++e) {
+    Lanes<T> d[B];
+    for (int b = 0; b < B; ++b) d[b] = Load(dy + ((b0 + b) * kGradColumns + e) * kLanes);
+    for (int a = 0; a < A; ++a) {
+      const T value = x[(r0 + a) * kGradColumns + e];
+      for (int b = 0; b < B; ++b) acc[a][b] += value * d[b];
+    }
+  }
+  for (int a = 0; a < A; ++a) {
+    for (int b = 0; b < B; ++b) Store(sums + (r0 + a) * padded + (b0 + b) * kLanes, acc[a][b]);
+  }
+}
+
+// PackedGradTile over every row of x (kGradRows at a time, then one at a time) against B blocks from b0.
+template <typename T, int B>
+inline void PackedGradRows(const T* x, const T* dy, int64_t rows, int64_t width, int64_t b0, int64_t padded,
+                           T* sums) {
+  int64_t r0 = 0;
+  for (; r0 + kGradRows <= rows; r0 += kGradRows) PackedGradTile<T, kGradRows, B>(x, dy, width, r0, b0, padded, sums);
+  for (; r0 < rows; ++r0) PackedGradTile<T, 1, B>(x, dy, width, r0, b0, padded, sums);
+}
+
 // dkernel (R, N) = x (R, L) dy (N, L)^T.
 template <typename T>
 void ProjectChannelsFirstKernelGrad(const T* dy_data, const T* x_data, int64_t rows, int64_t columns,
@@ -199,54 +191,38 @@ void ProjectChannelsFirstKernelGrad(const T* dy_data, const T* x_data, int64_t r
   const int64_t size = rows * outputs;
   std::fill(dkernel_data, dkernel_data + size, T(0));
   if (size == 0 || columns == 0) return;
-  // Unit u sums the column chunks [u chunks / units, (u + 1) chunks / units) into its own (R, N) sums.
+  // Unit u sums the column chunks [u chunks / units, (u + 1) chunks / units) into its own (R, N) sums, their
+  // rows padded to whole blocks of kLanes outputs.
+  const int64_t blocks = (outputs + kLanes - 1) / kLanes, padded = blocks * kLanes;
   const int64_t chunks = (columns + kGradColumns - 1) / kGradColumns, units = std::min(chunks, kGradUnits);
-  std::vector<T> sums(units * size, T(0));
+  std::vector<T> sums(units * rows * padded, T(0));
   const int64_t cost = 2 * size * kGradColumns * (chunks / units + 1);
   shards(units, cost, [&](int64_t start, int64_t limit) {
-    std::vector<T> xs(rows * kGradColumns), last;
-    if (columns % kGradColumns != 0) last.resize(outputs * kGradColumns);
-    std::vector<Lanes<T>> unit_sums(size);
+    std::vector<T> dy(blocks * kGradColumns * kLanes), x(rows * kGradColumns);
     for (int64_t u = start; u < limit; ++u) {
-      std::fill(unit_sums.begin(), unit_sums.end(), Lanes<T>{});
-      const int64_t end = (u + 1) * chunks / units;
-      for (int64_t chunk = u * chunks / units; chunk < end; ++chunk) {
-        const int64_t first = chunk * kGradColumns;
-        CopyColumns(x_data, rows, columns, first, kGradColumns, xs.data());
-        // dy in place, but for the last chunk's columns past L: a zero-padded copy.
-        const T* g = dy_data + first;
-        int64_t stride = columns;
-        if (first + kGradColumns > columns) {
-          CopyColumns(dy_data, outputs, columns, first, kGradColumns, last.data());
-          g = last.data();
-          stride = kGradColumns;
+      T* unit_sums = sums.data() + u * rows * padded;
+      for (int64_t chunk = u * chunks / units; chunk < (u + 1) * chunks / units; ++chunk) {
+        const int64_t first = chunk * kGradColumns, width = std::min(kGradColumns, columns - first);
+        // dy[(b kGradColumns + e) kLanes + j] = dy_data[b kLanes + j, first + e], zero past the N outputs.
+        for (int64_t b = 0; b < blocks; ++b) {
+          const int block_rows = static_cast<int>(std::min<int64_t>(kLanes, outputs - b * kLanes));
+          RowsToLanes(dy_data + b * kLanes * columns + first, columns, width, block_rows,
+                      dy.data() + b * kGradColumns * kLanes, kLanes);
         }
-        // The next chunk's lines, a slice before each register tile: issued all at once, they waited for
-        // the core's few line-fill buffers (on the AMX host, about 12% of the op's samples sat at the prefetches).
-        const int64_t row_tiles = rows / kGradRows, parts = (outputs / kGradOutputs) * row_tiles;
-        int64_t n0 = 0;
-        for (; n0 + kGradOutputs <= outputs; n0 += kGradOutputs) {
-          const int64_t group = n0 / kGradOutputs;
-          auto prefetch = [&](int64_t tile) {
-            if (chunk + 1 == end) return;
-            const int64_t next = first + kGradColumns, part = group * row_tiles + tile;
-            PrefetchColumns(x_data, rows, columns, next, kGradColumns, part, parts);
-            PrefetchColumns(dy_data, outputs, columns, next, kGradColumns, part, parts);
-          };
-          GradColumns<T, kGradOutputs>(xs.data(), g, stride, rows, n0, kGradColumns, outputs, unit_sums.data(),
-                                       prefetch);
+        CopyColumns(x_data, rows, columns, first, kGradColumns, x.data());
+        int64_t b0 = 0;
+        for (; b0 + kGradBlocks <= blocks; b0 += kGradBlocks) {
+          PackedGradRows<T, kGradBlocks>(x.data(), dy.data(), rows, width, b0, padded, unit_sums);
         }
-        for (; n0 < outputs; ++n0) {
-          GradColumns<T, 1>(xs.data(), g, stride, rows, n0, kGradColumns, outputs, unit_sums.data(),
-                            [](int64_t) {});
-        }
+        for (; b0 < blocks; ++b0) PackedGradRows<T, 1>(x.data(), dy.data(), rows, width, b0, padded, unit_sums);
       }
-      for (int64_t e = 0; e < size; ++e) sums[u * size + e] = LaneSum<T>(unit_sums[e]);
     }
   });
   for (int64_t u = 0; u < units; ++u) {
-    const T* unit_sums = sums.data() + u * size;
-    for (int64_t e = 0; e < size; ++e) dkernel_data[e] += unit_sums[e];
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* unit_row = sums.data() + (u * rows + r) * padded;
+      for (int64_t n = 0; n < outputs; ++n) dkernel_data[r * outputs + n] += unit_row[n];
+    }
   }
 }
 
