@@ -9597,7 +9597,7 @@ def test_the_projection_gradients_by_matmuls_section_is_its_runs():
 def test_the_projections_tile_section_is_its_native_ab_runs():
     """docs/speed.md's "The projection's tile": native_ab.py's two runs against the old tile and its A/A run,
     every row and the ratios quoted from them."""
-    section, flat = _speed_section("### The projection's tile", "\n## Other fast paths")
+    section, flat = _speed_section("### The projection's tile", "\n### The kernel gradient packed")
     profile = _report("op_profile_train_amd_bf16_f0777d5_float32.json")
     projection = next(r for r in profile["nodes"] if r["op"] == "SitChannelsFirstProjection")
     forward = [r for r in profile["nodes"] if r["op"] in ("SitWindowAttention", "SitClassTokenAttention")]
@@ -9627,6 +9627,40 @@ def test_the_projections_tile_section_is_its_native_ab_runs():
     first, second, same = (ratios[name] for name in runs)
     assert (
         f"The SiT's step took {first['sit']}x and {second['sit']}x as long as on the old tile, the SieT's "
+        f"{first['siet']}x and {second['siet']}x; the same kernels on both sides gave {same['sit']} and "
+        f"{same['siet']}." in flat
+    )
+
+
+def test_the_kernel_gradient_packed_section_is_its_native_ab_runs():
+    """docs/speed.md's "The kernel gradient packed": native_ab.py's runs with oneDNN off (the steps then take
+    the op) against the old form and its A/A run, every row and the ratios quoted from them."""
+    section, flat = _speed_section("### The kernel gradient packed", "\n## Other fast paths")
+    runs = {
+        "native_ab_packed_kgrad_eigen_run1": "6dd05e1",
+        "native_ab_packed_kgrad_eigen_run2": "6dd05e1",
+        "native_ab_packed_kgrad_eigen_same": "4f3921a",
+    }
+    ratios = {}
+    for name, base in runs.items():
+        report = _report(f"{name}.json")
+        assert f"`benchmarks/reference/{name}.json`" in flat
+        assert report["commit"].startswith("4f3921a") and report["base_commit"].startswith(base)
+        assert (
+            "AMD EPYC" in report["machine"] and report["environment"]["env"]["TF_ENABLE_ONEDNN_OPTS"] == "0"
+        )
+        settings = report["settings"]
+        assert (settings["image_size"], settings["batch"], settings["repeats"]) == (64, 96, 21)
+        for model, r in report["results"].items():
+            assert r["base_op_types_in_step"] > 0
+            assert (
+                f"| `{name}` | {base} | `{model}` | {r['base_ms']:.1f} | {r['this_ms']:.1f} "
+                f"| {r['this_over_base']:.3f} |" in section
+            )
+        ratios[name] = {model: f"{r['this_over_base']:.3f}" for model, r in report["results"].items()}
+    first, second, same = (ratios[name] for name in runs)
+    assert (
+        f"The SiT's step took {first['sit']}x and {second['sit']}x as long as with the old form, the SieT's "
         f"{first['siet']}x and {second['siet']}x; the same kernels on both sides gave {same['sit']} and "
         f"{same['siet']}." in flat
     )
