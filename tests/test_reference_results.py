@@ -9608,12 +9608,33 @@ def test_the_projections_tile_section_is_its_native_ab_runs():
         "native_ab_projection_tile_run2": "2ff1649",
         "native_ab_same_kernels": "3b7b5c2",
     }
+    _assert_native_ab_runs(section, "3b7b5c2", runs, "on the old tile", onednn=True)
+
+
+def test_the_kernel_gradient_packed_section_is_its_native_ab_runs():
+    """docs/speed.md's "The kernel gradient packed": native_ab.py's runs with oneDNN off (the steps then take
+    the op) against the old form and its A/A run, every row and the ratios quoted from them."""
+    section, _ = _speed_section("### The kernel gradient packed", "\n## Other fast paths")
+    runs = {
+        "native_ab_packed_kgrad_eigen_run1": "6dd05e1",
+        "native_ab_packed_kgrad_eigen_run2": "6dd05e1",
+        "native_ab_packed_kgrad_eigen_same": "4f3921a",
+    }
+    _assert_native_ab_runs(section, "4f3921a", runs, "with the old form", onednn=False)
+
+
+def _assert_native_ab_runs(section: str, commit: str, runs: dict[str, str], old: str, onednn: bool) -> None:
+    """A section of native_ab.py's runs of ``commit`` on the AMD host, two against the old kernels and an A/A
+    run (``runs``: report -> base commit): each report named, every row, and the ratios its sentence quotes
+    ("as long as <old>"); ``onednn``: whether TensorFlow's oneDNN was on."""
+    flat = " ".join(section.split())
     ratios = {}
     for name, base in runs.items():
         report = _report(f"{name}.json")
         assert f"`benchmarks/reference/{name}.json`" in flat
-        assert report["commit"].startswith("3b7b5c2") and report["base_commit"].startswith(base)
+        assert report["commit"].startswith(commit) and report["base_commit"].startswith(base)
         assert "AMD EPYC" in report["machine"]
+        assert (report["environment"]["env"].get("TF_ENABLE_ONEDNN_OPTS") != "0") == onednn
         settings = report["settings"]
         assert (settings["image_size"], settings["batch"], settings["repeats"]) == (64, 96, 21)
         assert not settings["quick"] and settings["models"] == ["sit", "siet"]
@@ -9626,41 +9647,7 @@ def test_the_projections_tile_section_is_its_native_ab_runs():
         ratios[name] = {model: f"{r['this_over_base']:.3f}" for model, r in report["results"].items()}
     first, second, same = (ratios[name] for name in runs)
     assert (
-        f"The SiT's step took {first['sit']}x and {second['sit']}x as long as on the old tile, the SieT's "
-        f"{first['siet']}x and {second['siet']}x; the same kernels on both sides gave {same['sit']} and "
-        f"{same['siet']}." in flat
-    )
-
-
-def test_the_kernel_gradient_packed_section_is_its_native_ab_runs():
-    """docs/speed.md's "The kernel gradient packed": native_ab.py's runs with oneDNN off (the steps then take
-    the op) against the old form and its A/A run, every row and the ratios quoted from them."""
-    section, flat = _speed_section("### The kernel gradient packed", "\n## Other fast paths")
-    runs = {
-        "native_ab_packed_kgrad_eigen_run1": "6dd05e1",
-        "native_ab_packed_kgrad_eigen_run2": "6dd05e1",
-        "native_ab_packed_kgrad_eigen_same": "4f3921a",
-    }
-    ratios = {}
-    for name, base in runs.items():
-        report = _report(f"{name}.json")
-        assert f"`benchmarks/reference/{name}.json`" in flat
-        assert report["commit"].startswith("4f3921a") and report["base_commit"].startswith(base)
-        assert (
-            "AMD EPYC" in report["machine"] and report["environment"]["env"]["TF_ENABLE_ONEDNN_OPTS"] == "0"
-        )
-        settings = report["settings"]
-        assert (settings["image_size"], settings["batch"], settings["repeats"]) == (64, 96, 21)
-        for model, r in report["results"].items():
-            assert r["base_op_types_in_step"] > 0
-            assert (
-                f"| `{name}` | {base} | `{model}` | {r['base_ms']:.1f} | {r['this_ms']:.1f} "
-                f"| {r['this_over_base']:.3f} |" in section
-            )
-        ratios[name] = {model: f"{r['this_over_base']:.3f}" for model, r in report["results"].items()}
-    first, second, same = (ratios[name] for name in runs)
-    assert (
-        f"The SiT's step took {first['sit']}x and {second['sit']}x as long as with the old form, the SieT's "
+        f"The SiT's step took {first['sit']}x and {second['sit']}x as long as {old}, the SieT's "
         f"{first['siet']}x and {second['siet']}x; the same kernels on both sides gave {same['sit']} and "
         f"{same['siet']}." in flat
     )
