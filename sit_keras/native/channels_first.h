@@ -38,8 +38,8 @@ constexpr int kColumnVectors = kVectorRegisters >= 32 ? 4 : 2;
 // Column tiles a thread copies at a time (512 columns): a row tile's stores then run along 2 KiB of
 // each output row rather than jumping between rows every few vectors.
 constexpr int64_t kProjectionTiles = 512 / (kColumnVectors * kLanes);
-// Kernel gradient: kGradRows rows of x against kGradBlocks blocks of kLanes outputs (8 x 3 and 6 x 2 were the
-// fastest of the tiles tried for the SiT's 64 x 192 kernel, with AVX-512 and with AVX2 on an AMD host).
+// Kernel gradient: kGradRows rows of x against kGradBlocks blocks of kLanes outputs (8 x 3 and 6 x 2, the
+// fastest of the tiles tried for the SiT's 64 x 192 kernel with AVX-512 and with AVX2, on an AMD host).
 constexpr int kGradRows = kVectorRegisters >= 32 ? 8 : 6;
 constexpr int kGradBlocks = kVectorRegisters >= 32 ? 3 : 2;
 // Columns the kernel gradient packs at a time (dy's and x's, in the L2 cache), and the units of its fixed
@@ -152,9 +152,9 @@ void ProjectChannelsFirst(const S* kernel_data, const S* x_data, int64_t rows, i
   });
 }
 
-// sums[r, b kLanes + j] += sum_e x[r, e] dy_packed[b, e, j] over `width` columns, for the A rows r of x from
-// r0 and the B blocks b of outputs from b0: x's rows `columns` apart (kGradColumns), dy's blocks `columns`
-// vectors apart, the sums' rows `padded` apart.
+// sums[r, b kLanes + j] += sum_e x[r, e] dy[b, e, j] over `width` columns, for the A rows r of x from r0 and
+// the B blocks b of outputs from b0: ProjectChannelsFirstKernelGrad's buffers, x's rows kGradColumns values
+// apart and dy's blocks kGradColumns vectors apart; the sums' rows `padded` apart.
 template <typename T, int A, int B>
 inline void PackedGradTile(const T* x, const T* dy, int64_t width, int64_t r0, int64_t b0, int64_t padded,
                            T* sums) {
@@ -180,7 +180,9 @@ template <typename T, int B>
 inline void PackedGradRows(const T* x, const T* dy, int64_t rows, int64_t width, int64_t b0, int64_t padded,
                            T* sums) {
   int64_t r0 = 0;
-  for (; r0 + kGradRows <= rows; r0 += kGradRows) PackedGradTile<T, kGradRows, B>(x, dy, width, r0, b0, padded, sums);
+  for (; r0 + kGradRows <= rows; r0 += kGradRows) {
+    PackedGradTile<T, kGradRows, B>(x, dy, width, r0, b0, padded, sums);
+  }
   for (; r0 < rows; ++r0) PackedGradTile<T, 1, B>(x, dy, width, r0, b0, padded, sums);
 }
 
