@@ -8948,6 +8948,11 @@ def _assert_beside(
     return [n["what"] for _, n in pairs]
 
 
+def _step_ms(reports: dict, model: str, mode: str = "graph") -> str:
+    """A speed-target run's 64x64 train step of ``model`` (graph or xla), its median in ms as quoted."""
+    return f"{reports['encoders_64']['models'][model]['timings']['train_step'][mode]['median_ms']:.1f}"
+
+
 XLA_64_TARGETS = [f"{m}: XLA / graph train step, 64x64" for m in ("sit", "siet")]
 
 
@@ -8971,15 +8976,15 @@ def _minigrid_and_demo_quotes(old: dict, new: dict, small: str, vit: str, pairs:
     14x14 (templates `small` and `vit`, each filled with the new run's ms then the old's) and of the demo's
     PPO: the SiT's and the CNN's rates, new against old, and the new run's process pairs (`pairs`)."""
 
-    def step(run: dict, model: str) -> str:
+    def _step_ms(run: dict, model: str) -> str:
         timings = run["encoders_14"]["models"][f"configs/minigrid/lavacrossing_{model}.gin"]["timings"]
         return f"{timings['train_step']['graph']['median_ms']:.2f}"
 
     demo = {w: r["demo_ppo"]["env_steps_per_second"] for w, r in (("old", old), ("new", new))}
     runs = (new["demo_ppo"]["runs"][m] for m in ("sit", "cnn"))
     return [
-        small.format(step(new, "sit_small"), step(old, "sit_small")),
-        vit.format(step(new, "vit"), step(old, "vit")),
+        small.format(_step_ms(new, "sit_small"), _step_ms(old, "sit_small")),
+        vit.format(_step_ms(new, "vit"), _step_ms(old, "vit")),
         f"SiT trained at {demo['new']['sit']:.1f} env steps/s against {demo['old']['sit']:.1f}",
         f"its CNN at {demo['new']['cnn']:.1f} against {demo['old']['cnn']:.1f}",
         pairs.format(_listed([a["sps"] / b["sps"] for a, b in zip(*runs, strict=True)])),
@@ -9255,14 +9260,11 @@ def test_the_targets_on_the_amx_model_207_host_section_is_its_run():
     per_round = [f"{rounds[what]:.3f}" for what in changed]
     assert f"Round by round they are {per_round[0]}, {per_round[1]} and {per_round[2]}" in flat
 
-    def step(reports: dict, model: str) -> str:
-        return f"{reports['encoders_64']['models'][model]['timings']['train_step']['graph']['median_ms']:.1f}"
-
     matmuls = [r["encoders_64"]["matmul"] for r in (new, old)]
     assert f"matmul took {matmuls[0]['median_ms']:.2f} ms against {matmuls[1]['median_ms']:.2f} ms" in flat
     assert (
-        f"graph step {step(new, 'sit')} against {step(old, 'sit')} ms and the ViT's "
-        f"{step(new, 'vit')} against {step(old, 'vit')} ms" in flat
+        f"graph step {_step_ms(new, 'sit')} against {_step_ms(old, 'sit')} ms and the ViT's "
+        f"{_step_ms(new, 'vit')} against {_step_ms(old, 'vit')} ms" in flat
     )
     assert all(quote in flat for quote in _xla_quotes(new, rounds, "took"))
 
@@ -9407,15 +9409,12 @@ def test_the_targets_on_the_amd_host_section_is_its_run():
     assert "avx512_bf16" in run["cpu_flags"] and "amx_bf16" not in run["cpu_flags"]
     _assert_beside(previous, run, (previous_rounds, rounds), section, 4, "Four verdicts changed.")
 
-    def step(reports: dict, model: str, mode: str = "graph") -> str:
-        return f"{reports['encoders_64']['models'][model]['timings']['train_step'][mode]['median_ms']:.1f}"
-
     matmuls = [r["encoders_64"]["matmul"] for r in (new, old)]
     assert f"matmul took {matmuls[0]['median_ms']:.2f} ms against {matmuls[1]['median_ms']:.2f} ms" in flat
     assert (
-        f"graph step took {step(new, 'sit')} against {step(old, 'sit')} ms, the SieT's "
-        f"{step(new, 'siet')} against {step(old, 'siet')} ms and the ViT's {step(new, 'vit')} against "
-        f"{step(old, 'vit')} ms" in flat
+        f"graph step took {_step_ms(new, 'sit')} against {_step_ms(old, 'sit')} ms, the SieT's "
+        f"{_step_ms(new, 'siet')} against {_step_ms(old, 'siet')} ms and the ViT's {_step_ms(new, 'vit')} "
+        f"against {_step_ms(old, 'vit')} ms" in flat
     )
     rises = [run["targets"][i]["value"] / previous["targets"][i]["value"] - 1 for i in (0, 2)]  # SiT, SieT
     assert f"rise by {100 * min(rises):.0f}-{100 * max(rises):.0f}%" in flat
@@ -9509,15 +9508,13 @@ def test_the_targets_at_3b7b5c2_on_the_amd_host_are_its_run():
     assert f"put the SieT readout's at {readout:.3f} and the ViT's at {vit:.3f}, both under 1" in flat
     assert readout < 1 and vit < 1
 
-    def step(reports: dict, model: str) -> str:
-        return f"{reports['encoders_64']['models'][model]['timings']['train_step']['graph']['median_ms']:.1f}"
-
-    sit_ms, siet_ms, vit_ms = (step(new, m) for m in ("sit", "siet", "vit"))
+    sit_ms, siet_ms, vit_ms = (_step_ms(new, m) for m in ("sit", "siet", "vit"))
+    old_sit, old_siet, old_vit = (_step_ms(old, m) for m in ("sit", "siet", "vit"))
     matmul_ms = [f"{r['encoders_64']['matmul']['median_ms']:.2f}" for r in (new, old)]
     assert (
         f"graph steps took {sit_ms} ms (SiT), {siet_ms} ms (SieT) and {vit_ms} ms (ViT) against "
-        f"{step(old, 'sit')}, {step(old, 'siet')} and {step(old, 'vit')} ms at 49f0306, with the 1024^3 "
-        f"matmul at {matmul_ms[0]} against {matmul_ms[1]} ms" in flat
+        f"{old_sit}, {old_siet} and {old_vit} ms at 49f0306, with the 1024^3 matmul at {matmul_ms[0]} "
+        f"against {matmul_ms[1]} ms" in flat
     )
     sit, siet = "SiT / ViT train step, 64x64 (graph)", "SieT / ViT train step, 64x64 (graph)"
     assert (
