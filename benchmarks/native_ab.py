@@ -185,8 +185,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
         print(f"Building the kernels of {args.base_commit[:12]} (a few minutes)...", flush=True)
-        base = build_base(args.base_commit, Path(folder))
-        results = measure(args.models, settings["image_size"], settings["batch"], settings["repeats"], base)
+        try:
+            base = build_base(args.base_commit, Path(folder))
+        except RuntimeError as error:  # the base's sources do not compile here
+            print(f"native_ab.py: {str(error).splitlines()[0].rstrip(':')}.", file=sys.stderr)
+            return 1
+        try:
+            results = measure(
+                args.models, settings["image_size"], settings["batch"], settings["repeats"], base
+            )
+        except (TypeError, ValueError) as error:  # tracing: an op whose inputs or attributes changed since
+            message = str(error).strip().splitlines()[-1]
+            print(
+                f"native_ab.py: the ops of {args.base_commit[:12]} do not take this tree's inputs "
+                f"({message}).",
+                file=sys.stderr,
+            )
+            return 1
     for model, r in results.items():
         print(
             f"{model} train step: the base's kernels {r['base_ms']:7.1f} ms, this tree's "

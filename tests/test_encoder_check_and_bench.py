@@ -334,6 +334,19 @@ def test_native_ab_refuses_a_base_that_is_no_commit(capsys):
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+@pytest.mark.skipif(not native.available(), reason="needs the native kernels: `make install` builds them")
+def test_native_ab_says_in_one_sentence_when_the_base_does_not_build(monkeypatch, tmp_path, capsys):
+    module = _load_benchmark("native_ab")
+    monkeypatch.setattr(module, "compile_command", lambda output, sources: ["false"])
+    out = tmp_path / "ab.json"
+    assert module.main(["--base", "HEAD", "--quick", "--models", "sit", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("native_ab.py: g++ failed on the kernels of ") and len(err.strip().splitlines()) == 1
+    )
+    assert not out.exists()
+
+
 def test_native_ab_swaps_in_the_base_ops_only_while_tracing(monkeypatch):
     """base_ops replaces each op of this tree's library the base library also has, then puts it back."""
     import types
