@@ -311,6 +311,31 @@ def test_projection_gradients_times_both_ways_of_each_model(tmp_path, capsys):
     assert report["default_here"] == default and f"This host's default: the {default}" in printed
 
 
+@pytest.mark.skipif(not native.available(), reason="needs the native kernels: `make install` builds them")
+def test_kernel_gradient_transpose_times_the_gather_the_fold_and_the_graph(tmp_path, capsys):
+    """benchmarks/kernel_gradient_transpose.py: two XLA steps, one with the kernel gradients' gathers (XLA
+    keeps them), and the graph step, all three timed and their ratios printed and written."""
+    module = _load_benchmark("kernel_gradient_transpose")
+    steps = module.projection_gradients.train_steps
+    xla, images = steps("sit", 16, 2, jit_compile=True, ways=module.XLA_WAYS)
+    gathers = {
+        way: step.experimental_get_compiler_ir(images)(stage="optimized_hlo").count(" gather(")
+        for way, step in xla.items()
+    }
+    assert gathers["xla_gathered"] > gathers["xla_folded"], gathers
+    out = tmp_path / "kt.json"
+    assert module.main(["--quick", "--models", "sit", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    command = f"python benchmarks/kernel_gradient_transpose.py --quick --models sit --out {out}"
+    assert report["command"] == command
+    settings = {"models": ["sit"], "image_size": 16, "batch": 2, "repeats": 3}
+    assert report["settings"] == {**settings, "quick": True}
+    r = report["results"]["sit"]
+    assert r["gathered_over_folded"] == pytest.approx(r["xla_gathered_ms"] / r["xla_folded_ms"])
+    assert r["xla_gathered_over_graph"] == pytest.approx(r["xla_gathered_ms"] / r["graph_ms"])
+    assert f"gathered / folded {r['gathered_over_folded']:.3f}" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

@@ -19,7 +19,9 @@ What this file proves:
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import subprocess
 import sys
 
@@ -31,7 +33,7 @@ from hypothesis import strategies as st
 from traced_ops import op_types
 
 from sit_keras import native
-from sit_keras.layers.channels_first import project_channels_first
+from sit_keras.layers.channels_first import folded_kernel_gradients, project_channels_first
 
 pytestmark = pytest.mark.skipif(
     not native.available(), reason="needs the native kernels: `make install` builds them"
@@ -178,6 +180,28 @@ def test_the_layers_projection_and_its_gradients_are_the_matmuls_either_way(by_m
     assert ("SitChannelsFirstProjectionKernelGrad" in op_types(step, kernel, x, dy)) != by_matmul
     expected = _with_gradients(_builtin, kernel, x, dy)
     for got, want in zip(step(kernel, x, dy), expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("folded", [False, True], ids=["gathered", "folded"])
+def test_under_xla_the_kernel_gradient_keeps_its_product_and_transposes_after(folded: bool) -> None:
+    """Under XLA the matmuls' kernel gradient is ``dy x^T`` (``(N, R)`` in memory) transposed after by a
+    gather, not XLA's fold of the transpose into ``x dy^T`` (``(R, N)``), unless
+    ``folded_kernel_gradients()``; either way TensorFlow's gradients to 1e-12 in float64 (shapes multiples
+    of nothing)."""
+    step = tf.function(lambda *args: _with_gradients(project_channels_first, *args), jit_compile=True)
+    kernel, x, dy = _random(13, 7, 1037, seed=6)
+    folding = folded_kernel_gradients() if folded else contextlib.nullcontext()
+    with native.projection_gradients_by_matmuls(), folding:
+        step.get_concrete_function(kernel, x, dy)  # traced here
+        float32 = [tf.cast(t, tf.float32) for t in (kernel, x, dy)]
+        hlo = step.experimental_get_compiler_ir(*float32)(stage="optimized_hlo")
+    # Each product's shape as it lies in memory: a layout {0,1} is the transpose of {1,0}.
+    products = re.findall(r"= f32\[(\d+),(\d+)\]\{(\d),\d\} (?:dot|custom-call)\(", hlo)
+    in_memory = [(rows, cols) if minor == "1" else (cols, rows) for rows, cols, minor in products]
+    kernel_products = [shape for shape in in_memory if set(shape) == {"13", "7"}]
+    assert kernel_products == [("13", "7") if folded else ("7", "13")]
+    for got, want in zip(step(kernel, x, dy), _with_gradients(_builtin, kernel, x, dy), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 

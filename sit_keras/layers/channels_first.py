@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
+
+import numpy as np
 import tensorflow as tf
 
 from sit_keras import native
+from sit_keras.layers.xla_context import in_compiled_function
+
+_state = threading.local()
 
 
 def project_channels_first(kernel: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
@@ -72,5 +80,31 @@ def matmul_gradients(kernel: tf.Tensor, x: tf.Tensor, upstream: tf.Tensor) -> tu
 
 def kernel_gradient_by_matmul(x: tf.Tensor, upstream: tf.Tensor) -> tf.Tensor:
     """The kernel's gradient ``(dy x^T)^T``, ``(R, N)``, as a batch of one: TensorFlow's CPU batched matmul
-    runs this long product faster than its 2-D one."""
-    return tf.transpose(tf.matmul(upstream[None], x[None], transpose_b=True)[0])
+    runs this long product faster than its 2-D one.
+
+    Under XLA the small ``(N, R)`` product is transposed by a gather: XLA folds a transpose into the dot
+    and forms ``x dy^T`` instead, which oneDNN's matmul ran 1.3x slower than ``dy x^T`` on an AMD host
+    (docs/speed.md, "The kernel gradient's transpose under XLA"); it does not fold a gather. (An
+    optimisation barrier before the transpose kept the product too, but XLA then returned wrong values
+    for some small shapes.) ``folded_kernel_gradients()`` lets XLA fold it, for comparisons.
+    """
+    product = tf.matmul(upstream[None], x[None], transpose_b=True)[0]
+    folded = getattr(_state, "folded", False)
+    if not in_compiled_function() or folded or not product.shape.is_fully_defined():
+        return tf.transpose(product)
+    outputs, rows = product.shape
+    # order[r N + n] = n R + r: where the transpose's entry (r, n) lies in the product.
+    order = np.arange(outputs * rows).reshape(outputs, rows).T.reshape(-1)
+    return tf.reshape(tf.gather(tf.reshape(product, [-1]), order), [rows, outputs])
+
+
+@contextlib.contextmanager
+def folded_kernel_gradients() -> Iterator[None]:
+    """Functions XLA compiles that are traced inside let XLA fold the kernel gradient's transpose into its dot
+    (``kernel_gradient_by_matmul``; this thread): benchmarks compare both forms in one run."""
+    previous = getattr(_state, "folded", False)
+    _state.folded = True
+    try:
+        yield
+    finally:
+        _state.folded = previous
