@@ -9611,13 +9611,84 @@ def test_the_projections_tile_section_is_its_native_ab_runs():
 def test_the_kernel_gradient_packed_section_is_its_native_ab_runs():
     """docs/speed.md's "The kernel gradient packed": native_ab.py's runs with oneDNN off (the steps then take
     the op) against the old form and its A/A run, every row and the ratios quoted from them."""
-    section, _ = _speed_section("### The kernel gradient packed", "\n## Other fast paths")
+    section, _ = _speed_section(
+        "### The kernel gradient packed", "\n### The kernel gradient's transpose under XLA"
+    )
     runs = {
         "native_ab_packed_kgrad_eigen_run1": "6dd05e1",
         "native_ab_packed_kgrad_eigen_run2": "6dd05e1",
         "native_ab_packed_kgrad_eigen_same": "4f3921a",
     }
     _assert_native_ab_runs(section, "4f3921a", runs, "with the old form", onednn=False)
+
+
+def test_the_kernel_gradients_transpose_section_is_its_profiles_and_runs():
+    """docs/speed.md's "The kernel gradient's transpose under XLA": the kernel gradients' oneDNN calls in the
+    XLA profiles with the fold (30bfae0) and with the gather (cb102b7), the graph's matmuls, and every row and
+    ratio of kernel_gradient_transpose.py's three runs."""
+    section, flat = _speed_section("### The kernel gradient's transpose under XLA", "\n## Other fast paths")
+
+    def kernel_gradients(name: str, shape: str) -> list[float]:  # the oneDNN calls with a kernel's shape
+        report = _report(f"{name}.json")
+        assert f"`benchmarks/reference/{name}.json`" in flat and "AMD EPYC" in report["machine"]
+        assert report["settings"]["jit_compile"] and report["settings"]["model"] == "sit"
+        calls = [r for r in report["nodes"] if r["op"] == "__onednn$matmul" and r["shapes"].startswith(shape)]
+        return sorted((r["ms_per_call"] for r in calls), reverse=True)
+
+    folded = kernel_gradients("op_profile_xla_sit_amd_bf16_30bfae0", "(f32[64,192]{1,0}")
+    gathered = kernel_gradients("op_profile_xla_sit_amd_bf16_cb102b7", "(f32[192,64]{1,0}")
+    assert len(folded) == len(gathered) == 3
+    assert (
+        f"that call took {folded[0]:.2f} ms" in flat and f"{gathered[0]:.2f} ms in the same profile" in flat
+    )
+    assert (
+        f"{gathered[1]:.2f} and {gathered[2]:.2f} ms against {folded[1]:.2f} and {folded[2]:.2f} ms folded"
+        in flat
+    )
+    graph = _report("op_profile_train_amd_bf16_cb102b7_float32.json")
+    assert graph["settings"]["one_op_at_a_time"] and not graph["settings"]["jit_compile"]
+    matmuls = {r["node"]: r["ms_per_call"] for r in graph["nodes"] if r["node"] in ("MatMul_6", "MatMul_7")}
+    assert f"the batched matmul takes {matmuls['MatMul_6']:.2f} ms one op at a time" in flat
+    dx = next(
+        r
+        for r in _report("op_profile_xla_sit_amd_bf16_cb102b7.json")["nodes"]
+        if r["node"].startswith("MatMul_7")
+    )
+    assert f"{dx['ms_per_call']:.2f} ms as XLA's oneDNN matmul call" in flat
+    assert f"{matmuls['MatMul_7']:.2f} ms as TensorFlow's 2-D oneDNN matmul" in flat
+    ratios = {}
+    for name, size, rounds in (("64_run1", 64, 15), ("64_run2", 64, 15), ("14", 14, 61)):
+        report = _report(f"kernel_gradient_transpose_amd_bf16_{name}.json")
+        assert f"`benchmarks/reference/kernel_gradient_transpose_amd_bf16_{name}.json`" in flat
+        assert report["commit"].startswith("cb102b7") and "AMD EPYC" in report["machine"]
+        assert (
+            report["settings"]["image_size"],
+            report["settings"]["repeats"],
+            report["settings"]["batch"],
+        ) == (
+            size,
+            rounds,
+            96,
+        )
+        for model, r in report["results"].items():
+            assert (
+                f"| `kernel_gradient_transpose_amd_bf16_{name}` | `{model}` | {r['xla_gathered_ms']:.1f} "
+                f"| {r['xla_folded_ms']:.1f} | {r['graph_ms']:.1f} | {r['gathered_over_folded']:.3f} "
+                f"| {r['xla_gathered_over_graph']:.3f} | {r['xla_folded_over_graph']:.3f} |"
+            ) in section
+            ratios[name, model.split("_")[-1].removesuffix(".gin")] = r
+    g = {key: f"{r['gathered_over_folded']:.3f}" for key, r in ratios.items()}
+    xla = {key: f"{r['xla_gathered_over_graph']:.3f}" for key, r in ratios.items()}
+    fold = {key: f"{r['xla_folded_over_graph']:.3f}" for key, r in ratios.items()}
+    one, two = "64_run1", "64_run2"
+    assert (
+        f"the SiT's XLA step took {g[one, 'sit']}x and {g[two, 'sit']}x as long with the gather, the SieT's "
+        f"{g[one, 'siet']}x and {g[two, 'siet']}x, and XLA / graph went from {fold[one, 'sit']} and "
+        f"{fold[two, 'sit']} to {xla[one, 'sit']} and {xla[two, 'sit']} for the SiT, from "
+        f"{fold[one, 'siet']} and {fold[two, 'siet']} to {xla[one, 'siet']} and {xla[two, 'siet']} for the "
+        "SieT" in flat
+    )
+    assert f"parity ({g['14', 'small']} for SiT-small, {g['14', 'pooled']} for the SieT readout)" in flat
 
 
 def _assert_native_ab_runs(section: str, commit: str, runs: dict[str, str], old: str, onednn: bool) -> None:
