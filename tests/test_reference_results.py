@@ -7959,6 +7959,7 @@ def _op_type_rows(before: dict, after: dict, count: int) -> list[str]:
 # Where the sections on the earlier speed-target runs end: the AMD host's run follows them.
 AMD_TARGETS = "\n### The targets on an AMD host with AVX512_BF16"
 AMD_3B7B5C2 = "\n#### The targets at 3b7b5c2, the projection's tile"
+AMD_EDC8C6C = "\n#### The targets at edc8c6c, the kernel gradient's transpose"
 
 
 def _speed_section(title: str, end: str) -> tuple[str, str]:
@@ -9476,7 +9477,7 @@ def test_the_targets_on_the_amd_host_section_is_its_run():
 def test_the_targets_at_3b7b5c2_on_the_amd_host_are_its_run():
     """docs/speed.md's "The targets at 3b7b5c2": the run beside 49f0306's on the same AMD host kind, the
     encoder reports it discarded and why, and the times, ratios and rates its bullets quote."""
-    section, flat = _speed_section(AMD_3B7B5C2.strip(), "\n## Encoders")
+    section, flat = _speed_section(AMD_3B7B5C2.strip(), AMD_EDC8C6C)
     previous, old, previous_rounds = _speed_target_run("speed_targets_amd_bf16")
     run, new, rounds = _speed_target_run("speed_targets_amd_bf16_3b7b5c2")
     assert run["commit"].startswith("3b7b5c2") and "AMD EPYC" in run["machine"] and "no AMX" in run["machine"]
@@ -9525,6 +9526,55 @@ def test_the_targets_at_3b7b5c2_on_the_amd_host_are_its_run():
     assert (
         f"step took {bfloat16[0]['median_ms']:.1f} ms, {bfloat16[0]['over_float32']:.3f}x its float32 step "
         f"({bfloat16[1]['over_float32']:.3f}x at 49f0306)" in flat
+    )
+    rates = new["procgen_ppo"]["env_steps_per_second"]
+    over = [r["procgen_ppo"]["ratios"]["impala_cnn_over_sit_env_steps_per_second"] for r in (new, old)]
+    assert (
+        f"SiT trained at {rates['sit']:.1f} env steps/s and the IMPALA-CNN at {rates['impala_cnn']:.1f}: "
+        f"1/{over[0]:.2f}, against 1/{over[1]:.2f}" in flat
+    )
+
+
+def test_the_targets_at_edc8c6c_on_the_amd_host_are_its_run():
+    """docs/speed.md's "The targets at edc8c6c": the run beside 3b7b5c2's on the same AMD host kind, the
+    verdicts that changed, and the times, ratios and rates its bullets quote."""
+    section, flat = _speed_section(AMD_EDC8C6C.strip(), "\n## Encoders")
+    previous, old, _ = _speed_target_run("speed_targets_amd_bf16_3b7b5c2")
+    run, new, rounds = _speed_target_run("speed_targets_amd_bf16_edc8c6c")
+    assert run["commit"].startswith("edc8c6c") and "AMD EPYC" in run["machine"] and "no AMX" in run["machine"]
+    assert "`benchmarks/reference/speed_targets_amd_bf16_edc8c6c.json`" in flat
+    previous_rounds = {e["what"]: e["per_round_median"] for e in previous["per_round_medians"]}
+    changed = _assert_beside(previous, run, (previous_rounds, rounds), section, 2, "Two verdicts changed.")
+    assert changed == ["siet: XLA / graph train step, 64x64", "sit_small: XLA / graph train step, 14x14"]
+    values = [{t["what"]: t["value"] for t in r["targets"]} for r in (previous, run)]
+    sit_xla = "sit: XLA / graph train step, 64x64"
+    assert (
+        f"went from {values[0][sit_xla]:.3f} to {values[1][sit_xla]:.3f} ({rounds[sit_xla]:.3f} round" in flat
+    )
+    at_14 = [what for what in values[1] if "XLA" in what and "14x14" in what]
+    assert f"moved by up to {max(abs(values[1][w] - values[0][w]) for w in at_14):.2f} either way" in flat
+    vit_14 = "vit: XLA / graph train step, 14x14"
+    assert f"the ViT's ({values[1][vit_14] - values[0][vit_14]:.3f} up)" in flat
+    assert (
+        f"The SiT's XLA step took {_step_ms(new, 'sit', 'xla')} ms against {_step_ms(new, 'sit')} ms in "
+        f"graph mode, the SieT's {_step_ms(new, 'siet', 'xla')} against {_step_ms(new, 'siet')} ms; at "
+        f"3b7b5c2 {_step_ms(old, 'sit', 'xla')} against {_step_ms(old, 'sit')} and "
+        f"{_step_ms(old, 'siet', 'xla')} against {_step_ms(old, 'siet')} ms" in flat
+    )
+    siet = "SieT / ViT train step, 64x64 (graph)"
+    assert f"misses 1.5 by {values[1][siet] - 1.5:.3f}" in flat and not run["targets"][3]["met"]
+    steps = [[_step_ms(r, m) for m in ("sit", "siet", "vit")] for r in (new, old)]
+    matmul_ms = [f"{r['encoders_64']['matmul']['median_ms']:.2f}" for r in (new, old)]
+    assert (
+        f"graph steps took {steps[0][0]} ms (SiT), {steps[0][1]} ms (SieT) and {steps[0][2]} ms (ViT) "
+        f"against {steps[1][0]}, {steps[1][1]} and {steps[1][2]} ms at 3b7b5c2, with the 1024^3 matmul at "
+        f"{matmul_ms[0]} against {matmul_ms[1]} ms: SieT / ViT went from {values[0][siet]:.3f} to "
+        f"{values[1][siet]:.3f} ({rounds[siet]:.3f} round by round)" in flat
+    )
+    bfloat16 = [r["encoders_64"]["models"]["sit"]["precision"]["mixed_bfloat16"] for r in (new, old)]
+    assert (
+        f"step took {bfloat16[0]['median_ms']:.1f} ms, {bfloat16[0]['over_float32']:.3f}x its float32 step "
+        f"({bfloat16[1]['over_float32']:.3f}x at 3b7b5c2)" in flat
     )
     rates = new["procgen_ppo"]["env_steps_per_second"]
     over = [r["procgen_ppo"]["ratios"]["impala_cnn_over_sit_env_steps_per_second"] for r in (new, old)]
