@@ -9474,6 +9474,22 @@ def test_the_targets_on_the_amd_host_section_is_its_run():
     assert f"train step {workers[0]:.2f}x as long ({workers[1]:.2f}x on the AMX host)" in flat
 
 
+def _assert_bfloat16_and_procgen_bullets(new: dict, old: dict, old_commit: str, flat: str) -> None:
+    """The bfloat16 and Procgen bullets of an AMD speed-target run's section beside the run at ``old_commit``:
+    the SiT's mixed_bfloat16 step and its ratio to float32 then and now, the Procgen rates and ratios."""
+    bfloat16 = [r["encoders_64"]["models"]["sit"]["precision"]["mixed_bfloat16"] for r in (new, old)]
+    assert (
+        f"step took {bfloat16[0]['median_ms']:.1f} ms, {bfloat16[0]['over_float32']:.3f}x its float32 step "
+        f"({bfloat16[1]['over_float32']:.3f}x at {old_commit})" in flat
+    )
+    rates = new["procgen_ppo"]["env_steps_per_second"]
+    over = [r["procgen_ppo"]["ratios"]["impala_cnn_over_sit_env_steps_per_second"] for r in (new, old)]
+    assert (
+        f"SiT trained at {rates['sit']:.1f} env steps/s and the IMPALA-CNN at {rates['impala_cnn']:.1f}: "
+        f"1/{over[0]:.2f}, against 1/{over[1]:.2f}" in flat
+    )
+
+
 def test_the_targets_at_3b7b5c2_on_the_amd_host_are_its_run():
     """docs/speed.md's "The targets at 3b7b5c2": the run beside 49f0306's on the same AMD host kind, the
     encoder reports it discarded and why, and the times, ratios and rates its bullets quote."""
@@ -9522,17 +9538,7 @@ def test_the_targets_at_3b7b5c2_on_the_amd_host_are_its_run():
         f"SieT / ViT ratio went from {values[0][siet]:.3f} to {values[1][siet]:.3f} and the SiT's from "
         f"{values[0][sit]:.3f} to {values[1][sit]:.3f}" in flat
     )
-    bfloat16 = [r["encoders_64"]["models"]["sit"]["precision"]["mixed_bfloat16"] for r in (new, old)]
-    assert (
-        f"step took {bfloat16[0]['median_ms']:.1f} ms, {bfloat16[0]['over_float32']:.3f}x its float32 step "
-        f"({bfloat16[1]['over_float32']:.3f}x at 49f0306)" in flat
-    )
-    rates = new["procgen_ppo"]["env_steps_per_second"]
-    over = [r["procgen_ppo"]["ratios"]["impala_cnn_over_sit_env_steps_per_second"] for r in (new, old)]
-    assert (
-        f"SiT trained at {rates['sit']:.1f} env steps/s and the IMPALA-CNN at {rates['impala_cnn']:.1f}: "
-        f"1/{over[0]:.2f}, against 1/{over[1]:.2f}" in flat
-    )
+    _assert_bfloat16_and_procgen_bullets(new, old, "49f0306", flat)
 
 
 def test_the_targets_at_edc8c6c_on_the_amd_host_are_its_run():
@@ -9571,17 +9577,7 @@ def test_the_targets_at_edc8c6c_on_the_amd_host_are_its_run():
         f"{matmul_ms[0]} against {matmul_ms[1]} ms: SieT / ViT went from {values[0][siet]:.3f} to "
         f"{values[1][siet]:.3f} ({rounds[siet]:.3f} round by round)" in flat
     )
-    bfloat16 = [r["encoders_64"]["models"]["sit"]["precision"]["mixed_bfloat16"] for r in (new, old)]
-    assert (
-        f"step took {bfloat16[0]['median_ms']:.1f} ms, {bfloat16[0]['over_float32']:.3f}x its float32 step "
-        f"({bfloat16[1]['over_float32']:.3f}x at 3b7b5c2)" in flat
-    )
-    rates = new["procgen_ppo"]["env_steps_per_second"]
-    over = [r["procgen_ppo"]["ratios"]["impala_cnn_over_sit_env_steps_per_second"] for r in (new, old)]
-    assert (
-        f"SiT trained at {rates['sit']:.1f} env steps/s and the IMPALA-CNN at {rates['impala_cnn']:.1f}: "
-        f"1/{over[0]:.2f}, against 1/{over[1]:.2f}" in flat
-    )
+    _assert_bfloat16_and_procgen_bullets(new, old, "3b7b5c2", flat)
 
 
 def test_the_projection_gradients_by_matmuls_section_is_its_runs():
