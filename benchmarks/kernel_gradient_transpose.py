@@ -57,10 +57,10 @@ XLA_WAYS = {"xla_gathered": native.projection_gradients_by_matmuls, "xla_folded"
 def measure(models: list[str], image_size: int, batch: int, repeats: int) -> dict[str, dict[str, float]]:
     """Per model, the median train-step time (ms) each way (``WAYS``) and their ratios."""
     functions: dict[tuple[str, str], Callable[[], Any]] = {}
+    build = projection_gradients.train_steps
     for model in models:
-        steps = projection_gradients.train_steps
-        xla, images = steps(model, image_size, batch, jit_compile=True, ways=XLA_WAYS)
-        graph, _ = steps(model, image_size, batch, ways={"graph": native.projection_gradients_by_matmuls})
+        xla, images = build(model, image_size, batch, jit_compile=True, ways=XLA_WAYS)
+        graph, _ = build(model, image_size, batch, ways={"graph": native.projection_gradients_by_matmuls})
         for way, step in {**xla, **graph}.items():
             functions[model, way] = lambda step=step, images=images: step(images)
     medians = interleaved_medians(functions, repeats)
