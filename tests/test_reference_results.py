@@ -9735,6 +9735,12 @@ def test_the_kernel_gradients_transpose_section_is_its_profiles_and_runs():
         "SieT" in flat
     )
     assert f"parity ({g['14', 'small']} for SiT-small, {g['14', 'pooled']} for the SieT readout)" in flat
+    from sit_keras.layers.channels_first import kernel_gradient_by_matmul  # its docstring quotes the same
+
+    doc = " ".join(kernel_gradient_by_matmul.__doc__.split())
+    at_64 = sorted(g[run, m] for run in (one, two) for m in ("sit", "siet"))
+    assert f"formed in {folded[0]:.2f} ms against {gathered[0]:.2f} for ``dy x^T``" in doc
+    assert f"took {at_64[0]}-{at_64[-1]}x as long with the gather" in doc
 
 
 def _assert_native_ab_runs(section: str, commit: str, runs: dict[str, str], old: str, onednn: bool) -> None:
