@@ -91,9 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_or_say_why(parse_args, argv)
     if args is None:
         return 2
-    settings = {"image_size": args.image_size, "batch": args.batch, "repeats": args.repeats}
-    if args.quick:
-        settings = {key: min(settings[key], value) for key, value in projection_gradients.QUICK.items()}
+    settings = projection_gradients.step_settings(args)
     start = time.perf_counter()
     results = measure(args.models, settings["image_size"], settings["batch"], settings["repeats"])
     for model, r in results.items():

@@ -54,7 +54,6 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 NATIVE = "sit_keras/native"
 BASE_PREFIX = "SitBase"  # the base's op names: Sit... -> SitBase...
 BUILDS = ("base", "this")
-QUICK = projection_gradients.QUICK
 
 
 def _git(*args: str) -> subprocess.CompletedProcess:
@@ -179,9 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_or_say_why(parse_args, argv)
     if args is None:
         return 2
-    settings = {"image_size": args.image_size, "batch": args.batch, "repeats": args.repeats}
-    if args.quick:
-        settings = {key: min(settings[key], value) for key, value in QUICK.items()}
+    settings = projection_gradients.step_settings(args)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
         print(f"Building the kernels of {args.base_commit[:12]} (a few minutes)...", flush=True)

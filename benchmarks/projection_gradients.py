@@ -126,6 +126,15 @@ def check_step_arguments(args: Any) -> None:
         )
 
 
+def step_settings(args: Any) -> dict[str, int]:
+    """The image size, batch and rounds of the steps this script, ``native_ab.py`` and
+    ``kernel_gradient_transpose.py`` time: the arguments', each capped by ``QUICK`` under ``--quick``."""
+    settings = {"image_size": args.image_size, "batch": args.batch, "repeats": args.repeats}
+    if args.quick:
+        settings = {key: min(settings[key], value) for key, value in QUICK.items()}
+    return settings
+
+
 def parse_args(argv: Sequence[str] | None):
     parser = SentenceParser(description=__doc__.split("\n\n")[0])
     add_step_arguments(parser, repeats=15)
@@ -140,9 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_or_say_why(parse_args, argv)
     if args is None:
         return 2
-    settings = {"image_size": args.image_size, "batch": args.batch, "repeats": args.repeats}
-    if args.quick:
-        settings = {key: min(settings[key], value) for key, value in QUICK.items()}
+    settings = step_settings(args)
     start = time.perf_counter()
     results = measure(
         args.models, settings["image_size"], settings["batch"], settings["repeats"], args.jit_compile
