@@ -55,6 +55,7 @@ import ctypes
 import functools
 import inspect
 import json
+import os
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -166,7 +167,8 @@ def _load_xla() -> str | None:
             return f"not built: {NO_LLVM_HEADERS}"
         return "not built (run `python -m sit_keras.native.build`)"
     try:
-        tf.load_op_library(str(XLA_LIBRARY))  # registers the XLA kernels; it defines no ops
+        # Registers the XLA kernels, and defines SitXlaHostThreads (xla_host_threads).
+        _loaded["xla_ops"] = tf.load_op_library(str(XLA_LIBRARY))
     except tf.errors.NotFoundError as error:
         return f"{XLA_LIBRARY} does not load ({error}; run `python -m sit_keras.native.build`)"
     # XLA lists the XLA kernels registered so far when a process runs its first op (MatMul's is listed
@@ -261,7 +263,41 @@ def usable(dtype: tf.DType, ops: frozenset[str] | set[str] = frozenset()) -> boo
 
 def _xla_kernels_for(ops: frozenset[str] | set[str]) -> bool:
     usable_here = not getattr(_state, "no_xla_kernels", False) and xla_load_problem() is None
-    return usable_here and bool(ops) and ops <= XLA_OPS
+    if usable_here and bool(ops) and ops <= XLA_OPS:
+        _run_on_tensorflows_threads_once()
+        return True
+    return False
+
+
+# Layers call it while AutoGraph converts them: `int` stays Python's.
+@tf.autograph.experimental.do_not_convert
+def xla_host_threads(device: bool = True) -> int | None:
+    """Where the XLA kernels' custom calls run their work from now on; the number of threads there.
+
+    ``device``: on TensorFlow's intra-op threads, which the XLA launch also gives
+    a compiled program's own parallel loops and oneDNN calls; else on a pool of the
+    library's own, as many threads as the process may use. Two pools on the same
+    cores spin against each other between calls: at the MiniGrid size SiT-small's
+    XLA step was 1.18x as long on a pool of its own (docs/speed.md, "The custom
+    calls on TensorFlow's threads"). The first function XLA compiles with the
+    kernels chooses TensorFlow's threads, unless ``TF_OVERRIDE_GLOBAL_THREADPOOL``
+    gives each CPU device a pool of its own, which may end with its device.
+    Benchmarks compare both in one run. Runs eagerly, also while a function is
+    traced; ``None`` where the XLA kernels do not load or nothing runs eagerly.
+    """
+    if xla_load_problem() is not None:
+        return None
+    with tf.init_scope():
+        if not tf.executing_eagerly():
+            return None
+        with tf.device("/CPU:0"):
+            return int(_loaded["xla_ops"].sit_xla_host_threads(device=device))
+
+
+def _run_on_tensorflows_threads_once() -> None:
+    if "host_threads" not in _loaded:
+        per_device_pools = os.environ.get("TF_OVERRIDE_GLOBAL_THREADPOOL", "").lower() in ("1", "true")
+        _loaded["host_threads"] = None if per_device_pools else xla_host_threads(device=True)
 
 
 def op_dtype(dtype: tf.DType) -> tf.DType:

@@ -6,13 +6,15 @@
 // depthwise_stem.h, max_pool.h, standardize.h, window_attention.h) on XLA's buffers. A tuple result reaches
 // its host function as an array of its elements' buffers.
 //
-// A custom call gets no thread pool from XLA's CPU runtime, so the host functions share one of their own,
-// as many threads as the process may run on. The shapes travel in the call's opaque string (int64 values).
+// A custom call gets no thread pool from XLA's CPU runtime: the host functions run on TensorFlow's intra-op
+// threads once SitXlaHostThreads (the one op defined here) has handed them over, else on a pool of their own
+// (HostPool). The shapes travel in the call's opaque string (int64 values).
 // Built only where LLVM's headers are installed (XLA's headers include them; sit_keras/native/build.py),
 // and linked to libtensorflow_cc, which exports the XLA symbols used here.
 
 #include <sched.h>
 
+#include <atomic>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -40,8 +42,16 @@ using tensorflow::DataType;
 using tensorflow::XlaOpKernel;
 using tensorflow::XlaOpKernelContext;
 
-// The threads the host functions run on: as many as the CPUs this process may use.
-tsl::thread::ThreadPool* HostPool() {
+// TensorFlow's CPU device's intra-op threads, once SitXlaHostThreads has handed them over: the threads the
+// XLA launch gives a compiled program for its own parallel loops and oneDNN calls. A second pool on the same
+// cores made the two spin against each other from one call to the next: at the MiniGrid size SiT-small's XLA
+// step took 1.02x its graph step with the pool below, 0.87x on these threads (docs/speed.md, "The custom
+// calls on TensorFlow's threads").
+std::atomic<tsl::thread::ThreadPool*> device_threads{nullptr};
+
+// A pool of the host functions' own, as many threads as the CPUs this process may use: started only where
+// they do not run on TensorFlow's threads.
+tsl::thread::ThreadPool* OwnPool() {
   static tsl::thread::ThreadPool* pool = [] {
     cpu_set_t cpus;
     const int count = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
@@ -50,9 +60,17 @@ tsl::thread::ThreadPool* HostPool() {
   return pool;
 }
 
+// The threads the host functions run on.
+tsl::thread::ThreadPool* HostPool() {
+  tsl::thread::ThreadPool* device = device_threads.load(std::memory_order_acquire);
+  return device != nullptr ? device : OwnPool();
+}
+
+// One call's work shared out on the pool that was HostPool() when the call began.
 Shards HostShards() {
-  return [](int64_t units, int64_t cost, const std::function<void(int64_t, int64_t)>& work) {
-    tensorflow::Shard(HostPool()->NumThreads(), HostPool(), units, cost, work);
+  tsl::thread::ThreadPool* pool = HostPool();
+  return [pool](int64_t units, int64_t cost, const std::function<void(int64_t, int64_t)>& work) {
+    tensorflow::Shard(pool->NumThreads(), pool, units, cost, work);
   };
 }
 
@@ -747,6 +765,30 @@ REGISTER_XLA_OP(Name("SitWindowAttentionGrad")
                     .CompileTimeConstantInput("transposed_indices"),
                 WindowAttentionGradXla);
 
+// --- SitXlaHostThreads ---------------------------------------------------------------------------------
+
+// Hands the host functions this CPU device's intra-op threads (device = true) or gives them their own pool
+// (false), for the calls that begin from then on; outputs how many threads they now run on. TensorFlow keeps
+// one intra-op pool per process for its CPU devices (unless TF_OVERRIDE_GLOBAL_THREADPOOL gives each device
+// its own, which sit_keras.native then leaves alone), so the pointer outlives every device.
+class XlaHostThreadsOp : public OpKernel {
+ public:
+  explicit XlaHostThreadsOp(OpKernelConstruction* context) : OpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("device", &device_));
+  }
+
+  void Compute(OpKernelContext* context) override {
+    tsl::thread::ThreadPool* workers = context->device()->tensorflow_cpu_worker_threads()->workers;
+    device_threads.store(device_ ? workers : nullptr, std::memory_order_release);
+    Tensor* threads = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({}), &threads));
+    threads->scalar<int32_t>()() = HostPool()->NumThreads();
+  }
+
+ private:
+  bool device_;
+};
+
 template <typename Kernel>
 OpKernel* Create(OpKernelConstruction* context) {
   return new Kernel(context);
@@ -754,6 +796,13 @@ OpKernel* Create(OpKernelConstruction* context) {
 
 }  // namespace
 }  // namespace sit_keras
+
+REGISTER_OP("SitXlaHostThreads")
+    .Attr("device: bool = true")
+    .Output("threads: int32")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape);
+REGISTER_KERNEL_BUILDER(Name("SitXlaHostThreads").Device(tensorflow::DEVICE_CPU), sit_keras::XlaHostThreadsOp);
 
 // The registrations above reach XLA when it first lists its kernels, which it does once per process, at its
 // first op (eager or compiled). A library loaded after that calls this (sit_keras.native, by ctypes): it
