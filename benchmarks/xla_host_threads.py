@@ -4,14 +4,15 @@ beside the graph step, in one run.
 XLA's CPU runtime gives a custom call no threads; the XLA launch gives the compiled program TensorFlow's
 intra-op threads for its own parallel loops and oneDNN calls. The native kernels' host functions run on those
 threads too, or, as before, on a pool of their own (``sit_keras.native.xla_host_threads``). This script builds
-each model's float32 train step (forward + backward + Adam) compiled by XLA and in graph mode, and times, in
-interleaved rounds (medians), the graph step and the XLA step with the host functions on each pool (chosen
-before each call: one compiled program serves both). It prints own pool / TensorFlow's threads and each XLA
-step over the graph step. The defaults are the LavaCrossing configs at the MiniGrid size, where the steps'
-ops are shortest.
+each model's float32 train step (forward + backward + Adam) compiled by XLA and in graph mode, and times the
+graph step and the XLA step with the host functions on each pool (chosen before each call: one compiled
+program serves both) in interleaved rounds, medians. In a round each way's step runs ``--turn`` times in a
+row and its first call is not timed: a pool's threads spin for work for a while after their last task, which
+would fall on whatever runs next. It prints own pool / TensorFlow's threads and each XLA step over the graph
+step. The defaults are the LavaCrossing configs at the MiniGrid size, where the steps' ops are shortest.
 
     python benchmarks/xla_host_threads.py [--models sit,configs/minigrid/lavacrossing_cnn.gin]
-        [--image_size 14] [--repeats 21] [--out runs/threads.json]
+        [--image_size 14] [--repeats 15] [--turn 6] [--out runs/threads.json]
     python benchmarks/xla_host_threads.py --quick      # a smoke run, seconds
 """
 
@@ -46,12 +47,17 @@ import projection_gradients  # noqa: E402
 
 CONFIGS = ("sit_small", "siet_rotation_pooled", "vit", "cnn")
 MODELS = ",".join(f"configs/minigrid/lavacrossing_{name}.gin" for name in CONFIGS)
+# Calls of a way's step in a row a round under --quick.
+QUICK_TURN = 2
 # Each way: whether the step is compiled by XLA, and whether the host functions run on TensorFlow's threads.
 WAYS = {"graph": (False, True), "xla_tensorflow_threads": (True, True), "xla_own_pool": (True, False)}
 
 
-def measure(models: list[str], image_size: int, batch: int, repeats: int) -> dict[str, dict[str, float]]:
-    """Per model, the median train-step time (ms) each way (``WAYS``) and their ratios."""
+def measure(
+    models: list[str], image_size: int, batch: int, repeats: int, turn: int
+) -> dict[str, dict[str, float]]:
+    """Per model, the median train-step time (ms) each way (``WAYS``, ``turn`` calls in a row a round, the
+    first untimed) and their ratios."""
     functions: dict[tuple[str, str], Callable[[], Any]] = {}
     for model in models:
         steps = {}
@@ -68,7 +74,7 @@ def measure(models: list[str], image_size: int, batch: int, repeats: int) -> dic
                 return step(images)
 
             functions[model, way] = call
-    medians = interleaved_medians(functions, repeats)
+    medians = interleaved_medians(functions, repeats, turn)
     native.xla_host_threads(device=True)
     results = {}
     for model in models:
@@ -86,10 +92,15 @@ def measure(models: list[str], image_size: int, batch: int, repeats: int) -> dic
 
 def parse_args(argv: Sequence[str] | None):
     parser = SentenceParser(description=__doc__.split("\n\n")[0])
-    projection_gradients.add_step_arguments(parser, repeats=21)
+    projection_gradients.add_step_arguments(parser, repeats=15)
+    parser.add_argument(
+        "--turn", type=int, default=6, help="calls of a way's step in a row a round, the first untimed"
+    )
     parser.set_defaults(models=MODELS, image_size=14)
     args = parser.parse_args(argv)
     projection_gradients.check_step_arguments(args)
+    if args.turn < 2:
+        raise UsageError(f"--turn must be at least 2 (its first call is not timed); received {args.turn}.")
     if native.xla_load_problem() is not None:
         raise UsageError(f"the native kernels' XLA kernels do not load here ({native.xla_load_problem()}).")
     check_out_file(args.out)
@@ -100,9 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_or_say_why(parse_args, argv)
     if args is None:
         return 2
-    settings = projection_gradients.step_settings(args)
+    settings = {**projection_gradients.step_settings(args), "turn": QUICK_TURN if args.quick else args.turn}
     start = time.perf_counter()
-    results = measure(args.models, settings["image_size"], settings["batch"], settings["repeats"])
+    results = measure(args.models, *(settings[key] for key in ("image_size", "batch", "repeats", "turn")))
     for model, r in results.items():
         print(
             f"{model} train step: graph {r['graph_ms']:7.1f} ms, XLA on TensorFlow's threads "

@@ -184,10 +184,14 @@ def check_gin_bindings(parse: Callable[[], Any], config: str) -> None:
         gin.clear_config()
 
 
-def interleaved_medians(functions: Mapping[Any, Callable[[], Any]], repeats: int) -> dict[Any, float]:
+def interleaved_medians(
+    functions: Mapping[Any, Callable[[], Any]], repeats: int, turn: int = 1
+) -> dict[Any, float]:
     """Median seconds of each function of no argument over ``repeats`` rounds; each round calls every
-    function once, in turn, so that a change of the machine's load falls on all of them alike.
+    function in turn, so that a change of the machine's load falls on all of them alike.
 
+    A function's turn is ``turn`` calls in a row; when it is more than one, the first call of each turn is
+    not timed, so that what the previous function left running (threads spinning for work) settles.
     Each function is called once first (tracing, warm-up); a call's time includes computing every
     tensor it returns, not copying it out, as ``.numpy()`` would (docs/speed.md, "The projection's tile").
     """
@@ -205,7 +209,8 @@ def interleaved_medians(functions: Mapping[Any, Callable[[], Any]], repeats: int
     samples: dict[Any, list[float]] = {key: [] for key in functions}
     for _ in range(repeats):
         for key, fn in functions.items():
-            samples[key].append(call(fn))
+            times = [call(fn) for _ in range(turn)]
+            samples[key].extend(times[1:] if turn > 1 else times)
     return {key: statistics.median(times) for key, times in samples.items()}
 
 

@@ -425,6 +425,28 @@ def test_interleaved_medians_warm_up_then_call_every_function_once_a_round():
     assert set(medians) == {("a", 0), "b"} and all(seconds >= 0 for seconds in medians.values())
 
 
+def test_interleaved_medians_in_turns_leave_each_turns_first_call_untimed(monkeypatch):
+    from sit_keras import benchmarking
+
+    clock = [0.0]
+    monkeypatch.setattr(benchmarking.time, "perf_counter", lambda: clock[0])
+    calls = []
+
+    def function(name: str, first: float, then: float):
+        def run():
+            turn_starts = not calls or calls[-1] != name
+            calls.append(name)
+            clock[0] += first if turn_starts else then
+
+        return run
+
+    medians = benchmarking.interleaved_medians(
+        {"a": function("a", 5.0, 1.0), "b": function("b", 7.0, 2.0)}, repeats=2, turn=3
+    )
+    assert calls == ["a", "b"] + ["a"] * 3 + ["b"] * 3 + ["a"] * 3 + ["b"] * 3
+    assert medians == {"a": 1.0, "b": 2.0}  # the slow first call of every turn is left out
+
+
 def test_interleaved_medians_times_the_results_without_copying_them_out():
     from sit_keras.benchmarking import interleaved_medians
 
