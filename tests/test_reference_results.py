@@ -7960,6 +7960,7 @@ def _op_type_rows(before: dict, after: dict, count: int) -> list[str]:
 AMD_TARGETS = "\n### The targets on an AMD host with AVX512_BF16"
 AMD_3B7B5C2 = "\n#### The targets at 3b7b5c2, the projection's tile"
 AMD_EDC8C6C = "\n#### The targets at edc8c6c, the kernel gradient's transpose"
+AMD_63A6AB5 = "\n#### The targets at 63a6ab5, the custom calls on TensorFlow's threads"
 
 
 def _speed_section(title: str, end: str) -> tuple[str, str]:
@@ -9544,7 +9545,7 @@ def test_the_targets_at_3b7b5c2_on_the_amd_host_are_its_run():
 def test_the_targets_at_edc8c6c_on_the_amd_host_are_its_run():
     """docs/speed.md's "The targets at edc8c6c": the run beside 3b7b5c2's on the same AMD host kind, the
     verdicts that changed, and the times, ratios and rates its bullets quote."""
-    section, flat = _speed_section(AMD_EDC8C6C.strip(), "\n## Encoders")
+    section, flat = _speed_section(AMD_EDC8C6C.strip(), AMD_63A6AB5)
     previous, old, _ = _speed_target_run("speed_targets_amd_bf16_3b7b5c2")
     run, new, rounds = _speed_target_run("speed_targets_amd_bf16_edc8c6c")
     assert run["commit"].startswith("edc8c6c") and "AMD EPYC" in run["machine"] and "no AMX" in run["machine"]
@@ -9578,6 +9579,63 @@ def test_the_targets_at_edc8c6c_on_the_amd_host_are_its_run():
         f"{values[1][siet]:.3f} ({rounds[siet]:.3f} round by round)" in flat
     )
     _assert_bfloat16_and_procgen_bullets(new, old, "3b7b5c2", flat)
+
+
+def test_the_targets_at_63a6ab5_on_the_amd_host_are_its_run():
+    """docs/speed.md's "The targets at 63a6ab5": the run beside edc8c6c's on the same AMD host kind, the two
+    14x14 XLA verdicts that changed, and the times, ratios and rates its bullets quote."""
+    section, flat = _speed_section(AMD_63A6AB5.strip(), "\n## Encoders")
+    previous, old, _ = _speed_target_run("speed_targets_amd_bf16_edc8c6c")
+    run, new, rounds = _speed_target_run("speed_targets_amd_bf16_63a6ab5")
+    assert run["commit"].startswith("63a6ab5") and "AMD EPYC" in run["machine"] and "no AMX" in run["machine"]
+    assert "`benchmarks/reference/speed_targets_amd_bf16_63a6ab5.json`" in flat
+    previous_rounds = {e["what"]: e["per_round_median"] for e in previous["per_round_medians"]}
+    sentence = "Two verdicts changed, both XLA at 14x14."
+    changed = _assert_beside(previous, run, (previous_rounds, rounds), section, 2, sentence)
+    small, pooled = (f"{m}: XLA / graph train step, 14x14" for m in ("sit_small", "siet_rotation_pooled"))
+    assert changed == [small, pooled]
+    assert f"also round by round ({rounds[small]:.3f} and {rounds[pooled]:.3f})" in flat
+    values = {t["what"]: t["value"] for t in run["targets"]}
+    vit, cnn = (values[f"{m}: XLA / graph train step, 14x14"] for m in ("vit", "cnn"))
+    assert f"still miss it ({vit:.3f} and {cnn:.3f})" in flat
+
+    def at_14(reports: dict, model: str, mode: str = "graph") -> str:
+        timings = reports["encoders_14"]["models"][f"configs/minigrid/lavacrossing_{model}.gin"]["timings"]
+        return f"{timings['train_step'][mode]['median_ms']:.1f}"
+
+    assert (
+        f"SiT-small's took {at_14(new, 'sit_small')} ms against {at_14(old, 'sit_small')} at edc8c6c, the "
+        f"ViT's {at_14(new, 'vit')} against {at_14(old, 'vit')} and the CNN's {at_14(new, 'cnn')} against "
+        f"{at_14(old, 'cnn')}" in flat
+    )
+    assert (
+        f"the SieT readout's step took {at_14(new, 'siet_rotation_pooled', 'xla')} ms against "
+        f"{at_14(old, 'siet_rotation_pooled', 'xla')}, SiT-small's {at_14(new, 'sit_small', 'xla')} against "
+        f"{at_14(old, 'sit_small', 'xla')}, while the ViT's took {at_14(new, 'vit', 'xla')} against "
+        f"{at_14(old, 'vit', 'xla')}" in flat
+    )
+    calls = new["encoders_14"]["models"]["configs/minigrid/lavacrossing_sit_small.gin"]["timings"]
+    xla_calls = calls["train_step"]["xla"]["runs_ms"]
+    assert f"({min(xla_calls):.1f}-{max(xla_calls):.1f} ms over the {len(xla_calls)} rounds)" in flat
+    sit_xla = "sit: XLA / graph train step, 64x64"
+    assert (
+        f"The SiT's XLA step took {_step_ms(new, 'sit', 'xla')} ms against {_step_ms(new, 'sit')} ms in "
+        f"graph mode ({values[sit_xla]:.3f}, {rounds[sit_xla]:.3f} round by round: still missed), the SieT's "
+        f"{_step_ms(new, 'siet', 'xla')} against {_step_ms(new, 'siet')} ms" in flat
+    )
+    siet = "SieT / ViT train step, 64x64 (graph)"
+    assert f"at {values[siet]:.3f} ({rounds[siet]:.3f} round by round)" in flat
+    assert not run["targets"][3]["met"]
+    steps = [[_step_ms(r, m) for m in ("sit", "siet", "vit")] for r in (new, old)]
+    matmul_ms = [f"{r['encoders_64']['matmul']['median_ms']:.2f}" for r in (new, old)]
+    less = [1 - float(steps[0][i]) / float(steps[1][i]) for i in (2, 1)]
+    assert (
+        f"graph steps took {steps[0][0]} ms (SiT), {steps[0][1]} ms (SieT) and {steps[0][2]} ms (ViT) "
+        f"against {steps[1][0]}, {steps[1][1]} and {steps[1][2]} ms at edc8c6c, with the 1024^3 matmul at "
+        f"{matmul_ms[0]} against {matmul_ms[1]} ms; the ViT's step took {100 * less[0]:.1f}% less than in "
+        f"that run, the SieT's {100 * less[1]:.1f}%" in flat
+    )
+    _assert_bfloat16_and_procgen_bullets(new, old, "edc8c6c", flat)
 
 
 def test_the_projection_gradients_by_matmuls_section_is_its_runs():
@@ -9672,7 +9730,9 @@ def test_the_kernel_gradients_transpose_section_is_its_profiles_and_runs():
     """docs/speed.md's "The kernel gradient's transpose under XLA": the kernel gradients' oneDNN calls in the
     XLA profiles with the fold (30bfae0) and with the gather (cb102b7), the graph's matmuls, and every row and
     ratio of kernel_gradient_transpose.py's three runs."""
-    section, flat = _speed_section("### The kernel gradient's transpose under XLA", "\n## Other fast paths")
+    section, flat = _speed_section(
+        "### The kernel gradient's transpose under XLA", "\n### The custom calls on TensorFlow's threads"
+    )
 
     def kernel_gradients(name: str, shape: str) -> list[float]:  # the oneDNN calls with a kernel's shape
         report = _report(f"{name}.json")
@@ -9741,6 +9801,53 @@ def test_the_kernel_gradients_transpose_section_is_its_profiles_and_runs():
     at_64 = sorted(g[run, m] for run in (one, two) for m in ("sit", "siet"))
     assert f"formed in {folded[0]:.2f} ms against {gathered[0]:.2f} for ``dy x^T``" in doc
     assert f"took {at_64[0]}-{at_64[-1]}x as long with the gather" in doc
+
+
+def test_the_custom_calls_threads_section_is_its_run():
+    """docs/speed.md's "The custom calls on TensorFlow's threads": SiT-small's split XLA calls in the targets'
+    run at edc8c6c, and every row and ratio of xla_host_threads.py's run at 63a6ab5."""
+    section, flat = _speed_section("### The custom calls on TensorFlow's threads", "\n## Other fast paths")
+    encoders = _report("speed_targets_amd_bf16_edc8c6c/encoders_14.json")["models"]
+    steps = encoders["configs/minigrid/lavacrossing_sit_small.gin"]["timings"]["train_step"]
+    xla, graph = (sorted(steps[mode]["runs_ms"]) for mode in ("xla", "graph"))
+    fast = [ms for ms in xla if ms < 11]
+    usual = [ms for ms in graph if ms < 12]
+    assert (
+        f"took {fast[0]:.1f}-{fast[-1]:.1f} ms in {len(fast)} of its {len(xla)} timed calls and "
+        f"{xla[len(fast)]:.1f}-{xla[-1]:.1f} ms in the other {len(xla) - len(fast)}, its graph step "
+        f"{usual[0]:.1f}-{usual[-1]:.1f} ms in {len(usual)}" in flat
+    )
+    report = _report("xla_host_threads_amd_bf16_14.json")
+    assert "`benchmarks/reference/xla_host_threads_amd_bf16_14.json`" in flat
+    assert report["commit"].startswith("63a6ab5") and "AMD EPYC" in report["machine"]
+    settings = report["settings"]
+    sizes = (settings["image_size"], settings["batch"], settings["repeats"], settings["turn"])
+    assert sizes == (14, 96, 15, 6)
+    r = {}
+    for model, row in report["results"].items():
+        name = model.split("/")[-1]
+        assert (
+            f"| `{name}` | {row['graph_ms']:.1f} | {row['xla_tensorflow_threads_ms']:.1f} | "
+            f"{row['xla_own_pool_ms']:.1f} | {row['own_pool_over_tensorflow_threads']:.3f} | "
+            f"{row['xla_tensorflow_threads_over_graph']:.3f} | {row['xla_own_pool_over_graph']:.3f} |"
+        ) in section
+        r[name.removeprefix("lavacrossing_").removesuffix(".gin")] = row
+    own = {name: f"{row['own_pool_over_tensorflow_threads']:.3f}" for name, row in r.items()}
+    assert (
+        f"SiT-small's XLA step took {own['sit_small']}x as long, the SieT readout's "
+        f"{own['siet_rotation_pooled']}x and the CNN's {own['cnn']}x" in flat
+    )
+    assert f"and {own['vit']} is this measurement's spread" in flat
+    vit, cnn = (f"{r[name]['xla_tensorflow_threads_over_graph']:.3f}" for name in ("vit", "cnn"))
+    assert f"still take longer with XLA at this size ({vit} and {cnn})" in flat
+    assert max(float(own[name]) for name in ("sit_small", "siet_rotation_pooled", "cnn")) > float(own["vit"])
+    from sit_keras import native  # its docstring and the XLA library's comment quote the same run
+
+    doc = " ".join(native.xla_host_threads.__doc__.split())
+    assert f"SiT-small's XLA step took {own['sit_small']}x as long on a pool of its own" in doc
+    source = (ROOT / "sit_keras" / "native" / "xla" / "xla_kernels.cc").read_text()
+    comment = " ".join(source.replace("//", " ").split())
+    assert f"step took {own['sit_small']}x as long with the pool below, the CNN's {own['cnn']}x" in comment
 
 
 def _assert_native_ab_runs(section: str, commit: str, runs: dict[str, str], old: str, onednn: bool) -> None:

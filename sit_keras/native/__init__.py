@@ -278,7 +278,7 @@ def xla_host_threads(device: bool = True) -> int | None:
     a compiled program's own parallel loops and oneDNN calls; else on a pool of the
     library's own, as many threads as the process may use. Two pools on the same
     cores spin against each other between calls: at the MiniGrid size SiT-small's
-    XLA step was 1.18x as long on a pool of its own (docs/speed.md, "The custom
+    XLA step took 1.069x as long on a pool of its own (docs/speed.md, "The custom
     calls on TensorFlow's threads"). The first function XLA compiles with the
     kernels chooses TensorFlow's threads, unless ``TF_OVERRIDE_GLOBAL_THREADPOOL``
     gives each CPU device a pool of its own, which may end with its device.

@@ -45,8 +45,8 @@ using tensorflow::XlaOpKernelContext;
 // TensorFlow's CPU device's intra-op threads, once SitXlaHostThreads has handed them over: the threads the
 // XLA launch gives a compiled program for its own parallel loops and oneDNN calls. A second pool on the same
 // cores made the two spin against each other from one call to the next: at the MiniGrid size SiT-small's XLA
-// step took 1.02x its graph step with the pool below, 0.87x on these threads (docs/speed.md, "The custom
-// calls on TensorFlow's threads").
+// step took 1.069x as long with the pool below, the CNN's 1.074x (docs/speed.md, "The custom calls on
+// TensorFlow's threads").
 std::atomic<tsl::thread::ThreadPool*> device_threads{nullptr};
 
 // A pool of the host functions' own, as many threads as the CPUs this process may use: started only where
@@ -778,8 +778,10 @@ class XlaHostThreadsOp : public OpKernel {
   }
 
   void Compute(OpKernelContext* context) override {
-    tsl::thread::ThreadPool* workers = context->device()->tensorflow_cpu_worker_threads()->workers;
-    device_threads.store(device_ ? workers : nullptr, std::memory_order_release);
+    const auto* threads_here = context->device()->tensorflow_cpu_worker_threads();
+    OP_REQUIRES(context, threads_here != nullptr && threads_here->workers != nullptr,
+                InvalidArgument("SitXlaHostThreads runs on a CPU device with intra-op threads"));
+    device_threads.store(device_ ? threads_here->workers : nullptr, std::memory_order_release);
     Tensor* threads = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({}), &threads));
     threads->scalar<int32_t>()() = HostPool()->NumThreads();
