@@ -9841,6 +9841,16 @@ def test_the_custom_calls_threads_section_is_its_run():
     vit, cnn = (f"{r[name]['xla_tensorflow_threads_over_graph']:.3f}" for name in ("vit", "cnn"))
     assert f"still take longer with XLA at this size ({vit} and {cnn})" in flat
     assert max(float(own[name]) for name in ("sit_small", "siet_rotation_pooled", "cnn")) > float(own["vit"])
+    at_64 = [_report(f"xla_host_threads_amd_bf16_64_run{run}.json") for run in (1, 2)]
+    models = ("sit", "siet")
+    for run in at_64:
+        assert run["commit"].startswith("15dbf38") and "AMD EPYC" in run["machine"]
+        sizes = tuple(run["settings"][key] for key in ("image_size", "batch", "repeats", "turn"))
+        assert sizes == (64, 96, 9, 3) and run["settings"]["models"] == list(models)
+    ratio = "own_pool_over_tensorflow_threads"
+    sit, siet = ([f"{r['results'][m][ratio]:.3f}" for r in at_64] for m in models)
+    assert f"the SiT's XLA step took {sit[0]}x and {sit[1]}x as long on the pool of its own" in flat
+    assert f"the SieT's {siet[0]}x and {siet[1]}x" in flat
     from sit_keras import native  # its docstring and the XLA library's comment quote the same run
 
     doc = " ".join(native.xla_host_threads.__doc__.split())
