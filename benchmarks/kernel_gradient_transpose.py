@@ -64,18 +64,12 @@ def measure(models: list[str], image_size: int, batch: int, repeats: int) -> dic
         for way, step in {**xla, **graph}.items():
             functions[model, way] = lambda step=step, images=images: step(images)
     medians = interleaved_medians(functions, repeats)
-    results = {}
-    for model in models:
-        gathered, folded, graph_ms = (1000 * medians[model, way] for way in WAYS)
-        results[model] = {
-            "xla_gathered_ms": gathered,
-            "xla_folded_ms": folded,
-            "graph_ms": graph_ms,
-            "gathered_over_folded": gathered / folded,
-            "xla_gathered_over_graph": gathered / graph_ms,
-            "xla_folded_over_graph": folded / graph_ms,
-        }
-    return results
+    ratios = {
+        "gathered_over_folded": ("xla_gathered", "xla_folded"),
+        "xla_gathered_over_graph": ("xla_gathered", "graph"),
+        "xla_folded_over_graph": ("xla_folded", "graph"),
+    }
+    return projection_gradients.way_results(medians, models, WAYS, ratios)
 
 
 def parse_args(argv: Sequence[str] | None):

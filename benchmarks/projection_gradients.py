@@ -24,7 +24,7 @@ import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up 
 
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -89,10 +89,22 @@ def measure(
         for way, step in steps.items():
             functions[model, way] = lambda step=step, images=images: step(images)
     medians = interleaved_medians(functions, repeats)
+    return way_results(medians, models, WAYS, {"matmuls_over_ops": ("matmuls", "ops")})
+
+
+def way_results(
+    medians: Mapping[tuple[str, str], float],
+    models: Sequence[str],
+    ways: Iterable[str],
+    ratios: Mapping[str, tuple[str, str]],
+) -> dict[str, dict[str, float]]:
+    """Per model, each way's median step in ms (``<way>_ms``, from ``medians`` in seconds keyed by model
+    and way), then each ratio named in ``ratios`` (``name: (numerator way, denominator way)``)."""
     results = {}
     for model in models:
-        ops_ms, matmuls_ms = (1000 * medians[model, way] for way in WAYS)
-        results[model] = {"ops_ms": ops_ms, "matmuls_ms": matmuls_ms, "matmuls_over_ops": matmuls_ms / ops_ms}
+        result = {f"{way}_ms": 1000 * medians[model, way] for way in ways}
+        result.update({name: result[f"{a}_ms"] / result[f"{b}_ms"] for name, (a, b) in ratios.items()})
+        results[model] = result
     return results
 
 

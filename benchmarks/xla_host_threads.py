@@ -76,18 +76,12 @@ def measure(
             functions[model, way] = call
     medians = interleaved_medians(functions, repeats, turn)
     native.xla_host_threads(device=True)
-    results = {}
-    for model in models:
-        graph_ms, tensorflow_ms, own_ms = (1000 * medians[model, way] for way in WAYS)
-        results[model] = {
-            "graph_ms": graph_ms,
-            "xla_tensorflow_threads_ms": tensorflow_ms,
-            "xla_own_pool_ms": own_ms,
-            "own_pool_over_tensorflow_threads": own_ms / tensorflow_ms,
-            "xla_tensorflow_threads_over_graph": tensorflow_ms / graph_ms,
-            "xla_own_pool_over_graph": own_ms / graph_ms,
-        }
-    return results
+    ratios = {
+        "own_pool_over_tensorflow_threads": ("xla_own_pool", "xla_tensorflow_threads"),
+        "xla_tensorflow_threads_over_graph": ("xla_tensorflow_threads", "graph"),
+        "xla_own_pool_over_graph": ("xla_own_pool", "graph"),
+    }
+    return projection_gradients.way_results(medians, models, WAYS, ratios)
 
 
 def parse_args(argv: Sequence[str] | None):

@@ -406,6 +406,16 @@ def test_native_ab_times_both_builds_of_each_model(tmp_path, capsys):
     assert "sit train step: the base's kernels" in capsys.readouterr().out
 
 
+def test_way_results_give_each_ways_milliseconds_then_the_named_ratios():
+    medians = {("m", "a"): 0.002, ("m", "b"): 0.004, ("n", "a"): 0.003, ("n", "b"): 0.001}
+    results = _load_benchmark("projection_gradients").way_results(
+        medians, ["m", "n"], ("a", "b"), {"b_over_a": ("b", "a")}
+    )
+    assert list(results["m"]) == ["a_ms", "b_ms", "b_over_a"]
+    assert results["m"] == pytest.approx({"a_ms": 2.0, "b_ms": 4.0, "b_over_a": 2.0})
+    assert results["n"]["b_over_a"] == pytest.approx(1 / 3)
+
+
 def test_interleaved_medians_warm_up_then_call_every_function_once_a_round():
     import tensorflow as tf
 
