@@ -55,6 +55,9 @@ CASES = [
     ("kernel_gradient_transpose", ["--repeats", "0"], "--repeats must be at least 1; received 0."),
     ("kernel_gradient_transpose", ["--models", "resnet"], "--models: "),
     ("kernel_gradient_transpose", ["--out", "{tmp}"], "--out must be a file path, not a folder"),
+    ("skip_embedding_gradient", ["--rows", "0"], "--rows must be at least 1; received 0."),
+    ("skip_embedding_gradient", ["--models", "resnet"], "--models: "),
+    ("skip_embedding_gradient", ["--out", "{tmp}"], "--out must be a file path, not a folder"),
     ("xla_host_threads", ["--repeats", "0"], "--repeats must be at least 1; received 0."),
     ("xla_host_threads", ["--models", "resnet"], "--models: "),
     (

@@ -336,6 +336,33 @@ def test_kernel_gradient_transpose_times_the_gather_the_fold_and_the_graph(tmp_p
     assert f"gathered / folded {r['gathered_over_folded']:.3f}" in capsys.readouterr().out
 
 
+@pytest.mark.skipif(not native.available(), reason="needs the native kernels: `make install` builds them")
+def test_skip_embedding_gradient_times_the_summed_product_the_matmul_and_the_graph(tmp_path, capsys):
+    """benchmarks/skip_embedding_gradient.py: the product alone and a SiT's train step, each under XLA with
+    the summed input gradient (XLA's HLO has its reduction over D) and with the matmul's, and in a graph;
+    all timed and their ratios printed and written."""
+    module = _load_benchmark("skip_embedding_gradient")
+    xla, images = module.projection_gradients.train_steps(
+        "sit", 16, 2, jit_compile=True, ways=module.CONTEXTS
+    )
+    hlo = {way: step.experimental_get_compiler_ir(images)(stage="hlo") for way, step in xla.items()}
+    assert hlo["xla_summed"].count(" dot(") < hlo["xla_matmul"].count(" dot(")
+    out = tmp_path / "se.json"
+    assert module.main(["--quick", "--models", "sit", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert (
+        report["command"] == f"python benchmarks/skip_embedding_gradient.py --quick --models sit --out {out}"
+    )
+    settings = {"models": ["sit"], "image_size": 16, "batch": 2, "repeats": 3, "rows": module.QUICK_ROWS}
+    assert report["settings"] == {**settings, "quick": True}
+    printed = capsys.readouterr().out
+    for name in (module.PRODUCT, "sit"):
+        r = report["results"][name]
+        assert r["summed_over_matmul"] == pytest.approx(r["xla_summed_ms"] / r["xla_matmul_ms"])
+        assert r["xla_summed_over_graph"] == pytest.approx(r["xla_summed_ms"] / r["graph_ms"])
+        assert f"summed / matmul {r['summed_over_matmul']:.3f}" in printed
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

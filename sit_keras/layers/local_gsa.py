@@ -12,6 +12,7 @@ from sit_keras.layers.channels_first import project_channels_first
 from sit_keras.layers.gsa_block import GraphSymmetricAttentionBlock
 from sit_keras.layers.indexing import ConstantGather
 from sit_keras.layers.precision import stable_dtype
+from sit_keras.layers.skip_embedding import embed_few_channels
 from sit_keras.layers.sublayers import build_sublayer
 from sit_keras.symmetry import EQUIVARIANT, Symmetry, graph_symmetry
 
@@ -275,7 +276,7 @@ class LocalGSA(tf_keras.layers.Layer):
         class_rows = tf.one_hot([[rows - 1]], rows, dtype=dtype)
         rows_and_class = tf.concat([tf.tile(class_rows, [tf.shape(windows)[0], 1, 1]), windows], axis=1)
         table = tf.concat([self.embed.kernel, self.embed.bias[None], self.class_token[None]], axis=0)
-        embedded = tf.matmul(tf.reshape(rows_and_class, [-1, rows]), tf.cast(table, dtype))
+        embedded = embed_few_channels(tf.reshape(rows_and_class, [-1, rows]), tf.cast(table, dtype))
         return tf.reshape(embedded, [-1, rows_and_class.shape[1], self.dim])
 
     def _first_block_on_map(self, x: tf.Tensor, training: bool | None) -> tf.Tensor:
