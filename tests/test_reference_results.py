@@ -7961,6 +7961,7 @@ AMD_TARGETS = "\n### The targets on an AMD host with AVX512_BF16"
 AMD_3B7B5C2 = "\n#### The targets at 3b7b5c2, the projection's tile"
 AMD_EDC8C6C = "\n#### The targets at edc8c6c, the kernel gradient's transpose"
 AMD_63A6AB5 = "\n#### The targets at 63a6ab5, the custom calls on TensorFlow's threads"
+AMD_223C2C3 = "\n#### The targets at 223c2c3, the skip embedding's gradient"
 
 
 def _speed_section(title: str, end: str) -> tuple[str, str]:
@@ -9491,6 +9492,39 @@ def _assert_bfloat16_and_procgen_bullets(new: dict, old: dict, old_commit: str, 
     )
 
 
+def test_the_targets_at_223c2c3_on_the_amd_host_are_its_run():
+    """docs/speed.md's "The targets at 223c2c3": the run beside 63a6ab5's on the same AMD host kind, the one
+    verdict that changed and how much of it the host's slower phase explains, and the times, ratios and rates
+    its bullets quote."""
+    section, flat = _speed_section(AMD_223C2C3.strip(), "\n## Encoders")
+    previous, old, _ = _speed_target_run("speed_targets_amd_bf16_63a6ab5")
+    run, new, rounds = _speed_target_run("speed_targets_amd_bf16_223c2c3")
+    assert run["commit"].startswith("223c2c3") and "AMD EPYC" in run["machine"] and "no AMX" in run["machine"]
+    assert "`benchmarks/reference/speed_targets_amd_bf16_223c2c3.json`" in flat
+    previous_rounds = {e["what"]: e["per_round_median"] for e in previous["per_round_medians"]}
+    changed = _assert_beside(previous, run, (previous_rounds, rounds), section, 1, "One verdict changed.")
+    sit_xla = "sit: XLA / graph train step, 64x64"
+    assert changed == [sit_xla] and rounds[sit_xla] <= 1
+    assert f"({rounds[sit_xla]:.3f} round by round): met" in flat
+    steps = [[_step_ms(r, m) for m in ("sit", "siet", "vit")] for r in (new, old)]
+    assert all(float(a) > float(b) for a, b in zip(*steps, strict=True))  # the slower phase
+    matmul_ms = [f"{r['encoders_64']['matmul']['median_ms']:.2f}" for r in (new, old)]
+    assert (
+        f"graph steps taking {steps[0][0]} ms (SiT), {steps[0][1]} ms (SieT) and {steps[0][2]} ms (ViT) "
+        f"against {steps[1][0]}, {steps[1][1]} and {steps[1][2]} ms at 63a6ab5, the 1024^3 matmul "
+        f"{matmul_ms[0]} against {matmul_ms[1]} ms, and the SiT's XLA step {_step_ms(new, 'sit', 'xla')} "
+        f"against {_step_ms(old, 'sit', 'xla')} ms" in flat
+    )
+    values = {t["what"]: t["value"] for t in run["targets"]}
+    siet = "SieT / ViT train step, 64x64 (graph)"
+    assert not run["targets"][3]["met"] and rounds[siet] <= 1.5
+    assert f"at {values[siet]:.3f}, and meets it round by round ({rounds[siet]:.3f})" in flat
+    assert f"graph step took {steps[0][1]} ms against the ViT's {steps[0][2]}" in flat
+    vit, cnn = (values[f"{m}: XLA / graph train step, 14x14"] for m in ("vit", "cnn"))
+    assert f"still take longer with XLA** ({vit:.3f} and {cnn:.3f})" in flat
+    _assert_bfloat16_and_procgen_bullets(new, old, "63a6ab5", flat)
+
+
 def test_the_targets_at_3b7b5c2_on_the_amd_host_are_its_run():
     """docs/speed.md's "The targets at 3b7b5c2": the run beside 49f0306's on the same AMD host kind, the
     encoder reports it discarded and why, and the times, ratios and rates its bullets quote."""
@@ -9584,7 +9618,7 @@ def test_the_targets_at_edc8c6c_on_the_amd_host_are_its_run():
 def test_the_targets_at_63a6ab5_on_the_amd_host_are_its_run():
     """docs/speed.md's "The targets at 63a6ab5": the run beside edc8c6c's on the same AMD host kind, the two
     14x14 XLA verdicts that changed, and the times, ratios and rates its bullets quote."""
-    section, flat = _speed_section(AMD_63A6AB5.strip(), "\n## Encoders")
+    section, flat = _speed_section(AMD_63A6AB5.strip(), AMD_223C2C3)
     previous, old, _ = _speed_target_run("speed_targets_amd_bf16_edc8c6c")
     run, new, rounds = _speed_target_run("speed_targets_amd_bf16_63a6ab5")
     assert run["commit"].startswith("63a6ab5") and "AMD EPYC" in run["machine"] and "no AMX" in run["machine"]
@@ -9726,12 +9760,50 @@ def test_the_kernel_gradient_packed_section_is_its_native_ab_runs():
     _assert_native_ab_runs(section, "4f3921a", runs, "with the old form", onednn=False)
 
 
+def test_the_skip_embeddings_gradient_section_is_its_profiles_and_runs():
+    """docs/speed.md's "The skip embedding's gradient under XLA": the input gradient's matmul in the XLA and
+    graph profiles at cb102b7, and every row and ratio of skip_embedding_gradient.py's two runs."""
+    section, flat = _speed_section(
+        "### The skip embedding's gradient under XLA", "\n### The custom calls on TensorFlow's threads"
+    )
+    node = "gradient_tape/si_t_encoder/local_gsa/MatMul_2/MatMul"
+    xla = _report("op_profile_xla_sit_amd_bf16_cb102b7.json")["nodes"]
+    graph = _report("op_profile_train_amd_bf16_cb102b7_float32.json")["nodes"]
+    (in_xla,) = [r["ms_per_call"] for r in xla if r["node"].startswith(node + " ")]
+    (in_graph,) = [r["ms_per_call"] for r in graph if r["node"] == node]
+    assert f"oneDNN matmul call at {in_xla:.2f} ms, against {in_graph:.2f} ms for TensorFlow's matmul" in flat
+    ratios = {}
+    for run in (1, 2):
+        name = f"skip_embedding_gradient_amd_bf16_run{run}"
+        report = _report(f"{name}.json")
+        assert f"`benchmarks/reference/{name}.json`" in flat
+        assert report["commit"].startswith("819fdfa") and "AMD EPYC" in report["machine"]
+        settings = report["settings"]
+        assert (settings["image_size"], settings["batch"], settings["repeats"]) == (64, 96, 21)
+        assert settings["rows"] == 96 * 64 * 17 and not settings["quick"]
+        for what, r in report["results"].items():
+            label = "the product" if what == "product" else f"`{what}` train step"
+            assert (
+                f"| `{name}` | {label} | {r['xla_summed_ms']:.2f} | {r['xla_matmul_ms']:.2f} "
+                f"| {r['graph_ms']:.2f} | {r['summed_over_matmul']:.3f} | {r['xla_summed_over_graph']:.3f} "
+                f"| {r['xla_matmul_over_graph']:.3f} |"
+            ) in section
+            ratios[run, what] = f"{r['summed_over_matmul']:.3f}"
+    assert all(float(ratios[run, "product"]) < 0.9 for run in (1, 2))
+    assert (
+        f"took {ratios[1, 'product']}x and {ratios[2, 'product']}x as long with the summed gradient" in flat
+        and f"the SiT's step took {ratios[1, 'sit']}x and {ratios[2, 'sit']}x as long with it, the SieT's "
+        f"{ratios[1, 'siet']}x and {ratios[2, 'siet']}x."
+        in flat
+    )
+
+
 def test_the_kernel_gradients_transpose_section_is_its_profiles_and_runs():
     """docs/speed.md's "The kernel gradient's transpose under XLA": the kernel gradients' oneDNN calls in the
     XLA profiles with the fold (30bfae0) and with the gather (cb102b7), the graph's matmuls, and every row and
     ratio of kernel_gradient_transpose.py's three runs."""
     section, flat = _speed_section(
-        "### The kernel gradient's transpose under XLA", "\n### The custom calls on TensorFlow's threads"
+        "### The kernel gradient's transpose under XLA", "\n### The skip embedding's gradient under XLA"
     )
 
     def kernel_gradients(name: str, shape: str) -> list[float]:  # the oneDNN calls with a kernel's shape

@@ -46,6 +46,7 @@ COMMITTED_AVX512_BF16_RUNS = [
     "speed_targets_amd_bf16_3b7b5c2",
     "speed_targets_amd_bf16_edc8c6c",
     "speed_targets_amd_bf16_63a6ab5",
+    "speed_targets_amd_bf16_223c2c3",
 ]
 
 

@@ -22,7 +22,7 @@ def embed_few_channels(rows: tf.Tensor, table: tf.Tensor) -> tf.Tensor:
     compiles, on float32 or float64, the input's gradient ``dy table^T`` (only
     ``R`` outputs a row, each a sum over ``D``) is the broadcast product
     ``dy[:, None, :] * table[None]`` summed over its last axis, one loop XLA
-    fuses, where XLA's oneDNN matmul took 2.89 ms in the SiT's XLA step at
+    fuses, where XLA's oneDNN matmul took 2.38 ms in the SiT's XLA step at
     batch 96 (``N = 104,448``, ``R = 5``, ``D = 64``; docs/speed.md, "The skip
     embedding's gradient under XLA"). Elsewhere it is the matmul's own gradient:
     TensorFlow's graph ran the summed product about 4x slower. The table's
