@@ -22,9 +22,8 @@ import sit_keras.quiet_start  # noqa: F401  (first: drops TensorFlow's start-up 
 import contextlib
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from sit_keras import native
 from sit_keras.benchmarking import (
@@ -56,13 +55,8 @@ XLA_WAYS = {"xla_gathered": native.projection_gradients_by_matmuls, "xla_folded"
 
 def measure(models: list[str], image_size: int, batch: int, repeats: int) -> dict[str, dict[str, float]]:
     """Per model, the median train-step time (ms) each way (``WAYS``) and their ratios."""
-    functions: dict[tuple[str, str], Callable[[], Any]] = {}
-    build = projection_gradients.train_steps
-    for model in models:
-        xla, images = build(model, image_size, batch, jit_compile=True, ways=XLA_WAYS)
-        graph, _ = build(model, image_size, batch, ways={"graph": native.projection_gradients_by_matmuls})
-        for way, step in {**xla, **graph}.items():
-            functions[model, way] = lambda step=step, images=images: step(images)
+    graph = {"graph": native.projection_gradients_by_matmuls}
+    functions = projection_gradients.xla_and_graph_steps(models, image_size, batch, XLA_WAYS, graph)
     medians = interleaved_medians(functions, repeats)
     ratios = {
         "gathered_over_folded": ("xla_gathered", "xla_folded"),

@@ -79,6 +79,24 @@ def train_steps(
     return steps, images
 
 
+def xla_and_graph_steps(
+    models: Sequence[str],
+    image_size: int,
+    batch: int,
+    xla_ways: Mapping[str, Callable[[], AbstractContextManager]],
+    graph_ways: Mapping[str, Callable[[], AbstractContextManager]],
+) -> dict[tuple[str, str], Callable[[], Any]]:
+    """Per model and way, its train step traced inside the way's context, compiled by XLA (``xla_ways``) or
+    in graph mode (``graph_ways``), as a function of no argument on the model's batch."""
+    functions: dict[tuple[str, str], Callable[[], Any]] = {}
+    for model in models:
+        xla, images = train_steps(model, image_size, batch, jit_compile=True, ways=xla_ways)
+        graph, _ = train_steps(model, image_size, batch, ways=graph_ways)
+        for way, step in {**xla, **graph}.items():
+            functions[model, way] = lambda step=step, images=images: step(images)
+    return functions
+
+
 def measure(
     models: list[str], image_size: int, batch: int, repeats: int, jit_compile: bool = False
 ) -> dict[str, dict[str, float]]:

@@ -81,15 +81,9 @@ def _product_steps(rows: int, channels: int = 5, dim: int = 64) -> dict[str, Cal
 
 def measure(models: list[str], image_size: int, batch: int, rows: int, repeats: int) -> dict[str, dict]:
     """The product's and each model's train step's median time (ms) each way (``WAYS``) and their ratios."""
-    functions: dict[tuple[str, str], Callable[[], Any]] = {
-        (PRODUCT, way): step for way, step in _product_steps(rows).items()
-    }
-    build = projection_gradients.train_steps
-    for model in models:
-        xla, images = build(model, image_size, batch, jit_compile=True, ways=CONTEXTS)
-        graph, _ = build(model, image_size, batch, ways={"graph": contextlib.nullcontext})
-        for way, step in {**xla, **graph}.items():
-            functions[model, way] = lambda step=step, images=images: step(images)
+    graph = {"graph": contextlib.nullcontext}
+    functions = projection_gradients.xla_and_graph_steps(models, image_size, batch, CONTEXTS, graph)
+    functions.update({(PRODUCT, way): step for way, step in _product_steps(rows).items()})
     medians = interleaved_medians(functions, repeats)
     return projection_gradients.way_results(medians, [PRODUCT, *models], WAYS, RATIOS)
 

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import contextlib
-import threading
-from collections.abc import Iterator
 
 import numpy as np
 import tensorflow as tf
 
 from sit_keras import native
+from sit_keras.layers.thread_flag import ThreadFlag
 from sit_keras.layers.xla_context import in_compiled_function
 
-_state = threading.local()
+_folded = ThreadFlag()  # folded_kernel_gradients()
 
 
 def project_channels_first(kernel: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
@@ -90,8 +89,7 @@ def kernel_gradient_by_matmul(x: tf.Tensor, upstream: tf.Tensor) -> tf.Tensor:
     for comparisons; the whole XLA step took 0.961-0.991x as long with the gather there.
     """
     product = tf.matmul(upstream[None], x[None], transpose_b=True)[0]
-    folded = getattr(_state, "folded", False)
-    if not in_compiled_function() or folded or not product.shape.is_fully_defined():
+    if not in_compiled_function() or _folded or not product.shape.is_fully_defined():
         return tf.transpose(product)
     outputs, rows = product.shape
     # order[r N + n] = n R + r: where the transpose's entry (r, n) lies in the product.
@@ -99,13 +97,7 @@ def kernel_gradient_by_matmul(x: tf.Tensor, upstream: tf.Tensor) -> tf.Tensor:
     return tf.reshape(tf.gather(tf.reshape(product, [-1]), order), [rows, outputs])
 
 
-@contextlib.contextmanager
-def folded_kernel_gradients() -> Iterator[None]:
+def folded_kernel_gradients() -> contextlib.AbstractContextManager[None]:
     """Functions XLA compiles that are traced inside let XLA fold the kernel gradient's transpose into its dot
     (``kernel_gradient_by_matmul``; this thread): benchmarks compare both forms in one run."""
-    previous = getattr(_state, "folded", False)
-    _state.folded = True
-    try:
-        yield
-    finally:
-        _state.folded = previous
+    return _folded.on()

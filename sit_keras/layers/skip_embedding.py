@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import threading
-from collections.abc import Iterator
 
 import tensorflow as tf
 
+from sit_keras.layers.thread_flag import ThreadFlag
 from sit_keras.layers.xla_context import in_compiled_function
 
-_state = threading.local()
+_matmul = ThreadFlag()  # matmul_embedding_gradients()
 
 
 def embed_few_channels(rows: tf.Tensor, table: tf.Tensor) -> tf.Tensor:
@@ -31,7 +30,7 @@ def embed_few_channels(rows: tf.Tensor, table: tf.Tensor) -> tf.Tensor:
     matmul's gradient under XLA too, for comparisons.
     """
     rows, table = tf.convert_to_tensor(rows), tf.convert_to_tensor(table)
-    summed = rows.dtype in (tf.float32, tf.float64) and not getattr(_state, "matmul", False)
+    summed = rows.dtype in (tf.float32, tf.float64) and not _matmul
     if not (summed and in_compiled_function()):
         return tf.matmul(rows, table)
 
@@ -46,13 +45,7 @@ def embed_few_channels(rows: tf.Tensor, table: tf.Tensor) -> tf.Tensor:
     return product(rows, table)
 
 
-@contextlib.contextmanager
-def matmul_embedding_gradients() -> Iterator[None]:
+def matmul_embedding_gradients() -> contextlib.AbstractContextManager[None]:
     """Functions XLA compiles that are traced inside take the matmul's gradient for the skip embedding
     (``embed_few_channels``; this thread): benchmarks compare both forms in one run."""
-    previous = getattr(_state, "matmul", False)
-    _state.matmul = True
-    try:
-        yield
-    finally:
-        _state.matmul = previous
+    return _matmul.on()
