@@ -15,16 +15,18 @@ _matmul = ThreadFlag()  # matmul_embedding_gradients()
 def embed_few_channels(rows: tf.Tensor, table: tf.Tensor) -> tf.Tensor:
     """``rows table``: ``(N, R)`` rows of a few channels times ``(R, D)`` -> ``(N, D)``.
 
-    ``LocalGSA._skip`` embeds every pixel of every window this way (``R = C + 2``:
-    the pixel, a 1 for the bias and a 0 for the class token's row; SiT paper,
-    Listing 1's embedding before the first block). Inside a function XLA
+    ``LocalGSA._skip`` embeds every pixel of every window this way for the
+    first local block's skip connection: ``R = C + 2``, a pixel's values, a 1
+    that adds the bias ``e`` and a 0; a window's class token is the row
+    ``[0, ..., 0, 1]``, which gives ``c``. Inside a function XLA
     compiles, on float32 or float64, the input's gradient ``dy table^T`` (only
     ``R`` outputs a row, each a sum over ``D``) is the broadcast product
     ``dy[:, None, :] * table[None]`` summed over its last axis, one loop XLA
     fuses, where XLA's oneDNN matmul took 2.38 ms in the SiT's XLA step at
     batch 96 (``N = 104,448``, ``R = 5``, ``D = 64``; docs/speed.md, "The skip
     embedding's gradient under XLA"). Elsewhere it is the matmul's own gradient:
-    TensorFlow's graph ran the summed product about 4x slower. The table's
+    in a graph the summed form was slower than TensorFlow's matmul in a trial
+    on the same host (not recorded). The table's
     gradient is the matmul ``rows^T dy`` either way. The same sums, so float64
     gradients agree to rounding. ``matmul_embedding_gradients()`` keeps the
     matmul's gradient under XLA too, for comparisons.
