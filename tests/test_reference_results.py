@@ -7962,6 +7962,7 @@ AMD_3B7B5C2 = "\n#### The targets at 3b7b5c2, the projection's tile"
 AMD_EDC8C6C = "\n#### The targets at edc8c6c, the kernel gradient's transpose"
 AMD_63A6AB5 = "\n#### The targets at 63a6ab5, the custom calls on TensorFlow's threads"
 AMD_223C2C3 = "\n#### The targets at 223c2c3, the skip embedding's gradient"
+AMD_12E6756 = "\n#### The targets at 12e6756, the run repeated"
 
 
 def _speed_section(title: str, end: str) -> tuple[str, str]:
@@ -9496,7 +9497,7 @@ def test_the_targets_at_223c2c3_on_the_amd_host_are_its_run():
     """docs/speed.md's "The targets at 223c2c3": the run beside 63a6ab5's on the same AMD host kind, the one
     verdict that changed and how much of it the host's slower phase explains, and the times, ratios and rates
     its bullets quote."""
-    section, flat = _speed_section(AMD_223C2C3.strip(), "\n## Encoders")
+    section, flat = _speed_section(AMD_223C2C3.strip(), AMD_12E6756)
     previous, old, _ = _speed_target_run("speed_targets_amd_bf16_63a6ab5")
     run, new, rounds = _speed_target_run("speed_targets_amd_bf16_223c2c3")
     assert run["commit"].startswith("223c2c3") and "AMD EPYC" in run["machine"] and "no AMX" in run["machine"]
@@ -9523,6 +9524,40 @@ def test_the_targets_at_223c2c3_on_the_amd_host_are_its_run():
     vit, cnn = (values[f"{m}: XLA / graph train step, 14x14"] for m in ("vit", "cnn"))
     assert f"still take longer with XLA** ({vit:.3f} and {cnn:.3f})" in flat
     _assert_bfloat16_and_procgen_bullets(new, old, "63a6ab5", flat)
+
+
+def test_the_targets_at_12e6756_on_the_amd_host_are_its_run():
+    """docs/speed.md's "The targets at 12e6756": the repeat beside 223c2c3's run on the same AMD host kind,
+    the SiT's XLA verdict that changed back, its three runs' ratios, and the times and rates it quotes."""
+    section, flat = _speed_section(AMD_12E6756.strip(), "\n## Encoders")
+    previous, old, old_rounds = _speed_target_run("speed_targets_amd_bf16_223c2c3")
+    run, new, rounds = _speed_target_run("speed_targets_amd_bf16_12e6756")
+    assert run["commit"].startswith("12e6756") and "AMD EPYC" in run["machine"] and "no AMX" in run["machine"]
+    assert "`benchmarks/reference/speed_targets_amd_bf16_12e6756.json`" in flat
+    sentence = "One verdict changed back."
+    changed = _assert_beside(previous, run, (old_rounds, rounds), section, 1, sentence)
+    sit_xla = "sit: XLA / graph train step, 64x64"
+    assert changed == [sit_xla] and not next(t for t in run["targets"] if t["what"] == sit_xla)["met"]
+    assert f"({rounds[sit_xla]:.3f} round by round): missed again" in flat
+    steps = [_step_ms(new, m) for m in ("sit", "siet", "vit")]
+    assert (
+        f"the graph steps taking {steps[0]} ms (SiT), {steps[1]} ms (SieT) and {steps[2]} ms (ViT), the "
+        f"1024^3 matmul {new['encoders_64']['matmul']['median_ms']:.2f} ms, and the SiT's XLA step "
+        f"{_step_ms(new, 'sit', 'xla')} ms" in flat
+    )
+    runs = [_speed_target_run(f"speed_targets_amd_bf16_{c}") for c in ("63a6ab5", "223c2c3", "12e6756")]
+    values = [f"{next(t for t in r[0]['targets'] if t['what'] == sit_xla)['value']:.3f}" for r in runs]
+    per_round = [f"{r[2][sit_xla]:.3f}" for r in runs]
+    assert (
+        f"the SiT's XLA / graph step is {values[0]}, {values[1]} and {values[2]} ({per_round[0]}, "
+        f"{per_round[1]} and {per_round[2]} round by round)" in flat
+    )
+    targets = {t["what"]: t["value"] for t in run["targets"]}
+    siet = "SieT / ViT train step, 64x64 (graph)"
+    assert f"misses 1.5** at {targets[siet]:.3f} ({rounds[siet]:.3f} round by round)" in flat
+    vit, cnn = (targets[f"{m}: XLA / graph train step, 14x14"] for m in ("vit", "cnn"))
+    assert f"still take longer with XLA** ({vit:.3f} and {cnn:.3f})" in flat
+    _assert_bfloat16_and_procgen_bullets(new, old, "223c2c3", flat)
 
 
 def test_the_targets_at_3b7b5c2_on_the_amd_host_are_its_run():

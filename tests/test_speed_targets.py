@@ -47,6 +47,7 @@ COMMITTED_AVX512_BF16_RUNS = [
     "speed_targets_amd_bf16_edc8c6c",
     "speed_targets_amd_bf16_63a6ab5",
     "speed_targets_amd_bf16_223c2c3",
+    "speed_targets_amd_bf16_12e6756",
 ]
 
 
