@@ -8952,6 +8952,16 @@ def _assert_beside(
     return [n["what"] for _, n in pairs]
 
 
+def _amd_run_beside(before: str, after: str, flat: str) -> tuple[dict, dict, dict, dict, dict, dict]:
+    """Two committed AMD speed-target runs (commits ``before`` and ``after``): each one's summary, reports
+    and per-round medians; the later one's commit and host, and its report named in the section (``flat``)."""
+    previous, old, previous_rounds = _speed_target_run(f"speed_targets_amd_bf16_{before}")
+    run, new, rounds = _speed_target_run(f"speed_targets_amd_bf16_{after}")
+    assert run["commit"].startswith(after) and "AMD EPYC" in run["machine"] and "no AMX" in run["machine"]
+    assert f"`benchmarks/reference/speed_targets_amd_bf16_{after}.json`" in flat
+    return previous, old, previous_rounds, run, new, rounds
+
+
 def _step_ms(reports: dict, model: str, mode: str = "graph") -> str:
     """A speed-target run's 64x64 train step of ``model`` (graph or xla), its median in ms as quoted."""
     return f"{reports['encoders_64']['models'][model]['timings']['train_step'][mode]['median_ms']:.1f}"
@@ -9498,11 +9508,7 @@ def test_the_targets_at_223c2c3_on_the_amd_host_are_its_run():
     verdict that changed and how much of it the host's slower phase explains, and the times, ratios and rates
     its bullets quote."""
     section, flat = _speed_section(AMD_223C2C3.strip(), AMD_12E6756)
-    previous, old, _ = _speed_target_run("speed_targets_amd_bf16_63a6ab5")
-    run, new, rounds = _speed_target_run("speed_targets_amd_bf16_223c2c3")
-    assert run["commit"].startswith("223c2c3") and "AMD EPYC" in run["machine"] and "no AMX" in run["machine"]
-    assert "`benchmarks/reference/speed_targets_amd_bf16_223c2c3.json`" in flat
-    previous_rounds = {e["what"]: e["per_round_median"] for e in previous["per_round_medians"]}
+    previous, old, previous_rounds, run, new, rounds = _amd_run_beside("63a6ab5", "223c2c3", flat)
     changed = _assert_beside(previous, run, (previous_rounds, rounds), section, 1, "One verdict changed.")
     sit_xla = "sit: XLA / graph train step, 64x64"
     assert changed == [sit_xla] and rounds[sit_xla] <= 1
@@ -9530,10 +9536,7 @@ def test_the_targets_at_12e6756_on_the_amd_host_are_its_run():
     """docs/speed.md's "The targets at 12e6756": the repeat beside 223c2c3's run on the same AMD host kind,
     the SiT's XLA verdict that changed back, its three runs' ratios, and the times and rates it quotes."""
     section, flat = _speed_section(AMD_12E6756.strip(), "\n## Encoders")
-    previous, old, old_rounds = _speed_target_run("speed_targets_amd_bf16_223c2c3")
-    run, new, rounds = _speed_target_run("speed_targets_amd_bf16_12e6756")
-    assert run["commit"].startswith("12e6756") and "AMD EPYC" in run["machine"] and "no AMX" in run["machine"]
-    assert "`benchmarks/reference/speed_targets_amd_bf16_12e6756.json`" in flat
+    previous, old, old_rounds, run, new, rounds = _amd_run_beside("223c2c3", "12e6756", flat)
     sentence = "One verdict changed back."
     changed = _assert_beside(previous, run, (old_rounds, rounds), section, 1, sentence)
     sit_xla = "sit: XLA / graph train step, 64x64"
@@ -9615,11 +9618,7 @@ def test_the_targets_at_edc8c6c_on_the_amd_host_are_its_run():
     """docs/speed.md's "The targets at edc8c6c": the run beside 3b7b5c2's on the same AMD host kind, the
     verdicts that changed, and the times, ratios and rates its bullets quote."""
     section, flat = _speed_section(AMD_EDC8C6C.strip(), AMD_63A6AB5)
-    previous, old, _ = _speed_target_run("speed_targets_amd_bf16_3b7b5c2")
-    run, new, rounds = _speed_target_run("speed_targets_amd_bf16_edc8c6c")
-    assert run["commit"].startswith("edc8c6c") and "AMD EPYC" in run["machine"] and "no AMX" in run["machine"]
-    assert "`benchmarks/reference/speed_targets_amd_bf16_edc8c6c.json`" in flat
-    previous_rounds = {e["what"]: e["per_round_median"] for e in previous["per_round_medians"]}
+    previous, old, previous_rounds, run, new, rounds = _amd_run_beside("3b7b5c2", "edc8c6c", flat)
     changed = _assert_beside(previous, run, (previous_rounds, rounds), section, 2, "Two verdicts changed.")
     assert changed == ["siet: XLA / graph train step, 64x64", "sit_small: XLA / graph train step, 14x14"]
     values = [{t["what"]: t["value"] for t in r["targets"]} for r in (previous, run)]
@@ -9654,11 +9653,7 @@ def test_the_targets_at_63a6ab5_on_the_amd_host_are_its_run():
     """docs/speed.md's "The targets at 63a6ab5": the run beside edc8c6c's on the same AMD host kind, the two
     14x14 XLA verdicts that changed, and the times, ratios and rates its bullets quote."""
     section, flat = _speed_section(AMD_63A6AB5.strip(), AMD_223C2C3)
-    previous, old, _ = _speed_target_run("speed_targets_amd_bf16_edc8c6c")
-    run, new, rounds = _speed_target_run("speed_targets_amd_bf16_63a6ab5")
-    assert run["commit"].startswith("63a6ab5") and "AMD EPYC" in run["machine"] and "no AMX" in run["machine"]
-    assert "`benchmarks/reference/speed_targets_amd_bf16_63a6ab5.json`" in flat
-    previous_rounds = {e["what"]: e["per_round_median"] for e in previous["per_round_medians"]}
+    previous, old, previous_rounds, run, new, rounds = _amd_run_beside("edc8c6c", "63a6ab5", flat)
     sentence = "Two verdicts changed, both XLA at 14x14."
     changed = _assert_beside(previous, run, (previous_rounds, rounds), section, 2, sentence)
     small, pooled = (f"{m}: XLA / graph train step, 14x14" for m in ("sit_small", "siet_rotation_pooled"))
