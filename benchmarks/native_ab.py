@@ -8,9 +8,12 @@ Here both builds run in one process, in interleaved rounds. The script compiles 
 (graph mode, forward + backward + Adam) twice: with this tree's ops and with the base's behind this
 tree's Python wrappers, which must therefore call the base's ops with the same inputs and attributes.
 It prints each step's median and this tree's over the base's (< 1: this tree is faster). Graph mode
-only: the XLA kernels are this tree's alone.
+only: the XLA kernels are this tree's alone. ``--ops`` adds cases of ``benchmarks/native_ops.py`` (an op's
+forward + backward at the Procgen SiT's shapes, ``--batch`` images) to the same rounds, traced on each build's
+ops the same way: a kernel's change alone, without the rest of the step's spread.
 
     python benchmarks/native_ab.py --base 2ff1649 [--models sit,siet] [--repeats 21] [--out runs/ab.json]
+    python benchmarks/native_ab.py --base d587e86 --models "" --ops global_grid,class_token_values
     python benchmarks/native_ab.py --base HEAD --quick       # a smoke run: the build, then seconds
 """
 
@@ -48,6 +51,7 @@ from sit_keras.benchmarking import (
 from sit_keras.native.build import compile_command
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import native_ops  # noqa: E402
 import projection_gradients  # noqa: E402
 
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -137,28 +141,59 @@ def train_steps(
     return steps, images, base_op_count
 
 
+def op_cases(batch: int, cases: list[str], base: ModuleType) -> tuple[dict[str, Any], dict[str, int]]:
+    """``native_ops.py``'s forward + backward of each case traced on each build's ops: ``{(case, build):
+    function}``, and per case how many of the base's op types its base function runs."""
+    functions, base_op_types = {}, {}
+    for build, ways in (("base", lambda: base_ops(base)), ("this", contextlib.nullcontext)):
+        with ways():  # the ops are chosen while tracing, so trace here
+            for case in cases:
+                function = native_ops.case_functions(batch, only=[case])[case, "backward"]
+                concrete = function.get_concrete_function()
+                functions[case, build] = function
+                if build == "base":
+                    base_op_types[case] = sum(op.startswith(BASE_PREFIX) for op in traced_op_types(concrete))
+    return functions, base_op_types
+
+
 def measure(
-    models: list[str], image_size: int, batch: int, repeats: int, base: ModuleType
+    models: list[str], image_size: int, batch: int, repeats: int, base: ModuleType, ops: Sequence[str] = ()
 ) -> dict[str, dict[str, float]]:
-    """Per model, each build's median train-step time (ms), this tree's over the base's, and the base's op
-    types in its step."""
+    """Per model (and per ``native_ops.py`` case in ``ops``), each build's median time (ms) of a train step
+    (of the case's forward + backward), this tree's over the base's, and the base's op types it ran."""
     functions: dict[tuple[str, str], Callable[[], Any]] = {}
     base_op_types = {}
     for model in models:
         steps, images, base_op_types[model] = train_steps(model, image_size, batch, base)
         for build, step in steps.items():
             functions[model, build] = lambda step=step, images=images: step(images)
+    if ops:
+        case_functions, case_op_types = op_cases(batch, list(ops), base)
+        functions.update(case_functions)
+        base_op_types.update(case_op_types)
     medians = interleaved_medians(functions, repeats)
     results = {}
-    for model in models:
-        base_ms, this_ms = (1000 * medians[model, build] for build in BUILDS)
-        results[model] = {
+    for name in (*models, *ops):
+        base_ms, this_ms = (1000 * medians[name, build] for build in BUILDS)
+        results[name] = {
             "base_ms": base_ms,
             "this_ms": this_ms,
             "this_over_base": this_ms / base_ms,
-            "base_op_types_in_step": base_op_types[model],
+            "base_op_types_in_step": base_op_types[name],
         }
     return results
+
+
+def check_ops(ops: str) -> list[str]:
+    """``--ops``: names of ``native_ops.py``'s cases that run in a graph (a ``UsageError`` for any other)."""
+    names = [name.strip() for name in ops.split(",") if name.strip()]
+    graph_cases = native_ops.CASES
+    for name in names:
+        if name not in graph_cases:
+            raise UsageError(
+                f"--ops: {name} is not one of native_ops.py's graph-mode cases ({', '.join(graph_cases)})."
+            )
+    return names
 
 
 def parse_args(argv: Sequence[str] | None):
@@ -167,7 +202,13 @@ def parse_args(argv: Sequence[str] | None):
         "--base", required=True, help="the git revision whose kernels this tree's are timed against"
     )
     projection_gradients.add_step_arguments(parser, repeats=21)
+    parser.add_argument(
+        "--ops", default="", help="native_ops.py cases timed too, comma-separated (e.g. global_grid)"
+    )
     args = parser.parse_args(argv)
+    args.ops = check_ops(args.ops)
+    if not args.ops and not args.models.strip(", "):
+        raise UsageError("--models and --ops name nothing to time.")
     projection_gradients.check_step_arguments(args)
     args.base_commit = resolve(args.base)
     check_out_file(args.out)
@@ -189,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         try:
             results = measure(
-                args.models, settings["image_size"], settings["batch"], settings["repeats"], base
+                args.models, settings["image_size"], settings["batch"], settings["repeats"], base, args.ops
             )
         except (TypeError, ValueError) as error:  # tracing: an op whose inputs or attributes changed since
             message = str(error).strip().splitlines()[-1]
@@ -199,19 +240,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 1
-    for model, r in results.items():
+    for name, r in results.items():
+        what = "forward + backward" if name in args.ops else "train step"
         print(
-            f"{model} train step: the base's kernels {r['base_ms']:7.1f} ms, this tree's "
+            f"{name} {what}: the base's kernels {r['base_ms']:7.1f} ms, this tree's "
             f"{r['this_ms']:7.1f} ms, this / base {r['this_over_base']:.3f} "
             f"({r['base_op_types_in_step']} of the base's op types ran)"
         )
     report = {
-        "what": "SiT-family float32 train steps (graph) on this tree's native kernels and on the base "
-        "revision's, the same Python, interleaved rounds, medians",
+        "what": "SiT-family float32 train steps (graph) and native_ops.py cases (forward + backward) on this "
+        "tree's native kernels and on the base revision's, the same Python, interleaved rounds, medians",
         "command": command_line("native_ab.py", argv),
         "commit": current_commit(),
         "base_commit": args.base_commit,
-        "settings": {"models": args.models, **settings, "quick": args.quick},
+        "settings": {"models": args.models, "ops": args.ops, **settings, "quick": args.quick},
         "environment": environment(),
         "results": results,
         "wall_time_s": time.perf_counter() - start,

@@ -261,10 +261,11 @@ def _inputs(batch: int, seed: int = 0) -> dict[str, tuple[Callable[..., tf.Tenso
     return cases
 
 
-def _functions(batch: int) -> dict[tuple[str, str], Callable[[], Any]]:
-    """``(case, "forward" | "backward")`` -> a ``tf.function`` of no argument ("backward": both passes)."""
+def case_functions(batch: int, only: Sequence[str] | None = None) -> dict[tuple[str, str], Callable[[], Any]]:
+    """``(case, "forward" | "backward")`` -> a ``tf.function`` of no argument ("backward": both passes), for
+    every measured case or those named in ``only``; each traces the ops on its first call."""
     functions: dict[tuple[str, str], Callable[[], Any]] = {}
-    measured = cases()
+    measured = cases() if only is None else tuple(only)
     for case, (op, inputs) in _inputs(batch).items():
         if case not in measured:
             continue
@@ -295,7 +296,7 @@ def measure(batch: int, repeats: int) -> dict[str, Any]:
     """Medians (ms and matmul-times) of every case's forward and forward + backward."""
     a, b = (tf.random.stateless_normal([MATMUL_SIZE, MATMUL_SIZE], seed=[s, 0]) for s in (3, 4))
     functions: dict[Any, Callable[[], Any]] = {"matmul": tf.function(lambda: tf.matmul(a, b))}
-    functions.update(_functions(batch))
+    functions.update(case_functions(batch))
     medians = interleaved_medians(functions, repeats)
     matmul_ms = 1000 * medians.pop("matmul")
     results: dict[str, Any] = {"matmul_ms": matmul_ms}

@@ -69,6 +69,16 @@ CASES = [
     ("native_ab", [], "The following arguments are required: --base."),
     ("native_ab", ["--base", "HEAD", "--repeats", "0"], "--repeats must be at least 1; received 0."),
     ("native_ab", ["--base", "HEAD", "--models", "resnet"], "--models: "),
+    (
+        "native_ab",
+        ["--base", "HEAD", "--ops", "global_grid_xla"],
+        "--ops: global_grid_xla is not one of native_ops",
+    ),
+    (
+        "native_ab",
+        ["--base", "HEAD", "--models", ",", "--ops", ""],
+        "--models and --ops name nothing to time.",
+    ),
     ("quantisation", [], "The following arguments are required: --policies."),
     ("quantisation", ["--policies", "sit={tmp}/none"], "(sit) is not a folder; train it first"),
     ("quantisation", ["--policies", "sit"], "Argument --policies: expected name=root_dir"),

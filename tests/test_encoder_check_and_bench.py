@@ -420,7 +420,7 @@ def test_native_ab_swaps_in_the_base_ops_only_while_tracing(monkeypatch):
 def test_native_ab_times_both_builds_of_each_model(tmp_path, capsys):
     """benchmarks/native_ab.py --base HEAD: the committed kernels built renamed, run in the base's step."""
     out = tmp_path / "ab.json"
-    argv = ["--base", "HEAD", "--quick", "--models", "sit", "--out", str(out)]
+    argv = ["--base", "HEAD", "--quick", "--models", "sit", "--ops", "global_grid", "--out", str(out)]
     module = _load_benchmark("native_ab")
     assert module.main(argv) == 0
     report = json.loads(out.read_text())
@@ -430,7 +430,11 @@ def test_native_ab_times_both_builds_of_each_model(tmp_path, capsys):
     r = report["results"]["sit"]
     assert r["base_op_types_in_step"] >= 3  # the attention ops, the projection, the layer norm, ...
     assert r["this_over_base"] == pytest.approx(r["this_ms"] / r["base_ms"])
-    assert "sit train step: the base's kernels" in capsys.readouterr().out
+    op = report["results"]["global_grid"]  # SitBaseWindowAttention and its gradient
+    assert op["base_op_types_in_step"] == 2 and report["settings"]["ops"] == ["global_grid"]
+    printed = capsys.readouterr().out
+    assert "sit train step: the base's kernels" in printed
+    assert "global_grid forward + backward: the base's kernels" in printed
 
 
 def test_way_results_give_each_ways_milliseconds_then_the_named_ratios():

@@ -258,6 +258,37 @@ def test_in_float32_the_ops_give_their_float64_values_and_gradients(
         np.testing.assert_allclose(single, double, rtol=0, atol=2e-4 * scale)
 
 
+@pytest.mark.parametrize("tokens", [10, 37], ids=["lane_wide", "row_wise"])  # 100 and 1369 token pairs
+def test_in_float32_the_window_ops_gradient_sums_give_float64s(tokens: int) -> None:
+    """The gradient op sums its lane-wide accumulators of the map's values, the graphs and the bias over the
+    lanes kLanes entries at a time, transposed in registers (``LaneSumsInHalves``) in float32, one by one in
+    float64: those gradients agree to float32's precision, for graphs summed lane-wide and row by row, with
+    a head's entries not a multiple of the lanes."""
+    rng = np.random.default_rng(tokens)
+    heads, head_dim, windows, terms = 2, 3, 21, 5
+    indices = rng.integers(0, tokens * tokens, size=(tokens * tokens, terms))
+    pattern = ScoreMapPattern(indices, np.ones((tokens * tokens, terms), np.float32))
+    inputs = [
+        rng.normal(size=(3 * heads * head_dim, windows, tokens)),  # qkv
+        rng.normal(size=3 * heads * head_dim),  # bias
+        rng.normal(size=(3 * heads * head_dim, tokens, tokens)) / tokens,  # graphs
+        rng.normal(size=(1, heads, tokens * tokens, terms)) / terms,  # the map's values
+    ]
+    upstream = rng.normal(size=(windows, tokens, heads * head_dim))
+
+    def gradients(dtype: tf.DType) -> list[np.ndarray]:
+        qkv, bias, graphs, values = (tf.constant(x, dtype) for x in inputs)
+        with tf.GradientTape() as tape:
+            tape.watch([bias, graphs, values])
+            out = native.window_attention(native.lane_blocks(qkv), bias, graphs, values, pattern, heads)
+            loss = tf.reduce_sum(out[:windows] * tf.constant(upstream, dtype))
+        return [g.numpy() for g in tape.gradient(loss, [bias, graphs, values])]
+
+    for single, double in zip(gradients(tf.float32), gradients(tf.float64), strict=True):
+        assert np.abs(double).max() > 0
+        np.testing.assert_allclose(single, double, rtol=0, atol=2e-4 * max(1.0, float(np.abs(double).max())))
+
+
 def _dense(pattern: ScoreMapPattern, values: np.ndarray) -> np.ndarray:
     """The ``(..., P, P)`` matrices whose rows ``values (..., P, K)`` weight at ``pattern.indices``."""
     dense = np.zeros((*values.shape[:-2], pattern.size, pattern.size))

@@ -347,16 +347,20 @@ void ClassTokenValuesGrad(const ValuesSizes& s, const S* dout, const ValuesInput
   shards(chunks, cost, work);
   // The chunks' sums, in chunk order, and their lanes in halves.
   shards(entries, 2 * chunks * kLanes, [&](int64_t start, int64_t limit) {
-    for (int64_t e = start; e < limit; ++e) {
-      Lanes<T> sum = {};
-      for (int64_t chunk = 0; chunk < chunks; ++chunk) sum += Load(partial.data() + (chunk * entries + e) * kLanes);
-      const T total = LaneSumInHalves<T>(sum);
-      if (e < graph_entries) {
-        out.dgraphs[e] = total;
-      } else {
-        out.dkernel[e - graph_entries] = total;
-      }
-    }
+    LaneTotals<T>(
+        start, limit,
+        [&](int64_t e) {
+          Lanes<T> sum = {};
+          for (int64_t chunk = 0; chunk < chunks; ++chunk) sum += Load(partial.data() + (chunk * entries + e) * kLanes);
+          return sum;
+        },
+        [&](int64_t e, T total) {
+          if (e < graph_entries) {
+            out.dgraphs[e] = total;
+          } else {
+            out.dkernel[e - graph_entries] = total;
+          }
+        });
   });
 }
 

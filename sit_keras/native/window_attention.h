@@ -773,20 +773,57 @@ inline T LaneSumInHalves(Lanes<T> v) {
   return x[0];
 }
 
+// LaneSumInHalves of kLanes vectors at once (v is overwritten): lane k of the result is
+// LaneSumInHalves(v[k]), the same additions in the same order, bit for bit. The vectors are transposed in
+// registers first, so that each step of halves is one vector addition for all of them, not a store and
+// kLanes - 1 scalar additions a vector (the 8 x 8 global grid's gradient op summed 101,400 vectors one by
+// one, about 5% of its time on the AMD host: docs/speed.md, "Lane sums in registers").
+template <typename T>
+inline Lanes<T> LaneSumsInHalves(Lanes<T>* v) {
+  if constexpr (kTransposeInRegisters<T>) {
+    Transpose<T>(v);  // v[l] lane k = lane l of the k-th vector
+    for (int half = kLanes / 2; half >= 1; half /= 2) {
+      for (int l = 0; l < half; ++l) v[l] += v[l + half];
+    }
+    return v[0];
+  } else {
+    Lanes<T> totals;
+    for (int k = 0; k < kLanes; ++k) totals[k] = LaneSumInHalves<T>(v[k]);
+    return totals;
+  }
+}
+
+// place(e, LaneSumInHalves(sum(e))) for e in [start, limit): kLanes entries at a time (LaneSumsInHalves),
+// the last ones one by one; the same values either way.
+template <typename T, typename Sum, typename Place>
+inline void LaneTotals(int64_t start, int64_t limit, Sum sum, Place place) {
+  int64_t e = start;
+  for (; e + kLanes <= limit; e += kLanes) {
+    Lanes<T> v[kLanes];
+    for (int k = 0; k < kLanes; ++k) v[k] = sum(e + k);
+    const Lanes<T> totals = LaneSumsInHalves<T>(v);
+    for (int k = 0; k < kLanes; ++k) place(e + k, totals[k]);
+  }
+  for (; e < limit; ++e) place(e, LaneSumInHalves<T>(sum(e)));
+}
+
 // Sums the lane-wide per-chunk gradient accumulators `partial` ((heads, chunks, entries, kLanes)) into
 // place(h, e, sum) for every head h and entry e, in a fixed order, on the op's threads.
 template <typename T, typename Place>
 void SumPartials(const Shards& shards, const T* partial, int64_t heads, int64_t chunks, int64_t entries,
                  Place place) {
   shards(heads * entries, 2 * chunks * kLanes, [&](int64_t start, int64_t limit) {
-    for (int64_t u = start; u < limit; ++u) {
-      const int64_t h = u / entries, e = u % entries;
-      Lanes<T> sum = {};
-      for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-        sum += Load(partial + ((h * chunks + chunk) * entries + e) * kLanes);
-      }
-      place(h, e, LaneSumInHalves<T>(sum));
-    }
+    LaneTotals<T>(
+        start, limit,
+        [&](int64_t u) {
+          const int64_t h = u / entries, e = u % entries;
+          Lanes<T> sum = {};
+          for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+            sum += Load(partial + ((h * chunks + chunk) * entries + e) * kLanes);
+          }
+          return sum;
+        },
+        [&](int64_t u, T total) { place(u / entries, u % entries, total); });
   });
 }
 
@@ -835,17 +872,20 @@ class MixingGradients {
         }
         const T* graph = units + e * GraphGradientSize(s_);
         T* out = dg + channel * s_.pairs;
+        const auto lane_sum = [&](int64_t p) { return ChunkSum(graph + p * kLanes); };
         if (orbits_ != nullptr) {
-          for (size_t e = 0; e < totals.size(); ++e) totals[e] = LaneTotal(graph + e * kLanes);
+          LaneTotals<T>(0, totals.size(), lane_sum, [&](int64_t p, T total) { totals[p] = total; });
           OrbitGradientToGraph(*orbits_, totals.data(), t, out);
           continue;
         }
         if (lane_wide) {
-          for (int64_t p = 0; p < s_.pairs; ++p) out[p] = LaneTotal(graph + p * kLanes);
+          LaneTotals<T>(0, s_.pairs, lane_sum, [&](int64_t p, T total) { out[p] = total; });
           continue;
         }
-        for (int64_t i = 0; i < t; ++i) {
-          for (int64_t j = 0; j < t; ++j) {
+        for (int64_t i = 0; i < t; ++i) {  // a row's sums over the chunks, a vector of j at a time
+          int64_t j = 0;
+          for (; j + kLanes <= t; j += kLanes) Store(out + i * t + j, ChunkSum(graph + i * padded + j));
+          for (; j < t; ++j) {
             T sum = T(0);
             for (int64_t chunk = 0; chunk < chunks_; ++chunk) sum += graph[chunk * unit_values_ + i * padded + j];
             out[i * t + j] = sum;
@@ -856,12 +896,14 @@ class MixingGradients {
   }
 
  private:
-  // The sum over the chunks of a head and their lanes of one lane-wide value, in a fixed order.
-  T LaneTotal(const T* first) const {
+  // The sum over the chunks of a head of the vector at `first` (in the first chunk), in chunk order.
+  Lanes<T> ChunkSum(const T* first) const {
     Lanes<T> sum = {};
     for (int64_t chunk = 0; chunk < chunks_; ++chunk) sum += Load(first + chunk * unit_values_);
-    return LaneSumInHalves<T>(sum);
+    return sum;
   }
+  // The sum over the chunks of a head and their lanes of one lane-wide value, in a fixed order.
+  T LaneTotal(const T* first) const { return LaneSumInHalves<T>(ChunkSum(first)); }
 
   const AttentionSizes s_;
   const int64_t chunks_;
