@@ -813,17 +813,18 @@ template <typename T, typename Place>
 void SumPartials(const Shards& shards, const T* partial, int64_t heads, int64_t chunks, int64_t entries,
                  Place place) {
   shards(heads * entries, 2 * chunks * kLanes, [&](int64_t start, int64_t limit) {
-    LaneTotals<T>(
-        start, limit,
-        [&](int64_t u) {
-          const int64_t h = u / entries, e = u % entries;
-          Lanes<T> sum = {};
-          for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-            sum += Load(partial + ((h * chunks + chunk) * entries + e) * kLanes);
-          }
-          return sum;
-        },
-        [&](int64_t u, T total) { place(u / entries, u % entries, total); });
+    // Entries [start, limit) of all heads' in each head's part, so that no entry needs a division.
+    for (int64_t h = start / entries; h * entries < limit; ++h) {
+      const T* head = partial + h * chunks * entries * kLanes;
+      LaneTotals<T>(
+          std::max(start - h * entries, int64_t{0}), std::min(limit - h * entries, entries),
+          [&](int64_t e) {
+            Lanes<T> sum = {};
+            for (int64_t chunk = 0; chunk < chunks; ++chunk) sum += Load(head + (chunk * entries + e) * kLanes);
+            return sum;
+          },
+          [&](int64_t e, T total) { place(h, e, total); });
+    }
   });
 }
 
@@ -1110,9 +1111,11 @@ void WindowAttentionGrad(const AttentionSizes& s, Orbits orbits, bool orbit_grad
       }
     });
   }
+  const int64_t map_entries = s.pairs * s.terms;
   SumPartials(shards, value_partial.get(), s.heads, chunks, value_entries, [&](int64_t h, int64_t e, T sum) {
-    const int64_t m = e / (s.pairs * s.terms);
-    out.dvalues[(m * s.heads + h) * s.pairs * s.terms + e % (s.pairs * s.terms)] = sum;
+    int64_t m = 0;  // e's map: a comparison or two (M <= 2), not a division an entry
+    while (e >= (m + 1) * map_entries) ++m;
+    out.dvalues[(m * s.heads + h) * map_entries + e - m * map_entries] = sum;
   });
   mixing.Write(shards, out.dgraphs, out.dbias, out.dkernel);
 }
