@@ -10,7 +10,8 @@ tree's Python wrappers, which must therefore call the base's ops with the same i
 It prints each step's median and this tree's over the base's (< 1: this tree is faster). Graph mode
 only: the XLA kernels are this tree's alone. ``--ops`` adds cases of ``benchmarks/native_ops.py`` (an op's
 forward + backward at the Procgen SiT's shapes, ``--batch`` images) to the same rounds, traced on each build's
-ops the same way: a kernel's change alone, without the rest of the step's spread.
+ops the same way: a kernel's change alone, without the rest of the step's spread, and whether both builds give
+the same output bits (``same_bits``).
 
     python benchmarks/native_ab.py --base 2ff1649 [--models sit,siet] [--repeats 21] [--out runs/ab.json]
     python benchmarks/native_ab.py --base d587e86 --models "" --ops global_grid,class_token_values
@@ -141,10 +142,11 @@ def train_steps(
     return steps, images, base_op_count
 
 
-def op_cases(batch: int, cases: list[str], base: ModuleType) -> tuple[dict[str, Any], dict[str, int]]:
+def op_cases(batch: int, cases: list[str], base: ModuleType) -> tuple[dict[str, Any], dict[str, dict]]:
     """``native_ops.py``'s forward + backward of each case traced on each build's ops: ``{(case, build):
-    function}``, and per case how many of the base's op types its base function runs."""
-    functions, base_op_types = {}, {}
+    function}``, and per case how many of the base's op types its base function runs and whether both builds'
+    outputs (the same inputs) are the same bits."""
+    functions, facts = {}, {}
     for build, ways in (("base", lambda: base_ops(base)), ("this", contextlib.nullcontext)):
         with ways():  # the ops are chosen while tracing, so trace here
             for case in cases:
@@ -152,8 +154,15 @@ def op_cases(batch: int, cases: list[str], base: ModuleType) -> tuple[dict[str, 
                 concrete = function.get_concrete_function()
                 functions[case, build] = function
                 if build == "base":
-                    base_op_types[case] = sum(op.startswith(BASE_PREFIX) for op in traced_op_types(concrete))
-    return functions, base_op_types
+                    facts[case] = {
+                        "base_op_types": sum(op.startswith(BASE_PREFIX) for op in traced_op_types(concrete))
+                    }
+    for case in cases:
+        outputs = [
+            [t.numpy().tobytes() for t in tf.nest.flatten(functions[case, build]())] for build in BUILDS
+        ]
+        facts[case]["same_bits"] = outputs[0] == outputs[1]
+    return functions, facts
 
 
 def measure(
@@ -167,10 +176,12 @@ def measure(
         steps, images, base_op_types[model] = train_steps(model, image_size, batch, base)
         for build, step in steps.items():
             functions[model, build] = lambda step=step, images=images: step(images)
+    same_bits = {}
     if ops:
-        case_functions, case_op_types = op_cases(batch, list(ops), base)
+        case_functions, facts = op_cases(batch, list(ops), base)
         functions.update(case_functions)
-        base_op_types.update(case_op_types)
+        for case, fact in facts.items():
+            base_op_types[case], same_bits[case] = fact["base_op_types"], fact["same_bits"]
     medians = interleaved_medians(functions, repeats)
     results = {}
     for name in (*models, *ops):
@@ -181,6 +192,8 @@ def measure(
             "this_over_base": this_ms / base_ms,
             "base_op_types_in_step": base_op_types[name],
         }
+        if name in same_bits:
+            results[name]["same_bits"] = same_bits[name]
     return results
 
 
@@ -242,10 +255,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
     for name, r in results.items():
         what = "forward + backward" if name in args.ops else "train step"
+        bits = {True: "; the same output bits", False: "; the outputs differ", None: ""}[r.get("same_bits")]
         print(
             f"{name} {what}: the base's kernels {r['base_ms']:7.1f} ms, this tree's "
             f"{r['this_ms']:7.1f} ms, this / base {r['this_over_base']:.3f} "
-            f"({r['base_op_types_in_step']} of the base's op types ran)"
+            f"({r['base_op_types_in_step']} of the base's op types ran{bits})"
         )
     report = {
         "what": "SiT-family float32 train steps (graph) and native_ops.py cases (forward + backward) on this "

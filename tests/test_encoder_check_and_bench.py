@@ -432,6 +432,7 @@ def test_native_ab_times_both_builds_of_each_model(tmp_path, capsys):
     assert r["this_over_base"] == pytest.approx(r["this_ms"] / r["base_ms"])
     op = report["results"]["global_grid"]  # SitBaseWindowAttention and its gradient
     assert op["base_op_types_in_step"] == 2 and report["settings"]["ops"] == ["global_grid"]
+    assert op["same_bits"] is True  # HEAD's kernels against this tree's, which are HEAD's
     printed = capsys.readouterr().out
     assert "sit train step: the base's kernels" in printed
     assert "global_grid forward + backward: the base's kernels" in printed
