@@ -9911,7 +9911,9 @@ CONFIGS_14 = ("sit_small", "siet_rotation_pooled", "vit", "cnn")
 def test_the_custom_calls_threads_section_is_its_run():
     """docs/speed.md's "The custom calls on TensorFlow's threads": SiT-small's split XLA calls in the targets'
     run at edc8c6c, and every row and ratio of xla_host_threads.py's run at 63a6ab5."""
-    section, flat = _speed_section("### The custom calls on TensorFlow's threads", "\n## Other fast paths")
+    section, flat = _speed_section(
+        "### The custom calls on TensorFlow's threads", "\n### Lane sums in registers"
+    )
     encoders = _report("speed_targets_amd_bf16_edc8c6c/encoders_14.json")["models"]
     steps = encoders["configs/minigrid/lavacrossing_sit_small.gin"]["timings"]["train_step"]
     xla, graph = (sorted(steps[mode]["runs_ms"]) for mode in ("xla", "graph"))
@@ -9978,6 +9980,46 @@ def test_the_custom_calls_threads_section_is_its_run():
     source = (ROOT / "sit_keras" / "native" / "xla" / "xla_kernels.cc").read_text()
     comment = " ".join(source.replace("//", " ").split())
     assert f"step took {small[0]}x as long with the pool below, the CNN's {cnn[0]}x" in comment
+
+
+def test_the_lane_sums_section_is_its_native_ab_runs():
+    """docs/speed.md's "Lane sums in registers": every ratio of native_ab.py's op runs against d587e86, its
+    control on the same kernels and its step run, each run's commits, and the same bits in the bits run."""
+    section, flat = _speed_section("### Lane sums in registers", "\n## Other fast paths")
+    runs = {
+        name: _report(f"native_ab_{name}.json")
+        for name in (
+            "lane_sums_ops_run1",
+            "lane_sums_ops_run2",
+            "lane_sums_ops_run3",
+            "lane_sums_same_kernels",
+            "lane_sums_bits",
+            "lane_sums_steps",
+        )
+    }
+    for name, run in runs.items():
+        base = "e9e4ba5" if name == "lane_sums_same_kernels" else "d587e86"
+        commit = "a80c16e" if name == "lane_sums_bits" else "e9e4ba5"
+        assert run["commit"].startswith(commit) and run["base_commit"].startswith(base), name
+        assert "AMD EPYC" in run["machine"]
+        results = run["results"]
+        if name == "lane_sums_steps":
+            assert set(results) == {"sit", "siet"}
+            for model, label in (("sit", "SiT"), ("siet", "SieT")):
+                assert f"{results[model]['this_over_base']:.3f}x ({label}, " in flat
+            continue
+        row = next(line for line in section.splitlines() if line.startswith(f"| `native_ab_{name}`"))
+        grid, values = results["global_grid"], results["class_token_values"]
+        assert f"| {grid['this_over_base']:.3f}" in row and f"| {values['this_over_base']:.3f} |" in row
+        assert all(r["base_op_types_in_step"] == 2 for r in results.values())
+    bits = runs["lane_sums_bits"]["results"]
+    assert len(bits) == 7 and all(r["same_bits"] for r in bits.values())
+    assert {"global_grid_bfloat16", "first_block_bfloat16", "class_token_values_bfloat16"} <= set(bits)
+    ops = [runs[f"lane_sums_ops_run{i}"]["results"]["global_grid"]["this_over_base"] for i in (1, 2, 3)]
+    assert f"took {min(ops):.3f}-{max(ops):.3f}x as long" in flat and max(ops) < 1
+    assert f"and {bits['global_grid']['this_over_base']:.3f}x in the run of seven" in flat
+    control = runs["lane_sums_same_kernels"]["results"]["class_token_values"]["this_over_base"]
+    assert f"the control measured {control:.3f} for an op" in flat
 
 
 def _assert_native_ab_runs(section: str, commit: str, runs: dict[str, str], old: str, onednn: bool) -> None:
