@@ -7963,6 +7963,8 @@ AMD_EDC8C6C = "\n#### The targets at edc8c6c, the kernel gradient's transpose"
 AMD_63A6AB5 = "\n#### The targets at 63a6ab5, the custom calls on TensorFlow's threads"
 AMD_223C2C3 = "\n#### The targets at 223c2c3, the skip embedding's gradient"
 AMD_12E6756 = "\n#### The targets at 12e6756, the run repeated"
+AMD_2C4C3A0 = "\n#### The targets at 2c4c3a0, lane sums in registers"
+AMD_2C4C3A0_RUN2 = "\n#### The targets at 2c4c3a0, the run repeated"
 
 
 def _speed_section(title: str, end: str) -> tuple[str, str]:
@@ -8957,7 +8959,8 @@ def _amd_run_beside(before: str, after: str, flat: str) -> tuple[dict, dict, dic
     and per-round medians; the later one's commit and host, and its report named in the section (``flat``)."""
     previous, old, previous_rounds = _speed_target_run(f"speed_targets_amd_bf16_{before}")
     run, new, rounds = _speed_target_run(f"speed_targets_amd_bf16_{after}")
-    assert run["commit"].startswith(after) and "AMD EPYC" in run["machine"] and "no AMX" in run["machine"]
+    commit = after.split("_")[0]  # a repeat's name: <commit>_run2
+    assert run["commit"].startswith(commit) and "AMD EPYC" in run["machine"] and "no AMX" in run["machine"]
     assert f"`benchmarks/reference/speed_targets_amd_bf16_{after}.json`" in flat
     return previous, old, previous_rounds, run, new, rounds
 
@@ -9535,7 +9538,7 @@ def test_the_targets_at_223c2c3_on_the_amd_host_are_its_run():
 def test_the_targets_at_12e6756_on_the_amd_host_are_its_run():
     """docs/speed.md's "The targets at 12e6756": the repeat beside 223c2c3's run on the same AMD host kind,
     the SiT's XLA verdict that changed back, its three runs' ratios, and the times and rates it quotes."""
-    section, flat = _speed_section(AMD_12E6756.strip(), "\n## Encoders")
+    section, flat = _speed_section(AMD_12E6756.strip(), AMD_2C4C3A0)
     previous, old, old_rounds, run, new, rounds = _amd_run_beside("223c2c3", "12e6756", flat)
     sentence = "One verdict changed back."
     changed = _assert_beside(previous, run, (old_rounds, rounds), section, 1, sentence)
@@ -9561,6 +9564,76 @@ def test_the_targets_at_12e6756_on_the_amd_host_are_its_run():
     vit, cnn = (targets[f"{m}: XLA / graph train step, 14x14"] for m in ("vit", "cnn"))
     assert f"still take longer with XLA** ({vit:.3f} and {cnn:.3f})" in flat
     _assert_bfloat16_and_procgen_bullets(new, old, "223c2c3", flat)
+
+
+def _siet_over_vit(run: str) -> tuple[str, str]:
+    """A committed AMD speed-target run's SieT / ViT step at 64x64 and its per-round median, as quoted."""
+    summary, _, rounds = _speed_target_run(f"speed_targets_amd_bf16_{run}")
+    siet = "SieT / ViT train step, 64x64 (graph)"
+    return f"{next(t for t in summary['targets'] if t['what'] == siet)['value']:.3f}", f"{rounds[siet]:.3f}"
+
+
+def test_the_targets_at_2c4c3a0_on_the_amd_host_are_its_run():
+    """docs/speed.md's "The targets at 2c4c3a0": the run beside 12e6756's on the same AMD host kind, its three
+    changed verdicts, the slower phase of the host it met, and the times, ratios and rates it quotes."""
+    section, flat = _speed_section(AMD_2C4C3A0.strip(), AMD_2C4C3A0_RUN2)
+    previous, old, old_rounds, run, new, rounds = _amd_run_beside("12e6756", "2c4c3a0", flat)
+    sentence = "Three verdicts changed, in a slower phase of the host."
+    changed = _assert_beside(previous, run, (old_rounds, rounds), section, 3, sentence)
+    vit_xla, siet_14 = (
+        "vit: XLA / graph train step, 64x64",
+        "siet_rotation_pooled: XLA / graph train step, 14x14",
+    )
+    siet = "SieT / ViT train step, 64x64 (graph)"
+    assert set(changed) == {siet, vit_xla, siet_14}
+    targets = {(t["what"], t["limit"]): t for t in run["targets"]}
+    assert targets[siet, 1.5]["met"] and not targets[vit_xla, 1.0]["met"] and not targets[siet_14, 1.0]["met"]
+    steps = [_step_ms(r, m) for r in (new, old) for m in ("sit", "siet", "vit")]
+    matmul = [f"{r['encoders_64']['matmul']['median_ms']:.2f}" for r in (new, old)]
+    assert (
+        f"The graph steps took {steps[0]} ms (SiT), {steps[1]} ms (SieT) and {steps[2]} ms (ViT), the 1024^3 "
+        f"matmul {matmul[0]} ms, against {steps[3]}, {steps[4]}, {steps[5]} and {matmul[1]} ms at 12e6756"
+        in flat
+    )
+    assert float(matmul[0]) > float(matmul[1]) and float(steps[2]) > float(steps[5])
+    value, per_round = _siet_over_vit("2c4c3a0")
+    assert f"went from {_siet_over_vit('12e6756')[0]} to {value} ({per_round} round by round): met" in flat
+    sit_xla = next(t for t in run["targets"] if t["what"] == "sit: XLA / graph train step, 64x64")
+    assert f"is {sit_xla['value']:.3f} ({rounds[sit_xla['what']]:.3f} round by round): missed" in flat
+    vit, cnn = (targets[f"{m}: XLA / graph train step, 14x14", 1.0]["value"] for m in ("vit", "cnn"))
+    assert f"still take longer with XLA** ({vit:.3f} and {cnn:.3f})" in flat
+    _assert_bfloat16_and_procgen_bullets(new, old, "12e6756", flat)
+
+
+def test_the_targets_at_2c4c3a0_repeated_on_the_amd_host_are_its_run():
+    """docs/speed.md's "The targets at 2c4c3a0, the run repeated": the repeat beside the first run at the same
+    commit, the verdict that changed back, the SieT / ViT ratio of five runs, and what it quotes."""
+    section, flat = _speed_section(AMD_2C4C3A0_RUN2.strip(), "\n## Encoders")
+    previous, old, old_rounds, run, new, rounds = _amd_run_beside("2c4c3a0", "2c4c3a0_run2", flat)
+    assert previous["commit"] == run["commit"]
+    changed = _assert_beside(previous, run, (old_rounds, rounds), section, 1, "One verdict changed back.")
+    assert changed == ["vit: XLA / graph train step, 64x64"]
+    steps = [_step_ms(new, m) for m in ("sit", "siet", "vit")]
+    assert (
+        f"the graph steps took {steps[0]} ms (SiT), {steps[1]} ms (SieT) and {steps[2]} ms (ViT), the 1024^3 "
+        f"matmul {new['encoders_64']['matmul']['median_ms']:.2f} ms" in flat
+    )
+    runs = ("63a6ab5", "223c2c3", "12e6756", "2c4c3a0", "2c4c3a0_run2")
+    values, per_round = zip(*(_siet_over_vit(r) for r in runs), strict=True)
+    assert f"meets 1.5 again**, at {values[-1]} ({per_round[-1]} round by round)" in flat
+    assert f"its ratio is {', '.join(values[:-1])} and {values[-1]}" in flat
+    assert f"({', '.join(per_round[:-1])} and {per_round[-1]} round by round)" in flat
+    assert all(float(v) <= 1.5 for v in values[-2:]) and max(map(float, values)) > 1.5
+    targets = {t["what"]: t for t in run["targets"]}
+    for what, name in (
+        ("sit: XLA / graph train step, 64x64", "The SiT's XLA / graph step at 64x64**"),
+        ("siet_rotation_pooled: XLA / graph train step, 14x14", "The SieT readout's at 14x14**"),
+    ):
+        assert not targets[what]["met"]
+        assert f"{name} is {targets[what]['value']:.3f} ({rounds[what]:.3f} round by round): missed" in flat
+    vit, cnn = (targets[f"{m}: XLA / graph train step, 14x14"]["value"] for m in ("vit", "cnn"))
+    assert f"still take longer with XLA** ({vit:.3f} and {cnn:.3f})" in flat
+    _assert_bfloat16_and_procgen_bullets(new, old, "2c4c3a0", flat)
 
 
 def test_the_targets_at_3b7b5c2_on_the_amd_host_are_its_run():

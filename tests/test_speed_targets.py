@@ -48,6 +48,8 @@ COMMITTED_AVX512_BF16_RUNS = [
     "speed_targets_amd_bf16_63a6ab5",
     "speed_targets_amd_bf16_223c2c3",
     "speed_targets_amd_bf16_12e6756",
+    "speed_targets_amd_bf16_2c4c3a0",
+    "speed_targets_amd_bf16_2c4c3a0_run2",
 ]
 
 
