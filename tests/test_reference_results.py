@@ -9631,6 +9631,18 @@ def test_the_targets_at_2c4c3a0_repeated_on_the_amd_host_are_its_run():
     ):
         assert not targets[what]["met"]
         assert f"{name} is {targets[what]['value']:.3f} ({rounds[what]:.3f} round by round): missed" in flat
+    config = "configs/minigrid/lavacrossing_siet_rotation_pooled.gin"
+    threads = [
+        _report(f"xla_host_threads_amd_bf16_14{suffix}.json")
+        for suffix in ("_e3ad630", "_e3ad630_run2", "", "_run2")
+    ]
+    assert all(r["commit"].startswith("e3ad630") and "AMD EPYC" in r["machine"] for r in threads[:2])
+    ratios = [f"{r['results'][config]['xla_tensorflow_threads_over_graph']:.3f}" for r in threads]
+    assert (
+        f"graph step at {ratios[0]} and {ratios[1]}" in flat
+        and f"{ratios[2]} and {ratios[3]} at 63a6ab5" in flat
+    )
+    assert all(float(r) < 1 for r in ratios)
     vit, cnn = (targets[f"{m}: XLA / graph train step, 14x14"]["value"] for m in ("vit", "cnn"))
     assert f"still take longer with XLA** ({vit:.3f} and {cnn:.3f})" in flat
     _assert_bfloat16_and_procgen_bullets(new, old, "2c4c3a0", flat)
