@@ -10086,7 +10086,7 @@ def test_the_lane_sums_section_is_its_native_ab_runs():
         base = "e9e4ba5" if name == "lane_sums_same_kernels" else "d587e86"
         commit = "a80c16e" if name == "lane_sums_bits" else "e9e4ba5"
         assert run["commit"].startswith(commit) and run["base_commit"].startswith(base), name
-        assert "AMD EPYC" in run["machine"]
+        assert "AMD EPYC" in run["machine"] and f"`benchmarks/reference/native_ab_{name}.json`" in flat
         results = run["results"]
         if name == "lane_sums_steps":
             assert set(results) == {"sit", "siet"}
