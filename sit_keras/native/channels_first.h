@@ -120,6 +120,7 @@ void ProjectChannelsFirst(const S* kernel_data, const S* x_data, int64_t rows, i
   constexpr int64_t width = kColumnVectors * kLanes, chunk = kProjectionTiles * width;
   const int64_t chunks = (columns + chunk - 1) / chunk;
   const int64_t row_tiles = (outputs + kOutputRows - 1) / kOutputRows;
+  const bool streaming = columns % kLanes == 0 && Streams(y_data, outputs * columns);
   shards(chunks, 2 * rows * outputs * chunk, [&](int64_t start, int64_t limit) {
     std::vector<T> buffer(rows * chunk);
     Lanes<T> sums[kOutputRows][kColumnVectors];
@@ -140,6 +141,12 @@ void ProjectChannelsFirst(const S* kernel_data, const S* x_data, int64_t rows, i
           for (int64_t i = 0; i < kOutputRows && t * kOutputRows + i < outputs; ++i) {
             S* target = y_data + (t * kOutputRows + i) * columns + left;
             if (valid == width) {
+              if constexpr (!std::is_same_v<S, double>) {
+                if (streaming) {  // aligned: whole tiles of whole vectors, rows of whole vectors
+                  for (int v = 0; v < kColumnVectors; ++v) StoreStreaming(target + v * kLanes, sums[i][v]);
+                  continue;
+                }
+              }
               for (int v = 0; v < kColumnVectors; ++v) Store(target + v * kLanes, sums[i][v]);
             } else {  // the last tile: its valid columns only
               for (int v = 0; v < kColumnVectors; ++v) Store(values + v * kLanes, sums[i][v]);
@@ -149,6 +156,7 @@ void ProjectChannelsFirst(const S* kernel_data, const S* x_data, int64_t rows, i
         }
       }
     }
+    if (streaming) StreamsDone();
   });
 }
 

@@ -3,6 +3,8 @@
 #ifndef SIT_KERAS_NATIVE_KERNELS_H_
 #define SIT_KERAS_NATIVE_KERNELS_H_
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <functional>
@@ -83,12 +85,16 @@ inline Lanes<float> Load(const bfloat16* p) {
 // Floats rounded to bfloat16 as TensorFlow's Cast rounds them (Eigen's float_to_bfloat16_rtne): to the
 // nearest, ties to even, a NaN to the quiet NaN of its sign. (AVX512_BF16's conversion flushes subnormals to
 // zero, which Cast does not.)
-inline void Store(bfloat16* p, Lanes<float> v) {
+inline HalfLanes RoundToBfloat16(Lanes<float> v) {
   const BitLanes bits = reinterpret_cast<BitLanes>(v);
   const BitLanes rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
   const BitLanes quiet_nan = ((bits >> 16) & 0x8000u) | 0x7fc0u;
   const BitLanes is_nan = reinterpret_cast<BitLanes>(v != v);
-  const HalfLanes halves = __builtin_convertvector((is_nan & quiet_nan) | (~is_nan & rounded), HalfLanes);
+  return __builtin_convertvector((is_nan & quiet_nan) | (~is_nan & rounded), HalfLanes);
+}
+
+inline void Store(bfloat16* p, Lanes<float> v) {
+  const HalfLanes halves = RoundToBfloat16(v);
   __builtin_memcpy(p, &halves, sizeof(halves));
 }
 
@@ -117,6 +123,40 @@ std::unique_ptr<T[]> Uninitialized(int64_t n) {
   static_assert(std::is_trivially_default_constructible_v<T>);
   return std::unique_ptr<T[]>(new T[n]);
 }
+
+// Outputs of at least this many bytes, larger than the AMD host's 32 MiB L3 cache, are written past the
+// caches where an op writes them in whole aligned vectors (Streams): a normal store first reads each line
+// it writes, which for an output that cannot stay in the caches is a second pass over memory
+// (docs/speed.md, "Outputs past the caches").
+constexpr int64_t kStreamingBytes = int64_t{32} << 20;
+
+// Whether `size` values of S from p are written by StoreStreaming: floats or bfloat16, p 64-byte aligned.
+template <typename S>
+inline bool Streams(const S* p, int64_t size) {
+  return (std::is_same_v<S, float> || std::is_same_v<S, bfloat16>) &&
+         size * static_cast<int64_t>(sizeof(S)) >= kStreamingBytes && reinterpret_cast<uintptr_t>(p) % 64 == 0;
+}
+
+// Store(p, v) past the caches, p aligned to the kLanes values' size: a non-temporal store, no line of p
+// read first; the same values as Store.
+inline void StoreStreaming(float* p, Lanes<float> v) {
+#if defined(__AVX512F__)
+  _mm512_stream_ps(p, reinterpret_cast<__m512>(v));
+#else
+  _mm256_stream_ps(p, reinterpret_cast<__m256>(v));
+#endif
+}
+
+inline void StoreStreaming(bfloat16* p, Lanes<float> v) {
+#if defined(__AVX512F__)
+  _mm256_stream_si256(reinterpret_cast<__m256i*>(p), reinterpret_cast<__m256i>(RoundToBfloat16(v)));
+#else
+  _mm_stream_si128(reinterpret_cast<__m128i*>(p), reinterpret_cast<__m128i>(RoundToBfloat16(v)));
+#endif
+}
+
+// Orders a thread's streaming stores before what follows (the shards' end, another op's reads).
+inline void StreamsDone() { _mm_sfence(); }
 
 // Values of T in a 64-byte cache line.
 template <typename T>

@@ -249,15 +249,25 @@ void WriteProjected(const T* x, int64_t x_row, const T* w, const T* buf, int64_t
 }
 
 // The gradient buf of head h's projection c (0: q, 1: k, 2: v) for the kLanes windows from b: into
-// dqkv (the next block's lines prefetched for writing, as ReadHead's for reading); or, with a kernel,
-// into head h's share of x's gradient, dx_heads (set by c = 0, then added to) and the unit's lane-wide kernel gradient
-// dkernel (R x 3 d entries, r 3 d + c d + f).
+// dqkv (past the caches where it Streams, else with the next block's lines prefetched for writing, as
+// ReadHead's for reading); or, with a kernel, into head h's share of x's gradient, dx_heads (set by c = 0,
+// then added to) and the unit's lane-wide kernel gradient dkernel (R x 3 d entries, r 3 d + c d + f).
 template <typename T, typename S>
 void WriteHead(const Source<T, S>& src, const AttentionSizes& s, int64_t h, int64_t c, int64_t b, const T* buf,
                T* dkernel) {
   const int64_t row = s.windows * s.tokens, n = s.tokens * kLanes, d = s.head_dim, dim = s.heads * d;
   const int64_t channel = c * dim + h * d;
   if (src.rows == 0) {
+    if constexpr (!std::is_same_v<S, double>) {
+      // Each run is aligned to a vector of S: it starts a whole number of blocks of T x kLanes values in.
+      if (Streams(src.dqkv, 3 * dim * row)) {
+        for (int64_t f = 0; f < d; ++f) {
+          S* dqkv = src.dqkv + (channel + f) * row + b * s.tokens;
+          for (int64_t e = 0; e < n; e += kLanes) StoreStreaming(dqkv + e, Load(buf + f * n + e));
+        }
+        return StreamsDone();
+      }
+    }
     for (int64_t f = 0; f < d; ++f) {
       S* dqkv = src.dqkv + (channel + f) * row;
       if (b + kLanes < s.windows) PrefetchRun(dqkv + (b + kLanes) * s.tokens, n, true);
