@@ -7965,6 +7965,7 @@ AMD_223C2C3 = "\n#### The targets at 223c2c3, the skip embedding's gradient"
 AMD_12E6756 = "\n#### The targets at 12e6756, the run repeated"
 AMD_2C4C3A0 = "\n#### The targets at 2c4c3a0, lane sums in registers"
 AMD_2C4C3A0_RUN2 = "\n#### The targets at 2c4c3a0, the run repeated"
+AMD_0D64AE2 = "\n#### The targets at 0d64ae2, outputs past the caches"
 
 
 def _speed_section(title: str, end: str) -> tuple[str, str]:
@@ -9608,7 +9609,7 @@ def test_the_targets_at_2c4c3a0_on_the_amd_host_are_its_run():
 def test_the_targets_at_2c4c3a0_repeated_on_the_amd_host_are_its_run():
     """docs/speed.md's "The targets at 2c4c3a0, the run repeated": the repeat beside the first run at the same
     commit, the verdict that changed back, the SieT / ViT ratio of five runs, and what it quotes."""
-    section, flat = _speed_section(AMD_2C4C3A0_RUN2.strip(), "\n## Encoders")
+    section, flat = _speed_section(AMD_2C4C3A0_RUN2.strip(), AMD_0D64AE2)
     previous, old, old_rounds, run, new, rounds = _amd_run_beside("2c4c3a0", "2c4c3a0_run2", flat)
     assert previous["commit"] == run["commit"]
     changed = _assert_beside(previous, run, (old_rounds, rounds), section, 1, "One verdict changed back.")
@@ -9646,6 +9647,53 @@ def test_the_targets_at_2c4c3a0_repeated_on_the_amd_host_are_its_run():
     vit, cnn = (targets[f"{m}: XLA / graph train step, 14x14"]["value"] for m in ("vit", "cnn"))
     assert f"still take longer with XLA** ({vit:.3f} and {cnn:.3f})" in flat
     _assert_bfloat16_and_procgen_bullets(new, old, "2c4c3a0", flat)
+
+
+def test_the_targets_at_0d64ae2_on_the_amd_host_are_its_run():
+    """docs/speed.md's "The targets at 0d64ae2": the run beside the repeat at 2c4c3a0, its three changed
+    verdicts, the quicker phase of the host, the SieT / ViT ratio of six runs, and what it quotes."""
+    section, flat = _speed_section(AMD_0D64AE2.strip(), "\n## Encoders")
+    previous, old, old_rounds, run, new, rounds = _amd_run_beside("2c4c3a0_run2", "0d64ae2", flat)
+    sentence = "Three verdicts changed, two of them at parity."
+    changed = _assert_beside(previous, run, (old_rounds, rounds), section, 3, sentence)
+    sit_xla, vit_xla = ("sit: XLA / graph train step, 64x64", "vit: XLA / graph train step, 64x64")
+    siet = "SieT / ViT train step, 64x64 (graph)"
+    assert set(changed) == {siet, sit_xla, vit_xla}
+    targets = {(t["what"], t["limit"]): t for t in run["targets"]}
+    assert targets[sit_xla, 1.0]["met"] and not targets[siet, 1.5]["met"] and not targets[vit_xla, 1.0]["met"]
+    for what in (sit_xla, siet, vit_xla):
+        limit = 1.5 if what == siet else 1.0
+        assert f"to {targets[what, limit]['value']:.3f} ({rounds[what]:.3f} round by round)" in flat
+    vit = [_step_ms(r, "vit", mode) for r in (new, old) for mode in ("graph", "xla")]
+    assert (
+        f"its graph step took {vit[0]} ms against {vit[2]} ms in the run before, its XLA step {vit[1]} "
+        f"against {vit[3]} ms" in flat
+    )
+    steps = [_step_ms(r, m) for r in (new, old) for m in ("sit", "siet")]
+    matmul = [f"{r['encoders_64']['matmul']['median_ms']:.2f}" for r in (new, old)]
+    assert (
+        f"The graph steps took {steps[0]} ms (SiT) and {steps[1]} ms (SieT) against {steps[2]} and "
+        f"{steps[3]} ms, the 1024^3 matmul {matmul[0]} ms against {matmul[1]} ms" in flat
+    )
+    assert float(matmul[0]) < float(matmul[1])
+    runs = ("63a6ab5", "223c2c3", "12e6756", "2c4c3a0", "2c4c3a0_run2", "0d64ae2")
+    values, per_round = zip(*(_siet_over_vit(r) for r in runs), strict=True)
+    assert (
+        f"{', '.join(values[:-1])} and {values[-1]} ({', '.join(per_round[:-1])} and {per_round[-1]}" in flat
+    )
+    assert sum(float(v) <= 1.5 for v in values) == 2 and "met in two of six" in flat
+    xla = {m: _step_ms(new, m, "xla") for m in ("sit", "siet")}
+    assert (
+        f"The SiT's XLA step** took {xla['sit']} ms against {steps[0]} ms in graph mode, the SieT's "
+        f"{xla['siet']} against {steps[1]} ms" in flat
+    )
+    vit14, cnn14, readout = (
+        targets[f"{m}: XLA / graph train step, 14x14", 1.0]["value"]
+        for m in ("vit", "cnn", "siet_rotation_pooled")
+    )
+    assert f"still take longer with XLA** ({vit14:.3f} and {cnn14:.3f})" in flat
+    assert f"XLA / graph step is {readout:.3f} (" in flat
+    _assert_bfloat16_and_procgen_bullets(new, old, "2c4c3a0_run2", flat)
 
 
 def test_the_targets_at_3b7b5c2_on_the_amd_host_are_its_run():
@@ -10070,7 +10118,7 @@ def test_the_custom_calls_threads_section_is_its_run():
 def test_the_lane_sums_section_is_its_native_ab_runs():
     """docs/speed.md's "Lane sums in registers": every ratio of native_ab.py's op runs against d587e86, its
     control on the same kernels and its step run, each run's commits, and the same bits in the bits run."""
-    section, flat = _speed_section("### Lane sums in registers", "\n## Other fast paths")
+    section, flat = _speed_section("### Lane sums in registers", "\n### Outputs past the caches")
     runs = {
         name: _report(f"native_ab_{name}.json")
         for name in (
@@ -10105,6 +10153,48 @@ def test_the_lane_sums_section_is_its_native_ab_runs():
     assert f"and {bits['global_grid']['this_over_base']:.3f}x in the run of seven" in flat
     control = runs["lane_sums_same_kernels"]["results"]["class_token_values"]["this_over_base"]
     assert f"the control measured {control:.3f} for an op" in flat
+
+
+def test_the_streaming_section_is_its_native_ab_runs():
+    """docs/speed.md's "Outputs past the caches": each native_ab.py run at 0d64ae2 (two against 0583fdf, one
+    against itself) named and its row, the same bits in every case, and the ratios its bullets quote."""
+    section, flat = _speed_section("### Outputs past the caches", "\n## Other fast paths")
+    names = ("native_ab_streaming_run1", "native_ab_streaming_run2", "native_ab_streaming_same_kernels")
+    runs = {name: _report(f"{name}.json") for name in names}
+    cases = {"sit", "siet", "projection", "class_token", "class_token_bfloat16"}
+    ratio = {}
+    for name, run in runs.items():
+        base = "0d64ae2" if name.endswith("same_kernels") else "0583fdf"
+        assert run["commit"].startswith("0d64ae2") and run["base_commit"].startswith(base), name
+        assert "AMD EPYC" in run["machine"] and f"`benchmarks/reference/{name}.json`" in flat
+        assert run["settings"]["repeats"] == 31 and not run["settings"]["quick"]
+        results = run["results"]
+        assert set(results) == cases
+        assert all(results[case]["same_bits"] for case in cases - {"sit", "siet"})
+        ratio[name] = {case: f"{r['this_over_base']:.3f}" for case, r in results.items()}
+        steps = [
+            f"{ratio[name][m]} ({results[m]['base_ms']:.1f} -> {results[m]['this_ms']:.1f} ms)"
+            for m in ("sit", "siet")
+        ]
+        ops = " | ".join(ratio[name][case] for case in ("projection", "class_token", "class_token_bfloat16"))
+        assert f"| `{name}` | {base} | {steps[0]} | {steps[1]} | {ops} |" in section
+    first, second, same = (ratio[name] for name in names)
+    assert f"took {first['class_token']}x and {second['class_token']}x as long" in flat
+    assert f"where the control measured {same['class_token']}" in flat
+    assert (
+        f"{first['class_token_bfloat16']}x and {second['class_token_bfloat16']}x, against a control of "
+        f"{same['class_token_bfloat16']}." in flat
+    )
+    assert (
+        f"{first['projection']}x and {second['projection']}x as long, against a control of "
+        f"{same['projection']}:" in flat
+    )
+    assert (
+        f"took {first['sit']}x and {second['sit']}x as long for the SiT and {first['siet']}x and "
+        f"{second['siet']}x for the SieT; the same kernels on both sides gave {same['sit']} and "
+        f"{same['siet']}." in flat
+    )
+    assert float(first["class_token"]) < 0.95 and float(second["class_token"]) < 0.95
 
 
 def _assert_native_ab_runs(section: str, commit: str, runs: dict[str, str], old: str, onednn: bool) -> None:

@@ -50,6 +50,7 @@ COMMITTED_AVX512_BF16_RUNS = [
     "speed_targets_amd_bf16_12e6756",
     "speed_targets_amd_bf16_2c4c3a0",
     "speed_targets_amd_bf16_2c4c3a0_run2",
+    "speed_targets_amd_bf16_0d64ae2",
 ]
 
 
