@@ -823,7 +823,7 @@ template <typename T, typename Place>
 void SumPartials(const Shards& shards, const T* partial, int64_t heads, int64_t chunks, int64_t entries,
                  Place place) {
   shards(heads * entries, 2 * chunks * kLanes, [&](int64_t start, int64_t limit) {
-    // Entries [start, limit) of all heads' in each head's part, so that no entry needs a division.
+    // The entries [start, limit) of all heads, taken head by head, so that no entry needs a division.
     for (int64_t h = start / entries; h * entries < limit; ++h) {
       const T* head = partial + h * chunks * entries * kLanes;
       LaneTotals<T>(
