@@ -8825,9 +8825,7 @@ def test_the_targets_at_96d8699_are_the_run():
     """docs/speed.md's "The targets at 96d8699": the table is the 6270672 and 96d8699 runs' rows; the missed
     targets listed; the SiT's steps, the SiT's and SieT's XLA and graph steps, the MiniGrid CNN's XLA / graph
     step and the demo's PPO ratio as the run gives them."""
-    section, flat = _speed_section(
-        "#### The targets at 96d8699", "\n### The targets on an Intel host with AVX512"
-    )
+    section, flat = _speed_section("#### The targets at 96d8699", "\n#### The targets at ee49fef")
     previous = _report("speed_targets_amx_bf16_projection.json")
     run = _report("speed_targets_amx_uninitialized.json")
     assert run["commit"].startswith("96d8699") and "AMX" in run["machine"]
@@ -8850,6 +8848,107 @@ def test_the_targets_at_96d8699_are_the_run():
     assert f"XLA / graph step is {xla_ms / graph_ms:.3f} ({xla_ms:.2f} against {graph_ms:.2f} ms)" in flat
     demo = _report("speed_targets_amx_uninitialized/demo_ppo.json")["sit_over_cnn"]
     assert f"the demo's SiT / CNN PPO ratio {demo:.3f} (0.63 at 6270672)" in flat
+
+
+def test_the_targets_at_ee49fef_on_the_amx_host_are_its_run():
+    """docs/speed.md's "The targets at ee49fef": the table is the 96d8699 and ee49fef runs' rows on the same
+    host kind; the missed targets listed; the XLA and graph steps, the bfloat16 step, the MiniGrid ViT's and
+    CNN's XLA / graph steps round by round and the demo's PPO ratio as the run gives them."""
+    section, flat = _speed_section(
+        "#### The targets at ee49fef", "\n### The targets on an Intel host with AVX512_BF16 and no AMX"
+    )
+    previous = _report("speed_targets_amx_uninitialized.json")
+    run = _report("speed_targets_amx_ee49fef.json")
+    assert run["commit"].startswith("ee49fef") and run["machine"] == previous["machine"]
+    assert "model 167" in run["machine"] and {"amx_bf16", "amx_tile"} <= set(run["cpu_flags"])
+    _assert_targets_table(section, flat, previous, run)
+    missed = sorted(t["what"] for t in run["targets"] if t["met"] is False)
+    assert f"Missed: {'; '.join(missed)}." in flat
+    steps = [
+        _report(f"{r}/encoders_64.json")["models"]
+        for r in ("speed_targets_amx_ee49fef", "speed_targets_amx_uninitialized")
+    ]
+    ms = [
+        f"{m[model]['timings']['train_step'][mode]['median_ms']:.1f}"
+        for m in steps
+        for model in ("sit", "siet")
+        for mode in ("xla", "graph")
+    ]
+    assert (
+        f"{ms[0]} against {ms[1]} ms and {ms[2]} against {ms[3]} ms (at 96d8699 {ms[4]} against {ms[5]} and"
+        in flat
+    )
+    assert f"{ms[6]} against {ms[7]} ms)" in flat
+    assert float(ms[0]) < float(ms[1]) and float(ms[2]) < float(ms[3])
+    bf16 = [m["sit"]["precision"]["mixed_bfloat16"] for m in steps]
+    graph = steps[0]["sit"]["timings"]["train_step"]["graph"]["median_ms"]
+    assert (
+        f"The SiT's bfloat16 step is {bf16[0]['median_ms']:.1f} ms against {graph:.1f} ms in float32, "
+        f"{bf16[0]['over_float32']:.2f}x ({bf16[1]['over_float32']:.2f} at 96d8699)"
+    ) in flat
+    fastest = [f"{min(b['runs_ms']):.1f}" for b in bf16]
+    assert f"fastest rounds took {fastest[0]} ms here and {fastest[1]} ms at 96d8699" in flat
+    rounds = {entry["what"]: entry["per_round_median"] for entry in run["per_round_medians"]}
+    models = _report("speed_targets_amx_ee49fef/encoders_14.json")["models"]
+    quoted = []
+    for name in ("vit", "cnn"):
+        step = models[f"configs/minigrid/lavacrossing_{name}.gin"]["timings"]["train_step"]
+        xla, graph = step["xla"]["median_ms"], step["graph"]["median_ms"]
+        quoted.append(f"{xla / graph:.3f} ({xla:.2f} against {graph:.2f} ms)")
+    per_round = [f"{rounds[f'{m}: XLA / graph train step, 14x14']:.3f}" for m in ("vit", "cnn")]
+    assert f"{quoted[0]} and {quoted[1]}; round by round {per_round[0]} and {per_round[1]}" in flat
+    demo = [
+        _report(f"{r}/demo_ppo.json")["sit_over_cnn"]
+        for r in ("speed_targets_amx_ee49fef", "speed_targets_amx_uninitialized")
+    ]
+    assert f"The demo's SiT / CNN PPO ratio is {demo[0]:.3f} ({demo[1]:.3f} at 96d8699), met." in flat
+
+
+def test_where_the_bfloat16_step_goes_on_the_amx_host_is_its_profiles():
+    """docs/speed.md's "Where the bfloat16 step goes on the AMX host": the two one-op profiles at ee49fef
+    named, their wall and summed times, the projection's and the attention ops' rows, and the 0.7 step."""
+    section, flat = _speed_section(
+        "#### Where the bfloat16 step goes on the AMX host", "\n## The fast GSA paths"
+    )
+    groups = {
+        "the projection and its gradients": (
+            "SitChannelsFirstProjection",
+            "SitChannelsFirstProjectionBfloat16",
+            "_MklMatMul",
+            "_MklBatchMatMulV2",
+        ),
+        "the four attention ops": (
+            "SitWindowAttention",
+            "SitClassTokenAttention",
+            "SitWindowAttentionGrad",
+            "SitClassTokenAttentionGrad",
+        ),
+    }
+    sums, walls, summed = {}, [], []
+    for precision in ("float32", "mixed_bfloat16"):
+        name = f"op_profile_one_op_amx_ee49fef_{precision}"
+        report = _report(f"{name}.json")
+        assert f"`benchmarks/reference/{name}.json`" in flat
+        assert report["commit"].startswith("ee49fef") and "model 167" in report["machine"]
+        settings = report["settings"]
+        assert settings["one_op_at_a_time"] and settings["precision"] == precision
+        assert (settings["model"], settings["batch"], settings["image_size"]) == ("sit", 96, 64)
+        times = {row["op"]: row["ms_per_call"] for row in report["op_types"]}
+        for group, ops in groups.items():
+            sums.setdefault(group, []).append(sum(times.get(op, 0.0) for op in ops))
+        walls.append(report["wall_ms_median"])
+        summed.append(report["summed_op_ms_per_call"])
+    assert (
+        f"took {walls[0]:.1f} ms in float32 and {walls[1]:.1f} ms in bfloat16, its ops summing to "
+        f"{summed[0]:.1f} and {summed[1]:.1f} ms." in flat
+    )
+    for group, (f32, bf16) in sums.items():
+        assert f"| {group} (" in section and f" | {f32:.1f} | {bf16:.1f} |" in section
+    attention = sums["the four attention ops"]
+    assert abs(attention[1] / attention[0] - 1) < 0.05  # as long in bfloat16 as in float32
+    assert f"{attention[1]:.0f} of the bfloat16 step's {summed[1]:.0f} ms" in flat
+    target = 0.7 * walls[0]
+    assert f"A step of 0.7x float32 ({target:.1f} ms) is {walls[1] - target:.0f} ms shorter" in flat
 
 
 def test_the_targets_on_the_avx512_bf16_host_are_the_run():
@@ -10193,6 +10292,53 @@ def test_the_streaming_section_is_its_native_ab_runs():
         f"took {first['sit']}x and {second['sit']}x as long for the SiT and {first['siet']}x and "
         f"{second['siet']}x for the SieT; the same kernels on both sides gave {same['sit']} and "
         f"{same['siet']}." in flat
+    )
+    assert float(first["class_token"]) < 0.95 and float(second["class_token"]) < 0.95
+
+
+def test_the_streaming_section_on_the_amx_host_is_its_native_ab_runs():
+    """docs/speed.md's "Outputs past the caches", its Intel AMX host paragraph: each native_ab.py run at
+    ee49fef (two against 0583fdf, one against itself) named and its row, the same bits in every case, and the
+    ratios its sentences quote."""
+    section, flat = _speed_section("On the Intel host with AMX (model 167", "\n## Other fast paths")
+    names = (
+        "native_ab_streaming_amx_run1",
+        "native_ab_streaming_amx_run2",
+        "native_ab_streaming_amx_same_kernels",
+    )
+    ratio = {}
+    for name in names:
+        run = _report(f"{name}.json")
+        base = "ee49fef" if name.endswith("same_kernels") else "0583fdf"
+        assert run["commit"].startswith("ee49fef") and run["base_commit"].startswith(base), name
+        assert "model 167" in run["machine"] and f"`benchmarks/reference/{name}.json`" in flat
+        assert run["settings"]["repeats"] == 31 and not run["settings"]["quick"]
+        results = run["results"]
+        assert all(
+            results[case]["same_bits"] for case in ("projection", "class_token", "class_token_bfloat16")
+        )
+        ratio[name] = {case: f"{r['this_over_base']:.3f}" for case, r in results.items()}
+        steps = [
+            f"{ratio[name][m]} ({results[m]['base_ms']:.1f} -> {results[m]['this_ms']:.1f} ms)"
+            for m in ("sit", "siet")
+        ]
+        ops = " | ".join(ratio[name][case] for case in ("projection", "class_token", "class_token_bfloat16"))
+        assert f"| `{name}` | {base} | {steps[0]} | {steps[1]} | {ops} |" in section
+    first, second, same = (ratio[name] for name in names)
+    assert (
+        f"{first['class_token']}x and {second['class_token']}x against a control of {same['class_token']}"
+        in flat
+    )
+    assert (
+        f"{first['projection']}x and {second['projection']}x match its control's {same['projection']}" in flat
+    )
+    assert (
+        f"{first['class_token_bfloat16']}x and {second['class_token_bfloat16']}x its control's "
+        f"{same['class_token_bfloat16']}" in flat
+    )
+    assert (
+        f"took {first['sit']}x and {second['sit']}x (SiT) and {first['siet']}x and {second['siet']}x (SieT) "
+        f"as long, against {same['sit']} and {same['siet']} with the same kernels" in flat
     )
     assert float(first["class_token"]) < 0.95 and float(second["class_token"]) < 0.95
 

@@ -18,8 +18,8 @@ COMMITTED_RUNS = [
     "speed_targets_avx2_prefetch",
 ]
 # The AMX host's runs, before and after the CNNs' native gradients, pooling and convolutions (docs/speed.md,
-# "The targets on an Intel host with AMX" and below), and one on a second AMX host kind ("..., model 207"):
-# bfloat16 counts there.
+# "The targets on an Intel host with AMX" and below, up to ee49fef), and one on a second AMX host kind
+# ("..., model 207"): bfloat16 counts there.
 COMMITTED_BFLOAT16_RUNS = [
     "speed_targets_amx",
     "speed_targets_amx_native",
@@ -33,6 +33,7 @@ COMMITTED_BFLOAT16_RUNS = [
     "speed_targets_amx_uninitialized",
     "speed_targets_amx_model207",
     "speed_targets_amx_model207_1034fa9",
+    "speed_targets_amx_ee49fef",
 ]
 # Hosts with AVX512_BF16 but no AMX, an Intel one (docs/speed.md, "The targets on an Intel host with
 # AVX512_BF16 and no AMX") and an AMD one ("The targets on an AMD host with AVX512_BF16"): bfloat16 counts
