@@ -2,11 +2,12 @@
 
 The first local block embeds every pixel of every window as ``[x, 1, 0] [E; e; c]``, a ``(N, 5) x (5, D)``
 product (``sit_keras.layers.skip_embedding``). Under XLA the layer forms the input's gradient as a broadcast
-product summed over ``D``; ``matmul_embedding_gradients()`` keeps XLA's matmul (a oneDNN call on x86). This
-script times, in interleaved rounds (medians), the product alone with both gradients (``--rows`` rows; the
-SiT's at batch 96 and 64x64 by default) under XLA each way and in a graph, and each model's float32 train
-step (forward + backward + Adam) under XLA each way and in a graph; it prints summed / matmul and each XLA
-step over the graph step.
+product summed over ``D`` (``summed_embedding_gradients()``; an AMD host's default) or as XLA's matmul, a
+oneDNN call on x86 (``matmul_embedding_gradients()``; an Intel host's default). This script times, in
+interleaved rounds (medians), the product alone with both gradients (``--rows`` rows; the SiT's at batch 96
+and 64x64 by default) under XLA each way and in a graph, and each model's float32 train step (forward +
+backward + Adam) under XLA each way and in a graph; it prints summed / matmul and each XLA step over the graph
+step, and which form this host's steps take.
 
     python benchmarks/skip_embedding_gradient.py [--models sit,siet] [--repeats 21] [--out runs/se.json]
     python benchmarks/skip_embedding_gradient.py --quick      # a smoke run, seconds
@@ -39,13 +40,18 @@ from sit_keras.benchmarking import (
     parse_or_say_why,
     write_report,
 )
-from sit_keras.layers.skip_embedding import embed_few_channels, matmul_embedding_gradients
+from sit_keras.layers.skip_embedding import (
+    embed_few_channels,
+    matmul_embedding_gradients,
+    summed_embedding_gradients,
+    sums_gradient_by_default,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import projection_gradients  # noqa: E402
 
 WAYS = ("xla_summed", "xla_matmul", "graph")
-CONTEXTS = {"xla_summed": contextlib.nullcontext, "xla_matmul": matmul_embedding_gradients}
+CONTEXTS = {"xla_summed": summed_embedding_gradients, "xla_matmul": matmul_embedding_gradients}
 RATIOS = {
     "summed_over_matmul": ("xla_summed", "xla_matmul"),
     "xla_summed_over_graph": ("xla_summed", "graph"),
@@ -117,6 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"graph {r['graph_ms']:7.2f} ms; summed / matmul {r['summed_over_matmul']:.3f}, XLA / graph "
             f"{r['xla_summed_over_graph']:.3f} (matmul: {r['xla_matmul_over_graph']:.3f})"
         )
+    default = "summed" if sums_gradient_by_default() else "matmul"
+    print(f"This host's XLA steps take the {default} input gradient.")
     report = {
         "what": "The skip embedding's product with its gradients, and SiT-family float32 train steps: "
         "XLA with the input's gradient as a summed product, XLA with its matmul, graph; interleaved rounds, "
@@ -126,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "settings": {"models": args.models, **settings, "quick": args.quick},
         "environment": environment(),
         "results": results,
+        "default": default,
         "wall_time_s": time.perf_counter() - start,
     }
     if args.out:

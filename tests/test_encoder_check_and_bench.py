@@ -340,7 +340,7 @@ def test_kernel_gradient_transpose_times_the_gather_the_fold_and_the_graph(tmp_p
 def test_skip_embedding_gradient_times_the_summed_product_the_matmul_and_the_graph(tmp_path, capsys):
     """benchmarks/skip_embedding_gradient.py: the product alone and a SiT's train step, each under XLA with
     the summed input gradient (XLA's HLO has its reduction over D) and with the matmul's, and in a graph;
-    all timed and their ratios printed and written."""
+    all timed and their ratios printed and written, and which form this host's steps take."""
     module = _load_benchmark("skip_embedding_gradient")
     xla, images = module.projection_gradients.train_steps(
         "sit", 16, 2, jit_compile=True, ways=module.CONTEXTS
@@ -361,6 +361,9 @@ def test_skip_embedding_gradient_times_the_summed_product_the_matmul_and_the_gra
         assert r["summed_over_matmul"] == pytest.approx(r["xla_summed_ms"] / r["xla_matmul_ms"])
         assert r["xla_summed_over_graph"] == pytest.approx(r["xla_summed_ms"] / r["graph_ms"])
         assert f"summed / matmul {r['summed_over_matmul']:.3f}" in printed
+    default = "summed" if module.sums_gradient_by_default() else "matmul"
+    assert report["default"] == default
+    assert f"This host's XLA steps take the {default} input gradient." in printed
 
 
 @pytest.mark.parametrize(

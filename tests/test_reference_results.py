@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import collections
 import functools
+import itertools
 import json
 import math
 import shlex
@@ -10035,11 +10036,12 @@ def test_the_skip_embeddings_gradient_section_is_its_profiles_and_runs():
     (in_graph,) = [r["ms_per_call"] for r in graph if r["node"] == node]
     assert f"oneDNN matmul call at {in_xla:.2f} ms, against {in_graph:.2f} ms for TensorFlow's matmul" in flat
     ratios = {}
-    for run in (1, 2):
-        name = f"skip_embedding_gradient_amd_bf16_run{run}"
+    hosts = {"amd_bf16": ("819fdfa", "AMD EPYC"), "amx": ("e7f5680", "model 167")}
+    for (host, (commit, machine)), run in itertools.product(hosts.items(), (1, 2)):
+        name = f"skip_embedding_gradient_{host}_run{run}"
         report = _report(f"{name}.json")
         assert f"`benchmarks/reference/{name}.json`" in flat
-        assert report["commit"].startswith("819fdfa") and "AMD EPYC" in report["machine"]
+        assert report["commit"].startswith(commit) and machine in report["machine"]
         settings = report["settings"]
         assert (settings["image_size"], settings["batch"], settings["repeats"]) == (64, 96, 21)
         assert settings["rows"] == 96 * 64 * 17 and not settings["quick"]
@@ -10050,14 +10052,24 @@ def test_the_skip_embeddings_gradient_section_is_its_profiles_and_runs():
                 f"| {r['graph_ms']:.2f} | {r['summed_over_matmul']:.3f} | {r['xla_summed_over_graph']:.3f} "
                 f"| {r['xla_matmul_over_graph']:.3f} |"
             ) in section
-            ratios[run, what] = f"{r['summed_over_matmul']:.3f}"
-    assert all(float(ratios[run, "product"]) < 0.9 for run in (1, 2))
+            ratios[host, run, what] = f"{r['summed_over_matmul']:.3f}"
+    assert all(float(ratios["amd_bf16", run, "product"]) < 0.9 for run in (1, 2))
+    assert all(float(ratios["amx", run, "product"]) > 1.1 for run in (1, 2))
+    amd, amx = ({k[1:]: v for k, v in ratios.items() if k[0] == host} for host in hosts)
     assert (
-        f"took {ratios[1, 'product']}x and {ratios[2, 'product']}x as long with the summed gradient" in flat
-        and f"the SiT's step took {ratios[1, 'sit']}x and {ratios[2, 'sit']}x as long with it, the SieT's "
-        f"{ratios[1, 'siet']}x and {ratios[2, 'siet']}x."
+        f"took {amd[1, 'product']}x and {amd[2, 'product']}x as long with the summed gradient" in flat
+        and f"the SiT's step took {amd[1, 'sit']}x and {amd[2, 'sit']}x as long with it, the SieT's "
+        f"{amd[1, 'siet']}x and {amd[2, 'siet']}x."
         in flat
     )
+    summed = "as long with the summed gradient"
+    assert f"Here the product took {amx[1, 'product']}x and {amx[2, 'product']}x {summed}" in flat
+    assert (
+        f"The SiT's step took {amx[1, 'sit']}x and {amx[2, 'sit']}x {summed}, the SieT's {amx[1, 'siet']}x "
+        f"and {amx[2, 'siet']}x." in flat
+    )
+    source = (ROOT / "sit_keras" / "layers" / "skip_embedding.py").read_text()
+    assert 'SUMMED_GRADIENT_VENDORS = ("AuthenticAMD",)' in source and "`SUMMED_GRADIENT_VENDORS`" in flat
 
 
 def test_the_kernel_gradients_transpose_section_is_its_profiles_and_runs():
@@ -10294,6 +10306,52 @@ def test_the_streaming_section_is_its_native_ab_runs():
         f"{same['siet']}." in flat
     )
     assert float(first["class_token"]) < 0.95 and float(second["class_token"]) < 0.95
+
+
+def test_two_xla_choices_on_the_amx_host_are_its_runs():
+    """docs/speed.md's "Two XLA choices on an Intel host with AMX": every row of the two runs at e7f5680 of
+    kernel_gradient_transpose.py and of xla_host_threads.py, and the ratios its sentences quote."""
+    title = "### Two XLA choices on an Intel host with AMX"
+    section, flat = _speed_section(title, "\n### Lane sums in registers")
+    gather, pools = {}, {}
+    for run in (1, 2):
+        for name in (f"kernel_gradient_transpose_amx_64_run{run}", f"xla_host_threads_amx_14_run{run}"):
+            report = _report(f"{name}.json")
+            assert f"`benchmarks/reference/{name}.json`" in flat
+            assert report["commit"].startswith("e7f5680") and "model 167" in report["machine"]
+            assert report["settings"]["batch"] == 96 and not report["settings"]["quick"]
+        kernels = _report(f"kernel_gradient_transpose_amx_64_run{run}.json")
+        assert (kernels["settings"]["image_size"], kernels["settings"]["repeats"]) == (64, 15)
+        for model, r in kernels["results"].items():
+            assert (
+                f"| `kernel_gradient_transpose_amx_64_run{run}` | `{model}` | {r['xla_gathered_ms']:.1f} "
+                f"| {r['xla_folded_ms']:.1f} | {r['graph_ms']:.1f} | {r['gathered_over_folded']:.3f} "
+                f"| {r['xla_gathered_over_graph']:.3f} | {r['xla_folded_over_graph']:.3f} |"
+            ) in section
+            gather[model, run] = f"{r['gathered_over_folded']:.3f}"
+        threads = _report(f"xla_host_threads_amx_14_run{run}.json")
+        assert threads["settings"]["image_size"] == 14
+        for config, r in threads["results"].items():
+            short = config.split("/")[-1]
+            assert (
+                f"| `xla_host_threads_amx_14_run{run}` | `{short}` | {r['graph_ms']:.1f} "
+                f"| {r['xla_tensorflow_threads_ms']:.1f} | {r['xla_own_pool_ms']:.1f} "
+                f"| {r['own_pool_over_tensorflow_threads']:.3f} "
+                f"| {r['xla_tensorflow_threads_over_graph']:.3f} | {r['xla_own_pool_over_graph']:.3f} |"
+            ) in section
+            model = short.removeprefix("lavacrossing_").removesuffix(".gin")
+            pools[model, run] = f"{r['own_pool_over_tensorflow_threads']:.3f}"
+            pools[model, run, "xla"] = f"{r['xla_tensorflow_threads_over_graph']:.3f}"
+            assert r["xla_tensorflow_threads_over_graph"] < 1
+    assert all(float(v) < 1 for v in gather.values())
+    assert (
+        f"took {gather['sit', 1]}x and {gather['sit', 2]}x as long with it as with XLA's fold, the SieT's "
+        f"{gather['siet', 1]}x and {gather['siet', 2]}x." in flat
+    )
+    for model in ("sit_small", "siet_rotation_pooled", "vit", "cnn"):
+        assert f"{pools[model, 1]} and {pools[model, 2]}" in flat
+    assert f"the ViT's {pools['vit', 1, 'xla']} and {pools['vit', 2, 'xla']} and the CNN's" in flat
+    assert f"the CNN's {pools['cnn', 1, 'xla']} and {pools['cnn', 2, 'xla']} among them" in flat
 
 
 def test_the_streaming_section_on_the_amx_host_is_its_native_ab_runs():

@@ -28,11 +28,22 @@ def has_amx(flags: list[str]) -> bool:
     return {"amx_tile", "amx_bf16"} <= set(flags)
 
 
-def cpu_flags() -> list[str]:
-    """This CPU's instruction-set flags, from /proc/cpuinfo (none where it does not exist)."""
+def _cpuinfo_field(name: str) -> str | None:
+    """The first value of field ``name`` in /proc/cpuinfo, or ``None`` (no such field, or no such file)."""
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
         for line in cpuinfo.read_text().splitlines():
-            if line.startswith("flags"):
-                return sorted(line.split(":", 1)[1].split())
-    return []
+            key, _, value = line.partition(":")
+            if key.strip() == name:
+                return value.strip()
+    return None
+
+
+def cpu_flags() -> list[str]:
+    """This CPU's instruction-set flags, from /proc/cpuinfo (none where it does not exist)."""
+    return sorted((_cpuinfo_field("flags") or "").split())
+
+
+def cpu_vendor() -> str:
+    """This CPU's vendor as /proc/cpuinfo names it (``GenuineIntel``, ``AuthenticAMD``), or ``""``."""
+    return _cpuinfo_field("vendor_id") or ""
