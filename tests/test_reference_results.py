@@ -8855,9 +8855,7 @@ def test_the_targets_at_ee49fef_on_the_amx_host_are_its_run():
     """docs/speed.md's "The targets at ee49fef": the table is the 96d8699 and ee49fef runs' rows on the same
     host kind; the missed targets listed; the XLA and graph steps, the bfloat16 step, the MiniGrid ViT's and
     CNN's XLA / graph steps round by round and the demo's PPO ratio as the run gives them."""
-    section, flat = _speed_section(
-        "#### The targets at ee49fef", "\n### The targets on an Intel host with AVX512_BF16 and no AMX"
-    )
+    section, flat = _speed_section("#### The targets at ee49fef", "\n#### The targets at 12b3e23, the repeat")
     previous = _report("speed_targets_amx_uninitialized.json")
     run = _report("speed_targets_amx_ee49fef.json")
     assert run["commit"].startswith("ee49fef") and run["machine"] == previous["machine"]
@@ -8903,6 +8901,49 @@ def test_the_targets_at_ee49fef_on_the_amx_host_are_its_run():
         for r in ("speed_targets_amx_ee49fef", "speed_targets_amx_uninitialized")
     ]
     assert f"The demo's SiT / CNN PPO ratio is {demo[0]:.3f} ({demo[1]:.3f} at 96d8699), met." in flat
+
+
+def test_the_targets_at_12b3e23_on_the_amx_host_are_its_run():
+    """docs/speed.md's "The targets at 12b3e23, the repeat": the table is the ee49fef and 12b3e23 runs' rows;
+    one target missed; the host's slower phase, and the MiniGrid ViT's and CNN's XLA / graph steps round by
+    round, as the runs give them."""
+    section, flat = _speed_section(
+        "#### The targets at 12b3e23, the repeat",
+        "\n### The targets on an Intel host with AVX512_BF16 and no AMX",
+    )
+    previous = _report("speed_targets_amx_ee49fef.json")
+    run = _report("speed_targets_amx_12b3e23.json")
+    assert run["commit"].startswith("12b3e23") and run["machine"] == previous["machine"]
+    _assert_targets_table(section, flat, previous, run)
+    missed = [t["what"] for t in run["targets"] if t["met"] is False]
+    assert (
+        missed == ["SiT bfloat16 / float32 train step"]
+        and "Missed: SiT bfloat16 / float32 train step." in flat
+    )
+    encoders = [
+        _report(f"{r}/encoders_64.json") for r in ("speed_targets_amx_12b3e23", "speed_targets_amx_ee49fef")
+    ]
+    matmul = [f"{e['matmul']['median_ms']:.2f}" for e in encoders]
+    assert f"the 1024^3 matmul {matmul[0]} against {matmul[1]} ms" in flat and float(matmul[0]) > float(
+        matmul[1]
+    )
+    graph = {
+        m: [f"{e['models'][m]['timings']['train_step']['graph']['median_ms']:.1f}" for e in encoders]
+        for m in ("vit", "sit")
+    }
+    assert f"the ViT's graph step at 64x64 {graph['vit'][0]} against {graph['vit'][1]} ms" in flat
+    assert f"the SiT's {graph['sit'][0]} against {graph['sit'][1]} ms" in flat
+    values = {t["what"]: t["value"] for t in run["targets"]}
+    rounds = {entry["what"]: entry["per_round_median"] for entry in run["per_round_medians"]}
+    vit, cnn = (f"{m}: XLA / graph train step, 14x14" for m in ("vit", "cnn"))
+    assert (
+        f"XLA / graph steps are {values[vit]:.3f} and {values[cnn]:.3f} ({rounds[vit]:.3f} and "
+        f"{rounds[cnn]:.3f} round by round), met" in flat
+    )
+    old = {t["what"]: t["value"] for t in previous["targets"]}
+    assert f"{old[vit]:.3f} and {old[cnn]:.3f} at ee49fef" in flat
+    bf16 = "SiT bfloat16 / float32 train step"
+    assert f"{values[bf16]:.3f}x its float32 step, {old[bf16]:.3f} at ee49fef" in flat
 
 
 def test_where_the_bfloat16_step_goes_on_the_amx_host_is_its_profiles():

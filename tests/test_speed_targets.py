@@ -18,7 +18,7 @@ COMMITTED_RUNS = [
     "speed_targets_avx2_prefetch",
 ]
 # The AMX host's runs, before and after the CNNs' native gradients, pooling and convolutions (docs/speed.md,
-# "The targets on an Intel host with AMX" and below, up to ee49fef), and one on a second AMX host kind
+# "The targets on an Intel host with AMX" and below, up to 12b3e23), and one on a second AMX host kind
 # ("..., model 207"): bfloat16 counts there.
 COMMITTED_BFLOAT16_RUNS = [
     "speed_targets_amx",
@@ -34,6 +34,7 @@ COMMITTED_BFLOAT16_RUNS = [
     "speed_targets_amx_model207",
     "speed_targets_amx_model207_1034fa9",
     "speed_targets_amx_ee49fef",
+    "speed_targets_amx_12b3e23",
 ]
 # Hosts with AVX512_BF16 but no AMX, an Intel one (docs/speed.md, "The targets on an Intel host with
 # AVX512_BF16 and no AMX") and an AMD one ("The targets on an AMD host with AVX512_BF16"): bfloat16 counts

@@ -40,10 +40,10 @@ def embed_few_channels(rows: tf.Tensor, table: tf.Tensor) -> tf.Tensor:
     it is the broadcast product ``dy[:, None, :] * table[None]`` summed over
     its last axis, one loop XLA fuses, where XLA's oneDNN matmul took 2.38 ms
     in the SiT's XLA step at batch 96 (``N = 104,448``, ``R = 5``, ``D = 64``).
-    On an Intel host with AMX the matmul formed it faster, so there, and in a
-    graph (where the summed form was slower than TensorFlow's matmul in a
-    trial, not recorded), it is the matmul's own gradient (docs/speed.md, "The
-    skip embedding's gradient under XLA"). The table's gradient is the matmul
+    On an Intel host with AMX XLA's matmul formed it faster, so on any host but
+    an AMD one, and in a graph (where the summed form was slower than
+    TensorFlow's matmul in a trial, not recorded), it is the matmul's own
+    gradient (docs/speed.md, "The skip embedding's gradient under XLA"). The table's gradient is the matmul
     ``rows^T dy`` either way. The same sums, so float64 gradients agree to
     rounding. ``summed_embedding_gradients()`` and
     ``matmul_embedding_gradients()`` choose a form under XLA on any host, for
