@@ -10113,6 +10113,15 @@ def test_the_skip_embeddings_gradient_section_is_its_profiles_and_runs():
     assert 'SUMMED_GRADIENT_VENDORS = ("AuthenticAMD",)' in source and "`SUMMED_GRADIENT_VENDORS`" in flat
 
 
+def _kernel_gradient_transpose_row(report: str, model: str, r: dict) -> str:
+    """The docs' table row of one model in a kernel_gradient_transpose.py report."""
+    return (
+        f"| `{report}` | `{model}` | {r['xla_gathered_ms']:.1f} | {r['xla_folded_ms']:.1f} "
+        f"| {r['graph_ms']:.1f} | {r['gathered_over_folded']:.3f} | {r['xla_gathered_over_graph']:.3f} "
+        f"| {r['xla_folded_over_graph']:.3f} |"
+    )
+
+
 def test_the_kernel_gradients_transpose_section_is_its_profiles_and_runs():
     """docs/speed.md's "The kernel gradient's transpose under XLA": the kernel gradients' oneDNN calls in the
     XLA profiles with the fold (30bfae0) and with the gather (cb102b7), the graph's matmuls, and every row and
@@ -10165,10 +10174,9 @@ def test_the_kernel_gradients_transpose_section_is_its_profiles_and_runs():
         )
         for model, r in report["results"].items():
             assert (
-                f"| `kernel_gradient_transpose_amd_bf16_{name}` | `{model}` | {r['xla_gathered_ms']:.1f} "
-                f"| {r['xla_folded_ms']:.1f} | {r['graph_ms']:.1f} | {r['gathered_over_folded']:.3f} "
-                f"| {r['xla_gathered_over_graph']:.3f} | {r['xla_folded_over_graph']:.3f} |"
-            ) in section
+                _kernel_gradient_transpose_row(f"kernel_gradient_transpose_amd_bf16_{name}", model, r)
+                in section
+            )
             ratios[name, model.split("_")[-1].removesuffix(".gin")] = r
     g = {key: f"{r['gathered_over_folded']:.3f}" for key, r in ratios.items()}
     xla = {key: f"{r['xla_gathered_over_graph']:.3f}" for key, r in ratios.items()}
@@ -10191,6 +10199,15 @@ def test_the_kernel_gradients_transpose_section_is_its_profiles_and_runs():
 
 
 CONFIGS_14 = ("sit_small", "siet_rotation_pooled", "vit", "cnn")
+
+
+def _host_threads_row(report: str, config: str, row: dict) -> str:
+    """The docs' table row of one config in an xla_host_threads.py report."""
+    return (
+        f"| `{report}` | `{config}` | {row['graph_ms']:.1f} | {row['xla_tensorflow_threads_ms']:.1f} | "
+        f"{row['xla_own_pool_ms']:.1f} | {row['own_pool_over_tensorflow_threads']:.3f} | "
+        f"{row['xla_tensorflow_threads_over_graph']:.3f} | {row['xla_own_pool_over_graph']:.3f} |"
+    )
 
 
 def test_the_custom_calls_threads_section_is_its_run():
@@ -10223,11 +10240,7 @@ def test_the_custom_calls_threads_section_is_its_run():
         runs[name] = {}
         for model, row in report["results"].items():
             config = model.split("/")[-1]
-            assert (
-                f"| `{name}` | `{config}` | {row['graph_ms']:.1f} | {row['xla_tensorflow_threads_ms']:.1f} | "
-                f"{row['xla_own_pool_ms']:.1f} | {row['own_pool_over_tensorflow_threads']:.3f} | "
-                f"{row['xla_tensorflow_threads_over_graph']:.3f} | {row['xla_own_pool_over_graph']:.3f} |"
-            ) in section
+            assert _host_threads_row(name, config, row) in section
             runs[name][config.removeprefix("lavacrossing_").removesuffix(".gin")] = row
 
     def both(config: str, key: str) -> list[str]:
@@ -10307,29 +10320,39 @@ def test_the_lane_sums_section_is_its_native_ab_runs():
     assert f"the control measured {control:.3f} for an op" in flat
 
 
-def test_the_streaming_section_is_its_native_ab_runs():
-    """docs/speed.md's "Outputs past the caches": each native_ab.py run at 0d64ae2 (two against 0583fdf, one
-    against itself) named and its row, the same bits in every case, and the ratios its bullets quote."""
-    section, flat = _speed_section("### Outputs past the caches", "\n## Other fast paths")
-    names = ("native_ab_streaming_run1", "native_ab_streaming_run2", "native_ab_streaming_same_kernels")
-    runs = {name: _report(f"{name}.json") for name in names}
-    cases = {"sit", "siet", "projection", "class_token", "class_token_bfloat16"}
+STREAMING_OPS = ("projection", "class_token", "class_token_bfloat16")
+
+
+def _streaming_ratios(section: str, flat: str, names: tuple[str, ...], commit: str, machine: str) -> dict:
+    """The native_ab.py runs of the streaming stores at ``commit`` (two against 0583fdf, the last against
+    itself) on the host ``machine`` names: each report named and its row, the same bits in every op's case;
+    their this / base ratios, as the docs print them, by report and case."""
     ratio = {}
-    for name, run in runs.items():
-        base = "0d64ae2" if name.endswith("same_kernels") else "0583fdf"
-        assert run["commit"].startswith("0d64ae2") and run["base_commit"].startswith(base), name
-        assert "AMD EPYC" in run["machine"] and f"`benchmarks/reference/{name}.json`" in flat
+    for name in names:
+        run = _report(f"{name}.json")
+        base = commit if name.endswith("same_kernels") else "0583fdf"
+        assert run["commit"].startswith(commit) and run["base_commit"].startswith(base), name
+        assert machine in run["machine"] and f"`benchmarks/reference/{name}.json`" in flat
         assert run["settings"]["repeats"] == 31 and not run["settings"]["quick"]
         results = run["results"]
-        assert set(results) == cases
-        assert all(results[case]["same_bits"] for case in cases - {"sit", "siet"})
+        assert set(results) == {"sit", "siet", *STREAMING_OPS}
+        assert all(results[case]["same_bits"] for case in STREAMING_OPS)
         ratio[name] = {case: f"{r['this_over_base']:.3f}" for case, r in results.items()}
         steps = [
             f"{ratio[name][m]} ({results[m]['base_ms']:.1f} -> {results[m]['this_ms']:.1f} ms)"
             for m in ("sit", "siet")
         ]
-        ops = " | ".join(ratio[name][case] for case in ("projection", "class_token", "class_token_bfloat16"))
+        ops = " | ".join(ratio[name][case] for case in STREAMING_OPS)
         assert f"| `{name}` | {base} | {steps[0]} | {steps[1]} | {ops} |" in section
+    return ratio
+
+
+def test_the_streaming_section_is_its_native_ab_runs():
+    """docs/speed.md's "Outputs past the caches": each native_ab.py run at 0d64ae2 (two against 0583fdf, one
+    against itself) named and its row, the same bits in every case, and the ratios its bullets quote."""
+    section, flat = _speed_section("### Outputs past the caches", "\n## Other fast paths")
+    names = ("native_ab_streaming_run1", "native_ab_streaming_run2", "native_ab_streaming_same_kernels")
+    ratio = _streaming_ratios(section, flat, names, "0d64ae2", "AMD EPYC")
     first, second, same = (ratio[name] for name in names)
     assert f"took {first['class_token']}x and {second['class_token']}x as long" in flat
     assert f"where the control measured {same['class_token']}" in flat
@@ -10365,21 +10388,15 @@ def test_two_xla_choices_on_the_amx_host_are_its_runs():
         assert (kernels["settings"]["image_size"], kernels["settings"]["repeats"]) == (64, 15)
         for model, r in kernels["results"].items():
             assert (
-                f"| `kernel_gradient_transpose_amx_64_run{run}` | `{model}` | {r['xla_gathered_ms']:.1f} "
-                f"| {r['xla_folded_ms']:.1f} | {r['graph_ms']:.1f} | {r['gathered_over_folded']:.3f} "
-                f"| {r['xla_gathered_over_graph']:.3f} | {r['xla_folded_over_graph']:.3f} |"
-            ) in section
+                _kernel_gradient_transpose_row(f"kernel_gradient_transpose_amx_64_run{run}", model, r)
+                in section
+            )
             gather[model, run] = f"{r['gathered_over_folded']:.3f}"
         threads = _report(f"xla_host_threads_amx_14_run{run}.json")
         assert threads["settings"]["image_size"] == 14
         for config, r in threads["results"].items():
             short = config.split("/")[-1]
-            assert (
-                f"| `xla_host_threads_amx_14_run{run}` | `{short}` | {r['graph_ms']:.1f} "
-                f"| {r['xla_tensorflow_threads_ms']:.1f} | {r['xla_own_pool_ms']:.1f} "
-                f"| {r['own_pool_over_tensorflow_threads']:.3f} "
-                f"| {r['xla_tensorflow_threads_over_graph']:.3f} | {r['xla_own_pool_over_graph']:.3f} |"
-            ) in section
+            assert _host_threads_row(f"xla_host_threads_amx_14_run{run}", short, r) in section
             model = short.removeprefix("lavacrossing_").removesuffix(".gin")
             pools[model, run] = f"{r['own_pool_over_tensorflow_threads']:.3f}"
             pools[model, run, "xla"] = f"{r['xla_tensorflow_threads_over_graph']:.3f}"
@@ -10405,24 +10422,7 @@ def test_the_streaming_section_on_the_amx_host_is_its_native_ab_runs():
         "native_ab_streaming_amx_run2",
         "native_ab_streaming_amx_same_kernels",
     )
-    ratio = {}
-    for name in names:
-        run = _report(f"{name}.json")
-        base = "ee49fef" if name.endswith("same_kernels") else "0583fdf"
-        assert run["commit"].startswith("ee49fef") and run["base_commit"].startswith(base), name
-        assert "model 167" in run["machine"] and f"`benchmarks/reference/{name}.json`" in flat
-        assert run["settings"]["repeats"] == 31 and not run["settings"]["quick"]
-        results = run["results"]
-        assert all(
-            results[case]["same_bits"] for case in ("projection", "class_token", "class_token_bfloat16")
-        )
-        ratio[name] = {case: f"{r['this_over_base']:.3f}" for case, r in results.items()}
-        steps = [
-            f"{ratio[name][m]} ({results[m]['base_ms']:.1f} -> {results[m]['this_ms']:.1f} ms)"
-            for m in ("sit", "siet")
-        ]
-        ops = " | ".join(ratio[name][case] for case in ("projection", "class_token", "class_token_bfloat16"))
-        assert f"| `{name}` | {base} | {steps[0]} | {steps[1]} | {ops} |" in section
+    ratio = _streaming_ratios(section, flat, names, "ee49fef", "model 167")
     first, second, same = (ratio[name] for name in names)
     assert (
         f"{first['class_token']}x and {second['class_token']}x against a control of {same['class_token']}"
