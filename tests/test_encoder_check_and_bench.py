@@ -280,6 +280,9 @@ def test_channels_first_grad_refuses_bad_arguments_in_one_sentence(argv, message
     assert message in err and len(err.strip().splitlines()) == 1
 
 
+# A benchmark run: make test-large. Which gradients the layers' projection takes where:
+# tests/test_native_projection.py::test_the_layers_projection_runs_the_ops_under_a_tape_and_matmul_elsewhere.
+@pytest.mark.large
 @pytest.mark.skipif(not native.available(), reason="needs the native kernels: `make install` builds them")
 def test_projection_gradients_times_both_ways_of_each_model(tmp_path, capsys):
     """benchmarks/projection_gradients.py: each model's step traced with each way's gradients (the kernel
@@ -311,6 +314,9 @@ def test_projection_gradients_times_both_ways_of_each_model(tmp_path, capsys):
     assert report["default_here"] == default and f"This host's default: the {default}" in printed
 
 
+# A benchmark run: make test-large. The kernel gradient's two forms under XLA:
+# tests/test_native_projection.py::test_under_xla_the_kernel_gradient_keeps_its_product_and_transposes_after.
+@pytest.mark.large
 @pytest.mark.skipif(not native.available(), reason="needs the native kernels: `make install` builds them")
 def test_kernel_gradient_transpose_times_the_gather_the_fold_and_the_graph(tmp_path, capsys):
     """benchmarks/kernel_gradient_transpose.py: two XLA steps, one with the kernel gradients' gathers (XLA
@@ -337,16 +343,26 @@ def test_kernel_gradient_transpose_times_the_gather_the_fold_and_the_graph(tmp_p
 
 
 @pytest.mark.skipif(not native.available(), reason="needs the native kernels: `make install` builds them")
-def test_skip_embedding_gradient_times_the_summed_product_the_matmul_and_the_graph(tmp_path, capsys):
-    """benchmarks/skip_embedding_gradient.py: the product alone and a SiT's train step, each under XLA with
-    the summed input gradient (XLA's HLO has its reduction over D) and with the matmul's, and in a graph;
-    all timed and their ratios printed and written, and which form this host's steps take."""
+def test_skip_embedding_gradient_traces_both_forms():
+    """benchmarks/skip_embedding_gradient.py: a SiT's XLA step with the summed input gradient (XLA's HLO has
+    its reduction over D, not a product) and with the matmul's."""
     module = _load_benchmark("skip_embedding_gradient")
     xla, images = module.projection_gradients.train_steps(
         "sit", 16, 2, jit_compile=True, ways=module.CONTEXTS
     )
     hlo = {way: step.experimental_get_compiler_ir(images)(stage="hlo") for way, step in xla.items()}
     assert hlo["xla_summed"].count(" dot(") < hlo["xla_matmul"].count(" dot(")
+
+
+# A benchmark run: make test-large. The steps it times: test_skip_embedding_gradient_traces_both_forms; the
+# forms' values and gradients: tests/test_skip_embedding.py.
+@pytest.mark.large
+@pytest.mark.skipif(not native.available(), reason="needs the native kernels: `make install` builds them")
+def test_skip_embedding_gradient_times_the_summed_product_the_matmul_and_the_graph(tmp_path, capsys):
+    """benchmarks/skip_embedding_gradient.py: the product alone and a SiT's train step, each under XLA with
+    the summed input gradient and with the matmul's, and in a graph; all timed and their ratios printed and
+    written, and which form this host's steps take."""
+    module = _load_benchmark("skip_embedding_gradient")
     out = tmp_path / "se.json"
     assert module.main(["--quick", "--models", "sit", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
@@ -619,6 +635,9 @@ def test_op_profile_refuses_bad_arguments_in_one_sentence(argv, message, capsys)
     assert message in err and len(err.strip().splitlines()) == 1
 
 
+# A benchmark run in a fresh process: make test-large. The script's sums by type and node:
+# test_op_profile_sums_the_ops_of_a_stage_by_type_and_node.
+@pytest.mark.large
 @needs_xla_kernels
 def test_op_profile_under_xla_times_each_hlo_instruction_and_names_its_op(tmp_path):
     """A fresh process (XLA reads its flags at its first compilation): the MiniGrid CNN's XLA train step."""
@@ -651,6 +670,9 @@ def test_op_profile_under_xla_times_each_hlo_instruction_and_names_its_op(tmp_pa
     assert any(row["node"].startswith("gradient_tape/conv_encoder/") for row in nodes)
 
 
+# A benchmark run in a fresh process: make test-large. A started runtime refused:
+# test_op_profile_one_op_at_a_time_refuses_a_started_runtime.
+@pytest.mark.large
 def test_op_profile_one_op_at_a_time_gives_tensorflow_one_inter_op_thread(tmp_path):
     """A fresh process (the thread pools are fixed when TensorFlow's runtime starts)."""
     out = tmp_path / "ops.json"
@@ -753,6 +775,8 @@ def test_jit_compile_auto_refuses_bad_arguments_in_one_sentence(argv, message, c
     assert message in err and len(err.strip().splitlines()) == 1
 
 
+# A benchmark run: make test-large. Each kernel's values and gradients: tests/test_native*.py.
+@pytest.mark.large
 @pytest.mark.skipif(not native.available(), reason="needs the native kernels: `make install` builds them")
 def test_native_ops_times_each_kernel_forward_and_backward(tmp_path, capsys):
     out = tmp_path / "ops.json"

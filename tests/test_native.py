@@ -324,6 +324,41 @@ def test_the_maps_terms_add_up_to_its_matrix(
 
 
 @settings(deadline=None, max_examples=10)
+@given(
+    grid=st.tuples(st.integers(2, 5), st.integers(2, 5)),
+    class_token=st.booleans(),
+    tables=st.integers(1, 3),
+    symmetrised=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_the_matrix_pattern_is_the_boolean_product_of_the_sums(
+    grid: tuple[int, int], class_token: bool, tables: int, symmetrised: bool, seed: int
+) -> None:
+    """``pattern``: where ``L_n ... L_1 (I + P)`` reads, the boolean product of each sum's reads (formed
+    here as the dense product of 0 / 1 matrices), and every entry the matrix holds with positive weights."""
+    sums = TriangleSums(grid, class_token=class_token)
+    n = sums.num_tokens**2
+    rows = np.repeat(np.arange(n), 3)
+    reach = np.eye(n)  # float64: its counts of paths stay exact
+    for i in range(tables):
+        step = np.zeros((n, n))
+        step[rows, sums.sources.reshape(-1)] = 1
+        if i == 0 and symmetrised:
+            step[rows, sums.transpose[sums.sources.reshape(-1)]] = 1
+        reach = step @ reach
+    pattern = sums.pattern(tables, symmetrised)
+    assert pattern.terms == (reach > 0).sum(axis=1).max()
+    np.testing.assert_array_equal(_dense(pattern, pattern.mask) > 0, reach > 0)
+    rng = np.random.default_rng(seed)
+    weights = [
+        theta_table(tf.constant(rng.uniform(0.5, 1.5, size=(sums.num_angle_classes, 2))))
+        for _ in range(tables)
+    ]
+    matrix = sums.matrix(weights, float(symmetrised), 1.0).numpy()  # (H, T^2, T^2)
+    assert not np.any(matrix[:, reach == 0])
+
+
+@settings(deadline=None, max_examples=10)
 @given(size=st.integers(1, 30), terms=st.integers(1, 5), seed=st.integers(0, 2**16))
 def test_a_maps_transposed_lists_are_its_transpose(size: int, terms: int, seed: int) -> None:
     rng = np.random.default_rng(seed)

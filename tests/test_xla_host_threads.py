@@ -116,6 +116,9 @@ def _load_benchmark():
     return module
 
 
+# A benchmark run: make test-large. Which pool runs the kernels:
+# test_compiled_kernels_run_on_tensorflows_threads_and_on_their_own_pool_on_request.
+@pytest.mark.large
 @needs_xla_kernels
 def test_the_benchmark_times_the_graph_step_and_the_xla_step_on_both_pools(tmp_path, capsys):
     out = tmp_path / "threads.json"
