@@ -6011,12 +6011,51 @@ def test_what_jit_compile_auto_chooses_under_the_legacy_runtime_is_the_report():
     assert f"The AttentionNeuron's rose, from {before[pi]:.2f} to {after[pi]:.2f}" in flat
 
 
+def test_the_suite_before_and_after_the_pattern_and_the_moves_is_the_reports():
+    """docs/testing.md's "A pattern built in milliseconds": the runs at 8803740 and fcc84f0, the orbit test's
+    time before, the seven moved tests' summed time before and their absence after, and the table's row."""
+    _, before, before_records = _suite_report("8803740")
+    bench, after, records = _suite_report("fcc84f0")
+    flat = _flat_page("testing.md")
+    for summary, commit in ((before, "8803740"), (after, "fcc84f0")):
+        assert summary["tests_commit"] == commit
+        walls = [summary["workers"][w]["wall_s"] for w in ("gw0", "gw1")]
+        assert f"the workers' wall time {walls[0]:.0f} s and {walls[1]:.0f} s" in flat
+    tests = sum(w["tests"] for w in before["workers"].values())
+    assert before["note"].endswith(f"{tests} passed in 29:04")
+    assert f"passed {tests} tests in 29 min 4 s (`suite_resources_avx2_8803740.json`)" in flat
+    drac = "drac_runs_s_and_fs_through_each_network_at_once_with_the_same_loss_and_gradients[True-passes1]"
+    failed = [r for r in records if r["test"].split("@")[0].endswith(drac)]
+    tests = sum(w["tests"] for w in after["workers"].values())
+    assert len(failed) == 1 and after["note"].endswith(f"1 failed, {tests - 1} passed in 27:54")
+    assert "took 27 min 54 s (`suite_resources_avx2_fcc84f0.json`, commit fcc84f0)" in flat
+    assert f"{tests - 1} tests passed and one failed" in flat
+    rows = {r["test"].split("@")[0]: r["wall_s"] for r in before_records}
+    orbit = "tests/test_native.py::test_given_orbit_gradients_the_ops_average_the_graphs_gradient_over_the_"
+    assert f"(`tests/test_native.py`, {rows[orbit + 'turns_orbits_of_pairs']:.0f} s)" in flat
+    bench_tests = "tests/test_encoder_check_and_bench.py::test_"
+    moved = [
+        bench_tests + "projection_gradients_times_both_ways_of_each_model",
+        bench_tests + "kernel_gradient_transpose_times_the_gather_the_fold_and_the_graph",
+        bench_tests + "skip_embedding_gradient_times_the_summed_product_the_matmul_and_the_graph",
+        bench_tests + "native_ops_times_each_kernel_forward_and_backward",
+        bench_tests + "op_profile_under_xla_times_each_hlo_instruction_and_names_its_op",
+        bench_tests + "op_profile_one_op_at_a_time_gives_tensorflow_one_inter_op_thread",
+        "tests/test_xla_host_threads.py::test_the_benchmark_times_the_graph_step_and_the_xla_step_on_both_pools",
+    ]
+    now = {r["test"].split("@")[0] for r in records}
+    assert all(test in rows and test not in now for test in moved)
+    assert bench_tests + "skip_embedding_gradient_traces_both_forms" in now
+    assert f"which took {sum(rows[t] for t in moved):.0f} s summed in that run" in flat
+    tests = sum(w["tests"] for w in after["workers"].values())
+    assert f"{tests} tests, a 2-core AMD EPYC" in flat  # the table's row
+
+
 def test_the_suite_after_the_benchmark_moves_is_the_report():
     bench, summary, records = _suite_report("benchmark_moves")
     flat = _flat_page("testing.md")
     tests = sum(w["tests"] for w in summary["workers"].values())
     assert summary["note"].endswith(f"{tests} passed in 30:34") and summary["tests_commit"] == "40a41ba"
-    assert f"{tests} tests, a 2-core AMD EPYC" in flat  # the table's row
     gw0, gw1 = (summary["workers"][w] for w in ("gw0", "gw1"))
     assert (
         f"passed {tests} tests in 30 min 34 s (`suite_resources_avx2_benchmark_moves.json`, commit 40a41ba), "
