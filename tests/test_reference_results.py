@@ -6030,6 +6030,9 @@ def test_the_suite_before_and_after_the_pattern_and_the_moves_is_the_reports():
     assert len(failed) == 1 and after["note"].endswith(f"1 failed, {tests - 1} passed in 27:54")
     assert "took 27 min 54 s (`suite_resources_avx2_fcc84f0.json`, commit fcc84f0)" in flat
     assert f"{tests - 1} tests passed and one failed" in flat
+    slowest = [r["wall_s"] for r in before_records if r["wall_s"] >= 20]
+    summed = sum(r["wall_s"] for r in before_records)
+    assert f"the {len(slowest)} tests of 20 s or more held {sum(slowest):.0f} s of the {summed:.0f} s" in flat
     rows = {r["test"].split("@")[0]: r["wall_s"] for r in before_records}
     orbit = "tests/test_native.py::test_given_orbit_gradients_the_ops_average_the_graphs_gradient_over_the_"
     assert f"(`tests/test_native.py`, {rows[orbit + 'turns_orbits_of_pairs']:.0f} s)" in flat
